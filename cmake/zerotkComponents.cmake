@@ -1,0 +1,37 @@
+# One INTERFACE target per optional component. Each links its package and defines its feature macro
+# to 1 (the headers default it to 0), so `#if ZEROTK_HAS_X` is always well defined.
+set(ZEROTK_COMPONENTS_FOUND "")
+
+function(zerotk_component name macro)
+  add_library(zerotk_${name} INTERFACE)
+  add_library(zerotk::${name} ALIAS zerotk_${name})
+  set_target_properties(zerotk_${name} PROPERTIES EXPORT_NAME ${name})
+  target_link_libraries(zerotk_${name} INTERFACE zerotk ${ARGN})
+  target_compile_definitions(zerotk_${name} INTERFACE ${macro}=1)
+  set(ZEROTK_COMPONENTS_FOUND ${ZEROTK_COMPONENTS_FOUND} ${name} PARENT_SCOPE)
+endfunction()
+
+# Threads are always needed (threads communicator).
+target_link_libraries(zerotk INTERFACE Threads::Threads)
+
+if(OpenMP_CXX_FOUND)
+  zerotk_component(openmp ZEROTK_HAS_OPENMP OpenMP::OpenMP_CXX)
+endif()
+if(TARGET Eigen3::Eigen)
+  zerotk_component(eigen ZEROTK_HAS_EIGEN Eigen3::Eigen)
+endif()
+if(TARGET nlohmann_json::nlohmann_json)
+  zerotk_component(json ZEROTK_HAS_JSON nlohmann_json::nlohmann_json)
+endif()
+if(MPI_CXX_FOUND)
+  zerotk_component(mpi ZEROTK_HAS_MPI MPI::MPI_CXX)
+endif()
+if(TARGET PkgConfig::LIBURING)
+  zerotk_component(uring ZEROTK_HAS_URING PkgConfig::LIBURING)
+endif()
+if(ZEROTK_CUDA_ENABLED)
+  zerotk_component(cuda ZEROTK_HAS_CUDA CUDA::cudart)
+  if(NCCL_FOUND)
+    zerotk_component(nccl ZEROTK_HAS_NCCL zerotk_cuda NCCL::nccl)
+  endif()
+endif()

@@ -1,0 +1,270 @@
+#pragma once
+/// \file zerotk/core/memory.hpp
+/// Host memory: 64-byte aligned allocations, pinned (page-locked) allocations for host<->device
+/// staging, and the MemoryLedger that records live bytes per category so tests can prove the ZeRO
+/// memory formulas (SEMANTICS.md section 6).
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <new>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include <sys/mman.h>
+
+#include "zerotk/core/error.hpp"
+#include "zerotk/core/macros.hpp"
+
+#if ZEROTK_HAS_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+namespace zerotk {
+
+/// Alignment of every buffer zerotk allocates: one cache line, enough for AVX-512 and CUDA vector loads.
+inline constexpr std::size_t kAlignment = 64;
+
+// ---------------------------------------------------------------------------------------------------
+// Memory ledger
+
+/// What a byte is used for. Matches the terms of the ZeRO paper's memory analysis.
+enum class MemoryCategory : std::uint8_t {
+  params16,         ///< 16-bit (or working-precision) parameters
+  grads,            ///< gradients in working precision or their fp32 partitions
+  master32,         ///< fp32 master copy of parameters
+  optimizer_state,  ///< Adam m and v, LAMB state, ...
+  comm_buffers,     ///< buckets and staging for collectives
+  activations,      ///< saved activations (the user may record these)
+  other,
+};
+inline constexpr std::size_t kMemoryCategoryCount = 7;
+
+constexpr std::string_view to_string(MemoryCategory c) noexcept {
+  switch (c) {
+    case MemoryCategory::params16: return "params16";
+    case MemoryCategory::grads: return "grads";
+    case MemoryCategory::master32: return "master32";
+    case MemoryCategory::optimizer_state: return "optimizer_state";
+    case MemoryCategory::comm_buffers: return "comm_buffers";
+    case MemoryCategory::activations: return "activations";
+    case MemoryCategory::other: return "other";
+  }
+  return "unknown";
+}
+
+/// Live and peak bytes per category for one rank. Thread-safe: ranks of the threads communicator
+/// each own a ledger, but a rank's helper threads may allocate concurrently.
+class MemoryLedger {
+ public:
+  void add(MemoryCategory c, std::size_t bytes) noexcept {
+    auto i = static_cast<std::size_t>(c);
+    std::size_t now = live_[i].fetch_add(bytes, std::memory_order_relaxed) + bytes;
+    raise(peak_[i], now);
+    std::size_t total = total_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+    raise(peak_total_, total);
+  }
+  void sub(MemoryCategory c, std::size_t bytes) noexcept {
+    live_[static_cast<std::size_t>(c)].fetch_sub(bytes, std::memory_order_relaxed);
+    total_.fetch_sub(bytes, std::memory_order_relaxed);
+  }
+  std::size_t live(MemoryCategory c) const noexcept {
+    return live_[static_cast<std::size_t>(c)].load(std::memory_order_relaxed);
+  }
+  std::size_t peak(MemoryCategory c) const noexcept {
+    return peak_[static_cast<std::size_t>(c)].load(std::memory_order_relaxed);
+  }
+  std::size_t live_total() const noexcept { return total_.load(std::memory_order_relaxed); }
+  std::size_t peak_total() const noexcept { return peak_total_.load(std::memory_order_relaxed); }
+  /// Forget peaks (e.g. after set-up, to measure one step).
+  void reset_peaks() noexcept {
+    for (std::size_t i = 0; i < kMemoryCategoryCount; ++i) peak_[i].store(live_[i].load());
+    peak_total_.store(total_.load());
+  }
+
+ private:
+  static void raise(std::atomic<std::size_t>& peak, std::size_t v) noexcept {
+    std::size_t p = peak.load(std::memory_order_relaxed);
+    while (v > p && !peak.compare_exchange_weak(p, v, std::memory_order_relaxed)) {
+    }
+  }
+  std::array<std::atomic<std::size_t>, kMemoryCategoryCount> live_{};
+  std::array<std::atomic<std::size_t>, kMemoryCategoryCount> peak_{};
+  std::atomic<std::size_t> total_{0}, peak_total_{0};
+};
+
+// ---------------------------------------------------------------------------------------------------
+// Aligned host allocation
+
+/// Allocates `bytes` aligned to kAlignment (rounded up to a whole number of alignments). Throws
+/// std::bad_alloc with the size in the message on failure.
+inline void* aligned_alloc_bytes(std::size_t bytes) {
+  std::size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  if (rounded == 0) rounded = kAlignment;
+  void* p = ::operator new(rounded, std::align_val_t{kAlignment}, std::nothrow);
+  if (!p) throw std::bad_alloc();
+  return p;
+}
+inline void aligned_free_bytes(void* p) noexcept {
+  if (p) ::operator delete(p, std::align_val_t{kAlignment});
+}
+
+/// std-compatible allocator with kAlignment, for std::vector<T, AlignedAllocator<T>>.
+template <class T>
+struct AlignedAllocator {
+  using value_type = T;
+  AlignedAllocator() noexcept = default;
+  template <class U>
+  AlignedAllocator(const AlignedAllocator<U>&) noexcept {}
+  T* allocate(std::size_t n) { return static_cast<T*>(aligned_alloc_bytes(n * sizeof(T))); }
+  void deallocate(T* p, std::size_t) noexcept { aligned_free_bytes(p); }
+  template <class U>
+  bool operator==(const AlignedAllocator<U>&) const noexcept {
+    return true;
+  }
+};
+
+// ---------------------------------------------------------------------------------------------------
+// Pinned host allocation
+
+/// How a pinned allocation was obtained; reported so users know whether DMA will be fast.
+enum class PinKind : std::uint8_t { cuda_host, mlocked, pageable };
+
+/// Page-locked memory for host<->device staging. With a usable CUDA device it is cudaHostAlloc'ed;
+/// otherwise it is aligned memory, mlock'ed when `try_mlock` (and RLIMIT_MEMLOCK allows), else
+/// plain pageable memory. `kind()` says which one you got; `fallback_reason()` says why.
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  explicit PinnedBuffer(std::size_t bytes, bool try_mlock = true) : bytes_(bytes) {
+#if ZEROTK_HAS_CUDA
+    int devices = 0;
+    if (cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0) {
+      if (cudaHostAlloc(&ptr_, bytes ? bytes : 1, cudaHostAllocPortable) == cudaSuccess) {
+        kind_ = PinKind::cuda_host;
+        return;
+      }
+      reason_ = std::string("cudaHostAlloc failed: ") + cudaGetErrorString(cudaGetLastError());
+    } else {
+      (void)cudaGetLastError();
+      reason_ = "no usable CUDA device";
+    }
+#else
+    reason_ = "built without CUDA";
+#endif
+    ptr_ = aligned_alloc_bytes(bytes);
+    kind_ = PinKind::pageable;
+    if (try_mlock && bytes > 0) {
+      if (::mlock(ptr_, bytes) == 0) {
+        kind_ = PinKind::mlocked;
+      } else {
+        reason_ += "; mlock refused (raise RLIMIT_MEMLOCK), using pageable memory";
+      }
+    }
+  }
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  PinnedBuffer(PinnedBuffer&& o) noexcept { swap(o); }
+  PinnedBuffer& operator=(PinnedBuffer&& o) noexcept {
+    PinnedBuffer tmp(std::move(o));
+    swap(tmp);
+    return *this;
+  }
+  ~PinnedBuffer() { release(); }
+
+  void* data() const noexcept { return ptr_; }
+  std::size_t bytes() const noexcept { return bytes_; }
+  PinKind kind() const noexcept { return kind_; }
+  /// Empty when the memory is truly pinned by CUDA; otherwise why it is not.
+  const std::string& fallback_reason() const noexcept { return reason_; }
+
+ private:
+  void swap(PinnedBuffer& o) noexcept {
+    std::swap(ptr_, o.ptr_);
+    std::swap(bytes_, o.bytes_);
+    std::swap(kind_, o.kind_);
+    std::swap(reason_, o.reason_);
+  }
+  void release() noexcept {
+    if (!ptr_) return;
+#if ZEROTK_HAS_CUDA
+    if (kind_ == PinKind::cuda_host) {
+      cudaFreeHost(ptr_);
+      ptr_ = nullptr;
+      return;
+    }
+#endif
+    if (kind_ == PinKind::mlocked) ::munlock(ptr_, bytes_);
+    aligned_free_bytes(ptr_);
+    ptr_ = nullptr;
+  }
+  void* ptr_ = nullptr;
+  std::size_t bytes_ = 0;
+  PinKind kind_ = PinKind::pageable;
+  std::string reason_;
+};
+
+// ---------------------------------------------------------------------------------------------------
+// Ledger-tracked buffers
+
+/// An aligned, owned array of `T` whose bytes are recorded in a ledger category for its lifetime.
+/// Value-initialised (zeros). Move-only. This is how the engine allocates everything it reports.
+template <class T>
+class TrackedBuffer {
+ public:
+  TrackedBuffer() = default;
+  TrackedBuffer(std::size_t n, MemoryCategory cat, MemoryLedger* ledger = nullptr)
+      : n_(n), cat_(cat), ledger_(ledger) {
+    ptr_ = static_cast<T*>(aligned_alloc_bytes(n * sizeof(T)));
+    for (std::size_t i = 0; i < n; ++i) new (ptr_ + i) T();
+    if (ledger_) ledger_->add(cat_, bytes());
+  }
+  TrackedBuffer(const TrackedBuffer&) = delete;
+  TrackedBuffer& operator=(const TrackedBuffer&) = delete;
+  TrackedBuffer(TrackedBuffer&& o) noexcept
+      : ptr_(std::exchange(o.ptr_, nullptr)), n_(std::exchange(o.n_, 0)), cat_(o.cat_), ledger_(o.ledger_) {}
+  TrackedBuffer& operator=(TrackedBuffer&& o) noexcept {
+    if (this != &o) {
+      reset();
+      ptr_ = std::exchange(o.ptr_, nullptr);
+      n_ = std::exchange(o.n_, 0);
+      cat_ = o.cat_;
+      ledger_ = o.ledger_;
+    }
+    return *this;
+  }
+  ~TrackedBuffer() { reset(); }
+
+  void reset() noexcept {
+    if (!ptr_) return;
+    if (ledger_) ledger_->sub(cat_, bytes());
+    aligned_free_bytes(ptr_);
+    ptr_ = nullptr;
+    n_ = 0;
+  }
+
+  T* data() noexcept { return ptr_; }
+  const T* data() const noexcept { return ptr_; }
+  std::size_t size() const noexcept { return n_; }
+  std::size_t bytes() const noexcept { return n_ * sizeof(T); }
+  bool empty() const noexcept { return n_ == 0; }
+  T& operator[](std::size_t i) noexcept { return ptr_[i]; }
+  const T& operator[](std::size_t i) const noexcept { return ptr_[i]; }
+  T* begin() noexcept { return ptr_; }
+  T* end() noexcept { return ptr_ + n_; }
+  const T* begin() const noexcept { return ptr_; }
+  const T* end() const noexcept { return ptr_ + n_; }
+  MemoryCategory category() const noexcept { return cat_; }
+
+ private:
+  T* ptr_ = nullptr;
+  std::size_t n_ = 0;
+  MemoryCategory cat_ = MemoryCategory::other;
+  MemoryLedger* ledger_ = nullptr;
+};
+
+}  // namespace zerotk

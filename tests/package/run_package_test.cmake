@@ -1,0 +1,48 @@
+# Driven by CTest (see CMakeLists.txt). Fails with the failing step's output.
+file(REMOVE_RECURSE "${WORK_DIR}")
+file(MAKE_DIRECTORY "${WORK_DIR}")
+
+function(run)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "step failed (${rc}): ${ARGN}\n${out}\n${err}")
+  endif()
+  set(last_output "${out}${err}" PARENT_SCOPE)
+endfunction()
+
+set(common -G "${GENERATOR}" -DCMAKE_CXX_COMPILER=${CXX} -DCMAKE_BUILD_TYPE=Release)
+set(consumer "${SOURCE_DIR}/tests/package/consumer")
+
+if(MODE STREQUAL "find_package" OR MODE STREQUAL "missing_component")
+  # Install zerotk alone (no tests/examples) into a private prefix.
+  run(${CMAKE_COMMAND} -S "${SOURCE_DIR}" -B "${WORK_DIR}/zerotk-build" ${common}
+      -DZEROTK_BUILD_TESTS=OFF -DZEROTK_BUILD_EXAMPLES=OFF -DZEROTK_BUILD_BENCH=OFF -DZEROTK_CUDA=OFF
+      -DCMAKE_INSTALL_PREFIX=${WORK_DIR}/prefix)
+  run(${CMAKE_COMMAND} --install "${WORK_DIR}/zerotk-build")
+  if(MODE STREQUAL "missing_component")
+    # Asking for a component that was not installed must fail at configure time with a clear message.
+    execute_process(COMMAND ${CMAKE_COMMAND} -S "${consumer}" -B "${WORK_DIR}/consumer-build" ${common}
+                    -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix -DZEROTK_WANT_COMPONENTS=cuda
+                    RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+    if(rc EQUAL 0)
+      message(FATAL_ERROR "find_package(zerotk COMPONENTS cuda) succeeded against a CUDA-less install")
+    endif()
+    if(NOT "${out}${err}" MATCHES "installed without component 'cuda'")
+      message(FATAL_ERROR "missing-component message not found in:\n${out}\n${err}")
+    endif()
+    message(STATUS "missing component reported as expected")
+    return()
+  endif()
+  run(${CMAKE_COMMAND} -S "${consumer}" -B "${WORK_DIR}/consumer-build" ${common}
+      -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix "-DZEROTK_WANT_COMPONENTS=${COMPONENTS}")
+else()
+  run(${CMAKE_COMMAND} -S "${consumer}" -B "${WORK_DIR}/consumer-build" ${common}
+      -DZEROTK_SOURCE_DIR=${SOURCE_DIR} "-DZEROTK_WANT_COMPONENTS=${COMPONENTS}"
+      -DZEROTK_CUDA=OFF)
+endif()
+run(${CMAKE_COMMAND} --build "${WORK_DIR}/consumer-build")
+run("${WORK_DIR}/consumer-build/consumer")
+message(STATUS "consumer says: ${last_output}")
+if(NOT last_output MATCHES "zerotk 0\\.1\\.0")
+  message(FATAL_ERROR "unexpected consumer output: ${last_output}")
+endif()
