@@ -1,0 +1,175 @@
+#pragma once
+/// \file zerotk/comm/communicator.hpp
+/// The Communicator concept that engine code is written against, the asynchronous `Work` handle
+/// every collective returns, and the byte counters that let tests prove ZeRO's communication volume.
+///
+/// Buffers are raw pointers + element count + DType (the element type is a run-time property of the
+/// engine's flat buffers). Every operation returns a `Work`; call `wait()` before touching the
+/// buffers. Calls on one communicator are issued in the same order on every rank.
+
+#include <array>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+
+#include "zerotk/core/concepts.hpp"
+#include "zerotk/core/dtype.hpp"
+#include "zerotk/core/error.hpp"
+
+namespace zerotk::comm {
+
+enum class ReduceOp : std::uint8_t { sum, avg, max, min };
+
+constexpr std::string_view to_string(ReduceOp op) noexcept {
+  switch (op) {
+    case ReduceOp::sum: return "sum";
+    case ReduceOp::avg: return "avg";
+    case ReduceOp::max: return "max";
+    case ReduceOp::min: return "min";
+  }
+  return "unknown";
+}
+
+/// The kinds of operation, for byte counters and mismatch diagnostics.
+enum class OpKind : std::uint8_t {
+  all_reduce,
+  reduce_scatter,
+  all_gather,
+  all_gatherv,
+  broadcast,
+  reduce,
+  all_to_all,
+  send,
+  recv,
+  barrier,
+};
+inline constexpr std::size_t kOpKindCount = 10;
+
+constexpr std::string_view to_string(OpKind k) noexcept {
+  constexpr std::string_view names[] = {"all_reduce", "reduce_scatter", "all_gather", "all_gatherv", "broadcast",
+                                        "reduce",     "all_to_all",     "send",       "recv",        "barrier"};
+  return names[static_cast<std::size_t>(k)];
+}
+
+/// Per-operation counters of one rank.
+/// `payload_bytes`: the bytes of the operation's full logical buffer (all_reduce: count*elem;
+/// reduce_scatter: size*recv_count*elem; all_gather: size*send_count*elem; ...).
+/// `wire_bytes`: the bytes a bandwidth-optimal (ring) algorithm sends from this rank, the convention
+/// NCCL's "bus bandwidth" uses: all_reduce 2(W-1)/W*payload, reduce_scatter and all_gather
+/// (W-1)/W*payload, broadcast/reduce payload, all_to_all (W-1)/W*payload, send payload.
+/// With these, ZeRO stages 0-2 move 2*Psi*(W-1)/W wire elements per step and stage 3 3*Psi*(W-1)/W.
+struct OpCounters {
+  std::uint64_t calls = 0;
+  std::uint64_t payload_bytes = 0;
+  std::uint64_t wire_bytes = 0;
+};
+
+struct CommStats {
+  std::array<OpCounters, kOpKindCount> by_op{};
+
+  OpCounters& operator[](OpKind k) noexcept { return by_op[static_cast<std::size_t>(k)]; }
+  const OpCounters& operator[](OpKind k) const noexcept { return by_op[static_cast<std::size_t>(k)]; }
+  std::uint64_t total_wire_bytes() const noexcept {
+    std::uint64_t t = 0;
+    for (const auto& c : by_op) t += c.wire_bytes;
+    return t;
+  }
+  std::uint64_t total_payload_bytes() const noexcept {
+    std::uint64_t t = 0;
+    for (const auto& c : by_op) t += c.payload_bytes;
+    return t;
+  }
+  void reset() noexcept { by_op = {}; }
+};
+
+/// Back-end side of an asynchronous operation.
+class WorkState {
+ public:
+  virtual ~WorkState() = default;
+  /// Blocks until done; throws comm_error on failure, mismatch or timeout.
+  virtual void wait() = 0;
+  /// Non-blocking: true once done (then wait() returns at once). May throw like wait().
+  virtual bool test() = 0;
+};
+
+/// Handle to an operation in flight. A default-constructed Work is already complete.
+/// Work is move-only; destroying an unfinished Work waits for it (never leaves a collective dangling)
+/// and swallows its error only if an exception is already propagating.
+class Work {
+ public:
+  Work() = default;
+  explicit Work(std::unique_ptr<WorkState> s) : state_(std::move(s)) {}
+  Work(Work&&) noexcept = default;
+  Work& operator=(Work&& o) noexcept {
+    if (this != &o) {
+      finish_quietly();
+      state_ = std::move(o.state_);
+    }
+    return *this;
+  }
+  Work(const Work&) = delete;
+  Work& operator=(const Work&) = delete;
+  ~Work() { finish_quietly(); }
+
+  void wait() {
+    if (!state_) return;
+    auto s = std::move(state_);
+    s->wait();
+  }
+  bool test() {
+    if (!state_) return true;
+    if (state_->test()) {
+      wait();
+      return true;
+    }
+    return false;
+  }
+  bool pending() const noexcept { return state_ != nullptr; }
+
+ private:
+  void finish_quietly() noexcept {
+    if (!state_) return;
+    try {
+      state_->wait();
+    } catch (...) {
+    }
+    state_.reset();
+  }
+  std::unique_ptr<WorkState> state_;
+};
+
+/// The collectives engine code may use. Argument conventions (counts are ELEMENTS, not bytes):
+/// - all_reduce(send, recv, count, dtype, op): in place when send == recv.
+/// - reduce_scatter(send, recv, recv_count, dtype, op): send holds size()*recv_count elements laid out
+///   as size() contiguous blocks (the ZeRO flat-buffer layout); rank r receives the reduction of block r.
+/// - all_gather(send, recv, send_count, dtype): recv holds size()*send_count; rank r's block at r*send_count.
+///   In place when send == recv + rank()*send_count.
+/// - all_gatherv(send, send_count, recv, recv_counts, dtype): variable blocks, concatenated in rank order.
+/// - broadcast(buf, count, dtype, root); reduce(send, recv, count, dtype, op, root).
+/// - all_to_all(send, recv, count, dtype): `count` elements to and from each rank.
+/// - send(buf, count, dtype, peer, tag); recv(buf, count, dtype, peer, tag).
+/// - barrier(); split(color, key) -> a new communicator over the ranks with the same color, ordered
+///   by (key, old rank); stats() -> byte counters of this communicator.
+/// int32/uint8 are accepted where meaningful (all ops but avg on uint8).
+template <class C>
+concept Communicator = RankedGroup<C> && std::movable<C> &&
+    requires(C& c, const C& cc, const void* s, void* r, std::size_t n, DType dt, ReduceOp op, int peer,
+             std::span<const std::size_t> counts) {
+      { c.all_reduce(s, r, n, dt, op) } -> std::same_as<Work>;
+      { c.reduce_scatter(s, r, n, dt, op) } -> std::same_as<Work>;
+      { c.all_gather(s, r, n, dt) } -> std::same_as<Work>;
+      { c.all_gatherv(s, n, r, counts, dt) } -> std::same_as<Work>;
+      { c.broadcast(r, n, dt, peer) } -> std::same_as<Work>;
+      { c.reduce(s, r, n, dt, op, peer) } -> std::same_as<Work>;
+      { c.all_to_all(s, r, n, dt) } -> std::same_as<Work>;
+      { c.send(s, n, dt, peer, peer) } -> std::same_as<Work>;
+      { c.recv(r, n, dt, peer, peer) } -> std::same_as<Work>;
+      { c.barrier() } -> std::same_as<Work>;
+      { c.split(peer, peer) } -> std::same_as<C>;
+      { cc.stats() } -> std::convertible_to<const CommStats&>;
+    };
+
+}  // namespace zerotk::comm

@@ -1,0 +1,138 @@
+#pragma once
+/// \file zerotk/policies.hpp
+/// Policy tags and the machinery that reads an Engine's policy pack.
+///
+/// A policy is a class template instantiated with a small tag (`Partitioner<Stage<2>>`,
+/// `LossScaler<Dynamic>`, `Optimizer<AdamW>` ...). Each policy class says which slot it fills with
+/// `using policy_kind = zerotk::policy::<slot>;`. The class is also the working object: a research
+/// prototype can instantiate `LossScaler<Dynamic>` alone. The Engine takes policies in any order;
+/// a slot given twice, or a required slot left empty, is a compile error that says so in words.
+
+#include <cstddef>
+#include <type_traits>
+
+#include "zerotk/core/dtype.hpp"
+#include "zerotk/core/macros.hpp"
+
+namespace zerotk {
+
+// ---- tags ---------------------------------------------------------------------------------------
+
+/// ZeRO stage: 0 (plain data parallel), 1 (optimizer state), 2 (+ gradients), 3 (+ parameters).
+template <int S>
+struct Stage {
+  static_assert(S >= 0 && S <= 3, "Stage<S>: ZeRO stages are 0, 1, 2 and 3");
+  static constexpr int value = S;
+};
+
+/// A byte count carried as a type, e.g. Bucketer<Bytes<256 << 20>>.
+template <std::size_t N>
+struct Bytes {
+  static constexpr std::size_t value = N;
+};
+
+struct Dynamic {};  ///< LossScaler<Dynamic>: DeepSpeed's dynamic loss scaling
+struct Static {};   ///< LossScaler<Static>: fixed scale, overflow still skips
+struct None {};     ///< LossScaler<None> (no scaling) or Offload<None> (no offload)
+struct Cpu {};      ///< Offload<Cpu>
+struct Nvme {};     ///< Offload<Nvme>
+struct Host {};     ///< Device<Host>: OpenMP/SIMD kernels
+struct Cuda {};     ///< Device<Cuda>: CUDA kernels
+
+struct Adam {};        ///< Adam with L2 weight decay (adam_w_mode = false)
+struct AdamW {};       ///< Adam with decoupled weight decay
+struct Lamb {};        ///< LAMB (layer-wise trust ratio)
+struct OneBitAdam {};  ///< 1-bit Adam (compressed momentum all-reduce after warm-up)
+struct OneBitLamb {};  ///< 1-bit LAMB
+
+// ---- policy slots ---------------------------------------------------------------------------------
+
+namespace policy {
+struct partitioner { static constexpr const char* name = "Partitioner"; };
+struct bucketer { static constexpr const char* name = "Bucketer"; };
+struct loss_scaler { static constexpr const char* name = "LossScaler"; };
+struct offload { static constexpr const char* name = "Offload"; };
+struct optimizer { static constexpr const char* name = "Optimizer"; };
+struct precision { static constexpr const char* name = "Precision"; };
+struct device { static constexpr const char* name = "Device"; };
+}  // namespace policy
+
+/// Precision<fp32|fp16|bf16>: the dtype of parameters and gradients the model computes with.
+template <class P>
+struct Precision {
+  static_assert(dependent_false<P>, "Precision: use Precision<fp32>, Precision<fp16> or Precision<bf16>");
+};
+template <> struct Precision<fp32> { using policy_kind = policy::precision; using tag = fp32; using storage = float; static constexpr DType dtype = DType::fp32; };
+template <> struct Precision<fp16> { using policy_kind = policy::precision; using tag = fp16; using storage = half; static constexpr DType dtype = DType::fp16; };
+template <> struct Precision<bf16> { using policy_kind = policy::precision; using tag = bf16; using storage = bfloat16; static constexpr DType dtype = DType::bf16; };
+
+/// Device<Host|Cuda>: where parameters, gradients and kernels live.
+template <class D>
+struct Device {
+  static_assert(dependent_false<D>, "Device: use Device<Host> or Device<Cuda>");
+};
+template <> struct Device<Host> { using policy_kind = policy::device; using tag = Host; static constexpr bool is_cuda = false; };
+template <> struct Device<Cuda> { using policy_kind = policy::device; using tag = Cuda; static constexpr bool is_cuda = true; };
+
+/// Offload<None|Cpu|Nvme>: where the optimizer state and fp32 master live.
+template <class O>
+struct Offload {
+  static_assert(dependent_false<O>, "Offload: use Offload<None>, Offload<Cpu> or Offload<Nvme>");
+};
+template <> struct Offload<None> { using policy_kind = policy::offload; using tag = None; };
+template <> struct Offload<Cpu> { using policy_kind = policy::offload; using tag = Cpu; };
+template <> struct Offload<Nvme> { using policy_kind = policy::offload; using tag = Nvme; };
+
+// ---- reading a pack ------------------------------------------------------------------------------
+
+/// True when P declares which slot it fills.
+template <class P>
+concept Policy = requires { typename P::policy_kind; };
+
+namespace detail {
+template <class Kind, class P>
+inline constexpr bool is_kind_v = std::is_same_v<typename P::policy_kind, Kind>;
+
+template <class Kind, class... Ps>
+inline constexpr std::size_t count_kind_v = (std::size_t{0} + ... + (is_kind_v<Kind, Ps> ? 1 : 0));
+
+template <class Kind, class Default, class... Ps>
+struct find_kind {
+  using type = Default;
+};
+template <class Kind, class Default, class P, class... Ps>
+struct find_kind<Kind, Default, P, Ps...> {
+  using type = std::conditional_t<is_kind_v<Kind, P>, P, typename find_kind<Kind, Default, Ps...>::type>;
+};
+}  // namespace detail
+
+/// Marker for "slot not given, no default".
+struct missing_policy {
+  using policy_kind = void;
+};
+
+/// The policy filling slot `Kind` in `Ps...`, or `Default`.
+template <class Kind, class Default, class... Ps>
+using find_policy_t = typename detail::find_kind<Kind, Default, Ps...>::type;
+
+template <class Kind, class... Ps>
+inline constexpr std::size_t policy_count_v = detail::count_kind_v<Kind, Ps...>;
+
+/// Checks a policy pack: everything is a policy and no slot is filled twice. Instantiate it in a
+/// class that takes policies; the static_asserts name the slot.
+template <class... Ps>
+struct PolicyPackCheck {
+  static_assert((Policy<Ps> && ...),
+                "Engine: every template argument must be a zerotk policy (Partitioner<...>, Bucketer<...>, "
+                "LossScaler<...>, Offload<...>, Optimizer<...>, Precision<...>, Device<...>)");
+  static_assert(policy_count_v<policy::partitioner, Ps...> <= 1, "Engine: Partitioner given more than once");
+  static_assert(policy_count_v<policy::bucketer, Ps...> <= 1, "Engine: Bucketer given more than once");
+  static_assert(policy_count_v<policy::loss_scaler, Ps...> <= 1, "Engine: LossScaler given more than once");
+  static_assert(policy_count_v<policy::offload, Ps...> <= 1, "Engine: Offload given more than once");
+  static_assert(policy_count_v<policy::optimizer, Ps...> <= 1, "Engine: Optimizer given more than once");
+  static_assert(policy_count_v<policy::precision, Ps...> <= 1, "Engine: Precision given more than once");
+  static_assert(policy_count_v<policy::device, Ps...> <= 1, "Engine: Device given more than once");
+  static constexpr bool value = true;
+};
+
+}  // namespace zerotk
