@@ -83,6 +83,16 @@ template <> struct Offload<None> { using policy_kind = policy::offload; using ta
 template <> struct Offload<Cpu> { using policy_kind = policy::offload; using tag = Cpu; };
 template <> struct Offload<Nvme> { using policy_kind = policy::offload; using tag = Nvme; };
 
+/// The tag a single-argument policy was instantiated with: policy_tag_t<LossScaler<Dynamic>> is Dynamic.
+template <class P>
+struct policy_tag;
+template <template <class> class Policy, class Tag>
+struct policy_tag<Policy<Tag>> {
+  using type = Tag;
+};
+template <class P>
+using policy_tag_t = typename policy_tag<P>::type;
+
 // ---- reading a pack ------------------------------------------------------------------------------
 
 /// True when P declares which slot it fills.

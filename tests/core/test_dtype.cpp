@@ -155,6 +155,7 @@ TEST_CASE("dtype metadata") {
   CHECK(size_of(DType::bf16) == 2);
   CHECK(size_of(DType::int32) == 4);
   CHECK(size_of(DType::uint8) == 1);
+  CHECK(size_of(DType::fp64) == 8);
   CHECK(to_string(DType::bf16) == "bf16");
   static_assert(dtype_of_v<half> == DType::fp16);
   static_assert(dtype_of_v<bfloat16> == DType::bf16);

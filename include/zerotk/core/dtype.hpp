@@ -20,7 +20,8 @@
 
 namespace zerotk {
 
-enum class DType : std::uint8_t { fp32, fp16, bf16, int32, uint8 };
+/// fp64 exists for exact small reductions (global norms, LAMB per-tensor sums), not for tensors.
+enum class DType : std::uint8_t { fp32, fp16, bf16, int32, uint8, fp64 };
 
 constexpr std::size_t size_of(DType t) noexcept {
   switch (t) {
@@ -29,6 +30,7 @@ constexpr std::size_t size_of(DType t) noexcept {
     case DType::bf16: return 2;
     case DType::int32: return 4;
     case DType::uint8: return 1;
+    case DType::fp64: return 8;
   }
   return 0;
 }
@@ -40,6 +42,7 @@ constexpr std::string_view to_string(DType t) noexcept {
     case DType::bf16: return "bf16";
     case DType::int32: return "int32";
     case DType::uint8: return "uint8";
+    case DType::fp64: return "fp64";
   }
   return "unknown";
 }
@@ -179,6 +182,7 @@ template <> struct dtype_of<half> { static constexpr DType value = DType::fp16; 
 template <> struct dtype_of<bfloat16> { static constexpr DType value = DType::bf16; };
 template <> struct dtype_of<std::int32_t> { static constexpr DType value = DType::int32; };
 template <> struct dtype_of<std::uint8_t> { static constexpr DType value = DType::uint8; };
+template <> struct dtype_of<double> { static constexpr DType value = DType::fp64; };
 template <class T>
 inline constexpr DType dtype_of_v = dtype_of<T>::value;
 
