@@ -1,0 +1,196 @@
+// Typed wrappers, the process grid (Megatron rank order) and hierarchical all-reduce, on the
+// threads back end.
+#include <doctest/doctest.h>
+
+#include <array>
+#include <cstdint>
+#include <numeric>
+#include <vector>
+
+#include "reference.hpp"
+#include "zerotk/comm.hpp"
+
+using namespace zerotk;
+using comm::ReduceOp;
+using comm::ThreadsCommunicator;
+
+TEST_CASE("typed wrappers: dtype from the element type, sizes checked before anything starts") {
+  comm::run_threads(3, [](ThreadsCommunicator& c) {
+    const int r = c.rank();
+    std::vector<float> g(6, float(r + 1));
+    comm::all_reduce(c, g, ReduceOp::avg).wait();
+    CHECK(g[5] == 2.f);
+
+    std::vector<half> flat(6);
+    for (std::size_t i = 0; i < flat.size(); ++i) flat[i] = half(float(i + r));
+    comm::reduce_scatter_in_place(c, flat).wait();
+    for (std::size_t i = 0; i < 2; ++i) {  // rank r's partition [2r, 2r+2): sum over ranks of (i + s)
+      const std::size_t e = 2 * static_cast<std::size_t>(r) + i;
+      CHECK(static_cast<float>(flat[e]) == float(3 * e + 3));
+    }
+    comm::all_gather_in_place(c, flat).wait();
+    for (std::size_t e = 0; e < 6; ++e) CHECK(static_cast<float>(flat[e]) == float(3 * e + 3));
+
+    std::array<std::int32_t, 3> send{r, r, r}, recv{};
+    comm::all_to_all(c, send, recv).wait();
+    CHECK(recv == std::array<std::int32_t, 3>{0, 1, 2});
+
+    std::vector<std::uint8_t> bytes(4, static_cast<std::uint8_t>(r == 2 ? 9 : 0));
+    comm::broadcast(c, bytes, 2).wait();
+    CHECK(bytes[3] == 9);
+
+    std::vector<double> out(r == 0 ? 2 : 0);
+    comm::reduce(c, std::vector<double>{1.0, double(r)}, out, ReduceOp::max, 0).wait();
+    if (r == 0) CHECK(out == std::vector<double>{1.0, 2.0});
+
+    const std::size_t counts[3] = {0, 1, 2};
+    std::vector<float> mine(static_cast<std::size_t>(r), float(r)), all(3);
+    comm::all_gatherv(c, mine, all, counts).wait();
+    CHECK(all == std::vector<float>{1.f, 2.f, 2.f});
+
+    CHECK(comm::all_reduce_value(c, r == 1 ? 1 : 0, ReduceOp::max) == 1);
+    CHECK(comm::all_reduce_value(c, 0.5 * r, ReduceOp::sum) == 1.5);
+
+    std::vector<float> wrong(5), odd(7);
+    CHECK_THROWS_AS(comm::all_reduce(c, g, wrong), usage_error);
+    CHECK_THROWS_AS(comm::reduce_scatter(c, g, wrong), usage_error);
+    CHECK_THROWS_AS(comm::all_gather(c, g, wrong), usage_error);
+    CHECK_THROWS_AS(comm::reduce_scatter_in_place(c, odd), usage_error);
+    CHECK_THROWS_AS(comm::all_gatherv(c, mine, wrong, counts), usage_error);
+    c.barrier().wait();  // nothing was posted by the failed calls
+  });
+}
+
+TEST_CASE("AnyCommunicator over the threads back end, including split") {
+  comm::run_threads(4, [](ThreadsCommunicator& c) {
+    comm::AnyCommunicator any(c);
+    comm::AnyCommunicator pair = any.split(c.rank() / 2, 0);
+    std::int32_t x = c.rank(), y = 0;
+    pair.all_reduce(&x, &y, 1, DType::int32, ReduceOp::sum).wait();
+    CHECK(y == (c.rank() < 2 ? 1 : 5));
+    CHECK(pair.stats()[comm::OpKind::all_reduce].calls == 1);
+  });
+}
+
+namespace {
+
+struct Coordinates {
+  int d, p, t;
+  std::vector<std::int32_t> tensor, data, pipeline, model;  // world ranks of each group, in group order
+};
+
+/// World ranks of the members of `g`, gathered through `g` itself.
+std::vector<std::int32_t> members(ThreadsCommunicator& g, int world_rank) {
+  std::vector<std::int32_t> all(static_cast<std::size_t>(g.size()));
+  comm::all_gather(g, std::array<std::int32_t, 1>{world_rank}, all).wait();
+  return all;
+}
+
+}  // namespace
+
+TEST_CASE("process grid: Megatron order, tensor ranks adjacent; every group holds the closed-form members") {
+  struct Shape {
+    int world;
+    comm::GridShape shape;
+    int data;  // expected (inferred)
+  };
+  for (const Shape& s : {Shape{8, {0, 2, 2}, 2}, Shape{12, {3, 2, 2}, 3}, Shape{6, {0, 3, 1}, 2},
+                         Shape{4, {0, 1, 4}, 1}, Shape{1, {}, 1}}) {
+    INFO("world ", s.world, ", pipeline ", s.shape.pipeline, ", tensor ", s.shape.tensor);
+    const int dp = s.data, pp = s.shape.pipeline, tp = s.shape.tensor;
+    const auto got = comm::run_threads(s.world, [&](ThreadsCommunicator& world) {
+      comm::ProcessGrid grid(world, s.shape);
+      Coordinates k{grid.data_index(), grid.pipeline_index(), grid.tensor_index(), {}, {}, {}, {}};
+      CHECK(grid.shape().data == dp);
+      CHECK(comm::ProcessGrid<ThreadsCommunicator>::world_rank_of(grid.shape(), k.d, k.p, k.t) == world.rank());
+      k.tensor = members(grid.tensor(), world.rank());
+      k.data = members(grid.data(), world.rank());
+      k.pipeline = members(grid.pipeline(), world.rank());
+      k.model = members(grid.model(), world.rank());
+      return k;
+    });
+    for (int w = 0; w < s.world; ++w) {
+      const Coordinates& k = got[static_cast<std::size_t>(w)];
+      const auto at = [&](int d, int p, int t) { return (p * dp + d) * tp + t; };
+      CHECK(w == at(k.d, k.p, k.t));
+      std::vector<std::int32_t> tensor, data, pipeline, model;
+      for (int t = 0; t < tp; ++t) tensor.push_back(at(k.d, k.p, t));
+      for (int d = 0; d < dp; ++d) data.push_back(at(d, k.p, k.t));
+      for (int p = 0; p < pp; ++p) pipeline.push_back(at(k.d, p, k.t));
+      for (int p = 0; p < pp; ++p) {
+        for (int t = 0; t < tp; ++t) model.push_back(at(k.d, p, t));
+      }
+      CHECK(k.tensor == tensor);
+      CHECK(k.data == data);
+      CHECK(k.pipeline == pipeline);
+      CHECK(k.model == model);
+    }
+  }
+  CHECK_THROWS_AS(comm::run_threads(8, [](ThreadsCommunicator& w) { comm::ProcessGrid g(w, {0, 3, 1}); }),
+                  config_error);
+  CHECK_THROWS_AS(comm::run_threads(4, [](ThreadsCommunicator& w) { comm::ProcessGrid g(w, {2, 1, 1}); }),
+                  config_error);
+}
+
+namespace {
+
+/// Runs a flat and a hierarchical all-reduce of the same data; returns (flat, hierarchical) per rank.
+template <class T, class MakeGroups>
+auto flat_and_hierarchical(int w, std::size_t n, ReduceOp op, bool exact, comm::ThreadsOptions opts,
+                           MakeGroups make_groups) {
+  return comm::run_threads(
+      w,
+      [&](ThreadsCommunicator& c) {
+        auto groups = make_groups(c);
+        const auto x = test::make_data<T>(3, c.rank(), n, exact);
+        std::vector<T> flat(n), hier(n);
+        c.all_reduce(x.data(), flat.data(), n, dtype_of_v<T>, op).wait();
+        comm::hierarchical_all_reduce(groups, x.data(), hier.data(), n, dtype_of_v<T>, op).wait();
+        return std::pair(flat, hier);
+      },
+      opts);
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("hierarchical all-reduce equals the flat one bit for bit when sums are exact", T, float, half,
+                   bfloat16, std::int32_t) {
+  comm::ThreadsOptions opts;
+  opts.ranks_per_node = 4;  // 8 ranks on 2 simulated nodes
+  for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg, ReduceOp::max, ReduceOp::min}) {
+    INFO("op ", comm::to_string(op));
+    const auto out = flat_and_hierarchical<T>(8, 1003, op, true, opts, [](ThreadsCommunicator& c) {
+      comm::NodeGroups<ThreadsCommunicator> g(c);
+      CHECK(g.node_count() == 2);
+      CHECK(g.world_size() == 8);
+      CHECK(g.is_leader() == (c.rank() % 4 == 0));
+      return g;
+    });
+    for (const auto& [flat, hier] : out) CHECK(test::compare_bits("hierarchical", hier.data(), flat.data(), flat.size()) == "");
+  }
+}
+
+TEST_CASE("hierarchical all-reduce: uneven and interleaved nodes, random data") {
+  comm::ThreadsOptions opts;
+  opts.ranks_per_node = 4;  // 6 ranks: nodes of 4 and 2
+  for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg}) {
+    const auto uneven = flat_and_hierarchical<float>(6, 5000, op, false, opts, [](ThreadsCommunicator& c) {
+      comm::NodeGroups<ThreadsCommunicator> g(c);
+      CHECK(g.node_count() == 2);
+      return g;
+    });
+    // the grouping differs from rank order: equal up to rounding
+    for (const auto& [flat, hier] : uneven) {
+      for (std::size_t i = 0; i < flat.size(); ++i) CHECK(hier[i] == doctest::Approx(flat[i]).epsilon(1e-5));
+    }
+    const auto uneven_int = flat_and_hierarchical<std::int32_t>(6, 5000, op, false, opts, [](ThreadsCommunicator& c) {
+      return comm::NodeGroups<ThreadsCommunicator>(c);
+    });
+    for (const auto& [flat, hier] : uneven_int) CHECK(hier == flat);  // integer sums: exact, avg divided once
+  }
+  // nodes given by color, not contiguous: {0,3}, {1,4}, {2,5}
+  const auto by_color = flat_and_hierarchical<std::int32_t>(6, 100, ReduceOp::sum, false, {}, [](ThreadsCommunicator& c) {
+    return comm::NodeGroups<ThreadsCommunicator>(c, c.rank() % 3);
+  });
+  for (const auto& [flat, hier] : by_color) CHECK(hier == flat);
+}
