@@ -1,0 +1,142 @@
+#pragma once
+/// \file zerotk/kernels/host/adam.hpp
+/// Fused Adam/AdamW on the host: one pass reads the gradient (fp32, fp16 or bf16) with the combined
+/// unscale * clip factor folded in, updates the fp32 master and m, v in place, and writes the working
+/// copy of the parameter (fp16, bf16 or fp32; optional). 28 bytes per parameter all in fp32.
+///
+///   kernels::host::fused_adam(master, m, v, grad16, param16, n, AdamStepConsts::make(h, t), 1 / scale);
+///
+/// Element i's result does not depend on n, on where the call's range starts, on the thread count or
+/// on the ISA chosen (see kernels/elementwise.hpp), so any partitioning of a buffer gives the same bits.
+
+#include <cstddef>
+#include <span>
+#include <type_traits>
+
+#include "zerotk/core/dtype.hpp"
+#include "zerotk/core/error.hpp"
+#include "zerotk/kernels/elementwise.hpp"
+#include "zerotk/kernels/host/parallel.hpp"
+#include "zerotk/kernels/host/simd.hpp"
+#include "zerotk/kernels/tensor_list.hpp"
+
+namespace zerotk::kernels::host {
+
+/// Element types of a 16-bit (or fp32) working copy written by fused optimizers; void means none.
+template <class P>
+concept ParamOutElement = FloatingElement<P> || std::is_void_v<P>;
+
+/// Pointers of one tensor for the list form of fused_adam (torch's "foreach" shape).
+template <class G, class P = void>
+struct AdamTensor {
+  float* master;
+  float* m;
+  float* v;
+  const G* grad;
+  P* param_out;  ///< nullptr (or P = void) for no working copy
+  std::size_t numel;
+};
+
+namespace detail {
+
+struct AdamSpanKernel {
+  template <class S, class G, class P>
+  static ZEROTK_FORCEINLINE void run(float* p, float* m, float* v, const G* g, P* out, std::size_t n, AdamStepConsts k, float scale) {
+    using V = typename S::F32;
+    std::size_t i = 0;
+    if constexpr (S::width > 1) {
+      for (; i + S::width <= n; i += S::width) {
+        V pp = S::load(p + i), mm = S::load(m + i), vv = S::load(v + i);
+        const V gg = unscale(S::load(g + i), scale);
+        adam_update(pp, mm, vv, gg, k);
+        S::store(p + i, pp);
+        S::store(m + i, mm);
+        S::store(v + i, vv);
+        if constexpr (!std::is_void_v<P>) S::store(out + i, pp);
+      }
+    }
+    for (; i < n; ++i) {  // tail: the same formula on floats, the same bits
+      float pp = p[i], mm = m[i], vv = v[i];
+      const float gg = unscale(to_float(g[i]), scale);
+      adam_update(pp, mm, vv, gg, k);
+      p[i] = pp;
+      m[i] = mm;
+      v[i] = vv;
+      if constexpr (!std::is_void_v<P>) out[i] = from_float<P>(pp);
+    }
+  }
+};
+
+template <class G, class P>
+void adam_range(simd::Isa isa, float* p, float* m, float* v, const G* g, P* out, std::size_t n,
+                const AdamStepConsts& k, float scale) {
+  if constexpr (std::is_void_v<P>) {
+    simd::dispatch<AdamSpanKernel>(isa, p, m, v, g, static_cast<void*>(nullptr), n, k, scale);
+  } else if (out == nullptr) {
+    simd::dispatch<AdamSpanKernel>(isa, p, m, v, g, static_cast<void*>(nullptr), n, k, scale);
+  } else {
+    simd::dispatch<AdamSpanKernel>(isa, p, m, v, g, out, n, k, scale);
+  }
+}
+
+}  // namespace detail
+
+/// One fused Adam/AdamW step over n elements: g = grad[i] * grad_scale, update master[i], m[i], v[i]
+/// and, when param_out is not null, param_out[i] = P(master[i]) rounded to nearest even.
+/// The arrays must not overlap (param_out may not alias master).
+template <FloatingElement G, ParamOutElement P>
+void fused_adam(float* master, float* m, float* v, const G* grad, P* param_out, std::size_t n,
+                const AdamStepConsts& k, float grad_scale) {
+  const simd::Isa isa = simd::active_isa();
+  for_each_piece(1, [n](std::size_t) { return n; }, [&](std::size_t, std::size_t b, std::size_t e) {
+    P* out = nullptr;
+    if constexpr (!std::is_void_v<P>) out = param_out ? param_out + b : nullptr;
+    detail::adam_range(isa, master + b, m + b, v + b, grad + b, out, e - b, k, grad_scale);
+  });
+}
+
+/// fused_adam without a working copy.
+template <FloatingElement G>
+void fused_adam(float* master, float* m, float* v, const G* grad, std::nullptr_t, std::size_t n,
+                const AdamStepConsts& k, float grad_scale) {
+  fused_adam<G, void>(master, m, v, grad, nullptr, n, k, grad_scale);
+}
+
+/// Multi-tensor form over segments of flat buffers (a ZeRO partition): master, m, v, grads and
+/// param_out are indexed by partition offset; segment s uses group_consts[s.group]. One parallel pass.
+template <FloatingElement G, ParamOutElement P>
+void fused_adam(std::span<const Segment> segments, std::span<const AdamStepConsts> group_consts, float* master,
+                float* m, float* v, const G* grads, P* param_out, float grad_scale) {
+  for (const Segment& s : segments) {
+    if (s.group >= group_consts.size()) {
+      throw usage_error("segment names a group without step constants", "kernels::host::fused_adam",
+                        std::to_string(s.group) + " >= " + std::to_string(group_consts.size()));
+    }
+  }
+  const simd::Isa isa = simd::active_isa();
+  for_each_piece(
+      segments.size(), [&](std::size_t i) { return segments[i].numel; },
+      [&](std::size_t i, std::size_t b, std::size_t e) {
+        const std::size_t at = segments[i].offset + b;
+        P* out = nullptr;
+        if constexpr (!std::is_void_v<P>) out = param_out ? param_out + at : nullptr;
+        detail::adam_range(isa, master + at, m + at, v + at, grads + at, out, e - b, group_consts[segments[i].group],
+                           grad_scale);
+      });
+}
+
+/// Multi-tensor form over separate tensors, all with the same constants. One parallel pass.
+template <FloatingElement G, ParamOutElement P>
+void fused_adam(std::span<const AdamTensor<G, P>> tensors, const AdamStepConsts& k, float grad_scale) {
+  const simd::Isa isa = simd::active_isa();
+  for_each_piece(
+      tensors.size(), [&](std::size_t i) { return tensors[i].numel; },
+      [&](std::size_t i, std::size_t b, std::size_t e) {
+        const AdamTensor<G, P>& t = tensors[i];
+        P* out = nullptr;
+        if constexpr (!std::is_void_v<P>) out = t.param_out ? t.param_out + b : nullptr;
+        detail::adam_range(isa, t.master + b, t.m + b, t.v + b, t.grad + b, out, e - b, k, grad_scale);
+      });
+}
+
+}  // namespace zerotk::kernels::host

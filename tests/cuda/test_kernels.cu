@@ -1,0 +1,352 @@
+// CUDA kernels against the host drivers on the same inputs (which tests/kernels checks against
+// fp64 references) and against the golden fixtures: Adam/AdamW, casts and flatten bit for bit; LAMB's
+// moments bit for bit and its parameters to one rounding of the trust ratio; sums to fp64 rounding.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "../golden/golden_fixture.hpp"
+#include "zerotk/kernels/cuda.cuh"
+#include "zerotk/kernels/host.hpp"
+#include "zerotk/optim/optimizer.hpp"
+
+namespace kc = zerotk::kernels::cuda;
+namespace kh = zerotk::kernels::host;
+using zerotk::bfloat16;
+using zerotk::kernels::AdamHyper;
+using zerotk::kernels::AdamStepConsts;
+using zerotk::kernels::LambHyper;
+using zerotk::kernels::LambStepConsts;
+using zerotk::kernels::Segment;
+using zerotk::kernels::TensorRef;
+using half16 = zerotk::half;
+
+namespace {
+
+/// Device array of n T, filled from / copied back to host vectors.
+template <class T>
+class Dev {
+ public:
+  explicit Dev(std::size_t n) : n_(n) { ZEROTK_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&p_), (n ? n : 1) * sizeof(T))); }
+  explicit Dev(const std::vector<T>& v) : Dev(v.size()) { put(v); }
+  Dev(const Dev&) = delete;
+  Dev& operator=(const Dev&) = delete;
+  ~Dev() { cudaFree(p_); }
+  void put(const std::vector<T>& v) {
+    ZEROTK_CUDA_CHECK(cudaMemcpy(p_, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  std::vector<T> get() const {
+    std::vector<T> v(n_);
+    ZEROTK_CUDA_CHECK(cudaDeviceSynchronize());
+    ZEROTK_CUDA_CHECK(cudaMemcpy(v.data(), p_, n_ * sizeof(T), cudaMemcpyDeviceToHost));
+    return v;
+  }
+  T* get_ptr() const { return p_; }
+
+ private:
+  T* p_ = nullptr;
+  std::size_t n_;
+};
+
+std::vector<float> randn(std::size_t n, std::uint64_t seed, float scale = 1.0f) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+template <class T>
+std::vector<T> to(const std::vector<float>& v) {
+  std::vector<T> r(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) r[i] = zerotk::from_float<T>(v[i]);
+  return r;
+}
+
+template <class T>
+bool same(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
+}
+
+void require_gpu() { REQUIRE_MESSAGE(zerotk::cuda::device_usable(), "this test binary needs a usable CUDA device"); }
+
+template <class G, class P>
+void adam_flat_case(std::size_t n, std::size_t shift) {
+  AdamHyper h;
+  h.lr = 3e-3f;
+  h.weight_decay = 0.05f;
+  const auto k = AdamStepConsts::make(h, 3);
+  const std::size_t total = n + shift;
+  auto p = randn(total, 1), m = randn(total, 2, 0.1f), v = randn(total, 3, 0.01f);
+  for (auto& x : v) x = std::fabs(x);
+  const auto g = to<G>(randn(total, 4));
+  Dev<float> dp(p), dm(m), dv(v);
+  Dev<G> dg(g);
+  Dev<P> dout(total);
+  kc::fused_adam(dp.get_ptr() + shift, dm.get_ptr() + shift, dv.get_ptr() + shift, dg.get_ptr() + shift,
+                 dout.get_ptr() + shift, n, k, 0.5f);
+  std::vector<P> out(total);
+  kh::fused_adam(p.data() + shift, m.data() + shift, v.data() + shift, g.data() + shift, out.data() + shift, n, k, 0.5f);
+  const auto gp = dp.get(), gm = dm.get(), gv = dv.get();
+  auto gout = dout.get();
+  for (std::size_t i = 0; i < shift; ++i) gout[i] = out[i];  // never written by either
+  CHECK(same(gp, p));
+  CHECK(same(gm, m));
+  CHECK(same(gv, v));
+  CHECK(same(gout, out));
+}
+
+}  // namespace
+
+TEST_CASE("cuda fused_adam (one tensor) equals the host driver bit for bit") {
+  require_gpu();
+  for (std::size_t n : {1u, 3u, 4u, 17u, 16384u, 16385u, 1000003u}) {
+    for (std::size_t shift : {0u, 1u}) {
+      CAPTURE(n);
+      CAPTURE(shift);
+      adam_flat_case<float, float>(n, shift);
+      adam_flat_case<half16, half16>(n, shift);
+      adam_flat_case<bfloat16, bfloat16>(n, shift);
+      adam_flat_case<float, half16>(n, shift);
+    }
+  }
+}
+
+TEST_CASE("cuda fused_adam over 3000 tensors in one launch equals the host multi-tensor driver") {
+  require_gpu();
+  std::vector<Segment> segs;
+  std::size_t n = 0;
+  for (std::uint32_t t = 0; t < 3000; ++t) {
+    const std::size_t len = (t * 7919u) % 997 + (t % 500 == 0 ? 100000 : 0);
+    segs.push_back({n + (t % 3), len, t % 2, t});  // gaps and unaligned starts
+    n += len + (t % 3) + 1;
+  }
+  AdamHyper h0, h1;
+  h0.weight_decay = 0.1f;
+  h1.lr = 1e-2f;
+  h1.adamw_mode = false;
+  h1.weight_decay = 0.01f;
+  const std::vector<AdamStepConsts> k = {AdamStepConsts::make(h0, 5), AdamStepConsts::make(h1, 5)};
+  auto p = randn(n, 5), m = randn(n, 6, 0.1f), v = randn(n, 7, 0.01f);
+  for (auto& x : v) x = std::fabs(x);
+  const auto g = to<half16>(randn(n, 8));
+  Dev<float> dp(p), dm(m), dv(v);
+  Dev<half16> dg(g), dout(to<half16>(std::vector<float>(n, 0.0f)));
+  kc::Workspace ws;
+  kc::fused_adam<half16, half16>(segs, k, dp.get_ptr(), dm.get_ptr(), dv.get_ptr(), dg.get_ptr(), dout.get_ptr(), 0.25f, ws);
+  std::vector<half16> out = to<half16>(std::vector<float>(n, 0.0f));
+  kh::fused_adam<half16, half16>(segs, k, p.data(), m.data(), v.data(), g.data(), out.data(), 0.25f);
+  CHECK(same(dp.get(), p));
+  CHECK(same(dm.get(), m));
+  CHECK(same(dv.get(), v));
+  CHECK(same(dout.get(), out));
+}
+
+TEST_CASE("cuda Adam/AdamW follow the host optimizer (and so torch) over the golden trajectories") {
+  require_gpu();
+  for (const char* name : {"adamw", "adam_l2", "adamw_groups"}) {
+    CAPTURE(name);
+    const auto c = zerotk::test::load_golden(name);
+    std::vector<Segment> segs;
+    for (std::size_t t = 0; t < c.numels.size(); ++t) {
+      segs.push_back({c.offset(t), c.numels[t], c.tensor_group[t], static_cast<std::uint32_t>(t)});
+    }
+    std::vector<zerotk::ParamGroup> groups;
+    for (const auto& g : c.groups) {
+      zerotk::OptimizerOptions o;
+      o.lr = g.lr;
+      o.beta1 = g.beta1;
+      o.beta2 = g.beta2;
+      o.eps = g.eps;
+      o.weight_decay = g.weight_decay;
+      groups.push_back({o});
+    }
+    const bool adamw = c.optimizer == "adamw";
+    auto host_p = c.p0;
+    Dev<float> dp(c.p0), dm(std::vector<float>(c.n, 0.0f)), dv(std::vector<float>(c.n, 0.0f)), dg(c.n);
+    kc::Workspace ws;
+    auto run_host = [&](auto& opt) {
+      opt.init_state(c.n);
+      for (int t = 1; t <= c.steps; ++t) {
+        opt.step(segs, host_p.data(), c.grads[static_cast<std::size_t>(t - 1)].data(), nullptr, 1.0f);
+        std::vector<AdamStepConsts> k;
+        for (const auto& g : c.groups) {
+          k.push_back(AdamStepConsts::make({g.lr, g.beta1, g.beta2, g.eps, g.weight_decay, adamw, true}, t));
+        }
+        dg.put(c.grads[static_cast<std::size_t>(t - 1)]);
+        kc::fused_adam<float, void>(segs, k, dp.get_ptr(), dm.get_ptr(), dv.get_ptr(), dg.get_ptr(), nullptr, 1.0f, ws);
+        REQUIRE(same(dp.get(), host_p));
+      }
+    };
+    if (adamw) {
+      zerotk::Optimizer<zerotk::AdamW> opt(groups);
+      run_host(opt);
+    } else {
+      zerotk::Optimizer<zerotk::Adam> opt(groups);
+      run_host(opt);
+    }
+  }
+}
+
+TEST_CASE("cuda LAMB: moments bit for bit, parameters within one rounding of the host driver") {
+  require_gpu();
+  const std::vector<std::size_t> numels = {1, 33, 5000, 70001, 17};
+  std::vector<Segment> segs;
+  std::size_t n = 0;
+  for (std::uint32_t t = 0; t < numels.size(); ++t) {
+    segs.push_back({n, numels[t], t == 2 ? 1u : 0u, t});
+    n += numels[t];
+  }
+  LambHyper a, b;
+  a.lr = 1e-2f;
+  a.weight_decay = 0.01f;
+  b.lr = 2e-3f;
+  b.max_coeff = 2.0f;
+  const std::vector<LambStepConsts> k = {LambStepConsts::make(a, 2), LambStepConsts::make(b, 2)};
+  auto p = randn(n, 1, 0.5f), m = randn(n, 2, 0.01f), v = randn(n, 3, 0.001f);
+  for (auto& x : v) x = std::fabs(x);
+  std::fill(p.begin() + 1, p.begin() + 34, 0.0f);  // tensor 1 is zero: ratio 1
+  const auto g = randn(n, 4);
+  Dev<float> dp(p), dm(m), dv(v), dg(g);
+  Dev<bfloat16> dout(n);
+  std::vector<kc::LambTensor<float, bfloat16>> items;
+  for (const Segment& s : segs) {
+    items.push_back({dp.get_ptr() + s.offset, dm.get_ptr() + s.offset, dv.get_ptr() + s.offset, dg.get_ptr() + s.offset,
+                     dout.get_ptr() + s.offset, s.numel, s.group, s.tensor});
+  }
+  kc::Workspace ws;
+  int reduce_calls = 0;
+  kc::fused_lamb<float, bfloat16>(items, k, 0.5f, numels.size(), ws, nullptr,
+                                  [&](double*, std::size_t count, cudaStream_t) {
+                                    ++reduce_calls;
+                                    CHECK(count == 2 * numels.size());
+                                  });
+  CHECK(reduce_calls == 1);
+  std::vector<bfloat16> out(n);
+  std::vector<double> sums(2 * numels.size(), 0.0);
+  kh::lamb_phase1<float>(segs, k, p.data(), m.data(), v.data(), g.data(), 0.5f, sums);
+  kh::lamb_phase2<bfloat16>(segs, k, p.data(), m.data(), v.data(), out.data(), sums);
+  CHECK(same(dm.get(), m));
+  CHECK(same(dv.get(), v));
+  const auto gp = dp.get();
+  const auto gout = dout.get();
+  for (std::size_t i = 0; i < n; ++i) {
+    REQUIRE(std::fabs(gp[i] - p[i]) <= 0x1p-22f * std::fabs(p[i]) + 1e-12f);
+    REQUIRE(gout[i].bits == zerotk::float_to_bf16_bits(gp[i]));
+  }
+}
+
+TEST_CASE("cuda casts and scale equal the host bit for bit (vector and scalar paths)") {
+  require_gpu();
+  std::vector<float> x;
+  for (std::uint64_t b = 0; b < (1ull << 32); b += 4099) {
+    const auto u = static_cast<std::uint32_t>(b);
+    float f;
+    std::memcpy(&f, &u, 4);
+    x.push_back(f);
+  }
+  Dev<float> dx(x);
+  for (std::size_t shift : {0u, 1u}) {
+    const std::size_t n = x.size() - shift;
+    Dev<half16> dh(x.size());
+    Dev<bfloat16> db(x.size());
+    kc::cast(dx.get_ptr() + shift, dh.get_ptr() + shift, n);
+    kc::cast(dx.get_ptr() + shift, db.get_ptr() + shift, n);
+    const auto h = dh.get();
+    const auto b = db.get();
+    for (std::size_t i = shift; i < x.size(); ++i) {
+      REQUIRE(h[i].bits == zerotk::float_to_half_bits(x[i]));
+      REQUIRE(b[i].bits == zerotk::float_to_bf16_bits(x[i]));
+    }
+  }
+  std::vector<half16> all(65536);
+  for (std::uint32_t i = 0; i < 65536; ++i) all[i] = half16::from_bits(static_cast<std::uint16_t>(i));
+  Dev<half16> dall(all);
+  kc::scale(dall.get_ptr(), all.size(), 0.75f);
+  std::vector<half16> ref = all;
+  kh::scale(ref.data(), ref.size(), 0.75f);
+  CHECK(same(dall.get(), ref));
+}
+
+TEST_CASE("cuda sums of squares and the inf/NaN flag") {
+  require_gpu();
+  kc::Workspace ws;
+  const auto x = randn(3 * 16384 + 77, 9);
+  Dev<float> dx(x);
+  Dev<double> out(1);
+  kc::sum_squares(dx.get_ptr(), x.size(), out.get_ptr(), ws);
+  const double host = kh::sum_squares(x.data(), x.size());
+  CHECK(out.get()[0] == doctest::Approx(host).epsilon(1e-13));
+  const auto nc = kc::norm_and_check(dx.get_ptr(), x.size(), ws);
+  CHECK_FALSE(nc.nonfinite);
+  // Per tensor, one launch.
+  std::vector<std::vector<float>> ts;
+  std::vector<std::unique_ptr<Dev<float>>> dts;
+  std::vector<TensorRef<const float>> refs;
+  for (std::size_t t = 0; t < 100; ++t) {
+    ts.push_back(randn(t * 331 % 5000 + (t == 50 ? 40000 : 0), 100 + t));
+    dts.push_back(std::make_unique<Dev<float>>(ts.back()));
+    refs.push_back({dts.back()->get_ptr(), ts.back().size()});
+  }
+  Dev<double> per(ts.size());
+  kc::sum_squares<float>(refs, per.get_ptr(), ws);
+  const auto got = per.get();
+  for (std::size_t t = 0; t < ts.size(); ++t) {
+    CHECK(got[t] == doctest::Approx(kh::sum_squares(ts[t].data(), ts[t].size())).epsilon(1e-13));
+  }
+  // The flag, for every type, at the first, a middle and the last element.
+  for (std::size_t at : {std::size_t{0}, std::size_t{12345}, x.size() - 1}) {
+    auto y = x;
+    y[at] = std::numeric_limits<float>::infinity();
+    Dev<float> dy(y);
+    Dev<half16> dyh(to<half16>(y));
+    Dev<int> flag(std::vector<int>{0});
+    kc::has_nonfinite(dx.get_ptr(), x.size(), flag.get_ptr());
+    CHECK(flag.get()[0] == 0);
+    kc::has_nonfinite(dyh.get_ptr(), y.size(), flag.get_ptr());
+    CHECK(flag.get()[0] == 1);
+    CHECK(kc::norm_and_check(dy.get_ptr(), y.size(), ws).nonfinite);
+  }
+}
+
+TEST_CASE("cuda flatten / unflatten of 10,000 tensors in one launch equal the host's") {
+  require_gpu();
+  std::vector<std::size_t> numels;
+  for (std::size_t t = 0; t < 10000; ++t) numels.push_back((t * 37) % 300 + (t == 77 ? 50000 : 0));
+  std::size_t total = 0;
+  for (auto n : numels) total += n;
+  const auto pool = randn(total, 3);
+  Dev<float> dpool(pool);
+  std::vector<TensorRef<const float>> hsrc, dsrc;
+  std::size_t at = 0;
+  for (auto n : numels) {
+    hsrc.push_back({pool.data() + at, n});
+    dsrc.push_back({dpool.get_ptr() + at, n});
+    at += n;
+  }
+  const auto layout = zerotk::kernels::flat_layout(numels, 16, 8);
+  std::vector<half16> hflat(layout.numel, half16::from_bits(0x7777));
+  Dev<half16> dflat(hflat);
+  kc::Workspace ws;
+  kc::flatten<float, half16>(dsrc, dflat.get_ptr(), layout, ws);
+  kh::flatten<float, half16>(hsrc, hflat.data(), layout);
+  CHECK(same(dflat.get(), hflat));
+  Dev<float> dback(total);
+  std::vector<TensorRef<float>> ddst;
+  at = 0;
+  for (auto n : numels) {
+    ddst.push_back({dback.get_ptr() + at, n});
+    at += n;
+  }
+  kc::unflatten<half16, float>(dflat.get_ptr(), ddst, layout, ws);
+  const auto back = dback.get();
+  for (std::size_t i = 0; i < total; ++i) {
+    REQUIRE(back[i] == zerotk::half_bits_to_float(zerotk::float_to_half_bits(pool[i])));
+  }
+}
