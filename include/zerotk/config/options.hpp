@@ -1,0 +1,314 @@
+#pragma once
+/// \file zerotk/config/options.hpp
+/// Typed training options, named and defaulted like DeepSpeed's JSON config (SEMANTICS.md), so a
+/// trainer can hold what a ds_config.json says without depending on a JSON library. The reader
+/// (config/reader.hpp) fills a Config from JSON, resolves "auto" and the batch triad; everything
+/// here is plain data plus the few derived facts other layers need (precision, scaler kind,
+/// structure).
+///
+/// Member names are the JSON keys, so `cfg.zero_optimization.stage3_prefetch_bucket_size` is
+/// `/zero_optimization/stage3_prefetch_bucket_size`. Bucket and threshold sizes count ELEMENTS,
+/// as in DeepSpeed, not bytes.
+
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+
+#include "zerotk/core/dtype.hpp"
+
+namespace zerotk::config {
+
+// ---- enumerations -------------------------------------------------------------------------------
+
+/// How the loss is scaled: DeepSpeed's fp16 `loss_scale` 0 -> dynamic, > 0 -> static; bf16/fp32 -> none.
+enum class ScalerKind : std::uint8_t { none, static_scale, dynamic };
+
+/// Optimizers zerotk implements. JSON "Adam" maps to adamw unless `"adam_w_mode": false`.
+enum class OptimizerKind : std::uint8_t { adam, adamw, lamb, onebit_adam, onebit_lamb };
+
+/// Where offloaded state lives (`offload_optimizer.device`, `offload_param.device`).
+enum class OffloadDevice : std::uint8_t { none, cpu, nvme };
+
+enum class SchedulerKind : std::uint8_t { warmup_lr, warmup_decay_lr, warmup_cosine_lr, one_cycle, lr_range_test };
+
+/// Shape of the warm-up ramp of WarmupLR / WarmupDecayLR / WarmupCosineLR.
+enum class WarmupType : std::uint8_t { log, linear };
+
+constexpr std::string_view to_string(ScalerKind k) noexcept {
+  switch (k) {
+    case ScalerKind::none: return "none";
+    case ScalerKind::static_scale: return "static";
+    case ScalerKind::dynamic: return "dynamic";
+  }
+  return "unknown";
+}
+
+/// The DeepSpeed spelling of the optimizer type ("Adam", "AdamW", "Lamb", "OneBitAdam", "OneBitLamb").
+constexpr std::string_view to_string(OptimizerKind k) noexcept {
+  switch (k) {
+    case OptimizerKind::adam: return "Adam";
+    case OptimizerKind::adamw: return "AdamW";
+    case OptimizerKind::lamb: return "Lamb";
+    case OptimizerKind::onebit_adam: return "OneBitAdam";
+    case OptimizerKind::onebit_lamb: return "OneBitLamb";
+  }
+  return "unknown";
+}
+
+constexpr std::string_view to_string(OffloadDevice d) noexcept {
+  switch (d) {
+    case OffloadDevice::none: return "none";
+    case OffloadDevice::cpu: return "cpu";
+    case OffloadDevice::nvme: return "nvme";
+  }
+  return "unknown";
+}
+
+/// The DeepSpeed spelling of the scheduler type ("WarmupLR", ...).
+constexpr std::string_view to_string(SchedulerKind k) noexcept {
+  switch (k) {
+    case SchedulerKind::warmup_lr: return "WarmupLR";
+    case SchedulerKind::warmup_decay_lr: return "WarmupDecayLR";
+    case SchedulerKind::warmup_cosine_lr: return "WarmupCosineLR";
+    case SchedulerKind::one_cycle: return "OneCycle";
+    case SchedulerKind::lr_range_test: return "LRRangeTest";
+  }
+  return "unknown";
+}
+
+constexpr std::string_view to_string(WarmupType t) noexcept { return t == WarmupType::log ? "log" : "linear"; }
+
+// ---- blocks -------------------------------------------------------------------------------------
+
+/// `fp16` block: mixed precision with loss scaling (SEMANTICS.md section 1).
+struct Fp16Options {
+  bool enabled = false;
+  double loss_scale = 0;            ///< 0: dynamic scaling; > 0: this fixed scale
+  int initial_scale_power = 16;     ///< dynamic: initial scale = 2^power
+  std::int64_t loss_scale_window = 1000;
+  int hysteresis = 2;
+  bool consecutive_hysteresis = false;
+  double min_loss_scale = 1;
+
+  /// The scale of the first step: 2^initial_scale_power when dynamic, else loss_scale.
+  double initial_scale() const noexcept {
+    return loss_scale == 0 ? std::ldexp(1.0, initial_scale_power) : loss_scale;
+  }
+};
+
+/// `bf16` block (old name `bfloat16`). No scaling; the inf/NaN check still skips steps.
+struct Bf16Options {
+  bool enabled = false;
+};
+
+/// `zero_optimization.offload_optimizer` (stages 1-3; nvme swaps only with stage 3).
+struct OffloadOptimizerOptions {
+  OffloadDevice device = OffloadDevice::none;
+  std::string nvme_path;            ///< required for nvme
+  std::int64_t buffer_count = 4;
+  bool pin_memory = true;
+  bool pipeline_read = false;
+  bool pipeline_write = false;
+};
+
+/// `zero_optimization.offload_param` (stage 3 only).
+struct OffloadParamOptions {
+  OffloadDevice device = OffloadDevice::none;
+  std::string nvme_path;            ///< required for nvme
+  std::int64_t buffer_count = 5;
+  std::int64_t buffer_size = 100'000'000;   ///< elements per swap buffer
+  std::int64_t max_in_cpu = 1'000'000'000;  ///< elements kept in CPU memory with nvme
+  bool pin_memory = true;
+};
+
+/// `zero_optimization` block (SEMANTICS.md sections 6-8). Sizes in elements.
+struct ZeroOptions {
+  int stage = 0;
+  bool contiguous_gradients = true;
+  bool reduce_scatter = true;
+  std::int64_t reduce_bucket_size = 500'000'000;
+  bool allgather_partitions = true;
+  std::int64_t allgather_bucket_size = 500'000'000;
+  bool overlap_comm = false;        ///< resolved: DeepSpeed's default is true for stage 3 only
+  bool load_from_fp32_weights = true;
+  OffloadOptimizerOptions offload_optimizer;
+  OffloadParamOptions offload_param;
+  std::int64_t sub_group_size = 1'000'000'000;
+  std::int64_t stage3_prefetch_bucket_size = 50'000'000;
+  std::int64_t stage3_param_persistence_threshold = 100'000;
+  std::int64_t stage3_model_persistence_threshold = std::numeric_limits<std::int64_t>::max();
+  std::int64_t stage3_max_live_parameters = 1'000'000'000;
+  std::int64_t stage3_max_reuse_distance = 1'000'000'000;
+  bool stage3_gather_16bit_weights_on_model_save = false;
+  bool ignore_unused_parameters = true;
+  bool round_robin_gradients = false;
+};
+
+/// `aio` block: NVMe swapping I/O (SEMANTICS.md section 8).
+struct AioOptions {
+  std::int64_t block_size = 1 << 20;  ///< bytes per I/O request
+  std::int64_t queue_depth = 8;
+  std::int64_t intra_op_parallelism = 1;  ///< old name: thread_count
+  bool single_submit = false;
+  bool overlap_events = true;
+};
+
+/// `optimizer` block. Only the fields of `kind` are meaningful; the rest keep DeepSpeed's defaults.
+struct OptimizerOptions {
+  OptimizerKind kind = OptimizerKind::adamw;
+  double lr = 1e-3;
+  std::array<double, 2> betas{0.9, 0.999};
+  double eps = 1e-8;
+  double weight_decay = 0;
+  bool bias_correction = true;
+  bool adam_w_mode = true;          ///< decoupled weight decay (Adam/AdamW/1-bit Adam)
+  double max_coeff = 10.0;          ///< LAMB trust-ratio clamp
+  double min_coeff = 0.01;
+  std::int64_t freeze_step = 100'000;  ///< 1-bit: warm-up steps before compression
+  bool cuda_aware = false;          ///< 1-bit: communication back end may use device buffers
+  std::string comm_backend_name = "nccl";
+  double coeff_beta = 0.9;          ///< 1-bit LAMB
+  double factor_max = 4.0;
+  double factor_min = 0.5;
+  double factor_threshold = 0.1;
+};
+
+/// WarmupLR: min -> max over warmup_num_steps, then constant.
+struct WarmupLRParams {
+  double warmup_min_lr = 0;
+  double warmup_max_lr = 1e-3;      ///< resolved: the optimizer lr when not given
+  std::int64_t warmup_num_steps = 1000;
+  WarmupType warmup_type = WarmupType::log;
+  std::int64_t last_batch_iteration = -1;
+};
+
+/// WarmupDecayLR: WarmupLR then linear decay to 0 at total_num_steps.
+struct WarmupDecayLRParams : WarmupLRParams {
+  std::int64_t total_num_steps = 0;  ///< required
+};
+
+/// WarmupCosineLR: ratio ramp then cosine decay of the optimizer lr.
+struct WarmupCosineLRParams {
+  std::int64_t total_num_steps = 0;  ///< required
+  double warmup_min_ratio = 0;
+  std::int64_t warmup_num_steps = 1000;
+  double cos_min_ratio = 1e-4;
+  WarmupType warmup_type = WarmupType::log;
+  std::int64_t last_batch_iteration = -1;
+};
+
+/// OneCycle: triangular lr cycle with inverse momentum cycle, then decay.
+struct OneCycleParams {
+  double cycle_min_lr = 0;          ///< required
+  double cycle_max_lr = 0;          ///< required
+  double decay_lr_rate = 0;
+  std::int64_t cycle_first_step_size = 2000;
+  std::int64_t cycle_second_step_size = 2000;  ///< resolved: cycle_first_step_size when not given
+  std::int64_t cycle_first_stair_count = 0;
+  std::int64_t cycle_second_stair_count = 0;   ///< resolved: cycle_first_stair_count when not given
+  std::int64_t decay_step_size = 0;
+  bool cycle_momentum = true;
+  double cycle_min_mom = 0.8;
+  double cycle_max_mom = 0.9;
+  double decay_mom_rate = 0;
+  std::int64_t last_batch_iteration = -1;
+};
+
+/// LRRangeTest: lr grows linearly (or in stairs) from lr_range_test_min_lr.
+struct LRRangeTestParams {
+  double lr_range_test_min_lr = 1e-3;
+  std::int64_t lr_range_test_step_size = 2000;
+  double lr_range_test_step_rate = 1.0;
+  bool lr_range_test_staircase = false;
+  std::int64_t last_batch_iteration = -1;
+};
+
+/// Alternatives in the order of SchedulerKind.
+using SchedulerParams =
+    std::variant<WarmupLRParams, WarmupDecayLRParams, WarmupCosineLRParams, OneCycleParams, LRRangeTestParams>;
+
+/// `scheduler` block.
+struct SchedulerOptions {
+  SchedulerParams params;
+  SchedulerKind kind() const noexcept { return static_cast<SchedulerKind>(params.index()); }
+};
+
+/// `csv_monitor` block (SEMANTICS.md section 11): files in output_path/job_name on rank 0.
+struct CsvMonitorOptions {
+  bool enabled = false;
+  std::string output_path;
+  std::string job_name = "DeepSpeedJobName";
+};
+
+/// `activation_checkpointing` block.
+struct ActivationCheckpointingOptions {
+  bool partition_activations = false;
+  bool contiguous_memory_optimization = false;
+  bool cpu_checkpointing = false;
+  std::optional<std::int64_t> number_checkpoints;
+  bool synchronize_checkpoint_boundary = false;
+  bool profile = false;
+};
+
+/// What a config asks of the compiled Engine: the parts chosen at compile time by policies.
+struct Structure {
+  int stage = 0;
+  DType precision = DType::fp32;
+  ScalerKind scaler = ScalerKind::none;
+  std::optional<OptimizerKind> optimizer;  ///< empty: no optimizer block (the engine's own is used)
+  OffloadDevice offload_optimizer = OffloadDevice::none;
+  OffloadDevice offload_param = OffloadDevice::none;
+
+  friend bool operator==(const Structure&, const Structure&) = default;
+};
+
+/// A fully resolved DeepSpeed config: no "auto" left, batch triad consistent with world_size.
+struct Config {
+  int world_size = 1;  ///< data-parallel ranks the batch triad was resolved for
+  std::int64_t train_batch_size = 1;
+  std::int64_t train_micro_batch_size_per_gpu = 1;
+  std::int64_t gradient_accumulation_steps = 1;
+
+  double gradient_clipping = 1.0;   ///< 0 disables clipping
+  std::int64_t steps_per_print = 10;
+  bool wall_clock_breakdown = false;
+  bool prescale_gradients = false;
+  double gradient_predivide_factor = 1.0;
+  std::optional<DType> communication_data_type;  ///< empty: reduce in the gradient dtype
+
+  Fp16Options fp16;
+  Bf16Options bf16;
+  ZeroOptions zero_optimization;
+  AioOptions aio;
+  std::optional<OptimizerOptions> optimizer;
+  std::optional<SchedulerOptions> scheduler;
+  CsvMonitorOptions csv_monitor;
+  ActivationCheckpointingOptions activation_checkpointing;
+
+  /// Compute precision: fp16 or bf16 when that block is enabled, else fp32.
+  DType precision() const noexcept {
+    return fp16.enabled ? DType::fp16 : (bf16.enabled ? DType::bf16 : DType::fp32);
+  }
+  /// fp16 with loss_scale 0 -> dynamic, fp16 with loss_scale > 0 -> static, else none.
+  ScalerKind scaler() const noexcept {
+    if (!fp16.enabled) return ScalerKind::none;
+    return fp16.loss_scale == 0 ? ScalerKind::dynamic : ScalerKind::static_scale;
+  }
+  Structure structure() const {
+    Structure s;
+    s.stage = zero_optimization.stage;
+    s.precision = precision();
+    s.scaler = scaler();
+    if (optimizer) s.optimizer = optimizer->kind;
+    s.offload_optimizer = zero_optimization.offload_optimizer.device;
+    s.offload_param = zero_optimization.offload_param.device;
+    return s;
+  }
+};
+
+}  // namespace zerotk::config

@@ -1,0 +1,1119 @@
+#pragma once
+/// \file zerotk/config/reader.hpp
+/// DeepSpeed JSON -> zerotk::config::Config. Reads every key of SEMANTICS.md with DeepSpeed's
+/// defaults, resolves "auto" from a ResolveContext, applies the batch rules, and checks what
+/// DeepSpeed checks (SEMANTICS.md section 12) plus what it lets slip (unknown top-level keys,
+/// duplicates, strings where numbers belong). All problems are collected, never just the first.
+///
+///   zerotk::config::ResolveContext ctx{.world_size = 8, .hidden_size = 4096};
+///   auto r = zerotk::config::parse(text, ctx);          // never throws; r.errors lists everything
+///   zerotk::config::Config c = zerotk::config::load_file("ds_config.json", ctx);  // throws one summary
+
+#include <array>
+#include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <initializer_list>
+#include <limits>
+#include <optional>
+#include <span>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "zerotk/config/context.hpp"
+#include "zerotk/config/diagnostics.hpp"
+#include "zerotk/config/json_dom.hpp"
+#include "zerotk/config/options.hpp"
+
+namespace zerotk::config {
+
+/// What parse()/read() produce. `config` is set exactly when `errors` is empty.
+struct ParseResult {
+  std::optional<Config> config;
+  std::vector<config_error> errors;
+  std::vector<Notice> notices;
+  bool ok() const noexcept { return errors.empty(); }
+};
+
+namespace detail {
+
+enum class Got : std::uint8_t { absent, value, automatic, invalid };
+
+/// A DeepSpeed key zerotk accepts but does not act on. No notice is given when the value is
+/// null, false, an object with "enabled": false, or equal to `inert` (JSON text).
+struct Unsupported {
+  std::string_view key;
+  std::string_view inert = {};
+  std::string_view why = "not supported by zerotk yet; ignored";
+};
+constexpr std::string_view kTorchOnly = "has no effect in zerotk (it configures PyTorch-side behaviour); ignored";
+
+class Reader;
+
+/// One JSON object being read: hands out its members by key and remembers which keys it knows.
+class Block {
+ public:
+  Block(Reader& r, const Json* obj, std::string path);
+
+  const std::string& path() const noexcept { return path_; }
+  std::string path_of(std::string_view key) const { return join_path(path_, key); }
+  bool present() const noexcept { return obj_ != nullptr; }
+
+  /// The member `key`, or null when absent. Marks `key` as known.
+  const Json* find(std::string_view key);
+  /// Like find(), but `alias` is another accepted name (DeepSpeed's pydantic aliases); both given is an error.
+  const Json* find(std::string_view key, std::string_view alias, std::string* used = nullptr);
+
+  Got get_bool(std::string_view key, bool& out, bool auto_ok = false);
+  Got get_int(std::string_view key, std::int64_t& out, std::int64_t lo, std::int64_t hi, bool auto_ok = false,
+              std::string_view alias = {});
+  Got get_int(std::string_view key, int& out, int lo, int hi) {
+    std::int64_t v = out;
+    Got g = get_int(key, v, lo, hi);
+    if (g == Got::value) out = static_cast<int>(v);
+    return g;
+  }
+  /// A finite number >= lo (> lo when `lo_open`) and <= hi.
+  Got get_number(std::string_view key, double& out, double lo, bool lo_open = false,
+                 double hi = std::numeric_limits<double>::infinity(), bool auto_ok = false);
+  Got get_string(std::string_view key, std::string& out, bool nullable = false);
+  Got get_betas(std::string_view key, std::array<double, 2>& out, bool auto_ok = false);
+  /// A case-insensitive choice among `names`; `out` receives the index.
+  Got get_choice(std::string_view key, std::size_t& out, std::span<const std::string_view> names,
+                 bool nullable = false);
+  /// A nested object, or null when absent or null. Anything else is an error.
+  const Json* get_object(std::string_view key);
+
+  /// Reports the present keys of `list` (notice, or error under ResolveContext::strict), then
+  /// hands unknown keys to the Reader, which reports them with suggestions at the end.
+  void finish(std::initializer_list<Unsupported> list = {});
+
+ private:
+  friend class Reader;
+  const Json* typed(std::string_view key, const Json* v, bool ok, std::string_view expected);
+  Got integral(const std::string& path, const Json& v, std::int64_t& out);
+
+  Reader& r_;
+  const Json* obj_;
+  std::string path_;
+  std::vector<std::string_view> known_;
+};
+
+/// Walks a document once. Holds the diagnostics and the known keys of every block, so unknown
+/// keys can be matched against the right block ("did you mean /zero_optimization/...?").
+class Reader {
+ public:
+  Reader(const ResolveContext& ctx, Diagnostics& diag) : ctx(ctx), diag(diag) {}
+
+  const ResolveContext& ctx;
+  Diagnostics& diag;
+
+  void error(std::string path, std::string rule, std::string value = {}) {
+    diag.error(std::move(path), std::move(rule), std::move(value));
+  }
+  void note(Notice::Kind kind, std::string path, std::string message) {
+    diag.notice(kind, std::move(path), std::move(message));
+  }
+
+  /// Records how "auto" at `path` was resolved, or the error saying how to set it.
+  template <class T>
+  bool resolve_auto(const std::string& path, T& out, std::optional<T> value, std::string_view source,
+                    std::string_view how_to_set = {}) {
+    if (!value) {
+      error(path, detail::cat("\"auto\" cannot be resolved here: ", how_to_set), "\"auto\"");
+      return false;
+    }
+    out = *value;
+    note(Notice::Kind::auto_resolved, path, detail::cat("\"auto\" resolved to ", text(*value), " (", source, ")"));
+    return true;
+  }
+
+  void report_unknown_keys();
+
+  Config read(const Json& root);
+
+ private:
+  friend class Block;
+  struct Unknown {
+    std::string block_path, key, value;
+    std::vector<std::string_view> local;
+  };
+  static std::string text(double v) { return num_text(v); }
+  static std::string text(std::int64_t v) { return std::to_string(v); }
+  static std::string text(bool v) { return v ? "true" : "false"; }
+  static std::string text(const std::array<double, 2>& v) { return cat("[", num_text(v[0]), ", ", num_text(v[1]), "]"); }
+
+  void read_precision(Block& root, Config& c);
+  void read_zero(Block& root, Config& c);
+  void read_aio(Block& root, Config& c);
+  void read_optimizer(Block& root, Config& c);
+  void read_scheduler(Block& root, Config& c);
+  void read_batch(Block& root, Config& c);
+  void read_scalars(Block& root, Config& c);
+  void read_monitor_and_checkpointing(Block& root, Config& c);
+  void cross_check(Config& c);
+
+  std::vector<Unknown> unknown_;
+  std::vector<std::pair<std::string, std::string_view>> all_known_;  // (block path, key)
+};
+
+// ---- Block -------------------------------------------------------------------------------------
+
+inline Block::Block(Reader& r, const Json* obj, std::string path) : r_(r), obj_(obj), path_(std::move(path)) {}
+
+inline const Json* Block::find(std::string_view key) {
+  known_.push_back(key);
+  if (obj_ == nullptr) return nullptr;
+  for (const auto& [k, v] : obj_->items()) {
+    if (k == key) return &v;
+  }
+  return nullptr;
+}
+
+inline const Json* Block::find(std::string_view key, std::string_view alias, std::string* used) {
+  const Json* a = find(key);
+  if (alias.empty()) {
+    if (used) *used = std::string(key);
+    return a;
+  }
+  const Json* b = find(alias);
+  if (a && b) {
+    r_.error(path_of(alias), cat("given twice, as \"", key, "\" and as its alias \"", alias, "\"; keep one"));
+  }
+  if (used) *used = std::string(a || !b ? key : alias);
+  return a ? a : b;
+}
+
+inline const Json* Block::typed(std::string_view key, const Json* v, bool ok, std::string_view expected) {
+  if (v == nullptr || ok) return v;
+  std::string rule = cat("expected ", expected);
+  if (v->is_string()) {
+    // "1e-4" or "true" in quotes: say how to write it, DeepSpeed's optimizers would choke on it later.
+    const auto& s = v->get_ref<const std::string&>();
+    double d = 0;
+    auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), d);
+    if ((ec == std::errc() && p == s.data() + s.size() && !s.empty()) || s == "true" || s == "false") {
+      rule += "; write it without quotes";
+    }
+  }
+  r_.error(path_of(key), std::move(rule), show(*v));
+  return nullptr;
+}
+
+inline bool is_auto(const Json& v) { return v.is_string() && v.get_ref<const std::string&>() == "auto"; }
+
+inline Got Block::get_bool(std::string_view key, bool& out, bool auto_ok) {
+  const Json* v = find(key);
+  if (v == nullptr) return Got::absent;
+  if (auto_ok && is_auto(*v)) return Got::automatic;
+  if (!typed(key, v, v->is_boolean(), "true or false")) return Got::invalid;
+  out = v->get<bool>();
+  return Got::value;
+}
+
+inline Got Block::integral(const std::string& path, const Json& v, std::int64_t& out) {
+  if (v.is_number_integer() && !v.is_number_unsigned()) {
+    out = v.get<std::int64_t>();
+    return Got::value;
+  }
+  if (v.is_number_unsigned()) {
+    const auto u = v.get<std::uint64_t>();
+    if (u > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+      r_.error(path, "integer out of range", show(v));
+      return Got::invalid;
+    }
+    out = static_cast<std::int64_t>(u);
+    return Got::value;
+  }
+  // DeepSpeed configs write sizes as 2e8 or 5e8: accept floats with an integral value.
+  const double d = v.get<double>();
+  if (!std::isfinite(d) || std::floor(d) != d) {
+    r_.error(path, "must be an integer", show(v));
+    return Got::invalid;
+  }
+  if (d < -9.2e18 || d > 9.2e18) {
+    r_.error(path, "integer out of range", show(v));
+    return Got::invalid;
+  }
+  out = static_cast<std::int64_t>(d);
+  return Got::value;
+}
+
+inline Got Block::get_int(std::string_view key, std::int64_t& out, std::int64_t lo, std::int64_t hi, bool auto_ok,
+                          std::string_view alias) {
+  std::string used;
+  const Json* v = find(key, alias, &used);
+  if (v == nullptr) return Got::absent;
+  if (auto_ok && is_auto(*v)) return Got::automatic;
+  if (!typed(used, v, v->is_number(), "an integer")) return Got::invalid;
+  std::int64_t x = 0;
+  if (integral(path_of(used), *v, x) != Got::value) return Got::invalid;
+  if (x < lo || x > hi) {
+    std::string rule = "must be an integer ";
+    if (hi == std::numeric_limits<std::int64_t>::max()) {
+      rule += cat(">= ", std::to_string(lo));
+    } else {
+      rule += cat("in [", std::to_string(lo), ", ", std::to_string(hi), "]");
+    }
+    r_.error(path_of(used), std::move(rule), show(*v));
+    return Got::invalid;
+  }
+  out = x;
+  return Got::value;
+}
+
+inline Got Block::get_number(std::string_view key, double& out, double lo, bool lo_open, double hi, bool auto_ok) {
+  const Json* v = find(key);
+  if (v == nullptr) return Got::absent;
+  if (auto_ok && is_auto(*v)) return Got::automatic;
+  if (!typed(key, v, v->is_number(), "a number")) return Got::invalid;
+  const double x = v->get<double>();
+  const bool below = lo_open ? !(x > lo) : !(x >= lo);
+  if (!std::isfinite(x) || below || x > hi) {
+    std::string rule = "must be a finite number ";
+    if (std::isinf(hi)) {
+      rule += (lo_open ? "> " : ">= ") + num_text(lo);
+    } else {
+      rule += cat("in ", lo_open ? "(" : "[", num_text(lo), ", ", num_text(hi), "]");
+    }
+    r_.error(path_of(key), std::move(rule), show(*v));
+    return Got::invalid;
+  }
+  out = x;
+  return Got::value;
+}
+
+inline Got Block::get_string(std::string_view key, std::string& out, bool nullable) {
+  const Json* v = find(key);
+  if (v == nullptr || (nullable && v->is_null())) return Got::absent;
+  if (!typed(key, v, v->is_string(), "a string")) return Got::invalid;
+  out = v->get<std::string>();
+  return Got::value;
+}
+
+inline Got Block::get_betas(std::string_view key, std::array<double, 2>& out, bool auto_ok) {
+  const Json* v = find(key);
+  if (v == nullptr) return Got::absent;
+  if (auto_ok && is_auto(*v)) return Got::automatic;
+  const bool shape = v->is_array() && v->size() == 2 && (*v)[0].is_number() && (*v)[1].is_number();
+  if (!typed(key, v, shape, "[beta1, beta2], two numbers")) return Got::invalid;
+  std::array<double, 2> b{(*v)[0].get<double>(), (*v)[1].get<double>()};
+  for (double x : b) {
+    if (!(x >= 0 && x < 1)) {
+      r_.error(path_of(key), "each beta must be in [0, 1)", show(*v));
+      return Got::invalid;
+    }
+  }
+  out = b;
+  return Got::value;
+}
+
+inline Got Block::get_choice(std::string_view key, std::size_t& out, std::span<const std::string_view> names,
+                             bool nullable) {
+  const Json* v = find(key);
+  if (v == nullptr || (nullable && v->is_null())) return Got::absent;
+  std::string expected = "one of";
+  for (auto n : names) expected += cat(n == names.front() ? " \"" : ", \"", n, "\"");
+  if (!typed(key, v, v->is_string(), expected)) return Got::invalid;
+  const auto& s = v->get_ref<const std::string&>();
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    if (iequals(s, names[i])) {
+      out = i;
+      return Got::value;
+    }
+  }
+  std::string rule = "must be " + expected;
+  if (auto m = closest_match(s, names)) rule += "; did you mean \"" + *m + "\"?";
+  r_.error(path_of(key), std::move(rule), show(*v));
+  return Got::invalid;
+}
+
+inline const Json* Block::get_object(std::string_view key) {
+  const Json* v = find(key);
+  if (v == nullptr || v->is_null()) return nullptr;
+  return typed(key, v, v->is_object(), "an object");
+}
+
+inline bool inert_value(const Json& v, std::string_view inert) {
+  if (v.is_null() || (v.is_boolean() && !v.get<bool>())) return true;
+  if (v.is_object()) {
+    auto it = v.find("enabled");
+    if (it != v.end() && it->is_boolean() && !it->get<bool>()) return true;
+  }
+  if (inert.empty()) return false;
+  return v == Json::parse(inert);
+}
+
+inline void Block::finish(std::initializer_list<Unsupported> list) {
+  for (const auto& u : list) {
+    const Json* v = find(u.key);
+    if (v == nullptr || inert_value(*v, u.inert)) continue;
+    if (r_.ctx.strict) {
+      r_.error(path_of(u.key), std::string(u.why) + " (strict mode)", show(*v));
+    } else {
+      r_.note(Notice::Kind::unsupported, path_of(u.key), std::string(u.why));
+    }
+  }
+  for (auto k : known_) r_.all_known_.emplace_back(path_, k);
+  if (obj_ == nullptr || !obj_->is_object()) return;
+  for (const auto& [k, v] : obj_->items()) {
+    bool known = false;
+    for (auto n : known_) known = known || n == k;
+    if (!known) r_.unknown_.push_back(Reader::Unknown{path_, k, show(v), known_});
+  }
+}
+
+// ---- Reader: blocks -------------------------------------------------------------------------------
+
+inline void Reader::report_unknown_keys() {
+  for (auto& u : unknown_) {
+    std::string rule = "unknown key";
+    if (auto m = closest_match(u.key, u.local)) {
+      rule += "; did you mean \"" + *m + "\"?";
+    } else {
+      // The right key in the wrong block: suggest where it lives.
+      for (const auto& [block, key] : all_known_) {
+        if (block != u.block_path && key == u.key) {
+          rule += cat("; did you mean ", join_path(block, key), "?");
+          break;
+        }
+      }
+    }
+    error(join_path(u.block_path, u.key), std::move(rule), u.value);
+  }
+  unknown_.clear();
+}
+
+inline void Reader::read_precision(Block& root, Config& c) {
+  // fp16
+  {
+    Block b(*this, root.get_object("fp16"), root.path_of("fp16"));
+    if (b.get_bool("enabled", c.fp16.enabled, true) == Got::automatic) {
+      std::optional<bool> v;
+      if (ctx.precision) v = *ctx.precision == DType::fp16;
+      resolve_auto(b.path_of("enabled"), c.fp16.enabled, v, "the engine's precision",
+                   "write true or false, or give the engine's precision (zerotk-config --precision fp16|bf16|fp32)");
+    }
+    b.get_number("loss_scale", c.fp16.loss_scale, 0);
+    b.get_int("initial_scale_power", c.fp16.initial_scale_power, 0, 127);
+    b.get_int("loss_scale_window", c.fp16.loss_scale_window, 1, std::numeric_limits<std::int64_t>::max());
+    b.get_int("hysteresis", c.fp16.hysteresis, 1, std::numeric_limits<int>::max());
+    b.get_bool("consecutive_hysteresis", c.fp16.consecutive_hysteresis);
+    b.get_number("min_loss_scale", c.fp16.min_loss_scale, 0, /*lo_open=*/true);
+    b.finish({{"auto_cast", "false"},
+              {"fp16_master_weights_and_grads", "false"},
+              {"fused_mode", "true", kTorchOnly}});
+  }
+  // bf16, or its old name bfloat16
+  {
+    const Json* bf = root.get_object("bf16");
+    const Json* old = root.get_object("bfloat16");
+    std::string path = root.path_of("bf16");
+    if (bf && old) {
+      error(root.path_of("bfloat16"), "given twice, as \"bf16\" and as its old name \"bfloat16\"; keep \"bf16\"");
+    } else if (old) {
+      bf = old;
+      path = root.path_of("bfloat16");
+      note(Notice::Kind::deprecated, path, "old name of \"bf16\"");
+    }
+    Block b(*this, bf, path);
+    if (b.get_bool("enabled", c.bf16.enabled, true) == Got::automatic) {
+      std::optional<bool> v;
+      if (ctx.precision) v = *ctx.precision == DType::bf16;
+      resolve_auto(b.path_of("enabled"), c.bf16.enabled, v, "the engine's precision",
+                   "write true or false, or give the engine's precision (zerotk-config --precision fp16|bf16|fp32)");
+    }
+    b.finish({{"immediate_grad_update", "false"},
+              {"check_grad_overflow", "true", "zerotk always checks bf16 gradients for inf/NaN and skips such steps"},
+              {"bf16_master_weights_and_grads", "false"},
+              {"bf16_optimizer_states", "false"}});
+  }
+}
+
+constexpr std::array<std::string_view, 3> kDevices{"none", "cpu", "nvme"};
+
+inline void Reader::read_zero(Block& root, Config& c) {
+  constexpr auto kMax = std::numeric_limits<std::int64_t>::max();
+  const Json* zj = root.find("zero_optimization");
+  if (zj && zj->is_boolean()) {
+    // DeepSpeed's oldest form: "zero_optimization": true means stage 1.
+    c.zero_optimization.stage = zj->get<bool>() ? 1 : 0;
+    note(Notice::Kind::deprecated, root.path_of("zero_optimization"),
+         cat("boolean form is deprecated; read as stage ", std::to_string(c.zero_optimization.stage)));
+    zj = nullptr;
+  } else {
+    zj = root.get_object("zero_optimization");
+  }
+  Block b(*this, zj, root.path_of("zero_optimization"));
+  ZeroOptions& z = c.zero_optimization;
+  b.get_int("stage", z.stage, 0, 3);
+  b.get_bool("contiguous_gradients", z.contiguous_gradients);
+  b.get_bool("reduce_scatter", z.reduce_scatter);
+  b.get_bool("allgather_partitions", z.allgather_partitions);
+  b.get_int("allgather_bucket_size", z.allgather_bucket_size, 1, kMax);
+  z.overlap_comm = z.stage == 3;  // DeepSpeed's default depends on the stage
+  b.get_bool("overlap_comm", z.overlap_comm);
+  b.get_bool("load_from_fp32_weights", z.load_from_fp32_weights);
+  b.get_int("sub_group_size", z.sub_group_size, 1, kMax);
+  b.get_int("stage3_max_live_parameters", z.stage3_max_live_parameters, 0, kMax, false, "max_live_parameters");
+  b.get_int("stage3_max_reuse_distance", z.stage3_max_reuse_distance, 0, kMax, false, "max_reuse_distance");
+  b.get_int("stage3_model_persistence_threshold", z.stage3_model_persistence_threshold, 0, kMax, false,
+            "model_persistence_threshold");
+  {
+    std::string used;
+    const Json* g16 = b.find("stage3_gather_16bit_weights_on_model_save", "gather_16bit_weights_on_model_save", &used);
+    const Json* gfp16 = b.find("stage3_gather_fp16_weights_on_model_save");
+    if (g16 && gfp16) {
+      error(b.path_of("stage3_gather_fp16_weights_on_model_save"),
+            "given together with its replacement \"stage3_gather_16bit_weights_on_model_save\"; keep that one");
+    } else if (gfp16) {
+      used = "stage3_gather_fp16_weights_on_model_save";
+      note(Notice::Kind::deprecated, b.path_of(used), "old name of \"stage3_gather_16bit_weights_on_model_save\"");
+      g16 = gfp16;
+    }
+    if (g16 && b.typed(used, g16, g16->is_boolean(), "true or false")) {
+      z.stage3_gather_16bit_weights_on_model_save = g16->get<bool>();
+    }
+  }
+  b.get_bool("ignore_unused_parameters", z.ignore_unused_parameters);
+  b.get_bool("round_robin_gradients", z.round_robin_gradients);
+
+  // Sizes HF's integration fills from the model's hidden size H.
+  const auto h = ctx.hidden_size;
+  const std::string hidden_hint = "write a number of elements, or give the model's hidden size (zerotk-config --hidden H)";
+  if (b.get_int("reduce_bucket_size", z.reduce_bucket_size, 1, kMax, true) == Got::automatic) {
+    resolve_auto(b.path_of("reduce_bucket_size"), z.reduce_bucket_size, h ? std::optional(*h * *h) : std::nullopt,
+                 "hidden size squared", hidden_hint);
+  }
+  // stage3_* sizes mean nothing below stage 3: an unresolvable "auto" there keeps the default.
+  auto stage3_auto = [&](std::string_view key, std::int64_t& out, std::optional<std::int64_t> from_h,
+                         std::string_view how) {
+    if (from_h) {
+      resolve_auto(b.path_of(key), out, from_h, how);
+    } else if (z.stage < 3) {
+      resolve_auto(b.path_of(key), out, std::optional(out), "default; unused below stage 3");
+    } else {
+      resolve_auto(b.path_of(key), out, std::optional<std::int64_t>(), how, hidden_hint);
+    }
+  };
+  if (b.get_int("stage3_prefetch_bucket_size", z.stage3_prefetch_bucket_size, 0, kMax, true,
+                "prefetch_bucket_size") == Got::automatic) {
+    std::optional<std::int64_t> v;
+    if (h) v = static_cast<std::int64_t>(0.9 * static_cast<double>(*h) * static_cast<double>(*h));
+    stage3_auto("stage3_prefetch_bucket_size", z.stage3_prefetch_bucket_size, v, "0.9 x hidden size squared");
+  }
+  if (b.get_int("stage3_param_persistence_threshold", z.stage3_param_persistence_threshold, 0, kMax, true,
+                "param_persistence_threshold") == Got::automatic) {
+    stage3_auto("stage3_param_persistence_threshold", z.stage3_param_persistence_threshold,
+                h ? std::optional(10 * *h) : std::nullopt, "10 x hidden size");
+  }
+
+  // Offload blocks. The deprecated booleans map onto them as DeepSpeed does.
+  const Json* oo = b.get_object("offload_optimizer");
+  const Json* op = b.get_object("offload_param");
+  {
+    bool cpu_offload = false;
+    if (b.get_bool("cpu_offload", cpu_offload) == Got::value) {
+      note(Notice::Kind::deprecated, b.path_of("cpu_offload"), "deprecated; use \"offload_optimizer\": {\"device\": \"cpu\"}");
+      if (cpu_offload && oo) {
+        error(b.path_of("cpu_offload"), "given together with \"offload_optimizer\"; keep offload_optimizer");
+      } else if (cpu_offload) {
+        z.offload_optimizer.device = OffloadDevice::cpu;
+      }
+    }
+    bool cpu_offload_param = false;
+    if (b.get_bool("cpu_offload_param", cpu_offload_param) == Got::value) {
+      note(Notice::Kind::deprecated, b.path_of("cpu_offload_param"), "deprecated; use \"offload_param\": {\"device\": \"cpu\"}");
+      if (cpu_offload_param && op) {
+        error(b.path_of("cpu_offload_param"), "given together with \"offload_param\"; keep offload_param");
+      } else if (cpu_offload_param) {
+        z.offload_param.device = OffloadDevice::cpu;
+      }
+    }
+  }
+  if (oo) {
+    Block o(*this, oo, b.path_of("offload_optimizer"));
+    auto& x = z.offload_optimizer;
+    std::size_t dev = 0;
+    if (o.get_choice("device", dev, kDevices) == Got::value) x.device = static_cast<OffloadDevice>(dev);
+    o.get_string("nvme_path", x.nvme_path, true);
+    o.get_int("buffer_count", x.buffer_count, 1, kMax);
+    o.get_bool("pin_memory", x.pin_memory);
+    o.get_bool("pipeline_read", x.pipeline_read);
+    o.get_bool("pipeline_write", x.pipeline_write);
+    o.finish({{"fast_init", "false"},
+              {"ratio", "1.0"},
+              {"super_offload", "false"},
+              {"convert_grad_on_cpu", "true"},
+              {"cpuadam_cores_perc", "0.8"}});
+  }
+  if (op) {
+    Block o(*this, op, b.path_of("offload_param"));
+    auto& x = z.offload_param;
+    std::size_t dev = 0;
+    if (o.get_choice("device", dev, kDevices) == Got::value) x.device = static_cast<OffloadDevice>(dev);
+    o.get_string("nvme_path", x.nvme_path, true);
+    o.get_int("buffer_count", x.buffer_count, 1, kMax);
+    o.get_int("buffer_size", x.buffer_size, 1, kMax);
+    o.get_int("max_in_cpu", x.max_in_cpu, 0, kMax);
+    o.get_bool("pin_memory", x.pin_memory);
+    o.finish();
+  }
+  b.finish({{"cpu_offload_use_pin_memory", "", "deprecated; use pin_memory in offload_param or offload_optimizer"},
+            {"elastic_checkpoint", "false"},
+            {"legacy_stage1", "false"},
+            {"use_multi_rank_bucket_allreduce", "true"},
+            {"zero_hpz_partition_size", "1"},
+            {"zero_quantized_weights", "false"},
+            {"zero_quantized_nontrainable_weights", "false"},
+            {"zero_quantized_gradients", "false"},
+            {"zeropp_loco_param"},
+            {"mics_shard_size", "-1"},
+            {"mics_hierarchical_params_gather", "false"},
+            {"memory_efficient_linear", "true", kTorchOnly},
+            {"override_module_apply", "true", kTorchOnly},
+            {"pipeline_loading_checkpoint", "false"},
+            {"log_trace_cache_warnings", "false"},
+            {"enable_sanity_checks", "false"},
+            {"save_muon_momentum_buffer_in_memory", "false"},
+            {"leaf_module", "{}", kTorchOnly},
+            {"zenflow"},
+            {"stage3_module_granularity_threshold", "0"},
+            {"stage3_use_all_reduce_for_fetch_params", "false"},
+            {"stage3_allgather_sequential", "false"},
+            {"stage3_partition_stream_chunk_size", "0"}});
+}
+
+inline void Reader::read_aio(Block& root, Config& c) {
+  constexpr auto kMax = std::numeric_limits<std::int64_t>::max();
+  Block b(*this, root.get_object("aio"), root.path_of("aio"));
+  auto& a = c.aio;
+  b.get_int("block_size", a.block_size, 1, kMax);
+  b.get_int("queue_depth", a.queue_depth, 1, kMax);
+  if (b.get_int("intra_op_parallelism", a.intra_op_parallelism, 1, kMax, false, "thread_count") == Got::value &&
+      b.find("thread_count") && !b.find("intra_op_parallelism")) {
+    note(Notice::Kind::deprecated, b.path_of("thread_count"), "old name of \"intra_op_parallelism\"");
+  }
+  b.get_bool("single_submit", a.single_submit);
+  b.get_bool("overlap_events", a.overlap_events);
+  b.finish({{"use_gds", "false"}});
+}
+
+inline void Reader::read_optimizer(Block& root, Config& c) {
+  const Json* oj = root.get_object("optimizer");
+  if (!oj) return;
+  Block b(*this, oj, root.path_of("optimizer"));
+  // DeepSpeed's names, lower-cased; the first five are the ones zerotk implements.
+  constexpr std::array<std::string_view, 5> kTypes{"Adam", "AdamW", "Lamb", "OneBitAdam", "OneBitLamb"};
+  constexpr std::array<std::string_view, 12> kNotYet{"ZeroOneAdam", "Adagrad", "Lion", "MuAdam", "MuAdamW", "MuSGD",
+                                                     "Muon", "SGD", "RMSprop", "Adamax", "CPUAdam", "FusedAdam"};
+  std::string type;
+  const Json* params_json = b.get_object("params");
+  Got got_type = b.get_string("type", type);
+  b.finish({{"legacy_fusion", "false"}});
+  if (got_type == Got::absent) {
+    error(b.path_of("type"), "required: the optimizer type (Adam, AdamW, Lamb, OneBitAdam or OneBitLamb)");
+    return;
+  }
+  if (got_type != Got::value) return;
+  std::optional<OptimizerKind> kind;
+  for (std::size_t i = 0; i < kTypes.size(); ++i) {
+    if (iequals(type, kTypes[i])) kind = static_cast<OptimizerKind>(i);
+  }
+  if (!kind) {
+    for (auto n : kNotYet) {
+      if (iequals(type, n)) {
+        error(b.path_of("type"),
+              "optimizer not supported by zerotk yet (supported: Adam, AdamW, Lamb, OneBitAdam, OneBitLamb)",
+              "\"" + type + "\"");
+        return;
+      }
+    }
+    std::string rule = "unknown optimizer type (supported: Adam, AdamW, Lamb, OneBitAdam, OneBitLamb)";
+    if (auto m = closest_match(type, kTypes)) rule += "; did you mean \"" + *m + "\"?";
+    error(b.path_of("type"), std::move(rule), "\"" + type + "\"");
+    return;
+  }
+
+  OptimizerOptions o;
+  o.kind = *kind;
+  Block p(*this, params_json, b.path_of("params"));
+  if (const Json* m = p.find("max_grad_norm")) {
+    error(p.path_of("max_grad_norm"),
+          "max_grad_norm is not an optimizer parameter in DeepSpeed configs; use the top-level \"gradient_clipping\"",
+          show(*m));
+  }
+  if (p.get_number("lr", o.lr, 0, false, std::numeric_limits<double>::infinity(), true) == Got::automatic) {
+    resolve_auto(p.path_of("lr"), o.lr, std::optional(ctx.lr.value_or(o.lr)),
+                 ctx.lr ? "engine" : "optimizer default");
+  }
+  if (p.get_betas("betas", o.betas, true) == Got::automatic) {
+    resolve_auto(p.path_of("betas"), o.betas, std::optional(ctx.betas.value_or(o.betas)),
+                 ctx.betas ? "engine" : "optimizer default");
+  }
+  if (p.get_number("eps", o.eps, 0, false, std::numeric_limits<double>::infinity(), true) == Got::automatic) {
+    resolve_auto(p.path_of("eps"), o.eps, std::optional(ctx.eps.value_or(o.eps)), ctx.eps ? "engine" : "optimizer default");
+  }
+  if (p.get_number("weight_decay", o.weight_decay, 0, false, std::numeric_limits<double>::infinity(), true) ==
+      Got::automatic) {
+    resolve_auto(p.path_of("weight_decay"), o.weight_decay, std::optional(ctx.weight_decay.value_or(o.weight_decay)),
+                 ctx.weight_decay ? "engine" : "optimizer default");
+  }
+  p.get_bool("bias_correction", o.bias_correction);
+  const bool adam_like = o.kind == OptimizerKind::adam || o.kind == OptimizerKind::adamw;
+  const bool lamb_like = o.kind == OptimizerKind::lamb || o.kind == OptimizerKind::onebit_lamb;
+  const bool onebit = o.kind == OptimizerKind::onebit_adam || o.kind == OptimizerKind::onebit_lamb;
+  if (adam_like) {
+    bool w = true;
+    if (p.get_bool("adam_w_mode", w) == Got::value && o.kind == OptimizerKind::adamw && !w) {
+      error(p.path_of("adam_w_mode"), "AdamW always decouples weight decay; use \"type\": \"Adam\" for L2 mode", "false");
+    }
+    // "Adam" means AdamW unless adam_w_mode is false (DeepSpeed's FusedAdam default).
+    if (o.kind == OptimizerKind::adam && w) o.kind = OptimizerKind::adamw;
+    o.adam_w_mode = o.kind == OptimizerKind::adamw;
+  }
+  if (lamb_like) {
+    p.get_number("max_coeff", o.max_coeff, 0);
+    p.get_number("min_coeff", o.min_coeff, 0);
+    if (o.min_coeff > o.max_coeff) {
+      error(p.path_of("min_coeff"), cat("must be <= max_coeff (", num_text(o.max_coeff), ")"), num_text(o.min_coeff));
+    }
+  }
+  if (onebit) {
+    p.get_int("freeze_step", o.freeze_step, 0, std::numeric_limits<std::int64_t>::max());
+    p.get_bool("cuda_aware", o.cuda_aware);
+    p.get_string("comm_backend_name", o.comm_backend_name);
+  }
+  if (o.kind == OptimizerKind::onebit_lamb) {
+    p.get_number("coeff_beta", o.coeff_beta, 0, false, 1);
+    p.get_number("factor_max", o.factor_max, 0);
+    p.get_number("factor_min", o.factor_min, 0);
+    p.get_number("factor_threshold", o.factor_threshold, 0);
+  }
+  p.finish({{"amsgrad", "false"},
+            {"torch_adam", "false", kTorchOnly},
+            {"fused", "", kTorchOnly},
+            {"eps_inside_sqrt", "false"}});
+  c.optimizer = o;
+}
+
+inline void Reader::read_scheduler(Block& root, Config& c) {
+  const Json* sj = root.get_object("scheduler");
+  if (!sj) return;
+  Block b(*this, sj, root.path_of("scheduler"));
+  constexpr std::array<std::string_view, 5> kTypes{"WarmupLR", "WarmupDecayLR", "WarmupCosineLR", "OneCycle",
+                                                   "LRRangeTest"};
+  std::size_t t = 0;
+  const Json* params_json = b.get_object("params");
+  Got got = b.get_choice("type", t, kTypes);
+  b.finish();
+  if (got == Got::absent) error(b.path_of("type"), "required: the scheduler type (WarmupLR, WarmupDecayLR, WarmupCosineLR, OneCycle or LRRangeTest)");
+  if (got != Got::value) return;
+  const auto kind = static_cast<SchedulerKind>(t);
+  constexpr auto kMax = std::numeric_limits<std::int64_t>::max();
+  constexpr auto kInf = std::numeric_limits<double>::infinity();
+  Block p(*this, params_json, b.path_of("params"));
+  const double opt_lr = c.optimizer ? c.optimizer->lr : ctx.lr.value_or(1e-3);
+
+  auto warmup_type = [&](WarmupType& out) {
+    constexpr std::array<std::string_view, 2> kWarm{"log", "linear"};
+    std::size_t w = 0;
+    if (p.get_choice("warmup_type", w, kWarm) == Got::value) out = static_cast<WarmupType>(w);
+  };
+  auto warmup_steps = [&](std::int64_t& out) {
+    if (p.get_int("warmup_num_steps", out, 0, kMax, true) == Got::automatic) {
+      resolve_auto(p.path_of("warmup_num_steps"), out, std::optional(ctx.warmup_num_steps.value_or(out)),
+                   ctx.warmup_num_steps ? "engine" : "scheduler default");
+    }
+  };
+  auto total_steps = [&](std::int64_t& out) {
+    Got g = p.get_int("total_num_steps", out, 1, kMax, true);
+    if (g == Got::automatic) {
+      resolve_auto(p.path_of("total_num_steps"), out, ctx.total_num_steps, "engine",
+                   "write the number of optimizer steps, or give it (zerotk-config --total-steps N)");
+    } else if (g == Got::absent) {
+      error(p.path_of("total_num_steps"), cat("required by ", to_string(kind)));
+    }
+  };
+  auto last_iter = [&](std::int64_t& out) { p.get_int("last_batch_iteration", out, -1, kMax); };
+  auto warmup_lr = [&](WarmupLRParams& w, double max_default) {
+    if (p.get_number("warmup_min_lr", w.warmup_min_lr, 0, false, kInf, true) == Got::automatic) {
+      resolve_auto(p.path_of("warmup_min_lr"), w.warmup_min_lr, std::optional(0.0), "scheduler default");
+    }
+    w.warmup_max_lr = max_default;
+    if (p.get_number("warmup_max_lr", w.warmup_max_lr, 0, false, kInf, true) == Got::automatic) {
+      resolve_auto(p.path_of("warmup_max_lr"), w.warmup_max_lr, std::optional(opt_lr), "optimizer lr");
+    }
+    warmup_steps(w.warmup_num_steps);
+    warmup_type(w.warmup_type);
+    last_iter(w.last_batch_iteration);
+  };
+
+  SchedulerOptions s;
+  switch (kind) {
+    case SchedulerKind::warmup_lr: {
+      WarmupLRParams w;
+      warmup_lr(w, opt_lr);  // DeepSpeed: warmup_max_lr defaults to the optimizer's lr
+      s.params = w;
+      break;
+    }
+    case SchedulerKind::warmup_decay_lr: {
+      WarmupDecayLRParams w;
+      total_steps(w.total_num_steps);
+      warmup_lr(w, 1e-3);  // DeepSpeed's WarmupDecayLR signature defaults warmup_max_lr to 0.001
+      s.params = w;
+      break;
+    }
+    case SchedulerKind::warmup_cosine_lr: {
+      WarmupCosineLRParams w;
+      total_steps(w.total_num_steps);
+      p.get_number("warmup_min_ratio", w.warmup_min_ratio, 0, false, 1);
+      p.get_number("cos_min_ratio", w.cos_min_ratio, 0, false, 1);
+      warmup_steps(w.warmup_num_steps);
+      warmup_type(w.warmup_type);
+      last_iter(w.last_batch_iteration);
+      s.params = w;
+      break;
+    }
+    case SchedulerKind::one_cycle: {
+      OneCycleParams o;
+      if (p.get_number("cycle_min_lr", o.cycle_min_lr, 0) == Got::absent) {
+        error(p.path_of("cycle_min_lr"), "required by OneCycle");
+      }
+      if (p.get_number("cycle_max_lr", o.cycle_max_lr, 0) == Got::absent) {
+        error(p.path_of("cycle_max_lr"), "required by OneCycle");
+      }
+      p.get_number("decay_lr_rate", o.decay_lr_rate, 0);
+      p.get_int("cycle_first_step_size", o.cycle_first_step_size, 1, kMax);
+      o.cycle_second_step_size = o.cycle_first_step_size;
+      p.get_int("cycle_second_step_size", o.cycle_second_step_size, 1, kMax);
+      p.get_int("cycle_first_stair_count", o.cycle_first_stair_count, 0, kMax);
+      o.cycle_second_stair_count = o.cycle_first_stair_count;
+      p.get_int("cycle_second_stair_count", o.cycle_second_stair_count, 0, kMax);
+      p.get_int("decay_step_size", o.decay_step_size, 0, kMax);
+      p.get_bool("cycle_momentum", o.cycle_momentum);
+      p.get_number("cycle_min_mom", o.cycle_min_mom, 0, false, 1);
+      p.get_number("cycle_max_mom", o.cycle_max_mom, 0, false, 1);
+      p.get_number("decay_mom_rate", o.decay_mom_rate, 0);
+      last_iter(o.last_batch_iteration);
+      s.params = o;
+      break;
+    }
+    case SchedulerKind::lr_range_test: {
+      LRRangeTestParams l;
+      p.get_number("lr_range_test_min_lr", l.lr_range_test_min_lr, 0);
+      p.get_int("lr_range_test_step_size", l.lr_range_test_step_size, 1, kMax);
+      p.get_number("lr_range_test_step_rate", l.lr_range_test_step_rate, 0);
+      p.get_bool("lr_range_test_staircase", l.lr_range_test_staircase);
+      last_iter(l.last_batch_iteration);
+      s.params = l;
+      break;
+    }
+  }
+  p.finish();
+  c.scheduler = s;
+}
+
+inline void Reader::read_batch(Block& root, Config& c) {
+  constexpr auto kMax = std::numeric_limits<std::int64_t>::max();
+  const std::int64_t w = ctx.world_size;
+  std::optional<std::int64_t> tbs, mbs, gas;
+  std::int64_t v = 0;
+  const std::string p_tbs = root.path_of("train_batch_size");
+  const std::string p_mbs = root.path_of("train_micro_batch_size_per_gpu");
+  const std::string p_gas = root.path_of("gradient_accumulation_steps");
+  bool bad = false;
+  bool tbs_auto = false, mbs_auto = false;
+  switch (root.get_int("train_batch_size", v, 1, kMax, true)) {
+    case Got::value: tbs = v; break;
+    case Got::automatic: tbs_auto = true; break;  // derived from the other two below
+    case Got::invalid: bad = true; break;
+    case Got::absent: break;
+  }
+  switch (root.get_int("train_micro_batch_size_per_gpu", v, 1, kMax, true)) {
+    case Got::value: mbs = v; break;
+    case Got::automatic:
+      mbs_auto = true;
+      if (ctx.micro_batch_size) {
+        mbs = *ctx.micro_batch_size;
+        note(Notice::Kind::auto_resolved, p_mbs, cat("\"auto\" resolved to ", std::to_string(*mbs), " (engine)"));
+      }
+      break;
+    case Got::invalid: bad = true; break;
+    case Got::absent: break;
+  }
+  switch (root.get_int("gradient_accumulation_steps", v, 1, kMax, true)) {
+    case Got::value: gas = v; break;
+    case Got::automatic:
+      if (ctx.gradient_accumulation_steps) {
+        gas = *ctx.gradient_accumulation_steps;
+        note(Notice::Kind::auto_resolved, p_gas, cat("\"auto\" resolved to ", std::to_string(*gas), " (engine)"));
+      }
+      break;
+    case Got::invalid: bad = true; break;
+    case Got::absent: break;
+  }
+  if (bad || w < 1) return;
+  if (!tbs && !mbs) {
+    if (mbs_auto || tbs_auto) {
+      error(mbs_auto ? p_mbs : p_tbs,
+            "\"auto\" cannot be resolved here: write train_micro_batch_size_per_gpu, or give the per-rank micro "
+            "batch (zerotk-config --micro-batch N)",
+            "\"auto\"");
+    } else {
+      error(p_tbs, "train_batch_size or train_micro_batch_size_per_gpu must be given");
+    }
+    return;
+  }
+  // SEMANTICS.md section 5, with DeepSpeed's integer division where a value is derived.
+  if (tbs && mbs && gas) {
+  } else if (tbs && mbs) {
+    gas = *tbs / *mbs / w;
+  } else if (tbs && gas) {
+    mbs = *tbs / w / *gas;
+  } else if (mbs && gas) {
+    tbs = 0;
+    if (__builtin_mul_overflow(*mbs, *gas, &*tbs) || __builtin_mul_overflow(*tbs, w, &*tbs)) tbs = -1;
+  } else if (tbs) {
+    gas = 1;
+    mbs = *tbs / w;
+  } else {
+    gas = 1;
+    tbs = 0;
+    if (__builtin_mul_overflow(*mbs, w, &*tbs)) tbs = -1;
+  }
+  if (tbs_auto) {
+    note(Notice::Kind::auto_resolved, p_tbs,
+         cat("\"auto\" resolved to ", std::to_string(*tbs), " (micro batch x accumulation steps x world size)"));
+  }
+  std::int64_t product = 0;
+  if (__builtin_mul_overflow(*mbs, *gas, &product) || __builtin_mul_overflow(product, w, &product)) {
+    error(p_tbs, "train_micro_batch_size_per_gpu * gradient_accumulation_steps * world_size overflows",
+          std::to_string(*mbs) + " * " + std::to_string(*gas) + " * " + std::to_string(w));
+    return;
+  }
+  if (*tbs != product || *mbs < 1 || *gas < 1) {
+    error(p_tbs,
+          cat("train_batch_size must equal train_micro_batch_size_per_gpu * gradient_accumulation_steps * world_size: ",
+              std::to_string(*tbs), " != ", std::to_string(*mbs), " * ", std::to_string(*gas), " * ",
+              std::to_string(w), " (= ", std::to_string(product), ")"),
+          std::to_string(*tbs));
+    return;
+  }
+  c.train_batch_size = *tbs;
+  c.train_micro_batch_size_per_gpu = *mbs;
+  c.gradient_accumulation_steps = *gas;
+}
+
+inline void Reader::read_scalars(Block& root, Config& c) {
+  if (root.get_number("gradient_clipping", c.gradient_clipping, 0, false, std::numeric_limits<double>::infinity(),
+                      true) == Got::automatic) {
+    resolve_auto(root.path_of("gradient_clipping"), c.gradient_clipping, std::optional(ctx.max_grad_norm.value_or(1.0)),
+                 ctx.max_grad_norm ? "engine" : "default");
+  }
+  root.get_int("steps_per_print", c.steps_per_print, 1, std::numeric_limits<std::int64_t>::max());
+  root.get_bool("wall_clock_breakdown", c.wall_clock_breakdown);
+  root.get_bool("prescale_gradients", c.prescale_gradients);
+  root.get_number("gradient_predivide_factor", c.gradient_predivide_factor, 0, /*lo_open=*/true);
+  constexpr std::array<std::string_view, 3> kTypes{"fp32", "fp16", "bf16"};
+  std::size_t t = 0;
+  if (root.get_choice("communication_data_type", t, kTypes, /*nullable=*/true) == Got::value) {
+    constexpr std::array<DType, 3> kDTypes{DType::fp32, DType::fp16, DType::bf16};
+    c.communication_data_type = kDTypes[t];
+  }
+}
+
+inline void Reader::read_monitor_and_checkpointing(Block& root, Config& c) {
+  {
+    Block b(*this, root.get_object("csv_monitor"), root.path_of("csv_monitor"));
+    b.get_bool("enabled", c.csv_monitor.enabled);
+    b.get_string("output_path", c.csv_monitor.output_path);
+    if (b.get_string("job_name", c.csv_monitor.job_name) == Got::value && c.csv_monitor.job_name.empty()) {
+      error(b.path_of("job_name"), "must not be empty (it names the output directory)", "\"\"");
+    }
+    b.finish();
+  }
+  {
+    Block b(*this, root.get_object("activation_checkpointing"), root.path_of("activation_checkpointing"));
+    auto& a = c.activation_checkpointing;
+    b.get_bool("partition_activations", a.partition_activations);
+    b.get_bool("contiguous_memory_optimization", a.contiguous_memory_optimization);
+    b.get_bool("cpu_checkpointing", a.cpu_checkpointing);
+    std::int64_t n = 0;
+    const Json* nj = b.find("number_checkpoints");
+    if (nj && !nj->is_null() && b.get_int("number_checkpoints", n, 1, std::numeric_limits<std::int64_t>::max()) == Got::value) {
+      a.number_checkpoints = n;
+    }
+    b.get_bool("synchronize_checkpoint_boundary", a.synchronize_checkpoint_boundary);
+    b.get_bool("profile", a.profile);
+    b.finish();
+    // DeepSpeed's checkpointing.configure() asserts these two (cpu_checkpointing alone is allowed).
+    if (a.contiguous_memory_optimization && !a.partition_activations) {
+      error(b.path_of("contiguous_memory_optimization"), "needs \"partition_activations\": true", "true");
+    }
+    if (a.contiguous_memory_optimization && !a.number_checkpoints) {
+      error(b.path_of("number_checkpoints"), "required by contiguous_memory_optimization (the number of checkpointed layers)");
+    }
+  }
+}
+
+inline void Reader::cross_check(Config& c) {
+  const auto& z = c.zero_optimization;
+  if (c.fp16.enabled && c.bf16.enabled) {
+    error("/bf16/enabled", "fp16 and bf16 cannot both be enabled", "true");
+  }
+  if (z.offload_param.device != OffloadDevice::none && z.stage != 3) {
+    error("/zero_optimization/offload_param", cat("offload_param needs ZeRO stage 3 (stage is ", std::to_string(z.stage), ")"),
+          cat("{\"device\": \"", to_string(z.offload_param.device), "\"}"));
+  }
+  if (z.offload_optimizer.device != OffloadDevice::none && z.stage == 0) {
+    error("/zero_optimization/offload_optimizer", "offload_optimizer needs ZeRO stage 1, 2 or 3 (stage is 0)",
+          cat("{\"device\": \"", to_string(z.offload_optimizer.device), "\"}"));
+  }
+  if (z.offload_optimizer.device == OffloadDevice::nvme && z.stage != 3 && z.stage != 0) {
+    error("/zero_optimization/offload_optimizer/device",
+          cat("nvme offload swaps optimizer state only with ZeRO stage 3 (stage is ", std::to_string(z.stage),
+              "); use \"cpu\" for stages 1 and 2"),
+          "\"nvme\"");
+  }
+  if (z.offload_optimizer.device == OffloadDevice::nvme && z.offload_optimizer.nvme_path.empty()) {
+    error("/zero_optimization/offload_optimizer/nvme_path", "required when device is \"nvme\"");
+  }
+  if (z.offload_param.device == OffloadDevice::nvme && z.offload_param.nvme_path.empty()) {
+    error("/zero_optimization/offload_param/nvme_path", "required when device is \"nvme\"");
+  }
+}
+
+inline Config Reader::read(const Json& doc) {
+  Config c;
+  c.world_size = ctx.world_size;
+  // The engine's facts are checked like the file: bad hints would otherwise resolve to nonsense.
+  if (ctx.world_size < 1) error("(world size)", "must be >= 1", std::to_string(ctx.world_size));
+  auto hint_range = [&](const char* what, const std::optional<std::int64_t>& v, std::int64_t hi) {
+    if (v && (*v < 1 || *v > hi)) error(what, cat("must be in [1, ", std::to_string(hi), "]"), std::to_string(*v));
+  };
+  hint_range("(hidden size)", ctx.hidden_size, std::int64_t{1} << 31);
+  hint_range("(micro batch size)", ctx.micro_batch_size, std::int64_t{1} << 40);
+  hint_range("(gradient accumulation steps)", ctx.gradient_accumulation_steps, std::int64_t{1} << 40);
+  hint_range("(total steps)", ctx.total_num_steps, std::numeric_limits<std::int64_t>::max());
+  if (ctx.warmup_num_steps && *ctx.warmup_num_steps < 0) {
+    error("(warmup steps)", "must be >= 0", std::to_string(*ctx.warmup_num_steps));
+  }
+  if (!diag.ok()) return c;
+  if (!doc.is_object()) {
+    error("", "a DeepSpeed config must be a JSON object", show(doc));
+    return c;
+  }
+  Block root(*this, &doc, "");
+  read_precision(root, c);
+  read_zero(root, c);
+  read_aio(root, c);
+  read_optimizer(root, c);
+  read_scheduler(root, c);
+  read_batch(root, c);
+  read_scalars(root, c);
+  read_monitor_and_checkpointing(root, c);
+  root.finish({{"amp"},
+               {"tensorboard"},
+               {"wandb"},
+               {"comet"},
+               {"trackio"},
+               {"flops_profiler"},
+               {"comms_logger"},
+               {"eigenvalue"},
+               {"progressive_layer_drop"},
+               {"curriculum_learning"},
+               {"data_efficiency"},
+               {"compression_training"},
+               {"autotuning"},
+               {"elasticity"},
+               {"sparse_attention"},
+               {"nebula"},
+               {"hybrid_engine"},
+               {"weight_quantization"},
+               {"quantize_training"},
+               {"compile"},
+               {"tensor_parallel"},
+               {"pipeline"},
+               {"checkpoint"},
+               {"data_types"},
+               {"timers"},
+               {"torch_autocast"},
+               {"memory_breakdown", "false"},
+               {"dump_state", "false"},
+               {"disable_allgather", "false"},
+               {"sparse_gradients", "false"},
+               {"graph_harvesting", "false"},
+               {"use_data_before_expert_parallelism", "false"},
+               {"sequence_parallel_size", "1"},
+               {"seq_parallel_communication_data_type", "\"fp32\""},
+               {"zero_allow_untested_optimizer", "", kTorchOnly},
+               {"zero_force_ds_cpu_optimizer", "", kTorchOnly},
+               {"dataloader_drop_last", "", kTorchOnly},
+               {"vocabulary_size", "", kTorchOnly}});
+  cross_check(c);
+  report_unknown_keys();
+  return c;
+}
+
+}  // namespace detail
+
+// ---- public API -----------------------------------------------------------------------------------
+
+/// Reads a parsed document. Never throws for any document: problems are in the result's errors.
+inline ParseResult from_json(const Json& doc, const ResolveContext& ctx) {
+  Diagnostics diag;
+  detail::Reader reader(ctx, diag);
+  Config c = reader.read(doc);
+  ParseResult r;
+  r.errors = diag.errors();
+  r.notices = diag.notices();
+  if (r.errors.empty()) r.config = std::move(c);
+  return r;
+}
+
+/// Parses and reads DeepSpeed JSON text. Never throws for any input text.
+inline ParseResult parse(std::string_view text, const ResolveContext& ctx) {
+  Diagnostics diag;
+  Json doc = parse_json(text, diag);
+  if (!diag.ok()) {
+    ParseResult r;
+    r.errors = diag.errors();
+    return r;
+  }
+  return from_json(doc, ctx);
+}
+
+/// Every problem of `text` for `ctx` (empty when the config is usable).
+inline std::vector<config_error> validate(std::string_view text, const ResolveContext& ctx) {
+  return parse(text, ctx).errors;
+}
+
+/// The resolved options of `text`, or one config_error listing every problem (`source` names
+/// the file in that error).
+inline Config load(std::string_view text, const ResolveContext& ctx, std::string_view source = {}) {
+  ParseResult r = parse(text, ctx);
+  if (!r.ok()) throw summarize(r.errors, source);
+  return std::move(*r.config);
+}
+
+/// Reads a file; io_error when it cannot be read, otherwise as load().
+inline std::string read_text_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw io_error("cannot open config file", path.string());
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) throw io_error("cannot read config file", path.string());
+  return ss.str();
+}
+
+inline Config load_file(const std::filesystem::path& path, const ResolveContext& ctx) {
+  return load(read_text_file(path), ctx, path.string());
+}
+
+}  // namespace zerotk::config

@@ -1,0 +1,205 @@
+#pragma once
+/// \file zerotk/config/writer.hpp
+/// Config -> DeepSpeed JSON with every value spelled out ("auto" resolved, defaults written,
+/// batch triad complete). The output is itself a valid DeepSpeed config: reading it back with the
+/// same world size gives the same Config, and DeepSpeed accepts it unchanged.
+
+#include <string>
+#include <variant>
+
+#include "zerotk/config/json_dom.hpp"
+#include "zerotk/config/options.hpp"
+
+namespace zerotk::config {
+
+namespace detail {
+
+inline Json offload_json(const OffloadOptimizerOptions& o) {
+  Json j;
+  j["device"] = to_string(o.device);
+  j["nvme_path"] = o.nvme_path.empty() ? Json(nullptr) : Json(o.nvme_path);
+  j["buffer_count"] = o.buffer_count;
+  j["pin_memory"] = o.pin_memory;
+  j["pipeline_read"] = o.pipeline_read;
+  j["pipeline_write"] = o.pipeline_write;
+  return j;
+}
+
+inline Json offload_json(const OffloadParamOptions& o) {
+  Json j;
+  j["device"] = to_string(o.device);
+  j["nvme_path"] = o.nvme_path.empty() ? Json(nullptr) : Json(o.nvme_path);
+  j["buffer_count"] = o.buffer_count;
+  j["buffer_size"] = o.buffer_size;
+  j["max_in_cpu"] = o.max_in_cpu;
+  j["pin_memory"] = o.pin_memory;
+  return j;
+}
+
+inline void warmup_json(Json& p, const WarmupLRParams& w) {
+  p["warmup_min_lr"] = w.warmup_min_lr;
+  p["warmup_max_lr"] = w.warmup_max_lr;
+  p["warmup_num_steps"] = w.warmup_num_steps;
+  p["warmup_type"] = to_string(w.warmup_type);
+  p["last_batch_iteration"] = w.last_batch_iteration;
+}
+
+inline Json scheduler_json(const SchedulerOptions& s) {
+  Json j;
+  j["type"] = to_string(s.kind());
+  Json p = Json::object();
+  std::visit(
+      [&](const auto& x) {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, WarmupLRParams>) {
+          warmup_json(p, x);
+        } else if constexpr (std::is_same_v<T, WarmupDecayLRParams>) {
+          p["total_num_steps"] = x.total_num_steps;
+          warmup_json(p, x);
+        } else if constexpr (std::is_same_v<T, WarmupCosineLRParams>) {
+          p["total_num_steps"] = x.total_num_steps;
+          p["warmup_min_ratio"] = x.warmup_min_ratio;
+          p["warmup_num_steps"] = x.warmup_num_steps;
+          p["cos_min_ratio"] = x.cos_min_ratio;
+          p["warmup_type"] = to_string(x.warmup_type);
+          p["last_batch_iteration"] = x.last_batch_iteration;
+        } else if constexpr (std::is_same_v<T, OneCycleParams>) {
+          p["cycle_min_lr"] = x.cycle_min_lr;
+          p["cycle_max_lr"] = x.cycle_max_lr;
+          p["decay_lr_rate"] = x.decay_lr_rate;
+          p["cycle_first_step_size"] = x.cycle_first_step_size;
+          p["cycle_second_step_size"] = x.cycle_second_step_size;
+          p["cycle_first_stair_count"] = x.cycle_first_stair_count;
+          p["cycle_second_stair_count"] = x.cycle_second_stair_count;
+          p["decay_step_size"] = x.decay_step_size;
+          p["cycle_momentum"] = x.cycle_momentum;
+          p["cycle_min_mom"] = x.cycle_min_mom;
+          p["cycle_max_mom"] = x.cycle_max_mom;
+          p["decay_mom_rate"] = x.decay_mom_rate;
+          p["last_batch_iteration"] = x.last_batch_iteration;
+        } else {
+          p["lr_range_test_min_lr"] = x.lr_range_test_min_lr;
+          p["lr_range_test_step_size"] = x.lr_range_test_step_size;
+          p["lr_range_test_step_rate"] = x.lr_range_test_step_rate;
+          p["lr_range_test_staircase"] = x.lr_range_test_staircase;
+          p["last_batch_iteration"] = x.last_batch_iteration;
+        }
+      },
+      s.params);
+  j["params"] = std::move(p);
+  return j;
+}
+
+inline Json optimizer_json(const OptimizerOptions& o) {
+  Json j;
+  j["type"] = to_string(o.kind);
+  Json p;
+  p["lr"] = o.lr;
+  p["betas"] = {o.betas[0], o.betas[1]};
+  p["eps"] = o.eps;
+  p["weight_decay"] = o.weight_decay;
+  p["bias_correction"] = o.bias_correction;
+  switch (o.kind) {
+    case OptimizerKind::adam:
+    case OptimizerKind::adamw:
+      p["adam_w_mode"] = o.adam_w_mode;
+      break;
+    case OptimizerKind::lamb:
+      p["max_coeff"] = o.max_coeff;
+      p["min_coeff"] = o.min_coeff;
+      break;
+    case OptimizerKind::onebit_adam:
+    case OptimizerKind::onebit_lamb:
+      p["freeze_step"] = o.freeze_step;
+      p["cuda_aware"] = o.cuda_aware;
+      p["comm_backend_name"] = o.comm_backend_name;
+      if (o.kind == OptimizerKind::onebit_lamb) {
+        p["max_coeff"] = o.max_coeff;
+        p["min_coeff"] = o.min_coeff;
+        p["coeff_beta"] = o.coeff_beta;
+        p["factor_max"] = o.factor_max;
+        p["factor_min"] = o.factor_min;
+        p["factor_threshold"] = o.factor_threshold;
+      }
+      break;
+  }
+  j["params"] = std::move(p);
+  return j;
+}
+
+}  // namespace detail
+
+/// The fully resolved config in DeepSpeed's layout.
+inline Json to_json(const Config& c) {
+  Json j;
+  j["train_batch_size"] = c.train_batch_size;
+  j["train_micro_batch_size_per_gpu"] = c.train_micro_batch_size_per_gpu;
+  j["gradient_accumulation_steps"] = c.gradient_accumulation_steps;
+  j["gradient_clipping"] = c.gradient_clipping;
+  j["steps_per_print"] = c.steps_per_print;
+  j["wall_clock_breakdown"] = c.wall_clock_breakdown;
+  j["prescale_gradients"] = c.prescale_gradients;
+  j["gradient_predivide_factor"] = c.gradient_predivide_factor;
+  j["communication_data_type"] =
+      c.communication_data_type ? Json(to_string(*c.communication_data_type)) : Json(nullptr);
+
+  Json& f = j["fp16"];
+  f["enabled"] = c.fp16.enabled;
+  f["loss_scale"] = c.fp16.loss_scale;
+  f["initial_scale_power"] = c.fp16.initial_scale_power;
+  f["loss_scale_window"] = c.fp16.loss_scale_window;
+  f["hysteresis"] = c.fp16.hysteresis;
+  f["consecutive_hysteresis"] = c.fp16.consecutive_hysteresis;
+  f["min_loss_scale"] = c.fp16.min_loss_scale;
+  j["bf16"]["enabled"] = c.bf16.enabled;
+
+  const ZeroOptions& z = c.zero_optimization;
+  Json& zj = j["zero_optimization"];
+  zj["stage"] = z.stage;
+  zj["contiguous_gradients"] = z.contiguous_gradients;
+  zj["reduce_scatter"] = z.reduce_scatter;
+  zj["reduce_bucket_size"] = z.reduce_bucket_size;
+  zj["allgather_partitions"] = z.allgather_partitions;
+  zj["allgather_bucket_size"] = z.allgather_bucket_size;
+  zj["overlap_comm"] = z.overlap_comm;
+  zj["load_from_fp32_weights"] = z.load_from_fp32_weights;
+  zj["offload_optimizer"] = detail::offload_json(z.offload_optimizer);
+  // DeepSpeed rejects offload_param below stage 3 even when its device is "none".
+  if (z.stage == 3) zj["offload_param"] = detail::offload_json(z.offload_param);
+  zj["sub_group_size"] = z.sub_group_size;
+  zj["stage3_prefetch_bucket_size"] = z.stage3_prefetch_bucket_size;
+  zj["stage3_param_persistence_threshold"] = z.stage3_param_persistence_threshold;
+  zj["stage3_model_persistence_threshold"] = z.stage3_model_persistence_threshold;
+  zj["stage3_max_live_parameters"] = z.stage3_max_live_parameters;
+  zj["stage3_max_reuse_distance"] = z.stage3_max_reuse_distance;
+  zj["stage3_gather_16bit_weights_on_model_save"] = z.stage3_gather_16bit_weights_on_model_save;
+  zj["ignore_unused_parameters"] = z.ignore_unused_parameters;
+  zj["round_robin_gradients"] = z.round_robin_gradients;
+
+  Json& a = j["aio"];
+  a["block_size"] = c.aio.block_size;
+  a["queue_depth"] = c.aio.queue_depth;
+  a["intra_op_parallelism"] = c.aio.intra_op_parallelism;
+  a["single_submit"] = c.aio.single_submit;
+  a["overlap_events"] = c.aio.overlap_events;
+
+  if (c.optimizer) j["optimizer"] = detail::optimizer_json(*c.optimizer);
+  if (c.scheduler) j["scheduler"] = detail::scheduler_json(*c.scheduler);
+
+  Json& m = j["csv_monitor"];
+  m["enabled"] = c.csv_monitor.enabled;
+  m["output_path"] = c.csv_monitor.output_path;
+  m["job_name"] = c.csv_monitor.job_name;
+
+  const auto& ac = c.activation_checkpointing;
+  Json& acj = j["activation_checkpointing"];
+  acj["partition_activations"] = ac.partition_activations;
+  acj["contiguous_memory_optimization"] = ac.contiguous_memory_optimization;
+  acj["cpu_checkpointing"] = ac.cpu_checkpointing;
+  acj["number_checkpoints"] = ac.number_checkpoints ? Json(*ac.number_checkpoints) : Json(nullptr);
+  acj["synchronize_checkpoint_boundary"] = ac.synchronize_checkpoint_boundary;
+  acj["profile"] = ac.profile;
+  return j;
+}
+
+}  // namespace zerotk::config

@@ -1,0 +1,212 @@
+#pragma once
+/// \file zerotk/monitor/training_log.hpp
+/// What DeepSpeed logs during training, in DeepSpeed's order, for an engine to call at the same
+/// points of a step:
+///
+///   backward() at an accumulation boundary    on_boundary_loss(mean loss, global_samples before the step)
+///                                             -> Train/Samples/train_loss row
+///   step() at a boundary, after the update    on_step(StepStats{global_steps, global_samples, skipped, lr, scale, norm})
+///                                             -> Train/Samples/lr, Train/Samples/loss_scale (fp16) rows;
+///                                                every steps_per_print steps the progress line
+///                                                `[Rank 0] step=20, skipped=1, lr=[0.0001], loss_scale=32768.0,
+///                                                grad_norm=0.8125, samples/s=1234.56`;
+///                                                with wall_clock_breakdown the elapsed_time_ms_* rows and
+///                                                `[Rank 0] time (ms) | fwd: ... | step: ...`
+///   step() calls that are not boundaries      on_micro_step() -> `[Rank 0] time (ms) | fwd_microstep: ...`
+///                                             (on_step prints that line itself at boundaries)
+///
+/// Phases are timed with timers() under timer_names::*; an engine wraps forward in
+/// `auto t = log.timers().scope({timer_names::forward_micro, timer_names::forward});`. An engine
+/// that times its phases itself passes them in StepStats::phase_times instead.
+/// Only rank 0 writes anything.
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <iostream>
+#include <optional>
+#include <ostream>
+#include <span>
+#include <string>
+#include <utility>
+
+#include "zerotk/config/options.hpp"
+#include "zerotk/monitor/csv_monitor.hpp"
+#include "zerotk/monitor/format.hpp"
+#include "zerotk/monitor/timers.hpp"
+
+namespace zerotk::monitor {
+
+struct TrainingLogOptions {
+  config::CsvMonitorOptions csv_monitor;
+  std::int64_t steps_per_print = 10;
+  bool wall_clock_breakdown = false;
+  /// Loss-scale rows are written for fp16 only; static scales print as floats, a dynamic scale
+  /// as an integer until its first change (DeepSpeed starts it at the int 2**initial_scale_power).
+  config::ScalerKind scaler = config::ScalerKind::none;
+  double initial_loss_scale = 65536;  ///< dynamic: 2^initial_scale_power
+  int rank = 0;
+
+  static TrainingLogOptions from(const config::Config& c, int rank) {
+    TrainingLogOptions o;
+    o.csv_monitor = c.csv_monitor;
+    o.steps_per_print = c.steps_per_print;
+    o.wall_clock_breakdown = c.wall_clock_breakdown;
+    o.scaler = c.scaler();
+    o.initial_loss_scale = c.fp16.initial_scale();
+    o.rank = rank;
+    return o;
+  }
+};
+
+/// Milliseconds per phase over one accumulation boundary, for engines that time themselves.
+struct PhaseTimesMs {
+  double forward = 0, backward = 0, backward_inner = 0, backward_allreduce = 0, step = 0;
+};
+
+/// The state after one optimizer boundary (skipped steps included).
+struct StepStats {
+  std::int64_t global_steps = 0;    ///< boundaries done, this one included
+  std::int64_t global_samples = 0;  ///< samples consumed, this boundary included
+  std::int64_t skipped_steps = 0;   ///< overflow-skipped boundaries so far
+  std::span<const double> lr;       ///< per parameter group, after the scheduler step
+  double loss_scale = 1;            ///< current scale after this boundary's update
+  std::optional<double> grad_norm;  ///< unscaled global norm; empty on overflow
+  /// The boundary's phase times when the engine measured them itself; empty: read timers().
+  std::optional<PhaseTimesMs> phase_times;
+};
+
+class TrainingLog {
+ public:
+  explicit TrainingLog(TrainingLogOptions options, std::ostream& out = std::cout, Clock clock = steady_seconds)
+      : options_(std::move(options)),
+        out_(out),
+        clock_(clock),
+        timers_(clock),
+        csv_(options_.csv_monitor, options_.rank),
+        last_report_time_(clock_()) {
+    if (options_.steps_per_print < 1) {
+      throw usage_error("steps_per_print must be >= 1", "TrainingLog", std::to_string(options_.steps_per_print));
+    }
+  }
+
+  WallClockTimers& timers() noexcept { return timers_; }
+  CsvMonitor& csv() noexcept { return csv_; }
+  bool is_writer() const noexcept { return options_.rank == 0; }
+
+  /// At the accumulation boundary, in backward before the step: the mean loss over the micro-steps.
+  void on_boundary_loss(double loss, std::int64_t global_samples_before_step) {
+    csv_.write("Train/Samples/train_loss", MetricValue(loss), global_samples_before_step);
+  }
+
+  /// After a step() call that is not an accumulation boundary (on_step covers the boundary one):
+  /// prints the micro-step timers when wall_clock_breakdown is on.
+  void on_micro_step() {
+    if (!options_.wall_clock_breakdown) return;
+    print_timers(timer_names::micro);
+  }
+
+  /// After each optimizer boundary, with the state the step left. Order as in DeepSpeed: the
+  /// progress line, lr and loss-scale rows, then (wall_clock_breakdown) micro-step timers,
+  /// elapsed_time_ms rows and the boundary timers.
+  void on_step(const StepStats& r) {
+    if (r.global_steps % options_.steps_per_print == 0) {
+      const double now = clock_();
+      const double dt = now - last_report_time_;
+      const double samples = static_cast<double>(r.global_samples - last_report_samples_);
+      if (is_writer()) {
+        out_ << "[Rank 0] " << progress_line(r, dt > 0 ? samples / dt : 0.0) << '\n';
+      }
+      last_report_time_ = now;
+      last_report_samples_ = r.global_samples;
+    }
+
+    const double lr0 = r.lr.empty() ? 0.0 : r.lr.front();
+    csv_.write("Train/Samples/lr", MetricValue(lr0), r.global_samples);
+    if (options_.scaler != config::ScalerKind::none) {
+      csv_.write("Train/Samples/loss_scale", scale_value(r.loss_scale), r.global_samples);
+    }
+
+    if (options_.wall_clock_breakdown) {
+      on_micro_step();
+      static constexpr const char* kCsvNames[] = {
+          "Train/Samples/elapsed_time_ms_forward", "Train/Samples/elapsed_time_ms_backward",
+          "Train/Samples/elapsed_time_ms_backward_inner", "Train/Samples/elapsed_time_ms_backward_allreduce",
+          "Train/Samples/elapsed_time_ms_step"};
+      if (r.phase_times) {
+        const PhaseTimesMs& p = *r.phase_times;
+        const double ms[] = {p.forward, p.backward, p.backward_inner, p.backward_allreduce, p.step};
+        std::string line = "time (ms)";
+        for (std::size_t i = 0; i < 5; ++i) {
+          csv_.write(kCsvNames[i], MetricValue(ms[i]), r.global_samples);
+          char buf[64];
+          std::snprintf(buf, sizeof buf, " | %s: %.2f", std::string(timer_names::global[i]).c_str(), ms[i]);
+          line += buf;
+        }
+        if (is_writer()) out_ << "[Rank 0] " << line << '\n';
+      } else {
+        for (std::size_t i = 0; i < 5; ++i) {
+          csv_.write(kCsvNames[i], timers_.elapsed_value(timer_names::global[i]), r.global_samples);
+        }
+        print_timers(timer_names::global);
+      }
+    }
+  }
+
+  /// `step=20, skipped=1, lr=[0.0001], loss_scale=32768.0, grad_norm=0.8125, samples/s=1234.56`
+  /// (loss_scale only with fp16; lr per parameter group, Python list style).
+  std::string progress_line(const StepStats& r, double samples_per_s) const {
+    std::string s = "step=";
+    s += std::to_string(r.global_steps);
+    s += ", skipped=";
+    s += std::to_string(r.skipped_steps);
+    s += ", lr=[";
+    for (std::size_t i = 0; i < r.lr.size(); ++i) {
+      if (i) s += ", ";
+      s += python_repr(r.lr[i]);
+    }
+    s += "]";
+    if (options_.scaler != config::ScalerKind::none) {
+      s += ", loss_scale=";
+      s += scale_value(r.loss_scale).str();
+    }
+    s += ", grad_norm=";
+    s += r.grad_norm ? python_repr(*r.grad_norm) : std::string("None");
+    char buf[64];
+    std::snprintf(buf, sizeof buf, ", samples/s=%.2f", samples_per_s);
+    s += buf;
+    return s;
+  }
+
+ private:
+  /// Prints `time (ms) | ...` for those of `names` that were used (nothing when none was).
+  void print_timers(std::span<const std::string_view> names) {
+    bool any = false;
+    for (auto n : names) any = any || timers_.has(n);
+    if (!any) return;
+    std::string line = timers_.log(names, /*reset=*/true);
+    if (is_writer()) out_ << "[Rank 0] " << line << '\n';
+  }
+
+  /// DeepSpeed's cur_scale is the int 2**initial_scale_power until the first update multiplies or
+  /// divides it by 2.0 (then a float for good); a static scale comes from a float config field.
+  MetricValue scale_value(double scale) const {
+    if (options_.scaler != config::ScalerKind::dynamic) return MetricValue(scale);
+    if (scale != options_.initial_loss_scale) scale_changed_ = true;
+    if (!scale_changed_ && scale == std::floor(scale) && scale < 9.2e18) {
+      return MetricValue(static_cast<std::int64_t>(scale));
+    }
+    return MetricValue(scale);
+  }
+
+  TrainingLogOptions options_;
+  std::ostream& out_;
+  Clock clock_;
+  WallClockTimers timers_;
+  CsvMonitor csv_;
+  double last_report_time_;
+  std::int64_t last_report_samples_ = 0;
+  mutable bool scale_changed_ = false;  // sticky, as Python's int -> float promotion is
+};
+
+}  // namespace zerotk::monitor

@@ -1,0 +1,460 @@
+// Configs written the way DeepSpeed's docs and the Hugging Face integration write them load into
+// the expected options; "auto" resolves from what the engine knows; defaults are DeepSpeed's.
+#include "common.hpp"
+
+#include <variant>
+
+using namespace zerotk;
+using namespace zerotk::config;
+using zerotk_test::error_lines;
+using zerotk_test::fixture;
+using zerotk_test::has_notice;
+
+TEST_CASE("HF ZeRO-2 template: every \"auto\" resolves from the engine's facts") {
+  ResolveContext ctx;
+  ctx.world_size = 4;
+  ctx.precision = DType::fp16;
+  ctx.micro_batch_size = 8;
+  ctx.gradient_accumulation_steps = 2;
+  ctx.lr = 3e-5;
+  ctx.betas = std::array<double, 2>{0.9, 0.98};
+  ctx.eps = 1e-6;
+  ctx.weight_decay = 0.01;
+  ctx.max_grad_norm = 0.5;
+  ctx.warmup_num_steps = 100;
+  const ParseResult r = parse(fixture("hf_zero2_auto.json"), ctx);
+  REQUIRE_MESSAGE(r.ok(), error_lines(r));
+  const Config& c = *r.config;
+
+  CHECK(c.fp16.enabled);
+  CHECK_FALSE(c.bf16.enabled);
+  CHECK(c.precision() == DType::fp16);
+  CHECK(c.scaler() == ScalerKind::dynamic);
+  CHECK(c.fp16.initial_scale() == 65536.0);
+  CHECK(c.fp16.loss_scale_window == 1000);
+  CHECK(c.fp16.hysteresis == 2);
+  CHECK(c.fp16.min_loss_scale == 1.0);
+
+  REQUIRE(c.optimizer);
+  CHECK(c.optimizer->kind == OptimizerKind::adamw);
+  CHECK(c.optimizer->lr == 3e-5);
+  CHECK(c.optimizer->betas == std::array<double, 2>{0.9, 0.98});
+  CHECK(c.optimizer->eps == 1e-6);
+  CHECK(c.optimizer->weight_decay == 0.01);
+
+  REQUIRE(c.scheduler);
+  REQUIRE(c.scheduler->kind() == SchedulerKind::warmup_lr);
+  const auto& w = std::get<WarmupLRParams>(c.scheduler->params);
+  CHECK(w.warmup_min_lr == 0.0);
+  CHECK(w.warmup_max_lr == 3e-5);  // follows the (resolved) optimizer lr
+  CHECK(w.warmup_num_steps == 100);
+  CHECK(w.warmup_type == WarmupType::log);
+
+  const ZeroOptions& z = c.zero_optimization;
+  CHECK(z.stage == 2);
+  CHECK(z.offload_optimizer.device == OffloadDevice::cpu);
+  CHECK(z.offload_optimizer.pin_memory);
+  CHECK(z.allgather_bucket_size == 200'000'000);  // written 2e8
+  CHECK(z.reduce_bucket_size == 200'000'000);
+  CHECK(z.overlap_comm);
+  CHECK(z.reduce_scatter);
+  CHECK(z.contiguous_gradients);
+
+  CHECK(c.train_micro_batch_size_per_gpu == 8);
+  CHECK(c.gradient_accumulation_steps == 2);
+  CHECK(c.train_batch_size == 64);  // 8 * 2 * 4
+  CHECK(c.gradient_clipping == 0.5);
+  CHECK(c.steps_per_print == 2000);
+  CHECK_FALSE(c.wall_clock_breakdown);
+
+  CHECK(has_notice(r, "/optimizer/params/lr", "3e-05"));
+  CHECK(has_notice(r, "/train_batch_size", "64"));
+  CHECK(has_notice(r, "/fp16/enabled", "true"));
+}
+
+TEST_CASE("HF ZeRO-2 template without hints: optimizer defaults, but the batch cannot be decided") {
+  ResolveContext ctx;
+  ctx.world_size = 2;
+  ctx.precision = DType::bf16;
+  ParseResult r = parse(fixture("hf_zero2_auto.json"), ctx);
+  REQUIRE(r.errors.size() == 1);
+  CHECK(r.errors[0].where() == "/train_micro_batch_size_per_gpu");
+  CHECK(r.errors[0].message().find("--micro-batch") != std::string::npos);
+
+  ctx.micro_batch_size = 4;
+  r = parse(fixture("hf_zero2_auto.json"), ctx);
+  REQUIRE_MESSAGE(r.ok(), error_lines(r));
+  const Config& c = *r.config;
+  CHECK_FALSE(c.fp16.enabled);
+  CHECK(c.bf16.enabled);
+  CHECK(c.scaler() == ScalerKind::none);
+  CHECK(c.optimizer->lr == 1e-3);  // DeepSpeed's Adam defaults
+  CHECK(c.optimizer->betas == std::array<double, 2>{0.9, 0.999});
+  CHECK(c.optimizer->eps == 1e-8);
+  CHECK(c.optimizer->weight_decay == 0.0);
+  CHECK(std::get<WarmupLRParams>(c.scheduler->params).warmup_num_steps == 1000);
+  CHECK(c.gradient_accumulation_steps == 1);
+  CHECK(c.train_batch_size == 8);
+  CHECK(c.gradient_clipping == 1.0);
+}
+
+TEST_CASE("HF ZeRO-3 template: bucket sizes from the hidden size, offload blocks") {
+  ResolveContext ctx;
+  ctx.world_size = 8;
+  ctx.hidden_size = 1024;
+  ctx.precision = DType::bf16;
+  ctx.micro_batch_size = 2;
+  ctx.total_num_steps = 5000;
+  const ParseResult r = parse(fixture("hf_zero3_auto.json"), ctx);
+  REQUIRE_MESSAGE(r.ok(), error_lines(r));
+  const Config& c = *r.config;
+  const ZeroOptions& z = c.zero_optimization;
+  CHECK(z.stage == 3);
+  CHECK(z.reduce_bucket_size == 1024 * 1024);
+  CHECK(z.stage3_prefetch_bucket_size == 943718);  // floor(0.9 * 1024^2)
+  CHECK(z.stage3_param_persistence_threshold == 10240);
+  CHECK(z.sub_group_size == 1'000'000'000);
+  CHECK(z.stage3_max_live_parameters == 1'000'000'000);
+  CHECK(z.stage3_max_reuse_distance == 1'000'000'000);
+  CHECK(z.stage3_gather_16bit_weights_on_model_save);
+  CHECK(z.offload_optimizer.device == OffloadDevice::cpu);
+  CHECK(z.offload_param.device == OffloadDevice::cpu);
+  CHECK(z.offload_param.buffer_count == 5);
+  CHECK(z.offload_param.buffer_size == 100'000'000);
+  CHECK(z.offload_param.max_in_cpu == 1'000'000'000);
+  CHECK(c.precision() == DType::bf16);
+  const auto& s = std::get<WarmupDecayLRParams>(c.scheduler->params);
+  CHECK(s.total_num_steps == 5000);
+  CHECK(s.warmup_max_lr == 1e-3);
+  CHECK(s.warmup_num_steps == 1000);
+  CHECK(c.train_batch_size == 16);
+
+  const Structure st = c.structure();
+  CHECK(st.stage == 3);
+  CHECK(st.precision == DType::bf16);
+  CHECK(st.scaler == ScalerKind::none);
+  CHECK(st.optimizer == OptimizerKind::adamw);
+  CHECK(st.offload_optimizer == OffloadDevice::cpu);
+  CHECK(st.offload_param == OffloadDevice::cpu);
+}
+
+TEST_CASE("HF ZeRO-3 template without hidden size or step count: every unresolvable \"auto\" is reported") {
+  ResolveContext ctx;
+  ctx.world_size = 8;
+  ctx.precision = DType::fp16;
+  ctx.micro_batch_size = 2;
+  const ParseResult r = parse(fixture("hf_zero3_auto.json"), ctx);
+  REQUIRE(r.errors.size() == 4);
+  CHECK(r.errors[0].where() == "/zero_optimization/reduce_bucket_size");
+  CHECK(r.errors[1].where() == "/zero_optimization/stage3_prefetch_bucket_size");
+  CHECK(r.errors[2].where() == "/zero_optimization/stage3_param_persistence_threshold");
+  CHECK(r.errors[3].where() == "/scheduler/params/total_num_steps");
+  CHECK(r.errors[3].message().find("--total-steps") != std::string::npos);
+  for (const auto& e : r.errors) {
+    CHECK(e.value() == "\"auto\"");
+    if (e.where().starts_with("/zero")) CHECK(e.message().find("--hidden") != std::string::npos);
+  }
+}
+
+TEST_CASE("stage3_* \"auto\" below stage 3 keeps the default instead of failing") {
+  ResolveContext ctx;
+  ctx.world_size = 1;
+  const ParseResult r = parse(
+      R"({"train_batch_size": 4, "zero_optimization": {"stage": 2, "stage3_prefetch_bucket_size": "auto",
+          "stage3_param_persistence_threshold": "auto"}})",
+      ctx);
+  REQUIRE_MESSAGE(r.ok(), error_lines(r));
+  CHECK(r.config->zero_optimization.stage3_prefetch_bucket_size == 50'000'000);
+  CHECK(r.config->zero_optimization.stage3_param_persistence_threshold == 100'000);
+}
+
+TEST_CASE("ZeRO-Infinity config: nvme offload, aio, cosine schedule, csv monitor") {
+  ResolveContext ctx;
+  ctx.world_size = 8;
+  const ParseResult r = parse(fixture("ds_zero3_nvme.json"), ctx);
+  REQUIRE_MESSAGE(r.ok(), error_lines(r));
+  const Config& c = *r.config;
+  CHECK(c.train_batch_size == 64);
+  CHECK(c.train_micro_batch_size_per_gpu == 4);
+  CHECK(c.gradient_accumulation_steps == 2);  // 64 / 4 / 8
+  CHECK(c.fp16.initial_scale() == 4096.0);
+  CHECK(c.fp16.loss_scale_window == 500);
+  CHECK(c.fp16.consecutive_hysteresis);
+  CHECK(c.optimizer->kind == OptimizerKind::adamw);  // "Adam" with adam_w_mode defaulting to true
+  CHECK(c.optimizer->adam_w_mode);
+  CHECK(c.optimizer->lr == 0.00015);
+  CHECK(c.optimizer->betas == std::array<double, 2>{0.9, 0.95});
+  CHECK(c.optimizer->weight_decay == 0.1);
+  const auto& s = std::get<WarmupCosineLRParams>(c.scheduler->params);
+  CHECK(s.total_num_steps == 10000);
+  CHECK(s.warmup_num_steps == 500);
+  CHECK(s.warmup_min_ratio == 0.01);
+  CHECK(s.cos_min_ratio == 0.1);
+  const ZeroOptions& z = c.zero_optimization;
+  CHECK(z.reduce_bucket_size == 50'000'000);
+  CHECK(z.stage3_prefetch_bucket_size == 45'000'000);
+  CHECK(z.stage3_param_persistence_threshold == 10'000);
+  CHECK(z.stage3_max_live_parameters == 300'000'000);
+  CHECK(z.sub_group_size == 100'000'000);
+  CHECK(z.offload_optimizer.device == OffloadDevice::nvme);
+  CHECK(z.offload_optimizer.nvme_path == "/local_nvme");
+  CHECK(z.offload_optimizer.buffer_count == 4);
+  CHECK(z.offload_param.device == OffloadDevice::nvme);
+  CHECK(z.offload_param.buffer_size == 100'000'000);
+  CHECK(c.aio.block_size == 1 << 20);
+  CHECK(c.aio.queue_depth == 16);
+  CHECK(c.aio.intra_op_parallelism == 2);  // from its old name thread_count
+  CHECK(has_notice(r, "/aio/thread_count", "intra_op_parallelism"));
+  CHECK(c.csv_monitor.enabled);
+  CHECK(c.csv_monitor.output_path == "logs/");
+  CHECK(c.csv_monitor.job_name == "zero3_nvme");
+  CHECK(c.wall_clock_breakdown);
+  CHECK(r.notices.size() == 1);  // fast_init: false is the default, no notice
+}
+
+TEST_CASE("batch triad: a world size the batch does not divide prints all four numbers") {
+  ResolveContext ctx;
+  ctx.world_size = 3;
+  const ParseResult r = parse(fixture("ds_zero3_nvme.json"), ctx);
+  REQUIRE(r.errors.size() == 1);
+  CHECK(r.errors[0].where() == "/train_batch_size");
+  CHECK(r.errors[0].message().find("64 != 4 * 5 * 3 (= 60)") != std::string::npos);
+}
+
+TEST_CASE("batch rules of SEMANTICS.md section 5") {
+  struct Case {
+    const char* json;
+    int world;
+    std::int64_t tbs, mbs, gas;
+  };
+  const Case cases[] = {
+      {R"({"train_batch_size": 32})", 4, 32, 8, 1},
+      {R"({"train_micro_batch_size_per_gpu": 3})", 5, 15, 3, 1},
+      {R"({"train_batch_size": 48, "train_micro_batch_size_per_gpu": 2})", 3, 48, 2, 8},
+      {R"({"train_batch_size": 48, "gradient_accumulation_steps": 4})", 3, 48, 4, 4},
+      {R"({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 7})", 3, 42, 2, 7},
+      {R"({"train_batch_size": 42, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 7})", 3, 42, 2, 7},
+      {R"({"train_batch_size": 1})", 1, 1, 1, 1},
+  };
+  for (const Case& k : cases) {
+    CAPTURE(k.json);
+    ResolveContext ctx;
+    ctx.world_size = k.world;
+    const ParseResult r = parse(k.json, ctx);
+    REQUIRE_MESSAGE(r.ok(), error_lines(r));
+    CHECK(r.config->train_batch_size == k.tbs);
+    CHECK(r.config->train_micro_batch_size_per_gpu == k.mbs);
+    CHECK(r.config->gradient_accumulation_steps == k.gas);
+    CHECK(r.config->world_size == k.world);
+  }
+}
+
+TEST_CASE("LAMB with OneCycle, bf16, stage 1 and activation checkpointing") {
+  ResolveContext ctx;
+  ctx.world_size = 2;
+  const ParseResult r = parse(fixture("ds_onecycle_lamb.json"), ctx);
+  REQUIRE_MESSAGE(r.ok(), error_lines(r));
+  const Config& c = *r.config;
+  CHECK(c.train_batch_size == 64);
+  CHECK(c.precision() == DType::bf16);
+  CHECK(c.scaler() == ScalerKind::none);
+  CHECK(c.gradient_clipping == 0.5);
+  CHECK(c.communication_data_type == DType::fp32);
+  CHECK(c.gradient_predivide_factor == 2.0);
+  CHECK(c.optimizer->kind == OptimizerKind::lamb);  // "LAMB": types are case-insensitive
+  CHECK(c.optimizer->max_coeff == 0.3);
+  CHECK(c.optimizer->min_coeff == 0.01);
+  CHECK(c.optimizer->lr == 0.002);
+  const auto& o = std::get<OneCycleParams>(c.scheduler->params);
+  CHECK(o.cycle_min_lr == 0.0001);
+  CHECK(o.cycle_max_lr == 0.002);
+  CHECK(o.cycle_first_step_size == 1000);
+  CHECK(o.cycle_second_step_size == 1000);  // defaults to the first
+  CHECK(o.cycle_second_stair_count == 0);
+  CHECK(o.decay_lr_rate == 0.001);
+  CHECK(o.decay_step_size == 100);
+  CHECK(o.cycle_momentum);
+  CHECK(o.cycle_min_mom == 0.85);
+  CHECK(o.cycle_max_mom == 0.99);
+  CHECK(c.zero_optimization.stage == 1);
+  CHECK_FALSE(c.zero_optimization.overlap_comm);
+  const auto& a = c.activation_checkpointing;
+  CHECK(a.partition_activations);
+  CHECK(a.cpu_checkpointing);
+  CHECK(a.contiguous_memory_optimization);
+  CHECK(a.number_checkpoints == 24);
+}
+
+TEST_CASE("1-bit Adam with a static fp16 scale and LRRangeTest") {
+  ResolveContext ctx;
+  ctx.world_size = 16;
+  const ParseResult r = parse(fixture("ds_onebit_rangetest.json"), ctx);
+  REQUIRE_MESSAGE(r.ok(), error_lines(r));
+  const Config& c = *r.config;
+  CHECK(c.train_micro_batch_size_per_gpu == 32);  // 4096 / 16 / 8
+  CHECK(c.scaler() == ScalerKind::static_scale);
+  CHECK(c.fp16.initial_scale() == 128.0);
+  CHECK(c.optimizer->kind == OptimizerKind::onebit_adam);
+  CHECK(c.optimizer->freeze_step == 400);
+  CHECK(c.optimizer->comm_backend_name == "mpi");
+  const auto& l = std::get<LRRangeTestParams>(c.scheduler->params);
+  CHECK(l.lr_range_test_min_lr == 1e-5);
+  CHECK(l.lr_range_test_step_size == 200);
+  CHECK(l.lr_range_test_step_rate == 5.0);
+  CHECK(l.lr_range_test_staircase);
+  CHECK(c.zero_optimization.stage == 0);
+}
+
+TEST_CASE("a minimal config gets DeepSpeed's defaults") {
+  ResolveContext ctx;
+  ctx.world_size = 4;
+  const ParseResult r = parse(fixture("ds_minimal.json"), ctx);
+  REQUIRE_MESSAGE(r.ok(), error_lines(r));
+  const Config& c = *r.config;
+  CHECK(c.train_micro_batch_size_per_gpu == 8);
+  CHECK(c.gradient_accumulation_steps == 1);
+  CHECK(c.gradient_clipping == 1.0);
+  CHECK(c.steps_per_print == 10);
+  CHECK_FALSE(c.wall_clock_breakdown);
+  CHECK_FALSE(c.prescale_gradients);
+  CHECK(c.gradient_predivide_factor == 1.0);
+  CHECK_FALSE(c.communication_data_type);
+  CHECK(c.precision() == DType::fp32);
+  CHECK(c.fp16.initial_scale_power == 16);
+  CHECK(c.zero_optimization.stage == 0);
+  CHECK(c.zero_optimization.reduce_bucket_size == 500'000'000);
+  CHECK(c.zero_optimization.allgather_bucket_size == 500'000'000);
+  CHECK(c.zero_optimization.stage3_prefetch_bucket_size == 50'000'000);
+  CHECK(c.zero_optimization.stage3_param_persistence_threshold == 100'000);
+  CHECK(c.zero_optimization.stage3_max_live_parameters == 1'000'000'000);
+  CHECK(c.zero_optimization.stage3_max_reuse_distance == 1'000'000'000);
+  CHECK(c.zero_optimization.sub_group_size == 1'000'000'000);
+  CHECK(c.zero_optimization.offload_optimizer.buffer_count == 4);
+  CHECK(c.zero_optimization.offload_optimizer.pin_memory);
+  CHECK(c.aio.block_size == 1048576);
+  CHECK(c.aio.queue_depth == 8);
+  CHECK(c.aio.intra_op_parallelism == 1);
+  CHECK(c.aio.overlap_events);
+  CHECK_FALSE(c.aio.single_submit);
+  CHECK_FALSE(c.optimizer);
+  CHECK_FALSE(c.scheduler);
+  CHECK_FALSE(c.csv_monitor.enabled);
+  CHECK(c.csv_monitor.job_name == "DeepSpeedJobName");
+  CHECK(r.notices.empty());
+}
+
+TEST_CASE("overlap_comm defaults to true for stage 3 only") {
+  ResolveContext ctx;
+  for (int stage = 0; stage <= 3; ++stage) {
+    const std::string json =
+        R"({"train_batch_size": 2, "zero_optimization": {"stage": )" + std::to_string(stage) + "}}";
+    const ParseResult r = parse(json, ctx);
+    REQUIRE(r.ok());
+    CHECK(r.config->zero_optimization.overlap_comm == (stage == 3));
+  }
+}
+
+TEST_CASE("\"Adam\" is AdamW unless adam_w_mode is false; fp16/bf16 auto follows the engine") {
+  ResolveContext ctx;
+  ctx.precision = DType::fp32;
+  ParseResult r = parse(R"({"train_batch_size": 2, "fp16": {"enabled": "auto"}, "bf16": {"enabled": "auto"},
+                           "optimizer": {"type": "adam", "params": {"adam_w_mode": false, "weight_decay": 0.01}}})",
+                        ctx);
+  REQUIRE_MESSAGE(r.ok(), error_lines(r));
+  CHECK(r.config->optimizer->kind == OptimizerKind::adam);
+  CHECK_FALSE(r.config->optimizer->adam_w_mode);
+  CHECK(r.config->precision() == DType::fp32);
+  r = parse(R"({"train_batch_size": 2, "optimizer": {"type": "ADAMW"}})", ctx);
+  REQUIRE(r.ok());
+  CHECK(r.config->optimizer->kind == OptimizerKind::adamw);
+}
+
+TEST_CASE("old spellings are read and reported as deprecated") {
+  ResolveContext ctx;
+  const ParseResult r = parse(R"({"train_batch_size": 2, "bfloat16": {"enabled": true},
+      "zero_optimization": {"stage": 3, "cpu_offload": true, "cpu_offload_param": true,
+                            "stage3_gather_fp16_weights_on_model_save": true, "prefetch_bucket_size": 1000}})",
+                              ctx);
+  REQUIRE_MESSAGE(r.ok(), error_lines(r));
+  const Config& c = *r.config;
+  CHECK(c.bf16.enabled);
+  CHECK(c.zero_optimization.offload_optimizer.device == OffloadDevice::cpu);
+  CHECK(c.zero_optimization.offload_param.device == OffloadDevice::cpu);
+  CHECK(c.zero_optimization.stage3_gather_16bit_weights_on_model_save);
+  CHECK(c.zero_optimization.stage3_prefetch_bucket_size == 1000);  // pydantic alias
+  CHECK(has_notice(r, "/bfloat16"));
+  CHECK(has_notice(r, "/zero_optimization/cpu_offload"));
+  CHECK(has_notice(r, "/zero_optimization/cpu_offload_param"));
+  CHECK(has_notice(r, "/zero_optimization/stage3_gather_fp16_weights_on_model_save"));
+
+  const ParseResult b = parse(R"({"train_batch_size": 2, "zero_optimization": true})", ctx);
+  REQUIRE(b.ok());
+  CHECK(b.config->zero_optimization.stage == 1);
+}
+
+TEST_CASE("keys for features not built yet are accepted and reported, never silently dropped") {
+  ResolveContext ctx;
+  ParseResult r = parse(fixture("ds_unsupported_keys.json"), ctx);
+  REQUIRE_MESSAGE(r.ok(), error_lines(r));
+  CHECK(has_notice(r, "/tensorboard", "not supported"));
+  CHECK(has_notice(r, "/flops_profiler", "not supported"));
+  CHECK(has_notice(r, "/zero_allow_untested_optimizer", "no effect"));
+  CHECK(has_notice(r, "/zero_optimization/zero_quantized_gradients", "not supported"));
+  // Disabled features and DeepSpeed's default values say nothing.
+  CHECK_FALSE(has_notice(r, "/wandb"));
+  CHECK_FALSE(has_notice(r, "/memory_breakdown"));
+  CHECK_FALSE(has_notice(r, "/zero_optimization/memory_efficient_linear"));
+  CHECK_FALSE(has_notice(r, "/bf16/immediate_grad_update"));
+  CHECK(r.notices.size() == 4);
+
+  ctx.strict = true;
+  r = parse(fixture("ds_unsupported_keys.json"), ctx);
+  REQUIRE(r.errors.size() == 4);
+  CHECK(r.errors[0].where() == "/zero_optimization/zero_quantized_gradients");
+  CHECK(r.errors[1].where() == "/tensorboard");
+  CHECK(r.errors[2].where() == "/flops_profiler");
+  CHECK(r.errors[3].where() == "/zero_allow_untested_optimizer");
+}
+
+TEST_CASE("load() throws one config_error listing every problem; validate() returns them all") {
+  ResolveContext ctx;
+  const std::string text = fixture("invalid_many.json");
+  const auto errors = validate(text, ctx);
+  REQUIRE(errors.size() == 5);
+  // Reading order: values as read, then cross-block rules, then unknown keys with suggestions.
+  CHECK(errors[0].where() == "/optimizer/params/max_grad_norm");
+  CHECK(errors[1].where() == "/train_batch_size");                 // 10 != 3 * 3 * 1
+  CHECK(errors[2].where() == "/bf16/enabled");                     // with fp16
+  CHECK(errors[3].where() == "/zero_optimization/offload_param");  // not stage 3
+  CHECK(errors[4].where() == "/zero_optimization/stage3_max_live_params");
+  try {
+    (void)load(text, ctx, "invalid_many.json");
+    FAIL("load() must throw");
+  } catch (const config_error& e) {
+    CHECK(e.where() == "invalid_many.json");
+    const std::string what = e.what();
+    CHECK(what.find("5 problems") != std::string::npos);
+    for (const auto& x : errors) CHECK(what.find(format_line(x)) != std::string::npos);
+  }
+  CHECK_THROWS_AS(load_file(zerotk_test::fixture_path("no_such_file.json"), ctx), io_error);
+}
+
+TEST_CASE("to_json writes a config that reads back to the same options") {
+  struct Case {
+    const char* file;
+    int world;
+  };
+  for (const Case& k : {Case{"ds_zero3_nvme.json", 8}, Case{"ds_onecycle_lamb.json", 2},
+                        Case{"ds_onebit_rangetest.json", 16}, Case{"ds_minimal.json", 4}}) {
+    CAPTURE(k.file);
+    ResolveContext ctx;
+    ctx.world_size = k.world;
+    const Config a = load(fixture(k.file), ctx);
+    const Json written = to_json(a);
+    const ParseResult back = parse(written.dump(), ctx);
+    REQUIRE_MESSAGE(back.ok(), error_lines(back));
+    CHECK(back.notices.empty());
+    CHECK(to_json(*back.config) == written);
+    CHECK(back.config->structure() == a.structure());
+  }
+}

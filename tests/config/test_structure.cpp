@@ -1,0 +1,175 @@
+// Matching configs against compiled engines: check_structure names both sides of each mismatch;
+// dispatch picks the first engine that fits or lists every candidate and why it did not.
+#include "common.hpp"
+
+#include <string>
+#include <type_traits>
+
+using namespace zerotk;
+using namespace zerotk::config;
+using zerotk_test::error_lines;
+
+namespace {
+
+// Small stand-ins for zerotk::Engine<...>: only the compile-time structure matters here.
+template <int S, class P, class L, class O, class Off = zerotk::None, class D = zerotk::Host>
+struct FakeEngine {
+  static constexpr int kStage = S;
+  using precision_tag = P;
+  using loss_scaler_tag = L;
+  using optimizer_tag = O;
+  using offload_tag = Off;
+  using device_tag = D;
+};
+
+using Z2Fp16 = FakeEngine<2, fp16, Dynamic, AdamW>;
+using Z2Fp16Static = FakeEngine<2, fp16, Static, AdamW>;
+using Z3Bf16Cpu = FakeEngine<3, bf16, None, AdamW, Cpu, Cuda>;
+using Z1Fp32Lamb = FakeEngine<1, fp32, None, Lamb>;
+using Z2Fp16Adam = FakeEngine<2, fp16, Dynamic, Adam>;
+
+static_assert(EngineStructure<Z2Fp16>);
+static_assert(!EngineStructure<int>);
+struct NoDevice {
+  static constexpr int kStage = 1;
+  using precision_tag = fp32;
+  using loss_scaler_tag = None;
+  using optimizer_tag = Adam;
+  using offload_tag = None;
+};
+static_assert(!EngineStructure<NoDevice>);
+
+Config config_of(std::string_view json, int world = 1) {
+  ResolveContext ctx;
+  ctx.world_size = world;
+  return load(json, ctx);
+}
+
+const char* kZero2Fp16 = R"({"train_batch_size": 8, "fp16": {"enabled": true},
+    "zero_optimization": {"stage": 2}, "optimizer": {"type": "Adam"}})";
+
+}  // namespace
+
+TEST_CASE("describe() spells an engine's policies") {
+  CHECK(describe<Z3Bf16Cpu>() ==
+        "Stage<3>, Precision<bf16>, LossScaler<None>, Optimizer<AdamW>, Offload<Cpu>, Device<Cuda>");
+  CHECK(describe(config_of(kZero2Fp16).structure()) ==
+        "Stage<2>, Precision<fp16>, LossScaler<Dynamic>, Optimizer<AdamW>, Offload<None>");
+}
+
+TEST_CASE("a config that fits has no structural errors") {
+  const Config c = config_of(kZero2Fp16);
+  CHECK(check_structure<Z2Fp16>(c).empty());
+  // No optimizer block: the engine's own optimizer is used, whatever it is.
+  CHECK(check_structure<Z1Fp32Lamb>(config_of(R"({"train_batch_size": 8, "zero_optimization": {"stage": 1}})")).empty());
+}
+
+TEST_CASE("each structural mismatch names the config's ask and the compiled policy") {
+  SUBCASE("stage") {
+    const auto e = check_structure<Z2Fp16>(config_of(R"({"train_batch_size": 8, "fp16": {"enabled": true},
+        "zero_optimization": {"stage": 3}})"));
+    REQUIRE(e.size() == 1);
+    CHECK(e[0].where() == "/zero_optimization/stage");
+    CHECK(e[0].message() == "config asks for ZeRO stage 3, the engine was compiled with Partitioner<Stage<2>>");
+    CHECK(e[0].value() == "3");
+  }
+  SUBCASE("precision") {
+    const auto e = check_structure<Z2Fp16>(config_of(R"({"train_batch_size": 8, "bf16": {"enabled": true},
+        "zero_optimization": {"stage": 2}})"));
+    REQUIRE(e.size() == 1);
+    CHECK(e[0].where() == "/bf16/enabled");
+    CHECK(e[0].message() == "config asks for bf16 training, the engine was compiled with Precision<fp16>");
+  }
+  SUBCASE("fp32 config against an fp16 engine") {
+    const auto e = check_structure<Z2Fp16>(config_of(R"({"train_batch_size": 8, "zero_optimization": {"stage": 2}})"));
+    REQUIRE(e.size() == 1);
+    CHECK(e[0].where() == "/fp16/enabled");
+    CHECK(e[0].value() == "false");
+  }
+  SUBCASE("scaler kind") {
+    const auto e = check_structure<Z2Fp16>(config_of(R"({"train_batch_size": 8,
+        "fp16": {"enabled": true, "loss_scale": 1024}, "zero_optimization": {"stage": 2}})"));
+    REQUIRE(e.size() == 1);
+    CHECK(e[0].where() == "/fp16/loss_scale");
+    CHECK(e[0].message().find("LossScaler<Static>") != std::string::npos);
+    CHECK(e[0].message().find("compiled with LossScaler<Dynamic>") != std::string::npos);
+    CHECK(e[0].value() == "1024");
+    CHECK(check_structure<Z2Fp16Static>(config_of(R"({"train_batch_size": 8,
+        "fp16": {"enabled": true, "loss_scale": 1024}, "zero_optimization": {"stage": 2}})")).empty());
+  }
+  SUBCASE("optimizer: \"Adam\" is AdamW by default, and the message says so") {
+    const auto e = check_structure<Z2Fp16Adam>(config_of(kZero2Fp16));
+    REQUIRE(e.size() == 1);
+    CHECK(e[0].where() == "/optimizer/type");
+    CHECK(e[0].message().find("\"Adam\" means AdamW unless \"adam_w_mode\": false") != std::string::npos);
+    CHECK(e[0].message().find("Optimizer<Adam>") != std::string::npos);
+  }
+  SUBCASE("offload device, both blocks") {
+    const Config c = config_of(R"({"train_batch_size": 8, "bf16": {"enabled": true}, "zero_optimization": {"stage": 3,
+        "offload_optimizer": {"device": "nvme", "nvme_path": "/n"}, "offload_param": {"device": "nvme", "nvme_path": "/n"}}})");
+    const auto e = check_structure<Z3Bf16Cpu>(c);
+    REQUIRE(e.size() == 2);
+    CHECK(e[0].where() == "/zero_optimization/offload_optimizer/device");
+    CHECK(e[0].message() == "config asks for optimizer offload to nvme, the engine was compiled with Offload<Cpu>");
+    CHECK(e[1].where() == "/zero_optimization/offload_param/device");
+  }
+  SUBCASE("several at once, all reported") {
+    const Config c = config_of(R"({"train_batch_size": 8, "bf16": {"enabled": true}, "zero_optimization": {"stage": 3,
+        "offload_optimizer": {"device": "cpu"}}, "optimizer": {"type": "Lamb"}})");
+    const auto e = check_structure<Z2Fp16>(c);
+    REQUIRE(e.size() == 4);
+    CHECK(e[0].where() == "/zero_optimization/stage");
+    CHECK(e[1].where() == "/bf16/enabled");
+    CHECK(e[2].where() == "/optimizer/type");
+    CHECK(e[3].where() == "/zero_optimization/offload_optimizer/device");
+  }
+}
+
+TEST_CASE("dispatch calls f with the first engine that fits") {
+  const Config z3 = config_of(R"({"train_batch_size": 8, "bf16": {"enabled": true},
+      "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu"}}})");
+  const int picked = dispatch<Z2Fp16, Z1Fp32Lamb, Z3Bf16Cpu>(z3, []<class E>(std::type_identity<E>) {
+    return E::kStage;
+  });
+  CHECK(picked == 3);
+
+  std::string name;
+  dispatch<Z2Fp16Static, Z2Fp16, Z2Fp16Adam>(config_of(kZero2Fp16), [&]<class E>(std::type_identity<E>) {
+    name = describe<E>();
+  });
+  CHECK(name == describe<Z2Fp16>());
+
+  // A reference result is passed through unchanged.
+  static int storage = 7;
+  int& ref = dispatch<Z2Fp16>(config_of(kZero2Fp16), [](auto) -> int& { return storage; });
+  CHECK(&ref == &storage);
+}
+
+TEST_CASE("dispatch with no fitting engine lists every candidate and why") {
+  const Config c = config_of(R"({"train_batch_size": 8, "fp16": {"enabled": true, "loss_scale": 64},
+      "zero_optimization": {"stage": 1}, "optimizer": {"type": "OneBitLamb"}})");
+  try {
+    dispatch<Z2Fp16, Z1Fp32Lamb>(c, [](auto) { return 0; });
+    FAIL("dispatch must throw");
+  } catch (const config_error& e) {
+    const std::string what = e.what();
+    CHECK(what.find("no compiled engine fits this config (Stage<1>, Precision<fp16>, LossScaler<Static>, "
+                    "Optimizer<OneBitLamb>, Offload<None>)") != std::string::npos);
+    CHECK(what.find(zerotk::config::detail::cat("candidate 1: ", describe<Z2Fp16>())) != std::string::npos);
+    CHECK(what.find(zerotk::config::detail::cat("candidate 2: ", describe<Z1Fp32Lamb>())) != std::string::npos);
+    CHECK(what.find("/zero_optimization/stage: config asks for ZeRO stage 1") != std::string::npos);
+    CHECK(what.find("/fp16/enabled: config asks for fp16 training, the engine was compiled with Precision<fp32>") !=
+          std::string::npos);
+    CHECK(what.find("Optimizer<OneBitLamb>, the engine was compiled with Optimizer<Lamb>") != std::string::npos);
+  }
+}
+
+TEST_CASE("with_engine resolves fp16/bf16 \"auto\" from the engine's precision") {
+  ResolveContext ctx = with_engine<Z3Bf16Cpu>(ResolveContext{});
+  const ParseResult r = parse(R"({"train_batch_size": 8, "fp16": {"enabled": "auto"}, "bf16": {"enabled": "auto"},
+      "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}})",
+                              ctx);
+  REQUIRE_MESSAGE(r.ok(), error_lines(r));
+  CHECK(r.config->precision() == DType::bf16);
+  CHECK(check_structure<Z3Bf16Cpu>(*r.config).empty());
+}

@@ -1,0 +1,232 @@
+// A short fp16 run replayed through TrainingLog with a hand-driven clock: the csv_monitor files
+// must equal, byte for byte, what DeepSpeed's csv monitor writes for the same run (golden files
+// made with Python's csv module by golden/make_short_run.py), and the printed lines must read
+// like DeepSpeed's.
+#include "common.hpp"
+
+#include <algorithm>
+#include <array>
+#include <filesystem>
+#include <optional>
+#include <sstream>
+#include <string>
+
+#include "zerotk/config/options.hpp"
+#include "zerotk/monitor/training_log.hpp"
+
+using namespace zerotk;
+using namespace zerotk::monitor;
+using zerotk_test::ManualClock;
+using zerotk_test::read_bytes;
+using zerotk_test::ScratchDir;
+
+namespace {
+
+constexpr double kTick = 1.0 / 1024;  // seconds; durations are whole ticks so milliseconds are exact
+constexpr std::int64_t kTrainBatch = 4;  // micro batch 2 x 2 accumulation steps x world 1
+// float32 losses (ln 10, ln 9, ... ln 4), as a torch loss.item() would give them
+constexpr std::array<float, 7> kLoss{2.3025851249694824f, 2.1972246170043945f, 2.0794415473937988f,
+                                     1.9459101152420044f, 1.7917594909667969f, 1.6094379425048828f,
+                                     1.3862943649291992f};
+
+struct RunState {
+  double scale = 65536;
+  std::int64_t skipped = 0;
+};
+
+TrainingLogOptions run_options(const std::filesystem::path& out) {
+  TrainingLogOptions o;
+  o.csv_monitor.enabled = true;
+  o.csv_monitor.output_path = out.string();
+  o.csv_monitor.job_name = "short_run";
+  o.steps_per_print = 2;
+  o.wall_clock_breakdown = true;
+  o.scaler = config::ScalerKind::dynamic;
+  o.initial_loss_scale = 65536;
+  return o;
+}
+
+// The engine's calls for boundaries first..last: two micro-steps each, timed phases, an overflow
+// at step 3 (the scale halves, the step and its scheduler step are skipped).
+void replay(TrainingLog& log, ManualClock& clock, int first, int last, RunState& st) {
+  namespace tn = timer_names;
+  for (int step = first; step <= last; ++step) {
+    for (int micro = 0; micro < 2; ++micro) {
+      const bool boundary = micro == 1;
+      {
+        auto t = log.timers().scope({tn::forward_micro, tn::forward});
+        clock.now += 3 * kTick;
+      }
+      if (boundary) log.on_boundary_loss(static_cast<double>(kLoss[step - 1]), (step - 1) * kTrainBatch);
+      {
+        auto t = log.timers().scope({tn::backward_micro, tn::backward});
+        {
+          auto inner = log.timers().scope({tn::backward_inner_micro, tn::backward_inner});
+          clock.now += 4 * kTick;
+        }
+        auto reduce = log.timers().scope({tn::backward_allreduce_micro, tn::backward_allreduce});
+        clock.now += 1 * kTick;
+      }
+      {
+        auto t = log.timers().scope({tn::step_micro, tn::step});
+        clock.now += (boundary ? 2 : 1) * kTick;
+      }
+      if (!boundary) {
+        log.on_micro_step();
+        continue;
+      }
+      const bool overflow = step == 3;
+      if (overflow) {
+        st.scale /= 2;
+        ++st.skipped;
+      }
+      const int scheduler_steps = step - static_cast<int>(st.skipped);
+      const std::array<double, 1> lr{1e-4 * std::min(scheduler_steps, 4) / 4};
+      StepStats r;
+      r.global_steps = step;
+      r.global_samples = step * kTrainBatch;
+      r.skipped_steps = st.skipped;
+      r.lr = lr;
+      r.loss_scale = st.scale;
+      if (!overflow) r.grad_norm = 0.5 * step;
+      log.on_step(r);
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("csv_monitor files of a short run match DeepSpeed's byte for byte") {
+  ScratchDir tmp("short_run");
+  ManualClock clock;
+  RunState st;
+  std::ostringstream out;
+  {
+    TrainingLog log(run_options(tmp.path()), out, clock.fn());
+    replay(log, clock, 1, 5, st);
+  }
+  {
+    TrainingLog restarted(run_options(tmp.path()), out, clock.fn());  // a resumed job appends
+    replay(restarted, clock, 6, 7, st);
+  }
+  const auto golden = zerotk_test::golden_dir() / "short_run";
+  int files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(golden)) {
+    CAPTURE(entry.path().filename().string());
+    const auto mine = tmp.path() / "short_run" / entry.path().filename();
+    REQUIRE(std::filesystem::exists(mine));
+    CHECK(read_bytes(mine) == read_bytes(entry.path()));
+    ++files;
+  }
+  CHECK(files == 8);
+  CHECK(std::distance(std::filesystem::directory_iterator(tmp.path() / "short_run"), {}) == files);
+}
+
+TEST_CASE("printed lines: progress every steps_per_print, micro and boundary timers like DeepSpeed") {
+  ScratchDir tmp("short_run_log");
+  ManualClock clock;
+  RunState st;
+  std::ostringstream out;
+  TrainingLog log(run_options(tmp.path()), out, clock.fn());
+  replay(log, clock, 1, 4, st);
+
+  const std::string micro =
+      "[Rank 0] time (ms) | fwd_microstep: 2.93 | bwd_microstep: 4.88 | bwd_inner_microstep: 3.91 | "
+      "bwd_allreduce_microstep: 0.98 | step_microstep: 0.98\n";
+  const std::string micro_boundary =
+      "[Rank 0] time (ms) | fwd_microstep: 2.93 | bwd_microstep: 4.88 | bwd_inner_microstep: 3.91 | "
+      "bwd_allreduce_microstep: 0.98 | step_microstep: 1.95\n";
+  const std::string global =
+      "[Rank 0] time (ms) | fwd: 5.86 | bwd: 9.77 | bwd_inner: 7.81 | bwd_allreduce: 1.95 | step: 2.93\n";
+  // Two boundaries take 2 x 19 ticks; 8 samples in 38/1024 s = 215.58 samples/s.
+  const std::string expected =
+      micro + micro_boundary + global +
+      micro + "[Rank 0] step=2, skipped=0, lr=[5e-05], loss_scale=65536, grad_norm=1.0, samples/s=215.58\n" +
+      micro_boundary + global +
+      micro + micro_boundary + global +
+      micro + "[Rank 0] step=4, skipped=1, lr=[7.500000000000001e-05], loss_scale=32768.0, grad_norm=2.0, "
+              "samples/s=215.58\n" +
+      micro_boundary + global;
+  CHECK(out.str() == expected);
+}
+
+TEST_CASE("without fp16 or wall_clock_breakdown: lr and loss only, no scale, no timer lines") {
+  ScratchDir tmp("plain_run");
+  ManualClock clock;
+  TrainingLogOptions o;
+  o.csv_monitor.enabled = true;
+  o.csv_monitor.output_path = tmp.path().string();
+  o.steps_per_print = 1;
+  std::ostringstream out;
+  TrainingLog log(o, out, clock.fn());
+  log.on_boundary_loss(0.75, 0);
+  const std::array<double, 2> lr{0.001, 0.002};  // two parameter groups
+  clock.now += 0.5;
+  StepStats r;
+  r.global_steps = 1;
+  r.global_samples = 32;
+  r.lr = lr;
+  r.grad_norm = 0.125;
+  log.on_step(r);
+  log.on_micro_step();  // no output without wall_clock_breakdown
+  CHECK(out.str() == "[Rank 0] step=1, skipped=0, lr=[0.001, 0.002], grad_norm=0.125, samples/s=64.00\n");
+  const auto dir = tmp.path() / "DeepSpeedJobName";
+  CHECK(read_bytes(dir / "Train_Samples_lr.csv") == "step,lr\r\n32,0.001\r\n");
+  CHECK(read_bytes(dir / "Train_Samples_train_loss.csv") == "step,train_loss\r\n0,0.75\r\n");
+  CHECK_FALSE(std::filesystem::exists(dir / "Train_Samples_loss_scale.csv"));
+  CHECK_FALSE(std::filesystem::exists(dir / "Train_Samples_elapsed_time_ms_forward.csv"));
+}
+
+TEST_CASE("phase times measured by the engine replace the timers") {
+  ScratchDir tmp("engine_times");
+  ManualClock clock;
+  TrainingLogOptions o;
+  o.csv_monitor.enabled = true;
+  o.csv_monitor.output_path = tmp.path().string();
+  o.wall_clock_breakdown = true;
+  std::ostringstream out;
+  TrainingLog log(o, out, clock.fn());
+  StepStats r;
+  r.global_steps = 1;
+  r.global_samples = 8;
+  r.phase_times = PhaseTimesMs{12.5, 20.25, 18.0, 2.25, 3.0};
+  log.on_micro_step();  // no timer was used: nothing to print
+  log.on_step(r);
+  CHECK(out.str() == "[Rank 0] time (ms) | fwd: 12.50 | bwd: 20.25 | bwd_inner: 18.00 | bwd_allreduce: 2.25 | step: 3.00\n");
+  const auto dir = tmp.path() / "DeepSpeedJobName";
+  CHECK(read_bytes(dir / "Train_Samples_elapsed_time_ms_forward.csv") == "step,elapsed_time_ms_forward\r\n8,12.5\r\n");
+  CHECK(read_bytes(dir / "Train_Samples_elapsed_time_ms_backward_allreduce.csv") ==
+        "step,elapsed_time_ms_backward_allreduce\r\n8,2.25\r\n");
+}
+
+TEST_CASE("a static scale is a float from the start; other ranks print and write nothing") {
+  ScratchDir tmp("static_run");
+  config::Config c;
+  c.fp16.enabled = true;
+  c.fp16.loss_scale = 128;
+  c.csv_monitor.enabled = true;
+  c.csv_monitor.output_path = tmp.path().string();
+  c.csv_monitor.job_name = "s";
+  ManualClock clock;
+  std::ostringstream out;
+  {
+    TrainingLog log(TrainingLogOptions::from(c, 0), out, clock.fn());
+    StepStats r;
+    r.global_steps = 10;
+    r.global_samples = 10;
+    r.loss_scale = 128;
+    log.on_step(r);
+  }
+  CHECK(read_bytes(tmp.path() / "s" / "Train_Samples_loss_scale.csv") == "step,loss_scale\r\n10,128.0\r\n");
+  CHECK(out.str().find("loss_scale=128.0, grad_norm=None") != std::string::npos);
+
+  std::ostringstream quiet;
+  ScratchDir other("static_run_rank1");
+  c.csv_monitor.output_path = other.path().string();
+  TrainingLog rank1(TrainingLogOptions::from(c, 1), quiet, clock.fn());
+  StepStats r;
+  r.global_steps = 10;
+  rank1.on_step(r);
+  CHECK(quiet.str().empty());
+  CHECK_FALSE(std::filesystem::exists(other.path()));
+}
