@@ -1,0 +1,273 @@
+#pragma once
+// A small MLP with hand-written forward/backward, deterministic data, and a serial fp64 reference
+// trainer, shared by the engine tests (threads) and the MPI engine test.
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "zerotk/core/concepts.hpp"
+#include "zerotk/core/param.hpp"
+#include "zerotk/engine.hpp"
+#include "zerotk/optim/optimizer.hpp"
+
+namespace zt_test {
+
+using zerotk::from_float;
+using zerotk::to_float;
+
+/// Dense layer y = act(x W^T + b) over a batch, row-major [batch][features]. T is the Param element
+/// type (float, half or bfloat16); arithmetic in float, gradients accumulated into T storage.
+template <class T>
+struct Dense {
+  using input_type = std::vector<float>;
+  using output_type = std::vector<float>;
+  int in = 0, out = 0;
+  bool relu = false;
+  zerotk::Param<T> w, b;
+  std::vector<float> x_, z_;  // saved input and pre-activation
+  int batch_ = 0;
+  // Test hook: poison this layer's weight gradient with +inf on this backward.
+  bool poison_next_backward = false;
+
+  Dense(std::string name, int in_, int out_, bool relu_)
+      : in(in_), out(out_), relu(relu_),
+        w(name + ".weight", {static_cast<std::size_t>(out_), static_cast<std::size_t>(in_)}),
+        b(name + ".bias", {static_cast<std::size_t>(out_)}) {}
+
+  template <class V>
+  void parameters(V&& visit) {
+    visit(w.name(), w);
+    visit(b.name(), b);
+  }
+
+  output_type forward(const input_type& x) {
+    batch_ = static_cast<int>(x.size()) / in;
+    x_ = x;
+    z_.assign(static_cast<std::size_t>(batch_ * out), 0.0f);
+    std::vector<float> y(z_.size());
+    for (int n = 0; n < batch_; ++n) {
+      for (int o = 0; o < out; ++o) {
+        float s = to_float(b.data()[o]);
+        for (int i = 0; i < in; ++i) s += x[n * in + i] * to_float(w.data()[o * in + i]);
+        z_[n * out + o] = s;
+        y[n * out + o] = relu && s < 0 ? 0.0f : s;
+      }
+    }
+    return y;
+  }
+
+  input_type backward(const output_type& dy) {
+    std::vector<float> dz(dy.size()), dx(static_cast<std::size_t>(batch_ * in), 0.0f);
+    for (std::size_t k = 0; k < dy.size(); ++k) dz[k] = relu && z_[k] < 0 ? 0.0f : dy[k];
+    for (int o = 0; o < out; ++o) {
+      float gb = 0;
+      for (int n = 0; n < batch_; ++n) gb += dz[n * out + o];
+      b.grad()[o] = from_float<T>(to_float(b.grad()[o]) + gb);
+      for (int i = 0; i < in; ++i) {
+        float gw = 0;
+        for (int n = 0; n < batch_; ++n) gw += dz[n * out + o] * x_[n * in + i];
+        w.grad()[o * in + i] = from_float<T>(to_float(w.grad()[o * in + i]) + gw);
+      }
+    }
+    if (poison_next_backward) {
+      w.grad()[0] = from_float<T>(INFINITY);
+      poison_next_backward = false;
+    }
+    for (int n = 0; n < batch_; ++n)
+      for (int o = 0; o < out; ++o)
+        for (int i = 0; i < in; ++i) dx[n * in + i] += dz[n * out + o] * to_float(w.data()[o * in + i]);
+    return dx;
+  }
+};
+
+/// Uneven sizes on purpose: nothing divides by 2, 3 or 4.
+inline const std::vector<int> kWidths = {13, 17, 11, 5};
+
+template <class T>
+struct Mlp {
+  std::vector<Dense<T>> layers;
+  Mlp() {
+    for (std::size_t l = 0; l + 1 < kWidths.size(); ++l) {
+      layers.emplace_back("fc" + std::to_string(l), kWidths[l], kWidths[l + 1], l + 2 < kWidths.size());
+    }
+  }
+  template <class V>
+  void parameters(V&& visit) {
+    for (auto& l : layers) l.parameters(visit);
+  }
+  /// Same initial values on every rank, independent of precision (rounded by the storage type).
+  void init(std::uint32_t seed) {
+    std::mt19937 rng(seed);
+    for (auto& l : layers) {
+      std::normal_distribution<float> nd(0.0f, 1.0f / std::sqrt(static_cast<float>(l.in)));
+      for (std::size_t i = 0; i < l.w.numel(); ++i) l.w.data()[i] = from_float<T>(nd(rng));
+      for (std::size_t i = 0; i < l.b.numel(); ++i) l.b.data()[i] = from_float<T>(0.01f * static_cast<float>(i));
+    }
+  }
+  std::vector<float> values() const {
+    std::vector<float> v;
+    for (const auto& l : layers) {
+      for (std::size_t i = 0; i < l.w.numel(); ++i) v.push_back(to_float(l.w.data()[i]));
+      for (std::size_t i = 0; i < l.b.numel(); ++i) v.push_back(to_float(l.b.data()[i]));
+    }
+    return v;
+  }
+};
+
+/// The micro-batch rank `rank` sees at global step `step`, micro-step `micro`: inputs and targets.
+struct Batch {
+  std::vector<float> x, t;
+};
+inline constexpr int kBatch = 4;
+inline Batch make_batch(int step, int micro, int rank) {
+  std::mt19937 rng(static_cast<std::uint32_t>(1000003 * step + 7919 * micro + 31 * rank + 1));
+  std::normal_distribution<float> nd;
+  Batch b;
+  b.x.resize(static_cast<std::size_t>(kBatch * kWidths.front()));
+  b.t.resize(static_cast<std::size_t>(kBatch * kWidths.back()));
+  for (auto& v : b.x) v = nd(rng);
+  for (auto& v : b.t) v = 0.5f * nd(rng);
+  return b;
+}
+
+/// Loss 0.5 * mean over the batch of ||y - t||^2; returns loss and dL/dy * seed.
+inline float mse(const std::vector<float>& y, const std::vector<float>& t, float seed, std::vector<float>& dy) {
+  dy.resize(y.size());
+  double loss = 0;
+  for (std::size_t k = 0; k < y.size(); ++k) {
+    const float d = y[k] - t[k];
+    loss += 0.5 * d * d;
+    dy[k] = d / kBatch * seed;
+  }
+  return static_cast<float>(loss / kBatch);
+}
+
+/// Serial fp64 AdamW (the fused GPU form of SEMANTICS section 3) over the union of every rank's
+/// micro-batches: the gradient is the mean over ranks and micro-steps, clipped as DeepSpeed does.
+inline std::vector<float> reference(int world, int gas, double clip, int steps, const zerotk::OptimizerOptions& opt) {
+  Mlp<float> model;
+  std::vector<float> vals(4096), grads(4096);
+  std::size_t off = 0;
+  model.parameters([&](std::string_view, auto& p) {
+    p.bind(vals.data() + off, grads.data() + off);
+    off += p.numel();
+  });
+  const std::size_t n = off;
+  model.init(42);
+  std::vector<double> master(vals.begin(), vals.begin() + static_cast<long>(n)), m(n, 0.0), v(n, 0.0), g(n);
+  for (int s = 0; s < steps; ++s) {
+    std::fill(g.begin(), g.end(), 0.0);
+    for (int r = 0; r < world; ++r) {
+      for (int mi = 0; mi < gas; ++mi) {
+        std::fill(grads.begin(), grads.end(), 0.0f);
+        const Batch b = make_batch(s, mi, r);
+        std::vector<float> x = b.x, dy;
+        for (auto& l : model.layers) x = l.forward(x);
+        mse(x, b.t, 1.0f, dy);
+        for (auto it = model.layers.rbegin(); it != model.layers.rend(); ++it) dy = it->backward(dy);
+        for (std::size_t i = 0; i < n; ++i) g[i] += grads[i];
+      }
+    }
+    double sumsq = 0;
+    for (auto& x : g) {
+      x /= world * gas;
+      sumsq += x * x;
+    }
+    double factor = 1.0;
+    if (clip > 0) {
+      const double k = (std::sqrt(sumsq) + 1e-6) / clip;
+      if (k > 1) factor = 1.0 / k;
+    }
+    const double t = s + 1, bc1 = 1 - std::pow(opt.beta1, t), bc2 = 1 - std::pow(opt.beta2, t);
+    for (std::size_t i = 0; i < n; ++i) {
+      const double gi = g[i] * factor;
+      m[i] = opt.beta1 * m[i] + (1 - opt.beta1) * gi;
+      v[i] = opt.beta2 * v[i] + (1 - opt.beta2) * gi * gi;
+      master[i] -= opt.lr * ((m[i] / bc1) / (std::sqrt(v[i] / bc2) + opt.eps) + opt.weight_decay * master[i]);
+      vals[i] = static_cast<float>(master[i]);
+    }
+  }
+  return model.values();
+}
+
+struct RunConfig {
+  int world = 2;
+  int steps = 30;
+  int gas = 1;
+  double clip = 0.0;
+  std::set<int> poison_steps;  // global steps whose micro-step 0 gets an inf on rank (step % world)
+  std::size_t bucket_bytes = 256;  // small: many buckets, params straddling nothing, overlap exercised
+  bool stage1_every_micro = false;
+  bool overlap = true;
+};
+
+struct RunResult {
+  std::vector<float> params;          // rank 0's final values
+  std::vector<double> losses;         // per boundary
+  std::vector<double> scales;         // per boundary
+  std::vector<char> skipped;          // per boundary
+  std::vector<double> norms;          // per boundary (unscaled; -1 when skipped)
+  std::vector<float> initial;         // rank 0's values before training
+  bool ranks_agree = true;            // every rank ended with the same values
+};
+
+/// One rank's training run: `cfg.steps` boundaries of `cfg.gas` micro-steps on this rank's data.
+/// Returns this rank's final values and (rank 0 or not) the per-boundary reports.
+template <int Stage, class Prec, class Comm>
+RunResult train_rank(Comm& comm, const RunConfig& cfg) {
+  using namespace zerotk;
+  using T = typename Prec::storage;
+  using E = Engine<Partitioner<zerotk::Stage<Stage>>, Optimizer<AdamW>, Precision<Prec>>;
+  RunResult result;
+  {
+    Mlp<T> model;
+    EngineOptions o;
+    o.bucket_bytes = cfg.bucket_bytes;
+    o.gradient_accumulation_steps = cfg.gas;
+    o.gradient_clipping = cfg.clip;
+    o.optimizer.lr = 1e-2f;
+    o.optimizer.weight_decay = 0.01f;
+    o.loss_scaler.initial_scale_power = 8;
+    o.loss_scaler.loss_scale_window = 5;
+    o.stage1_reduce_every_micro_step = cfg.stage1_every_micro;
+    o.overlap_comm = cfg.overlap;
+    E engine(comm, model, o);
+    model.init(42);
+    engine.initialize_master();
+    result.initial = model.values();
+    for (int s = 0; s < cfg.steps; ++s) {
+      StepReport rep;
+      for (int m = 0; m < cfg.gas; ++m) {
+        const Batch b = make_batch(s, m, comm.rank());
+        std::vector<float> x = b.x;
+        for (auto& l : model.layers) {
+          auto scope = engine.forward(l);
+          x = l.forward(x);
+        }
+        std::vector<float> dy;
+        const float loss = mse(x, b.t, static_cast<float>(engine.loss_scale()), dy);
+        if (m == 0 && cfg.poison_steps.count(s) && comm.rank() == s % cfg.world) model.layers[1].poison_next_backward = true;
+        for (auto it = model.layers.rbegin(); it != model.layers.rend(); ++it) {
+          auto scope = engine.backward(*it);
+          dy = it->backward(dy);
+        }
+        rep = engine.step(loss);
+        if (rep.boundary != (m + 1 == cfg.gas)) throw std::logic_error("boundary flag wrong");
+      }
+      {
+        result.losses.push_back(rep.loss);
+        result.scales.push_back(rep.loss_scale);
+        result.skipped.push_back(rep.skipped);
+        result.norms.push_back(rep.grad_norm);
+      }
+    }
+    result.params = model.values();
+  }
+  return result;
+}
+
+}  // namespace zt_test

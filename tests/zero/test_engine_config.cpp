@@ -1,0 +1,83 @@
+// A DeepSpeed JSON config drives the engine: numbers into EngineOptions, the scheduler, and a clear
+// error naming both sides when the config asks for a structure the engine was not compiled with.
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "zerotk/config/reader.hpp"
+#include "zerotk/engine_config.hpp"
+
+using namespace zerotk;
+
+namespace {
+constexpr const char* kStage2 = R"({
+  "train_micro_batch_size_per_gpu": 4,
+  "gradient_accumulation_steps": 2,
+  "gradient_clipping": 0.5,
+  "fp16": {"enabled": true, "initial_scale_power": 12, "loss_scale_window": 500, "hysteresis": 3},
+  "optimizer": {"type": "AdamW", "params": {"lr": 3e-4, "betas": [0.8, 0.95], "eps": 1e-6, "weight_decay": 0.1}},
+  "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": 0, "warmup_max_lr": 3e-4, "warmup_num_steps": 10,
+                                               "warmup_type": "linear"}},
+  "zero_optimization": {"stage": 2, "reduce_bucket_size": 5e5, "overlap_comm": true}
+})";
+using Stage2 = Engine<Partitioner<Stage<2>>, Optimizer<AdamW>, Precision<fp16>>;
+using Stage1Bf16 = Engine<Partitioner<Stage<1>>, Optimizer<AdamW>, Precision<bf16>>;
+}  // namespace
+
+TEST_CASE("DeepSpeed JSON numbers become EngineOptions") {
+  config::ResolveContext ctx;
+  ctx.world_size = 4;
+  const config::Config cfg = config::load(kStage2, ctx);
+  const EngineOptions o = engine_options<Stage2>(cfg);
+  CHECK(o.bucket_bytes == 500000 * 2);  // elements in JSON, bytes of fp16 here
+  CHECK(o.gradient_accumulation_steps == 2);
+  CHECK(o.gradient_clipping == 0.5);
+  CHECK(o.overlap_comm);
+  CHECK(o.optimizer.lr == doctest::Approx(3e-4));
+  CHECK(o.optimizer.beta1 == doctest::Approx(0.8));
+  CHECK(o.optimizer.beta2 == doctest::Approx(0.95));
+  CHECK(o.optimizer.eps == doctest::Approx(1e-6));
+  CHECK(o.optimizer.weight_decay == doctest::Approx(0.1));
+  CHECK(o.loss_scaler.initial_scale_power == 12);
+  CHECK(o.loss_scaler.loss_scale_window == 500);
+  CHECK(o.loss_scaler.hysteresis == 3);
+  CHECK(cfg.train_batch_size == 4 * 2 * 4);
+
+  auto sched = lr_scheduler(cfg);
+  REQUIRE(sched.has_value());
+  CHECK(sched->name() == "WarmupLR");
+  CHECK(sched->lr_at(4) == doctest::Approx(3e-4 * 4 / 10));
+}
+
+TEST_CASE("a config that asks for another structure names both sides") {
+  config::ResolveContext ctx;
+  ctx.world_size = 2;
+  const config::Config cfg = config::load(kStage2, ctx);
+  try {
+    (void)engine_options<Stage1Bf16>(cfg);
+    FAIL("expected a config_error");
+  } catch (const config_error& e) {
+    const std::string what = e.what();
+    CHECK(what.find("stage") != std::string::npos);
+    CHECK(what.find("2") != std::string::npos);
+    CHECK(what.find("1") != std::string::npos);
+    CHECK(what.find("bf16") != std::string::npos);
+    CHECK(what.find("fp16") != std::string::npos);
+  }
+}
+
+TEST_CASE("settings this version cannot honour are errors, not silently ignored") {
+  config::ResolveContext ctx;
+  const std::string text = R"({"train_micro_batch_size_per_gpu": 1, "fp16": {"enabled": true},
+                               "zero_optimization": {"stage": 2}, "gradient_predivide_factor": 2.0,
+                               "prescale_gradients": true})";
+  const config::Config cfg = config::load(text, ctx);
+  try {
+    (void)engine_options<Stage2>(cfg);
+    FAIL("expected a config_error");
+  } catch (const config_error& e) {
+    const std::string what = e.what();
+    CHECK(what.find("/gradient_predivide_factor") != std::string::npos);
+    CHECK(what.find("/prescale_gradients") != std::string::npos);
+  }
+}
