@@ -1,0 +1,777 @@
+#pragma once
+// examples/02_gpt/gpt.hpp: a decoder-only transformer (GPT-2 shape) with hand-written forward and
+// backward on the host, Eigen for the matrix products. This is user code: it touches zerotk only
+// through `zerotk::Param<float>` and the Module/Layer concepts, so any engine that binds parameter
+// storage can train it.
+//
+//   tokens [B][T] -> Embedding (wte[tok] + wpe[t])            -> x [B*T][d]
+//                 -> Block x L (x += attn(ln1(x)); x += mlp(ln2(x)))
+//                 -> Head (ln_f, logits = ln_f(x) W^T)         -> logits [B*T][V]
+//                 -> CrossEntropy over the positions that have a target
+//
+// Rules the engine relies on:
+// - The model never allocates parameter or gradient storage: every tensor is a Param<float> that the
+//   engine binds (one flat buffer, shards, anything). Backward ACCUMULATES into p.grad() (+=).
+// - Layers run in forward order embedding, blocks..., head and backward in reverse; `train_step`
+//   calls `scope.forward(layer)` / `scope.backward(layer)` right before each and destroys the returned
+//   guard right after, which is where an engine gathers parameters or launches gradient buckets.
+// - Activations needed for backward live inside each layer (one micro-batch at a time); their buffers
+//   are sized on the first step and reused, so later steps of the same shape allocate nothing of ours
+//   (Eigen's GEMM may still take packing buffers from the heap per product).
+// - Eigen must not spawn threads here (ranks are threads already): targets that include this header
+//   define EIGEN_DONT_PARALLELIZE (see CMakeLists.txt).
+//
+// Tied head: with `Config::tied_head` the head multiplies by the embedding's wte. The Param belongs to
+// the embedding layer alone (only it visits wte); the head reaches it through `external_parameters`.
+// Backward runs the head before the embedding, so the head adds its part of d(wte) first and the
+// embedding adds its own afterwards; both use +=, so the sum is right, and wte's gradient is complete
+// when the embedding's backward guard ends (the engine may reduce it then, not after the head).
+#include <Eigen/Core>
+
+#include <algorithm>
+#include <cmath>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <zerotk/core/concepts.hpp>
+#include <zerotk/core/error.hpp>
+#include <zerotk/core/param.hpp>
+
+namespace gpt {
+
+/// Row-major float matrix: activations are [rows = B*T positions][features].
+using Matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using Vector = Eigen::VectorXf;
+using Param = zerotk::Param<float>;
+
+/// Model shape. All sizes are positive; d_model must divide by n_heads.
+struct Config {
+  int vocab_size = 16;
+  int context = 32;  ///< longest sequence the position embedding covers
+  int d_model = 64;
+  int n_heads = 4;
+  int n_layers = 2;
+  int d_ff = 0;  ///< MLP width; 0 means 4 * d_model
+  bool tied_head = false;
+
+  int mlp_width() const noexcept { return d_ff > 0 ? d_ff : 4 * d_model; }
+  int head_dim() const noexcept { return d_model / n_heads; }
+
+  /// Throws zerotk::config_error naming the field when a size is impossible.
+  void validate() const {
+    auto positive = [](int v, const char* where) {
+      if (v <= 0) throw zerotk::config_error("must be > 0", where, std::to_string(v));
+    };
+    positive(vocab_size, "gpt.vocab_size");
+    positive(context, "gpt.context");
+    positive(d_model, "gpt.d_model");
+    positive(n_heads, "gpt.n_heads");
+    positive(n_layers, "gpt.n_layers");
+    if (d_ff < 0) throw zerotk::config_error("must be >= 0 (0 means 4 * d_model)", "gpt.d_ff", std::to_string(d_ff));
+    if (d_model % n_heads != 0) {
+      throw zerotk::config_error("d_model must be a multiple of n_heads", "gpt.d_model",
+                                 std::to_string(d_model) + " with " + std::to_string(n_heads) + " heads");
+    }
+  }
+};
+
+/// Token ids of one micro-batch, [batch][seq] row-major; the embedding layer's input.
+struct TokenView {
+  std::span<const std::int32_t> ids;
+  int batch = 0;
+  int seq = 0;
+};
+
+/// One micro-batch: inputs and next-token targets, both [batch][seq] row-major. A target of kIgnore
+/// takes no loss (the prompt half of a synthetic task, for example).
+struct Batch {
+  static constexpr std::int32_t kIgnore = -1;
+  int batch = 0;
+  int seq = 0;
+  std::vector<std::int32_t> tokens;
+  std::vector<std::int32_t> targets;
+
+  void resize(int batch_size, int seq_len) {
+    batch = batch_size;
+    seq = seq_len;
+    const auto n = static_cast<std::size_t>(batch_size) * static_cast<std::size_t>(seq_len);
+    tokens.assign(n, 0);
+    targets.assign(n, kIgnore);
+  }
+  TokenView inputs() const noexcept { return {tokens, batch, seq}; }
+};
+
+namespace detail {
+
+inline std::size_t dim(int v) { return static_cast<std::size_t>(v); }
+
+// Views of a bound Param as Eigen objects. Maps are unaligned: a Param may start at any float inside
+// the engine's flat buffer.
+inline Eigen::Map<Matrix> value_matrix(Param& p) {
+  return {p.data(), static_cast<Eigen::Index>(p.dim(0)), static_cast<Eigen::Index>(p.dim(1))};
+}
+inline Eigen::Map<Matrix> grad_matrix(Param& p) {
+  return {p.grad(), static_cast<Eigen::Index>(p.dim(0)), static_cast<Eigen::Index>(p.dim(1))};
+}
+inline Eigen::Map<Eigen::RowVectorXf> value_row(Param& p) {
+  return {p.data(), static_cast<Eigen::Index>(p.numel())};
+}
+inline Eigen::Map<Eigen::RowVectorXf> grad_row(Param& p) {
+  return {p.grad(), static_cast<Eigen::Index>(p.numel())};
+}
+
+// Resizes only when the shape changes, so steady-state steps reuse the same storage.
+inline void ensure_shape(Matrix& m, Eigen::Index rows, Eigen::Index cols) {
+  if (m.rows() != rows || m.cols() != cols) m.resize(rows, cols);
+}
+
+// dst += sum over rows of `rows_of(n)`, n = 0 .. count-1, summed in row order in `acc` first. Eigen's own
+// colwise().sum() picks its summation order by the destination's alignment, which would make gradients
+// depend on where the engine placed a parameter; this order never does.
+template <class RowAt>
+void add_row_sum(Eigen::Index count, RowAt&& rows_of, Eigen::RowVectorXf& acc, Eigen::Map<Eigen::RowVectorXf> dst) {
+  acc.setZero(dst.size());
+  for (Eigen::Index n = 0; n < count; ++n) acc += rows_of(n);
+  dst += acc;
+}
+
+}  // namespace detail
+
+/// y = x W^T + b with W [out][in] (PyTorch layout) and b [out]. Keeps no activations: the owning
+/// layer keeps x for backward.
+class Linear {
+ public:
+  Param weight;
+  Param bias;
+
+  Linear(const std::string& name, int in, int out)
+      : weight{name + ".weight", {detail::dim(out), detail::dim(in)}}, bias{name + ".bias", {detail::dim(out)}} {}
+
+  template <class Visit>
+  void parameters(Visit&& visit) {
+    visit(weight.name(), weight);
+    visit(bias.name(), bias);
+  }
+
+  // x [N][in] -> y [N][out]
+  void forward(const Matrix& x, Matrix& y) {
+    detail::ensure_shape(y, x.rows(), static_cast<Eigen::Index>(weight.dim(0)));
+    y.noalias() = x * detail::value_matrix(weight).transpose();
+    y.rowwise() += detail::value_row(bias);
+  }
+
+  // dW += dy^T x, db += sum over rows of dy; dx = dy W when dx is given. dy [N][out], x [N][in].
+  void backward(const Matrix& x, const Matrix& dy, Matrix* dx) {
+    detail::grad_matrix(weight).noalias() += dy.transpose() * x;
+    detail::add_row_sum(dy.rows(), [&](Eigen::Index n) { return dy.row(n); }, acc_, detail::grad_row(bias));
+    if (dx != nullptr) {
+      detail::ensure_shape(*dx, dy.rows(), x.cols());
+      dx->noalias() = dy * detail::value_matrix(weight);
+    }
+  }
+
+ private:
+  Eigen::RowVectorXf acc_;  // [out] scratch for the bias gradient
+};
+
+/// y = (x - mean) / sqrt(var + eps) * gain + shift over the last dimension (biased variance, as
+/// PyTorch). Keeps no activations: the caller keeps xhat [N][d] and rstd [N].
+class LayerNorm {
+ public:
+  static constexpr float kEps = 1e-5f;
+  Param weight;  // gain [d]
+  Param bias;    // shift [d]
+
+  LayerNorm(const std::string& name, int d)
+      : weight{name + ".weight", {detail::dim(d)}}, bias{name + ".bias", {detail::dim(d)}} {}
+
+  template <class Visit>
+  void parameters(Visit&& visit) {
+    visit(weight.name(), weight);
+    visit(bias.name(), bias);
+  }
+
+  void forward(const Matrix& x, Matrix& y, Matrix& xhat, Vector& rstd) {
+    const Eigen::Index rows = x.rows(), d = x.cols();
+    detail::ensure_shape(y, rows, d);
+    detail::ensure_shape(xhat, rows, d);
+    if (rstd.size() != rows) rstd.resize(rows);
+    const auto gain = detail::value_row(weight).array();
+    const auto shift = detail::value_row(bias).array();
+    for (Eigen::Index n = 0; n < rows; ++n) {  // rows are contiguous: each line below vectorizes
+      auto xh = xhat.row(n).array();
+      xh = x.row(n).array() - x.row(n).mean();
+      const float r = 1.0f / std::sqrt(xh.square().mean() + kEps);
+      xh *= r;
+      rstd[n] = r;
+      y.row(n).array() = xh * gain + shift;
+    }
+  }
+
+  // dx += d(LN)/dx^T dy (added, because every LayerNorm here feeds a residual sum or a fresh zero).
+  // With g = dy * gain: dx = rstd * (g - mean(g) - xhat * mean(g * xhat)).
+  void backward(const Matrix& dy, const Matrix& xhat, const Vector& rstd, Matrix& dx) {
+    const Eigen::Index rows = dy.rows();
+    const auto gain = detail::value_row(weight).array();
+    for (Eigen::Index n = 0; n < rows; ++n) {
+      const auto g = dy.row(n).array() * gain;
+      const auto xh = xhat.row(n).array();
+      const float mean_g = g.mean();
+      const float mean_gx = (g * xh).mean();
+      dx.row(n).array() += rstd[n] * (g - mean_g - xh * mean_gx);
+    }
+    detail::add_row_sum(rows, [&](Eigen::Index n) { return dy.row(n).cwiseProduct(xhat.row(n)); }, acc_,
+                        detail::grad_row(weight));
+    detail::add_row_sum(rows, [&](Eigen::Index n) { return dy.row(n); }, acc_, detail::grad_row(bias));
+  }
+
+ private:
+  Eigen::RowVectorXf acc_;  // [d] scratch for the gain and shift gradients
+};
+
+/// Token plus position embedding: x[b*T + t] = wte[tokens[b][t]] + wpe[t].
+class Embedding {
+ public:
+  Param wte;  // [vocab][d]
+  Param wpe;  // [context][d]
+
+  explicit Embedding(const Config& c)
+      : wte{"wte.weight", {detail::dim(c.vocab_size), detail::dim(c.d_model)}},
+        wpe{"wpe.weight", {detail::dim(c.context), detail::dim(c.d_model)}} {}
+
+  template <class Visit>
+  void parameters(Visit&& visit) {
+    visit(wte.name(), wte);
+    visit(wpe.name(), wpe);
+  }
+
+  /// tokens [B][T] -> x [B*T][d]. Throws zerotk::usage_error for a token outside the vocabulary or a
+  /// sequence longer than the context, before touching any state.
+  const Matrix& forward(const TokenView& tokens) {
+    const auto vocab = static_cast<std::int32_t>(wte.dim(0));
+    const auto n = static_cast<std::size_t>(tokens.batch) * static_cast<std::size_t>(tokens.seq);
+    if (tokens.batch <= 0 || tokens.seq <= 0 || tokens.ids.size() != n) {
+      throw zerotk::usage_error("token view must hold batch * seq > 0 ids", "gpt::Embedding::forward",
+                                std::to_string(tokens.ids.size()) + " ids for " + std::to_string(tokens.batch) +
+                                    " x " + std::to_string(tokens.seq));
+    }
+    if (static_cast<std::size_t>(tokens.seq) > wpe.dim(0)) {
+      throw zerotk::usage_error("sequence longer than the model's context", "gpt::Embedding::forward",
+                                std::to_string(tokens.seq) + " > " + std::to_string(wpe.dim(0)));
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+      if (tokens.ids[i] < 0 || tokens.ids[i] >= vocab) {
+        throw zerotk::usage_error("token id outside the vocabulary", "tokens[" + std::to_string(i) + "]",
+                                  std::to_string(tokens.ids[i]));
+      }
+    }
+    ids_.assign(tokens.ids.begin(), tokens.ids.end());
+    seq_ = tokens.seq;
+    const auto rows = static_cast<Eigen::Index>(n);
+    detail::ensure_shape(out_, rows, static_cast<Eigen::Index>(wte.dim(1)));
+    const auto te = detail::value_matrix(wte);
+    const auto pe = detail::value_matrix(wpe);
+    for (Eigen::Index r = 0; r < rows; ++r) out_.row(r) = te.row(ids_[static_cast<std::size_t>(r)]) + pe.row(r % seq_);
+    return out_;
+  }
+
+  /// dx [B*T][d]: scatter-adds into d(wte) rows of the tokens seen and d(wpe) rows of their positions.
+  void backward(const Matrix& dx) {
+    auto dte = detail::grad_matrix(wte);
+    auto dpe = detail::grad_matrix(wpe);
+    for (Eigen::Index r = 0; r < dx.rows(); ++r) {
+      dte.row(ids_[static_cast<std::size_t>(r)]) += dx.row(r);
+      dpe.row(r % seq_) += dx.row(r);
+    }
+  }
+
+ private:
+  std::vector<std::int32_t> ids_;  // [B*T] the micro-batch's tokens, for backward
+  int seq_ = 0;
+  Matrix out_;
+};
+
+/// One pre-LayerNorm transformer block: x1 = x + proj(attn(ln1(x))), out = x1 + mlp(ln2(x1)), with
+/// causal multi-head self-attention and a GELU (tanh form, as GPT-2) MLP.
+class Block {
+ public:
+  using input_type = Matrix;
+  using output_type = Matrix;
+
+  LayerNorm ln1;
+  Linear qkv;   // [3d][d]: rows 0..d-1 make q, d..2d-1 k, 2d..3d-1 v; head h uses columns h*hd.. of each
+  Linear proj;  // [d][d]
+  LayerNorm ln2;
+  Linear fc;       // [d_ff][d]
+  Linear fc_proj;  // [d][d_ff]
+
+  Block(const Config& c, int index)
+      : ln1(prefix(index) + "ln1", c.d_model),
+        qkv(prefix(index) + "attn.qkv", c.d_model, 3 * c.d_model),
+        proj(prefix(index) + "attn.proj", c.d_model, c.d_model),
+        ln2(prefix(index) + "ln2", c.d_model),
+        fc(prefix(index) + "mlp.fc", c.d_model, c.mlp_width()),
+        fc_proj(prefix(index) + "mlp.proj", c.mlp_width(), c.d_model),
+        n_heads_(c.n_heads) {}
+
+  template <class Visit>
+  void parameters(Visit&& visit) {
+    ln1.parameters(visit);
+    qkv.parameters(visit);
+    proj.parameters(visit);
+    ln2.parameters(visit);
+    fc.parameters(visit);
+    fc_proj.parameters(visit);
+  }
+
+  /// Sequence length of the micro-batch; the layer needs it to split the B*T rows into sequences.
+  /// Gpt sets it before forward; a caller driving blocks directly sets it too.
+  void set_sequence_length(int seq) noexcept { seq_ = seq; }
+
+  /// x [B*T][d] -> out [B*T][d].
+  const Matrix& forward(const Matrix& x) {
+    ln1.forward(x, a_, xhat1_, rstd1_);
+    qkv.forward(a_, qkv_);
+    attention_forward();
+    proj.forward(att_, x1_);
+    x1_ += x;
+    ln2.forward(x1_, c_, xhat2_, rstd2_);
+    fc.forward(c_, h_);
+    gelu_forward();
+    fc_proj.forward(g_, out_);
+    out_ += x1_;
+    return out_;
+  }
+
+  /// dout [B*T][d] -> dx [B*T][d]; parameter gradients accumulate.
+  const Matrix& backward(const Matrix& dout) {
+    dx1_ = dout;  // the residual path
+    fc_proj.backward(g_, dout, &dg_);
+    gelu_backward();  // dg_ becomes d(h)
+    fc.backward(c_, dg_, &dc_);
+    ln2.backward(dc_, xhat2_, rstd2_, dx1_);
+    proj.backward(att_, dx1_, &datt_);
+    attention_backward();
+    qkv.backward(a_, dqkv_, &da_);
+    dx_ = dx1_;
+    ln1.backward(da_, xhat1_, rstd1_, dx_);
+    return dx_;
+  }
+
+ private:
+  static std::string prefix(int index) { return "blocks." + std::to_string(index) + "."; }
+
+  // Per sequence b and head h, with Q, K, V [T][hd] column blocks of qkv_:
+  //   P = causal_softmax(Q K^T / sqrt(hd)) [T][T], kept in probs_ rows (b*H + h)*T ...
+  //   att[b, h] = P V
+  void attention_forward() {
+    const Eigen::Index rows = qkv_.rows(), d = qkv_.cols() / 3, T = seq_, H = n_heads_, hd = d / H;
+    const Eigen::Index B = rows / T;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    detail::ensure_shape(att_, rows, d);
+    detail::ensure_shape(probs_, B * H * T, T);
+    for (Eigen::Index b = 0; b < B; ++b) {
+      for (Eigen::Index h = 0; h < H; ++h) {
+        const auto q = qkv_.block(b * T, h * hd, T, hd);
+        const auto k = qkv_.block(b * T, d + h * hd, T, hd);
+        const auto v = qkv_.block(b * T, 2 * d + h * hd, T, hd);
+        auto p = probs_.block((b * H + h) * T, 0, T, T);
+        p.noalias() = scale * (q * k.transpose());
+        for (Eigen::Index i = 0; i < T; ++i) {  // row i attends to positions 0..i
+          auto live = p.row(i).head(i + 1).array();
+          live = (live - live.maxCoeff()).exp();
+          live /= live.sum();
+          p.row(i).tail(T - i - 1).setZero();
+        }
+        att_.block(b * T, h * hd, T, hd).noalias() = p * v;
+      }
+    }
+  }
+
+  // With dO = d(att) for (b, h):  dV = P^T dO;  dP = dO V^T;  dS = P * (dP - rowsum(P * dP));
+  // dQ = dS K / sqrt(hd);  dK = dS^T Q / sqrt(hd). Masked entries have P = 0, hence dS = 0.
+  void attention_backward() {
+    const Eigen::Index rows = qkv_.rows(), d = qkv_.cols() / 3, T = seq_, H = n_heads_, hd = d / H;
+    const Eigen::Index B = rows / T;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    detail::ensure_shape(dqkv_, rows, 3 * d);
+    detail::ensure_shape(dp_, T, T);
+    for (Eigen::Index b = 0; b < B; ++b) {
+      for (Eigen::Index h = 0; h < H; ++h) {
+        const auto q = qkv_.block(b * T, h * hd, T, hd);
+        const auto k = qkv_.block(b * T, d + h * hd, T, hd);
+        const auto v = qkv_.block(b * T, 2 * d + h * hd, T, hd);
+        const auto p = probs_.block((b * H + h) * T, 0, T, T);
+        const auto d_o = datt_.block(b * T, h * hd, T, hd);
+        dqkv_.block(b * T, 2 * d + h * hd, T, hd).noalias() = p.transpose() * d_o;
+        dp_.noalias() = d_o * v.transpose();
+        for (Eigen::Index i = 0; i < T; ++i) {
+          auto ds = dp_.row(i).array();
+          const auto pi = p.row(i).array();
+          ds = pi * (ds - (pi * ds).sum());
+        }
+        dqkv_.block(b * T, h * hd, T, hd).noalias() = scale * (dp_ * k);
+        dqkv_.block(b * T, d + h * hd, T, hd).noalias() = scale * (dp_.transpose() * q);
+      }
+    }
+  }
+
+  // gelu(h) = 0.5 h (1 + tanh(u)), u = sqrt(2/pi) (h + 0.044715 h^3)
+  static constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2/pi)
+  static constexpr float kGeluA = 0.044715f;
+
+  void gelu_forward() {
+    detail::ensure_shape(g_, h_.rows(), h_.cols());
+    const auto h = h_.array();
+    g_.array() = 0.5f * h * (1.0f + (kGeluC * (h + kGeluA * h.cube())).tanh());
+  }
+
+  // d gelu / dh = 0.5 (1 + t) + 0.5 h (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 h^2), t = tanh(u)
+  void gelu_backward() {
+    const auto h = h_.array();
+    const auto t = (kGeluC * (h + kGeluA * h.cube())).tanh();
+    dg_.array() *= 0.5f * (1.0f + t) + 0.5f * h * (1.0f - t.square()) * kGeluC * (1.0f + 3.0f * kGeluA * h.square());
+  }
+
+  int n_heads_;
+  int seq_ = 0;
+  // forward activations, [B*T][...] unless noted
+  Matrix xhat1_, a_, qkv_, probs_ /* [B*H*T][T] */, att_, x1_, xhat2_, c_, h_, g_, out_;
+  Vector rstd1_, rstd2_;
+  // backward scratch
+  Matrix dx1_, dg_, dc_, datt_, dqkv_, da_, dx_, dp_ /* [T][T] */;
+};
+
+/// Final LayerNorm and the vocabulary projection (no bias, as GPT-2). Untied: owns head.weight
+/// [vocab][d]. Tied: multiplies by the embedding's wte, which it does NOT visit in parameters();
+/// external_parameters() names it so an engine that gathers per layer (ZeRO-3) fetches it here too.
+class Head {
+ public:
+  using input_type = Matrix;
+  using output_type = Matrix;
+
+  LayerNorm ln_f;
+  Param weight;  // [vocab][d]; unused (never bound) when tied
+
+  Head(const Config& c, Embedding& embedding)
+      : ln_f("ln_f", c.d_model),
+        weight{"head.weight", {detail::dim(c.vocab_size), detail::dim(c.d_model)}},
+        tied_(c.tied_head ? &embedding.wte : nullptr) {}
+
+  bool tied() const noexcept { return tied_ != nullptr; }
+
+  template <class Visit>
+  void parameters(Visit&& visit) {
+    ln_f.parameters(visit);
+    if (!tied()) visit(weight.name(), weight);
+  }
+
+  /// Parameters this layer reads but another layer owns: the embedding's wte when tied.
+  template <class Visit>
+  void external_parameters(Visit&& visit) {
+    if (tied()) visit(tied_->name(), *tied_);
+  }
+
+  /// x [B*T][d] -> logits [B*T][vocab].
+  const Matrix& forward(const Matrix& x) {
+    ln_f.forward(x, xf_, xhat_, rstd_);
+    detail::ensure_shape(logits_, x.rows(), static_cast<Eigen::Index>(projection().dim(0)));
+    logits_.noalias() = xf_ * detail::value_matrix(projection()).transpose();
+    return logits_;
+  }
+
+  /// The logits of the last forward, [B*T][vocab].
+  const Matrix& output() const noexcept { return logits_; }
+
+  /// dlogits [B*T][vocab] -> dx [B*T][d].
+  const Matrix& backward(const Matrix& dlogits) {
+    detail::grad_matrix(projection()).noalias() += dlogits.transpose() * xf_;
+    detail::ensure_shape(dxf_, dlogits.rows(), xf_.cols());
+    dxf_.noalias() = dlogits * detail::value_matrix(projection());
+    detail::ensure_shape(dx_, dxf_.rows(), dxf_.cols());
+    dx_.setZero();
+    ln_f.backward(dxf_, xhat_, rstd_, dx_);
+    return dx_;
+  }
+
+ private:
+  Param& projection() noexcept { return tied_ != nullptr ? *tied_ : weight; }
+
+  Param* tied_;
+  Matrix xhat_, xf_, logits_, dxf_, dx_;
+  Vector rstd_;
+};
+
+/// Mean cross-entropy over the positions whose target is not Batch::kIgnore. Not a layer: it has no
+/// parameters. Keeps the softmax for backward.
+class CrossEntropy {
+ public:
+  /// logits [N][V], targets [N] -> mean of -log softmax(logits)[target] over targeted rows (0 if none).
+  float forward(const Matrix& logits, std::span<const std::int32_t> targets) {
+    detail::ensure_shape(probs_, logits.rows(), logits.cols());
+    targets_.assign(targets.begin(), targets.end());
+    double total = 0.0;  // sum of up to B*T terms: accumulate in double
+    count_ = 0;
+    for (Eigen::Index r = 0; r < logits.rows(); ++r) {
+      const std::int32_t t = targets_[static_cast<std::size_t>(r)];
+      if (t == Batch::kIgnore) continue;
+      if (t < 0 || t >= logits.cols()) {
+        throw zerotk::usage_error("target id outside the vocabulary", "targets[" + std::to_string(r) + "]",
+                                  std::to_string(t));
+      }
+      const float m = logits.row(r).maxCoeff();
+      auto p = probs_.row(r).array();
+      p = (logits.row(r).array() - m).exp();
+      const float sum = p.sum();
+      p /= sum;
+      total += static_cast<double>(m) + std::log(static_cast<double>(sum)) - static_cast<double>(logits(r, t));
+      ++count_;
+    }
+    return count_ == 0 ? 0.0f : static_cast<float>(total / static_cast<double>(count_));
+  }
+
+  /// d(loss * scale)/d(logits) [N][V] = scale / count * (softmax - onehot) on targeted rows, 0 elsewhere.
+  const Matrix& backward(float scale) {
+    detail::ensure_shape(dlogits_, probs_.rows(), probs_.cols());
+    const float k = count_ == 0 ? 0.0f : scale / static_cast<float>(count_);
+    for (Eigen::Index r = 0; r < probs_.rows(); ++r) {
+      const std::int32_t t = targets_[static_cast<std::size_t>(r)];
+      if (t == Batch::kIgnore) {
+        dlogits_.row(r).setZero();
+        continue;
+      }
+      dlogits_.row(r) = k * probs_.row(r);
+      dlogits_(r, t) -= k;
+    }
+    return dlogits_;
+  }
+
+  /// Number of targeted positions in the last forward.
+  std::size_t count() const noexcept { return count_; }
+
+ private:
+  Matrix probs_, dlogits_;
+  std::vector<std::int32_t> targets_;
+  std::size_t count_ = 0;
+};
+
+/// The scope an engine passes to Gpt: `forward(layer)` / `backward(layer)` return a guard that lives
+/// exactly as long as that layer's forward / backward.
+template <class S>
+concept LayerScope = requires(S& s, Embedding& e, Block& b, Head& h) {
+  s.forward(e);
+  s.forward(b);
+  s.forward(h);
+  s.backward(e);
+  s.backward(b);
+  s.backward(h);
+};
+
+/// A scope that does nothing (single process, tests).
+struct NoScope {
+  struct Guard {};
+  template <class L>
+  Guard forward(L&) const noexcept {
+    return {};
+  }
+  template <class L>
+  Guard backward(L&) const noexcept {
+    return {};
+  }
+};
+
+/// The decoder-only transformer. Not copyable or movable: the head of a tied model points at the
+/// embedding's Param (hold a Gpt by unique_ptr to move it around).
+struct Gpt {
+  Config config;
+  Embedding embedding;
+  std::vector<Block> blocks;
+  Head head;
+
+  explicit Gpt(const Config& c) : config(validated(c)), embedding(config), blocks(make_blocks(config)), head(config, embedding) {}
+  Gpt(const Gpt&) = delete;
+  Gpt& operator=(const Gpt&) = delete;
+  Gpt(Gpt&&) = delete;
+  Gpt& operator=(Gpt&&) = delete;
+  ~Gpt() = default;
+
+  /// Every parameter once, in forward order, named as in GPT-2 checkpoints with this model's layer
+  /// names ("wte.weight", "blocks.3.attn.qkv.weight", "ln_f.bias", ...). The name equals Param::name().
+  template <class Visit>
+  void parameters(Visit&& visit) {
+    embedding.parameters(visit);
+    for (auto& b : blocks) b.parameters(visit);
+    head.parameters(visit);
+  }
+
+  /// Calls f(layer) for embedding, each block, head: the order of forward.
+  template <class F>
+  void for_each_layer(F&& f) {
+    f(embedding);
+    for (auto& b : blocks) f(b);
+    f(head);
+  }
+
+  std::size_t num_parameters() {
+    std::size_t n = 0;
+    parameters([&](std::string_view, Param& p) { n += p.numel(); });
+    return n;
+  }
+
+  /// Forward only: tokens [B][T] -> logits [B*T][vocab] (a reference into the head, valid until its
+  /// next forward).
+  template <class Scope = NoScope>
+    requires LayerScope<std::remove_cvref_t<Scope>>
+  const Matrix& logits(const TokenView& tokens, Scope&& scope = {}) {
+    const Matrix* x = nullptr;
+    {
+      [[maybe_unused]] auto guard = scope.forward(embedding);
+      x = &embedding.forward(tokens);
+    }
+    for (auto& b : blocks) {
+      [[maybe_unused]] auto guard = scope.forward(b);
+      b.set_sequence_length(tokens.seq);
+      x = &b.forward(*x);
+    }
+    [[maybe_unused]] auto guard = scope.forward(head);
+    return head.forward(*x);
+  }
+
+  /// Forward and loss: returns the mean cross-entropy over the batch's targeted positions.
+  template <class Scope = NoScope>
+    requires LayerScope<std::remove_cvref_t<Scope>>
+  float forward(const Batch& batch, Scope&& scope = {}) {
+    if (batch.targets.size() != batch.tokens.size()) {
+      throw zerotk::usage_error("targets and tokens differ in length", "gpt::Gpt::forward",
+                                std::to_string(batch.targets.size()) + " vs " + std::to_string(batch.tokens.size()));
+    }
+    const Matrix& out = logits(batch.inputs(), scope);
+    return loss_.forward(out, batch.targets);
+  }
+
+  /// Backward of the last forward, seeded with d(loss)/d(logits) * loss_scale; gradients accumulate.
+  template <class Scope = NoScope>
+    requires LayerScope<std::remove_cvref_t<Scope>>
+  void backward(Scope&& scope = {}, float loss_scale = 1.0f) {
+    const Matrix* dx = &loss_.backward(loss_scale);
+    {
+      [[maybe_unused]] auto guard = scope.backward(head);
+      dx = &head.backward(*dx);
+    }
+    for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) {
+      [[maybe_unused]] auto guard = scope.backward(*it);
+      dx = &it->backward(*dx);
+    }
+    [[maybe_unused]] auto guard = scope.backward(embedding);
+    embedding.backward(*dx);
+  }
+
+  /// One micro-step: forward, loss, backward. Returns the (unscaled) mean loss.
+  template <class Scope = NoScope>
+    requires LayerScope<std::remove_cvref_t<Scope>>
+  float train_step(const Batch& batch, Scope&& scope = {}, float loss_scale = 1.0f) {
+    const float loss = forward(batch, scope);
+    backward(scope, loss_scale);
+    return loss;
+  }
+
+  /// Positions that carried a target in the last forward (the loss's denominator).
+  std::size_t targeted_positions() const noexcept { return loss_.count(); }
+
+ private:
+  static const Config& validated(const Config& c) {
+    c.validate();
+    return c;
+  }
+  static std::vector<Block> make_blocks(const Config& c) {
+    std::vector<Block> out;
+    out.reserve(static_cast<std::size_t>(c.n_layers));
+    for (int i = 0; i < c.n_layers; ++i) out.emplace_back(c, i);
+    return out;
+  }
+
+  CrossEntropy loss_;
+};
+
+static_assert(zerotk::Module<Embedding>);
+static_assert(zerotk::Layer<Block>);
+static_assert(zerotk::Layer<Head>);
+static_assert(zerotk::Module<Gpt>);
+static_assert(LayerScope<NoScope>);
+
+// ---- initialisation ------------------------------------------------------------------------------
+
+namespace detail {
+
+inline std::uint64_t splitmix64(std::uint64_t x) noexcept {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+inline std::uint64_t hash_name(std::string_view s) noexcept {  // FNV-1a
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char ch : s) h = (h ^ ch) * 0x100000001b3ull;
+  return h;
+}
+
+// Uniform in (0, 1) from 24 random bits: never 0, so log() below is finite.
+inline double unit_open(std::uint64_t bits) noexcept {
+  return (static_cast<double>(bits >> 40) + 0.5) * (1.0 / 16777216.0);
+}
+
+// Element i of a standard normal stream keyed by `key` (Box-Muller on a counter-based generator).
+inline float standard_normal(std::uint64_t key, std::uint64_t i) noexcept {
+  constexpr double kTwoPi = 6.283185307179586;
+  const double u1 = unit_open(splitmix64(key ^ splitmix64(2 * i)));
+  const double u2 = unit_open(splitmix64(key ^ splitmix64(2 * i + 1)));
+  return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(kTwoPi * u2));
+}
+
+inline void fill_normal(Param& p, std::uint64_t seed, float stddev) {
+  const std::uint64_t key = splitmix64(seed) ^ hash_name(p.name());
+  for (std::size_t i = 0; i < p.numel(); ++i) p.data()[i] = stddev * standard_normal(key, i);
+}
+
+inline void fill_constant(Param& p, float v) { std::fill_n(p.data(), p.numel(), v); }
+
+}  // namespace detail
+
+/// Writes GPT-2 style initial values into the bound parameters: weights and embeddings normal(0, 0.02),
+/// the two residual projections of each block normal(0, 0.02 / sqrt(2 L)), biases 0, LayerNorm gain 1.
+/// Element i of a parameter depends only on (seed, parameter name, i): the result is the same for any
+/// binding layout, visiting order, thread count or rank.
+inline void init_parameters(Gpt& model, std::uint64_t seed) {
+  constexpr float kStd = 0.02f;
+  const float residual_std = kStd / std::sqrt(2.0f * static_cast<float>(model.config.n_layers));
+  auto layer_norm = [](LayerNorm& ln) {
+    detail::fill_constant(ln.weight, 1.0f);
+    detail::fill_constant(ln.bias, 0.0f);
+  };
+  auto linear = [&](Linear& l, float stddev) {
+    detail::fill_normal(l.weight, seed, stddev);
+    detail::fill_constant(l.bias, 0.0f);
+  };
+  detail::fill_normal(model.embedding.wte, seed, kStd);
+  detail::fill_normal(model.embedding.wpe, seed, kStd);
+  for (auto& b : model.blocks) {
+    layer_norm(b.ln1);
+    linear(b.qkv, kStd);
+    linear(b.proj, residual_std);
+    layer_norm(b.ln2);
+    linear(b.fc, kStd);
+    linear(b.fc_proj, residual_std);
+  }
+  layer_norm(model.head.ln_f);
+  if (!model.head.tied()) detail::fill_normal(model.head.weight, seed, kStd);
+}
+
+}  // namespace gpt

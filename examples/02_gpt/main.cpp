@@ -1,0 +1,341 @@
+// examples/02_gpt: the flagship demo. A small GPT (gpt.hpp, user code) trained data-parallel with
+// zerotk's Engine on N in-process ranks (threads communicator) or under mpirun, configured by
+// command-line flags or by the DeepSpeed JSON file a DeepSpeed user already has.
+//
+//   build/default/examples/02_gpt/zerotk_example_02_gpt                       # 4 ranks, ZeRO-2, bf16
+//   build/default/examples/02_gpt/zerotk_example_02_gpt --stage 0 --precision fp32
+//   build/default/examples/02_gpt/zerotk_example_02_gpt --config ds_config.json
+//   mpirun -np 2 build/default/examples/02_gpt/zerotk_example_02_gpt --mpi
+//
+// The flags are turned into a DeepSpeed config (printed with --print-config), so both paths go
+// through the same reader, validation and engine dispatch.
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <zerotk/comm/threads.hpp>
+#include <zerotk/config/reader.hpp>
+#include <zerotk/config/structure.hpp>
+#include <zerotk/engine_config.hpp>
+#include <zerotk/monitor/progress.hpp>
+#include <zerotk/monitor/training_log.hpp>
+#if ZEROTK_HAS_MPI
+#include <zerotk/comm/mpi.hpp>
+#endif
+
+#include "data.hpp"
+#include "evaluate.hpp"
+#include "gpt.hpp"
+
+namespace {
+
+struct Options {
+  int ranks = 4;
+  bool mpi = false;
+  int stage = 2;
+  std::string precision = "bf16";
+  std::string config_file;
+  bool print_config = false;
+  std::string task = "sort";
+  int digits = 8;
+  std::string text_file;
+  int context = 64;
+  int layers = 2, d_model = 64, heads = 4;
+  int steps = 300, batch = 64, gas = 1, warmup = 30;
+  double lr = 3e-3, weight_decay = 0.01, clip = 1.0;
+  long long bucket_elements = 50000;
+  std::uint64_t seed = 1234;
+  int eval_size = 1000;
+  std::string csv_dir = "out/gpt_monitor";
+  int steps_per_print = 50;
+};
+
+/// The flags as the DeepSpeed config a DeepSpeed user would have written.
+std::string flags_to_deepspeed_json(const Options& o) {
+  const bool fp16 = o.precision == "fp16", bf16 = o.precision == "bf16";
+  std::ostringstream j;
+  j << "{\n"
+    << "  \"train_batch_size\": " << o.batch << ",\n"
+    << "  \"gradient_accumulation_steps\": " << o.gas << ",\n"
+    << "  \"gradient_clipping\": " << o.clip << ",\n"
+    << "  \"steps_per_print\": " << o.steps_per_print << ",\n"
+    << "  \"fp16\": {\"enabled\": " << (fp16 ? "true" : "false") << ", \"initial_scale_power\": 12},\n"
+    << "  \"bf16\": {\"enabled\": " << (bf16 ? "true" : "false") << "},\n"
+    << "  \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": " << o.lr
+    << ", \"betas\": [0.9, 0.95], \"eps\": 1e-8, \"weight_decay\": " << o.weight_decay << "}},\n"
+    << "  \"scheduler\": {\"type\": \"WarmupCosineLR\", \"params\": {\"total_num_steps\": " << o.steps
+    << ", \"warmup_num_steps\": " << o.warmup << ", \"warmup_type\": \"linear\", \"cos_min_ratio\": 0.1}},\n"
+    << "  \"zero_optimization\": {\"stage\": " << o.stage << ", \"reduce_bucket_size\": " << o.bucket_elements
+    << ", \"overlap_comm\": true},\n"
+    << "  \"csv_monitor\": {\"enabled\": " << (o.csv_dir.empty() ? "false" : "true") << ", \"output_path\": \""
+    << std::filesystem::path(o.csv_dir).parent_path().string() << "\", \"job_name\": \""
+    << std::filesystem::path(o.csv_dir).filename().string() << "\"}\n"
+    << "}\n";
+  return j.str();
+}
+
+// The engine types this binary is compiled with; dispatch picks the one the config asks for.
+template <int S, class P>
+using E = zerotk::Engine<zerotk::Partitioner<zerotk::Stage<S>>, zerotk::Optimizer<zerotk::AdamW>, zerotk::Precision<P>>;
+
+/// What rank 0 reports at the end (filled after training).
+struct Summary {
+  std::vector<std::array<std::size_t, zerotk::kMemoryCategoryCount>> memory;  // per rank
+  std::size_t psi = 0, padded = 0;
+  double accuracy = 0, digit_accuracy = 0, seconds = 0, tokens_per_s = 0, overhead = 0;
+  double final_loss = 0;
+};
+
+/// Prints rank memory by category beside the ZeRO formula for this stage (fp16/bf16 Adam, K = 12).
+void print_memory_table(const Summary& s, int stage, const std::string& precision, int world) {
+  const double pad = static_cast<double>(s.padded), N = world;
+  const char* names[] = {"params (working precision)", "gradients", "fp32 master", "optimizer state (m, v)",
+                         "bucket buffers", "activations", "float compute copy (host)"};
+  std::printf("\nmemory per rank by category (bytes; Psi = %zu parameters, %zu with bucket padding):\n", s.psi,
+              s.padded);
+  std::printf("  %-28s", "category");
+  for (int r = 0; r < world; ++r) std::printf("  %12s", ("rank " + std::to_string(r)).c_str());
+  std::printf("\n");
+  std::size_t model_state = 0;
+  for (std::size_t c = 0; c < zerotk::kMemoryCategoryCount; ++c) {
+    std::printf("  %-28s", names[c]);
+    for (int r = 0; r < world; ++r) std::printf("  %12zu", s.memory[static_cast<std::size_t>(r)][c]);
+    std::printf("\n");
+    if (c < 4) model_state += s.memory[0][c];
+  }
+  if (precision == "fp32") {
+    std::printf("  model states (rank 0) %zu B. The ZeRO formula assumes 16-bit training; in fp32 zerotk keeps a\n"
+                "  separate fp32 master, so params 4 + grads 4 + master 4 + m,v 8 bytes per element (stage %d).\n",
+                model_state, stage);
+    return;
+  }
+  const double formula = stage == 0 ? 16 * pad : stage == 1 ? 4 * pad + 12 * pad / N : 2 * pad + 14 * pad / N;
+  const double extra = stage == 1 ? 2 * pad / N : 0;
+  std::printf("  model states (rank 0) %zu B  vs ZeRO-%d formula %s = %.0f B%s\n", model_state, stage,
+              stage == 0 ? "16 Psi" : stage == 1 ? "4 Psi + 12 Psi/N" : "2 Psi + 14 Psi/N", formula,
+              extra > 0 ? " + 2 Psi/N (zerotk keeps the reduced 16-bit gradient partition)" : "");
+}
+
+struct TrainContext {
+  const Options& o;
+  const zerotk::config::Config& cfg;
+  const gpt::Config& model_config;
+};
+
+template <class Engine, class Data, class Comm, class Evaluate>
+void train_rank(Comm& comm, const TrainContext& ctx, const Data& data, Evaluate&& evaluate, Summary& summary,
+                std::mutex& mu) {
+  const Options& o = ctx.o;
+  const int rank = comm.rank(), world = comm.size();
+  gpt::Gpt model(ctx.model_config);
+  zerotk::EngineOptions eo = zerotk::engine_options<Engine>(ctx.cfg);
+  // No weight decay for biases, LayerNorm and embeddings (group 1).
+  eo.groups = {zerotk::ParamGroup{eo.optimizer}, zerotk::ParamGroup{eo.optimizer}};
+  eo.groups[1].options.weight_decay = 0.0f;
+  eo.group_of = [](std::string_view name) -> std::uint32_t {
+    const bool matrix = name.ends_with(".weight") && name.find("ln") == std::string_view::npos &&
+                        !name.starts_with("wte") && !name.starts_with("wpe");
+    return matrix ? 0 : 1;
+  };
+  Engine engine(comm, model, eo);
+  gpt::init_parameters(model, o.seed);
+  engine.broadcast_parameters();
+  if (auto s = zerotk::lr_scheduler(ctx.cfg)) engine.set_scheduler(*s);
+
+  zerotk::monitor::TrainingLog log(zerotk::monitor::TrainingLogOptions::from(ctx.cfg, rank));
+  zerotk::monitor::ProgressLine progress(o.steps, std::cout);
+  const int micro = static_cast<int>(ctx.cfg.train_micro_batch_size_per_gpu);
+  const int gas = static_cast<int>(ctx.cfg.gradient_accumulation_steps);
+  gpt::Batch batch;
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  double user_ms = 0, step_ms_total = 0;
+  std::int64_t samples = 0;
+  double last_loss = 0;
+  for (int step = 0; step < o.steps; ++step) {
+    zerotk::StepReport r;
+    for (int m = 0; m < gas; ++m) {
+      data.fill_batch(static_cast<std::uint64_t>(step * gas + m), rank, world, micro, batch);
+      const auto u0 = Clock::now();
+      const float loss = model.train_step(batch, engine, static_cast<float>(engine.loss_scale()));
+      user_ms += std::chrono::duration<double, std::milli>(Clock::now() - u0).count();
+      r = engine.step(loss);
+    }
+    samples += ctx.cfg.train_batch_size;
+    step_ms_total += r.timings.forward_ms + r.timings.backward_ms + r.timings.backward_allreduce_ms + r.timings.step_ms;
+    last_loss = r.loss;
+    log.on_boundary_loss(r.loss, samples - ctx.cfg.train_batch_size);
+    const double lr = r.lr;
+    zerotk::monitor::StepStats st;
+    st.global_steps = r.global_steps;
+    st.global_samples = samples;
+    st.skipped_steps = r.skipped_steps;
+    st.lr = std::span<const double>(&lr, 1);
+    st.loss_scale = r.loss_scale;
+    if (!r.skipped) st.grad_norm = r.grad_norm;
+    st.phase_times = zerotk::monitor::PhaseTimesMs{r.timings.forward_ms, r.timings.backward_ms,
+                                                    r.timings.backward_inner_ms, r.timings.backward_allreduce_ms,
+                                                    r.timings.step_ms};
+    log.on_step(st);
+    if (rank == 0) progress.update(step + 1, r.loss);
+  }
+  if (rank == 0) progress.finish();
+  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  const double acc = rank == 0 ? evaluate(model, summary) : 0.0;
+  (void)acc;
+
+  std::lock_guard lock(mu);
+  auto& mem = summary.memory[static_cast<std::size_t>(rank)];
+  for (std::size_t c = 0; c < zerotk::kMemoryCategoryCount; ++c) {
+    mem[c] = engine.memory().live(static_cast<zerotk::MemoryCategory>(c));
+  }
+  if (rank == 0) {
+    summary.psi = engine.parameter_count();
+    summary.padded = engine.flat_numel();
+    summary.seconds = seconds;
+    const double tokens = static_cast<double>(samples) * ctx.model_config.context;
+    summary.tokens_per_s = tokens / seconds;
+    // Time inside the engine's scopes and step() that is not the user's own forward/backward math.
+    const double total_ms = seconds * 1e3;
+    summary.overhead = std::max(0.0, 1.0 - user_ms / total_ms);
+    summary.final_loss = last_loss;
+  }
+  (void)step_ms_total;
+}
+
+template <class Data, class Evaluate>
+int run(const Options& o, const gpt::Config& model_config, const Data& data, Evaluate&& evaluate) {
+  zerotk::config::ResolveContext rc;
+  int world = o.ranks;
+#if ZEROTK_HAS_MPI
+  std::optional<zerotk::comm::MpiSession> session;
+  std::optional<zerotk::comm::MpiCommunicator> mpi_world;
+  if (o.mpi) {
+    session.emplace();
+    mpi_world.emplace(zerotk::comm::MpiCommunicator::world());
+    world = mpi_world->size();
+  }
+#else
+  if (o.mpi) throw zerotk::usage_error("this binary was built without MPI", "--mpi");
+#endif
+  rc.world_size = world;
+  const std::string text = o.config_file.empty() ? flags_to_deepspeed_json(o) : zerotk::config::read_text_file(o.config_file);
+  const zerotk::config::Config cfg = zerotk::config::load(text, rc, o.config_file.empty() ? "flags" : o.config_file);
+  const bool root = !o.mpi || world == 1 || [&] {
+#if ZEROTK_HAS_MPI
+    return mpi_world->rank() == 0;
+#else
+    return true;
+#endif
+  }();
+  if (o.print_config && root) std::printf("%s", text.c_str());
+  if (root) {
+    std::printf("zerotk %s: %d ranks (%s), ZeRO stage %d, %s, batch %lld = %lld micro x %lld accumulation x %d ranks\n",
+                zerotk::kVersionString, world, o.mpi ? "MPI" : "threads", cfg.zero_optimization.stage,
+                std::string(zerotk::to_string(cfg.precision())).c_str(), static_cast<long long>(cfg.train_batch_size),
+                static_cast<long long>(cfg.train_micro_batch_size_per_gpu),
+                static_cast<long long>(cfg.gradient_accumulation_steps), world);
+  }
+
+  Summary summary;
+  summary.memory.resize(static_cast<std::size_t>(world));
+  std::mutex mu;
+  const TrainContext ctx{o, cfg, model_config};
+  auto launch = [&]<class Engine>(std::type_identity<Engine>) {
+#if ZEROTK_HAS_MPI
+    if (o.mpi) {
+      train_rank<Engine>(*mpi_world, ctx, data, evaluate, summary, mu);
+      return 0;
+    }
+#endif
+    zerotk::comm::run_threads(world, [&](zerotk::comm::ThreadsCommunicator& c) {
+      train_rank<Engine>(c, ctx, data, evaluate, summary, mu);
+    });
+    return 0;
+  };
+  zerotk::config::dispatch<E<0, zerotk::fp32>, E<1, zerotk::fp32>, E<2, zerotk::fp32>, E<0, zerotk::bf16>,
+                           E<1, zerotk::bf16>, E<2, zerotk::bf16>, E<0, zerotk::fp16>, E<1, zerotk::fp16>,
+                           E<2, zerotk::fp16>>(cfg, launch);
+  if (!root) return 0;
+  if (!o.mpi) print_memory_table(summary, cfg.zero_optimization.stage, std::string(zerotk::to_string(cfg.precision())), world);
+  std::printf("\ntrained %d steps in %.1f s: %.0f tokens/s; time outside the model's own forward/backward: %.1f%%\n",
+              o.steps, summary.seconds, summary.tokens_per_s, 100.0 * summary.overhead);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app{"zerotk GPT demo: a small transformer trained with ZeRO on N ranks"};
+  app.add_option("--ranks", o.ranks, "in-process ranks (threads communicator)")->check(CLI::Range(1, 64));
+  app.add_flag("--mpi", o.mpi, "one rank per MPI process (run under mpirun)");
+  app.add_option("--stage", o.stage, "ZeRO stage")->check(CLI::Range(0, 2));
+  app.add_option("--precision", o.precision, "fp32, fp16 (dynamic loss scaling) or bf16")
+      ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
+  app.add_option("--config", o.config_file, "a DeepSpeed JSON config (replaces the training flags)")
+      ->check(CLI::ExistingFile);
+  app.add_flag("--print-config", o.print_config, "print the DeepSpeed config in use");
+  app.add_option("--task", o.task, "synthetic task: sort or reverse")->check(CLI::IsMember({"sort", "reverse"}));
+  app.add_option("--digits", o.digits, "digits per synthetic example")->check(CLI::Range(1, 32));
+  app.add_option("--text", o.text_file, "train character-level on this text file instead")->check(CLI::ExistingFile);
+  app.add_option("--context", o.context, "sequence length in --text mode")->check(CLI::Range(2, 1024));
+  app.add_option("--layers", o.layers, "transformer blocks")->check(CLI::Range(1, 64));
+  app.add_option("--d-model", o.d_model, "model width")->check(CLI::Range(1, 4096));
+  app.add_option("--heads", o.heads, "attention heads")->check(CLI::Range(1, 64));
+  app.add_option("--steps", o.steps, "optimizer steps")->check(CLI::Range(1, 10000000));
+  app.add_option("--batch", o.batch, "global batch (sequences per optimizer step)")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--gas", o.gas, "gradient accumulation steps")->check(CLI::Range(1, 1024));
+  app.add_option("--warmup", o.warmup, "warm-up steps of the cosine schedule");
+  app.add_option("--lr", o.lr, "peak learning rate")->check(CLI::PositiveNumber);
+  app.add_option("--clip", o.clip, "gradient clipping (0: off)")->check(CLI::NonNegativeNumber);
+  app.add_option("--bucket-elements", o.bucket_elements, "reduce_bucket_size in elements")->check(CLI::Range(1LL, 1LL << 40));
+  app.add_option("--seed", o.seed, "initialisation and data seed");
+  app.add_option("--eval-size", o.eval_size, "held-out sequences for the accuracy");
+  app.add_option("--csv", o.csv_dir, "csv_monitor directory (output_path/job_name); empty: off");
+  app.add_option("--steps-per-print", o.steps_per_print, "DeepSpeed's steps_per_print")->check(CLI::Range(1, 1 << 30));
+  CLI11_PARSE(app, argc, argv);
+  try {
+    gpt::Config config;
+    config.n_layers = o.layers;
+    config.d_model = o.d_model;
+    config.n_heads = o.heads;
+    if (o.text_file.empty()) {
+      const gpt::DigitTask task(o.task == "sort" ? gpt::DigitTaskKind::sort : gpt::DigitTaskKind::reverse, o.digits,
+                                o.seed);
+      config.vocab_size = task.vocab_size();
+      config.context = task.seq_len();
+      return run(o, config, task, [&](gpt::Gpt& model, Summary& s) {
+        const gpt::DigitScore score = gpt::evaluate_digits(model, task, 0, o.eval_size);
+        s.accuracy = score.sequence_accuracy();
+        s.digit_accuracy = score.digit_accuracy();
+        std::printf("task %s %d digits: held-out sequence accuracy %.4f, digit accuracy %.4f (%zu sequences)\n",
+                    o.task.c_str(), o.digits, s.accuracy, s.digit_accuracy, score.sequences);
+        return s.accuracy;
+      });
+    }
+    const gpt::TextCorpus corpus = gpt::TextCorpus::from_file(o.text_file, o.context, o.seed);
+    config.vocab_size = corpus.vocab_size();
+    config.context = o.context;
+    return run(o, config, corpus, [&](gpt::Gpt& model, Summary& s) {
+      const gpt::TextScore score = gpt::evaluate_text(model, corpus, static_cast<std::size_t>(o.eval_size));
+      s.accuracy = score.accuracy;
+      std::printf("text: held-out loss %.4f nats/char, next-char accuracy %.4f (%zu chars)\n", score.loss,
+                  score.accuracy, score.positions);
+      return s.accuracy;
+    });
+  } catch (const zerotk::error& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 1;
+  }
+}
