@@ -83,7 +83,8 @@ struct EngineOptions {
   /// Reduce full buckets while backward goes on (false: each full bucket is reduced and waited for
   /// before backward continues, so step time is compute + communication).
   bool overlap_comm = true;
-  /// Stage 2: bucket buffers in the pool (>= 2 double-buffers communication against backward).
+  /// Stage 2: bucket buffers in the pool (>= 2 double-buffers communication against backward). The
+  /// pool grows when one layer's parameters span more buckets than it holds.
   int bucket_buffers = 2;
   /// Stage 1 reduces once per accumulation boundary (DeepSpeed); true reduces every micro-step.
   bool stage1_reduce_every_micro_step = false;
@@ -552,7 +553,16 @@ class Engine {
     const auto& b = g.layout.buckets()[k];
     g.opened[k] = 1;
     if constexpr (kPartitionGrads) {
-      if (g.free_slots.empty()) complete_oldest(g);
+      if (g.free_slots.empty()) {
+        if (!g.launch_order.empty()) {
+          complete_oldest(g);
+        } else {
+          // One layer's parameters span more buckets than the pool holds: grow it (once; the ledger
+          // shows the extra buffer under comm_buffers).
+          g.pool.emplace_back(g.pool.empty() ? 0 : g.pool.front().size(), MemoryCategory::comm_buffers, &ledger_);
+          g.free_slots.push_back(static_cast<int>(g.pool.size() - 1));
+        }
+      }
       const int s = g.free_slots.back();
       g.free_slots.pop_back();
       g.slot[k] = s;
@@ -640,11 +650,6 @@ class Engine {
   /// Waits for the oldest bucket in flight and folds its result in (accumulator, pool buffer back).
   template <class T>
   void complete_oldest(Group<T>& g) {
-    if (g.launch_order.empty()) {
-      throw usage_error("no bucket buffer free and none in flight (bucket_buffers too small for one layer's "
-                        "parameters; raise EngineOptions::bucket_buffers)",
-                        "engine", std::to_string(options_.bucket_buffers));
-    }
     const std::size_t k = g.launch_order.front();
     g.launch_order.erase(g.launch_order.begin());
     complete(g, k);

@@ -284,3 +284,58 @@ TEST_CASE("the LR scheduler steps after every applied update and never after a s
     CHECK(engine.skipped_steps() == 2);
   });
 }
+
+TEST_CASE("parameter groups and fp32-kept parameters (emulated fp16 over float Params)") {
+  // Group 1 (the biases) has lr 0: they must not move. keep_fp32 puts the biases in an fp32 flat
+  // group; the weights live in fp16 storage, so every weight value is an fp16 number.
+  auto run = [](auto stage_tag) {
+    constexpr int S = decltype(stage_tag)::value;
+    std::vector<float> out;
+    std::mutex mu;
+    comm::run_threads(2, [&](auto& comm) {
+      Mlp<float> model;
+      EngineOptions o;
+      o.bucket_bytes = 128;
+      o.loss_scaler.initial_scale_power = 8;
+      o.optimizer.lr = 1e-2f;
+      o.groups = {ParamGroup{o.optimizer}, ParamGroup{o.optimizer}};
+      o.groups[1].options.lr = 0.0f;
+      o.group_of = [](std::string_view name) -> std::uint32_t { return name.ends_with(".bias") ? 1 : 0; };
+      o.keep_fp32 = [](std::string_view name) { return name.ends_with(".bias"); };
+      Engine<Partitioner<Stage<S>>, Optimizer<AdamW>, Precision<fp16>> engine(comm, model, o);
+      model.init(5);
+      for (auto& l : model.layers)
+        for (std::size_t i = 0; i < l.b.numel(); ++i) l.b.data()[i] = 0.1f + 1e-4f * static_cast<float>(i);  // not fp16 values
+      engine.initialize_master();
+      const std::vector<float> before = model.values();
+      for (int s = 0; s < 6; ++s) {
+        const Batch b = make_batch(s, 0, comm.rank());
+        std::vector<float> x = b.x, dy;
+        for (auto& l : model.layers) {
+          auto scope = engine.forward(l);
+          x = l.forward(x);
+        }
+        mse(x, b.t, static_cast<float>(engine.loss_scale()), dy);
+        for (auto it = model.layers.rbegin(); it != model.layers.rend(); ++it) {
+          auto scope = engine.backward(*it);
+          dy = it->backward(dy);
+        }
+        engine.step(0.0);
+      }
+      if (comm.rank() != 0) return;
+      for (auto& l : model.layers) {
+        for (std::size_t i = 0; i < l.b.numel(); ++i) CHECK(l.b.data()[i] == 0.1f + 1e-4f * static_cast<float>(i));
+        for (std::size_t i = 0; i < l.w.numel(); ++i) {
+          const float w = l.w.data()[i];
+          CHECK(static_cast<float>(half(w)) == w);  // an fp16 value
+        }
+      }
+      CHECK(model.values() != before);
+      CHECK(engine.memory().live(MemoryCategory::other) > 0);  // the float compute copy
+      std::lock_guard lock(mu);
+      out = model.values();
+    });
+    return out;
+  };
+  CHECK(run(std::integral_constant<int, 0>{}) == run(std::integral_constant<int, 2>{}));
+}
