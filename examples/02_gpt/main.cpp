@@ -77,10 +77,15 @@ std::string flags_to_deepspeed_json(const Options& o) {
     << ", \"warmup_num_steps\": " << o.warmup << ", \"warmup_type\": \"linear\", \"cos_min_ratio\": 0.1}},\n"
     << "  \"zero_optimization\": {\"stage\": " << o.stage << ", \"reduce_bucket_size\": " << o.bucket_elements
     << ", \"overlap_comm\": true},\n"
-    << "  \"csv_monitor\": {\"enabled\": " << (o.csv_dir.empty() ? "false" : "true") << ", \"output_path\": \""
-    << std::filesystem::path(o.csv_dir).parent_path().string() << "\", \"job_name\": \""
-    << std::filesystem::path(o.csv_dir).filename().string() << "\"}\n"
-    << "}\n";
+    << "  \"csv_monitor\": ";
+  if (o.csv_dir.empty()) {
+    j << "{\"enabled\": false}\n";
+  } else {
+    const std::filesystem::path dir(o.csv_dir);
+    j << "{\"enabled\": true, \"output_path\": \"" << dir.parent_path().string() << "\", \"job_name\": \""
+      << dir.filename().string() << "\"}\n";
+  }
+  j << "}\n";
   return j.str();
 }
 
