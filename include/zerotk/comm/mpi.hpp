@@ -63,7 +63,7 @@ inline std::string error_text(int code) {
 
 inline std::string where(int rank, int size) { return "rank " + std::to_string(rank) + " of " + std::to_string(size); }
 
-/// Throws comm_error for an MPI return code other than MPI_SUCCESS.
+// Throws comm_error for an MPI return code other than MPI_SUCCESS.
 inline void check(int code, const char* call, int rank, int size) {
   if (code == MPI_SUCCESS) return;
   int cls = code;
@@ -81,7 +81,7 @@ inline void require_initialized(const char* what) {
   }
 }
 
-/// int count for an MPI call, or usage_error.
+// int count for an MPI call, or usage_error.
 inline int to_int(std::size_t n, OpKind kind, int rank, int size) {
   if (n > static_cast<std::size_t>(INT_MAX)) {
     throw usage_error("more than INT_MAX elements in one MPI call; split the buffer", op_site(kind, rank, size),
@@ -107,8 +107,8 @@ void user_op(void* in, void* inout, int* len, MPI_Datatype*) {
   combine_into<T, Op>(in, inout, static_cast<std::size_t>(*len));
 }
 
-/// The user-defined MPI ops, created on first use and freed at MPI_Finalize (through an attribute
-/// on MPI_COMM_SELF, whose delete callback MPI runs first thing in MPI_Finalize).
+// The user-defined MPI ops, created on first use and freed at MPI_Finalize (through an attribute
+// on MPI_COMM_SELF, whose delete callback MPI runs first thing in MPI_Finalize).
 struct UserOps {
   // [fp16, bf16, fp32, fp64][sum, max, min]; fp32/fp64 sum use MPI_SUM
   MPI_Op ops[4][3] = {};
@@ -146,7 +146,7 @@ struct UserOps {
   }
 };
 
-/// The MPI op computing `op` on `dt` (avg: the sum; the caller divides afterwards).
+// The MPI op computing `op` on `dt` (avg: the sum; the caller divides afterwards).
 inline MPI_Op reduction(DType dt, ReduceOp op) {
   const int col = op == ReduceOp::max ? 1 : (op == ReduceOp::min ? 2 : 0);
   switch (dt) {
@@ -160,7 +160,7 @@ inline MPI_Op reduction(DType dt, ReduceOp op) {
   return MPI_OP_NULL;
 }
 
-/// Work handle of one MPI request, plus what must happen on this rank once it completed.
+// Work handle of one MPI request, plus what must happen on this rank once it completed.
 class MpiWork final : public WorkState {
  public:
   struct After {
@@ -177,7 +177,7 @@ class MpiWork final : public WorkState {
   MpiWork(MPI_Request req, const char* call, int rank, int size, After after)
       : req_(req), call_(call), rank_(rank), size_(size), after_(after) {}
 
-  /// all_gatherv: the count/displacement arrays must live as long as the request.
+  // all_gatherv: the count/displacement arrays must live as long as the request.
   std::vector<int> counts, displs;
 
   void wait() override {

@@ -104,7 +104,7 @@ inline ncclRedOp_t reduction(ReduceOp op) {
   return ncclSum;
 }
 
-/// A CUDA event shared by the Works of one launch (one op, or one group).
+// A CUDA event shared by the Works of one launch (one op, or one group).
 struct Event {
   cudaEvent_t event = nullptr;
   bool recorded = false;
@@ -113,7 +113,7 @@ struct Event {
   }
 };
 
-/// What a communicator and its Works share: the comm handle outlives every Work that polls it.
+// What a communicator and its Works share: the comm handle outlives every Work that polls it.
 struct State {
   ncclComm_t comm = nullptr;
   cudaStream_t stream = nullptr;
@@ -134,7 +134,7 @@ struct State {
   }
 };
 
-/// Work of one enqueued operation: waits for its event, polling NCCL's asynchronous error.
+// Work of one enqueued operation: waits for its event, polling NCCL's asynchronous error.
 class NcclWork final : public WorkState {
  public:
   NcclWork(std::shared_ptr<State> s, std::shared_ptr<Event> e, const char* call)

@@ -299,8 +299,8 @@ inline std::string what_of(const std::exception_ptr& e) {
   }
 }
 
-/// Marks world rank `r` failed with `e`; returns true when another rank had failed before
-/// (so `e` is most likely a consequence of that failure).
+// Marks world rank `r` failed with `e`; returns true when another rank had failed before
+// (so `e` is most likely a consequence of that failure).
 inline bool fail_rank(Context& ctx, int r, const std::exception_ptr& e) {
   std::lock_guard lk(ctx.mu);
   ctx.exited[static_cast<std::size_t>(r)] = 1;

@@ -1,7 +1,7 @@
 #pragma once
-/// \file zerotk/comm/detail/checks.hpp
-/// Argument checks every back end runs before it starts an operation (check before launch): they
-/// are local to the calling rank, so they throw usage_error at once instead of failing a collective.
+// zerotk/comm/detail/checks.hpp (internal)
+// Argument checks every back end runs before it starts an operation (check before launch): they
+// are local to the calling rank, so they throw usage_error at once instead of failing a collective.
 
 #include <cstddef>
 #include <span>
@@ -12,12 +12,12 @@
 
 namespace zerotk::comm::detail {
 
-/// "all_reduce on rank 3 of 4": the `where` of a usage error.
+// "all_reduce on rank 3 of 4": the `where` of a usage error.
 inline std::string op_site(OpKind kind, int rank, int size) {
   return std::string(to_string(kind)) + " on rank " + std::to_string(rank) + " of " + std::to_string(size);
 }
 
-/// avg is not defined for uint8 (the mean of bytes has no useful rounding); every other pair is.
+// avg is not defined for uint8 (the mean of bytes has no useful rounding); every other pair is.
 inline void check_reduce(OpKind kind, DType dt, ReduceOp op, int rank, int size) {
   if (dt == DType::uint8 && op == ReduceOp::avg) {
     throw usage_error("avg is not defined for uint8 (use sum and divide)", op_site(kind, rank, size), "uint8 avg");
@@ -58,7 +58,7 @@ inline void check_color(int color, int rank, int size) {
   }
 }
 
-/// all_to_all cannot run in place: blocks move between ranks and would overwrite unsent data.
+// all_to_all cannot run in place: blocks move between ranks and would overwrite unsent data.
 inline void check_not_in_place(OpKind kind, const void* send, const void* recv, std::size_t count, int rank,
                                int size) {
   if (send == recv && count > 0 && size > 1) {

@@ -1,13 +1,13 @@
 #pragma once
-/// \file zerotk/comm/detail/reduce.hpp
-/// Host element-wise reduction used by the communicators: the threads back end's rank-order
-/// reduction, the MPI back end's user-defined ops for 16-bit types and its avg post-division.
-///
-/// Arithmetic rules (the same in every back end that computes on the host):
-/// - fp32, fp16, bf16 accumulate in fp32; 16-bit results are rounded once at the end; fp64 in fp64.
-/// - int32 and uint8 sums wrap around (two's complement), like MPI_SUM does in practice.
-/// - max/min of floats propagate NaN: the first NaN in combining order wins.
-/// - avg = sum / W (integer division truncating toward zero for int32); not defined for uint8.
+// zerotk/comm/detail/reduce.hpp (internal)
+// Host element-wise reduction used by the communicators: the threads back end's rank-order
+// reduction, the MPI back end's user-defined ops for 16-bit types and its avg post-division.
+//
+// Arithmetic rules (the same in every back end that computes on the host):
+// - fp32, fp16, bf16 accumulate in fp32; 16-bit results are rounded once at the end; fp64 in fp64.
+// - int32 and uint8 sums wrap around (two's complement), like MPI_SUM does in practice.
+// - max/min of floats propagate NaN: the first NaN in combining order wins.
+// - avg = sum / W (integer division truncating toward zero for int32); not defined for uint8.
 
 #include <algorithm>
 #include <cstddef>
@@ -20,7 +20,7 @@
 
 namespace zerotk::comm::detail {
 
-/// Accumulator type, load and store for each element type.
+// Accumulator type, load and store for each element type.
 template <class T>
 struct Arith;
 
@@ -61,7 +61,7 @@ struct Arith<std::uint8_t> {
   static std::uint8_t store(acc a) noexcept { return static_cast<std::uint8_t>(a); }
 };
 
-/// `a op b` where `a` comes first in combining order.
+// `a op b` where `a` comes first in combining order.
 template <ReduceOp Op, class A>
 ZEROTK_FORCEINLINE A combine(A a, A b) noexcept {
   if constexpr (Op == ReduceOp::sum || Op == ReduceOp::avg) {
@@ -95,9 +95,9 @@ ZEROTK_FORCEINLINE A divide(A a, int divisor) noexcept {
   }
 }
 
-/// out[k][i] = in[0][i] op in[1][i] op ... op in[nin-1][i] for every k < nout and i in
-/// [offset, offset + n). Buffers are byte pointers to arrays of T. An output may alias an input
-/// element for element (in place): each tile is read completely before it is written.
+// out[k][i] = in[0][i] op in[1][i] op ... op in[nin-1][i] for every k < nout and i in
+// [offset, offset + n). Buffers are byte pointers to arrays of T. An output may alias an input
+// element for element (in place): each tile is read completely before it is written.
 template <class T, ReduceOp Op>
 void reduce_rows(const std::byte* const* in, std::size_t nin, std::byte* const* out, std::size_t nout,
                  std::size_t offset, std::size_t n, int divisor) noexcept {
@@ -122,7 +122,7 @@ void reduce_rows(const std::byte* const* in, std::size_t nin, std::byte* const* 
   }
 }
 
-/// Calls `f(T{})` with the element type of `dt`.
+// Calls `f(T{})` with the element type of `dt`.
 template <class F>
 decltype(auto) visit_dtype(DType dt, F&& f) {
   switch (dt) {
@@ -136,7 +136,7 @@ decltype(auto) visit_dtype(DType dt, F&& f) {
   throw usage_error("unknown dtype", "zerotk::comm", to_text(static_cast<int>(dt)));
 }
 
-/// Calls `f(std::integral_constant<ReduceOp, op>{})`.
+// Calls `f(std::integral_constant<ReduceOp, op>{})`.
 template <class F>
 decltype(auto) visit_op(ReduceOp op, F&& f) {
   switch (op) {
@@ -148,7 +148,7 @@ decltype(auto) visit_op(ReduceOp op, F&& f) {
   throw usage_error("unknown reduce op", "zerotk::comm", to_text(static_cast<int>(op)));
 }
 
-/// Type-erased `reduce_rows`: the caller has validated (dtype, op) with `check_reduce`.
+// Type-erased `reduce_rows`: the caller has validated (dtype, op) with `check_reduce`.
 inline void reduce_rows(DType dt, ReduceOp op, const std::byte* const* in, std::size_t nin, std::byte* const* out,
                         std::size_t nout, std::size_t offset, std::size_t n, int divisor) {
   visit_dtype(dt, [&](auto t) {
@@ -158,8 +158,8 @@ inline void reduce_rows(DType dt, ReduceOp op, const std::byte* const* in, std::
   });
 }
 
-/// inout[i] = in[i] op inout[i] (MPI user-op convention: `in` comes first in combining order).
-/// 16-bit results are rounded after every combine, as MPI's pairwise reduction requires.
+// inout[i] = in[i] op inout[i] (MPI user-op convention: `in` comes first in combining order).
+// 16-bit results are rounded after every combine, as MPI's pairwise reduction requires.
 template <class T, ReduceOp Op>
 void combine_into(const void* in, void* inout, std::size_t n) noexcept {
   const T* a = static_cast<const T*>(in);
@@ -167,7 +167,7 @@ void combine_into(const void* in, void* inout, std::size_t n) noexcept {
   for (std::size_t i = 0; i < n; ++i) b[i] = Arith<T>::store(combine<Op>(Arith<T>::load(a[i]), Arith<T>::load(b[i])));
 }
 
-/// buf[i] = buf[i] / divisor, computed in the accumulator type and rounded once (avg after a sum).
+// buf[i] = buf[i] / divisor, computed in the accumulator type and rounded once (avg after a sum).
 inline void divide_in_place(void* buf, std::size_t n, DType dt, int divisor) {
   visit_dtype(dt, [&](auto t) {
     using T = decltype(t);

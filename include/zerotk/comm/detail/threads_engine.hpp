@@ -1,26 +1,26 @@
 #pragma once
-/// \file zerotk/comm/detail/threads_engine.hpp
-/// The shared state behind ThreadsCommunicator (zerotk/comm/threads.hpp).
-///
-/// Matching: every collective a rank issues on a group gets the next per-rank sequence number. The
-/// ranks' calls with the same number meet in a Rendezvous; point-to-point operations meet in one
-/// keyed by (source, destination, tag), in posting order. The rank whose call completes a rendezvous
-/// checks that all calls agree and turns them into a Job: output segments cut into chunks.
-///
-/// Progress: any rank that waits (or tests) on a ready rendezvous claims chunks and computes them,
-/// so several waiting ranks share the work and one waiting rank can finish it alone; nobody has to
-/// wait in a particular order. Each output element is computed from the inputs in rank order, so
-/// the result does not depend on which thread computed it.
-///
-/// Failure: a rendezvous that is not ready fails on a signature mismatch, a timeout, a rank that
-/// returned or abandoned the call, or a failed rank (Context::abort). A ready one always completes:
-/// other threads may be writing into the waiting rank's buffers. After a failure the group is broken
-/// and every later call on it fails at once.
-///
-/// Memory ordering: all state is guarded by Context::mu. Buffers are written by the user before the
-/// post (lock release) and read by computing threads after they saw `ready` (lock acquire); outputs
-/// are published by `chunks_done`/`done` under the lock. The epoch atomic only lets waiters poll
-/// briefly before sleeping on the condition variable.
+// zerotk/comm/detail/threads_engine.hpp (internal)
+// The shared state behind ThreadsCommunicator (zerotk/comm/threads.hpp).
+//
+// Matching: every collective a rank issues on a group gets the next per-rank sequence number. The
+// ranks' calls with the same number meet in a Rendezvous; point-to-point operations meet in one
+// keyed by (source, destination, tag), in posting order. The rank whose call completes a rendezvous
+// checks that all calls agree and turns them into a Job: output segments cut into chunks.
+//
+// Progress: any rank that waits (or tests) on a ready rendezvous claims chunks and computes them,
+// so several waiting ranks share the work and one waiting rank can finish it alone; nobody has to
+// wait in a particular order. Each output element is computed from the inputs in rank order, so
+// the result does not depend on which thread computed it.
+//
+// Failure: a rendezvous that is not ready fails on a signature mismatch, a timeout, a rank that
+// returned or abandoned the call, or a failed rank (Context::abort). A ready one always completes:
+// other threads may be writing into the waiting rank's buffers. After a failure the group is broken
+// and every later call on it fails at once.
+//
+// Memory ordering: all state is guarded by Context::mu. Buffers are written by the user before the
+// post (lock release) and read by computing threads after they saw `ready` (lock acquire); outputs
+// are published by `chunks_done`/`done` under the lock. The epoch atomic only lets waiters poll
+// briefly before sleeping on the condition variable.
 
 #include <algorithm>
 #include <atomic>
@@ -46,18 +46,17 @@
 #include "zerotk/comm/detail/reduce.hpp"
 #include "zerotk/core/error.hpp"
 
-
 namespace zerotk::comm::detail::threads {
 
 using Clock = std::chrono::steady_clock;
 
-/// A comm_error as data: stored once, raised by every rank that observes it.
+// A comm_error as data: stored once, raised by every rank that observes it.
 struct ErrorInfo {
   std::string message, where, value;
   [[noreturn]] void raise() const { throw comm_error(message, where, value); }
 };
 
-/// One rank's call, as posted.
+// One rank's call, as posted.
 struct Call {
   OpKind kind = OpKind::barrier;
   bool is_split = false;
@@ -76,7 +75,7 @@ inline bool has_reduce_op(OpKind k) noexcept {
 }
 inline bool has_root(OpKind k) noexcept { return k == OpKind::broadcast || k == OpKind::reduce; }
 
-/// "all_reduce(count 1000, fp32, sum)", "broadcast(count 7, bf16, root 2)", "split(color 1, key 0)".
+// "all_reduce(count 1000, fp32, sum)", "broadcast(count 7, bf16, root 2)", "split(color 1, key 0)".
 inline std::string describe(const Call& c) {
   if (c.is_split) return "split(color " + std::to_string(c.color) + ", key " + std::to_string(c.key) + ")";
   std::string s(to_string(c.kind));
@@ -95,14 +94,14 @@ inline std::string describe(const Call& c) {
   return s + ")";
 }
 
-/// "#5". (Not `"#" + std::to_string(n)`: GCC 12 warns -Wrestrict on it, a false positive.)
+// "#5". (Not `"#" + std::to_string(n)`: GCC 12 warns -Wrestrict on it, a false positive.)
 inline std::string seq_label(std::uint64_t seq) {
   std::string s = "#";
   s += std::to_string(seq);
   return s;
 }
 
-/// Calls that may meet in one collective.
+// Calls that may meet in one collective.
 inline bool same_signature(const Call& a, const Call& b) noexcept {
   if (a.is_split || b.is_split) return a.is_split == b.is_split;
   if (a.kind != b.kind) return false;
@@ -115,11 +114,11 @@ inline bool same_signature(const Call& a, const Call& b) noexcept {
   return true;
 }
 
-/// The data movement of a matched operation: segments (one reduction, or one copy, into `nout`
-/// outputs each), cut into chunks that any participating thread may compute. Every chunk has an
-/// owner, the rank whose buffer it writes (for a reduction into every rank's buffer: ranks take
-/// contiguous ranges); a waiting rank computes its own chunks first and then takes the others'
-/// from the back, so each rank mostly writes memory it will read next.
+// The data movement of a matched operation: segments (one reduction, or one copy, into `nout`
+// outputs each), cut into chunks that any participating thread may compute. Every chunk has an
+// owner, the rank whose buffer it writes (for a reduction into every rank's buffer: ranks take
+// contiguous ranges); a waiting rank computes its own chunks first and then takes the others'
+// from the back, so each rank mostly writes memory it will read next.
 struct Job {
   struct Segment {
     std::uint32_t in_first, nin, out_first, nout;
@@ -145,7 +144,7 @@ struct Job {
   std::vector<std::uint32_t> order;    // chunk indices grouped by owning rank
   std::vector<std::size_t> head, tail;  // per rank: its unclaimed chunks are order[head[r] .. tail[r])
 
-  /// Reduces (or, with one input, copies) `ins` into each of `outs`; outs[k] belongs to owners[k].
+  // Reduces (or, with one input, copies) `ins` into each of `outs`; outs[k] belongs to owners[k].
   void add(std::span<const std::byte* const> ins, std::span<std::byte* const> outs, std::span<const int> owners,
            std::size_t n) {
     if (n == 0 || outs.empty()) return;
@@ -156,7 +155,7 @@ struct Job {
     out_owner.insert(out_owner.end(), owners.begin(), owners.end());
   }
 
-  /// Copies `n` elements from `src` to `dst` (rank `owner`'s buffer); nothing when they coincide.
+  // Copies `n` elements from `src` to `dst` (rank `owner`'s buffer); nothing when they coincide.
   void add_copy(const std::byte* src, std::byte* dst, int owner, std::size_t n) {
     if (src != dst) add(std::span<const std::byte* const>(&src, 1), std::span<std::byte* const>(&dst, 1),
                         std::span<const int>(&owner, 1), n);
@@ -185,7 +184,7 @@ struct Job {
     for (std::uint32_t c = 0; c < owner.size(); ++c) order[fill[owner[c]]++] = c;
   }
 
-  /// The next chunk for `rank` to compute: its own first, then the others' from the back. Lock held.
+  // The next chunk for `rank` to compute: its own first, then the others' from the back. Lock held.
   std::size_t claim(int rank) {
     const std::size_t w = head.size();
     const auto own = static_cast<std::size_t>(rank);
@@ -214,8 +213,8 @@ struct Job {
 
 struct Group;
 
-/// Where the calls of one operation meet. Roles are group ranks for a collective and
-/// {sender, receiver} for a point-to-point transfer.
+// Where the calls of one operation meet. Roles are group ranks for a collective and
+// {sender, receiver} for a point-to-point transfer.
 struct Rendezvous {
   std::uint64_t seq = 0;           // collective: sequence number on its group
   bool is_p2p = false;
@@ -234,7 +233,7 @@ struct Rendezvous {
 
   std::size_t roles() const noexcept { return role_rank.size(); }
 
-  /// "#5" or "send/recv rank 0 -> rank 1, tag 3" (built only for messages).
+  // "#5" or "send/recv rank 0 -> rank 1, tag 3" (built only for messages).
   std::string label() const {
     if (!is_p2p) return seq_label(seq);
     return "send/recv rank " + std::to_string(role_rank[0]) + " -> rank " + std::to_string(role_rank[1]) + ", tag " +
@@ -242,7 +241,7 @@ struct Rendezvous {
   }
 };
 
-/// Everything one run_threads (or one make_threads_communicators) shares.
+// Everything one run_threads (or one make_threads_communicators) shares.
 struct Context {
   std::mutex mu;
   std::condition_variable cv;
@@ -261,11 +260,11 @@ struct Context {
     if (sleepers > 0) cv.notify_all();
   }
 
-  /// Waits until the epoch moves or `deadline` passes. Called and returns with `lk` held.
-  /// Polls with sched_yield for a short while first: a peer on the same core runs at once, one on
-  /// another core is seen within a microsecond, and no futex sleep/wake pair is paid. Measured on a
-  /// loaded 2-core machine: 4 KiB all_reduce on 2 ranks 5 us with it, 50-110 us with a pause-spin
-  /// or none. The short budget keeps idle ranks from burning the cores others need.
+  // Waits until the epoch moves or `deadline` passes. Called and returns with `lk` held.
+  // Polls with sched_yield for a short while first: a peer on the same core runs at once, one on
+  // another core is seen within a microsecond, and no futex sleep/wake pair is paid. Measured on a
+  // loaded 2-core machine: 4 KiB all_reduce on 2 ranks 5 us with it, 50-110 us with a pause-spin
+  // or none. The short budget keeps idle ranks from burning the cores others need.
   void wait_locked(std::unique_lock<std::mutex>& lk, Clock::time_point deadline) {
     constexpr auto kPollBeforeSleep = std::chrono::microseconds(20);
     const std::uint64_t e = epoch.load(std::memory_order_relaxed);
@@ -288,7 +287,7 @@ struct Context {
   }
 };
 
-/// A set of ranks that issue collectives together: the world or a split of it.
+// A set of ranks that issue collectives together: the world or a split of it.
 struct Group {
   std::shared_ptr<Context> ctx;
   std::string name;                 // "world", "world/split(color 1)"
@@ -324,7 +323,7 @@ inline std::shared_ptr<Group> make_group(std::shared_ptr<Context> ctx, std::stri
   return g;
 }
 
-/// Fails a rendezvous that is not ready and breaks its group. Lock held.
+// Fails a rendezvous that is not ready and breaks its group. Lock held.
 inline void fail_locked(Group& g, Rendezvous& rv, ErrorInfo info) {
   if (rv.ready || rv.done || rv.error) return;
   if (!g.broken) {
@@ -334,7 +333,7 @@ inline void fail_locked(Group& g, Rendezvous& rv, ErrorInfo info) {
   g.ctx->bump_locked();
 }
 
-/// The calls posted so far and the roles still missing, for error messages.
+// The calls posted so far and the roles still missing, for error messages.
 inline std::string roster(const Group& g, const Rendezvous& rv) {
   std::string s;
   for (std::size_t r = 0; r < rv.roles(); ++r) {
@@ -363,13 +362,13 @@ inline std::vector<int> missing_ranks(const Rendezvous& rv) {
   return m;
 }
 
-/// "all_reduce(count 10, fp32, sum) #5 on world": the call a role made, for messages. Lock held.
+// "all_reduce(count 10, fp32, sum) #5 on world": the call a role made, for messages. Lock held.
 inline std::string what_locked(const Group& g, const Rendezvous& rv, std::size_t role) {
   return describe(*rv.calls[role]) + " " + rv.label() + " on " + g.name;
 }
 
-/// Fails a rendezvous that is not ready when it can no longer complete: a failed rank, the waiting
-/// rank abandoning it, a missing rank that returned, or the deadline. Lock held.
+// Fails a rendezvous that is not ready when it can no longer complete: a failed rank, the waiting
+// rank abandoning it, a missing rank that returned, or the deadline. Lock held.
 inline void check_pending_locked(Group& g, Rendezvous& rv, std::size_t role, Clock::time_point deadline,
                                  std::int64_t timeout_ms, bool abandon) {
   Context& ctx = *g.ctx;
@@ -409,8 +408,8 @@ inline void check_pending_locked(Group& g, Rendezvous& rv, std::size_t role, Clo
   }
 }
 
-/// Drives `rv` towards completion on behalf of the rank in `role`: computes claimable chunks and,
-/// if `blocking`, waits until it is done or failed. Returns true when done or failed.
+// Drives `rv` towards completion on behalf of the rank in `role`: computes claimable chunks and,
+// if `blocking`, waits until it is done or failed. Returns true when done or failed.
 inline bool drive(Group& g, Rendezvous& rv, std::size_t role, Clock::time_point deadline, std::int64_t timeout_ms,
                   bool blocking, bool abandon) {
   Context& ctx = *g.ctx;
@@ -451,8 +450,8 @@ inline bool drive(Group& g, Rendezvous& rv, std::size_t role, Clock::time_point 
   }
 }
 
-/// Builds the job of a matched collective from the calls of all ranks (indexed by group rank).
-/// Copies are one segment per destination, so each rank's chunks write its own buffer.
+// Builds the job of a matched collective from the calls of all ranks (indexed by group rank).
+// Copies are one segment per destination, so each rank's chunks write its own buffer.
 inline void build_collective_job(Rendezvous& rv, int w) {
   const Call& c0 = *rv.calls[0];
   Job& job = rv.job;
@@ -516,7 +515,7 @@ inline void build_collective_job(Rendezvous& rv, int w) {
   job.cut(w);
 }
 
-/// Creates the groups of a matched split. Lock held.
+// Creates the groups of a matched split. Lock held.
 inline void build_split(Group& g, Rendezvous& rv) {
   const int w = g.size();
   std::vector<std::tuple<int, int, int>> order;  // (color, key, old rank)
@@ -543,7 +542,7 @@ inline void build_split(Group& g, Rendezvous& rv) {
   }
 }
 
-/// Turns a rendezvous whose calls have all arrived into a ready (or done) one. Lock held.
+// Turns a rendezvous whose calls have all arrived into a ready (or done) one. Lock held.
 inline void complete_arrivals_locked(Group& g, Rendezvous& rv, bool p2p) {
   if (!rv.error) {
     if (p2p) {
@@ -564,7 +563,7 @@ inline void complete_arrivals_locked(Group& g, Rendezvous& rv, bool p2p) {
   g.ctx->bump_locked();
 }
 
-/// Posts rank `rank`'s next collective on `g`; returns its rendezvous and sequence number.
+// Posts rank `rank`'s next collective on `g`; returns its rendezvous and sequence number.
 inline std::pair<std::shared_ptr<Rendezvous>, std::uint64_t> post_collective(Group& g, int rank, Call call) {
   Context& ctx = *g.ctx;
   std::lock_guard lk(ctx.mu);
@@ -600,7 +599,7 @@ inline std::pair<std::shared_ptr<Rendezvous>, std::uint64_t> post_collective(Gro
   return {std::move(rv), seq};
 }
 
-/// Posts a send (rank -> peer) or a receive (peer -> rank).
+// Posts a send (rank -> peer) or a receive (peer -> rank).
 inline std::shared_ptr<Rendezvous> post_p2p(Group& g, int rank, int peer, int tag, bool is_send, Call call) {
   Context& ctx = *g.ctx;
   std::lock_guard lk(ctx.mu);
@@ -637,8 +636,8 @@ inline std::shared_ptr<Rendezvous> post_p2p(Group& g, int rank, int peer, int ta
   return rv;
 }
 
-/// The issued, unfinished collectives of one rank on one group, oldest first: waiting on one
-/// completes all earlier ones first (issue-order completion).
+// The issued, unfinished collectives of one rank on one group, oldest first: waiting on one
+// completes all earlier ones first (issue-order completion).
 struct RankQueue {
   struct Entry {
     std::shared_ptr<Rendezvous> rv;
@@ -647,10 +646,10 @@ struct RankQueue {
   std::deque<Entry> pending;
 };
 
-/// Work handle of a threads-back-end operation.
+// Work handle of a threads-back-end operation.
 class ThreadsWork final : public WorkState {
  public:
-  /// `queue` is null for point-to-point operations: those complete independently of collectives.
+  // `queue` is null for point-to-point operations: those complete independently of collectives.
   ThreadsWork(std::shared_ptr<Group> g, std::size_t role, std::shared_ptr<Rendezvous> rv, std::uint64_t seq,
               std::shared_ptr<RankQueue> queue, std::int64_t timeout_ms)
       : g_(std::move(g)),
