@@ -44,13 +44,14 @@
 
 #include "zerotk/comm/any.hpp"
 #include "zerotk/comm/communicator.hpp"
+#include "zerotk/comm/typed.hpp"
 #include "zerotk/core/concepts.hpp"
 #include "zerotk/core/dtype.hpp"
 #include "zerotk/core/error.hpp"
 #include "zerotk/core/memory.hpp"
 #include "zerotk/core/param.hpp"
-#include "zerotk/kernels/host/adam.hpp"
-#include "zerotk/kernels/host/cast.hpp"
+#include "zerotk/engine/host_backend.hpp"
+#include "zerotk/kernels/tensor_list.hpp"
 #include "zerotk/optim/clip.hpp"
 #include "zerotk/optim/optimizer.hpp"
 #include "zerotk/optim/schedulers.hpp"
@@ -60,6 +61,10 @@
 #include "zerotk/zero/layout.hpp"
 #include "zerotk/zero/norms.hpp"
 #include "zerotk/zero/partitioner.hpp"
+
+#if defined(__CUDACC__)
+#include "zerotk/engine/cuda_backend.cuh"
+#endif
 
 namespace zerotk {
 
@@ -80,6 +85,9 @@ struct EngineOptions {
   /// must hold float.
   std::function<bool(std::string_view name)> keep_fp32;
   LossScalerOptions loss_scaler;
+  /// Device<Cuda>: the cudaStream_t the trainer's forward and backward run on (null: the legacy
+  /// default stream). The engine orders its kernels and collectives after the work queued there.
+  void* stream = nullptr;
   /// Reduce full buckets while backward goes on (false: each full bucket is reduced and waited for
   /// before backward continues, so step time is compute + communication).
   bool overlap_comm = true;
@@ -117,18 +125,6 @@ inline double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
 
-/// acc[i] += float(x[i])
-template <class T>
-void accumulate(float* ZEROTK_RESTRICT acc, const T* ZEROTK_RESTRICT x, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i) acc[i] += to_float(x[i]);
-}
-
-/// slot[i] = T(float(slot[i]) + g[i]); emulated 16-bit gradients from float compute.
-template <class T>
-void add_rounded(T* ZEROTK_RESTRICT slot, const float* ZEROTK_RESTRICT g, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i) slot[i] = from_float<T>(to_float(slot[i]) + g[i]);
-}
-
 }  // namespace detail
 
 template <class... Ps>
@@ -161,7 +157,12 @@ class Engine {
   static_assert(kStage <= 2, "Engine: ZeRO stage 3 is not available yet; use Stage<0>, Stage<1> or Stage<2>");
   static_assert(std::is_same_v<offload_tag, None>,
                 "Engine: Offload<Cpu> and Offload<Nvme> are not available yet; use Offload<None>");
-  static_assert(std::is_same_v<device_tag, Host>, "Engine: only Device<Host> is available in this version");
+  /// Where the engine's buffers live and which kernels touch them (engine/host_backend.hpp,
+  /// engine/cuda_backend.cuh).
+  using backend = typename backends::select<device_tag>::type;
+  template <class T>
+  using Buffer = typename backend::template Buffer<T>;
+  using optimizer_type = typename backend::template optimizer_type<optimizer_policy>;
 
   // ---- scopes ----------------------------------------------------------------------------------
   class [[nodiscard]] ForwardScope {
@@ -202,9 +203,16 @@ class Engine {
   /// Binds every parameter of `model` into engine-owned storage and initialises nothing else: the
   /// values are zero until the trainer writes initial values (through the bound Params) and calls
   /// `broadcast_parameters()` or `initialize_master()`. `comm` and `model` must outlive the engine.
+  /// Device<Cuda>: `comm` is a device-memory communicator with a stream (NcclCommunicator), the
+  /// calling thread's current CUDA device is the communicator's, and the model computes on
+  /// `options.stream`.
   template <comm::Communicator C, Module M>
   Engine(C& comm, M& model, EngineOptions options = {})
-      : comm_(comm), options_(std::move(options)), scaler_(options_.loss_scaler) {
+      : comm_(comm), options_(std::move(options)), scaler_(options_.loss_scaler),
+        backend_(backends::make_backend<backend>(comm, options_.stream)) {
+    static_assert(comm::uses_device_memory<C> == device::is_cuda,
+                  "Engine: Device<Host> needs a host-memory communicator (threads, MPI) and Device<Cuda> a "
+                  "device-memory one (NcclCommunicator)");
     if (options_.gradient_accumulation_steps < 1) {
       throw config_error("must be >= 1", "gradient_accumulation_steps", std::to_string(options_.gradient_accumulation_steps));
     }
@@ -291,12 +299,13 @@ class Engine {
   /// rank or with different seeds), then (re)initialises the fp32 master copy from them.
   void broadcast_parameters(int root = 0) {
     take_user_values();
+    backend_.before_collective();
     for_each_group([&](auto& g) {
       if (g.params.size() == 0) return;
       using T = typename std::remove_cvref_t<decltype(g)>::value_type;
       comm_.broadcast(g.params.data(), g.params.size(), dtype_of_v<T>, root).wait();
     });
-    if (emulated_) kernels::host::cast(main_.params.data(), compute_params_.data(), main_.layout.flat_numel());
+    if (emulated_) backend_.cast(main_.params.data(), compute_params_.data(), main_.layout.flat_numel());
     for_each_group([&](auto& g) { init_master(g); });
   }
 
@@ -357,19 +366,19 @@ class Engine {
     using value_type = T;
     zero::FlatLayout layout;
     std::vector<std::uint32_t> members;  ///< global parameter ids, local order
-    TrackedBuffer<T> params;             ///< flat, full (stages 0-2 keep parameters gathered)
-    TrackedBuffer<T> grads;              ///< flat, full: stages 0 and 1
-    TrackedBuffer<T> part_grads;         ///< reduced partition: stages 1 and 2
-    TrackedBuffer<float> acc;            ///< fp32 accumulator over micro-steps (GAS > 1), owned-shaped
-    TrackedBuffer<float> master;         ///< fp32 master, owned-shaped
-    std::unique_ptr<optimizer_policy> opt;
+    Buffer<T> params;                  ///< flat, full (stages 0-2 keep parameters gathered)
+    Buffer<T> grads;                   ///< flat, full: stages 0 and 1
+    Buffer<T> part_grads;              ///< reduced partition: stages 1 and 2
+    Buffer<float> acc;                 ///< fp32 accumulator over micro-steps (GAS > 1), owned-shaped
+    Buffer<float> master;              ///< fp32 master, owned-shaped
+    std::unique_ptr<optimizer_type> opt;
     std::vector<Segment> segments;       ///< owned pieces, in owned coordinates
     // per-bucket state
     std::vector<std::size_t> ready;      ///< elements whose gradient is complete this micro-step
     std::vector<char> opened, launched;
     std::vector<comm::Work> inflight;
     std::vector<int> slot;               ///< stage 2: pool buffer held, or -1
-    std::vector<TrackedBuffer<T>> pool;
+    std::vector<Buffer<T>> pool;
     std::vector<int> free_slots;
     std::vector<std::size_t> launch_order;  ///< buckets in flight, oldest first
   };
@@ -447,8 +456,8 @@ class Engine {
     setup_group(main_, numels[0], groups[0], world);
     setup_group(f32_, numels[1], groups[1], world);
     if (emulated_) {
-      compute_params_ = TrackedBuffer<float>(main_.layout.flat_numel(), MemoryCategory::other, &ledger_);
-      compute_grads_ = TrackedBuffer<float>(main_.layout.flat_numel(), MemoryCategory::other, &ledger_);
+      compute_params_ = backend_.template allocate<float>(main_.layout.flat_numel(), MemoryCategory::other, &ledger_);
+      compute_grads_ = backend_.template allocate<float>(main_.layout.flat_numel(), MemoryCategory::other, &ledger_);
     }
     bind_all();
   }
@@ -461,13 +470,13 @@ class Engine {
     const int rank = comm_.rank();
     const std::size_t flat = g.layout.flat_numel();
     const std::size_t owned = kPartitionState ? g.layout.partition_numel() : flat;
-    g.params = TrackedBuffer<T>(flat, MemoryCategory::params16, &ledger_);
-    if constexpr (!kPartitionGrads) g.grads = TrackedBuffer<T>(flat, MemoryCategory::grads, &ledger_);
-    if constexpr (kPartitionState) g.part_grads = TrackedBuffer<T>(owned, MemoryCategory::grads, &ledger_);
-    if (options_.gradient_accumulation_steps > 1) g.acc = TrackedBuffer<float>(owned, MemoryCategory::grads, &ledger_);
-    g.master = TrackedBuffer<float>(owned, MemoryCategory::master32, &ledger_);
-    g.opt = std::make_unique<optimizer_policy>(options_.groups);
-    g.opt->init_state(owned, &ledger_);
+    g.params = backend_.template allocate<T>(flat, MemoryCategory::params16, &ledger_);
+    if constexpr (!kPartitionGrads) g.grads = backend_.template allocate<T>(flat, MemoryCategory::grads, &ledger_);
+    if constexpr (kPartitionState) g.part_grads = backend_.template allocate<T>(owned, MemoryCategory::grads, &ledger_);
+    if (options_.gradient_accumulation_steps > 1) g.acc = backend_.template allocate<float>(owned, MemoryCategory::grads, &ledger_);
+    g.master = backend_.template allocate<float>(owned, MemoryCategory::master32, &ledger_);
+    g.opt = std::make_unique<optimizer_type>(options_.groups);
+    backend_.init_optimizer(*g.opt, owned, &ledger_);
     g.opt->set_tensor_count(numels.size());  // LAMB: equal-length per-tensor sums on every rank
     const auto segs = kPartitionState ? g.layout.partition_segments(rank) : g.layout.flat_segments();
     for (const auto& s : segs) g.segments.push_back(Segment{s.offset, s.numel, s.group, s.tensor});
@@ -482,7 +491,7 @@ class Engine {
       for (const auto& b : g.layout.buckets()) biggest = std::max(biggest, b.numel);
       const int count = std::min<int>(options_.bucket_buffers, static_cast<int>(nb));
       for (int i = 0; i < count; ++i) {
-        g.pool.emplace_back(biggest, MemoryCategory::comm_buffers, &ledger_);
+        g.pool.push_back(backend_.template allocate<T>(biggest, MemoryCategory::comm_buffers, &ledger_));
         g.free_slots.push_back(count - 1 - i);
       }
     }
@@ -530,7 +539,7 @@ class Engine {
       }
       if (emulated_ && !e.fp32_group && !e.opened) {
         const auto& slot = main_.layout.param(e.local);
-        std::fill_n(compute_grads_.data() + slot.flat_offset, slot.numel, 0.0f);
+        backend_.zero(compute_grads_.data() + slot.flat_offset, slot.numel);
       }
       e.opened = true;
     }
@@ -559,7 +568,8 @@ class Engine {
         } else {
           // One layer's parameters span more buckets than the pool holds: grow it (once; the ledger
           // shows the extra buffer under comm_buffers).
-          g.pool.emplace_back(g.pool.empty() ? 0 : g.pool.front().size(), MemoryCategory::comm_buffers, &ledger_);
+          g.pool.push_back(backend_.template allocate<T>(g.pool.empty() ? 0 : g.pool.front().size(),
+                                                         MemoryCategory::comm_buffers, &ledger_));
           g.free_slots.push_back(static_cast<int>(g.pool.size() - 1));
         }
       }
@@ -567,7 +577,7 @@ class Engine {
       g.free_slots.pop_back();
       g.slot[k] = s;
       T* buf = g.pool[static_cast<std::size_t>(s)].data();
-      std::fill_n(buf, b.numel, T{});
+      backend_.zero(buf, b.numel);
       if (!(emulated_ && std::is_same_v<T, S>)) {
         for (std::uint32_t j : b.params) {
           auto& e = entries_[g.members[j]];
@@ -577,7 +587,7 @@ class Engine {
     } else {
       // Stages 0/1: the flat gradient buffer persists. It starts a new accumulation when the previous
       // one was consumed: every micro-step when reducing per micro-step, else after a boundary.
-      if (reduces_every_micro_step() || micro_in_accum_ == 0) std::fill_n(g.grads.data() + b.flat_offset, b.numel, T{});
+      if (reduces_every_micro_step() || micro_in_accum_ == 0) backend_.zero(g.grads.data() + b.flat_offset, b.numel);
     }
   }
 
@@ -612,7 +622,7 @@ class Engine {
     const std::size_t k = slot.bucket;
     if (emulated_ && std::is_same_v<T, S> && !e.fp32_group) {
       const auto& b = g.layout.buckets()[k];
-      detail::add_rounded(bucket_grads(g, k) + (slot.flat_offset - b.flat_offset),
+      backend_.add_rounded(bucket_grads(g, k) + (slot.flat_offset - b.flat_offset),
                           compute_grads_.data() + slot.flat_offset, slot.numel);
     }
     g.ready[k] += slot.numel;
@@ -636,6 +646,7 @@ class Engine {
     g.launched[k] = 1;
     if (!reduces_every_micro_step()) return;  // stage 1: at the boundary
     const auto& b = g.layout.buckets()[k];
+    backend_.before_collective();
     constexpr DType dt = dtype_of_v<T>;
     if constexpr (kStage == 0) {
       T* buf = g.grads.data() + b.flat_offset;
@@ -661,9 +672,9 @@ class Engine {
     const auto& b = g.layout.buckets()[k];
     if (options_.gradient_accumulation_steps > 1 && reduces_every_micro_step()) {
       if constexpr (kStage == 0) {
-        detail::accumulate(g.acc.data() + b.flat_offset, g.grads.data() + b.flat_offset, b.numel);
+        backend_.accumulate(g.acc.data() + b.flat_offset, g.grads.data() + b.flat_offset, b.numel);
       } else {
-        detail::accumulate(g.acc.data() + b.part_offset, g.part_grads.data() + b.part_offset, b.block);
+        backend_.accumulate(g.acc.data() + b.part_offset, g.part_grads.data() + b.part_offset, b.block);
       }
     }
     if constexpr (kPartitionGrads) {
@@ -684,6 +695,7 @@ class Engine {
       while (!g.launch_order.empty()) complete_oldest(g);
       if (!reduces_every_micro_step() && boundary) {
         using T = typename std::remove_cvref_t<decltype(g)>::value_type;
+        backend_.before_collective();
         for (std::size_t k = nb; k-- > 0;) {
           const auto& b = g.layout.buckets()[k];
           g.inflight[k] = comm_.reduce_scatter(g.grads.data() + b.flat_offset, g.part_grads.data() + b.part_offset,
@@ -712,22 +724,31 @@ class Engine {
     else return g.grads.data();
   }
 
-  /// Partial sum of squares of rank r's blocks, bucket by bucket in memory order. Stage 0 computes every
-  /// rank's partial itself, in the same order the other stages' ranks do, so the totals agree bitwise.
+  /// Sums of squares of the gradient blocks the norm needs, in one backend call: this rank's blocks
+  /// (stages 1, 2), or every rank's, rank-major (stage 0 computes each rank's partial itself, so the
+  /// totals agree bitwise with the other stages'). Within a rank, buckets last to first.
   template <class T>
-  double partial_sum_squares(Group<T>& g, int r) {
-    double s = 0;
+  std::vector<double> block_sums(Group<T>& g) {
+    if (grads_in_acc(g)) return block_sums_of(g, static_cast<const float*>(g.acc.data()));
+    return block_sums_of(g, owned_grads(g));
+  }
+
+  template <class T, class E>
+  std::vector<double> block_sums_of(Group<T>& g, const E* base) {
     const auto buckets = g.layout.buckets();
-    for (std::size_t k = buckets.size(); k-- > 0;) {
-      const auto& b = buckets[k];
-      const std::size_t off = kPartitionState ? b.part_offset : g.layout.block_flat_offset(k, r);
-      if (grads_in_acc(g)) {
-        s += zero::sum_squares(g.acc.data() + off, b.block);
-      } else {
-        s += zero::sum_squares(owned_grads(g) + off, b.block);
+    const int ranks = kPartitionState ? 1 : comm_.size();
+    std::vector<kernels::TensorRef<const E>> blocks;
+    blocks.reserve(buckets.size() * static_cast<std::size_t>(ranks));
+    for (int q = 0; q < ranks; ++q) {
+      for (std::size_t k = buckets.size(); k-- > 0;) {
+        const auto& b = buckets[k];
+        const std::size_t off = kPartitionState ? b.part_offset : g.layout.block_flat_offset(k, q);
+        blocks.emplace_back(base + off, b.block);
       }
     }
-    return s;
+    std::vector<double> sums(blocks.size());
+    backend_.sum_squares(std::span<const kernels::TensorRef<const E>>(blocks), std::span<double>(sums));
+    return sums;
   }
 
   void boundary_step(StepReport& r) {
@@ -735,19 +756,28 @@ class Engine {
     const int rank = comm_.rank();
     // Global sum of squares + loss, one fp64 all-reduce (rank-order sum in the threads back end).
     double local[2] = {0.0, loss_sum_ / options_.gradient_accumulation_steps};
+    std::vector<std::vector<double>> sums;  // per group, [rank][bucket]
+    for_each_group([&](auto& g) { sums.push_back(block_sums(g)); });
+    // Rank q's partial: per group the blocks in order, then the groups in order.
+    auto partial = [&](int q) {
+      double p = 0;
+      for (const auto& gs : sums) {
+        const std::size_t per_rank = gs.size() / static_cast<std::size_t>(kPartitionState ? 1 : world);
+        double s = 0;
+        for (std::size_t j = 0; j < per_rank; ++j) s += gs[static_cast<std::size_t>(q) * per_rank + j];
+        p += s;
+      }
+      return p;
+    };
     if constexpr (kPartitionState) {
-      for_each_group([&](auto& g) { local[0] += partial_sum_squares(g, rank); });
+      local[0] = partial(0);
     } else {
       double total = 0;
-      for (int q = 0; q < world; ++q) {
-        double p = 0;
-        for_each_group([&](auto& g) { p += partial_sum_squares(g, q); });
-        total = q == 0 ? p : total + p;
-      }
+      for (int q = 0; q < world; ++q) total = q == 0 ? partial(q) : total + partial(q);
       local[0] = rank == 0 ? total : 0.0;
     }
     double global[2];
-    comm_.all_reduce(local, global, 2, DType::fp64, comm::ReduceOp::sum).wait();
+    backend_.all_reduce_sum(comm_, local, global, 2);
     r.loss = global[1] / world;
     r.boundary = true;
 
@@ -761,7 +791,7 @@ class Engine {
     if (skip) {
       // Nothing is updated; only the (non-finite) accumulated gradients are dropped.
       for_each_group([&](auto& g) {
-        if (grads_in_acc(g)) std::fill_n(g.acc.data(), g.acc.size(), 0.0f);
+        if (grads_in_acc(g)) backend_.zero(g.acc.data(), g.acc.size());
       });
       ++skipped_steps_;
       r.skipped = true;
@@ -773,7 +803,7 @@ class Engine {
     const float grad_scale = static_cast<float>(static_cast<double>(clip.grad_factor) / gas);
 
     for_each_group([&](auto& g) { update_group(g, grad_scale); });
-    if (emulated_) kernels::host::cast(main_.params.data(), compute_params_.data(), main_.layout.flat_numel());
+    if (emulated_) backend_.cast(main_.params.data(), compute_params_.data(), main_.layout.flat_numel());
     if (scheduler_) {
       scheduler_->step();
       apply_schedule();
@@ -783,18 +813,23 @@ class Engine {
   template <class T>
   void update_group(Group<T>& g, float grad_scale) {
     if (g.layout.param_count() == 0) return;
-    auto reduce_tensor_sums = [&](std::span<double> sums) {
+    // LAMB's per-tensor partial sums (host or device memory, as the backend keeps them).
+    auto reduce_tensor_sums = [&](double* sums, std::size_t n) {
       if constexpr (kPartitionState) {
-        if (!sums.empty()) comm_.all_reduce(sums.data(), sums.data(), sums.size(), DType::fp64, comm::ReduceOp::sum).wait();
+        if (n == 0) return;
+        backend_.before_collective();
+        comm_.all_reduce(sums, sums, n, DType::fp64, comm::ReduceOp::sum).wait();
+      } else {
+        (void)sums, (void)n;
       }
     };
     const std::span<const Segment> segs(g.segments);
     if constexpr (!kPartitionState) {
       // Stage 0: this rank owns everything, in flat coordinates; the 16-bit copy is written in place.
       if (grads_in_acc(g)) {
-        g.opt->step(segs, g.master.data(), g.acc.data(), g.params.data(), grad_scale, reduce_tensor_sums);
+        backend_.step(*g.opt, segs, g.master.data(), g.acc.data(), g.params.data(), grad_scale, reduce_tensor_sums);
       } else {
-        g.opt->step(segs, g.master.data(), g.grads.data(), g.params.data(), grad_scale, reduce_tensor_sums);
+        backend_.step(*g.opt, segs, g.master.data(), g.grads.data(), g.params.data(), grad_scale, reduce_tensor_sums);
       }
     } else {
       // Stages 1/2: owned elements are contiguous in the partition but one block per bucket in the
@@ -803,28 +838,27 @@ class Engine {
       // partition buffer), and each block is all-gathered from there into the flat buffer.
       T* staging = g.part_grads.data();
       if (grads_in_acc(g)) {
-        g.opt->step(segs, g.master.data(), g.acc.data(), staging, grad_scale, reduce_tensor_sums);
+        backend_.step(*g.opt, segs, g.master.data(), g.acc.data(), staging, grad_scale, reduce_tensor_sums);
       } else {
-        g.opt->step(segs, g.master.data(), static_cast<const T*>(staging), staging, grad_scale, reduce_tensor_sums);
+        backend_.step(*g.opt, segs, g.master.data(), static_cast<const T*>(staging), staging, grad_scale, reduce_tensor_sums);
       }
-      const int rank = comm_.rank();
       const auto buckets = g.layout.buckets();
+      backend_.before_collective();
       for (std::size_t k = 0; k < buckets.size(); ++k) {
         const auto& b = buckets[k];
         g.inflight[k] = comm_.all_gather(staging + b.part_offset, g.params.data() + b.flat_offset, b.block, dtype_of_v<T>);
-        (void)rank;
       }
       for (std::size_t k = 0; k < buckets.size(); ++k) g.inflight[k].wait();
     }
-    if (grads_in_acc(g)) std::fill_n(g.acc.data(), g.acc.size(), 0.0f);
+    if (grads_in_acc(g)) backend_.zero(g.acc.data(), g.acc.size());
   }
 
   /// Emulated mode (float Params over 16-bit storage): round what the user wrote into the compute copy
   /// to the storage precision, and let the compute copy see the rounded values.
   void take_user_values() {
     if (!emulated_) return;
-    kernels::host::cast(compute_params_.data(), main_.params.data(), main_.layout.flat_numel());
-    kernels::host::cast(main_.params.data(), compute_params_.data(), main_.layout.flat_numel());
+    backend_.cast(compute_params_.data(), main_.params.data(), main_.layout.flat_numel());
+    backend_.cast(main_.params.data(), compute_params_.data(), main_.layout.flat_numel());
   }
 
   template <class T>
@@ -835,10 +869,10 @@ class Engine {
       const auto buckets = g.layout.buckets();
       for (std::size_t k = 0; k < buckets.size(); ++k) {
         const auto& b = buckets[k];
-        kernels::host::cast(g.params.data() + g.layout.block_flat_offset(k, rank), g.master.data() + b.part_offset, b.block);
+        backend_.cast(g.params.data() + g.layout.block_flat_offset(k, rank), g.master.data() + b.part_offset, b.block);
       }
     } else {
-      kernels::host::cast(g.params.data(), g.master.data(), g.layout.flat_numel());
+      backend_.cast(g.params.data(), g.master.data(), g.layout.flat_numel());
     }
   }
 
@@ -870,13 +904,14 @@ class Engine {
   comm::AnyCommunicator comm_;
   EngineOptions options_;
   loss_scaler scaler_;
+  backend backend_;
   MemoryLedger ledger_;
   std::vector<ParamEntry> entries_;
   std::unordered_map<const void*, std::uint32_t> index_;
   Group<S> main_;
   Group<float> f32_;
   bool emulated_ = false;
-  TrackedBuffer<float> compute_params_, compute_grads_;
+  Buffer<float> compute_params_, compute_grads_;
   std::optional<LrScheduler> scheduler_;
   std::size_t psi_ = 0;
   int micro_in_accum_ = 0;
