@@ -7,6 +7,7 @@
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "zerotk/core/concepts.hpp"
@@ -203,6 +204,7 @@ struct RunConfig {
   std::size_t bucket_bytes = 256;  // small: many buckets, params straddling nothing, overlap exercised
   bool stage1_every_micro = false;
   bool overlap = true;
+  void* stream = nullptr;  // Device<Cuda>: the compute stream (EngineOptions::stream)
 };
 
 struct RunResult {
@@ -215,17 +217,30 @@ struct RunResult {
   bool ranks_agree = true;            // every rank ended with the same values
 };
 
+/// The model of a run: Model() or, for models that live on a device, Model(cfg.stream).
+template <class Model>
+Model make_model(const RunConfig& cfg) {
+  if constexpr (std::is_constructible_v<Model, void*>) {
+    return Model(cfg.stream);
+  } else {
+    (void)cfg;
+    return Model();
+  }
+}
+
 /// One rank's training run: `cfg.steps` boundaries of `cfg.gas` micro-steps on this rank's data.
-/// Returns this rank's final values and (rank 0 or not) the per-boundary reports.
-template <int Stage, class Prec, class Comm>
-RunResult train_rank(Comm& comm, const RunConfig& cfg) {
+/// Returns this rank's final values and (rank 0 or not) the per-boundary reports. Model has Mlp's
+/// interface (layers with poison_next_backward, init, values); Dev is the Engine's Device policy.
+template <int Stage, class Prec, class Comm, class Model = Mlp<typename Prec::storage>,
+          class Dev = zerotk::Device<zerotk::Host>>
+RunResult train_rank(Comm& comm, const RunConfig& cfg, zerotk::MemoryLedger* ledger_out = nullptr) {
   using namespace zerotk;
-  using T = typename Prec::storage;
-  using E = Engine<Partitioner<zerotk::Stage<Stage>>, Optimizer<AdamW>, Precision<Prec>>;
+  using E = Engine<Partitioner<zerotk::Stage<Stage>>, Optimizer<AdamW>, Precision<Prec>, Dev>;
   RunResult result;
   {
-    Mlp<T> model;
+    Model model = make_model<Model>(cfg);
     EngineOptions o;
+    o.stream = cfg.stream;
     o.bucket_bytes = cfg.bucket_bytes;
     o.gradient_accumulation_steps = cfg.gas;
     o.gradient_clipping = cfg.clip;
@@ -266,6 +281,12 @@ RunResult train_rank(Comm& comm, const RunConfig& cfg) {
       }
     }
     result.params = model.values();
+    if (ledger_out) {
+      for (std::size_t c = 0; c < kMemoryCategoryCount; ++c) {
+        const auto cat = static_cast<MemoryCategory>(c);
+        ledger_out->add(cat, engine.memory().live(cat));
+      }
+    }
   }
   return result;
 }

@@ -19,13 +19,16 @@ namespace zerotk::comm {
 class AnyCommunicator {
  public:
   /// Refers to `c`; the caller keeps it alive for the AnyCommunicator's lifetime.
-  template <Communicator C>
-    requires(!std::is_same_v<std::remove_cvref_t<C>, AnyCommunicator>)
+  // The self-exclusion comes first so that checking Communicator<AnyCommunicator> (which asks
+  // whether it is movable) never recurses into these constructors (EDG/nvcc would report it).
+  template <class C>
+    requires(!std::is_same_v<std::remove_cvref_t<C>, AnyCommunicator> && Communicator<C>)
   explicit AnyCommunicator(C& c) : impl_(std::make_shared<Ref<C>>(c)) {}
 
   /// Takes ownership of `c`.
-  template <Communicator C>
-    requires(!std::is_same_v<std::remove_cvref_t<C>, AnyCommunicator> && !std::is_lvalue_reference_v<C>)
+  template <class C>
+    requires(!std::is_same_v<std::remove_cvref_t<C>, AnyCommunicator> && !std::is_lvalue_reference_v<C> &&
+             Communicator<C>)
   explicit AnyCommunicator(C&& c) : impl_(std::make_shared<Owned<C>>(std::move(c))) {}
 
   int rank() const { return impl_->rank(); }

@@ -1,0 +1,172 @@
+#pragma once
+/// \file zerotk/engine/cuda_backend.cuh
+/// The Engine's data operations for `Device<Cuda>` (nvcc only; zerotk/engine.hpp includes this file
+/// when nvcc compiles it): buffers in device memory (TrackedDeviceBuffer, recorded in the ledger),
+/// the CUDA kernels on the trainer's compute stream, collectives through a device-memory
+/// communicator (NcclCommunicator) on its own stream.
+///
+/// Ordering, with S the compute stream (EngineOptions::stream) and C the communicator's stream:
+/// - every engine kernel is queued on S, after the trainer's forward/backward work;
+/// - before each collective, C waits on the GPU for everything queued on S so far (an event), so a
+///   bucket is reduced only once backward wrote it and the host never blocks for that;
+/// - the Engine waits for a collective's Work (host) before S touches its output (folding a reduced
+///   bucket, reusing a pool buffer, the norm, the next forward after the all-gather), so S never
+///   needs to wait on C.
+/// Results the host needs (sums of squares, the 2-double norm/loss all-reduce) are copied back with
+/// one synchronization of S per boundary.
+
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+
+#include <cuda_runtime.h>
+
+#include "zerotk/comm/communicator.hpp"
+#include "zerotk/core/cuda.hpp"
+#include "zerotk/core/cuda_memory.hpp"
+#include "zerotk/core/dtype.hpp"
+#include "zerotk/core/error.hpp"
+#include "zerotk/engine/host_backend.hpp"
+#include "zerotk/kernels/cuda/accumulate.cuh"
+#include "zerotk/kernels/cuda/cast.cuh"
+#include "zerotk/kernels/cuda/multi_tensor.cuh"
+#include "zerotk/kernels/cuda/reduce.cuh"
+#include "zerotk/kernels/tensor_list.hpp"
+#include "zerotk/optim/device.cuh"
+
+namespace zerotk::backends {
+
+class CudaBackend {
+ public:
+  template <class T>
+  using Buffer = TrackedDeviceBuffer<T>;
+  template <class Opt>
+  using optimizer_type = optim::DeviceOptimizer<Opt>;
+
+  /// `comm` must expose its stream and device (NcclCommunicator does); the calling thread's current
+  /// device must be the communicator's.
+  template <class C>
+  static CudaBackend create(C& comm, void* stream) {
+    static_assert(requires {
+      { comm.stream() } -> std::convertible_to<cudaStream_t>;
+      { comm.device() } -> std::convertible_to<int>;
+    }, "Engine<Device<Cuda>>: the communicator must expose stream() and device() (use NcclCommunicator)");
+    int current = -1;
+    ZEROTK_CUDA_CHECK(cudaGetDevice(&current));
+    if (current != comm.device()) {
+      throw usage_error("the calling thread's current CUDA device is not the communicator's (call cudaSetDevice("
+                        + std::to_string(comm.device()) + ") first)",
+                        "Engine<Device<Cuda>> on rank " + std::to_string(comm.rank()), std::to_string(current));
+    }
+    return CudaBackend(static_cast<cudaStream_t>(stream), comm.stream());
+  }
+
+  template <class T>
+  Buffer<T> allocate(std::size_t n, MemoryCategory category, MemoryLedger* ledger) {
+    return Buffer<T>(n, category, ledger);
+  }
+
+  template <class T>
+  void zero(T* p, std::size_t n) {
+    if (n) ZEROTK_CUDA_CHECK(cudaMemsetAsync(p, 0, n * sizeof(T), s_->stream));  // +0 in every float format
+  }
+
+  template <class T>
+  void accumulate(float* acc, const T* x, std::size_t n) {
+    kernels::cuda::accumulate(acc, x, n, s_->stream);
+  }
+
+  template <class T>
+  void add_rounded(T* slot, const float* g, std::size_t n) {
+    kernels::cuda::add_rounded(slot, g, n, s_->stream);
+  }
+
+  template <class Src, class Dst>
+  void cast(const Src* in, Dst* out, std::size_t n) {
+    kernels::cuda::cast(in, out, n, s_->stream);
+  }
+
+  /// One launch for all blocks, one copy back, one synchronization of the compute stream.
+  template <class T>
+  void sum_squares(std::span<const kernels::TensorRef<const T>> blocks, std::span<double> out) {
+    if (blocks.empty()) return;
+    double* d = s_->doubles(blocks.size());
+    kernels::cuda::sum_squares<T>(blocks, d, s_->ws, s_->stream);
+    ZEROTK_CUDA_CHECK(cudaMemcpyAsync(out.data(), d, blocks.size() * sizeof(double), cudaMemcpyDeviceToHost, s_->stream));
+    ZEROTK_CUDA_CHECK(cudaStreamSynchronize(s_->stream));
+  }
+
+  /// The communicator's stream waits (on the GPU) for everything queued on the compute stream.
+  void before_collective() {
+    ZEROTK_CUDA_CHECK(cudaEventRecord(s_->event, s_->stream));
+    ZEROTK_CUDA_CHECK(cudaStreamWaitEvent(s_->comm_stream, s_->event, 0));
+  }
+
+  /// out = sum over ranks of in (n host doubles), through device memory.
+  template <comm::Communicator C>
+  void all_reduce_sum(C& c, const double* in, double* out, std::size_t n) {
+    double* d = s_->doubles(n);
+    ZEROTK_CUDA_CHECK(cudaMemcpyAsync(d, in, n * sizeof(double), cudaMemcpyHostToDevice, s_->stream));
+    before_collective();
+    c.all_reduce(d, d, n, DType::fp64, comm::ReduceOp::sum).wait();
+    ZEROTK_CUDA_CHECK(cudaMemcpyAsync(out, d, n * sizeof(double), cudaMemcpyDeviceToHost, s_->stream));
+    ZEROTK_CUDA_CHECK(cudaStreamSynchronize(s_->stream));
+  }
+
+  template <class Opt>
+  void init_optimizer(Opt& opt, std::size_t numel, MemoryLedger* ledger) {
+    opt.init_state(numel, ledger);
+  }
+
+  /// `reduce(double* device_sums, n)` is called between LAMB's phases.
+  template <class Opt, class G, class P, class Reduce>
+  void step(Opt& opt, std::span<const kernels::Segment> segments, float* master, const G* grads, P* out,
+            float grad_scale, Reduce&& reduce) {
+    opt.step(segments, master, grads, out, grad_scale, reduce, s_->stream, s_->ws);
+  }
+
+  cudaStream_t stream() const noexcept { return s_->stream; }
+
+ private:
+  struct State {
+    cudaStream_t stream = nullptr;       // the trainer's compute stream (not owned)
+    cudaStream_t comm_stream = nullptr;  // the communicator's (not owned)
+    cudaEvent_t event = nullptr;
+    kernels::cuda::Workspace ws;         // launch tables of the kernels on `stream`
+    double* scratch = nullptr;           // device doubles for sums and the small all-reduce
+    std::size_t scratch_count = 0;
+
+    ~State() {
+      if (scratch) cudaFree(scratch);
+      if (event) cudaEventDestroy(event);
+    }
+    double* doubles(std::size_t n) {
+      if (n > scratch_count) {
+        ZEROTK_CUDA_CHECK(cudaStreamSynchronize(stream));  // an earlier copy may still read it
+        if (scratch) ZEROTK_CUDA_CHECK(cudaFree(scratch));
+        scratch = nullptr;
+        scratch_count = 0;
+        ZEROTK_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&scratch), n * sizeof(double)));
+        scratch_count = n;
+      }
+      return scratch;
+    }
+  };
+
+  CudaBackend(cudaStream_t stream, cudaStream_t comm_stream) : s_(std::make_unique<State>()) {
+    s_->stream = stream;
+    s_->comm_stream = comm_stream;
+    ZEROTK_CUDA_CHECK(cudaEventCreateWithFlags(&s_->event, cudaEventDisableTiming));
+  }
+
+  std::unique_ptr<State> s_;
+};
+
+template <>
+struct select<Cuda> {
+  using type = CudaBackend;
+};
+
+}  // namespace zerotk::backends
