@@ -91,6 +91,10 @@ struct EngineOptions {
   /// Reduce full buckets while backward goes on (false: each full bucket is reduced and waited for
   /// before backward continues, so step time is compute + communication).
   bool overlap_comm = true;
+  /// Stages 1/2: do not wait in step() for the all-gather of the updated parameters; each layer's
+  /// forward (or backward) scope waits for the buckets holding its own parameters, so the gather
+  /// overlaps the next forward. Outside scopes, parameter values are valid after `synchronize()`.
+  bool overlap_param_gather = false;
   /// Stage 2: bucket buffers in the pool (>= 2 double-buffers communication against backward). The
   /// pool grows when one layer's parameters span more buckets than it holds.
   int bucket_buffers = 2;
@@ -173,7 +177,7 @@ class Engine {
 
    private:
     friend class Engine;
-    explicit ForwardScope(Engine* e) : e_(e), t0_(detail::Clock::now()) {}
+    ForwardScope(Engine* e, detail::Clock::time_point t0) : e_(e), t0_(t0) {}
     Engine* e_;
     detail::Clock::time_point t0_;
   };
@@ -233,11 +237,28 @@ class Engine {
 
   // ---- the training loop -------------------------------------------------------------------------
 
-  /// Brackets a layer's forward. Stages 0-2 keep every parameter gathered, so this only times it.
+  /// Brackets a layer's forward. Stages 0-2 keep every parameter gathered; with
+  /// `overlap_param_gather` this waits for the all-gather of the buckets holding the layer's
+  /// parameters (and its external_parameters) if it is still in flight.
   template <Module L>
   ForwardScope forward(L& layer) {
-    (void)layer;
-    return ForwardScope(this);
+    const auto t0 = detail::Clock::now();  // waiting for parameters counts as forward time
+    if (gathers_pending_ > 0) {
+      layer.parameters([&](std::string_view name, auto& p) { finish_gather_of(lookup(&p, name)); });
+      if constexpr (requires { layer.external_parameters(zerotk::detail::ParameterVisitorArchetype{}); }) {
+        layer.external_parameters([&](std::string_view name, auto& p) { finish_gather_of(lookup(&p, name)); });
+      }
+    }
+    return ForwardScope(this, t0);
+  }
+
+  /// Waits for every parameter all-gather still in flight (`overlap_param_gather`): after this every
+  /// bound Param holds the current values. A no-op otherwise.
+  void synchronize() {
+    if (gathers_pending_ == 0) return;
+    for_each_group([&](auto& g) {
+      for (std::size_t k = g.layout.buckets().size(); k-- > 0;) finish_gather(g, k);
+    });
   }
 
   /// Brackets a layer's backward: gradient storage for its parameters is ready (and zeroed when a new
@@ -298,6 +319,7 @@ class Engine {
   /// Makes every rank's parameters equal to rank `root`'s (call after initialising values on one
   /// rank or with different seeds), then (re)initialises the fp32 master copy from them.
   void broadcast_parameters(int root = 0) {
+    synchronize();
     take_user_values();
     backend_.before_collective();
     for_each_group([&](auto& g) {
@@ -312,6 +334,7 @@ class Engine {
   /// Copies the (bound, user-initialised) parameter values into the fp32 master copy, without
   /// communication (every rank must have initialised the same values).
   void initialize_master() {
+    synchronize();
     take_user_values();
     for_each_group([&](auto& g) { init_master(g); });
   }
@@ -333,6 +356,8 @@ class Engine {
   const loss_scaler& scaler() const noexcept { return scaler_; }
   loss_scaler& scaler() noexcept { return scaler_; }
   const EngineOptions& options() const noexcept { return options_; }
+  /// Parameter all-gathers (buckets) still in flight; non-zero only with overlap_param_gather.
+  std::size_t pending_gathers() const noexcept { return gathers_pending_; }
   /// Total parameter elements of the model (Psi), padding excluded.
   std::size_t parameter_count() const noexcept { return psi_; }
   /// Padded element counts of the flat buffers (main precision and the fp32-kept group).
@@ -376,6 +401,7 @@ class Engine {
     // per-bucket state
     std::vector<std::size_t> ready;      ///< elements whose gradient is complete this micro-step
     std::vector<char> opened, launched;
+    std::vector<char> gathering;         ///< parameter all-gather in flight (overlap_param_gather)
     std::vector<comm::Work> inflight;
     std::vector<int> slot;               ///< stage 2: pool buffer held, or -1
     std::vector<Buffer<T>> pool;
@@ -484,6 +510,7 @@ class Engine {
     g.ready.assign(nb, 0);
     g.opened.assign(nb, 0);
     g.launched.assign(nb, 0);
+    g.gathering.assign(nb, 0);
     g.inflight.resize(nb);
     g.slot.assign(nb, -1);
     if constexpr (kPartitionGrads) {
@@ -531,6 +558,7 @@ class Engine {
 
   void begin_backward(const std::vector<std::uint32_t>& ids) {
     for (std::uint32_t id : ids) {
+      if (gathers_pending_ > 0) finish_gather_of(id);
       auto& e = entries_[id];
       if (e.fp32_group) {
         open_bucket_of(f32_, e);
@@ -645,6 +673,7 @@ class Engine {
     if (g.launched[k]) return;
     g.launched[k] = 1;
     if (!reduces_every_micro_step()) return;  // stage 1: at the boundary
+    finish_gather(g, k);  // the reduction writes the partition the gather reads
     const auto& b = g.layout.buckets()[k];
     backend_.before_collective();
     constexpr DType dt = dtype_of_v<T>;
@@ -695,6 +724,7 @@ class Engine {
       while (!g.launch_order.empty()) complete_oldest(g);
       if (!reduces_every_micro_step() && boundary) {
         using T = typename std::remove_cvref_t<decltype(g)>::value_type;
+        for (std::size_t k = nb; k-- > 0;) finish_gather(g, k);
         backend_.before_collective();
         for (std::size_t k = nb; k-- > 0;) {
           const auto& b = g.layout.buckets()[k];
@@ -803,7 +833,9 @@ class Engine {
     const float grad_scale = static_cast<float>(static_cast<double>(clip.grad_factor) / gas);
 
     for_each_group([&](auto& g) { update_group(g, grad_scale); });
-    if (emulated_) backend_.cast(main_.params.data(), compute_params_.data(), main_.layout.flat_numel());
+    // Emulated mode: the compute copy follows the 16-bit values (stages 1/2: bucket by bucket, as
+    // each gather completes).
+    if (!kPartitionState && emulated_) backend_.cast(main_.params.data(), compute_params_.data(), main_.layout.flat_numel());
     if (scheduler_) {
       scheduler_->step();
       apply_schedule();
@@ -842,15 +874,46 @@ class Engine {
       } else {
         backend_.step(*g.opt, segs, g.master.data(), static_cast<const T*>(staging), staging, grad_scale, reduce_tensor_sums);
       }
+      // Gathered in forward order (the first layer's bucket, the last one, first), so that with
+      // overlap_param_gather the next forward can start as soon as its first bucket arrives.
       const auto buckets = g.layout.buckets();
       backend_.before_collective();
-      for (std::size_t k = 0; k < buckets.size(); ++k) {
+      for (std::size_t k = buckets.size(); k-- > 0;) {
         const auto& b = buckets[k];
         g.inflight[k] = comm_.all_gather(staging + b.part_offset, g.params.data() + b.flat_offset, b.block, dtype_of_v<T>);
+        g.gathering[k] = 1;
+        ++gathers_pending_;
       }
-      for (std::size_t k = 0; k < buckets.size(); ++k) g.inflight[k].wait();
+      if (!options_.overlap_param_gather) {
+        for (std::size_t k = buckets.size(); k-- > 0;) finish_gather(g, k);
+      }
     }
     if (grads_in_acc(g)) backend_.zero(g.acc.data(), g.acc.size());
+  }
+
+  /// Waits for bucket k's parameter all-gather if it is in flight; in emulated mode refreshes that
+  /// bucket's float compute copy.
+  template <class T>
+  void finish_gather(Group<T>& g, std::size_t k) {
+    if (!g.gathering[k]) return;
+    g.gathering[k] = 0;
+    --gathers_pending_;
+    g.inflight[k].wait();
+    if constexpr (std::is_same_v<T, S> && !std::is_same_v<S, float>) {
+      if (emulated_) {
+        const auto& b = g.layout.buckets()[k];
+        backend_.cast(g.params.data() + b.flat_offset, compute_params_.data() + b.flat_offset, b.numel);
+      }
+    }
+  }
+
+  void finish_gather_of(std::uint32_t id) {
+    const auto& e = entries_[id];
+    if (e.fp32_group) {
+      finish_gather(f32_, f32_.layout.param(e.local).bucket);
+    } else {
+      finish_gather(main_, main_.layout.param(e.local).bucket);
+    }
   }
 
   /// Emulated mode (float Params over 16-bit storage): round what the user wrote into the compute copy
@@ -914,6 +977,7 @@ class Engine {
   Buffer<float> compute_params_, compute_grads_;
   std::optional<LrScheduler> scheduler_;
   std::size_t psi_ = 0;
+  std::size_t gathers_pending_ = 0;  ///< parameter all-gathers in flight (overlap_param_gather)
   int micro_in_accum_ = 0;
   std::int64_t micro_steps_ = 0, global_steps_ = 0, skipped_steps_ = 0;
   double loss_sum_ = 0;

@@ -204,6 +204,7 @@ struct RunConfig {
   std::size_t bucket_bytes = 256;  // small: many buckets, params straddling nothing, overlap exercised
   bool stage1_every_micro = false;
   bool overlap = true;
+  bool overlap_gather = false;  // EngineOptions::overlap_param_gather
   void* stream = nullptr;  // Device<Cuda>: the compute stream (EngineOptions::stream)
 };
 
@@ -250,6 +251,7 @@ RunResult train_rank(Comm& comm, const RunConfig& cfg, zerotk::MemoryLedger* led
     o.loss_scaler.loss_scale_window = 5;
     o.stage1_reduce_every_micro_step = cfg.stage1_every_micro;
     o.overlap_comm = cfg.overlap;
+    o.overlap_param_gather = cfg.overlap_gather;
     E engine(comm, model, o);
     model.init(42);
     engine.initialize_master();
@@ -280,6 +282,7 @@ RunResult train_rank(Comm& comm, const RunConfig& cfg, zerotk::MemoryLedger* led
         result.norms.push_back(rep.grad_norm);
       }
     }
+    engine.synchronize();  // values() reads parameters outside any scope
     result.params = model.values();
     if (ledger_out) {
       for (std::size_t c = 0; c < kMemoryCategoryCount; ++c) {

@@ -1,13 +1,12 @@
 #pragma once
 /// \file zerotk/core/cuda_memory.hpp
-/// TrackedDeviceBuffer<T>: device memory whose bytes are recorded in a MemoryLedger category for its
-/// lifetime, the device twin of TrackedBuffer (core/memory.hpp). Zero-filled on allocation. Host
-/// code only (CUDA runtime API); the Engine's CUDA backend allocates everything through it, so the
-/// ledger reports per-GPU model-state bytes exactly as it reports host bytes.
+/// TrackedDeviceBuffer<T>: BasicTrackedBuffer (core/memory.hpp) in GPU memory, recorded in a
+/// MemoryLedger category for its lifetime. Host code only (CUDA runtime API); the Engine's CUDA
+/// backend allocates everything through it, so the ledger reports per-GPU model-state bytes exactly
+/// as it reports host bytes.
 
 #include <cstddef>
 #include <string>
-#include <utility>
 
 #include <cuda_runtime_api.h>
 
@@ -17,65 +16,36 @@
 
 namespace zerotk {
 
-template <class T>
-class TrackedDeviceBuffer {
- public:
-  TrackedDeviceBuffer() = default;
-  TrackedDeviceBuffer(std::size_t n, MemoryCategory cat, MemoryLedger* ledger = nullptr)
-      : n_(n), cat_(cat), ledger_(ledger) {
-    if (n == 0) return;
-    const cudaError_t e = cudaMalloc(reinterpret_cast<void**>(&ptr_), bytes());
+/// Device memory of the current CUDA device (cudaMalloc, zero-filled; cudaFree synchronizes the
+/// device, so no kernel may still use a buffer being freed).
+struct CudaSpace {
+  static constexpr bool host_accessible = false;
+  template <class T>
+  static T* allocate(std::size_t n, MemoryCategory cat) {
+    if (n == 0) return nullptr;
+    T* p = nullptr;
+    const cudaError_t e = cudaMalloc(reinterpret_cast<void**>(&p), n * sizeof(T));
     if (e != cudaSuccess) {
       (void)cudaGetLastError();
-      ptr_ = nullptr;
       throw usage_error(std::string("cudaMalloc failed: ") + cudaGetErrorString(e),
                         std::string("TrackedDeviceBuffer (") + std::string(to_string(cat)) + ")",
-                        std::to_string(bytes()) + " bytes");
+                        std::to_string(n * sizeof(T)) + " bytes");
     }
-    ZEROTK_CUDA_CHECK(cudaMemset(ptr_, 0, bytes()));
-    if (ledger_) ledger_->add(cat_, bytes());
-  }
-  TrackedDeviceBuffer(const TrackedDeviceBuffer&) = delete;
-  TrackedDeviceBuffer& operator=(const TrackedDeviceBuffer&) = delete;
-  TrackedDeviceBuffer(TrackedDeviceBuffer&& o) noexcept
-      : ptr_(std::exchange(o.ptr_, nullptr)), n_(std::exchange(o.n_, 0)), cat_(o.cat_), ledger_(o.ledger_) {}
-  TrackedDeviceBuffer& operator=(TrackedDeviceBuffer&& o) noexcept {
-    if (this != &o) {
-      reset();
-      ptr_ = std::exchange(o.ptr_, nullptr);
-      n_ = std::exchange(o.n_, 0);
-      cat_ = o.cat_;
-      ledger_ = o.ledger_;
+    const cudaError_t z = cudaMemset(p, 0, n * sizeof(T));
+    if (z != cudaSuccess) {
+      cudaFree(p);
+      ZEROTK_CUDA_CHECK(z);
     }
-    return *this;
+    return p;
   }
-  ~TrackedDeviceBuffer() { reset(); }
-
-  /// Frees the memory (cudaFree synchronizes the device: no kernel may still use it).
-  void reset() noexcept {
-    if (ptr_ == nullptr) {
-      n_ = 0;
-      return;
-    }
-    if (ledger_) ledger_->sub(cat_, bytes());
-    cudaFree(ptr_);
-    ptr_ = nullptr;
-    n_ = 0;
+  template <class T>
+  static void deallocate(T* p, std::size_t) noexcept {
+    cudaFree(p);
   }
-
-  /// Device pointers.
-  T* data() noexcept { return ptr_; }
-  const T* data() const noexcept { return ptr_; }
-  std::size_t size() const noexcept { return n_; }
-  std::size_t bytes() const noexcept { return n_ * sizeof(T); }
-  bool empty() const noexcept { return n_ == 0; }
-  MemoryCategory category() const noexcept { return cat_; }
-
- private:
-  T* ptr_ = nullptr;
-  std::size_t n_ = 0;
-  MemoryCategory cat_ = MemoryCategory::other;
-  MemoryLedger* ledger_ = nullptr;
 };
+
+/// Device pointers only: data() is not readable by the host.
+template <class T>
+using TrackedDeviceBuffer = BasicTrackedBuffer<T, CudaSpace>;
 
 }  // namespace zerotk

@@ -211,23 +211,27 @@ class PinnedBuffer {
 // ---------------------------------------------------------------------------------------------------
 // Ledger-tracked buffers
 
-/// An aligned, owned array of `T` whose bytes are recorded in a ledger category for its lifetime.
-/// Value-initialised (zeros). Move-only. This is how the engine allocates everything it reports.
-template <class T>
-class TrackedBuffer {
+/// An owned array of `T` in the memory space `Space`, zero-initialised, whose bytes are recorded in a
+/// ledger category for its lifetime. Move-only. This is how the engine allocates everything it
+/// reports: `TrackedBuffer<T>` in host memory (below), `TrackedDeviceBuffer<T>` in GPU memory
+/// (core/cuda_memory.hpp). Element access (`[]`, begin/end) exists only where the host can read.
+///
+/// A Space provides `static constexpr bool host_accessible`, `allocate<T>(n, category)` returning
+/// zeroed storage (throwing with the size on failure) and `deallocate(T*, n) noexcept`.
+template <class T, class Space>
+class BasicTrackedBuffer {
  public:
-  TrackedBuffer() = default;
-  TrackedBuffer(std::size_t n, MemoryCategory cat, MemoryLedger* ledger = nullptr)
+  BasicTrackedBuffer() = default;
+  BasicTrackedBuffer(std::size_t n, MemoryCategory cat, MemoryLedger* ledger = nullptr)
       : n_(n), cat_(cat), ledger_(ledger) {
-    ptr_ = static_cast<T*>(aligned_alloc_bytes(n * sizeof(T)));
-    for (std::size_t i = 0; i < n; ++i) new (ptr_ + i) T();
+    ptr_ = Space::template allocate<T>(n, cat);
     if (ledger_) ledger_->add(cat_, bytes());
   }
-  TrackedBuffer(const TrackedBuffer&) = delete;
-  TrackedBuffer& operator=(const TrackedBuffer&) = delete;
-  TrackedBuffer(TrackedBuffer&& o) noexcept
+  BasicTrackedBuffer(const BasicTrackedBuffer&) = delete;
+  BasicTrackedBuffer& operator=(const BasicTrackedBuffer&) = delete;
+  BasicTrackedBuffer(BasicTrackedBuffer&& o) noexcept
       : ptr_(std::exchange(o.ptr_, nullptr)), n_(std::exchange(o.n_, 0)), cat_(o.cat_), ledger_(o.ledger_) {}
-  TrackedBuffer& operator=(TrackedBuffer&& o) noexcept {
+  BasicTrackedBuffer& operator=(BasicTrackedBuffer&& o) noexcept {
     if (this != &o) {
       reset();
       ptr_ = std::exchange(o.ptr_, nullptr);
@@ -237,12 +241,13 @@ class TrackedBuffer {
     }
     return *this;
   }
-  ~TrackedBuffer() { reset(); }
+  ~BasicTrackedBuffer() { reset(); }
 
   void reset() noexcept {
-    if (!ptr_) return;
-    if (ledger_) ledger_->sub(cat_, bytes());
-    aligned_free_bytes(ptr_);
+    if (ptr_) {
+      if (ledger_) ledger_->sub(cat_, bytes());
+      Space::deallocate(ptr_, n_);
+    }
     ptr_ = nullptr;
     n_ = 0;
   }
@@ -252,13 +257,26 @@ class TrackedBuffer {
   std::size_t size() const noexcept { return n_; }
   std::size_t bytes() const noexcept { return n_ * sizeof(T); }
   bool empty() const noexcept { return n_ == 0; }
-  T& operator[](std::size_t i) noexcept { return ptr_[i]; }
-  const T& operator[](std::size_t i) const noexcept { return ptr_[i]; }
-  T* begin() noexcept { return ptr_; }
-  T* end() noexcept { return ptr_ + n_; }
-  const T* begin() const noexcept { return ptr_; }
-  const T* end() const noexcept { return ptr_ + n_; }
   MemoryCategory category() const noexcept { return cat_; }
+
+  T& operator[](std::size_t i) noexcept
+    requires Space::host_accessible
+  { return ptr_[i]; }
+  const T& operator[](std::size_t i) const noexcept
+    requires Space::host_accessible
+  { return ptr_[i]; }
+  T* begin() noexcept
+    requires Space::host_accessible
+  { return ptr_; }
+  T* end() noexcept
+    requires Space::host_accessible
+  { return ptr_ + n_; }
+  const T* begin() const noexcept
+    requires Space::host_accessible
+  { return ptr_; }
+  const T* end() const noexcept
+    requires Space::host_accessible
+  { return ptr_ + n_; }
 
  private:
   T* ptr_ = nullptr;
@@ -266,5 +284,23 @@ class TrackedBuffer {
   MemoryCategory cat_ = MemoryCategory::other;
   MemoryLedger* ledger_ = nullptr;
 };
+
+/// Host memory aligned to kAlignment.
+struct HostSpace {
+  static constexpr bool host_accessible = true;
+  template <class T>
+  static T* allocate(std::size_t n, MemoryCategory) {
+    T* p = static_cast<T*>(aligned_alloc_bytes(n * sizeof(T)));
+    for (std::size_t i = 0; i < n; ++i) new (p + i) T();
+    return p;
+  }
+  template <class T>
+  static void deallocate(T* p, std::size_t) noexcept {
+    aligned_free_bytes(p);
+  }
+};
+
+template <class T>
+using TrackedBuffer = BasicTrackedBuffer<T, HostSpace>;
 
 }  // namespace zerotk
