@@ -393,7 +393,7 @@ class Engine {
     std::vector<std::uint32_t> members;  ///< global parameter ids, local order
     Buffer<T> params;                  ///< flat, full (stages 0-2 keep parameters gathered)
     Buffer<T> grads;                   ///< flat, full: stages 0 and 1
-    Buffer<T> part_grads;              ///< reduced partition: stages 1 and 2
+    Buffer<T> part_grads;              ///< reduced partition: stage 2 (stage 1 reduces in place in grads)
     Buffer<float> acc;                 ///< fp32 accumulator over micro-steps (GAS > 1), owned-shaped
     Buffer<float> master;              ///< fp32 master, owned-shaped
     std::unique_ptr<optimizer_type> opt;
@@ -498,14 +498,31 @@ class Engine {
     const std::size_t owned = kPartitionState ? g.layout.partition_numel() : flat;
     g.params = backend_.template allocate<T>(flat, MemoryCategory::params16, &ledger_);
     if constexpr (!kPartitionGrads) g.grads = backend_.template allocate<T>(flat, MemoryCategory::grads, &ledger_);
-    if constexpr (kPartitionState) g.part_grads = backend_.template allocate<T>(owned, MemoryCategory::grads, &ledger_);
+    if constexpr (kPartitionGrads) g.part_grads = backend_.template allocate<T>(owned, MemoryCategory::grads, &ledger_);
     if (options_.gradient_accumulation_steps > 1) g.acc = backend_.template allocate<float>(owned, MemoryCategory::grads, &ledger_);
     g.master = backend_.template allocate<float>(owned, MemoryCategory::master32, &ledger_);
     g.opt = std::make_unique<optimizer_type>(options_.groups);
     backend_.init_optimizer(*g.opt, owned, &ledger_);
     g.opt->set_tensor_count(numels.size());  // LAMB: equal-length per-tensor sums on every rank
-    const auto segs = kPartitionState ? g.layout.partition_segments(rank) : g.layout.flat_segments();
-    for (const auto& s : segs) g.segments.push_back(Segment{s.offset, s.numel, s.group, s.tensor});
+    if constexpr (kPartitionState) {
+      // Master, m, v (and the fp32 accumulator) are partition-shaped. Stage 1 keeps no partition of
+      // gradients: it reduces in place into its blocks of the flat gradient buffer, and the optimizer
+      // reads them there and writes the new 16-bit values in place into the flat parameter buffer.
+      for (std::size_t k = g.layout.buckets().size(); k-- > 0;) {
+        const auto part = g.layout.block_segments(k, rank, true);
+        const auto flat = g.layout.block_segments(k, rank, false);
+        for (std::size_t i = 0; i < part.size(); ++i) {
+          Segment seg{part[i].offset, part[i].numel, part[i].group, part[i].tensor};
+          if constexpr (!kPartitionGrads) {
+            if (!grads_in_acc(g)) seg.grad_offset = flat[i].offset;
+            seg.out_offset = flat[i].offset;
+          }
+          g.segments.push_back(seg);
+        }
+      }
+    } else {
+      for (const auto& s : g.layout.flat_segments()) g.segments.push_back(Segment{s.offset, s.numel, s.group, s.tensor});
+    }
     const std::size_t nb = g.layout.buckets().size();
     g.ready.assign(nb, 0);
     g.opened.assign(nb, 0);
@@ -681,7 +698,7 @@ class Engine {
       T* buf = g.grads.data() + b.flat_offset;
       g.inflight[k] = comm_.all_reduce(buf, buf, b.numel, dt, comm::ReduceOp::avg);
     } else {
-      g.inflight[k] = comm_.reduce_scatter(bucket_grads(g, k), g.part_grads.data() + b.part_offset, b.block, dt,
+      g.inflight[k] = comm_.reduce_scatter(bucket_grads(g, k), reduced_block(g, k), b.block, dt,
                                            comm::ReduceOp::avg);
     }
     g.launch_order.push_back(k);
@@ -703,7 +720,7 @@ class Engine {
       if constexpr (kStage == 0) {
         backend_.accumulate(g.acc.data() + b.flat_offset, g.grads.data() + b.flat_offset, b.numel);
       } else {
-        backend_.accumulate(g.acc.data() + b.part_offset, g.part_grads.data() + b.part_offset, b.block);
+        backend_.accumulate(g.acc.data() + b.part_offset, reduced_block(g, k), b.block);
       }
     }
     if constexpr (kPartitionGrads) {
@@ -728,7 +745,7 @@ class Engine {
         backend_.before_collective();
         for (std::size_t k = nb; k-- > 0;) {
           const auto& b = g.layout.buckets()[k];
-          g.inflight[k] = comm_.reduce_scatter(g.grads.data() + b.flat_offset, g.part_grads.data() + b.part_offset,
+          g.inflight[k] = comm_.reduce_scatter(g.grads.data() + b.flat_offset, reduced_block(g, k),
                                                b.block, dtype_of_v<T>, comm::ReduceOp::avg);
         }
         for (std::size_t k = 0; k < nb; ++k) g.inflight[k].wait();
@@ -748,10 +765,15 @@ class Engine {
     return options_.gradient_accumulation_steps > 1 && reduces_every_micro_step();
   }
 
+  /// Where this rank's reduced gradients of bucket k land (stages 1/2): the partition (stage 2), or
+  /// in place, this rank's block of the flat gradient buffer (stage 1).
   template <class T>
-  const T* owned_grads(Group<T>& g) {
-    if constexpr (kPartitionState) return g.part_grads.data();
-    else return g.grads.data();
+  T* reduced_block(Group<T>& g, std::size_t k) {
+    if constexpr (kPartitionGrads) {
+      return g.part_grads.data() + g.layout.buckets()[k].part_offset;
+    } else {
+      return g.grads.data() + g.layout.block_flat_offset(k, comm_.rank());
+    }
   }
 
   /// Sums of squares of the gradient blocks the norm needs, in one backend call: this rank's blocks
@@ -759,20 +781,26 @@ class Engine {
   /// totals agree bitwise with the other stages'). Within a rank, buckets last to first.
   template <class T>
   std::vector<double> block_sums(Group<T>& g) {
-    if (grads_in_acc(g)) return block_sums_of(g, static_cast<const float*>(g.acc.data()));
-    return block_sums_of(g, owned_grads(g));
+    if (grads_in_acc(g)) return block_sums_of(g, static_cast<const float*>(g.acc.data()), kPartitionState);
+    if constexpr (kPartitionGrads) {
+      return block_sums_of(g, static_cast<const T*>(g.part_grads.data()), true);
+    } else {
+      return block_sums_of(g, static_cast<const T*>(g.grads.data()), false);
+    }
   }
 
+  /// `base` is partition-shaped (blocks at part_offset) or flat (blocks at block_flat_offset).
   template <class T, class E>
-  std::vector<double> block_sums_of(Group<T>& g, const E* base) {
+  std::vector<double> block_sums_of(Group<T>& g, const E* base, bool partition_shaped) {
     const auto buckets = g.layout.buckets();
     const int ranks = kPartitionState ? 1 : comm_.size();
     std::vector<kernels::TensorRef<const E>> blocks;
     blocks.reserve(buckets.size() * static_cast<std::size_t>(ranks));
     for (int q = 0; q < ranks; ++q) {
+      const int r = kPartitionState ? comm_.rank() : q;
       for (std::size_t k = buckets.size(); k-- > 0;) {
         const auto& b = buckets[k];
-        const std::size_t off = kPartitionState ? b.part_offset : g.layout.block_flat_offset(k, q);
+        const std::size_t off = partition_shaped ? b.part_offset : g.layout.block_flat_offset(k, r);
         blocks.emplace_back(base + off, b.block);
       }
     }
@@ -865,14 +893,18 @@ class Engine {
       }
     } else {
       // Stages 1/2: owned elements are contiguous in the partition but one block per bucket in the
-      // flat buffer. The optimizer writes the new 16-bit values into the partition gradient buffer,
-      // element by element after reading each gradient (or, with an fp32 accumulator, into the free
-      // partition buffer), and each block is all-gathered from there into the flat buffer.
-      T* staging = g.part_grads.data();
+      // flat buffer. Stage 2: the optimizer writes the new 16-bit values into the partition gradient
+      // buffer, element by element after reading each gradient (or, with an fp32 accumulator, into the
+      // free partition buffer), and each block is all-gathered from there into the flat buffer.
+      // Stage 1: it reads the gradients in place in the flat gradient buffer and writes the values in
+      // place into this rank's blocks of the flat parameter buffer (the segments' grad/out offsets),
+      // which are all-gathered in place.
+      T* staging = kPartitionGrads ? g.part_grads.data() : g.params.data();
+      const T* grads = kPartitionGrads ? g.part_grads.data() : g.grads.data();
       if (grads_in_acc(g)) {
         backend_.step(*g.opt, segs, g.master.data(), g.acc.data(), staging, grad_scale, reduce_tensor_sums);
       } else {
-        backend_.step(*g.opt, segs, g.master.data(), static_cast<const T*>(staging), staging, grad_scale, reduce_tensor_sums);
+        backend_.step(*g.opt, segs, g.master.data(), grads, staging, grad_scale, reduce_tensor_sums);
       }
       // Gathered in forward order (the first layer's bucket, the last one, first), so that with
       // overlap_param_gather the next forward can start as soon as its first bucket arrives.
@@ -880,7 +912,8 @@ class Engine {
       backend_.before_collective();
       for (std::size_t k = buckets.size(); k-- > 0;) {
         const auto& b = buckets[k];
-        g.inflight[k] = comm_.all_gather(staging + b.part_offset, g.params.data() + b.flat_offset, b.block, dtype_of_v<T>);
+        const T* send = kPartitionGrads ? staging + b.part_offset : g.params.data() + g.layout.block_flat_offset(k, comm_.rank());
+        g.inflight[k] = comm_.all_gather(send, g.params.data() + b.flat_offset, b.block, dtype_of_v<T>);
         g.gathering[k] = 1;
         ++gathers_pending_;
       }

@@ -120,16 +120,24 @@ TEST_CASE("engine (fp32) matches a serial fp64 reference trainer") {
         cfg.clip = clip;
         cfg.steps = 30;
         const auto ref = reference(cfg.world, cfg.gas, cfg.clip, cfg.steps, opt);
-        const auto got = train<2, fp32>(cfg).params;
-        REQUIRE(ref.size() == got.size());
+        // Stage 2, and stage 1 in DeepSpeed's schedule (one in-place reduce-scatter at the boundary of
+        // the gradients accumulated in the flat buffer), which no bitwise test covers with GAS > 1.
+        const auto got2 = train<2, fp32>(cfg).params;
+        const auto got1 = train<1, fp32>(cfg).params;
+        REQUIRE(ref.size() == got2.size());
+        REQUIRE(ref.size() == got1.size());
         // fp32 vs fp64 arithmetic over 30 Adam steps: each step's update is lr * O(1) and the fp32
         // rounding of m/sqrt(v) is ~1e-7 relative, so drift stays well below 1e-4 * lr * steps.
-        double worst = 0;
-        for (std::size_t i = 0; i < ref.size(); ++i) worst = std::max(worst, std::fabs(double(ref[i]) - got[i]));
+        double worst2 = 0, worst1 = 0;
+        for (std::size_t i = 0; i < ref.size(); ++i) {
+          worst2 = std::max(worst2, std::fabs(double(ref[i]) - got2[i]));
+          worst1 = std::max(worst1, std::fabs(double(ref[i]) - got1[i]));
+        }
         CAPTURE(world);
         CAPTURE(gas);
         CAPTURE(clip);
-        CHECK(worst < 2e-5);
+        CHECK(worst2 < 2e-5);
+        CHECK(worst1 < 2e-5);
       }
     }
   }
@@ -265,8 +273,7 @@ void memory_and_volume(int world) {
     const double model_state = p16 + grads + master + opt;
     // The ZeRO paper's formula for fp16 Adam (K = 12), on padded Psi.
     const double formula = Stage == 0 ? 16 * pad : Stage == 1 ? 4 * pad + 12 * pad / N : 2 * pad + 14 * pad / N;
-    // Documented extra: stage 1 keeps its reduced 16-bit gradient partition (2 Psi/N).
-    const double extra = Stage == 1 ? 2 * pad / N : 0;
+    const double extra = 0;  // stage 1 reduces in place: no gradient partition beyond the formula
     std::printf("stage %d W=%d  Psi=%.0f (padded %.0f)  params16 %.0f  grads %.0f  master32 %.0f  optim %.0f  "
                 "= %.0f B  formula %.0f + documented %.0f  (+ bucket buffers %.0f)\n",
                 Stage, world, psi, pad, p16, grads, master, opt, model_state, formula, extra, buffers);

@@ -29,14 +29,22 @@ struct TensorRef {
 };
 
 /// One contiguous piece of a flat fp32 partition that belongs to one parameter tensor.
-/// offset/numel: elements within the partition; group: index of its hyper-parameter group (the
-/// constants array a kernel receives); tensor: id of the whole tensor (for per-tensor norms; the
-/// same id on every rank that holds a piece of it).
+/// offset/numel: elements within the partition (master, m, v); group: index of its hyper-parameter
+/// group (the constants array a kernel receives); tensor: id of the whole tensor (for per-tensor
+/// norms; the same id on every rank that holds a piece of it). Its gradients and its working copy
+/// start at `offset` in their own arrays too, unless grad_offset / out_offset say otherwise (ZeRO-1
+/// reads the reduced gradients and writes the 16-bit values in place in the flat buffers).
 struct Segment {
+  static constexpr std::size_t same = static_cast<std::size_t>(-1);
   std::size_t offset = 0;
   std::size_t numel = 0;
   std::uint32_t group = 0;
   std::uint32_t tensor = 0;
+  std::size_t grad_offset = same;
+  std::size_t out_offset = same;
+
+  std::size_t grad_at() const noexcept { return grad_offset == same ? offset : grad_offset; }
+  std::size_t out_at() const noexcept { return out_offset == same ? offset : out_offset; }
 };
 
 /// Where each tensor of a list starts in one flat buffer. Each offset is a multiple of the

@@ -66,8 +66,8 @@ class DeviceOptimizer : public Opt {
       items.reserve(segments.size());
       for (const Segment& s : segments) {
         P* out = nullptr;
-        if constexpr (!std::is_void_v<P>) out = param_out ? param_out + s.offset : nullptr;
-        items.push_back({master + s.offset, dm_.data() + s.offset, dv_.data() + s.offset, grads + s.offset, out,
+        if constexpr (!std::is_void_v<P>) out = param_out ? param_out + s.out_at() : nullptr;
+        items.push_back({master + s.offset, dm_.data() + s.offset, dv_.data() + s.offset, grads + s.grad_at(), out,
                          s.numel, s.group, s.tensor});
       }
       kernels::cuda::fused_lamb<G, P>(std::span<const kernels::cuda::LambTensor<G, P>>(items),

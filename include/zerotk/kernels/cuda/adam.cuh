@@ -147,8 +147,8 @@ void fused_adam(std::span<const Segment> segments, std::span<const AdamStepConst
   items.reserve(segments.size());
   for (const Segment& s : segments) {
     P* o = nullptr;
-    if constexpr (!std::is_void_v<P>) o = out ? out + s.offset : nullptr;
-    items.push_back({master + s.offset, m + s.offset, v + s.offset, grads + s.offset, o, s.numel, s.group});
+    if constexpr (!std::is_void_v<P>) o = out ? out + s.out_at() : nullptr;
+    items.push_back({master + s.offset, m + s.offset, v + s.offset, grads + s.grad_at(), o, s.numel, s.group});
   }
   fused_adam<G, P>(std::span<const AdamTensor<G, P>>(items), group_consts, grad_scale, ws, stream);
 }

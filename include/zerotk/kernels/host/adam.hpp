@@ -102,8 +102,9 @@ void fused_adam(float* master, float* m, float* v, const G* grad, std::nullptr_t
   fused_adam<G, void>(master, m, v, grad, nullptr, n, k, grad_scale);
 }
 
-/// Multi-tensor form over segments of flat buffers (a ZeRO partition): master, m, v, grads and
-/// param_out are indexed by partition offset; segment s uses group_consts[s.group]. One parallel pass.
+/// Multi-tensor form over segments of flat buffers (a ZeRO partition): master, m, v are indexed by
+/// partition offset, grads and param_out by the segment's grad_at() / out_at(); segment s uses
+/// group_consts[s.group]. One parallel pass.
 template <FloatingElement G, ParamOutElement P>
 void fused_adam(std::span<const Segment> segments, std::span<const AdamStepConsts> group_consts, float* master,
                 float* m, float* v, const G* grads, P* param_out, float grad_scale) {
@@ -117,10 +118,11 @@ void fused_adam(std::span<const Segment> segments, std::span<const AdamStepConst
   for_each_piece(
       segments.size(), [&](std::size_t i) { return segments[i].numel; },
       [&](std::size_t i, std::size_t b, std::size_t e) {
-        const std::size_t at = segments[i].offset + b;
+        const Segment& s = segments[i];
+        const std::size_t at = s.offset + b;
         P* out = nullptr;
-        if constexpr (!std::is_void_v<P>) out = param_out ? param_out + at : nullptr;
-        detail::adam_range(isa, master + at, m + at, v + at, grads + at, out, e - b, group_consts[segments[i].group],
+        if constexpr (!std::is_void_v<P>) out = param_out ? param_out + s.out_at() + b : nullptr;
+        detail::adam_range(isa, master + at, m + at, v + at, grads + s.grad_at() + b, out, e - b, group_consts[s.group],
                            grad_scale);
       });
 }

@@ -123,7 +123,8 @@ void lamb_phase1(std::span<const Segment> segments, std::span<const LambStepCons
   for_each_block(blocks, [&](std::size_t bi, const Block& b) {
     const Segment& s = segments[b.tensor];
     const std::size_t at = s.offset + b.begin;
-    simd::dispatch<detail::LambMomentsKernel>(isa, master + at, m + at, v + at, grads + at, b.end - b.begin,
+    simd::dispatch<detail::LambMomentsKernel>(isa, master + at, m + at, v + at, grads + s.grad_at() + b.begin,
+                                              b.end - b.begin,
                                               group_consts[s.group], grad_scale, &partial[2 * bi]);
   });
   for (std::size_t i = 0; i < segments.size(); ++i) {
@@ -162,8 +163,8 @@ void lamb_phase2(std::span<const Segment> segments, std::span<const LambStepCons
           simd::dispatch<detail::LambApplyKernel>(isa, master + at, m + at, v + at, static_cast<void*>(nullptr),
                                                   e - b, k, scaled[i]);
         } else {
-          simd::dispatch<detail::LambApplyKernel>(isa, master + at, m + at, v + at, param_out + at, e - b, k,
-                                                  scaled[i]);
+          simd::dispatch<detail::LambApplyKernel>(isa, master + at, m + at, v + at, param_out + segments[i].out_at() + b,
+                                                  e - b, k, scaled[i]);
         }
       });
 }
