@@ -31,7 +31,8 @@ class AdamOptimizer : public OptimizerBase {
 
   /// One step over this rank's partition: for every segment, g = grads[i] * grad_scale, update
   /// master[i], m, v and, if param_out is not null, param_out[i] = P(master[i]); one pass.
-  /// Arrays are indexed by partition offset. param_out may alias grads element for element (each
+  /// master, m, v are indexed by partition offset, grads and param_out by each segment's grad_at() /
+  /// out_at() (the partition offset unless set). param_out may alias grads element for element (each
   /// gradient is read before the output at the same index is written); otherwise no overlap.
   /// `reduce_tensor_sums` is not called (Adam needs no cross-rank sums).
   template <FloatingElement G, kernels::host::ParamOutElement P, TensorSumReducer ReduceFn>
