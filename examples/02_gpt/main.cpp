@@ -102,7 +102,7 @@ struct Summary {
 };
 
 /// Prints rank memory by category beside the ZeRO formula for this stage (fp16/bf16 Adam, K = 12).
-void print_memory_table(const Summary& s, int stage, const std::string& precision, int world) {
+void print_memory_table(const Summary& s, int stage, const std::string& precision, int world, int gas) {
   const double pad = static_cast<double>(s.padded), N = world;
   const char* names[] = {"params (working precision)", "gradients", "fp32 master", "optimizer state (m, v)",
                          "bucket buffers", "activations", "float compute copy (host)"};
@@ -125,10 +125,14 @@ void print_memory_table(const Summary& s, int stage, const std::string& precisio
     return;
   }
   const double formula = stage == 0 ? 16 * pad : stage == 1 ? 4 * pad + 12 * pad / N : 2 * pad + 14 * pad / N;
-  const double extra = stage == 1 ? 2 * pad / N : 0;
-  std::printf("  model states (rank 0) %zu B  vs ZeRO-%d formula %s = %.0f B%s\n", model_state, stage,
-              stage == 0 ? "16 Psi" : stage == 1 ? "4 Psi + 12 Psi/N" : "2 Psi + 14 Psi/N", formula,
-              extra > 0 ? " + 2 Psi/N (zerotk keeps the reduced 16-bit gradient partition)" : "");
+  // Stages 0 and 2 reduce every micro-step and accumulate in fp32 when GAS > 1 (4 Psi, or 4 Psi/N);
+  // stage 1 accumulates in its 16-bit flat gradients (DeepSpeed's schedule).
+  const bool acc = gas > 1 && stage != 1;
+  const double extra = acc ? (stage == 0 ? 4 * pad : 4 * pad / N) : 0;
+  std::printf("  model states (rank 0) %zu B  vs ZeRO-%d formula %s = %.0f B", model_state, stage,
+              stage == 0 ? "16 Psi" : stage == 1 ? "4 Psi + 12 Psi/N" : "2 Psi + 14 Psi/N", formula);
+  if (acc) std::printf(" + fp32 accumulator of GAS > 1 %s = %.0f B", stage == 0 ? "4 Psi" : "4 Psi/N", formula + extra);
+  std::printf("\n");
 }
 
 struct TrainContext {
@@ -272,7 +276,8 @@ int run(const Options& o, const gpt::Config& model_config, const Data& data, Eva
                            E<1, zerotk::bf16>, E<2, zerotk::bf16>, E<0, zerotk::fp16>, E<1, zerotk::fp16>,
                            E<2, zerotk::fp16>>(cfg, launch);
   if (!root) return 0;
-  if (!o.mpi) print_memory_table(summary, cfg.zero_optimization.stage, std::string(zerotk::to_string(cfg.precision())), world);
+  if (!o.mpi) print_memory_table(summary, cfg.zero_optimization.stage, std::string(zerotk::to_string(cfg.precision())), world,
+                                  static_cast<int>(cfg.gradient_accumulation_steps));
   std::printf("\ntrained %d steps in %.1f s: %.0f tokens/s; time outside the model's own forward/backward: %.1f%%\n",
               o.steps, summary.seconds, summary.tokens_per_s, 100.0 * summary.overhead);
   return 0;

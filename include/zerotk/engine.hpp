@@ -499,7 +499,7 @@ class Engine {
     g.params = backend_.template allocate<T>(flat, MemoryCategory::params16, &ledger_);
     if constexpr (!kPartitionGrads) g.grads = backend_.template allocate<T>(flat, MemoryCategory::grads, &ledger_);
     if constexpr (kPartitionGrads) g.part_grads = backend_.template allocate<T>(owned, MemoryCategory::grads, &ledger_);
-    if (options_.gradient_accumulation_steps > 1) g.acc = backend_.template allocate<float>(owned, MemoryCategory::grads, &ledger_);
+    if (grads_in_acc(g)) g.acc = backend_.template allocate<float>(owned, MemoryCategory::grads, &ledger_);
     g.master = backend_.template allocate<float>(owned, MemoryCategory::master32, &ledger_);
     g.opt = std::make_unique<optimizer_type>(options_.groups);
     backend_.init_optimizer(*g.opt, owned, &ledger_);
