@@ -203,11 +203,16 @@ void train_rank(Comm& comm, const TrainContext& ctx, const Data& data, Evaluate&
   const double acc = rank == 0 ? evaluate(model, summary) : 0.0;
   (void)acc;
 
-  std::lock_guard lock(mu);
-  auto& mem = summary.memory[static_cast<std::size_t>(rank)];
+  // Every rank's ledger, gathered (under MPI each process only sees its own).
+  using Row = std::array<std::size_t, zerotk::kMemoryCategoryCount>;
+  Row mine{};
   for (std::size_t c = 0; c < zerotk::kMemoryCategoryCount; ++c) {
-    mem[c] = engine.memory().live(static_cast<zerotk::MemoryCategory>(c));
+    mine[c] = engine.memory().live(static_cast<zerotk::MemoryCategory>(c));
   }
+  std::vector<Row> rows(static_cast<std::size_t>(world));
+  comm.all_gather(mine.data(), rows.data(), sizeof(Row), zerotk::DType::uint8).wait();
+  std::lock_guard lock(mu);
+  summary.memory = rows;
   if (rank == 0) {
     summary.psi = engine.parameter_count();
     summary.padded = engine.flat_numel();
@@ -276,7 +281,7 @@ int run(const Options& o, const gpt::Config& model_config, const Data& data, Eva
                            E<1, zerotk::bf16>, E<2, zerotk::bf16>, E<0, zerotk::fp16>, E<1, zerotk::fp16>,
                            E<2, zerotk::fp16>>(cfg, launch);
   if (!root) return 0;
-  if (!o.mpi) print_memory_table(summary, cfg.zero_optimization.stage, std::string(zerotk::to_string(cfg.precision())), world,
+  print_memory_table(summary, cfg.zero_optimization.stage, std::string(zerotk::to_string(cfg.precision())), world,
                                   static_cast<int>(cfg.gradient_accumulation_steps));
   std::printf("\ntrained %d steps in %.1f s: %.0f tokens/s; time outside the model's own forward/backward: %.1f%%\n",
               o.steps, summary.seconds, summary.tokens_per_s, 100.0 * summary.overhead);
