@@ -394,7 +394,7 @@ class Engine {
     Buffer<T> params;                  ///< flat, full (stages 0-2 keep parameters gathered)
     Buffer<T> grads;                   ///< flat, full: stages 0 and 1
     Buffer<T> part_grads;              ///< reduced partition: stage 2 (stage 1 reduces in place in grads)
-    Buffer<float> acc;                 ///< fp32 accumulator over micro-steps (GAS > 1), owned-shaped
+    Buffer<float> acc;                 ///< fp32 accumulator (GAS > 1, reduced every micro-step), owned-shaped
     Buffer<float> master;              ///< fp32 master, owned-shaped
     std::unique_ptr<optimizer_type> opt;
     std::vector<Segment> segments;       ///< owned pieces, in owned coordinates
@@ -690,7 +690,7 @@ class Engine {
     if (g.launched[k]) return;
     g.launched[k] = 1;
     if (!reduces_every_micro_step()) return;  // stage 1: at the boundary
-    finish_gather(g, k);  // the reduction writes the partition the gather reads
+    finish_gather(g, k);  // stage 2: the reduction writes the partition that bucket's gather reads
     const auto& b = g.layout.buckets()[k];
     backend_.before_collective();
     constexpr DType dt = dtype_of_v<T>;
