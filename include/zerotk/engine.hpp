@@ -213,7 +213,7 @@ class Engine {
   template <comm::Communicator C, Module M>
   Engine(C& comm, M& model, EngineOptions options = {})
       : comm_(comm), options_(std::move(options)), scaler_(options_.loss_scaler),
-        backend_(backends::make_backend<backend>(comm, options_.stream)) {
+        backend_(backend::create(comm, options_.stream)) {
     static_assert(comm::uses_device_memory<C> == device::is_cuda,
                   "Engine: Device<Host> needs a host-memory communicator (threads, MPI) and Device<Cuda> a "
                   "device-memory one (NcclCommunicator)");

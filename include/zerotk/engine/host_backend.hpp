@@ -7,6 +7,7 @@
 /// same members; see docs/engine.md ("Devices").
 ///
 /// A backend provides:
+///   create(comm, stream)                      built by the Engine from its communicator
 ///   Buffer<T>, optimizer_type<Opt>           storage and the optimizer that steps it
 ///   allocate<T>(n, category, ledger)          zero-initialised, recorded in the ledger
 ///   zero, accumulate, add_rounded, cast       elementwise work, ordered after the trainer's compute
@@ -109,10 +110,5 @@ template <>
 struct select<Host> {
   using type = HostBackend;
 };
-
-template <class B, class C>
-B make_backend(C& comm, void* stream) {
-  return B::create(comm, stream);
-}
 
 }  // namespace zerotk::backends
