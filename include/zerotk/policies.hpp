@@ -31,6 +31,17 @@ struct Bytes {
   static constexpr std::size_t value = N;
 };
 
+/// When a ZeRO stage reduces gradients under gradient accumulation: Partitioner<Stage<S>, When>.
+namespace when {
+/// Backward accumulates locally over the micro-steps; one reduction at the boundary (DeepSpeed's
+/// order for stages 0 and 1, and their default here).
+struct at_boundary {};
+/// Each micro-step's gradients are reduced as backward completes them (overlapped with backward) and
+/// the reduced gradients are accumulated (stage 2 always; stages 0/1 on request: this order makes
+/// stages 0, 1 and 2 bitwise identical).
+struct every_micro_step {};
+}  // namespace when
+
 struct Dynamic {};  ///< LossScaler<Dynamic>: DeepSpeed's dynamic loss scaling
 struct Static {};   ///< LossScaler<Static>: fixed scale, overflow still skips
 struct None {};     ///< LossScaler<None> (no scaling) or Offload<None> (no offload)

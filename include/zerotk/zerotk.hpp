@@ -1,9 +1,24 @@
 #pragma once
 /// \file zerotk/zerotk.hpp
-/// Umbrella header. Includes every layer whose dependencies this build has; layers that need an
-/// optional package (Eigen, MPI, CUDA, ...) are included only when its feature macro is 1.
+/// Umbrella header: every layer, the Engine included. Layers that need an optional package (Eigen,
+/// MPI, NCCL, nlohmann-json, ...) are included only when its feature macro is 1; the CUDA device
+/// backend only when nvcc compiles the including file.
 #include "zerotk/comm.hpp"
 #include "zerotk/core.hpp"
 #if ZEROTK_HAS_EIGEN
 #include "zerotk/core/eigen.hpp"
+#endif
+#include "zerotk/config.hpp"
+#include "zerotk/engine.hpp"
+#include "zerotk/monitor.hpp"
+#include "zerotk/optim/clip.hpp"
+#include "zerotk/optim/optimizer.hpp"
+#include "zerotk/optim/schedulers.hpp"
+#include "zerotk/policies.hpp"
+#include "zerotk/precision.hpp"
+#include "zerotk/version.hpp"
+#include "zerotk/zero/layout.hpp"
+#include "zerotk/zero/partitioner.hpp"
+#if ZEROTK_HAS_JSON
+#include "zerotk/engine_config.hpp"
 #endif

@@ -3,6 +3,7 @@
 // trainer, shared by the engine tests (threads) and the MPI engine test.
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <random>
 #include <set>
 #include <stdexcept>
@@ -202,7 +203,9 @@ struct RunConfig {
   double clip = 0.0;
   std::set<int> poison_steps;  // global steps whose micro-step 0 gets an inf on rank (step % world)
   std::size_t bucket_bytes = 256;  // small: many buckets, params straddling nothing, overlap exercised
-  bool stage1_every_micro = false;
+  /// Stages 0/1: Partitioner<Stage<S>, when::every_micro_step> (true), when::at_boundary (false), or
+  /// the policy's default (DeepSpeed's order: at the boundary). Stage 2 always reduces every micro-step.
+  std::optional<bool> reduce_every_micro_step;
   bool overlap = true;
   bool overlap_gather = false;  // EngineOptions::overlap_param_gather
   void* stream = nullptr;  // Device<Cuda>: the compute stream (EngineOptions::stream)
@@ -229,14 +232,10 @@ Model make_model(const RunConfig& cfg) {
   }
 }
 
-/// One rank's training run: `cfg.steps` boundaries of `cfg.gas` micro-steps on this rank's data.
-/// Returns this rank's final values and (rank 0 or not) the per-boundary reports. Model has Mlp's
-/// interface (layers with poison_next_backward, init, values); Dev is the Engine's Device policy.
-template <int Stage, class Prec, class Comm, class Model = Mlp<typename Prec::storage>,
-          class Dev = zerotk::Device<zerotk::Host>>
-RunResult train_rank(Comm& comm, const RunConfig& cfg, zerotk::MemoryLedger* ledger_out = nullptr) {
+template <class Part, class Prec, class Comm, class Model, class Dev>
+RunResult train_rank_with(Comm& comm, const RunConfig& cfg, zerotk::MemoryLedger* ledger_out) {
   using namespace zerotk;
-  using E = Engine<Partitioner<zerotk::Stage<Stage>>, Optimizer<AdamW>, Precision<Prec>, Dev>;
+  using E = Engine<Part, Optimizer<AdamW>, Precision<Prec>, Dev>;
   RunResult result;
   {
     Model model = make_model<Model>(cfg);
@@ -249,7 +248,6 @@ RunResult train_rank(Comm& comm, const RunConfig& cfg, zerotk::MemoryLedger* led
     o.optimizer.weight_decay = 0.01f;
     o.loss_scaler.initial_scale_power = 8;
     o.loss_scaler.loss_scale_window = 5;
-    o.stage1_reduce_every_micro_step = cfg.stage1_every_micro;
     o.overlap_comm = cfg.overlap;
     o.overlap_param_gather = cfg.overlap_gather;
     E engine(comm, model, o);
@@ -292,6 +290,26 @@ RunResult train_rank(Comm& comm, const RunConfig& cfg, zerotk::MemoryLedger* led
     }
   }
   return result;
+}
+
+/// One rank's training run: `cfg.steps` boundaries of `cfg.gas` micro-steps on this rank's data.
+/// Returns this rank's final values and (rank 0 or not) the per-boundary reports. Model has Mlp's
+/// interface (layers with poison_next_backward, init, values); Dev is the Engine's Device policy.
+template <int Stage, class Prec, class Comm, class Model = Mlp<typename Prec::storage>,
+          class Dev = zerotk::Device<zerotk::Host>>
+RunResult train_rank(Comm& comm, const RunConfig& cfg, zerotk::MemoryLedger* ledger_out = nullptr) {
+  using zerotk::Partitioner;
+  if constexpr (Stage < 2) {
+    if (cfg.reduce_every_micro_step.has_value()) {
+      if (*cfg.reduce_every_micro_step) {
+        return train_rank_with<Partitioner<zerotk::Stage<Stage>, zerotk::when::every_micro_step>, Prec, Comm, Model, Dev>(
+            comm, cfg, ledger_out);
+      }
+      return train_rank_with<Partitioner<zerotk::Stage<Stage>, zerotk::when::at_boundary>, Prec, Comm, Model, Dev>(
+          comm, cfg, ledger_out);
+    }
+  }
+  return train_rank_with<Partitioner<zerotk::Stage<Stage>>, Prec, Comm, Model, Dev>(comm, cfg, ledger_out);
 }
 
 }  // namespace zt_test

@@ -1,4 +1,4 @@
-// FlatLayout: buckets, padding and partitions, checked against a direct element-by-element model.
+// BucketLayout: buckets, padding and partitions, checked against a direct element-by-element model.
 #include <doctest/doctest.h>
 
 #include <cstdint>
@@ -10,12 +10,12 @@
 #include "zerotk/zero/norms.hpp"
 
 using namespace zerotk;
-using zero::FlatLayout;
+using zero::BucketLayout;
 
 namespace {
-FlatLayout make(const std::vector<std::size_t>& numels, int world, std::size_t bucket) {
+BucketLayout make(const std::vector<std::size_t>& numels, int world, std::size_t bucket) {
   std::vector<std::uint32_t> groups(numels.size(), 0);
-  return FlatLayout(numels, groups, world, bucket);
+  return BucketLayout(numels, groups, world, bucket);
 }
 }  // namespace
 
@@ -26,7 +26,7 @@ TEST_CASE("layout invariants over random models, worlds and bucket sizes") {
     std::vector<std::size_t> numels(1 + rng() % 12);
     for (auto& n : numels) n = rng() % 5 == 0 ? 0 : 1 + rng() % 300;
     const std::size_t bucket = 1 + rng() % 700;
-    const FlatLayout L = make(numels, world, bucket);
+    const BucketLayout L = make(numels, world, bucket);
     CAPTURE(trial);
 
     // Parameters are laid out in visitation order, do not overlap, and fit inside their bucket.
@@ -88,7 +88,7 @@ TEST_CASE("layout invariants over random models, worlds and bucket sizes") {
 }
 
 TEST_CASE("one bucket covering the model is DeepSpeed's layout: W contiguous partitions, padded to 2W") {
-  const FlatLayout L = make({10, 7, 5}, 4, 1000);
+  const BucketLayout L = make({10, 7, 5}, 4, 1000);
   REQUIRE(L.buckets().size() == 1);
   CHECK(L.flat_numel() == 24);  // 22 -> next multiple of 8
   CHECK(L.partition_numel() == 6);
@@ -107,7 +107,7 @@ TEST_CASE("one bucket covering the model is DeepSpeed's layout: W contiguous par
 }
 
 TEST_CASE("a parameter larger than the bucket goes alone; small ones share") {
-  const FlatLayout L = make({3, 100, 4, 5}, 2, 10);
+  const BucketLayout L = make({3, 100, 4, 5}, 2, 10);
   // backwards: [5, 4] share (9 <= 10), [100] alone, [3] alone
   REQUIRE(L.buckets().size() == 3);
   CHECK(L.buckets()[0].params == std::vector<std::uint32_t>{2, 3});

@@ -44,6 +44,26 @@ struct ParameterVisitorArchetype {
 template <class M>
 concept Module = requires(M& m, detail::ParameterVisitorArchetype visit) { m.parameters(visit); };
 
+namespace detail {
+/// Stands in for the engine's visitor when checking HasSubmodules: accepts any module.
+struct ModuleVisitorArchetype {
+  template <class C>
+  void operator()(C&) const {}
+};
+}  // namespace detail
+
+/// Optional on a Module: `static constexpr std::string_view module_type = "LayerNorm";` names its
+/// kind, so options can select modules by type (EngineOptions::fp32_module_types).
+template <class M>
+concept HasModuleType = requires {
+  { M::module_type } -> std::convertible_to<std::string_view>;
+};
+
+/// Optional on a Module: `m.modules(visit)` calls `visit(child)` for each direct sub-module, so the
+/// engine can find sub-modules by type.
+template <class M>
+concept HasSubmodules = requires(M& m, detail::ModuleVisitorArchetype visit) { m.modules(visit); };
+
 /// A Module with a forward and a backward pass.
 /// Rule: `using input_type = ...; using output_type = ...;`, `l.forward(x)` returns the output for an
 /// input, and `l.backward(dy)` takes the output's gradient, accumulates parameter gradients into the

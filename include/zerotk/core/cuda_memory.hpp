@@ -20,6 +20,7 @@ namespace zerotk {
 /// device, so no kernel may still use a buffer being freed).
 struct CudaSpace {
   static constexpr bool host_accessible = false;
+  static constexpr MemorySpace memory_space = MemorySpace::device;
   template <class T>
   static T* allocate(std::size_t n, MemoryCategory cat) {
     if (n == 0) return nullptr;

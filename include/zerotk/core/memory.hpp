@@ -57,43 +57,74 @@ constexpr std::string_view to_string(MemoryCategory c) noexcept {
   return "unknown";
 }
 
-/// Live and peak bytes per category for one rank. Thread-safe: ranks of the threads communicator
-/// each own a ledger, but a rank's helper threads may allocate concurrently.
+/// Where a byte lives. Device memory is the accelerator's; pinned host memory is page-locked (for
+/// asynchronous copies); disk is what an NVMe offload swaps out.
+enum class MemorySpace : std::uint8_t { host, pinned_host, device, disk };
+inline constexpr std::size_t kMemorySpaceCount = 4;
+
+constexpr std::string_view to_string(MemorySpace s) noexcept {
+  switch (s) {
+    case MemorySpace::host: return "host";
+    case MemorySpace::pinned_host: return "pinned_host";
+    case MemorySpace::device: return "device";
+    case MemorySpace::disk: return "disk";
+  }
+  return "unknown";
+}
+
+/// Live and peak bytes per memory space and category for one rank. Thread-safe: ranks of the
+/// threads communicator each own a ledger, but a rank's helper threads may allocate concurrently.
+/// The one-argument queries sum over spaces (what the model states take wherever they live).
 class MemoryLedger {
  public:
-  void add(MemoryCategory c, std::size_t bytes) noexcept {
-    auto i = static_cast<std::size_t>(c);
-    std::size_t now = live_[i].fetch_add(bytes, std::memory_order_relaxed) + bytes;
-    raise(peak_[i], now);
-    std::size_t total = total_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
-    raise(peak_total_, total);
+  void add(MemorySpace s, MemoryCategory c, std::size_t bytes) noexcept {
+    const auto si = static_cast<std::size_t>(s), ci = static_cast<std::size_t>(c);
+    raise(peak_[index(s, c)], live_[index(s, c)].fetch_add(bytes, std::memory_order_relaxed) + bytes);
+    raise(category_peak_[ci], category_live_[ci].fetch_add(bytes, std::memory_order_relaxed) + bytes);
+    raise(space_peak_[si], space_live_[si].fetch_add(bytes, std::memory_order_relaxed) + bytes);
+    raise(peak_total_, total_.fetch_add(bytes, std::memory_order_relaxed) + bytes);
   }
-  void sub(MemoryCategory c, std::size_t bytes) noexcept {
-    live_[static_cast<std::size_t>(c)].fetch_sub(bytes, std::memory_order_relaxed);
+  void sub(MemorySpace s, MemoryCategory c, std::size_t bytes) noexcept {
+    live_[index(s, c)].fetch_sub(bytes, std::memory_order_relaxed);
+    category_live_[static_cast<std::size_t>(c)].fetch_sub(bytes, std::memory_order_relaxed);
+    space_live_[static_cast<std::size_t>(s)].fetch_sub(bytes, std::memory_order_relaxed);
     total_.fetch_sub(bytes, std::memory_order_relaxed);
   }
-  std::size_t live(MemoryCategory c) const noexcept {
-    return live_[static_cast<std::size_t>(c)].load(std::memory_order_relaxed);
-  }
-  std::size_t peak(MemoryCategory c) const noexcept {
-    return peak_[static_cast<std::size_t>(c)].load(std::memory_order_relaxed);
-  }
-  std::size_t live_total() const noexcept { return total_.load(std::memory_order_relaxed); }
-  std::size_t peak_total() const noexcept { return peak_total_.load(std::memory_order_relaxed); }
+  /// Host memory (the space of plain TrackedBuffers).
+  void add(MemoryCategory c, std::size_t bytes) noexcept { add(MemorySpace::host, c, bytes); }
+  void sub(MemoryCategory c, std::size_t bytes) noexcept { sub(MemorySpace::host, c, bytes); }
+
+  std::size_t live(MemorySpace s, MemoryCategory c) const noexcept { return load(live_[index(s, c)]); }
+  std::size_t peak(MemorySpace s, MemoryCategory c) const noexcept { return load(peak_[index(s, c)]); }
+  /// All spaces together.
+  std::size_t live(MemoryCategory c) const noexcept { return load(category_live_[static_cast<std::size_t>(c)]); }
+  std::size_t peak(MemoryCategory c) const noexcept { return load(category_peak_[static_cast<std::size_t>(c)]); }
+  /// All categories of one space.
+  std::size_t live_total(MemorySpace s) const noexcept { return load(space_live_[static_cast<std::size_t>(s)]); }
+  std::size_t peak_total(MemorySpace s) const noexcept { return load(space_peak_[static_cast<std::size_t>(s)]); }
+  std::size_t live_total() const noexcept { return load(total_); }
+  std::size_t peak_total() const noexcept { return load(peak_total_); }
   /// Forget peaks (e.g. after set-up, to measure one step).
   void reset_peaks() noexcept {
-    for (std::size_t i = 0; i < kMemoryCategoryCount; ++i) peak_[i].store(live_[i].load());
+    for (std::size_t i = 0; i < live_.size(); ++i) peak_[i].store(live_[i].load());
+    for (std::size_t i = 0; i < kMemoryCategoryCount; ++i) category_peak_[i].store(category_live_[i].load());
+    for (std::size_t i = 0; i < kMemorySpaceCount; ++i) space_peak_[i].store(space_live_[i].load());
     peak_total_.store(total_.load());
   }
 
  private:
+  static constexpr std::size_t index(MemorySpace s, MemoryCategory c) noexcept {
+    return static_cast<std::size_t>(s) * kMemoryCategoryCount + static_cast<std::size_t>(c);
+  }
+  static std::size_t load(const std::atomic<std::size_t>& a) noexcept { return a.load(std::memory_order_relaxed); }
   static void raise(std::atomic<std::size_t>& peak, std::size_t v) noexcept {
     std::size_t p = peak.load(std::memory_order_relaxed);
     while (v > p && !peak.compare_exchange_weak(p, v, std::memory_order_relaxed)) {
     }
   }
-  std::array<std::atomic<std::size_t>, kMemoryCategoryCount> live_{};
-  std::array<std::atomic<std::size_t>, kMemoryCategoryCount> peak_{};
+  std::array<std::atomic<std::size_t>, kMemorySpaceCount * kMemoryCategoryCount> live_{}, peak_{};
+  std::array<std::atomic<std::size_t>, kMemoryCategoryCount> category_live_{}, category_peak_{};
+  std::array<std::atomic<std::size_t>, kMemorySpaceCount> space_live_{}, space_peak_{};
   std::atomic<std::size_t> total_{0}, peak_total_{0};
 };
 
@@ -216,7 +247,7 @@ class PinnedBuffer {
 /// reports: `TrackedBuffer<T>` in host memory (below), `TrackedDeviceBuffer<T>` in GPU memory
 /// (core/cuda_memory.hpp). Element access (`[]`, begin/end) exists only where the host can read.
 ///
-/// A Space provides `static constexpr bool host_accessible`, `allocate<T>(n, category)` returning
+/// A Space provides `static constexpr bool host_accessible`, `memory_space` (the ledger's), `allocate<T>(n, category)` returning
 /// zeroed storage (throwing with the size on failure) and `deallocate(T*, n) noexcept`.
 template <class T, class Space>
 class BasicTrackedBuffer {
@@ -225,7 +256,7 @@ class BasicTrackedBuffer {
   BasicTrackedBuffer(std::size_t n, MemoryCategory cat, MemoryLedger* ledger = nullptr)
       : n_(n), cat_(cat), ledger_(ledger) {
     ptr_ = Space::template allocate<T>(n, cat);
-    if (ledger_) ledger_->add(cat_, bytes());
+    if (ledger_) ledger_->add(Space::memory_space, cat_, bytes());
   }
   BasicTrackedBuffer(const BasicTrackedBuffer&) = delete;
   BasicTrackedBuffer& operator=(const BasicTrackedBuffer&) = delete;
@@ -245,7 +276,7 @@ class BasicTrackedBuffer {
 
   void reset() noexcept {
     if (ptr_) {
-      if (ledger_) ledger_->sub(cat_, bytes());
+      if (ledger_) ledger_->sub(Space::memory_space, cat_, bytes());
       Space::deallocate(ptr_, n_);
     }
     ptr_ = nullptr;
@@ -288,6 +319,7 @@ class BasicTrackedBuffer {
 /// Host memory aligned to kAlignment.
 struct HostSpace {
   static constexpr bool host_accessible = true;
+  static constexpr MemorySpace memory_space = MemorySpace::host;
   template <class T>
   static T* allocate(std::size_t n, MemoryCategory) {
     T* p = static_cast<T*>(aligned_alloc_bytes(n * sizeof(T)));

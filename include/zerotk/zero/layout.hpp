@@ -54,18 +54,18 @@ struct PartitionSegment {
   std::uint32_t tensor;
 };
 
-class FlatLayout {
+class BucketLayout {
  public:
-  FlatLayout() = default;
+  BucketLayout() = default;
 
   /// `numels[i]` is parameter i's element count (visitation order), `groups[i]` its optimizer group.
   /// `bucket_numel` is the bucket capacity in elements (>= 1).
-  FlatLayout(std::span<const std::size_t> numels, std::span<const std::uint32_t> groups, int world,
+  BucketLayout(std::span<const std::size_t> numels, std::span<const std::uint32_t> groups, int world,
              std::size_t bucket_numel)
       : world_(world) {
-    if (world < 1) throw usage_error("world size must be >= 1", "FlatLayout", std::to_string(world));
-    if (bucket_numel == 0) throw usage_error("bucket size must be >= 1 element", "FlatLayout", "0");
-    if (groups.size() != numels.size()) throw usage_error("one group per parameter expected", "FlatLayout");
+    if (world < 1) throw usage_error("world size must be >= 1", "BucketLayout", std::to_string(world));
+    if (bucket_numel == 0) throw usage_error("bucket size must be >= 1 element", "BucketLayout", "0");
+    if (groups.size() != numels.size()) throw usage_error("one group per parameter expected", "BucketLayout");
     const std::size_t align = 2 * static_cast<std::size_t>(world);
     params_.resize(numels.size());
 

@@ -1,14 +1,16 @@
 #pragma once
-/// \file zerotk/engine/cuda_backend.cuh
-/// The Engine's data operations for `Device<Cuda>` (nvcc only; zerotk/engine.hpp includes this file
-/// when nvcc compiles it): buffers in device memory (TrackedDeviceBuffer, recorded in the ledger),
-/// the CUDA kernels on the trainer's compute stream, collectives through a device-memory
-/// communicator (NcclCommunicator) on its own stream.
+/// \file zerotk/device/cuda_ops.cuh
+/// Ops<Cuda>: the engine's data operations for `Device<Cuda>` (nvcc only; zerotk/engine.hpp includes
+/// this file when nvcc compiles it), with the members of Ops<Host> (device/host_ops.hpp): buffers in
+/// device memory (TrackedDeviceBuffer, recorded in the ledger under MemorySpace::device), the CUDA
+/// kernels on the trainer's compute stream, collectives through a device-memory communicator
+/// (NcclCommunicator) on its own stream.
 ///
 /// Ordering, with S the compute stream (EngineOptions::stream) and C the communicator's stream:
 /// - every engine kernel is queued on S, after the trainer's forward/backward work;
-/// - before each collective, C waits on the GPU for everything queued on S so far (an event), so a
-///   bucket is reduced only once backward wrote it and the host never blocks for that;
+/// - before each collective, C waits on the GPU for everything queued on S so far (an event, placed
+///   by `fence()`, which device/ordered.hpp calls inside every collective), so a bucket is reduced
+///   only once backward wrote it and the host never blocks for that;
 /// - the Engine waits for a collective's Work (host) before S touches its output (folding a reduced
 ///   bucket, reusing a pool buffer, the norm, the next forward after the all-gather), so S never
 ///   needs to wait on C.
@@ -28,7 +30,7 @@
 #include "zerotk/core/cuda_memory.hpp"
 #include "zerotk/core/dtype.hpp"
 #include "zerotk/core/error.hpp"
-#include "zerotk/engine/host_backend.hpp"
+#include "zerotk/device/host_ops.hpp"
 #include "zerotk/kernels/cuda/accumulate.cuh"
 #include "zerotk/kernels/cuda/cast.cuh"
 #include "zerotk/kernels/cuda/multi_tensor.cuh"
@@ -36,10 +38,12 @@
 #include "zerotk/kernels/tensor_list.hpp"
 #include "zerotk/optim/device.cuh"
 
-namespace zerotk::backends {
+namespace zerotk::device {
 
-class CudaBackend {
+template <>
+class Ops<Cuda> {
  public:
+  using Space = CudaSpace;
   template <class T>
   using Buffer = TrackedDeviceBuffer<T>;
   template <class Opt>
@@ -48,7 +52,7 @@ class CudaBackend {
   /// `comm` must expose its stream and device (NcclCommunicator does); the calling thread's current
   /// device must be the communicator's.
   template <class C>
-  static CudaBackend create(C& comm, void* stream) {
+  static Ops create(C& comm, void* stream) {
     static_assert(requires {
       { comm.stream() } -> std::convertible_to<cudaStream_t>;
       { comm.device() } -> std::convertible_to<int>;
@@ -60,7 +64,7 @@ class CudaBackend {
                         + std::to_string(comm.device()) + ") first)",
                         "Engine<Device<Cuda>> on rank " + std::to_string(comm.rank()), std::to_string(current));
     }
-    return CudaBackend(static_cast<cudaStream_t>(stream), comm.stream());
+    return Ops(static_cast<cudaStream_t>(stream), comm.stream());
   }
 
   template <class T>
@@ -73,14 +77,10 @@ class CudaBackend {
     if (n) ZEROTK_CUDA_CHECK(cudaMemsetAsync(p, 0, n * sizeof(T), s_->stream));  // +0 in every float format
   }
 
-  template <class T>
-  void accumulate(float* acc, const T* x, std::size_t n) {
+  /// acc[i] = A(float(acc[i]) + float(x[i])) (kernels/cuda/accumulate.cuh).
+  template <class A, class X>
+  void accumulate(A* acc, const X* x, std::size_t n) {
     kernels::cuda::accumulate(acc, x, n, s_->stream);
-  }
-
-  template <class T>
-  void add_rounded(T* slot, const float* g, std::size_t n) {
-    kernels::cuda::add_rounded(slot, g, n, s_->stream);
   }
 
   template <class Src, class Dst>
@@ -88,29 +88,55 @@ class CudaBackend {
     kernels::cuda::cast(in, out, n, s_->stream);
   }
 
-  /// One launch for all blocks, one copy back, one synchronization of the compute stream.
+  /// Phase 1 of the norm over device blocks: one launch, one copy back, one synchronization.
   template <class T>
-  void sum_squares(std::span<const kernels::TensorRef<const T>> blocks, std::span<double> out) {
-    if (blocks.empty()) return;
-    double* d = s_->doubles(blocks.size());
-    kernels::cuda::sum_squares<T>(blocks, d, s_->ws, s_->stream);
-    ZEROTK_CUDA_CHECK(cudaMemcpyAsync(out.data(), d, blocks.size() * sizeof(double), cudaMemcpyDeviceToHost, s_->stream));
+  zero::SquareBound square_bound(std::span<const kernels::TensorRef<const T>> blocks) {
+    zero::SquareBound* d = s_->template scratch<zero::SquareBound>();
+    const zero::SquareBound init{};
+    ZEROTK_CUDA_CHECK(cudaMemcpyAsync(d, &init, sizeof init, cudaMemcpyHostToDevice, s_->stream));
+    kernels::cuda::square_bound<T>(blocks, d, s_->ws, s_->stream);
+    zero::SquareBound out;
+    ZEROTK_CUDA_CHECK(cudaMemcpyAsync(&out, d, sizeof out, cudaMemcpyDeviceToHost, s_->stream));
+    ZEROTK_CUDA_CHECK(cudaStreamSynchronize(s_->stream));
+    return out;
+  }
+
+  /// Phase 2: the blocks' fold sums added into `sums` (exact: any split or order gives the same bits).
+  template <class T>
+  void add_squares(std::span<const kernels::TensorRef<const T>> blocks, const zero::NormGrid& grid,
+                   zero::FoldSums& sums) {
+    zero::FoldSums* d = s_->template scratch<zero::FoldSums>();
+    ZEROTK_CUDA_CHECK(cudaMemcpyAsync(d, &sums, sizeof sums, cudaMemcpyHostToDevice, s_->stream));
+    kernels::cuda::add_squares<T>(blocks, grid, d, s_->ws, s_->stream);
+    ZEROTK_CUDA_CHECK(cudaMemcpyAsync(&sums, d, sizeof sums, cudaMemcpyDeviceToHost, s_->stream));
     ZEROTK_CUDA_CHECK(cudaStreamSynchronize(s_->stream));
   }
 
   /// The communicator's stream waits (on the GPU) for everything queued on the compute stream.
-  void before_collective() {
+  void fence() {
     ZEROTK_CUDA_CHECK(cudaEventRecord(s_->event, s_->stream));
     ZEROTK_CUDA_CHECK(cudaStreamWaitEvent(s_->comm_stream, s_->event, 0));
   }
 
-  /// out = sum over ranks of in (n host doubles), through device memory.
-  template <comm::Communicator C>
-  void all_reduce_sum(C& c, const double* in, double* out, std::size_t n) {
+  /// Copies between device memory and the host (state snapshots); synchronous.
+  template <class T>
+  void copy_to_host(const T* src, T* dst, std::size_t n) const {
+    ZEROTK_CUDA_CHECK(cudaStreamSynchronize(s_->stream));
+    if (n) ZEROTK_CUDA_CHECK(cudaMemcpy(dst, src, n * sizeof(T), cudaMemcpyDeviceToHost));
+  }
+  template <class T>
+  void copy_from_host(const T* src, T* dst, std::size_t n) const {
+    ZEROTK_CUDA_CHECK(cudaStreamSynchronize(s_->stream));
+    if (n) ZEROTK_CUDA_CHECK(cudaMemcpy(dst, src, n * sizeof(T), cudaMemcpyHostToDevice));
+  }
+
+  /// out = op over ranks of in (n host doubles), through device memory.
+  template <class C>
+  void all_reduce(C& c, const double* in, double* out, std::size_t n, comm::ReduceOp op) {
     double* d = s_->doubles(n);
     ZEROTK_CUDA_CHECK(cudaMemcpyAsync(d, in, n * sizeof(double), cudaMemcpyHostToDevice, s_->stream));
-    before_collective();
-    c.all_reduce(d, d, n, DType::fp64, comm::ReduceOp::sum).wait();
+    fence();
+    c.all_reduce(d, d, n, DType::fp64, op).wait();
     ZEROTK_CUDA_CHECK(cudaMemcpyAsync(out, d, n * sizeof(double), cudaMemcpyDeviceToHost, s_->stream));
     ZEROTK_CUDA_CHECK(cudaStreamSynchronize(s_->stream));
   }
@@ -142,6 +168,11 @@ class CudaBackend {
       if (scratch) cudaFree(scratch);
       if (event) cudaEventDestroy(event);
     }
+    /// Device room for one T (norm results), from the same scratch.
+    template <class T>
+    T* scratch() {
+      return reinterpret_cast<T*>(doubles((sizeof(T) + sizeof(double) - 1) / sizeof(double)));
+    }
     double* doubles(std::size_t n) {
       if (n > scratch_count) {
         ZEROTK_CUDA_CHECK(cudaStreamSynchronize(stream));  // an earlier copy may still read it
@@ -155,7 +186,7 @@ class CudaBackend {
     }
   };
 
-  CudaBackend(cudaStream_t stream, cudaStream_t comm_stream) : s_(std::make_unique<State>()) {
+  Ops(cudaStream_t stream, cudaStream_t comm_stream) : s_(std::make_unique<State>()) {
     s_->stream = stream;
     s_->comm_stream = comm_stream;
     ZEROTK_CUDA_CHECK(cudaEventCreateWithFlags(&s_->event, cudaEventDisableTiming));
@@ -164,9 +195,4 @@ class CudaBackend {
   std::unique_ptr<State> s_;
 };
 
-template <>
-struct select<Cuda> {
-  using type = CudaBackend;
-};
-
-}  // namespace zerotk::backends
+}  // namespace zerotk::device

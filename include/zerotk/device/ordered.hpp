@@ -1,0 +1,53 @@
+#pragma once
+/// \file zerotk/device/ordered.hpp
+/// OrderedCommunicator: the engine's communicator. Every collective first fences the compute
+/// stream (`Ops::fence()`: on CUDA the communicator's stream waits on the GPU for the kernels queued
+/// so far; on the host nothing to do), so no part of the engine places ordering calls by hand.
+
+#include <cstddef>
+
+#include "zerotk/comm/any.hpp"
+#include "zerotk/comm/communicator.hpp"
+#include "zerotk/core/dtype.hpp"
+
+namespace zerotk::device {
+
+template <class Ops>
+class OrderedCommunicator {
+ public:
+  /// Refers to `comm` (kept alive by the caller) and to `ops`.
+  template <class C>
+  OrderedCommunicator(C& comm, Ops& ops) : comm_(comm), ops_(&ops) {}
+
+  int rank() const { return comm_.rank(); }
+  int size() const { return comm_.size(); }
+  const comm::CommStats& stats() const { return comm_.stats(); }
+
+  [[nodiscard]] comm::Work all_reduce(const void* send, void* recv, std::size_t count, DType dt, comm::ReduceOp op) {
+    ops_->fence();
+    return comm_.all_reduce(send, recv, count, dt, op);
+  }
+  [[nodiscard]] comm::Work reduce_scatter(const void* send, void* recv, std::size_t count_per_rank, DType dt,
+                                          comm::ReduceOp op) {
+    ops_->fence();
+    return comm_.reduce_scatter(send, recv, count_per_rank, dt, op);
+  }
+  [[nodiscard]] comm::Work all_gather(const void* send, void* recv, std::size_t count_per_rank, DType dt) {
+    ops_->fence();
+    return comm_.all_gather(send, recv, count_per_rank, dt);
+  }
+  [[nodiscard]] comm::Work broadcast(void* buf, std::size_t count, DType dt, int root) {
+    ops_->fence();
+    return comm_.broadcast(buf, count, dt, root);
+  }
+  /// Small fp64 all-reduce of host values (through device memory where the Ops needs it).
+  void all_reduce_host(const double* in, double* out, std::size_t n, comm::ReduceOp op) {
+    ops_->all_reduce(comm_, in, out, n, op);
+  }
+
+ private:
+  comm::AnyCommunicator comm_;
+  Ops* ops_;
+};
+
+}  // namespace zerotk::device

@@ -1,0 +1,234 @@
+#pragma once
+/// \file zerotk/engine/group.hpp
+/// FlatGroup: one flat buffer family of the engine (the working precision, or the parameters kept in
+/// fp32) as its parts: the bucket layout, the stage's gradient path and parameter path, the state
+/// store, the optimizer's segments, and the per-micro-step state of each bucket. The group connects
+/// the parts; each part is its own file (zero/grads/, zero/params/, offload/).
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "zerotk/engine/registry.hpp"
+#include "zerotk/kernels/tensor_list.hpp"
+#include "zerotk/offload/resident.hpp"
+#include "zerotk/optim/optimizer.hpp"
+#include "zerotk/zero/grads/context.hpp"
+#include "zerotk/zero/layout.hpp"
+#include "zerotk/zero/params/replicated.hpp"
+
+namespace zerotk::engine {
+
+/// The parameters of one flat group, in its local order.
+struct GroupMembers {
+  std::vector<ParamId> ids;
+  std::vector<std::size_t> numels;
+  std::vector<std::uint32_t> opt_groups;  ///< optimizer parameter group of each
+};
+
+template <class G>
+concept WritesGatherSource = G::kWritesGatherSource;
+
+template <class T, class Part, class Opt, class Ops>
+class FlatGroup {
+ public:
+  using value_type = T;
+  using Grads = typename Part::template grads<T, Ops>;
+  using Params = typename Part::template params<T, Ops>;
+  using Store = offload::Resident<Opt, Ops>;
+  static constexpr bool kPartitioned = Part::partitions_optimizer_state;
+
+  /// `ctx.layout` is ignored (the group owns its layout); `bucket_numel` is the bucket capacity.
+  FlatGroup(zero::PathContext<Ops> ctx, GroupMembers m, std::size_t bucket_numel, const std::vector<ParamGroup>& groups,
+            bool overlap_param_gather)
+      : members_(std::move(m.ids)),
+        layout_(m.numels, m.opt_groups, ctx.world(), bucket_numel),
+        ctx_(with_layout(ctx, &layout_)),
+        grads_(ctx_),
+        params_(make_params(overlap_param_gather)),
+        store_(*ctx.ops, ctx.ledger, kPartitioned ? layout_.partition_numel() : layout_.flat_numel(), groups,
+               m.numels.size()),
+        opened_(layout_.buckets().size(), 0),
+        launched_(layout_.buckets().size(), 0),
+        ready_(layout_.buckets().size(), 0) {
+    if constexpr (requires { grads_.gather_source(); }) params_.set_partition_source(grads_.gather_source());
+    build_segments();
+  }
+  FlatGroup(const FlatGroup&) = delete;
+  FlatGroup& operator=(const FlatGroup&) = delete;
+
+  const zero::BucketLayout& layout() const noexcept { return layout_; }
+  ParamId member(std::uint32_t local) const noexcept { return members_[local]; }
+  Params& params() noexcept { return params_; }
+  Grads& grads() noexcept { return grads_; }
+  Store& store() noexcept { return store_; }
+  const Store& store() const noexcept { return store_; }
+  std::span<const kernels::Segment> segments() const noexcept { return segments_; }
+
+  // ---- one micro-step ----------------------------------------------------------------------------
+
+  bool opened(std::size_t k) const noexcept { return opened_[k] != 0; }
+  bool launched(std::size_t k) const noexcept { return launched_[k] != 0; }
+
+  /// First touch of bucket k in this micro-step.
+  void open(std::size_t k, bool first_micro_step) {
+    opened_[k] = 1;
+    grads_.open(k, first_micro_step);
+  }
+
+  T* bucket_grads(std::size_t k) { return grads_.bucket_grads(k); }
+
+  /// `n` more elements of bucket k have their final gradient; a complete bucket is handed to the
+  /// gradient path (which may start reducing it while backward goes on).
+  void add_ready(std::size_t k, std::size_t n) {
+    ready_[k] += n;
+    if (ready_[k] == layout_.buckets()[k].used) launch(k);
+  }
+
+  /// Ends the micro-step: buckets nobody touched get zero gradients, every bucket is handed over, the
+  /// gradient path reduces what is left and waits.
+  void end_micro_step(bool boundary, bool first_micro_step) {
+    for (std::size_t k = layout_.buckets().size(); k-- > 0;) {
+      if (!opened_[k]) open(k, first_micro_step);
+      launch(k);
+    }
+    grads_.end_micro_step(boundary);
+    std::fill(opened_.begin(), opened_.end(), 0);
+    std::fill(launched_.begin(), launched_.end(), 0);
+    std::fill(ready_.begin(), ready_.end(), 0);
+  }
+
+  // ---- the boundary --------------------------------------------------------------------------------
+
+  /// Calls f(std::span<const kernels::TensorRef<const E>>) with this rank's share of the gradients the
+  /// norm adds up, block by block (E: the owned gradients' element type). Over all ranks the shares
+  /// cover every element once.
+  template <class F>
+  void with_norm_blocks(F&& f) const {
+    const zero::OwnedGrads<T> owned = grads_.owned();
+    const int rank = ctx_.rank();
+    owned.visit([&](const auto* base) {
+      using E = std::remove_cv_t<std::remove_pointer_t<decltype(base)>>;
+      std::vector<kernels::TensorRef<const E>> blocks;
+      blocks.reserve(layout_.buckets().size());
+      for (std::size_t k = layout_.buckets().size(); k-- > 0;) {
+        const zero::Bucket& b = layout_.buckets()[k];
+        const bool partition = owned.owned_shaped && kPartitioned;
+        blocks.emplace_back(base + (partition ? b.part_offset : layout_.block_flat_offset(k, rank)), b.block);
+      }
+      f(std::span<const kernels::TensorRef<const E>>(blocks));
+    });
+  }
+
+  /// The optimizer step over this rank's owned elements, then the owned gradients are cleared.
+  /// Publication (all-gather) is separate: publish().
+  void update(float grad_scale) {
+    params_.synchronize();  // a gather still in flight reads the blocks this update writes
+    const zero::OptimizerOut<T> out = params_.optimizer_out();
+    auto reduce_tensor_sums = [&](double* sums, std::size_t n) {
+      if constexpr (kPartitioned) {
+        if (n > 0) ctx_.comm->all_reduce(sums, sums, n, DType::fp64, comm::ReduceOp::sum).wait();
+      } else {
+        (void)sums, (void)n;
+      }
+    };
+    grads_.owned().visit([&](const auto* g) {
+      for (std::size_t i = 0; i < store_.sub_groups(); ++i) store_.step(i, segments_, g, out.base, grad_scale, reduce_tensor_sums);
+    });
+    grads_.clear_accumulated();
+  }
+
+  /// A skipped update: the accumulated (non-finite) gradients are dropped.
+  void skip() { grads_.clear_accumulated(); }
+
+  /// Makes the updated values every rank's; `on_bucket(k)` runs once bucket k's values are in place.
+  template <class OnBucket>
+  void publish(OnBucket&& on_bucket) {
+    params_.publish(std::forward<OnBucket>(on_bucket));
+  }
+
+  /// fp32 master := this rank's owned parameter values.
+  void init_master() {
+    Ops& ops = *ctx_.ops;
+    if constexpr (kPartitioned) {
+      for (std::size_t k = 0; k < layout_.buckets().size(); ++k) {
+        const zero::Bucket& b = layout_.buckets()[k];
+        ops.cast(params_.params() + layout_.block_flat_offset(k, ctx_.rank()), store_.master() + b.part_offset, b.block);
+      }
+    } else {
+      ops.cast(params_.params(), store_.master(), layout_.flat_numel());
+    }
+  }
+
+  /// This rank's owned parameters := T(master), then published (a restored state).
+  template <class OnBucket>
+  void restore_params_from_master(OnBucket&& on_bucket) {
+    params_.synchronize();
+    const zero::OptimizerOut<T> out = params_.optimizer_out();
+    for (const kernels::Segment& s : segments_) ctx_.ops->cast(store_.master() + s.offset, out.base + s.out_at(), s.numel);
+    publish(std::forward<OnBucket>(on_bucket));
+  }
+
+  void drain_quietly() noexcept {
+    grads_.drain_quietly();
+    params_.drain_quietly();
+  }
+
+ private:
+  static zero::PathContext<Ops> with_layout(zero::PathContext<Ops> c, const zero::BucketLayout* l) {
+    c.layout = l;
+    return c;
+  }
+  Params make_params(bool overlap_param_gather) {
+    if constexpr (std::is_constructible_v<Params, const zero::PathContext<Ops>&, bool>) {
+      return Params(ctx_, overlap_param_gather);
+    } else {
+      (void)overlap_param_gather;
+      return Params(ctx_);
+    }
+  }
+
+  /// The optimizer's pieces: owned-shaped offsets (master, m, v), and where its gradients are read
+  /// and its 16-bit output written when those live in the flat buffer instead (stage 1, in place).
+  void build_segments() {
+    if constexpr (!kPartitioned) {
+      for (const auto& s : layout_.flat_segments()) segments_.push_back(kernels::Segment{s.offset, s.numel, s.group, s.tensor});
+    } else {
+      const bool grads_flat = !grads_.owned().owned_shaped;
+      const bool out_flat = !params_.optimizer_out().owned_shaped;
+      for (std::size_t k = layout_.buckets().size(); k-- > 0;) {
+        const auto part = layout_.block_segments(k, ctx_.rank(), true);
+        const auto flat = layout_.block_segments(k, ctx_.rank(), false);
+        for (std::size_t i = 0; i < part.size(); ++i) {
+          kernels::Segment seg{part[i].offset, part[i].numel, part[i].group, part[i].tensor};
+          if (grads_flat) seg.grad_offset = flat[i].offset;
+          if (out_flat) seg.out_offset = flat[i].offset;
+          segments_.push_back(seg);
+        }
+      }
+    }
+  }
+
+  void launch(std::size_t k) {
+    if (launched_[k]) return;
+    launched_[k] = 1;
+    if constexpr (WritesGatherSource<Grads>) params_.wait(k);  // the named alias: reduction output = gather source
+    grads_.ready(k);
+  }
+
+  std::vector<ParamId> members_;
+  zero::BucketLayout layout_;
+  zero::PathContext<Ops> ctx_;
+  Grads grads_;
+  Params params_;
+  Store store_;
+  std::vector<kernels::Segment> segments_;
+  // per bucket, this micro-step
+  std::vector<char> opened_, launched_;
+  std::vector<std::size_t> ready_;
+};
+
+}  // namespace zerotk::engine

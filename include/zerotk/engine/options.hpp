@@ -1,0 +1,67 @@
+#pragma once
+/// \file zerotk/engine/options.hpp
+/// EngineOptions: the run-time numbers of an Engine. The structure (stage, reduction schedule,
+/// precision, scaler, optimizer, device) is the Engine's policies; the per-layer options structs
+/// (OptimizerOptions, LossScalerOptions) are held whole, as the config layer fills them.
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "zerotk/core/dtype.hpp"
+#include "zerotk/optim/optimizer.hpp"
+#include "zerotk/precision/loss_scaler.hpp"
+
+namespace zerotk {
+
+/// Run-time settings. Defaults follow DeepSpeed where it has one.
+struct EngineOptions {
+  /// Bucket capacity in bytes of the working precision; 0 takes the Bucketer policy's.
+  std::size_t bucket_bytes = 0;
+  int gradient_accumulation_steps = 1;
+  /// Global L2 norm clip (DeepSpeed `gradient_clipping`); 0 disables clipping (the norm is still reported).
+  double gradient_clipping = 0.0;
+  /// Parameter groups; group 0 is the default. Empty: one group with `optimizer`.
+  std::vector<ParamGroup> groups;
+  OptimizerOptions optimizer;
+  /// Which group a parameter belongs to (by name); unset: group 0.
+  std::function<std::uint32_t(std::string_view name)> group_of;
+  /// Parameters kept in fp32 even in fp16/bf16 training (e.g. LayerNorm weights). Their Param type
+  /// must hold float.
+  std::function<bool(std::string_view name)> keep_fp32;
+  /// Module type names whose parameters are kept in fp32 (DeepSpeed-style `fp16_override_modules`):
+  /// matched against `M::module_type` of the model and of the sub-modules it lists with
+  /// `modules(visit)` (core/concepts.hpp). Adds to `keep_fp32`.
+  std::vector<std::string> fp32_module_types;
+  /// dtype in which gradients are accumulated over micro-steps (DeepSpeed `data_types.grad_accum_dtype`).
+  /// Unset: schedules that reduce every micro-step add the reduced gradients in fp32; schedules that
+  /// reduce at the boundary accumulate where backward writes (the working precision). Set to the
+  /// working precision, reducing schedules add in it too (DeepSpeed's order, which a DeepSpeed config
+  /// selects). fp32 with a 16-bit working precision needs a schedule that reduces every micro-step.
+  std::optional<DType> grad_accum_dtype;
+  LossScalerOptions loss_scaler;
+  /// Device<Cuda>: the cudaStream_t the trainer's forward and backward run on (null: the legacy
+  /// default stream). The engine orders its kernels and collectives after the work queued there.
+  void* stream = nullptr;
+  /// Reduce full buckets while backward goes on (false: each full bucket is reduced and waited for
+  /// before backward continues, so step time is compute + communication).
+  bool overlap_comm = true;
+  /// Stages 1/2: do not wait in step() for the all-gather of the updated parameters; each layer's
+  /// forward (or backward) scope waits for the buckets holding its own parameters, so the gather
+  /// overlaps the next forward. Outside scopes, parameter values are valid after `synchronize()`.
+  bool overlap_param_gather = false;
+  /// Stage 2: bucket buffers in the pool (>= 2 double-buffers communication against backward). The
+  /// pool grows when one layer's parameters span more buckets than it holds.
+  int bucket_buffers = 2;
+  /// Construction: take the values the parameters hold (their `data()` before binding) as the
+  /// initial model, as DeepSpeed does (initialise, then wrap). Parameters whose `data()` is null
+  /// start at zero; write them through the bound Params and call `initialize_master()` or
+  /// `broadcast_parameters()`.
+  bool adopt_initial_values = true;
+};
+
+}  // namespace zerotk

@@ -1,0 +1,226 @@
+#pragma once
+/// \file zerotk/engine/registry.hpp
+/// ParamRegistry: every parameter of the model the engine was built with, identified once.
+///
+/// Parameters get a ParamId in the order the model visits them; each remembers its name, size,
+/// element type, which flat group it lives in (the working precision, or the fp32-kept group), and
+/// how to bind it. Layers get a ModuleId the first time a scope sees them: the layer's own
+/// parameters and its `external_parameters` are resolved then and cached, so later scopes cost one
+/// hash lookup of the layer's address instead of one per parameter.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "zerotk/core/concepts.hpp"
+#include "zerotk/core/dtype.hpp"
+#include "zerotk/core/error.hpp"
+
+namespace zerotk::engine {
+
+using ParamId = std::uint32_t;
+using ModuleId = std::uint32_t;
+
+/// Which flat buffer family a parameter lives in.
+enum class GroupKind : std::uint8_t { main, fp32 };
+
+struct ParamEntry {
+  std::string name;
+  std::size_t numel = 0;
+  DType value_dtype = DType::fp32;  ///< the Param's element type
+  GroupKind group = GroupKind::main;
+  std::uint32_t local = 0;          ///< index within its group's layout
+  std::uint32_t optimizer_group = 0;
+  /// Points the Param at (data, grad); both typed as the Param's element type.
+  std::function<void(void* data, void* grad)> bind;
+  /// Copies the values the Param holds before the engine binds it into `dst` (numel elements of
+  /// the Param's type); false, copying nothing, if its data() is null. Valid until the first bind.
+  std::function<bool(void* dst)> read_initial;
+};
+
+/// A layer as the scopes see it.
+struct ModuleEntry {
+  std::vector<ParamId> own;       ///< parameters(visit)
+  std::vector<ParamId> external;  ///< external_parameters(visit): gradients written here, owned elsewhere
+  std::vector<const void*> addresses;  ///< of own, then external: to recognise the layer again
+};
+
+template <class M>
+concept HasExternalParameters = requires(M& m) { m.external_parameters(zerotk::detail::ParameterVisitorArchetype{}); };
+
+class ParamRegistry {
+ public:
+  struct Rules {
+    /// Element type the engine stores the main group in.
+    DType storage = DType::fp32;
+    std::function<bool(std::string_view)> keep_fp32;
+    std::function<std::uint32_t(std::string_view)> group_of;
+    std::size_t optimizer_groups = 1;
+    std::vector<std::string> fp32_module_types;
+  };
+
+  /// Visits `model` once and records every parameter (and its current values, if it has any).
+  template <Module M>
+  ParamRegistry(M& model, Rules rules) : rules_(std::move(rules)) {
+    collect_fp32_modules(model);
+    model.parameters([&](std::string_view name, auto& p) { add(name, p); });
+    check_groups();
+  }
+
+  std::size_t size() const noexcept { return entries_.size(); }
+  ParamEntry& operator[](ParamId id) noexcept { return entries_[id]; }
+  const ParamEntry& operator[](ParamId id) const noexcept { return entries_[id]; }
+  std::span<ParamEntry> entries() noexcept { return entries_; }
+  std::span<const ParamEntry> entries() const noexcept { return entries_; }
+  /// Main-group parameters hold float while the engine stores 16-bit values (emulated 16-bit).
+  bool emulated() const noexcept { return emulated_; }
+  std::size_t parameter_count() const noexcept { return psi_; }
+
+  /// The parameters of group `g`, in visitation order (their `local` index).
+  std::vector<ParamId> members(GroupKind g) const {
+    std::vector<ParamId> out;
+    for (ParamId i = 0; i < entries_.size(); ++i) {
+      if (entries_[i].group == g) out.push_back(i);
+    }
+    return out;
+  }
+
+  /// The id of a layer, resolving its parameters to ids on first sight. Later scopes of the same
+  /// layer only compare parameter addresses with the cached ones (no lookups); a different layer at
+  /// a reused address (a temporary view) is resolved again.
+  template <Module L>
+  ModuleId module(L& layer) {
+    const void* key = &layer;
+    if (auto it = modules_by_address_.find(key); it != modules_by_address_.end()) {
+      if (!matches(layer, modules_[it->second])) modules_[it->second] = resolve(layer);
+      return it->second;
+    }
+    const auto id = static_cast<ModuleId>(modules_.size());
+    modules_.push_back(resolve(layer));
+    modules_by_address_.emplace(key, id);
+    return id;
+  }
+  const ModuleEntry& module_entry(ModuleId id) const noexcept { return modules_[id]; }
+
+  ParamId lookup(const void* param, std::string_view name) const {
+    auto it = index_.find(param);
+    if (it == index_.end()) {
+      throw usage_error("parameter is not part of the model this engine was built with", std::string(name));
+    }
+    return it->second;
+  }
+
+ private:
+  template <class L>
+  ModuleEntry resolve(L& layer) const {
+    ModuleEntry m;
+    layer.parameters([&](std::string_view name, auto& p) {
+      m.own.push_back(lookup(&p, name));
+      m.addresses.push_back(&p);
+    });
+    if constexpr (HasExternalParameters<L>) {
+      layer.external_parameters([&](std::string_view name, auto& p) {
+        m.external.push_back(lookup(&p, name));
+        m.addresses.push_back(&p);
+      });
+    }
+    return m;
+  }
+
+  template <class L>
+  static bool matches(L& layer, const ModuleEntry& m) {
+    std::size_t i = 0;
+    bool same = true;
+    auto check = [&](std::string_view, auto& p) {
+      same = same && i < m.addresses.size() && m.addresses[i] == static_cast<const void*>(&p);
+      ++i;
+    };
+    layer.parameters(check);
+    if constexpr (HasExternalParameters<L>) layer.external_parameters(check);
+    return same && i == m.addresses.size();
+  }
+
+  template <class P>
+  void add(std::string_view name, P& p) {
+    using V = typename std::remove_cvref_t<P>::value_type;
+    if (index_.count(&p)) throw usage_error("parameter visited twice by the model", std::string(name));
+    ParamEntry e;
+    e.name = std::string(name);
+    e.numel = static_cast<std::size_t>(p.numel());
+    e.value_dtype = dtype_of_v<V>;
+    const bool want_fp32 = (rules_.keep_fp32 && rules_.keep_fp32(name)) || fp32_params_.count(&p) > 0;
+    const bool fp32 = rules_.storage != DType::fp32 && want_fp32;
+    e.group = fp32 ? GroupKind::fp32 : GroupKind::main;
+    if (fp32 && !std::is_same_v<V, float>) {
+      throw usage_error("parameters kept in fp32 (keep_fp32 / fp32_module_types) must hold float values", e.name,
+                        std::string(to_string(e.value_dtype)));
+    }
+    if (!fp32 && e.value_dtype != rules_.storage && !std::is_same_v<V, float>) {
+      throw usage_error("parameter element type must be the engine precision's storage type or float", e.name,
+                        std::string(to_string(e.value_dtype)));
+    }
+    if (!fp32 && e.value_dtype != rules_.storage) emulated_ = true;
+    e.optimizer_group = rules_.group_of ? rules_.group_of(name) : 0;
+    if (e.optimizer_group >= rules_.optimizer_groups) {
+      throw config_error("group_of returned a group that does not exist", e.name, std::to_string(e.optimizer_group));
+    }
+    e.local = fp32 ? fp32_count_++ : main_count_++;
+    e.bind = [&p](void* d, void* g) { p.bind(static_cast<V*>(d), static_cast<V*>(g)); };
+    e.read_initial = [&p, n = e.numel](void* dst) {
+      const V* values = p.data();
+      if (values == nullptr || n == 0) return false;
+      std::copy(values, values + n, static_cast<V*>(dst));
+      return true;
+    };
+    index_.emplace(&p, static_cast<ParamId>(entries_.size()));
+    psi_ += e.numel;
+    entries_.push_back(std::move(e));
+  }
+
+  void check_groups() const {
+    if (!emulated_) return;
+    for (const auto& e : entries_) {
+      if (e.group == GroupKind::main && e.value_dtype != DType::fp32) {
+        throw usage_error("float and 16-bit Params cannot be mixed in one model's main group", e.name);
+      }
+    }
+  }
+
+  /// fp32_module_types: the parameters of every (sub-)module whose module_type is listed.
+  template <class M>
+  void collect_fp32_modules(M& m) {
+    if (rules_.fp32_module_types.empty()) return;
+    if constexpr (HasModuleType<M>) {
+      for (const auto& t : rules_.fp32_module_types) {
+        if (std::string_view(M::module_type) == t) {
+          m.parameters([&](std::string_view, auto& p) { fp32_params_.insert(&p); });
+          break;
+        }
+      }
+    }
+    if constexpr (HasSubmodules<M>) {
+      m.modules([&](auto& child) { collect_fp32_modules(child); });
+    }
+  }
+
+  Rules rules_;
+  std::vector<ParamEntry> entries_;
+  std::unordered_map<const void*, ParamId> index_;
+  std::unordered_set<const void*> fp32_params_;
+  std::vector<ModuleEntry> modules_;
+  std::unordered_map<const void*, ModuleId> modules_by_address_;
+  std::uint32_t main_count_ = 0, fp32_count_ = 0;
+  std::size_t psi_ = 0;
+  bool emulated_ = false;
+};
+
+}  // namespace zerotk::engine

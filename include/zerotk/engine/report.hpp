@@ -1,0 +1,38 @@
+#pragma once
+/// \file zerotk/engine/report.hpp
+/// StepReport: what `Engine::step()` tells the trainer, and what the monitor writes (monitor/ reads
+/// this struct directly; there is no mirrored copy).
+
+#include <chrono>
+#include <cstdint>
+
+namespace zerotk {
+
+/// Milliseconds spent in each phase since the previous report (DeepSpeed's wall_clock_breakdown names).
+struct StepTimings {
+  double forward_ms = 0, backward_ms = 0, backward_inner_ms = 0, backward_allreduce_ms = 0, step_ms = 0;
+};
+
+/// What engine.step() tells the trainer.
+struct StepReport {
+  bool boundary = false;           ///< an optimizer boundary was reached in this call
+  bool skipped = false;            ///< ... and the update was skipped (overflow)
+  std::int64_t global_steps = 0;   ///< optimizer boundaries so far (skipped ones included)
+  std::int64_t skipped_steps = 0;
+  std::int64_t micro_steps = 0;
+  double loss_scale = 1.0;         ///< the scale in force for the next micro-step
+  double grad_norm = 0.0;          ///< of the unscaled gradients; -1 if non-finite
+  double lr = 0.0;                 ///< group 0's learning rate used by this update
+  double loss = 0.0;               ///< mean over micro-steps and ranks of the losses given to step()
+  StepTimings timings;
+  std::uint64_t comm_wire_bytes = 0;  ///< sent by this rank since the previous boundary (ring convention)
+};
+
+namespace detail {
+using Clock = std::chrono::steady_clock;
+inline double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+}  // namespace detail
+
+}  // namespace zerotk

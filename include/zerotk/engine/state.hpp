@@ -1,0 +1,34 @@
+#pragma once
+/// \file zerotk/engine/state.hpp
+/// EngineState: every mutable piece of an engine that training depends on, as plain values: the
+/// step counters, the loss scaler's and scheduler's states, and per flat group this rank's fp32
+/// master and optimizer state. `Engine::state()` takes it at an optimizer boundary and
+/// `Engine::load_state()` restores it into an engine of the same structure, world size and rank, so
+/// the continued run is bitwise identical to an uninterrupted one. (16-bit parameters are not part
+/// of it: they are the master rounded, re-published on load.)
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "zerotk/optim/optimizer.hpp"
+#include "zerotk/optim/schedulers.hpp"
+#include "zerotk/precision/loss_scaler.hpp"
+
+namespace zerotk {
+
+struct EngineGroupState {
+  std::vector<float> master;  ///< [owned_numel] fp32, this rank's
+  OptimizerState optimizer;   ///< step count, moments over the same elements
+};
+
+struct EngineState {
+  std::int64_t micro_steps = 0;
+  std::int64_t global_steps = 0;
+  std::int64_t skipped_steps = 0;
+  LossScalerState scaler;
+  std::optional<optim::SchedulerState> scheduler;
+  std::vector<EngineGroupState> groups;  ///< the working-precision group, then the fp32-kept group (if any)
+};
+
+}  // namespace zerotk

@@ -1,0 +1,124 @@
+#pragma once
+/// \file zerotk/zero/grads/context.hpp
+/// What every gradient path is built from, and the pieces they share: the in-flight queue of bucket
+/// reductions and the accumulator over micro-steps.
+///
+/// A gradient path (one per ZeRO stage and reduction schedule, one file each) owns the gradient
+/// storage of one flat group and the reductions over it. Its members:
+///   open(k, first_micro_step)   bucket k is touched for the first time in this micro-step: its
+///                               storage is ready (zeroed where a new accumulation starts)
+///   bucket_grads(k)             where backward writes bucket k's gradients (bound into the Params)
+///   ready(k)                    every gradient of bucket k is complete: start its reduction if this
+///                               schedule reduces now
+///   end_micro_step(boundary)    reduce what is left (at the boundary for at_boundary schedules), wait
+///   owned()                     the gradients the norm and the optimizer read, owned-shaped
+///   clear_accumulated()         after an update (or a skipped one)
+
+#include <cstddef>
+#include <deque>
+#include <utility>
+#include <vector>
+
+#include "zerotk/comm/communicator.hpp"
+#include "zerotk/core/dtype.hpp"
+#include "zerotk/core/memory.hpp"
+#include "zerotk/device/ordered.hpp"
+#include "zerotk/zero/layout.hpp"
+
+namespace zerotk::zero {
+
+/// Construction arguments of a gradient or parameter path.
+template <class Ops>
+struct PathContext {
+  const BucketLayout* layout = nullptr;
+  Ops* ops = nullptr;
+  device::OrderedCommunicator<Ops>* comm = nullptr;
+  MemoryLedger* ledger = nullptr;
+  int gradient_accumulation_steps = 1;
+  bool overlap_comm = true;
+  int bucket_buffers = 2;
+  /// Add micro-steps' reduced gradients in fp32 (true) or in the working precision (false).
+  bool accumulate_fp32 = true;
+
+  int rank() const { return comm->rank(); }
+  int world() const { return comm->size(); }
+};
+
+/// The gradients the norm and the optimizer read: this rank's owned elements, either owned-shaped
+/// (indexed like the fp32 master: a stage-1/2 partition, or stage 0's flat buffer) or in the flat
+/// buffer (a stage-1 rank's blocks, in place). Exactly one pointer is set.
+template <class T>
+struct OwnedGrads {
+  const T* working = nullptr;
+  const float* fp32 = nullptr;
+  bool owned_shaped = true;
+
+  template <class F>
+  decltype(auto) visit(F&& f) const {
+    if (fp32 != nullptr) return f(fp32);
+    return f(working);
+  }
+};
+
+/// Bucket reductions in flight, oldest first.
+class InFlight {
+ public:
+  void push(std::size_t k, comm::Work w) { q_.emplace_back(k, std::move(w)); }
+  bool empty() const noexcept { return q_.empty(); }
+  /// Waits for the oldest and returns its bucket.
+  std::size_t pop_wait() {
+    auto [k, w] = std::move(q_.front());
+    q_.pop_front();
+    w.wait();
+    return k;
+  }
+  /// Waits for everything without throwing (destruction, error paths).
+  void drain_quietly() noexcept {
+    for (auto& [k, w] : q_) {
+      try {
+        w.wait();
+      } catch (...) {
+      }
+    }
+    q_.clear();
+  }
+
+ private:
+  std::deque<std::pair<std::size_t, comm::Work>> q_;
+};
+
+/// Sum over micro-steps of reduced gradients, owned-shaped, in fp32 or in the working precision T:
+/// acc = A(float(acc) + float(reduced)) (kernels/host/accumulate.hpp). Exists only when the
+/// schedule reduces every micro-step and gradient_accumulation_steps > 1.
+template <class T, class Ops>
+class Accumulator {
+ public:
+  Accumulator() = default;
+  Accumulator(const PathContext<Ops>& c, std::size_t owned_numel) : ops_(c.ops) {
+    if (c.gradient_accumulation_steps <= 1) return;
+    if (c.accumulate_fp32) {
+      fp32_ = c.ops->template allocate<float>(owned_numel, MemoryCategory::grads, c.ledger);
+    } else {
+      working_ = c.ops->template allocate<T>(owned_numel, MemoryCategory::grads, c.ledger);
+    }
+  }
+  bool active() const noexcept { return fp32_.size() + working_.size() > 0; }
+  void add(std::size_t offset, const T* reduced, std::size_t n) {
+    if (fp32_.size()) ops_->accumulate(fp32_.data() + offset, reduced, n);
+    if (working_.size()) ops_->accumulate(working_.data() + offset, reduced, n);
+  }
+  OwnedGrads<T> owned() const {
+    return fp32_.size() ? OwnedGrads<T>{nullptr, fp32_.data(), true} : OwnedGrads<T>{working_.data(), nullptr, true};
+  }
+  void clear() {
+    if (fp32_.size()) ops_->zero(fp32_.data(), fp32_.size());
+    if (working_.size()) ops_->zero(working_.data(), working_.size());
+  }
+
+ private:
+  Ops* ops_ = nullptr;
+  typename Ops::template Buffer<float> fp32_;
+  typename Ops::template Buffer<T> working_;
+};
+
+}  // namespace zerotk::zero

@@ -1,0 +1,51 @@
+#pragma once
+/// \file zerotk/zero/params/replicated.hpp
+/// Stage 0's parameter path: every rank holds and updates every parameter, so the optimizer writes
+/// the new values in place into the flat buffer and nothing is gathered.
+///
+/// A parameter path owns where a group's parameters live. Its members:
+///   params()                    the flat buffer the Params are bound into
+///   optimizer_out()             where the optimizer writes the new values, and whether that is
+///                               owned-shaped (like the master) or the flat buffer
+///   publish(on_bucket)          after the update: make every rank's parameters current; calls
+///                               on_bucket(k) once bucket k's values are in params() (now or later)
+///   wait(k), synchronize()      wait for bucket k's (every) publication still in flight
+///   pending()                   publications in flight
+
+#include <cstddef>
+
+#include "zerotk/zero/grads/context.hpp"
+
+namespace zerotk::zero {
+
+/// Where the optimizer writes 16-bit values.
+template <class T>
+struct OptimizerOut {
+  T* base = nullptr;
+  bool owned_shaped = true;
+};
+
+template <class T, class Ops>
+class Replicated {
+ public:
+  Replicated(const PathContext<Ops>& c)
+      : c_(c), params_(c.ops->template allocate<T>(c.layout->flat_numel(), MemoryCategory::params16, c.ledger)) {}
+
+  T* params() { return params_.data(); }
+  OptimizerOut<T> optimizer_out() { return {params_.data(), true}; }
+
+  template <class OnBucket>
+  void publish(OnBucket&& on_bucket) {
+    for (std::size_t k = c_.layout->buckets().size(); k-- > 0;) on_bucket(k);
+  }
+  void wait(std::size_t) {}
+  void synchronize() {}
+  std::size_t pending() const noexcept { return 0; }
+  void drain_quietly() noexcept {}
+
+ private:
+  PathContext<Ops> c_;
+  typename Ops::template Buffer<T> params_;  // [flat_numel]
+};
+
+}  // namespace zerotk::zero
