@@ -201,7 +201,8 @@ struct Split {
     for (std::size_t id : ids) {
       const std::size_t shift = rng() % 8;
       storage.emplace_back(shift + cuts[id + 1] - cuts[id]);
-      std::copy(x.begin() + static_cast<std::ptrdiff_t>(cuts[id]), x.begin() + static_cast<std::ptrdiff_t>(cuts[id + 1]),
+      const auto from = x.begin() + static_cast<std::ptrdiff_t>(cuts[id]);
+      std::copy(from, from + static_cast<std::ptrdiff_t>(cuts[id + 1] - cuts[id]),
                 storage.back().begin() + static_cast<std::ptrdiff_t>(shift));
       ranks[rng() % ranks.size()].push_back({storage.back().data() + shift, cuts[id + 1] - cuts[id]});
     }

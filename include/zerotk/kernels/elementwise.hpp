@@ -334,8 +334,12 @@ ZEROTK_HD ZEROTK_FORCEINLINE double exact_square(bfloat16 x) { return exact_squa
 /// |x| as an unsigned integer that orders like |x|, with inf above every finite value and NaN above
 /// inf: the max of the keys gives both the largest square and the inf/NaN flag (phase 1), in integer
 /// arithmetic (vectorizes everywhere, unaffected by -ffast-math).
-ZEROTK_HD ZEROTK_FORCEINLINE std::uint32_t magnitude_key(float x) { return zerotk::detail::float_bits(x) & 0x7fffffffu; }
-ZEROTK_HD ZEROTK_FORCEINLINE std::uint16_t magnitude_key(half x) { return static_cast<std::uint16_t>(x.bits & 0x7fffu); }
+ZEROTK_HD ZEROTK_FORCEINLINE std::uint32_t magnitude_key(float x) {
+  return zerotk::detail::float_bits(x) & 0x7fffffffu;
+}
+ZEROTK_HD ZEROTK_FORCEINLINE std::uint16_t magnitude_key(half x) {
+  return static_cast<std::uint16_t>(x.bits & 0x7fffu);
+}
 ZEROTK_HD ZEROTK_FORCEINLINE std::uint16_t magnitude_key(bfloat16 x) {
   return static_cast<std::uint16_t>(x.bits & 0x7fffu);
 }
@@ -435,7 +439,8 @@ struct NormGrid {
   /// then the norm is not needed), a max square above 2^956, or a count above 2^44.
   static NormGrid make(double global_max_square, std::uint64_t global_count) {
     // Bit tests, not comparisons: a -ffast-math build may assume that no NaN reaches a comparison.
-    if (is_nonfinite(global_max_square) || global_max_square < 0.0 || global_max_square > zerotk::detail::pow2(kMaxExponent)) {
+    if (is_nonfinite(global_max_square) || global_max_square < 0.0 ||
+        global_max_square > zerotk::detail::pow2(kMaxExponent)) {
       char text[32];
       std::snprintf(text, sizeof text, "%.17g", global_max_square);
       throw usage_error("the max square must be finite, >= 0 and <= 2^" + std::to_string(kMaxExponent) +
