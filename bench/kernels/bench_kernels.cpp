@@ -4,7 +4,7 @@
 //   - optimizers: an in-place read-modify-write loop touching the same bytes with no math
 //     (fp32 AdamW: read p g m v, write p m v = 28 B/param; mixed: 16-bit g in, 16-bit copy out);
 //   - casts, flatten, unflatten: memcpy of the same bytes (the faster of one call and a 2-thread split);
-//   - sums of squares and inf/NaN checks: a plain parallel read pass.
+//   - sums of squares (the reproducible two-phase norm) and inf/NaN checks: a plain parallel read pass.
 // Working sets are >= 1 GiB (BENCH.md). Bytes counted = bytes read + bytes written, once each.
 //
 //   OMP_NUM_THREADS=2 build/<dir>/bench/kernels/zerotk_bench_kernels --benchmark_repetitions=5 \
@@ -342,6 +342,54 @@ void BM_norm_and_check(benchmark::State& state) {
   benchmark::DoNotOptimize(sink);
 }
 
+// The reproducible two-phase norm (zero/norms.hpp) over one rank's 1 GiB: phase 1 (max square and
+// inf/NaN flag), the grid, phase 2 (three exact folds per element), finish. It reads the data twice,
+// so against one read pass (vs_bound) it can reach ~0.5; vs_two_reads compares it with two read
+// passes, the bound of any scheme that needs the global max before summing.
+template <class T>
+void BM_norm_two_phase(benchmark::State& state) {
+  const std::size_t n = (std::size_t{1} << 30) / sizeof(T);
+  Buffer<T> x(n);
+  const double bound = read_bound_s(x.p, n * sizeof(T));
+  double sink = 0;
+  const double per = run(state, static_cast<double>(n * sizeof(T)), static_cast<double>(n), bound, [&] {
+    const kernels::SquareBound b = kh::square_bound(x.p, n);
+    kernels::FoldSums f;
+    kh::add_squares(x.p, n, kernels::NormGrid::make(b.max_square, n), f);
+    sink += kernels::fold_finish(f);
+  });
+  state.counters["vs_two_reads"] = 2.0 * bound / per;
+  benchmark::DoNotOptimize(sink);
+}
+
+// Phase 1 alone (an integer max over magnitude bits) against one read pass.
+template <class T>
+void BM_norm_phase1(benchmark::State& state) {
+  const std::size_t n = (std::size_t{1} << 30) / sizeof(T);
+  Buffer<T> x(n);
+  const double bound = read_bound_s(x.p, n * sizeof(T));
+  double sink = 0;
+  run(state, static_cast<double>(n * sizeof(T)), static_cast<double>(n), bound,
+      [&] { sink += kh::square_bound(x.p, n).max_square; });
+  benchmark::DoNotOptimize(sink);
+}
+
+// Phase 2 alone (the fold sums on a ready grid) against one read pass.
+template <class T>
+void BM_norm_phase2(benchmark::State& state) {
+  const std::size_t n = (std::size_t{1} << 30) / sizeof(T);
+  Buffer<T> x(n);
+  const double bound = read_bound_s(x.p, n * sizeof(T));
+  const kernels::NormGrid grid = kernels::NormGrid::make(kh::square_bound(x.p, n).max_square, n);
+  double sink = 0;
+  run(state, static_cast<double>(n * sizeof(T)), static_cast<double>(n), bound, [&] {
+    kernels::FoldSums f;
+    kh::add_squares(x.p, n, grid, f);
+    sink += f.fold[0];
+  });
+  benchmark::DoNotOptimize(sink);
+}
+
 template <class T>
 void BM_has_nonfinite(benchmark::State& state) {
   const std::size_t n = (std::size_t{1} << 30) / sizeof(T);
@@ -370,6 +418,11 @@ BENCHMARK(BM_flatten_small_10000)->UseManualTime()->Unit(benchmark::kMicrosecond
 BENCHMARK(BM_sum_squares<float>)->Name("BM_sum_squares_fp32")->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(5);
 BENCHMARK(BM_sum_squares<half>)->Name("BM_sum_squares_fp16")->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(5);
 BENCHMARK(BM_norm_and_check<float>)->Name("BM_norm_and_check_fp32")->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(5);
+BENCHMARK(BM_norm_two_phase<float>)->Name("BM_norm_two_phase_fp32")->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(5);
+BENCHMARK(BM_norm_two_phase<half>)->Name("BM_norm_two_phase_fp16")->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(5);
+BENCHMARK(BM_norm_two_phase<bfloat16>)->Name("BM_norm_two_phase_bf16")->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(5);
+BENCHMARK(BM_norm_phase1<float>)->Name("BM_norm_phase1_fp32")->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(5);
+BENCHMARK(BM_norm_phase2<float>)->Name("BM_norm_phase2_fp32")->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(5);
 BENCHMARK(BM_has_nonfinite<half>)->Name("BM_has_nonfinite_fp16")->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(5);
 
 BENCHMARK_MAIN();

@@ -1,8 +1,10 @@
 // CUDA kernels against the host drivers on the same inputs (which tests/kernels checks against
-// fp64 references) and against the golden fixtures: Adam/AdamW, casts and flatten bit for bit; LAMB's
-// moments bit for bit and its parameters to one rounding of the trust ratio; sums to fp64 rounding.
+// fp64 references) and against the golden fixtures: Adam/AdamW, casts, flatten and sums of squares (the
+// reproducible two-phase norm) bit for bit; LAMB's moments bit for bit and its parameters to one
+// rounding of the trust ratio.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -274,7 +276,7 @@ TEST_CASE("cuda casts and scale equal the host bit for bit (vector and scalar pa
   CHECK(same(dall.get(), ref));
 }
 
-TEST_CASE("cuda sums of squares and the inf/NaN flag") {
+TEST_CASE("cuda sums of squares equal the host's bit for bit; the inf/NaN flag") {
   require_gpu();
   kc::Workspace ws;
   const auto x = randn(3 * 16384 + 77, 9);
@@ -282,24 +284,25 @@ TEST_CASE("cuda sums of squares and the inf/NaN flag") {
   Dev<double> out(1);
   kc::sum_squares(dx.get_ptr(), x.size(), out.get_ptr(), ws);
   const double host = kh::sum_squares(x.data(), x.size());
-  CHECK(out.get()[0] == doctest::Approx(host).epsilon(1e-13));
+  CHECK(same(out.get(), std::vector<double>{host}));
   const auto nc = kc::norm_and_check(dx.get_ptr(), x.size(), ws);
   CHECK_FALSE(nc.nonfinite);
-  // Per tensor, one launch.
+  CHECK(nc.sum_squares == host);
+  // Per tensor, one launch per phase; each tensor its own grid, as on the host.
   std::vector<std::vector<float>> ts;
   std::vector<std::unique_ptr<Dev<float>>> dts;
-  std::vector<TensorRef<const float>> refs;
+  std::vector<TensorRef<const float>> refs, host_refs;
   for (std::size_t t = 0; t < 100; ++t) {
-    ts.push_back(randn(t * 331 % 5000 + (t == 50 ? 40000 : 0), 100 + t));
+    ts.push_back(randn(t * 331 % 5000 + (t == 50 ? 40000 : 0), 100 + t, t % 7 == 0 ? 1e-20f : 1.0f));
     dts.push_back(std::make_unique<Dev<float>>(ts.back()));
     refs.push_back({dts.back()->get_ptr(), ts.back().size()});
+    host_refs.push_back({ts.back().data(), ts.back().size()});
   }
   Dev<double> per(ts.size());
   kc::sum_squares<float>(refs, per.get_ptr(), ws);
-  const auto got = per.get();
-  for (std::size_t t = 0; t < ts.size(); ++t) {
-    CHECK(got[t] == doctest::Approx(kh::sum_squares(ts[t].data(), ts[t].size())).epsilon(1e-13));
-  }
+  std::vector<double> want(ts.size());
+  kh::sum_squares<float>(host_refs, want);
+  CHECK(same(per.get(), want));
   // The flag, for every type, at the first, a middle and the last element.
   for (std::size_t at : {std::size_t{0}, std::size_t{12345}, x.size() - 1}) {
     auto y = x;
@@ -312,6 +315,81 @@ TEST_CASE("cuda sums of squares and the inf/NaN flag") {
     kc::has_nonfinite(dyh.get_ptr(), y.size(), flag.get_ptr());
     CHECK(flag.get()[0] == 1);
     CHECK(kc::norm_and_check(dy.get_ptr(), y.size(), ws).nonfinite);
+    kc::sum_squares(dy.get_ptr(), y.size(), out.get_ptr(), ws);
+    CHECK(out.get()[0] == std::numeric_limits<double>::infinity());
+  }
+}
+
+namespace {
+
+/// Values over many binades (subnormals, zeros, large values) as T.
+template <class T>
+std::vector<T> norm_data(std::size_t n, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<float> v(n);
+  const int lo = std::is_same_v<T, half16> ? -24 : -149, hi = std::is_same_v<T, half16> ? 15 : 120;
+  for (auto& x : v) {
+    const int e = lo + static_cast<int>(rng() % static_cast<std::uint64_t>(hi - lo + 1));
+    x = rng() % 16 == 0 ? 0.0f : std::ldexp(1.0f + static_cast<float>(rng() % 1000) / 1024.0f, e);
+    if (rng() % 2) x = -x;
+  }
+  return to<T>(v);
+}
+
+template <class T>
+void two_phase_case(std::size_t n, std::uint64_t seed) {
+  kc::Workspace ws;
+  const auto x = norm_data<T>(n, seed);
+  Dev<T> dx(x);
+  // Blocks of one buffer at odd offsets and sizes (vector and scalar paths), in a shuffled order.
+  std::mt19937_64 rng(seed + 1);
+  std::vector<TensorRef<const T>> dev_blocks, host_blocks;
+  for (std::size_t at = 0; at < n;) {
+    const std::size_t len = std::min<std::size_t>(n - at, 1 + rng() % 70000);
+    dev_blocks.push_back({dx.get_ptr() + at, len});
+    host_blocks.push_back({x.data() + at, len});
+    at += len;
+  }
+  std::vector<std::size_t> order(dev_blocks.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::shuffle(order.begin(), order.end(), rng);
+  std::vector<TensorRef<const T>> shuffled;
+  for (std::size_t i : order) shuffled.push_back(dev_blocks[i]);
+
+  Dev<zerotk::kernels::SquareBound> dbound(std::vector<zerotk::kernels::SquareBound>(1));
+  kc::square_bound<T>(shuffled, dbound.get_ptr(), ws);
+  const auto dev_bound = dbound.get()[0];
+  const auto host_bound = kh::square_bound<T>(host_blocks);
+  CHECK(std::memcmp(&dev_bound.max_square, &host_bound.max_square, sizeof(double)) == 0);
+  CHECK(dev_bound.nonfinite == host_bound.nonfinite);
+
+  const auto grid = zerotk::kernels::NormGrid::make(host_bound.max_square, n);
+  Dev<zerotk::kernels::FoldSums> dfolds(std::vector<zerotk::kernels::FoldSums>(1));
+  kc::add_squares<T>(shuffled, grid, dfolds.get_ptr(), ws);
+  const auto dev_folds = dfolds.get()[0];
+  zerotk::kernels::FoldSums host_folds;
+  kh::add_squares<T>(host_blocks, grid, host_folds);
+  CHECK(std::memcmp(dev_folds.fold, host_folds.fold, sizeof host_folds.fold) == 0);
+  CHECK(zerotk::kernels::fold_finish(dev_folds) == kh::sum_squares(x.data(), n));
+
+  // One inf: the bound says so.
+  auto y = x;
+  y[n / 2] = zerotk::from_float<T>(std::numeric_limits<float>::infinity());
+  Dev<T> dy(y);
+  Dev<zerotk::kernels::SquareBound> dbad(std::vector<zerotk::kernels::SquareBound>(1));
+  kc::square_bound(dy.get_ptr(), n, dbad.get_ptr(), ws);
+  CHECK(dbad.get()[0].nonfinite);
+}
+
+}  // namespace
+
+TEST_CASE("cuda two-phase norm over a shuffled block list equals the host's bit for bit") {
+  require_gpu();
+  for (std::size_t n : {std::size_t{1}, std::size_t{33}, std::size_t{16385}, std::size_t{1000003}}) {
+    CAPTURE(n);
+    two_phase_case<float>(n, 11 + n);
+    two_phase_case<half16>(n, 12 + n);
+    two_phase_case<bfloat16>(n, 13 + n);
   }
 }
 

@@ -1,5 +1,6 @@
 // Sums of squares and inf/NaN checks on the host: against a long double reference, and bit for bit
-// across ISA builds and thread counts (the blocks are fixed, see kernels/host/reduce.hpp).
+// across ISA builds and thread counts (the reproducible binned sum, see kernels/host/reduce.hpp;
+// tests/zero/test_norms.cpp tests the two phases and the error bound in depth).
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -111,15 +112,23 @@ TEST_CASE("per-tensor sums over a list and over segments match single-tensor sum
     REQUIRE(std::memcmp(&out[t], &single, 8) == 0);
     total += single;
   }
-  CHECK(kernels::host::l2_norm<float>(refs) == std::sqrt(total));
+  // The list's norm is the norm of all its elements taken together: the concatenation's bits, and
+  // within rounding of the per-tensor sums added up.
+  std::vector<float> concat;
+  for (const auto& t : ts) concat.insert(concat.end(), t.begin(), t.end());
+  const double whole = kernels::host::sum_squares(concat.data(), concat.size());
+  CHECK(kernels::host::l2_norm<float>(refs) == std::sqrt(whole));
+  CHECK(whole == doctest::Approx(total).epsilon(1e-14));
 
-  // Segments of one flat buffer; two segments of tensor 1 add up in order.
+  // Segments of one flat buffer; the two segments of tensor 1 count as one set of elements.
   const auto flat = test::randn(5000, 9);
   const std::vector<kernels::Segment> segs = {{0, 100, 0, 0}, {100, 2000, 0, 1}, {2100, 900, 0, 1}, {3000, 0, 0, 2}};
   std::vector<double> per(3, 0.0);
   kernels::host::sum_squares<float>(segs, flat.data(), per);
   CHECK(per[0] == kernels::host::sum_squares(flat.data(), 100));
-  CHECK(per[1] == kernels::host::sum_squares(flat.data() + 100, 2000) + kernels::host::sum_squares(flat.data() + 2100, 900));
+  CHECK(per[1] == kernels::host::sum_squares(flat.data() + 100, 2900));
+  CHECK(per[1] == doctest::Approx(kernels::host::sum_squares(flat.data() + 100, 2000) +
+                                  kernels::host::sum_squares(flat.data() + 2100, 900)).epsilon(1e-14));
   CHECK(per[2] == 0.0);
   std::vector<double> too_small(2);
   CHECK_THROWS_AS(kernels::host::sum_squares<float>(segs, flat.data(), too_small), usage_error);

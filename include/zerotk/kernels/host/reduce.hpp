@@ -1,20 +1,32 @@
 #pragma once
 /// \file zerotk/kernels/host/reduce.hpp
-/// Sums of squares (for L2 norms) accumulated in fp64, and the inf/NaN check, on the host.
+/// Sums of squares (for L2 norms) and the inf/NaN check on the host.
 ///
-/// Determinism: a sum is computed in fixed blocks of kSumBlock elements, each block in 32 fixed
-/// fp64 lanes combined in a fixed order, blocks added in order. The result depends only on the data:
-/// not on the thread count and not on the ISA (scalar, AVX2 and AVX-512 give the same bits).
+/// Every sum of squares here is the reproducible binned sum of kernels/elementwise.hpp (section
+/// "reproducible sum of squares"): its bits depend only on the multiset of values summed, not on
+/// their order, on how they are split into tensors, pieces or ranks, on the thread count, on the ISA
+/// (scalar, AVX2, AVX-512) or on host vs CUDA (kernels/cuda/reduce.cuh uses the same per-element
+/// code). The building blocks, for a norm over several ranks:
 ///
-/// Squares of finite floats are exact in fp64 and no sum of fewer than 2^200 of them overflows, so the
-/// fp64 sum is non-finite exactly when an element is inf or NaN: `norm_and_check` gets the overflow
-/// flag from the same single pass.
+///   square_bound(x, n)           phase 1: largest square + inf/NaN flag (all-reduce: max)
+///   NormGrid::make(M, N)         the grid from the global bound and a global count bound
+///   add_squares(x, n, grid, acc) phase 2: per-fold sums (all-reduce: plain fp64 sum, exact)
+///   fold_finish(global)          the sum of squares
+///
+/// `sum_squares(x, n)` runs both phases over one buffer (the grid from its own max and count).
+///
+/// Phase 1 is an integer max over magnitude bits, phase 2 three exact fold extractions per element
+/// in fp64 vectors. Both vectorize in each ISA build without compiler flags, and neither depends on
+/// -ffast-math being absent (see elementwise.hpp).
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <limits>
+#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
@@ -36,7 +48,7 @@ struct NormCheck {
 
 namespace detail {
 
-/// The 32 lanes of a SumSq combined in one fixed order (pairwise).
+/// The 32 lanes of a SumSq combined in one fixed order (pairwise). Used by LAMB's per-tensor sums.
 inline double tree_sum(double* lanes) {
   for (int w = 16; w >= 1; w /= 2) {
     for (int j = 0; j < w; ++j) lanes[j] = lanes[j] + lanes[j + w];
@@ -44,26 +56,130 @@ inline double tree_sum(double* lanes) {
   return lanes[0];
 }
 
-/// Adds x^2 of 32 consecutive elements to the 32 lanes.
-template <class S, class T>
-ZEROTK_FORCEINLINE void sumsq_add32(typename S::SumSq& acc, const T* p) {
-  for (int h = 0; h < static_cast<int>(32 / S::width); ++h) S::sumsq_add(acc, S::load(p + h * S::width), h);
+// ---- fp64 vectors for the fold arithmetic ---------------------------------------------------------
+
+#if ZEROTK_HOST_X86_SIMD
+/// 4 doubles in a ymm register.
+struct F64x4 {
+  __m256d v;
+};
+ZEROTK_TARGET_AVX2 inline F64x4 operator+(const F64x4& a, const F64x4& b) { return {_mm256_add_pd(a.v, b.v)}; }
+ZEROTK_TARGET_AVX2 inline F64x4 operator-(const F64x4& a, const F64x4& b) { return {_mm256_sub_pd(a.v, b.v)}; }
+ZEROTK_TARGET_AVX2 inline F64x4 operator*(const F64x4& a, const F64x4& b) { return {_mm256_mul_pd(a.v, b.v)}; }
+/// See kernels::fp_opaque: the optimizer may not fold (s + C) - C, even under -ffast-math.
+ZEROTK_TARGET_AVX2 inline F64x4 fp_opaque(F64x4 a) {
+  __asm__("" : "+x"(a.v));
+  return a;
 }
 
-struct SumSquaresKernel {
+/// 8 doubles in a zmm register.
+struct F64x8 {
+  __m512d v;
+};
+ZEROTK_TARGET_AVX512 inline F64x8 operator+(const F64x8& a, const F64x8& b) { return {_mm512_add_pd(a.v, b.v)}; }
+ZEROTK_TARGET_AVX512 inline F64x8 operator-(const F64x8& a, const F64x8& b) { return {_mm512_sub_pd(a.v, b.v)}; }
+ZEROTK_TARGET_AVX512 inline F64x8 operator*(const F64x8& a, const F64x8& b) { return {_mm512_mul_pd(a.v, b.v)}; }
+ZEROTK_TARGET_AVX512 inline F64x8 fp_opaque(F64x8 a) {
+  __asm__("" : "+v"(a.v));
+  return a;
+}
+#endif
+
+/// The fp64 vector that goes with ISA tag S: `V`, how many of them one S::F32 widens into (`per`),
+/// `widen`, `splat`, and `add_lanes` (adds every lane to a double; exact for fold sums, any order).
+template <class S>
+struct Fp64;
+
+template <>
+struct Fp64<simd::Scalar> {
+  using V = double;
+  static constexpr std::size_t per = 1;
+  static ZEROTK_FORCEINLINE void widen(float x, V* out) { out[0] = x; }
+  static ZEROTK_FORCEINLINE V splat(double x) { return x; }
+  static ZEROTK_FORCEINLINE void add_lanes(const V& x, double& to) { to += x; }
+};
+
+#if ZEROTK_HOST_X86_SIMD
+template <>
+struct Fp64<simd::Avx2> {
+  using V = F64x4;
+  static constexpr std::size_t per = 2;
+  ZEROTK_TARGET_AVX2 static inline void widen(const simd::F32x8& x, V* out) {
+    out[0] = {_mm256_cvtps_pd(_mm256_castps256_ps128(x.v))};
+    out[1] = {_mm256_cvtps_pd(_mm256_extractf128_ps(x.v, 1))};
+  }
+  ZEROTK_TARGET_AVX2 static inline V splat(double x) { return {_mm256_set1_pd(x)}; }
+  ZEROTK_TARGET_AVX2 static inline void add_lanes(const V& x, double& to) {
+    alignas(32) double l[4];
+    _mm256_store_pd(l, x.v);
+    for (double d : l) to += d;
+  }
+};
+
+template <>
+struct Fp64<simd::Avx512> {
+  using V = F64x8;
+  static constexpr std::size_t per = 2;
+  // maskz forms: see simd.hpp (gcc 12's false -Wmaybe-uninitialized in the plain ones).
+  ZEROTK_TARGET_AVX512 static inline void widen(const simd::F32x16& x, V* out) {
+    out[0] = {_mm512_maskz_cvtps_pd(0xff, _mm512_maskz_extractf32x8_ps(0xff, x.v, 0))};
+    out[1] = {_mm512_maskz_cvtps_pd(0xff, _mm512_maskz_extractf32x8_ps(0xff, x.v, 1))};
+  }
+  ZEROTK_TARGET_AVX512 static inline V splat(double x) { return {_mm512_set1_pd(x)}; }
+  ZEROTK_TARGET_AVX512 static inline void add_lanes(const V& x, double& to) {
+    alignas(64) double l[8];
+    _mm512_store_pd(l, x.v);
+    for (double d : l) to += d;
+  }
+};
+#endif
+
+// ---- kernels ----------------------------------------------------------------------------------------
+
+/// Phase 1: *out = the largest magnitude_key of x[0..n) (an integer max: vectorized in every build).
+struct MagnitudeKernel {
   template <class S, class T>
-  static ZEROTK_FORCEINLINE void run(const T* x, std::size_t n, double* out) {
-    auto acc = S::sumsq_zero();
-    std::size_t i = 0;
-    for (; i + 32 <= n; i += 32) sumsq_add32<S>(acc, x + i);
-    double lanes[32];
-    S::sumsq_lanes(acc, lanes);
-    double s = tree_sum(lanes);
-    for (; i < n; ++i) {
-      const double d = to_float(x[i]);
-      s = d * d + s;
+  static ZEROTK_FORCEINLINE void run(const T* x, std::size_t n, std::uint32_t* out) {
+    using Key = decltype(magnitude_key(x[0]));
+    Key m = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const Key k = magnitude_key(x[i]);
+      m = k > m ? k : m;
     }
-    *out = s;
+    *out = m;
+  }
+};
+
+/// Phase 2: *out = the fold sums of x[0..n) on grid g. Four independent accumulator vectors per fold
+/// hide the add latency; how elements are spread over lanes does not matter (exact sums).
+struct FoldKernel {
+  template <class S, class T>
+  static ZEROTK_FORCEINLINE void run(const T* x, std::size_t n, const NormGrid* g, FoldSums* out) {
+    using P = Fp64<S>;
+    using V = typename P::V;
+    constexpr std::size_t kSets = 4;
+    constexpr std::size_t kLoads = kSets / P::per;
+    constexpr std::size_t kStep = kLoads * S::width;
+    const V c0 = P::splat(g->extractor[0]), c1 = P::splat(g->extractor[1]), c2 = P::splat(g->extractor[2]);
+    V a0[kSets], a1[kSets], a2[kSets];
+    for (std::size_t j = 0; j < kSets; ++j) a0[j] = a1[j] = a2[j] = P::splat(0.0);
+    std::size_t i = 0;
+    for (; i + kStep <= n; i += kStep) {
+      V s[kSets];
+      for (std::size_t l = 0; l < kLoads; ++l) P::widen(S::load(x + i + l * S::width), s + l * P::per);
+      for (std::size_t j = 0; j < kSets; ++j) fold_deposit(s[j] * s[j], c0, c1, c2, a0[j], a1[j], a2[j]);
+    }
+    FoldSums r;
+    for (std::size_t j = 0; j < kSets; ++j) {
+      P::add_lanes(a0[j], r.fold[0]);
+      P::add_lanes(a1[j], r.fold[1]);
+      P::add_lanes(a2[j], r.fold[2]);
+    }
+    for (; i < n; ++i) {
+      fold_deposit(exact_square(x[i]), g->extractor[0], g->extractor[1], g->extractor[2], r.fold[0], r.fold[1],
+                   r.fold[2]);
+    }
+    *out = r;
   }
 };
 
@@ -77,31 +193,126 @@ struct NonfiniteKernel {
   }
 };
 
-/// Per-item sums of squares: out[i] = sum over item i (ptr_of(i), numel_of(i)); deterministic.
-template <class T, class PtrOf, class NumelOf>
-void item_sums(std::size_t count, PtrOf&& ptr_of, NumelOf&& numel_of, double* out) {
+// ---- drivers over lists of items ------------------------------------------------------------------
+// Items are tensors or segments; slot_of(item) says which result an item contributes to (0 for a
+// result over the whole list, the item itself for per-item results, a tensor id for segments).
+
+/// keys[slot_of(i)] = max(keys[slot_of(i)], max magnitude_key of item i), one parallel pass.
+template <class T, class PtrOf, class NumelOf, class SlotOf>
+void magnitude_keys(std::size_t count, PtrOf&& ptr_of, NumelOf&& numel_of, SlotOf&& slot_of, std::uint32_t* keys) {
   const simd::Isa isa = simd::active_isa();
-  std::vector<std::size_t> first;
-  const std::vector<Block> blocks = make_blocks(count, numel_of, first);
-  std::vector<double> partial(blocks.size());
-  for_each_block(blocks, [&](std::size_t bi, const Block& b) {
-    const T* x = ptr_of(b.tensor) + b.begin;
-    simd::dispatch<SumSquaresKernel>(isa, x, b.end - b.begin, &partial[bi]);
+  std::mutex mu;
+  for_each_piece(count, numel_of, [&](std::size_t item, std::size_t b, std::size_t e) {
+    std::uint32_t k = 0;
+    simd::dispatch<MagnitudeKernel>(isa, ptr_of(item) + b, e - b, &k);
+    const std::lock_guard<std::mutex> lock(mu);
+    std::uint32_t& slot = keys[slot_of(item)];
+    slot = std::max(slot, k);
   });
+}
+
+/// sums[slot_of(i)] += fold sums of item i on the grid grid_of(i) (nullptr: skip the item), one
+/// parallel pass. Pieces are merged in whatever order threads finish: the sums are exact.
+template <class T, class PtrOf, class NumelOf, class SlotOf, class GridOf>
+void fold_sums(std::size_t count, PtrOf&& ptr_of, NumelOf&& numel_of, SlotOf&& slot_of, GridOf&& grid_of,
+               FoldSums* sums) {
+  const simd::Isa isa = simd::active_isa();
+  std::mutex mu;
+  for_each_piece(count, numel_of, [&](std::size_t item, std::size_t b, std::size_t e) {
+    const NormGrid* g = grid_of(item);
+    if (g == nullptr) return;
+    FoldSums f;
+    simd::dispatch<FoldKernel>(isa, ptr_of(item) + b, e - b, g, &f);
+    const std::lock_guard<std::mutex> lock(mu);
+    FoldSums& slot = sums[slot_of(item)];
+    slot = combine(slot, f);
+  });
+}
+
+/// Both phases per slot, each slot its own grid (from its own max and element count):
+/// out[s] = (or +=, with `add`) the sum of squares of the items of slot s; +inf when one is inf/NaN.
+/// Slots without items are left alone.
+template <class T, class PtrOf, class NumelOf, class SlotOf>
+void slot_sums(std::size_t count, PtrOf&& ptr_of, NumelOf&& numel_of, SlotOf&& slot_of, std::size_t slots, double* out,
+               bool add) {
+  std::vector<std::uint32_t> keys(slots, 0);
+  std::vector<std::uint64_t> numels(slots, 0);
+  std::vector<unsigned char> used(slots, 0);
   for (std::size_t i = 0; i < count; ++i) {
-    double s = 0.0;
-    for (std::size_t bi = first[i]; bi < first[i + 1]; ++bi) s += partial[bi];
-    out[i] = s;
+    numels[slot_of(i)] += numel_of(i);
+    used[slot_of(i)] = 1;
+  }
+  magnitude_keys<T>(count, ptr_of, numel_of, slot_of, keys.data());
+  std::vector<NormGrid> grids(slots);
+  std::vector<unsigned char> finite(slots, 0);
+  for (std::size_t s = 0; s < slots; ++s) {
+    const SquareBound b = square_bound_of_key<T>(keys[s]);
+    if (!b.nonfinite) {
+      grids[s] = NormGrid::make(b.max_square, numels[s]);
+      finite[s] = 1;
+    }
+  }
+  std::vector<FoldSums> sums(slots);
+  fold_sums<T>(
+      count, ptr_of, numel_of, slot_of,
+      [&](std::size_t i) { return finite[slot_of(i)] ? &grids[slot_of(i)] : nullptr; }, sums.data());
+  for (std::size_t s = 0; s < slots; ++s) {
+    if (!used[s]) continue;
+    const double v = finite[s] ? fold_finish(sums[s]) : std::numeric_limits<double>::infinity();
+    out[s] = add ? out[s] + v : v;
   }
 }
 
 }  // namespace detail
 
-/// Sum of x[i]^2 over n elements, accumulated in fp64 (deterministic, see the file comment).
+// ---- the two phases ---------------------------------------------------------------------------------
+
+/// Phase 1 over x[0..n): the largest square and the inf/NaN flag.
+template <FloatingElement T>
+SquareBound square_bound(const T* x, std::size_t n) {
+  std::uint32_t key = 0;
+  detail::magnitude_keys<T>(1, [x](std::size_t) { return x; }, [n](std::size_t) { return n; },
+                            [](std::size_t) { return std::size_t{0}; }, &key);
+  return square_bound_of_key<T>(key);
+}
+
+/// Phase 1 over every element of a list of tensors (one bound for the whole list, one parallel pass).
+template <FloatingElement T>
+SquareBound square_bound(std::span<const TensorRef<const T>> tensors) {
+  std::uint32_t key = 0;
+  detail::magnitude_keys<T>(
+      tensors.size(), [&](std::size_t i) { return tensors[i].data; }, [&](std::size_t i) { return tensors[i].numel; },
+      [](std::size_t) { return std::size_t{0}; }, &key);
+  return square_bound_of_key<T>(key);
+}
+
+/// Phase 2: acc += the fold sums of x[0..n) on grid g (built from the global bound and count).
+template <FloatingElement T>
+void add_squares(const T* x, std::size_t n, const NormGrid& g, FoldSums& acc) {
+  detail::fold_sums<T>(
+      1, [x](std::size_t) { return x; }, [n](std::size_t) { return n; }, [](std::size_t) { return std::size_t{0}; },
+      [&g](std::size_t) { return &g; }, &acc);
+}
+
+/// Phase 2 over every element of a list of tensors: acc += their fold sums (one parallel pass).
+template <FloatingElement T>
+void add_squares(std::span<const TensorRef<const T>> tensors, const NormGrid& g, FoldSums& acc) {
+  detail::fold_sums<T>(
+      tensors.size(), [&](std::size_t i) { return tensors[i].data; }, [&](std::size_t i) { return tensors[i].numel; },
+      [](std::size_t) { return std::size_t{0}; }, [&g](std::size_t) { return &g; }, &acc);
+}
+
+// ---- both phases over data on this rank -------------------------------------------------------------
+
+/// Sum of x[i]^2 over n elements (float, half or bfloat16): both phases, the grid from these elements'
+/// own max and count. +inf when an element is inf or NaN. Equals fold_finish of add_squares on
+/// NormGrid::make(square_bound(x, n).max_square, n) bit for bit, and the CUDA sum_squares.
 template <FloatingElement T>
 double sum_squares(const T* x, std::size_t n) {
   double s = 0.0;
-  detail::item_sums<T>(1, [x](std::size_t) { return x; }, [n](std::size_t) { return n; }, &s);
+  detail::slot_sums<T>(
+      1, [x](std::size_t) { return x; }, [n](std::size_t) { return n; }, [](std::size_t) { return std::size_t{0}; },
+      1, &s, false);
   return s;
 }
 
@@ -118,27 +329,39 @@ bool has_nonfinite(const T* x, std::size_t n) {
   return found.load(std::memory_order_relaxed);
 }
 
-/// Sum of squares and inf/NaN flag in one pass.
+/// Sum of squares and inf/NaN flag. Phase 1 answers the flag; phase 2 runs only when all are finite
+/// (otherwise sum_squares is +inf).
 template <FloatingElement T>
 NormCheck norm_and_check(const T* x, std::size_t n) {
-  const double s = sum_squares(x, n);
-  return {s, is_nonfinite(s)};
+  const SquareBound b = square_bound(x, n);
+  NormCheck r;
+  r.nonfinite = b.nonfinite;
+  if (b.nonfinite) {
+    r.sum_squares = std::numeric_limits<double>::infinity();
+    return r;
+  }
+  FoldSums f;
+  add_squares(x, n, NormGrid::make(b.max_square, n), f);
+  r.sum_squares = fold_finish(f);
+  return r;
 }
 
-/// Per-tensor sums of squares: out[i] = sum over tensors[i]. One parallel pass over all tensors.
+/// Per-tensor sums of squares: out[i] = sum_squares(tensors[i]) bit for bit. One parallel pass per
+/// phase over all tensors.
 template <FloatingElement T>
 void sum_squares(std::span<const TensorRef<const T>> tensors, std::span<double> out) {
   if (out.size() < tensors.size()) {
     throw usage_error("output span shorter than the tensor list", "kernels::host::sum_squares",
                       std::to_string(out.size()) + " < " + std::to_string(tensors.size()));
   }
-  detail::item_sums<T>(
+  detail::slot_sums<T>(
       tensors.size(), [&](std::size_t i) { return tensors[i].data; }, [&](std::size_t i) { return tensors[i].numel; },
-      out.data());
+      [](std::size_t i) { return i; }, tensors.size(), out.data(), false);
 }
 
-/// Per-tensor sums of squares over segments of one flat buffer: out[s.tensor] += sum over segment s,
-/// added in segment order (out is not cleared; size it to max tensor id + 1).
+/// Per-tensor sums of squares over segments of one flat buffer: out[t] += the sum of squares of all
+/// segments with tensor id t, taken together (equal to sum_squares of their concatenation). Tensor
+/// ids without segments are left alone; size out to max tensor id + 1.
 template <FloatingElement T>
 void sum_squares(std::span<const Segment> segments, const T* base, std::span<double> out) {
   for (const Segment& s : segments) {
@@ -147,20 +370,20 @@ void sum_squares(std::span<const Segment> segments, const T* base, std::span<dou
                         std::to_string(s.tensor) + " >= " + std::to_string(out.size()));
     }
   }
-  std::vector<double> per(segments.size());
-  detail::item_sums<T>(
+  detail::slot_sums<T>(
       segments.size(), [&](std::size_t i) { return base + segments[i].offset; },
-      [&](std::size_t i) { return segments[i].numel; }, per.data());
-  for (std::size_t i = 0; i < segments.size(); ++i) out[segments[i].tensor] += per[i];
+      [&](std::size_t i) { return segments[i].numel; }, [&](std::size_t i) { return std::size_t{segments[i].tensor}; },
+      out.size(), out.data(), true);
 }
 
-/// The global L2 norm of a list of tensors: sqrt of the in-order sum of their fp64 sums of squares.
+/// The L2 norm of a list of tensors taken together: sqrt of the sum of squares of all their elements
+/// (the same bits as for their concatenation). +inf when an element is inf or NaN.
 template <FloatingElement T>
 double l2_norm(std::span<const TensorRef<const T>> tensors) {
-  std::vector<double> per(tensors.size());
-  sum_squares<T>(tensors, per);
   double s = 0.0;
-  for (double x : per) s += x;
+  detail::slot_sums<T>(
+      tensors.size(), [&](std::size_t i) { return tensors[i].data; }, [&](std::size_t i) { return tensors[i].numel; },
+      [](std::size_t) { return std::size_t{0}; }, 1, &s, false);
   return std::sqrt(s);
 }
 
