@@ -51,10 +51,11 @@
 #include "zerotk/device/host_ops.hpp"
 #include "zerotk/device/ordered.hpp"
 #include "zerotk/engine/boundary.hpp"
-#include "zerotk/engine/compat.hpp"
 #include "zerotk/engine/group.hpp"
 #include "zerotk/engine/options.hpp"
+#include "zerotk/engine/bindings.hpp"
 #include "zerotk/engine/registry.hpp"
+#include "zerotk/engine/resolve.hpp"
 #include "zerotk/engine/report.hpp"
 #include "zerotk/engine/state.hpp"
 #include "zerotk/optim/clip.hpp"
@@ -63,7 +64,6 @@
 #include "zerotk/policies.hpp"
 #include "zerotk/precision/loss_scaler.hpp"
 #include "zerotk/version.hpp"
-#include "zerotk/zero/float_view.hpp"
 #include "zerotk/zero/partitioner.hpp"
 
 #if defined(__CUDACC__)
@@ -72,35 +72,6 @@
 
 namespace zerotk {
 
-namespace engine {
-/// The policies of a pack, resolved. A required slot left empty is reported by the first
-/// static_assert and replaced by a stand-in, so the compiler says nothing else.
-template <class... Ps>
-struct Resolved {
-  static_assert(PolicyPackCheck<Ps...>::value);
-  using found_partitioner = find_policy_t<policy::partitioner, missing_policy, Ps...>;
-  using found_optimizer = find_policy_t<policy::optimizer, missing_policy, Ps...>;
-  static_assert(!std::is_same_v<found_optimizer, missing_policy>,
-                "Engine: an Optimizer policy is required, e.g. zerotk::Optimizer<zerotk::AdamW>");
-  static_assert(!std::is_same_v<found_partitioner, missing_policy>,
-                "Engine: a Partitioner policy is required, e.g. zerotk::Partitioner<zerotk::Stage<2>>");
-  using partitioner = std::conditional_t<std::is_same_v<found_partitioner, missing_policy>, Partitioner<Stage<0>>,
-                                         found_partitioner>;
-  using optimizer = std::conditional_t<std::is_same_v<found_optimizer, missing_policy>, Optimizer<AdamW>, found_optimizer>;
-  using precision = find_policy_t<policy::precision, Precision<fp32>, Ps...>;
-  using bucketer =
-      find_policy_t<policy::bucketer, Bucketer<Bytes<std::size_t{500'000'000} * sizeof(typename precision::storage)>>, Ps...>;
-  using loss_scaler = find_policy_t<policy::loss_scaler,
-                                    std::conditional_t<std::is_same_v<typename precision::tag, fp16>, LossScaler<Dynamic>,
-                                                       LossScaler<None>>,
-                                    Ps...>;
-  using offload = find_policy_t<policy::offload, Offload<None>, Ps...>;
-  using device = find_policy_t<policy::device, Device<Host>, Ps...>;
-  static constexpr bool compatible = Compat<partitioner, optimizer, precision, offload, device>::value;
-  /// What the groups are built from (a stand-in where Compat already reported the policy).
-  using partitioner_impl = std::conditional_t<(partitioner::stage <= 2), partitioner, Partitioner<Stage<0>>>;
-};
-}  // namespace engine
 
 template <class... Ps>
 class Engine {
@@ -147,7 +118,7 @@ class Engine {
    public:
     ~BackwardScope() noexcept(false) {
       e_->timings_.backward_inner_ms += detail::ms_since(t0_);
-      if (std::uncaught_exceptions() == 0) e_->end_backward(e_->registry_.module_entry(m_).own);
+      if (std::uncaught_exceptions() == 0) e_->bindings_->end_backward(e_->registry_.module_entry(m_).own);
       e_->timings_.backward_ms += detail::ms_since(t0_);
     }
     BackwardScope(const BackwardScope&) = delete;
@@ -197,8 +168,8 @@ class Engine {
     const auto t0 = detail::Clock::now();  // waiting for parameters counts as forward time
     const engine::ModuleEntry& m = registry_.module_entry(registry_.module(layer));
     if (pending_gathers() > 0) {
-      for (engine::ParamId id : m.own) wait_gather_of(id);
-      for (engine::ParamId id : m.external) wait_gather_of(id);
+      bindings_->wait_values(m.own);
+      bindings_->wait_values(m.external);
     }
     return ForwardScope(this, t0);
   }
@@ -220,8 +191,8 @@ class Engine {
   BackwardScope backward(L& layer) {
     const engine::ModuleId id = registry_.module(layer);
     const engine::ModuleEntry& m = registry_.module_entry(id);
-    begin_backward(m.own);
-    begin_backward(m.external);
+    bindings_->begin_backward(m.own, micro_in_accum_ == 0);
+    bindings_->begin_backward(m.external, micro_in_accum_ == 0);
     return BackwardScope(this, id);
   }
 
@@ -232,7 +203,7 @@ class Engine {
   /// overflow check, scaler update, clipping, fused update, all-gather, scheduler. Every parameter
   /// must have been in a backward scope during the micro-step (usage_error naming those that were not).
   StepReport step(double loss = 0.0) {
-    check_every_parameter_had_backward();
+    bindings_->check_every_parameter_had_backward(micro_steps_ + 1);
     const bool first = micro_in_accum_ == 0;
     loss_sum_ += loss;
     ++micro_in_accum_;
@@ -240,7 +211,7 @@ class Engine {
     const bool boundary = micro_in_accum_ == options_.gradient_accumulation_steps;
     const auto t0 = detail::Clock::now();
     for_each_group([&](auto& g) { g.end_micro_step(boundary, first); });
-    end_micro_step_bindings();
+    bindings_->end_micro_step();
     timings_.backward_allreduce_ms += detail::ms_since(t0);
 
     StepReport r;
@@ -268,14 +239,12 @@ class Engine {
   /// with different seeds), then (re)initialises the fp32 master copy from them.
   void broadcast_parameters(int root = 0) {
     synchronize();
-    take_user_values();
+    bindings_->take_user_values();
     for_each_group([&](auto& g) {
       using T = typename std::remove_cvref_t<decltype(g)>::value_type;
       const std::size_t n = g.layout().flat_numel();
       comm_.broadcast(g.params().params(), n, dtype_of_v<T>, root).wait();
-      if constexpr (std::is_same_v<T, storage_type>) {
-        if (view_) view_->refresh(g.params().params(), 0, n);
-      }
+      bindings_->on_group_replaced(g);
       g.init_master();
     });
   }
@@ -284,7 +253,7 @@ class Engine {
   /// communication (every rank must hold the same values).
   void initialize_master() {
     synchronize();
-    take_user_values();
+    bindings_->take_user_values();
     for_each_group([](auto& g) { g.init_master(); });
   }
 
@@ -338,7 +307,7 @@ class Engine {
       const EngineGroupState& gs = s.groups[i++];
       g.store().optimizer().load_state(gs.optimizer);
       ops_.copy_from_host(gs.master.data(), g.store().master(), gs.master.size());
-      g.restore_params_from_master([&](std::size_t k) { on_bucket_published(g, k); });
+      g.restore_params_from_master([&](std::size_t k) { bindings_->on_bucket_published(g, k); });
     });
     scaler_.load_state(s.scaler);
     if (s.scheduler && scheduler_) scheduler_->load_state(*s.scheduler);
@@ -363,7 +332,7 @@ class Engine {
   /// Parameter all-gathers (buckets) still in flight; non-zero only with overlap_param_gather.
   std::size_t pending_gathers() const noexcept {
     std::size_t n = 0;
-    for_each_group([&](const auto& g) { n += const_cast<std::remove_cvref_t<decltype(g)>&>(g).params().pending(); });
+    for_each_group([&](const auto& g) { n += g.pending_publications(); });
     return n;
   }
   /// Total parameter elements of the model (Psi), padding excluded.
@@ -461,54 +430,9 @@ class Engine {
       f32_ = std::make_unique<Fp32Group>(path_context(true), std::move(f32), bucket_numel(sizeof(float)),
                                          options_.groups, options_.overlap_param_gather);
     }
-    if (registry_.emulated()) view_.emplace(ops_, &ledger_, main_->layout().flat_numel());
-    std::size_t largest = 0;
-    for (const auto& e : registry_.entries()) largest = std::max(largest, e.numel);
-    scratch_ = ops_.template allocate<float>(std::max<std::size_t>(largest, 1), MemoryCategory::other, &ledger_);
-    opened_.assign(registry_.size(), 0);
-    done_.assign(registry_.size(), 0);
-
-    bool adopted = false;
-    for (engine::ParamId i = 0; i < registry_.size(); ++i) {
-      engine::ParamEntry& e = registry_[i];
-      void* data = in_view(e) ? static_cast<void*>(view_->params() + slot(e).flat_offset) : param_storage(e);
-      if (options_.adopt_initial_values && e.read_initial(data)) adopted = true;
-      bind_outside_scope(e);
-    }
-    if (adopted) take_user_values();
+    bindings_.emplace(registry_, main_.get(), f32_.get(), ops_, &ledger_);
+    bindings_->adopt_and_bind(options_.adopt_initial_values);
     for_each_group([](auto& g) { g.init_master(); });
-  }
-
-  // ---- where a parameter lives -------------------------------------------------------------------
-
-  bool in_view(const engine::ParamEntry& e) const noexcept { return view_ && e.group == engine::GroupKind::main; }
-
-  const zero::ParamSlot& slot(const engine::ParamEntry& e) const {
-    return e.group == engine::GroupKind::main ? main_->layout().param(e.local) : f32_->layout().param(e.local);
-  }
-
-  void* param_storage(const engine::ParamEntry& e) {
-    if (e.group == engine::GroupKind::main) return main_->params().params() + slot(e).flat_offset;
-    return f32_->params().params() + slot(e).flat_offset;
-  }
-
-  /// Outside backward scopes a Param's gradient points at scratch memory (a stray write is lost and
-  /// step() names the parameter, instead of corrupting a reused bucket or crashing).
-  void bind_outside_scope(engine::ParamEntry& e) {
-    if (in_view(e)) {
-      e.bind(view_->params() + slot(e).flat_offset, view_->grads() + slot(e).flat_offset);
-    } else {
-      e.bind(param_storage(e), scratch_.data());
-    }
-  }
-
-  template <class F>
-  void with_group(const engine::ParamEntry& e, F&& f) {
-    if (e.group == engine::GroupKind::main) {
-      f(*main_);
-    } else {
-      f(*f32_);
-    }
   }
 
   template <class F>
@@ -520,84 +444,6 @@ class Engine {
   void for_each_group(F&& f) const {
     if (main_) f(std::as_const(*main_));
     if (f32_) f(std::as_const(*f32_));
-  }
-
-  // ---- backward ----------------------------------------------------------------------------------
-
-  void begin_backward(const std::vector<engine::ParamId>& ids) {
-    for (engine::ParamId id : ids) {
-      engine::ParamEntry& e = registry_[id];
-      with_group(e, [&](auto& g) {
-        const std::size_t k = g.layout().param(e.local).bucket;
-        g.params().wait(k);
-        if (g.launched(k)) {
-          throw usage_error("parameter's gradient bucket was already reduced in this micro-step (is the parameter "
-                            "used by two layers? give every parameter to exactly one layer's backward scope)",
-                            e.name);
-        }
-        if (!g.opened(k)) open_bucket(g, k);
-      });
-      if (in_view(e) && !opened_[id]) view_->open_param(slot(e));
-      opened_[id] = 1;
-    }
-  }
-
-  /// First touch of bucket k in this micro-step: storage ready, its Params' gradients bound to it.
-  template <class G>
-  void open_bucket(G& g, std::size_t k) {
-    g.open(k, micro_in_accum_ == 0);
-    using T = typename G::value_type;
-    if (view_ && std::is_same_v<T, S> && std::is_same_v<G, MainGroup>) return;  // bound to the float view
-    const zero::Bucket& b = g.layout().buckets()[k];
-    T* grads = g.bucket_grads(k);
-    for (std::uint32_t j : b.params) {
-      const std::size_t off = g.layout().param(j).flat_offset;
-      registry_[g.member(j)].bind(g.params().params() + off, grads + (off - b.flat_offset));
-    }
-  }
-
-  void end_backward(const std::vector<engine::ParamId>& ids) {
-    for (engine::ParamId id : ids) {
-      engine::ParamEntry& e = registry_[id];
-      if (done_[id]) throw usage_error("parameter received a second backward in one micro-step", e.name);
-      done_[id] = 1;
-      ++done_count_;
-      with_group(e, [&](auto& g) {
-        const zero::ParamSlot& s = g.layout().param(e.local);
-        if constexpr (std::is_same_v<std::remove_cvref_t<decltype(g)>, MainGroup>) {
-          if (view_) view_->fold_param(s, g.bucket_grads(s.bucket), g.layout().buckets()[s.bucket].flat_offset);
-        }
-        g.add_ready(s.bucket, s.numel);
-      });
-    }
-  }
-
-  void check_every_parameter_had_backward() const {
-    if (done_count_ == registry_.size()) return;
-    std::string missing;
-    std::size_t count = 0;
-    for (engine::ParamId i = 0; i < registry_.size(); ++i) {
-      if (done_[i]) continue;
-      if (++count <= 5) missing += (missing.empty() ? "" : ", ") + registry_[i].name;
-    }
-    if (count > 5) missing += ", ... (" + std::to_string(count) + " in all)";
-    throw usage_error(done_count_ == 0
-                          ? "step() with no backward scope since the last step(): every micro-step must run each "
-                            "layer's backward inside engine.backward(layer)"
-                          : "parameters got no backward scope in this micro-step (list each parameter in its layer's "
-                            "parameters() or external_parameters(), and open that layer's engine.backward() scope; "
-                            "an unused parameter still needs its layer's scope, its gradient is then zero)",
-                      "Engine::step: micro-step " + std::to_string(micro_steps_ + 1),
-                      done_count_ == 0 ? "0 of " + std::to_string(registry_.size()) + " parameters" : missing);
-  }
-
-  void end_micro_step_bindings() {
-    for (engine::ParamId i = 0; i < registry_.size(); ++i) {
-      if (opened_[i]) bind_outside_scope(registry_[i]);
-    }
-    std::fill(opened_.begin(), opened_.end(), 0);
-    std::fill(done_.begin(), done_.end(), 0);
-    done_count_ = 0;
   }
 
   // ---- the boundary ------------------------------------------------------------------------------
@@ -625,35 +471,12 @@ class Engine {
     const float grad_scale = static_cast<float>(static_cast<double>(clip.grad_factor) / gas);
     for_each_group([&](auto& g) {
       g.update(grad_scale);
-      g.publish([this, &g](std::size_t k) { on_bucket_published(g, k); });
+      g.publish([this, &g](std::size_t k) { bindings_->on_bucket_published(g, k); });
     });
     if (scheduler_) {
       scheduler_->step();
       apply_schedule();
     }
-  }
-
-  /// Bucket k's new 16-bit values are in place: the float view follows (emulated mode).
-  template <class G>
-  void on_bucket_published(G& g, std::size_t k) {
-    if constexpr (std::is_same_v<G, MainGroup>) {
-      if (view_) {
-        const zero::Bucket& b = g.layout().buckets()[k];
-        view_->refresh(g.params().params(), b.flat_offset, b.numel);
-      }
-    } else {
-      (void)g, (void)k;
-    }
-  }
-
-  void wait_gather_of(engine::ParamId id) {
-    const engine::ParamEntry& e = registry_[id];
-    with_group(e, [&](auto& g) { g.params().wait(g.layout().param(e.local).bucket); });
-  }
-
-  /// Emulated mode: what the trainer wrote through float Params becomes the 16-bit values.
-  void take_user_values() {
-    if (view_) view_->take_user_values(main_->params().params(), main_->layout().flat_numel());
   }
 
   void apply_schedule() {
@@ -691,10 +514,7 @@ class Engine {
   engine::ParamRegistry registry_;
   std::unique_ptr<MainGroup> main_;
   std::unique_ptr<Fp32Group> f32_;
-  std::optional<zero::FloatView<S, ops_type>> view_;
-  Buffer<float> scratch_;                    // [largest parameter] gradients written outside scopes
-  std::vector<char> opened_, done_;          // [parameter] this micro-step
-  std::size_t done_count_ = 0;
+  std::optional<engine::ParamBindings<MainGroup, Fp32Group, ops_type>> bindings_;
   std::optional<LrScheduler> scheduler_;
   int micro_in_accum_ = 0;
   std::int64_t micro_steps_ = 0, global_steps_ = 0, skipped_steps_ = 0;

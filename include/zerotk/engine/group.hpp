@@ -63,6 +63,7 @@ class FlatGroup {
   const zero::BucketLayout& layout() const noexcept { return layout_; }
   ParamId member(std::uint32_t local) const noexcept { return members_[local]; }
   Params& params() noexcept { return params_; }
+  std::size_t pending_publications() const noexcept { return params_.pending(); }
   Grads& grads() noexcept { return grads_; }
   Store& store() noexcept { return store_; }
   const Store& store() const noexcept { return store_; }

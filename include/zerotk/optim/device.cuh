@@ -73,10 +73,14 @@ class DeviceOptimizer : public Opt {
       kernels::cuda::fused_lamb<G, P>(std::span<const kernels::cuda::LambTensor<G, P>>(items),
                                       std::span<const kernels::LambStepConsts>(consts), grad_scale, tensors, ws, stream,
                                       [&](double* sums, std::size_t n, cudaStream_t) { reduce_tensor_sums(sums, n); });
-    } else {
+    } else if constexpr (std::is_same_v<tag, Adam> || std::is_same_v<tag, AdamW>) {
       (void)tensors;
       kernels::cuda::fused_adam<G, P>(segments, std::span<const kernels::AdamStepConsts>(consts), master, dm_.data(),
                                       dv_.data(), grads, param_out, grad_scale, ws, stream);
+    } else {
+      static_assert(dependent_false<tag>,
+                    "Device<Cuda>: this optimizer has no CUDA kernels (kernels/cuda/ has Adam, AdamW and Lamb); add "
+                    "them, or train it with Device<Host>");
     }
   }
 

@@ -1,0 +1,48 @@
+#pragma once
+/// \file zerotk/engine/resolve.hpp
+/// Reading an Engine's policy pack: each slot's policy or its default, and the compatibility table
+/// (engine/compat.hpp). A required slot left empty is reported by one static_assert and replaced by
+/// a stand-in, so the compiler says nothing else (the first error line names what is missing).
+
+#include <cstddef>
+#include <type_traits>
+
+#include "zerotk/engine/compat.hpp"
+#include "zerotk/optim/optimizer.hpp"
+#include "zerotk/policies.hpp"
+#include "zerotk/precision/loss_scaler.hpp"
+#include "zerotk/zero/partitioner.hpp"
+
+namespace zerotk {
+
+namespace engine {
+/// The policies of a pack, resolved. A required slot left empty is reported by the first
+/// static_assert and replaced by a stand-in, so the compiler says nothing else.
+template <class... Ps>
+struct Resolved {
+  static_assert(PolicyPackCheck<Ps...>::value);
+  using found_partitioner = find_policy_t<policy::partitioner, missing_policy, Ps...>;
+  using found_optimizer = find_policy_t<policy::optimizer, missing_policy, Ps...>;
+  static_assert(!std::is_same_v<found_optimizer, missing_policy>,
+                "Engine: an Optimizer policy is required, e.g. zerotk::Optimizer<zerotk::AdamW>");
+  static_assert(!std::is_same_v<found_partitioner, missing_policy>,
+                "Engine: a Partitioner policy is required, e.g. zerotk::Partitioner<zerotk::Stage<2>>");
+  using partitioner = std::conditional_t<std::is_same_v<found_partitioner, missing_policy>, Partitioner<Stage<0>>,
+                                         found_partitioner>;
+  using optimizer = std::conditional_t<std::is_same_v<found_optimizer, missing_policy>, Optimizer<AdamW>, found_optimizer>;
+  using precision = find_policy_t<policy::precision, Precision<fp32>, Ps...>;
+  using bucketer =
+      find_policy_t<policy::bucketer, Bucketer<Bytes<std::size_t{500'000'000} * sizeof(typename precision::storage)>>, Ps...>;
+  using loss_scaler = find_policy_t<policy::loss_scaler,
+                                    std::conditional_t<std::is_same_v<typename precision::tag, fp16>, LossScaler<Dynamic>,
+                                                       LossScaler<None>>,
+                                    Ps...>;
+  using offload = find_policy_t<policy::offload, Offload<None>, Ps...>;
+  using device = find_policy_t<policy::device, Device<Host>, Ps...>;
+  static constexpr bool compatible = Compat<partitioner, optimizer, precision, offload, device>::value;
+  /// What the groups are built from (a stand-in where Compat already reported the policy).
+  using partitioner_impl = std::conditional_t<(partitioner::stage <= 2), partitioner, Partitioner<Stage<0>>>;
+};
+}  // namespace engine
+
+}  // namespace zerotk
