@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <vector>
 
 namespace zerotk {
 
@@ -23,8 +24,14 @@ struct StepReport {
   double loss_scale = 1.0;         ///< the scale in force for the next micro-step
   double grad_norm = 0.0;          ///< of the unscaled gradients; -1 if non-finite
   double lr = 0.0;                 ///< group 0's learning rate used by this update
+  /// Every parameter group's learning rate used by this update, group 0 first (so group_lr[0] == lr).
+  /// Empty where only `lr` is known; readers then take `{lr}` (monitor::group_lrs does).
+  std::vector<double> group_lr;
   double loss = 0.0;               ///< mean over micro-steps and ranks of the losses given to step()
   StepTimings timings;
+  /// `timings` holds this boundary's phase times, measured by whoever made the report (Engine::step()
+  /// sets it at boundaries). false: `timings` means nothing, and a monitor reads its own timers.
+  bool timings_measured = false;
   std::uint64_t comm_wire_bytes = 0;  ///< sent by this rank since the previous boundary (ring convention)
 };
 
