@@ -184,18 +184,7 @@ void train_rank(Comm& comm, const TrainContext& ctx, const Data& data, Evaluate&
     step_ms_total += r.timings.forward_ms + r.timings.backward_ms + r.timings.backward_allreduce_ms + r.timings.step_ms;
     last_loss = r.loss;
     log.on_boundary_loss(r.loss, samples - ctx.cfg.train_batch_size);
-    const double lr = r.lr;
-    zerotk::monitor::StepStats st;
-    st.global_steps = r.global_steps;
-    st.global_samples = samples;
-    st.skipped_steps = r.skipped_steps;
-    st.lr = std::span<const double>(&lr, 1);
-    st.loss_scale = r.loss_scale;
-    if (!r.skipped) st.grad_norm = r.grad_norm;
-    st.phase_times = zerotk::monitor::PhaseTimesMs{r.timings.forward_ms, r.timings.backward_ms,
-                                                    r.timings.backward_inner_ms, r.timings.backward_allreduce_ms,
-                                                    r.timings.step_ms};
-    log.on_step(st);
+    log.on_step(r, samples);
     if (rank == 0) progress.update(step + 1, r.loss);
   }
   if (rank == 0) progress.finish();

@@ -7,11 +7,11 @@
 #include <algorithm>
 #include <array>
 #include <filesystem>
-#include <optional>
 #include <sstream>
 #include <string>
 
 #include "zerotk/config/options.hpp"
+#include "zerotk/engine/report.hpp"
 #include "zerotk/monitor/training_log.hpp"
 
 using namespace zerotk;
@@ -81,15 +81,15 @@ void replay(TrainingLog& log, ManualClock& clock, int first, int last, RunState&
         ++st.skipped;
       }
       const int scheduler_steps = step - static_cast<int>(st.skipped);
-      const std::array<double, 1> lr{1e-4 * std::min(scheduler_steps, 4) / 4};
-      StepStats r;
+      StepReport r;
+      r.boundary = true;
+      r.skipped = overflow;
       r.global_steps = step;
-      r.global_samples = step * kTrainBatch;
       r.skipped_steps = st.skipped;
-      r.lr = lr;
+      r.lr = 1e-4 * std::min(scheduler_steps, 4) / 4;  // group_lr left empty: the log reads {lr}
       r.loss_scale = st.scale;
-      if (!overflow) r.grad_norm = 0.5 * step;
-      log.on_step(r);
+      r.grad_norm = overflow ? -1 : 0.5 * step;
+      log.on_step(r, step * kTrainBatch);
     }
   }
 }
@@ -160,14 +160,14 @@ TEST_CASE("without fp16 or wall_clock_breakdown: lr and loss only, no scale, no 
   std::ostringstream out;
   TrainingLog log(o, out, clock.fn());
   log.on_boundary_loss(0.75, 0);
-  const std::array<double, 2> lr{0.001, 0.002};  // two parameter groups
   clock.now += 0.5;
-  StepStats r;
+  StepReport r;
+  r.boundary = true;
   r.global_steps = 1;
-  r.global_samples = 32;
-  r.lr = lr;
+  r.lr = 0.001;
+  r.group_lr = {0.001, 0.002};  // two parameter groups
   r.grad_norm = 0.125;
-  log.on_step(r);
+  log.on_step(r, 32);
   log.on_micro_step();  // no output without wall_clock_breakdown
   CHECK(out.str() == "[Rank 0] step=1, skipped=0, lr=[0.001, 0.002], grad_norm=0.125, samples/s=64.00\n");
   const auto dir = tmp.path() / "DeepSpeedJobName";
@@ -186,12 +186,13 @@ TEST_CASE("phase times measured by the engine replace the timers") {
   o.wall_clock_breakdown = true;
   std::ostringstream out;
   TrainingLog log(o, out, clock.fn());
-  StepStats r;
+  StepReport r;
+  r.boundary = true;
   r.global_steps = 1;
-  r.global_samples = 8;
-  r.phase_times = PhaseTimesMs{12.5, 20.25, 18.0, 2.25, 3.0};
+  r.timings = StepTimings{12.5, 20.25, 18.0, 2.25, 3.0};
+  r.timings_measured = true;
   log.on_micro_step();  // no timer was used: nothing to print
-  log.on_step(r);
+  log.on_step(r, 8);
   CHECK(out.str() == "[Rank 0] time (ms) | fwd: 12.50 | bwd: 20.25 | bwd_inner: 18.00 | bwd_allreduce: 2.25 | step: 3.00\n");
   const auto dir = tmp.path() / "DeepSpeedJobName";
   CHECK(read_bytes(dir / "Train_Samples_elapsed_time_ms_forward.csv") == "step,elapsed_time_ms_forward\r\n8,12.5\r\n");
@@ -211,11 +212,12 @@ TEST_CASE("a static scale is a float from the start; other ranks print and write
   std::ostringstream out;
   {
     TrainingLog log(TrainingLogOptions::from(c, 0), out, clock.fn());
-    StepStats r;
+    StepReport r;
+    r.boundary = true;
     r.global_steps = 10;
-    r.global_samples = 10;
     r.loss_scale = 128;
-    log.on_step(r);
+    r.grad_norm = -1;  // non-finite: DeepSpeed prints None
+    log.on_step(r, 10);
   }
   CHECK(read_bytes(tmp.path() / "s" / "Train_Samples_loss_scale.csv") == "step,loss_scale\r\n10,128.0\r\n");
   CHECK(out.str().find("loss_scale=128.0, grad_norm=None") != std::string::npos);
@@ -224,9 +226,91 @@ TEST_CASE("a static scale is a float from the start; other ranks print and write
   ScratchDir other("static_run_rank1");
   c.csv_monitor.output_path = other.path().string();
   TrainingLog rank1(TrainingLogOptions::from(c, 1), quiet, clock.fn());
-  StepStats r;
+  StepReport r;
+  r.boundary = true;
   r.global_steps = 10;
-  rank1.on_step(r);
+  rank1.on_step(r, 10);
   CHECK(quiet.str().empty());
   CHECK_FALSE(std::filesystem::exists(other.path()));
+}
+
+TEST_CASE("lr is written as DeepSpeed's Python float: 0.003, group 0 of group_lr, else lr") {
+  ScratchDir tmp("lr_repr");
+  ManualClock clock;
+  TrainingLogOptions o;
+  o.csv_monitor.enabled = true;
+  o.csv_monitor.output_path = tmp.path().string();
+  o.steps_per_print = 1;
+  std::ostringstream out;
+  TrainingLog log(o, out, clock.fn());
+  StepReport r;
+  r.boundary = true;
+  r.global_steps = 1;
+  r.lr = 0.003;  // group_lr empty: the report knows group 0 only
+  r.grad_norm = 0.5;
+  log.on_step(r, 8);
+  r.global_steps = 2;
+  r.lr = 0.003;
+  r.group_lr = {0.0025, 0.003};  // group_lr wins: group 0 first
+  log.on_step(r, 16);
+  const auto lr_csv = tmp.path() / "DeepSpeedJobName" / "Train_Samples_lr.csv";
+  CHECK(read_bytes(lr_csv) == "step,lr\r\n8,0.003\r\n16,0.0025\r\n");
+  CHECK(out.str().find("step=1, skipped=0, lr=[0.003], grad_norm=0.5") != std::string::npos);
+  CHECK(out.str().find("step=2, skipped=0, lr=[0.0025, 0.003], grad_norm=0.5") != std::string::npos);
+  // What a float-rounded lr would write instead: why the engine must hand over the scheduler's double.
+  CHECK(python_repr(static_cast<double>(0.003f)) == "0.003000000026077032");
+}
+
+TEST_CASE("group_lrs: the report's group_lr, or {lr} when it is empty") {
+  StepReport r;
+  r.lr = 0.1;
+  REQUIRE(group_lrs(r).size() == 1);
+  CHECK(group_lrs(r).front() == 0.1);
+  CHECK(group_lrs(r).data() == &r.lr);
+  r.group_lr = {0.2, 0.3, 0.4};
+  REQUIRE(group_lrs(r).size() == 3);
+  CHECK(group_lrs(r)[0] == 0.2);
+  CHECK(group_lrs(r)[2] == 0.4);
+}
+
+TEST_CASE("timings are read only when the report says it measured them") {
+  ScratchDir tmp("unmeasured_times");
+  ManualClock clock;
+  TrainingLogOptions o;
+  o.csv_monitor.enabled = true;
+  o.csv_monitor.output_path = tmp.path().string();
+  o.wall_clock_breakdown = true;
+  std::ostringstream out;
+  TrainingLog log(o, out, clock.fn());
+  StepReport r;
+  r.boundary = true;
+  r.global_steps = 1;
+  r.timings = StepTimings{12.5, 20.25, 18.0, 2.25, 3.0};  // timings_measured false: not read
+  {
+    auto t = log.timers().scope({timer_names::forward});
+    clock.now += 0.25;
+  }
+  log.on_step(r, 8);
+  CHECK(out.str().starts_with("[Rank 0] time (ms) | fwd: 250.00 | bwd: 0.00"));
+  CHECK(out.str().find("12.50") == std::string::npos);
+  const auto dir = tmp.path() / "DeepSpeedJobName";
+  CHECK(read_bytes(dir / "Train_Samples_elapsed_time_ms_forward.csv") == "step,elapsed_time_ms_forward\r\n8,250.0\r\n");
+  CHECK(read_bytes(dir / "Train_Samples_elapsed_time_ms_step.csv") == "step,elapsed_time_ms_step\r\n8,0\r\n");
+}
+
+TEST_CASE("on_step refuses a report that is not a boundary and writes nothing") {
+  ScratchDir tmp("not_boundary");
+  ManualClock clock;
+  TrainingLogOptions o;
+  o.csv_monitor.enabled = true;
+  o.csv_monitor.output_path = tmp.path().string();
+  o.steps_per_print = 1;
+  std::ostringstream out;
+  TrainingLog log(o, out, clock.fn());
+  StepReport r;  // boundary false, as Engine::step() returns between boundaries
+  r.micro_steps = 3;
+  r.global_steps = 1;
+  CHECK_THROWS_AS(log.on_step(r, 8), usage_error);
+  CHECK(out.str().empty());
+  CHECK_FALSE(std::filesystem::exists(tmp.path() / "DeepSpeedJobName" / "Train_Samples_lr.csv"));
 }

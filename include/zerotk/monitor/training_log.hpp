@@ -1,11 +1,12 @@
 #pragma once
 /// \file zerotk/monitor/training_log.hpp
 /// What DeepSpeed logs during training, in DeepSpeed's order, for an engine to call at the same
-/// points of a step:
+/// points of a step. The log reads zerotk::StepReport (engine/report.hpp), the struct Engine::step()
+/// returns; a trainer with its own engine fills one by hand.
 ///
 ///   backward() at an accumulation boundary    on_boundary_loss(mean loss, global_samples before the step)
 ///                                             -> Train/Samples/train_loss row
-///   step() at a boundary, after the update    on_step(StepStats{global_steps, global_samples, skipped, lr, scale, norm})
+///   step() at a boundary, after the update    on_step(report, global_samples after the step)
 ///                                             -> Train/Samples/lr, Train/Samples/loss_scale (fp16) rows;
 ///                                                every steps_per_print steps the progress line
 ///                                                `[Rank 0] step=20, skipped=1, lr=[0.0001], loss_scale=32768.0,
@@ -15,22 +16,23 @@
 ///   step() calls that are not boundaries      on_micro_step() -> `[Rank 0] time (ms) | fwd_microstep: ...`
 ///                                             (on_step prints that line itself at boundaries)
 ///
-/// Phases are timed with timers() under timer_names::*; an engine wraps forward in
-/// `auto t = log.timers().scope({timer_names::forward_micro, timer_names::forward});`. An engine
-/// that times its phases itself passes them in StepStats::phase_times instead.
+/// Phase times come from one of two places. A report with `timings_measured` set carries them in
+/// `StepReport::timings` (zerotk::Engine measures its own). Otherwise the log reads timers(), under
+/// timer_names::*; an engine wraps forward in
+/// `auto t = log.timers().scope({timer_names::forward_micro, timer_names::forward});`.
 /// Only rank 0 writes anything.
 
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <iostream>
-#include <optional>
 #include <ostream>
 #include <span>
 #include <string>
 #include <utility>
 
 #include "zerotk/config/options.hpp"
+#include "zerotk/engine/report.hpp"
 #include "zerotk/monitor/csv_monitor.hpp"
 #include "zerotk/monitor/format.hpp"
 #include "zerotk/monitor/timers.hpp"
@@ -59,22 +61,11 @@ struct TrainingLogOptions {
   }
 };
 
-/// Milliseconds per phase over one accumulation boundary, for engines that time themselves.
-struct PhaseTimesMs {
-  double forward = 0, backward = 0, backward_inner = 0, backward_allreduce = 0, step = 0;
-};
-
-/// The state after one optimizer boundary (skipped steps included).
-struct StepStats {
-  std::int64_t global_steps = 0;    ///< boundaries done, this one included
-  std::int64_t global_samples = 0;  ///< samples consumed, this boundary included
-  std::int64_t skipped_steps = 0;   ///< overflow-skipped boundaries so far
-  std::span<const double> lr;       ///< per parameter group, after the scheduler step
-  double loss_scale = 1;            ///< current scale after this boundary's update
-  std::optional<double> grad_norm;  ///< unscaled global norm; empty on overflow
-  /// The boundary's phase times when the engine measured them itself; empty: read timers().
-  std::optional<PhaseTimesMs> phase_times;
-};
+/// Every parameter group's learning rate in `r`, group 0 first: `r.group_lr`, or `{r.lr}` when the
+/// report carries group 0's only. Never empty; valid while `r` lives and its group_lr is unchanged.
+inline std::span<const double> group_lrs(const StepReport& r) noexcept {
+  return r.group_lr.empty() ? std::span<const double>(&r.lr, 1) : std::span<const double>(r.group_lr);
+}
 
 class TrainingLog {
  public:
@@ -106,25 +97,31 @@ class TrainingLog {
     print_timers(timer_names::micro);
   }
 
-  /// After each optimizer boundary, with the state the step left. Order as in DeepSpeed: the
+  /// After each optimizer boundary (skipped ones included), with the report of the step() call that
+  /// reached it and the samples consumed so far, this boundary's included. Order as in DeepSpeed: the
   /// progress line, lr and loss-scale rows, then (wall_clock_breakdown) micro-step timers,
-  /// elapsed_time_ms rows and the boundary timers.
-  void on_step(const StepStats& r) {
+  /// elapsed_time_ms rows and the boundary timers. A report that is not a boundary is a usage_error:
+  /// after those step() calls the engine calls on_micro_step().
+  void on_step(const StepReport& r, std::int64_t global_samples) {
+    if (!r.boundary) {
+      throw usage_error("on_step takes the report of an accumulation boundary; call on_micro_step() after other steps",
+                        "TrainingLog::on_step", "micro_steps=" + std::to_string(r.micro_steps));
+    }
     if (r.global_steps % options_.steps_per_print == 0) {
       const double now = clock_();
       const double dt = now - last_report_time_;
-      const double samples = static_cast<double>(r.global_samples - last_report_samples_);
+      const double samples = static_cast<double>(global_samples - last_report_samples_);
       if (is_writer()) {
         out_ << "[Rank 0] " << progress_line(r, dt > 0 ? samples / dt : 0.0) << '\n';
       }
       last_report_time_ = now;
-      last_report_samples_ = r.global_samples;
+      last_report_samples_ = global_samples;
     }
 
-    const double lr0 = r.lr.empty() ? 0.0 : r.lr.front();
-    csv_.write("Train/Samples/lr", MetricValue(lr0), r.global_samples);
+    // A Python float: DeepSpeed writes get_lr()[0], the double the scheduler computed.
+    csv_.write("Train/Samples/lr", MetricValue(group_lrs(r).front()), global_samples);
     if (options_.scaler != config::ScalerKind::none) {
-      csv_.write("Train/Samples/loss_scale", scale_value(r.loss_scale), r.global_samples);
+      csv_.write("Train/Samples/loss_scale", scale_value(r.loss_scale), global_samples);
     }
 
     if (options_.wall_clock_breakdown) {
@@ -133,12 +130,13 @@ class TrainingLog {
           "Train/Samples/elapsed_time_ms_forward", "Train/Samples/elapsed_time_ms_backward",
           "Train/Samples/elapsed_time_ms_backward_inner", "Train/Samples/elapsed_time_ms_backward_allreduce",
           "Train/Samples/elapsed_time_ms_step"};
-      if (r.phase_times) {
-        const PhaseTimesMs& p = *r.phase_times;
-        const double ms[] = {p.forward, p.backward, p.backward_inner, p.backward_allreduce, p.step};
+      if (r.timings_measured) {
+        const StepTimings& t = r.timings;
+        // In timer_names::global's order.
+        const double ms[] = {t.forward_ms, t.backward_ms, t.backward_inner_ms, t.backward_allreduce_ms, t.step_ms};
         std::string line = "time (ms)";
         for (std::size_t i = 0; i < 5; ++i) {
-          csv_.write(kCsvNames[i], MetricValue(ms[i]), r.global_samples);
+          csv_.write(kCsvNames[i], MetricValue(ms[i]), global_samples);
           char buf[64];
           std::snprintf(buf, sizeof buf, " | %s: %.2f", std::string(timer_names::global[i]).c_str(), ms[i]);
           line += buf;
@@ -146,7 +144,7 @@ class TrainingLog {
         if (is_writer()) out_ << "[Rank 0] " << line << '\n';
       } else {
         for (std::size_t i = 0; i < 5; ++i) {
-          csv_.write(kCsvNames[i], timers_.elapsed_value(timer_names::global[i]), r.global_samples);
+          csv_.write(kCsvNames[i], timers_.elapsed_value(timer_names::global[i]), global_samples);
         }
         print_timers(timer_names::global);
       }
@@ -154,16 +152,18 @@ class TrainingLog {
   }
 
   /// `step=20, skipped=1, lr=[0.0001], loss_scale=32768.0, grad_norm=0.8125, samples/s=1234.56`
-  /// (loss_scale only with fp16; lr per parameter group, Python list style).
-  std::string progress_line(const StepStats& r, double samples_per_s) const {
+  /// (loss_scale only with fp16; lr per parameter group, Python list style; `grad_norm=None` when
+  /// the report's norm is -1, i.e. non-finite, as DeepSpeed prints an overflow step's).
+  std::string progress_line(const StepReport& r, double samples_per_s) const {
     std::string s = "step=";
     s += std::to_string(r.global_steps);
     s += ", skipped=";
     s += std::to_string(r.skipped_steps);
     s += ", lr=[";
-    for (std::size_t i = 0; i < r.lr.size(); ++i) {
+    const std::span<const double> lrs = group_lrs(r);
+    for (std::size_t i = 0; i < lrs.size(); ++i) {
       if (i) s += ", ";
-      s += python_repr(r.lr[i]);
+      s += python_repr(lrs[i]);
     }
     s += "]";
     if (options_.scaler != config::ScalerKind::none) {
@@ -171,7 +171,7 @@ class TrainingLog {
       s += scale_value(r.loss_scale).str();
     }
     s += ", grad_norm=";
-    s += r.grad_norm ? python_repr(*r.grad_norm) : std::string("None");
+    s += r.grad_norm >= 0 ? python_repr(r.grad_norm) : std::string("None");
     char buf[64];
     std::snprintf(buf, sizeof buf, ", samples/s=%.2f", samples_per_s);
     s += buf;
