@@ -250,8 +250,8 @@ TEST_CASE("lr is written as DeepSpeed's Python float: 0.003, group 0 of group_lr
   r.grad_norm = 0.5;
   log.on_step(r, 8);
   r.global_steps = 2;
-  r.lr = 0.003;
-  r.group_lr = {0.0025, 0.003};  // group_lr wins: group 0 first
+  r.lr = 0.0025;
+  r.group_lr = {0.0025, 0.003};  // every group for the progress line; group 0 for the csv row
   log.on_step(r, 16);
   const auto lr_csv = tmp.path() / "DeepSpeedJobName" / "Train_Samples_lr.csv";
   CHECK(read_bytes(lr_csv) == "step,lr\r\n8,0.003\r\n16,0.0025\r\n");
@@ -267,8 +267,10 @@ TEST_CASE("group_lrs: the report's group_lr, or {lr} when it is empty") {
   REQUIRE(group_lrs(r).size() == 1);
   CHECK(group_lrs(r).front() == 0.1);
   CHECK(group_lrs(r).data() == &r.lr);
+  r.lr = 0.2;
   r.group_lr = {0.2, 0.3, 0.4};
   REQUIRE(group_lrs(r).size() == 3);
+  CHECK(group_lrs(r).data() == r.group_lr.data());
   CHECK(group_lrs(r)[0] == 0.2);
   CHECK(group_lrs(r)[2] == 0.4);
 }
