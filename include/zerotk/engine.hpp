@@ -221,6 +221,7 @@ class Engine {
       boundary_step(r);
       timings_.step_ms += detail::ms_since(ts);
       r.timings = std::exchange(timings_, StepTimings{});
+      r.timings_measured = true;
       const std::uint64_t wire = comm_.stats().total_wire_bytes();
       r.comm_wire_bytes = wire - wire_mark_;
       wire_mark_ = wire;
@@ -464,6 +465,7 @@ class Engine {
       ++skipped_steps_;
       r.skipped = true;
       r.grad_norm = -1;
+      report_lrs(r);
       return;
     }
     const ClipResult clip = clip_factor(norm.nonfinite ? INFINITY : sumsq, scale, options_.gradient_clipping);
@@ -477,6 +479,12 @@ class Engine {
       scheduler_->step();
       apply_schedule();
     }
+    report_lrs(r);
+  }
+
+  void report_lrs(StepReport& r) const {
+    r.group_lr.clear();
+    for (const ParamGroup& g : options_.groups) r.group_lr.push_back(static_cast<double>(g.options.lr));
   }
 
   void apply_schedule() {

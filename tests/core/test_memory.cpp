@@ -73,3 +73,38 @@ TEST_CASE("pinned buffer: usable memory and an honest report of how it was pinne
   CHECK(q.data() != nullptr);
   CHECK(p.data() == nullptr);
 }
+
+TEST_CASE("the ledger keeps bytes by memory space and category; one-argument queries sum over spaces") {
+  MemoryLedger l;
+  l.add(MemorySpace::device, MemoryCategory::grads, 100);
+  l.add(MemorySpace::host, MemoryCategory::grads, 30);
+  l.add(MemorySpace::pinned_host, MemoryCategory::master32, 400);
+  l.add(MemoryCategory::optimizer_state, 8);  // host
+  CHECK(l.live(MemorySpace::device, MemoryCategory::grads) == 100);
+  CHECK(l.live(MemorySpace::host, MemoryCategory::grads) == 30);
+  CHECK(l.live(MemoryCategory::grads) == 130);
+  CHECK(l.live(MemorySpace::host, MemoryCategory::optimizer_state) == 8);
+  CHECK(l.live_total(MemorySpace::pinned_host) == 400);
+  CHECK(l.live_total(MemorySpace::host) == 38);
+  CHECK(l.live_total() == 538);
+  l.sub(MemorySpace::device, MemoryCategory::grads, 100);
+  CHECK(l.live(MemorySpace::device, MemoryCategory::grads) == 0);
+  CHECK(l.peak(MemorySpace::device, MemoryCategory::grads) == 100);
+  CHECK(l.peak_total(MemorySpace::device) == 100);
+  CHECK(l.peak(MemoryCategory::grads) == 130);
+  CHECK(l.live_total(MemorySpace::device) == 0);
+  l.reset_peaks();
+  CHECK(l.peak(MemorySpace::device, MemoryCategory::grads) == 0);
+  CHECK(l.peak_total() == 438);
+  CHECK(to_string(MemorySpace::disk) == "disk");
+}
+
+TEST_CASE("tracked host buffers are recorded under MemorySpace::host") {
+  MemoryLedger l;
+  {
+    TrackedBuffer<float> b(10, MemoryCategory::params16, &l);
+    CHECK(l.live(MemorySpace::host, MemoryCategory::params16) == 40);
+    CHECK(l.live(MemorySpace::device, MemoryCategory::params16) == 0);
+  }
+  CHECK(l.live(MemoryCategory::params16) == 0);
+}

@@ -23,9 +23,11 @@ struct StepReport {
   std::int64_t micro_steps = 0;
   double loss_scale = 1.0;         ///< the scale in force for the next micro-step
   double grad_norm = 0.0;          ///< of the unscaled gradients; -1 if non-finite
-  double lr = 0.0;                 ///< group 0's learning rate used by this update
-  /// Every parameter group's learning rate used by this update, group 0 first (so group_lr[0] == lr).
-  /// Empty where only `lr` is known; readers then take `{lr}` (monitor::group_lrs does).
+  double lr = 0.0;  ///< group 0's learning rate used by this update (the double that was set)
+  /// Every parameter group's learning rate after this boundary, group 0 first: the scheduler has
+  /// stepped (a skipped step does not step it), so this is what the next update uses, what
+  /// DeepSpeed's get_lr() reports after a step and what its csv_monitor writes (monitor/ writes
+  /// group_lr[0]). Empty in a hand-filled report: readers then take `{lr}` (monitor::group_lrs).
   std::vector<double> group_lr;
   double loss = 0.0;               ///< mean over micro-steps and ranks of the losses given to step()
   StepTimings timings;
