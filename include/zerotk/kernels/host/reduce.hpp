@@ -150,8 +150,10 @@ struct MagnitudeKernel {
   }
 };
 
-/// Phase 2: *out = the fold sums of x[0..n) on grid g. Four independent accumulator vectors per fold
-/// hide the add latency; how elements are spread over lanes does not matter (exact sums).
+/// Phase 2: *out = the fold sums of x[0..n) on grid g. Four vectors per iteration keep the long
+/// extraction chains overlapping; two accumulators per fold hide the add latency without spilling
+/// (6 accumulators + 3 extractors fit AVX2's 16 registers). How elements are spread over lanes and
+/// accumulators does not matter: the sums are exact.
 struct FoldKernel {
   template <class S, class T>
   static ZEROTK_FORCEINLINE void run(const T* x, std::size_t n, const NormGrid* g, FoldSums* out) {
@@ -161,16 +163,19 @@ struct FoldKernel {
     constexpr std::size_t kLoads = kSets / P::per;
     constexpr std::size_t kStep = kLoads * S::width;
     const V c0 = P::splat(g->extractor[0]), c1 = P::splat(g->extractor[1]), c2 = P::splat(g->extractor[2]);
-    V a0[kSets], a1[kSets], a2[kSets];
-    for (std::size_t j = 0; j < kSets; ++j) a0[j] = a1[j] = a2[j] = P::splat(0.0);
+    constexpr std::size_t kAcc = 2;
+    V a0[kAcc], a1[kAcc], a2[kAcc];
+    for (std::size_t j = 0; j < kAcc; ++j) a0[j] = a1[j] = a2[j] = P::splat(0.0);
     std::size_t i = 0;
     for (; i + kStep <= n; i += kStep) {
       V s[kSets];
       for (std::size_t l = 0; l < kLoads; ++l) P::widen(S::load(x + i + l * S::width), s + l * P::per);
-      for (std::size_t j = 0; j < kSets; ++j) fold_deposit(s[j] * s[j], c0, c1, c2, a0[j], a1[j], a2[j]);
+      for (std::size_t j = 0; j < kSets; ++j) {
+        fold_deposit(s[j] * s[j], c0, c1, c2, a0[j % kAcc], a1[j % kAcc], a2[j % kAcc]);
+      }
     }
     FoldSums r;
-    for (std::size_t j = 0; j < kSets; ++j) {
+    for (std::size_t j = 0; j < kAcc; ++j) {
       P::add_lanes(a0[j], r.fold[0]);
       P::add_lanes(a1[j], r.fold[1]);
       P::add_lanes(a2[j], r.fold[2]);
