@@ -29,6 +29,7 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "zerotk/core/dtype.hpp"
@@ -86,7 +87,8 @@ ZEROTK_TARGET_AVX512 inline F64x8 fp_opaque(F64x8 a) {
 #endif
 
 /// The fp64 vector that goes with ISA tag S: `V`, how many of them one S::F32 widens into (`per`),
-/// `widen`, `splat`, and `add_lanes` (adds every lane to a double; exact for fold sums, any order).
+/// `load` (S::width elements of T into `per` vectors), `splat`, and `add_lanes` (adds every lane to a
+/// double; exact for fold sums, any order).
 template <class S>
 struct Fp64;
 
@@ -94,7 +96,10 @@ template <>
 struct Fp64<simd::Scalar> {
   using V = double;
   static constexpr std::size_t per = 1;
-  static ZEROTK_FORCEINLINE void widen(float x, V* out) { out[0] = x; }
+  template <class T>
+  static ZEROTK_FORCEINLINE void load(const T* p, V* out) {
+    out[0] = to_float(*p);
+  }
   static ZEROTK_FORCEINLINE V splat(double x) { return x; }
   static ZEROTK_FORCEINLINE void add_lanes(const V& x, double& to) { to += x; }
 };
@@ -107,6 +112,17 @@ struct Fp64<simd::Avx2> {
   ZEROTK_TARGET_AVX2 static inline void widen(const simd::F32x8& x, V* out) {
     out[0] = {_mm256_cvtps_pd(_mm256_castps256_ps128(x.v))};
     out[1] = {_mm256_cvtps_pd(_mm256_extractf128_ps(x.v, 1))};
+  }
+  template <class T>
+  ZEROTK_TARGET_AVX2 static inline void load(const T* p, V* out) {
+    if constexpr (std::is_same_v<T, half>) {
+      // Plain vcvtph2ps: simd::Avx2::load's restoring of signalling-NaN payloads (which casts need)
+      // does not matter to a sum of squares, and skipping it makes fp16 phase 2 ~15% faster.
+      const __m256 f = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+      widen(simd::F32x8(f), out);
+    } else {
+      widen(simd::Avx2::load(p), out);
+    }
   }
   ZEROTK_TARGET_AVX2 static inline V splat(double x) { return {_mm256_set1_pd(x)}; }
   ZEROTK_TARGET_AVX2 static inline void add_lanes(const V& x, double& to) {
@@ -124,6 +140,10 @@ struct Fp64<simd::Avx512> {
   ZEROTK_TARGET_AVX512 static inline void widen(const simd::F32x16& x, V* out) {
     out[0] = {_mm512_maskz_cvtps_pd(0xff, _mm512_maskz_extractf32x8_ps(0xff, x.v, 0))};
     out[1] = {_mm512_maskz_cvtps_pd(0xff, _mm512_maskz_extractf32x8_ps(0xff, x.v, 1))};
+  }
+  template <class T>
+  ZEROTK_TARGET_AVX512 static inline void load(const T* p, V* out) {
+    widen(simd::Avx512::load(p), out);
   }
   ZEROTK_TARGET_AVX512 static inline V splat(double x) { return {_mm512_set1_pd(x)}; }
   ZEROTK_TARGET_AVX512 static inline void add_lanes(const V& x, double& to) {
@@ -150,8 +170,10 @@ struct MagnitudeKernel {
   }
 };
 
-/// Phase 2: *out = the fold sums of x[0..n) on grid g. Four independent accumulator vectors per fold
-/// hide the add latency; how elements are spread over lanes does not matter (exact sums).
+/// Phase 2: *out = the fold sums of x[0..n) on grid g. Four vectors per iteration keep the long
+/// extraction chains overlapping; two accumulators per fold hide the add latency without spilling
+/// (6 accumulators + 3 extractors fit AVX2's 16 registers). How elements are spread over lanes and
+/// accumulators does not matter: the sums are exact.
 struct FoldKernel {
   template <class S, class T>
   static ZEROTK_FORCEINLINE void run(const T* x, std::size_t n, const NormGrid* g, FoldSums* out) {
@@ -161,16 +183,19 @@ struct FoldKernel {
     constexpr std::size_t kLoads = kSets / P::per;
     constexpr std::size_t kStep = kLoads * S::width;
     const V c0 = P::splat(g->extractor[0]), c1 = P::splat(g->extractor[1]), c2 = P::splat(g->extractor[2]);
-    V a0[kSets], a1[kSets], a2[kSets];
-    for (std::size_t j = 0; j < kSets; ++j) a0[j] = a1[j] = a2[j] = P::splat(0.0);
+    constexpr std::size_t kAcc = 2;
+    V a0[kAcc], a1[kAcc], a2[kAcc];
+    for (std::size_t j = 0; j < kAcc; ++j) a0[j] = a1[j] = a2[j] = P::splat(0.0);
     std::size_t i = 0;
     for (; i + kStep <= n; i += kStep) {
       V s[kSets];
-      for (std::size_t l = 0; l < kLoads; ++l) P::widen(S::load(x + i + l * S::width), s + l * P::per);
-      for (std::size_t j = 0; j < kSets; ++j) fold_deposit(s[j] * s[j], c0, c1, c2, a0[j], a1[j], a2[j]);
+      for (std::size_t l = 0; l < kLoads; ++l) P::load(x + i + l * S::width, s + l * P::per);
+      for (std::size_t j = 0; j < kSets; ++j) {
+        fold_deposit(s[j] * s[j], c0, c1, c2, a0[j % kAcc], a1[j % kAcc], a2[j % kAcc]);
+      }
     }
     FoldSums r;
-    for (std::size_t j = 0; j < kSets; ++j) {
+    for (std::size_t j = 0; j < kAcc; ++j) {
       P::add_lanes(a0[j], r.fold[0]);
       P::add_lanes(a1[j], r.fold[1]);
       P::add_lanes(a2[j], r.fold[2]);
