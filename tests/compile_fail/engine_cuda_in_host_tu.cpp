@@ -6,5 +6,5 @@ using E = Engine<Partitioner<Stage<2>>, Optimizer<AdamW>, Device<Host>>;
 #else
 using E = Engine<Partitioner<Stage<2>>, Optimizer<AdamW>, Device<Cuda>>;
 #endif
-using B = E::backend;
+using B = E::ops_type;
 int main() { return sizeof(B*) ? 0 : 1; }

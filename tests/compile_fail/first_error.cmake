@@ -1,6 +1,7 @@
 # Runs the compiler on one file that must not compile and checks that the FIRST line holding
 # "error" matches REGEX (a user reads the first error; a right message after pages of others does
-# not help). Invoked as: cmake -DREGEX=... -DCMD=<compiler;args...> -P first_error.cmake
+# not help). Invoked as: cmake -DREGEX=... -DCMD=<compiler|args|...> -P first_error.cmake
+string(REPLACE "|" ";" CMD "${CMD}")
 execute_process(COMMAND ${CMD} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(rc EQUAL 0)
   message(FATAL_ERROR "compiled, but must not")
