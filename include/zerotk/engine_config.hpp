@@ -9,6 +9,9 @@
 ///   E engine(comm, model, zerotk::engine_options<E>(cfg));   // throws if cfg asks for another structure
 ///   if (auto s = zerotk::lr_scheduler(cfg)) engine.set_scheduler(*s);
 
+#include <cstddef>
+#include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -37,12 +40,31 @@ EngineOptions engine_options(const config::Config& cfg) {
     problems.emplace_back("not supported yet: gradients are reduced in the training precision",
                           "/communication_data_type", std::string(to_string(*cfg.communication_data_type)));
   }
+  // A Config may be built in code, so the narrowing conversions below are checked here too.
+  using S = typename E::storage_type;
+  const std::int64_t bucket = cfg.zero_optimization.reduce_bucket_size;  // elements, as in DeepSpeed
+  if (bucket < 1) {
+    problems.emplace_back("must be >= 1 (elements per bucket)", "/zero_optimization/reduce_bucket_size",
+                          std::to_string(bucket));
+  } else if (static_cast<std::uint64_t>(bucket) > std::numeric_limits<std::size_t>::max() / sizeof(S)) {
+    problems.emplace_back("is too large: elements * " + std::to_string(sizeof(S)) + " bytes overflows a byte count",
+                          "/zero_optimization/reduce_bucket_size", std::to_string(bucket));
+  }
+  if (cfg.gradient_accumulation_steps < 1 || cfg.gradient_accumulation_steps > std::numeric_limits<int>::max()) {
+    problems.emplace_back("must be an integer in [1, " + std::to_string(std::numeric_limits<int>::max()) + "]",
+                          "/gradient_accumulation_steps", std::to_string(cfg.gradient_accumulation_steps));
+  }
+  if (cfg.optimizer) {
+    for (const optim::OptionProblem& p : optim::problems(cfg.optimizer->params)) {
+      const std::string key(config::optimizer_param_key(p.field));
+      const std::string rule = key == p.field ? p.rule : std::string(p.field) + " " + p.rule;
+      problems.emplace_back(rule, "/optimizer/params/" + key, optim::detail::double_text(p.value));
+    }
+  }
   if (!problems.empty()) throw config::summarize(problems);
 
-  using S = typename E::storage_type;
   EngineOptions o;
-  // DeepSpeed counts bucket sizes in elements.
-  o.bucket_bytes = static_cast<std::size_t>(cfg.zero_optimization.reduce_bucket_size) * sizeof(S);
+  o.bucket_bytes = static_cast<std::size_t>(bucket) * sizeof(S);
   o.gradient_accumulation_steps = static_cast<int>(cfg.gradient_accumulation_steps);
   o.gradient_clipping = cfg.gradient_clipping;
   o.overlap_comm = cfg.zero_optimization.overlap_comm;

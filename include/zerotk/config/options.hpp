@@ -181,6 +181,14 @@ struct OptimizerBlock {
   double factor_threshold = 0.1;
 };
 
+/// The key under `/optimizer/params` that fills OptimizerOptions member `field`.
+constexpr std::string_view optimizer_param_key(std::string_view field) noexcept {
+  if (field == "beta1" || field == "beta2") return "betas";
+  if (field == "lamb_min_coeff") return "min_coeff";
+  if (field == "lamb_max_coeff") return "max_coeff";
+  return field;
+}
+
 /// `scheduler` block: the schedule's own options (optim/schedulers.hpp; the alternative is the type),
 /// resolved by the reader: every optional a schedule derives from another value is set
 /// (WarmupLR's warmup_max_lr, OneCycle's second step size and stair count).

@@ -702,6 +702,17 @@ inline void Reader::read_optimizer(Block& root, Config& c) {
     p.get_number("factor_min", o.factor_min, 0);
     p.get_number("factor_threshold", o.factor_threshold, 0);
   }
+  // The optimizer layer's own rules, at JSON paths. They repeat the range checks above (a value
+  // those rejected is not assigned, so it is not reported twice) and add what only they know: the
+  // kernels round each value to float (lr 1e300 -> inf, eps 1e-50 -> 0, a beta -> 1), and an
+  // "auto" resolved from an engine hint was not range-checked at all.
+  for (const optim::OptionProblem& e : optim::problems(h)) {
+    const std::string_view key = optimizer_param_key(e.field);
+    const bool beta = key == "betas";
+    if (!lamb_like && (key == "min_coeff" || key == "max_coeff")) continue;  // not read, not used
+    if (key == "max_coeff" && h.lamb_min_coeff > h.lamb_max_coeff) continue;  // reported at min_coeff above
+    error(p.path_of(key), beta ? cat(e.field, " ", e.rule) : e.rule, beta ? text(betas) : num_text(e.value));
+  }
   p.finish({{"amsgrad", "false"},
             {"torch_adam", "false", kTorchOnly},
             {"fused", "", kTorchOnly},
@@ -833,6 +844,25 @@ inline void Reader::read_scheduler(Block& root, Config& c) {
       break;
     }
   }
+  // The engine writes the schedule's lr into the optimizer, whose kernels round it to float.
+  auto lr_fits_float = [&](std::string_view key, std::optional<double> v) {
+    if (!v) return;
+    if (std::string why = optim::float_range_problem(*v); !why.empty()) error(p.path_of(key), why, num_text(*v));
+  };
+  std::visit(
+      [&](const auto& x) {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, WarmupLROptions> || std::is_same_v<T, WarmupDecayLROptions>) {
+          lr_fits_float("warmup_min_lr", x.warmup_min_lr);
+          lr_fits_float("warmup_max_lr", x.warmup_max_lr);
+        } else if constexpr (std::is_same_v<T, OneCycleOptions>) {
+          lr_fits_float("cycle_min_lr", x.cycle_min_lr);
+          lr_fits_float("cycle_max_lr", x.cycle_max_lr);
+        } else if constexpr (std::is_same_v<T, LRRangeTestOptions>) {
+          lr_fits_float("lr_range_test_min_lr", x.lr_range_test_min_lr);
+        }
+      },
+      s.params);
   p.finish();
   c.scheduler = s;
 }
@@ -865,7 +895,9 @@ inline void Reader::read_batch(Block& root, Config& c) {
     case Got::invalid: bad = true; break;
     case Got::absent: break;
   }
-  switch (root.get_int("gradient_accumulation_steps", v, 1, kMax, true)) {
+  // EngineOptions counts micro-steps in an int: a larger value must not wrap (4294967297 -> 1).
+  constexpr std::int64_t kMaxGas = std::numeric_limits<int>::max();
+  switch (root.get_int("gradient_accumulation_steps", v, 1, kMaxGas, true)) {
     case Got::value: gas = v; break;
     case Got::automatic:
       if (ctx.gradient_accumulation_steps) {
@@ -921,6 +953,12 @@ inline void Reader::read_batch(Block& root, Config& c) {
               std::to_string(*tbs), " != ", std::to_string(*mbs), " * ", std::to_string(*gas), " * ",
               std::to_string(w), " (= ", std::to_string(product), ")"),
           std::to_string(*tbs));
+    return;
+  }
+  if (*gas > kMaxGas) {  // derived from the batch sizes, or an engine hint
+    error(p_gas, cat("resolves to ", std::to_string(*gas), ", above ", std::to_string(kMaxGas),
+                     " (micro-steps are counted in an int)"),
+          std::to_string(*gas));
     return;
   }
   c.train_batch_size = *tbs;
