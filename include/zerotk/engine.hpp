@@ -84,6 +84,10 @@ struct EngineOptions {
   /// Parameters kept in fp32 even in fp16/bf16 training (e.g. LayerNorm weights). Their Param type
   /// must hold float.
   std::function<bool(std::string_view name)> keep_fp32;
+  /// Module type names whose parameters stay fp32 (zerotk's JSON `fp16_override_modules`, e.g. "LayerNorm").
+  std::vector<std::string> fp32_module_types;
+  /// Dtype of the gradient accumulation (DeepSpeed `data_types.grad_accum_dtype`); empty: the training precision.
+  std::optional<DType> grad_accum_dtype;
   LossScalerOptions loss_scaler;
   /// Device<Cuda>: the cudaStream_t the trainer's forward and backward run on (null: the legacy
   /// default stream). The engine orders its kernels and collectives after the work queued there.

@@ -71,6 +71,8 @@ EngineOptions engine_options(const config::Config& cfg) {
   if (cfg.optimizer) o.optimizer = cfg.optimizer->params;
   // The fp16 block is the scaler's own options plus `enabled` (config/options.hpp).
   o.loss_scaler = static_cast<const LossScalerOptions&>(cfg.fp16);
+  o.grad_accum_dtype = cfg.data_types.grad_accum_dtype;
+  o.fp32_module_types = cfg.fp16_override_modules;
   return o;
 }
 

@@ -7,6 +7,7 @@
 #include <string>
 #include <type_traits>
 #include <variant>
+#include <vector>
 
 using namespace zerotk;
 using namespace zerotk::config;
@@ -182,4 +183,69 @@ TEST_CASE("schedule learning rates the fp32 kernels cannot carry are errors at t
                "params": {"total_num_steps": 10, "warmup_max_lr": 1e300}}})",
             ctx);
   CHECK(has_error(r, "/scheduler/params/warmup_max_lr", "beyond float's range", "1e+300"));
+}
+
+TEST_CASE("data_types.grad_accum_dtype: DeepSpeed's spellings, written back canonical") {
+  struct Case {
+    const char* json;
+    DType dtype;
+  };
+  const Case cases[] = {{"\"fp32\"", DType::fp32},     {"\"fp16\"", DType::fp16},         {"\"bf16\"", DType::bf16},
+                        {"\"float\"", DType::fp32},    {"\"torch.float16\"", DType::fp16}, {"\"half\"", DType::fp16},
+                        {"\"bfloat16\"", DType::bf16}, {"\"BF16\"", DType::bf16}};
+  ResolveContext ctx;
+  for (const Case& k : cases) {
+    CAPTURE(std::string(k.json));
+    const ParseResult r =
+        parse(std::string(R"({"train_batch_size": 8, "data_types": {"grad_accum_dtype": )") + k.json + "}}", ctx);
+    REQUIRE_MESSAGE(r.ok(), error_lines(r));
+    CHECK(r.config->data_types.grad_accum_dtype == k.dtype);
+    const Json j = to_json(*r.config);
+    CHECK(j["data_types"]["grad_accum_dtype"] == std::string(to_string(k.dtype)));
+    const ParseResult back = parse(j.dump(), ctx);
+    REQUIRE(back.ok());
+    CHECK(back.config->data_types.grad_accum_dtype == k.dtype);
+  }
+  // Absent or null: the training precision, and nothing is written (the JSON of older configs is unchanged).
+  for (const char* json : {R"({"train_batch_size": 8})", R"({"train_batch_size": 8, "data_types": {"grad_accum_dtype": null}})"}) {
+    const ParseResult r = parse(json, ctx);
+    REQUIRE(r.ok());
+    CHECK_FALSE(r.config->data_types.grad_accum_dtype);
+    CHECK_FALSE(to_json(*r.config).contains("data_types"));
+  }
+  ParseResult bad = parse(R"({"train_batch_size": 8, "data_types": {"grad_accum_dtype": "int8"}})", ctx);
+  CHECK(has_error(bad, "/data_types/grad_accum_dtype", "must be one of \"fp32\", \"fp16\", \"bf16\"", "\"int8\""));
+  bad = parse(R"({"train_batch_size": 8, "data_types": {"grad_accum_dtyp": "fp32"}})", ctx);
+  CHECK(has_error(bad, "/data_types/grad_accum_dtyp", "did you mean \"grad_accum_dtype\"", "\"fp32\""));
+  // DeepSpeed 0.19.5's other data_types keys are known, and reported as not acted on.
+  const ParseResult other = parse(R"({"train_batch_size": 8, "data_types": {"param_dtype": "bf16"}})", ctx);
+  REQUIRE(other.ok());
+  CHECK(zerotk_test::has_notice(other, "/data_types/param_dtype", "not supported"));
+}
+
+TEST_CASE("fp16_override_modules: zerotk's list of module types kept in fp32") {
+  ResolveContext ctx;
+  const ParseResult r =
+      parse(R"({"train_batch_size": 8, "bf16": {"enabled": true}, "fp16_override_modules": ["LayerNorm", "Embedding"]})",
+            ctx);
+  REQUIRE_MESSAGE(r.ok(), error_lines(r));
+  CHECK(r.config->fp16_override_modules == std::vector<std::string>{"LayerNorm", "Embedding"});
+  const Json j = to_json(*r.config);
+  CHECK(j["fp16_override_modules"] == Json::array({"LayerNorm", "Embedding"}));
+  CHECK(parse(j.dump(), ctx).config->fp16_override_modules == r.config->fp16_override_modules);
+  // Empty or null: nothing kept in fp32, nothing written.
+  for (const char* json : {R"({"train_batch_size": 8, "fp16_override_modules": []})",
+                           R"({"train_batch_size": 8, "fp16_override_modules": null})"}) {
+    const ParseResult e = parse(json, ctx);
+    REQUIRE(e.ok());
+    CHECK(e.config->fp16_override_modules.empty());
+    CHECK_FALSE(to_json(*e.config).contains("fp16_override_modules"));
+  }
+  ParseResult bad = parse(R"({"train_batch_size": 8, "fp16_override_modules": "LayerNorm"})", ctx);
+  CHECK(has_error(bad, "/fp16_override_modules", "expected an array of module type names", "\"LayerNorm\""));
+  bad = parse(R"({"train_batch_size": 8, "fp16_override_modules": ["LayerNorm", "", 3, "LayerNorm"]})", ctx);
+  CHECK(has_error(bad, "/fp16_override_modules/1", "non-empty string", "\"\""));
+  CHECK(has_error(bad, "/fp16_override_modules/2", "non-empty string", "3"));
+  CHECK(has_error(bad, "/fp16_override_modules/3", "listed twice", "\"LayerNorm\""));
+  CHECK(bad.errors.size() == 3);
 }

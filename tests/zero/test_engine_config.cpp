@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <string>
+#include <vector>
 
 #include "zerotk/config/reader.hpp"
 #include "zerotk/engine_config.hpp"
@@ -126,4 +127,19 @@ TEST_CASE("engine_options rejects values that would narrow, naming the key") {
     CHECK(what.find("(got 1e+300)") != std::string::npos);
     CHECK(what.find("/optimizer/params/betas: beta2 must be in [0, 1) (got -2)") != std::string::npos);
   }
+}
+
+TEST_CASE("grad_accum_dtype and fp16_override_modules reach EngineOptions") {
+  config::ResolveContext ctx;
+  config::Config cfg = config::load(R"({"train_batch_size": 8, "fp16": {"enabled": true}, "zero_optimization": {"stage": 2},
+                                        "data_types": {"grad_accum_dtype": "fp32"},
+                                        "fp16_override_modules": ["LayerNorm"]})",
+                                    ctx);
+  EngineOptions o = engine_options<Stage2>(cfg);
+  CHECK(o.grad_accum_dtype == DType::fp32);
+  CHECK(o.fp32_module_types == std::vector<std::string>{"LayerNorm"});
+  cfg = config::load(R"({"train_batch_size": 8, "fp16": {"enabled": true}, "zero_optimization": {"stage": 2}})", ctx);
+  o = engine_options<Stage2>(cfg);
+  CHECK_FALSE(o.grad_accum_dtype);
+  CHECK(o.fp32_module_types.empty());
 }

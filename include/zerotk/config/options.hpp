@@ -25,6 +25,7 @@
 #include <string_view>
 #include <type_traits>
 #include <variant>
+#include <vector>
 
 #include "zerotk/core/dtype.hpp"
 #include "zerotk/optim/options.hpp"
@@ -203,6 +204,12 @@ static_assert(std::variant_size_v<optim::LrSchedulerOptions> == 5 &&
                              optim::OneCycleOptions>,
               "SchedulerKind follows the order of optim::LrSchedulerOptions");
 
+/// `data_types` block.
+struct DataTypesOptions {
+  /// The dtype micro-steps' gradients are accumulated in; empty: the training precision (DeepSpeed's default).
+  std::optional<DType> grad_accum_dtype;
+};
+
 /// `csv_monitor` block (SEMANTICS.md section 11): files in output_path/job_name on rank 0.
 struct CsvMonitorOptions {
   bool enabled = false;
@@ -245,6 +252,10 @@ struct Config {
   bool prescale_gradients = false;
   double gradient_predivide_factor = 1.0;
   std::optional<DType> communication_data_type;  ///< empty: reduce in the gradient dtype
+  DataTypesOptions data_types;
+  /// Module type names whose parameters stay fp32 in fp16/bf16 training (e.g. "LayerNorm"). zerotk's own
+  /// key: DeepSpeed 0.19 has no `fp16_override_modules`.
+  std::vector<std::string> fp16_override_modules;
 
   Fp16Options fp16;
   Bf16Options bf16;

@@ -9,6 +9,7 @@
 ///   auto r = zerotk::config::parse(text, ctx);          // never throws; r.errors lists everything
 ///   zerotk::config::Config c = zerotk::config::load_file("ds_config.json", ctx);  // throws one summary
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <cmath>
@@ -435,6 +436,26 @@ inline void Reader::read_precision(Block& root, Config& c) {
               {"check_grad_overflow", "true", "zerotk always checks bf16 gradients for inf/NaN and skips such steps"},
               {"bf16_master_weights_and_grads", "false"},
               {"bf16_optimizer_states", "false"}});
+  }
+  // zerotk's own key (DeepSpeed 0.19 has none like it): module types whose parameters stay fp32.
+  if (const Json* m = root.find("fp16_override_modules"); m && !m->is_null()) {
+    const std::string path = root.path_of("fp16_override_modules");
+    if (!m->is_array()) {
+      error(path, "expected an array of module type names, e.g. [\"LayerNorm\"]", show(*m));
+      return;
+    }
+    auto& names = c.fp16_override_modules;
+    for (std::size_t i = 0; i < m->size(); ++i) {
+      const Json& e = (*m)[i];
+      const std::string at = path + "/" + std::to_string(i);
+      if (!e.is_string() || e.get_ref<const std::string&>().empty()) {
+        error(at, "expected a module type name (a non-empty string)", show(e));
+      } else if (std::find(names.begin(), names.end(), e.get_ref<const std::string&>()) != names.end()) {
+        error(at, "listed twice", show(e));
+      } else {
+        names.push_back(e.get<std::string>());
+      }
+    }
   }
 }
 
@@ -982,6 +1003,20 @@ inline void Reader::read_scalars(Block& root, Config& c) {
     constexpr std::array<DType, 3> kDTypes{DType::fp32, DType::fp16, DType::bf16};
     c.communication_data_type = kDTypes[t];
   }
+  {
+    Block d(*this, root.get_object("data_types"), root.path_of("data_types"));
+    // The spellings DeepSpeed's DtypeEnum accepts for the three dtypes (its int8 fails later, in its engine).
+    constexpr std::array<std::string_view, 11> kNames{"fp32",    "fp16",          "bf16",     "float32",
+                                                      "float",   "torch.float32", "float16",  "half",
+                                                      "torch.float16", "bfloat16", "torch.bfloat16"};
+    constexpr std::array<DType, 11> kAccum{DType::fp32, DType::fp16, DType::bf16, DType::fp32, DType::fp32, DType::fp32,
+                                           DType::fp16, DType::fp16, DType::fp16, DType::bf16, DType::bf16};
+    std::size_t i = 0;
+    if (d.get_choice("grad_accum_dtype", i, kNames, /*nullable=*/true) == Got::value) {
+      c.data_types.grad_accum_dtype = kAccum[i];
+    }
+    d.finish({{"param_dtype"}, {"buffer_dtype"}});
+  }
 }
 
 inline void Reader::read_monitor_and_checkpointing(Block& root, Config& c) {
@@ -1097,7 +1132,6 @@ inline Config Reader::read(const Json& doc) {
                {"tensor_parallel"},
                {"pipeline"},
                {"checkpoint"},
-               {"data_types"},
                {"timers"},
                {"torch_autocast"},
                {"memory_breakdown", "false"},

@@ -158,6 +158,8 @@ inline Json to_json(const Config& c) {
   j["gradient_predivide_factor"] = c.gradient_predivide_factor;
   j["communication_data_type"] =
       c.communication_data_type ? Json(to_string(*c.communication_data_type)) : Json(nullptr);
+  // Keys newer than the others are written only when set, so a config without them reads back unchanged.
+  if (c.data_types.grad_accum_dtype) j["data_types"]["grad_accum_dtype"] = to_string(*c.data_types.grad_accum_dtype);
 
   Json& f = j["fp16"];
   f["enabled"] = c.fp16.enabled;
@@ -168,6 +170,7 @@ inline Json to_json(const Config& c) {
   f["consecutive_hysteresis"] = c.fp16.consecutive_hysteresis;
   f["min_loss_scale"] = c.fp16.min_loss_scale;
   j["bf16"]["enabled"] = c.bf16.enabled;
+  if (!c.fp16_override_modules.empty()) j["fp16_override_modules"] = c.fp16_override_modules;
 
   const ZeroOptions& z = c.zero_optimization;
   Json& zj = j["zero_optimization"];
