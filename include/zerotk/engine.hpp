@@ -493,10 +493,10 @@ class Engine {
     const std::optional<Betas> betas = scheduler_->betas();  // OneCycle with cycle_momentum: (mom, 0.99)
     auto apply = [&](std::vector<ParamGroup>& groups) {
       for (auto& pg : groups) {
-        pg.options.lr = static_cast<decltype(pg.options.lr)>(lr_now);
+        pg.options.lr = lr_now;  // doubles: rounded to float only at the kernel boundary
         if (betas) {
-          pg.options.beta1 = static_cast<decltype(pg.options.beta1)>(betas->beta1);
-          pg.options.beta2 = static_cast<decltype(pg.options.beta2)>(betas->beta2);
+          pg.options.beta1 = betas->beta1;
+          pg.options.beta2 = betas->beta2;
         }
       }
     };

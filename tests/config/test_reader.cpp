@@ -37,14 +37,14 @@ TEST_CASE("HF ZeRO-2 template: every \"auto\" resolves from the engine's facts")
 
   REQUIRE(c.optimizer);
   CHECK(c.optimizer->kind == OptimizerKind::adamw);
-  CHECK(c.optimizer->lr == 3e-5);
-  CHECK(c.optimizer->betas == std::array<double, 2>{0.9, 0.98});
-  CHECK(c.optimizer->eps == 1e-6);
-  CHECK(c.optimizer->weight_decay == 0.01);
+  CHECK(c.optimizer->params.lr == 3e-5);
+  CHECK(std::array{c.optimizer->params.beta1, c.optimizer->params.beta2} == std::array<double, 2>{0.9, 0.98});
+  CHECK(c.optimizer->params.eps == 1e-6);
+  CHECK(c.optimizer->params.weight_decay == 0.01);
 
   REQUIRE(c.scheduler);
   REQUIRE(c.scheduler->kind() == SchedulerKind::warmup_lr);
-  const auto& w = std::get<WarmupLRParams>(c.scheduler->params);
+  const auto& w = std::get<WarmupLROptions>(c.scheduler->params);
   CHECK(w.warmup_min_lr == 0.0);
   CHECK(w.warmup_max_lr == 3e-5);  // follows the (resolved) optimizer lr
   CHECK(w.warmup_num_steps == 100);
@@ -88,11 +88,11 @@ TEST_CASE("HF ZeRO-2 template without hints: optimizer defaults, but the batch c
   CHECK_FALSE(c.fp16.enabled);
   CHECK(c.bf16.enabled);
   CHECK(c.scaler() == ScalerKind::none);
-  CHECK(c.optimizer->lr == 1e-3);  // DeepSpeed's Adam defaults
-  CHECK(c.optimizer->betas == std::array<double, 2>{0.9, 0.999});
-  CHECK(c.optimizer->eps == 1e-8);
-  CHECK(c.optimizer->weight_decay == 0.0);
-  CHECK(std::get<WarmupLRParams>(c.scheduler->params).warmup_num_steps == 1000);
+  CHECK(c.optimizer->params.lr == 1e-3);  // DeepSpeed's Adam defaults
+  CHECK(std::array{c.optimizer->params.beta1, c.optimizer->params.beta2} == std::array<double, 2>{0.9, 0.999});
+  CHECK(c.optimizer->params.eps == 1e-8);
+  CHECK(c.optimizer->params.weight_decay == 0.0);
+  CHECK(std::get<WarmupLROptions>(c.scheduler->params).warmup_num_steps == 1000);
   CHECK(c.gradient_accumulation_steps == 1);
   CHECK(c.train_batch_size == 8);
   CHECK(c.gradient_clipping == 1.0);
@@ -123,7 +123,7 @@ TEST_CASE("HF ZeRO-3 template: bucket sizes from the hidden size, offload blocks
   CHECK(z.offload_param.buffer_size == 100'000'000);
   CHECK(z.offload_param.max_in_cpu == 1'000'000'000);
   CHECK(c.precision() == DType::bf16);
-  const auto& s = std::get<WarmupDecayLRParams>(c.scheduler->params);
+  const auto& s = std::get<WarmupDecayLROptions>(c.scheduler->params);
   CHECK(s.total_num_steps == 5000);
   CHECK(s.warmup_max_lr == 1e-3);
   CHECK(s.warmup_num_steps == 1000);
@@ -182,10 +182,10 @@ TEST_CASE("ZeRO-Infinity config: nvme offload, aio, cosine schedule, csv monitor
   CHECK(c.fp16.consecutive_hysteresis);
   CHECK(c.optimizer->kind == OptimizerKind::adamw);  // "Adam" with adam_w_mode defaulting to true
   CHECK(c.optimizer->adam_w_mode);
-  CHECK(c.optimizer->lr == 0.00015);
-  CHECK(c.optimizer->betas == std::array<double, 2>{0.9, 0.95});
-  CHECK(c.optimizer->weight_decay == 0.1);
-  const auto& s = std::get<WarmupCosineLRParams>(c.scheduler->params);
+  CHECK(c.optimizer->params.lr == 0.00015);
+  CHECK(std::array{c.optimizer->params.beta1, c.optimizer->params.beta2} == std::array<double, 2>{0.9, 0.95});
+  CHECK(c.optimizer->params.weight_decay == 0.1);
+  const auto& s = std::get<WarmupCosineLROptions>(c.scheduler->params);
   CHECK(s.total_num_steps == 10000);
   CHECK(s.warmup_num_steps == 500);
   CHECK(s.warmup_min_ratio == 0.01);
@@ -262,10 +262,10 @@ TEST_CASE("LAMB with OneCycle, bf16, stage 1 and activation checkpointing") {
   CHECK(c.communication_data_type == DType::fp32);
   CHECK(c.gradient_predivide_factor == 2.0);
   CHECK(c.optimizer->kind == OptimizerKind::lamb);  // "LAMB": types are case-insensitive
-  CHECK(c.optimizer->max_coeff == 0.3);
-  CHECK(c.optimizer->min_coeff == 0.01);
-  CHECK(c.optimizer->lr == 0.002);
-  const auto& o = std::get<OneCycleParams>(c.scheduler->params);
+  CHECK(c.optimizer->params.lamb_max_coeff == 0.3);
+  CHECK(c.optimizer->params.lamb_min_coeff == 0.01);
+  CHECK(c.optimizer->params.lr == 0.002);
+  const auto& o = std::get<OneCycleOptions>(c.scheduler->params);
   CHECK(o.cycle_min_lr == 0.0001);
   CHECK(o.cycle_max_lr == 0.002);
   CHECK(o.cycle_first_step_size == 1000);
@@ -297,7 +297,7 @@ TEST_CASE("1-bit Adam with a static fp16 scale and LRRangeTest") {
   CHECK(c.optimizer->kind == OptimizerKind::onebit_adam);
   CHECK(c.optimizer->freeze_step == 400);
   CHECK(c.optimizer->comm_backend_name == "mpi");
-  const auto& l = std::get<LRRangeTestParams>(c.scheduler->params);
+  const auto& l = std::get<LRRangeTestOptions>(c.scheduler->params);
   CHECK(l.lr_range_test_min_lr == 1e-5);
   CHECK(l.lr_range_test_step_size == 200);
   CHECK(l.lr_range_test_step_rate == 5.0);

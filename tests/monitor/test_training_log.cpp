@@ -204,7 +204,7 @@ TEST_CASE("a static scale is a float from the start; other ranks print and write
   ScratchDir tmp("static_run");
   config::Config c;
   c.fp16.enabled = true;
-  c.fp16.loss_scale = 128;
+  c.fp16.static_scale = 128;  // JSON "loss_scale"
   c.csv_monitor.enabled = true;
   c.csv_monitor.output_path = tmp.path().string();
   c.csv_monitor.job_name = "s";

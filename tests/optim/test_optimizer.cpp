@@ -6,7 +6,9 @@
 #include <barrier>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -136,6 +138,80 @@ TEST_CASE("Optimizer validates its groups, naming the parameter") {
   coeffs.lamb_min_coeff = 2.0f;
   coeffs.lamb_max_coeff = 1.0f;
   CHECK_THROWS_AS(Optimizer<Lamb>({ParamGroup{coeffs}}), config_error);
+}
+
+// Hostile values handed to the library directly (no config file in between): each is a config_error
+// naming the field and its value, raised by the optimizer's constructor and by optim::validate().
+TEST_CASE("hostile hyper-parameters are rejected, naming the field and the value") {
+  struct Case {
+    const char* name;
+    OptimizerOptions options;
+    const char* field;
+    const char* value;
+    const char* rule;  // a piece of the message
+    std::size_t broken = 1;  // rules broken in all
+  };
+  auto with = [](auto set) {
+    OptimizerOptions o;
+    set(o);
+    return o;
+  };
+  constexpr double inf = std::numeric_limits<double>::infinity();
+  const Case cases[] = {
+      {"betas {1.5, -2}: beta1", with([](auto& o) { o.beta1 = 1.5, o.beta2 = -2; }), "beta1", "1.5", "[0, 1)", 2},
+      {"betas {0.9, -2}: beta2", with([](auto& o) { o.beta2 = -2; }), "beta2", "-2", "[0, 1)"},
+      {"eps = -1e-8", with([](auto& o) { o.eps = -1e-8; }), "eps", "-1e-08", ">= 0"},
+      {"weight_decay = inf", with([](auto& o) { o.weight_decay = inf; }), "weight_decay", "inf", "finite"},
+      {"lr = nan", with([](auto& o) { o.lr = std::nan(""); }), "lr", "nan", "finite"},
+      {"lr = 1e300 (inf in float)", with([](auto& o) { o.lr = 1e300; }), "lr", "1e+300", "becomes inf"},
+      {"lr = 3.5e38 (inf in float)", with([](auto& o) { o.lr = 3.5e38; }), "lr", "3.5e+38", "becomes inf"},
+      {"eps = 1e-50 (0 in float)", with([](auto& o) { o.eps = 1e-50; }), "eps", "1e-50", "becomes 0"},
+      {"weight_decay = 1e-40 (subnormal in float)", with([](auto& o) { o.weight_decay = 1e-40; }), "weight_decay",
+       "1e-40", "subnormal"},
+      {"beta2 = 1 - 1e-11 (1 in float)", with([](auto& o) { o.beta2 = 1 - 1e-11; }), "beta2", "0.99999999999",
+       "rounds to 1"},
+      {"lamb_max_coeff = 1e39", with([](auto& o) { o.lamb_max_coeff = 1e39; }), "lamb_max_coeff", "1e+39",
+       "becomes inf"},
+      {"lamb_min_coeff > lamb_max_coeff", with([](auto& o) { o.lamb_min_coeff = 2, o.lamb_max_coeff = 1; }),
+       "lamb_max_coeff", "1", ">= lamb_min_coeff"},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(std::string(c.name));
+    const auto p = optim::problems(c.options);
+    REQUIRE(p.size() == c.broken);
+    CHECK(p[0].field == c.field);
+    try {
+      Optimizer<Lamb> opt({ParamGroup{}, ParamGroup{c.options}});
+      FAIL("accepted");
+    } catch (const config_error& e) {
+      CHECK(e.where() == std::string("optimizer.groups[1].") + c.field);
+      CHECK(e.value() == c.value);
+      CHECK(e.message().find(c.rule) != std::string::npos);
+    }
+    CHECK_THROWS_AS(Optimizer<AdamW>({ParamGroup{c.options}}), config_error);
+    try {
+      optim::validate(c.options, "/x/");
+      FAIL("optim::validate accepted");
+    } catch (const config_error& e) {
+      CHECK(e.where() == std::string("/x/") + c.field);
+    }
+  }
+  // Values float carries exactly enough are fine: the smallest normal float, 0, the largest float.
+  OptimizerOptions edge;
+  edge.eps = static_cast<double>(std::numeric_limits<float>::min());
+  edge.weight_decay = 0;
+  edge.lr = static_cast<double>(std::numeric_limits<float>::max());
+  edge.beta1 = 0;
+  CHECK(optim::problems(edge).empty());
+}
+
+TEST_CASE("hyper-parameters are doubles: what is set is what is read back") {
+  Optimizer<AdamW> opt({ParamGroup{{.lr = 0.003, .weight_decay = 0.1}}});
+  CHECK(opt.groups()[0].options.lr == 0.003);  // not 0.003000000026077032
+  CHECK(opt.groups()[0].options.weight_decay == 0.1);
+  // ... and the kernels see them rounded to float, once.
+  CHECK(opt.step_consts()[0].lr == 0.003f);
+  CHECK(opt.step_consts()[0].weight_decay == 0.1f);
 }
 
 TEST_CASE("init_state allocates zeroed m and v in the optimizer_state category") {

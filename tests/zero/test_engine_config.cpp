@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <string>
+#include <vector>
 
 #include "zerotk/config/reader.hpp"
 #include "zerotk/engine_config.hpp"
@@ -80,4 +81,65 @@ TEST_CASE("settings this version cannot honour are errors, not silently ignored"
     CHECK(what.find("/gradient_predivide_factor") != std::string::npos);
     CHECK(what.find("/prescale_gradients") != std::string::npos);
   }
+}
+
+TEST_CASE("engine_options copies the layers' structs whole: doubles stay what the file says") {
+  config::ResolveContext ctx;
+  ctx.world_size = 4;
+  const config::Config cfg = config::load(kStage2, ctx);
+  const EngineOptions o = engine_options<Stage2>(cfg);
+  CHECK(o.optimizer.lr == 3e-4);  // exact: no float in between
+  CHECK(o.optimizer.beta1 == 0.8);
+  CHECK(o.optimizer.eps == 1e-6);
+  CHECK(o.loss_scaler.initial_scale_power == 12);
+  CHECK(o.loss_scaler.static_scale == 0);
+  CHECK(o.loss_scaler.raise_error_at_min_scale);
+  CHECK(lr_scheduler(cfg)->lr_at(10) == 3e-4);  // after the warm-up: exactly the double the file gives
+}
+
+// Hostile-input issue, item 6, where engine_options narrows: bytes = elements * sizeof(storage), and
+// a Config built in code that the reader never checked.
+TEST_CASE("engine_options rejects values that would narrow, naming the key") {
+  using Fp32Stage2 = Engine<Partitioner<Stage<2>>, Optimizer<AdamW>>;
+  config::ResolveContext ctx;
+  // 2^62 elements of 4 bytes is 2^64 bytes: it used to wrap to 0 (the policy default, silently).
+  const config::Config big = config::load(
+      R"({"train_batch_size": 8, "zero_optimization": {"stage": 2, "reduce_bucket_size": 4611686018427387904}})", ctx);
+  CHECK_THROWS_WITH_AS(engine_options<Fp32Stage2>(big),
+                       doctest::Contains("/zero_optimization/reduce_bucket_size: is too large: elements * 4 bytes"),
+                       config_error);
+
+  config::Config cfg = config::load(R"({"train_batch_size": 8, "zero_optimization": {"stage": 2}})", ctx);
+  cfg.gradient_accumulation_steps = 4294967297;  // was narrowed to 1
+  CHECK_THROWS_WITH_AS(engine_options<Fp32Stage2>(cfg),
+                       doctest::Contains("/gradient_accumulation_steps: must be an integer in [1, 2147483647] (got 4294967297)"),
+                       config_error);
+  cfg.gradient_accumulation_steps = 1;
+  cfg.optimizer = config::OptimizerBlock{};
+  cfg.optimizer->params.lr = 1e300;
+  cfg.optimizer->params.beta2 = -2;
+  try {
+    (void)engine_options<Fp32Stage2>(cfg);
+    FAIL("expected a config_error");
+  } catch (const config_error& e) {
+    const std::string what = e.what();
+    CHECK(what.find("/optimizer/params/lr: is beyond float's range") != std::string::npos);
+    CHECK(what.find("(got 1e+300)") != std::string::npos);
+    CHECK(what.find("/optimizer/params/betas: beta2 must be in [0, 1) (got -2)") != std::string::npos);
+  }
+}
+
+TEST_CASE("grad_accum_dtype and fp16_override_modules reach EngineOptions") {
+  config::ResolveContext ctx;
+  config::Config cfg = config::load(R"({"train_batch_size": 8, "fp16": {"enabled": true}, "zero_optimization": {"stage": 2},
+                                        "data_types": {"grad_accum_dtype": "fp32"},
+                                        "fp16_override_modules": ["LayerNorm"]})",
+                                    ctx);
+  EngineOptions o = engine_options<Stage2>(cfg);
+  CHECK(o.grad_accum_dtype == DType::fp32);
+  CHECK(o.fp32_module_types == std::vector<std::string>{"LayerNorm"});
+  cfg = config::load(R"({"train_batch_size": 8, "fp16": {"enabled": true}, "zero_optimization": {"stage": 2}})", ctx);
+  o = engine_options<Stage2>(cfg);
+  CHECK(o.grad_accum_dtype == DType::fp16);  // absent: DeepSpeed's order, the training precision
+  CHECK(o.fp32_module_types.empty());
 }

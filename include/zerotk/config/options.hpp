@@ -9,6 +9,12 @@
 /// Member names are the JSON keys, so `cfg.zero_optimization.stage3_prefetch_bucket_size` is
 /// `/zero_optimization/stage3_prefetch_bucket_size`. Bucket and threshold sizes count ELEMENTS,
 /// as in DeepSpeed, not bytes.
+///
+/// Where a layer has its own options struct, the config holds that struct and the reader fills it
+/// directly (no mirrored fields): the `fp16` block is precision's LossScalerOptions, the optimizer's
+/// hyper-parameters are optim's OptimizerOptions, each schedule's params are optim's options of
+/// that schedule. Their members keep the layer's names where they differ from DeepSpeed's keys
+/// (`loss_scale` -> `static_scale`, `betas` -> `beta1`/`beta2`, `max_coeff` -> `lamb_max_coeff`).
 
 #include <array>
 #include <cmath>
@@ -17,9 +23,14 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <variant>
+#include <vector>
 
 #include "zerotk/core/dtype.hpp"
+#include "zerotk/optim/options.hpp"
+#include "zerotk/optim/schedulers.hpp"
+#include "zerotk/precision/loss_scaler.hpp"
 
 namespace zerotk::config {
 
@@ -34,10 +45,8 @@ enum class OptimizerKind : std::uint8_t { adam, adamw, lamb, onebit_adam, onebit
 /// Where offloaded state lives (`offload_optimizer.device`, `offload_param.device`).
 enum class OffloadDevice : std::uint8_t { none, cpu, nvme };
 
+/// The schedules, in the order of optim::LrSchedulerOptions' alternatives.
 enum class SchedulerKind : std::uint8_t { warmup_lr, warmup_decay_lr, warmup_cosine_lr, one_cycle, lr_range_test };
-
-/// Shape of the warm-up ramp of WarmupLR / WarmupDecayLR / WarmupCosineLR.
-enum class WarmupType : std::uint8_t { log, linear };
 
 constexpr std::string_view to_string(ScalerKind k) noexcept {
   switch (k) {
@@ -81,23 +90,20 @@ constexpr std::string_view to_string(SchedulerKind k) noexcept {
   return "unknown";
 }
 
-constexpr std::string_view to_string(WarmupType t) noexcept { return t == WarmupType::log ? "log" : "linear"; }
-
 // ---- blocks -------------------------------------------------------------------------------------
 
-/// `fp16` block: mixed precision with loss scaling (SEMANTICS.md section 1).
-struct Fp16Options {
+/// `fp16` block: mixed precision with loss scaling (SEMANTICS.md section 1). Its scaler keys fill
+/// the loss scaler's own options: `loss_scale` is `static_scale` (0: dynamic scaling; > 0: this
+/// fixed scale); `initial_scale_power`, `loss_scale_window`, `hysteresis`, `consecutive_hysteresis`
+/// and `min_loss_scale` keep their names. (A base rather than a member, so `cfg.fp16.hysteresis`
+/// reads like the JSON; the API-only `raise_error_at_min_scale` and `skip_on_overflow` keep their
+/// defaults.)
+struct Fp16Options : precision::LossScalerOptions {
   bool enabled = false;
-  double loss_scale = 0;            ///< 0: dynamic scaling; > 0: this fixed scale
-  int initial_scale_power = 16;     ///< dynamic: initial scale = 2^power
-  std::int64_t loss_scale_window = 1000;
-  int hysteresis = 2;
-  bool consecutive_hysteresis = false;
-  double min_loss_scale = 1;
 
-  /// The scale of the first step: 2^initial_scale_power when dynamic, else loss_scale.
+  /// The scale of the first step: 2^initial_scale_power when dynamic, else the static scale.
   double initial_scale() const noexcept {
-    return loss_scale == 0 ? std::ldexp(1.0, initial_scale_power) : loss_scale;
+    return static_scale == 0 ? std::pow(2.0, initial_scale_power) : static_scale;  // as LossScaler<Dynamic>
   }
 };
 
@@ -158,17 +164,15 @@ struct AioOptions {
   bool overlap_events = true;
 };
 
-/// `optimizer` block. Only the fields of `kind` are meaningful; the rest keep DeepSpeed's defaults.
-struct OptimizerOptions {
+/// `optimizer` block: the type, the hyper-parameters in the optimizer layer's own struct (filled
+/// from `params`: `lr`, `betas` -> beta1/beta2, `eps`, `weight_decay`, `bias_correction`,
+/// `min_coeff`/`max_coeff` -> lamb_min_coeff/lamb_max_coeff), and the params zerotk's
+/// OptimizerOptions has no home for yet. Only the fields of `kind` are meaningful; the rest keep
+/// DeepSpeed's defaults.
+struct OptimizerBlock {
   OptimizerKind kind = OptimizerKind::adamw;
-  double lr = 1e-3;
-  std::array<double, 2> betas{0.9, 0.999};
-  double eps = 1e-8;
-  double weight_decay = 0;
-  bool bias_correction = true;
+  zerotk::OptimizerOptions params;  ///< what EngineOptions::optimizer receives
   bool adam_w_mode = true;          ///< decoupled weight decay (Adam/AdamW/1-bit Adam)
-  double max_coeff = 10.0;          ///< LAMB trust-ratio clamp
-  double min_coeff = 0.01;
   std::int64_t freeze_step = 100'000;  ///< 1-bit: warm-up steps before compression
   bool cuda_aware = false;          ///< 1-bit: communication back end may use device buffers
   std::string comm_backend_name = "nccl";
@@ -178,64 +182,32 @@ struct OptimizerOptions {
   double factor_threshold = 0.1;
 };
 
-/// WarmupLR: min -> max over warmup_num_steps, then constant.
-struct WarmupLRParams {
-  double warmup_min_lr = 0;
-  double warmup_max_lr = 1e-3;      ///< resolved: the optimizer lr when not given
-  std::int64_t warmup_num_steps = 1000;
-  WarmupType warmup_type = WarmupType::log;
-  std::int64_t last_batch_iteration = -1;
-};
+/// The key under `/optimizer/params` that fills OptimizerOptions member `field`.
+constexpr std::string_view optimizer_param_key(std::string_view field) noexcept {
+  if (field == "beta1" || field == "beta2") return "betas";
+  if (field == "lamb_min_coeff") return "min_coeff";
+  if (field == "lamb_max_coeff") return "max_coeff";
+  return field;
+}
 
-/// WarmupDecayLR: WarmupLR then linear decay to 0 at total_num_steps.
-struct WarmupDecayLRParams : WarmupLRParams {
-  std::int64_t total_num_steps = 0;  ///< required
-};
-
-/// WarmupCosineLR: ratio ramp then cosine decay of the optimizer lr.
-struct WarmupCosineLRParams {
-  std::int64_t total_num_steps = 0;  ///< required
-  double warmup_min_ratio = 0;
-  std::int64_t warmup_num_steps = 1000;
-  double cos_min_ratio = 1e-4;
-  WarmupType warmup_type = WarmupType::log;
-  std::int64_t last_batch_iteration = -1;
-};
-
-/// OneCycle: triangular lr cycle with inverse momentum cycle, then decay.
-struct OneCycleParams {
-  double cycle_min_lr = 0;          ///< required
-  double cycle_max_lr = 0;          ///< required
-  double decay_lr_rate = 0;
-  std::int64_t cycle_first_step_size = 2000;
-  std::int64_t cycle_second_step_size = 2000;  ///< resolved: cycle_first_step_size when not given
-  std::int64_t cycle_first_stair_count = 0;
-  std::int64_t cycle_second_stair_count = 0;   ///< resolved: cycle_first_stair_count when not given
-  std::int64_t decay_step_size = 0;
-  bool cycle_momentum = true;
-  double cycle_min_mom = 0.8;
-  double cycle_max_mom = 0.9;
-  double decay_mom_rate = 0;
-  std::int64_t last_batch_iteration = -1;
-};
-
-/// LRRangeTest: lr grows linearly (or in stairs) from lr_range_test_min_lr.
-struct LRRangeTestParams {
-  double lr_range_test_min_lr = 1e-3;
-  std::int64_t lr_range_test_step_size = 2000;
-  double lr_range_test_step_rate = 1.0;
-  bool lr_range_test_staircase = false;
-  std::int64_t last_batch_iteration = -1;
-};
-
-/// Alternatives in the order of SchedulerKind.
-using SchedulerParams =
-    std::variant<WarmupLRParams, WarmupDecayLRParams, WarmupCosineLRParams, OneCycleParams, LRRangeTestParams>;
-
-/// `scheduler` block.
+/// `scheduler` block: the schedule's own options (optim/schedulers.hpp; the alternative is the type),
+/// resolved by the reader: every optional a schedule derives from another value is set
+/// (WarmupLR's warmup_max_lr, OneCycle's second step size and stair count).
 struct SchedulerOptions {
-  SchedulerParams params;
+  optim::LrSchedulerOptions params;
+  std::int64_t last_batch_iteration = -1;  ///< `params.last_batch_iteration`: -1 before the first step
   SchedulerKind kind() const noexcept { return static_cast<SchedulerKind>(params.index()); }
+};
+static_assert(std::variant_size_v<optim::LrSchedulerOptions> == 5 &&
+              std::is_same_v<std::variant_alternative_t<static_cast<std::size_t>(SchedulerKind::one_cycle),
+                                                        optim::LrSchedulerOptions>,
+                             optim::OneCycleOptions>,
+              "SchedulerKind follows the order of optim::LrSchedulerOptions");
+
+/// `data_types` block.
+struct DataTypesOptions {
+  /// The dtype micro-steps' gradients are accumulated in; empty: the training precision (DeepSpeed's default).
+  std::optional<DType> grad_accum_dtype;
 };
 
 /// `csv_monitor` block (SEMANTICS.md section 11): files in output_path/job_name on rank 0.
@@ -280,12 +252,16 @@ struct Config {
   bool prescale_gradients = false;
   double gradient_predivide_factor = 1.0;
   std::optional<DType> communication_data_type;  ///< empty: reduce in the gradient dtype
+  DataTypesOptions data_types;
+  /// Module type names whose parameters stay fp32 in fp16/bf16 training (e.g. "LayerNorm"). zerotk's own
+  /// key: DeepSpeed 0.19 has no `fp16_override_modules`.
+  std::vector<std::string> fp16_override_modules;
 
   Fp16Options fp16;
   Bf16Options bf16;
   ZeroOptions zero_optimization;
   AioOptions aio;
-  std::optional<OptimizerOptions> optimizer;
+  std::optional<OptimizerBlock> optimizer;
   std::optional<SchedulerOptions> scheduler;
   CsvMonitorOptions csv_monitor;
   ActivationCheckpointingOptions activation_checkpointing;
@@ -297,7 +273,7 @@ struct Config {
   /// fp16 with loss_scale 0 -> dynamic, fp16 with loss_scale > 0 -> static, else none.
   ScalerKind scaler() const noexcept {
     if (!fp16.enabled) return ScalerKind::none;
-    return fp16.loss_scale == 0 ? ScalerKind::dynamic : ScalerKind::static_scale;
+    return fp16.static_scale == 0 ? ScalerKind::dynamic : ScalerKind::static_scale;
   }
   Structure structure() const {
     Structure s;

@@ -9,6 +9,7 @@
 ///   auto r = zerotk::config::parse(text, ctx);          // never throws; r.errors lists everything
 ///   zerotk::config::Config c = zerotk::config::load_file("ds_config.json", ctx);  // throws one summary
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <cmath>
@@ -22,7 +23,9 @@
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "zerotk/config/context.hpp"
@@ -399,8 +402,9 @@ inline void Reader::read_precision(Block& root, Config& c) {
       resolve_auto(b.path_of("enabled"), c.fp16.enabled, v, "the engine's precision",
                    "write true or false, or give the engine's precision (zerotk-config --precision fp16|bf16|fp32)");
     }
-    b.get_number("loss_scale", c.fp16.loss_scale, 0);
-    b.get_int("initial_scale_power", c.fp16.initial_scale_power, 0, 127);
+    b.get_number("loss_scale", c.fp16.static_scale, 0);
+    int power = 0;
+    if (b.get_int("initial_scale_power", power, 0, 127) == Got::value) c.fp16.initial_scale_power = power;
     b.get_int("loss_scale_window", c.fp16.loss_scale_window, 1, std::numeric_limits<std::int64_t>::max());
     b.get_int("hysteresis", c.fp16.hysteresis, 1, std::numeric_limits<int>::max());
     b.get_bool("consecutive_hysteresis", c.fp16.consecutive_hysteresis);
@@ -432,6 +436,26 @@ inline void Reader::read_precision(Block& root, Config& c) {
               {"check_grad_overflow", "true", "zerotk always checks bf16 gradients for inf/NaN and skips such steps"},
               {"bf16_master_weights_and_grads", "false"},
               {"bf16_optimizer_states", "false"}});
+  }
+  // zerotk's own key (DeepSpeed 0.19 has none like it): module types whose parameters stay fp32.
+  if (const Json* m = root.find("fp16_override_modules"); m && !m->is_null()) {
+    const std::string path = root.path_of("fp16_override_modules");
+    if (!m->is_array()) {
+      error(path, "expected an array of module type names, e.g. [\"LayerNorm\"]", show(*m));
+      return;
+    }
+    auto& names = c.fp16_override_modules;
+    for (std::size_t i = 0; i < m->size(); ++i) {
+      const Json& e = (*m)[i];
+      const std::string at = path + "/" + std::to_string(i);
+      if (!e.is_string() || e.get_ref<const std::string&>().empty()) {
+        error(at, "expected a module type name (a non-empty string)", show(e));
+      } else if (std::find(names.begin(), names.end(), e.get_ref<const std::string&>()) != names.end()) {
+        error(at, "listed twice", show(e));
+      } else {
+        names.push_back(e.get<std::string>());
+      }
+    }
   }
 }
 
@@ -640,31 +664,34 @@ inline void Reader::read_optimizer(Block& root, Config& c) {
     return;
   }
 
-  OptimizerOptions o;
+  OptimizerBlock o;
   o.kind = *kind;
+  OptimizerOptions& h = o.params;  // the optimizer layer's own struct, filled in place
   Block p(*this, params_json, b.path_of("params"));
   if (const Json* m = p.find("max_grad_norm")) {
     error(p.path_of("max_grad_norm"),
           "max_grad_norm is not an optimizer parameter in DeepSpeed configs; use the top-level \"gradient_clipping\"",
           show(*m));
   }
-  if (p.get_number("lr", o.lr, 0, false, std::numeric_limits<double>::infinity(), true) == Got::automatic) {
-    resolve_auto(p.path_of("lr"), o.lr, std::optional(ctx.lr.value_or(o.lr)),
-                 ctx.lr ? "engine" : "optimizer default");
+  if (p.get_number("lr", h.lr, 0, false, std::numeric_limits<double>::infinity(), true) == Got::automatic) {
+    resolve_auto(p.path_of("lr"), h.lr, std::optional(ctx.lr.value_or(h.lr)), ctx.lr ? "engine" : "optimizer default");
   }
-  if (p.get_betas("betas", o.betas, true) == Got::automatic) {
-    resolve_auto(p.path_of("betas"), o.betas, std::optional(ctx.betas.value_or(o.betas)),
+  std::array<double, 2> betas{h.beta1, h.beta2};
+  if (p.get_betas("betas", betas, true) == Got::automatic) {
+    resolve_auto(p.path_of("betas"), betas, std::optional(ctx.betas.value_or(betas)),
                  ctx.betas ? "engine" : "optimizer default");
   }
-  if (p.get_number("eps", o.eps, 0, false, std::numeric_limits<double>::infinity(), true) == Got::automatic) {
-    resolve_auto(p.path_of("eps"), o.eps, std::optional(ctx.eps.value_or(o.eps)), ctx.eps ? "engine" : "optimizer default");
+  h.beta1 = betas[0];
+  h.beta2 = betas[1];
+  if (p.get_number("eps", h.eps, 0, false, std::numeric_limits<double>::infinity(), true) == Got::automatic) {
+    resolve_auto(p.path_of("eps"), h.eps, std::optional(ctx.eps.value_or(h.eps)), ctx.eps ? "engine" : "optimizer default");
   }
-  if (p.get_number("weight_decay", o.weight_decay, 0, false, std::numeric_limits<double>::infinity(), true) ==
+  if (p.get_number("weight_decay", h.weight_decay, 0, false, std::numeric_limits<double>::infinity(), true) ==
       Got::automatic) {
-    resolve_auto(p.path_of("weight_decay"), o.weight_decay, std::optional(ctx.weight_decay.value_or(o.weight_decay)),
+    resolve_auto(p.path_of("weight_decay"), h.weight_decay, std::optional(ctx.weight_decay.value_or(h.weight_decay)),
                  ctx.weight_decay ? "engine" : "optimizer default");
   }
-  p.get_bool("bias_correction", o.bias_correction);
+  p.get_bool("bias_correction", h.bias_correction);
   const bool adam_like = o.kind == OptimizerKind::adam || o.kind == OptimizerKind::adamw;
   const bool lamb_like = o.kind == OptimizerKind::lamb || o.kind == OptimizerKind::onebit_lamb;
   const bool onebit = o.kind == OptimizerKind::onebit_adam || o.kind == OptimizerKind::onebit_lamb;
@@ -678,10 +705,11 @@ inline void Reader::read_optimizer(Block& root, Config& c) {
     o.adam_w_mode = o.kind == OptimizerKind::adamw;
   }
   if (lamb_like) {
-    p.get_number("max_coeff", o.max_coeff, 0);
-    p.get_number("min_coeff", o.min_coeff, 0);
-    if (o.min_coeff > o.max_coeff) {
-      error(p.path_of("min_coeff"), cat("must be <= max_coeff (", num_text(o.max_coeff), ")"), num_text(o.min_coeff));
+    p.get_number("max_coeff", h.lamb_max_coeff, 0);
+    p.get_number("min_coeff", h.lamb_min_coeff, 0);
+    if (h.lamb_min_coeff > h.lamb_max_coeff) {
+      error(p.path_of("min_coeff"), cat("must be <= max_coeff (", num_text(h.lamb_max_coeff), ")"),
+            num_text(h.lamb_min_coeff));
     }
   }
   if (onebit) {
@@ -694,6 +722,17 @@ inline void Reader::read_optimizer(Block& root, Config& c) {
     p.get_number("factor_max", o.factor_max, 0);
     p.get_number("factor_min", o.factor_min, 0);
     p.get_number("factor_threshold", o.factor_threshold, 0);
+  }
+  // The optimizer layer's own rules, at JSON paths. They repeat the range checks above (a value
+  // those rejected is not assigned, so it is not reported twice) and add what only they know: the
+  // kernels round each value to float (lr 1e300 -> inf, eps 1e-50 -> 0, a beta -> 1), and an
+  // "auto" resolved from an engine hint was not range-checked at all.
+  for (const optim::OptionProblem& e : optim::problems(h)) {
+    const std::string_view key = optimizer_param_key(e.field);
+    const bool beta = key == "betas";
+    if (!lamb_like && (key == "min_coeff" || key == "max_coeff")) continue;  // not read, not used
+    if (key == "max_coeff" && h.lamb_min_coeff > h.lamb_max_coeff) continue;  // reported at min_coeff above
+    error(p.path_of(key), beta ? cat(e.field, " ", e.rule) : e.rule, beta ? text(betas) : num_text(e.value));
   }
   p.finish({{"amsgrad", "false"},
             {"torch_adam", "false", kTorchOnly},
@@ -718,7 +757,7 @@ inline void Reader::read_scheduler(Block& root, Config& c) {
   constexpr auto kMax = std::numeric_limits<std::int64_t>::max();
   constexpr auto kInf = std::numeric_limits<double>::infinity();
   Block p(*this, params_json, b.path_of("params"));
-  const double opt_lr = c.optimizer ? c.optimizer->lr : ctx.lr.value_or(1e-3);
+  const double opt_lr = c.optimizer ? c.optimizer->params.lr : ctx.lr.value_or(optim::kDefaultOptimizerLr);
 
   auto warmup_type = [&](WarmupType& out) {
     constexpr std::array<std::string_view, 2> kWarm{"log", "linear"};
@@ -731,90 +770,120 @@ inline void Reader::read_scheduler(Block& root, Config& c) {
                    ctx.warmup_num_steps ? "engine" : "scheduler default");
     }
   };
-  auto total_steps = [&](std::int64_t& out) {
-    Got g = p.get_int("total_num_steps", out, 1, kMax, true);
-    if (g == Got::automatic) {
-      resolve_auto(p.path_of("total_num_steps"), out, ctx.total_num_steps, "engine",
-                   "write the number of optimizer steps, or give it (zerotk-config --total-steps N)");
+  auto total_steps = [&](std::optional<std::int64_t>& out) {
+    std::int64_t v = 0;
+    Got g = p.get_int("total_num_steps", v, 1, kMax, true);
+    if (g == Got::value) {
+      out = v;
+    } else if (g == Got::automatic) {
+      if (resolve_auto(p.path_of("total_num_steps"), v, ctx.total_num_steps, "engine",
+                       "write the number of optimizer steps, or give it (zerotk-config --total-steps N)")) {
+        out = v;
+      }
     } else if (g == Got::absent) {
       error(p.path_of("total_num_steps"), cat("required by ", to_string(kind)));
     }
   };
-  auto last_iter = [&](std::int64_t& out) { p.get_int("last_batch_iteration", out, -1, kMax); };
-  auto warmup_lr = [&](WarmupLRParams& w, double max_default) {
+  SchedulerOptions s;
+  auto last_iter = [&] { p.get_int("last_batch_iteration", s.last_batch_iteration, -1, kMax); };
+  // WarmupLR and WarmupDecayLR: warmup_max_lr is resolved here, so it is set in either.
+  auto warmup_lr = [&](auto& w, double max_default) {
     if (p.get_number("warmup_min_lr", w.warmup_min_lr, 0, false, kInf, true) == Got::automatic) {
       resolve_auto(p.path_of("warmup_min_lr"), w.warmup_min_lr, std::optional(0.0), "scheduler default");
     }
-    w.warmup_max_lr = max_default;
-    if (p.get_number("warmup_max_lr", w.warmup_max_lr, 0, false, kInf, true) == Got::automatic) {
-      resolve_auto(p.path_of("warmup_max_lr"), w.warmup_max_lr, std::optional(opt_lr), "optimizer lr");
+    double max_lr = max_default;
+    if (p.get_number("warmup_max_lr", max_lr, 0, false, kInf, true) == Got::automatic) {
+      resolve_auto(p.path_of("warmup_max_lr"), max_lr, std::optional(opt_lr), "optimizer lr");
     }
+    w.warmup_max_lr = max_lr;
     warmup_steps(w.warmup_num_steps);
     warmup_type(w.warmup_type);
-    last_iter(w.last_batch_iteration);
+    last_iter();
   };
 
-  SchedulerOptions s;
   switch (kind) {
     case SchedulerKind::warmup_lr: {
-      WarmupLRParams w;
+      WarmupLROptions w;
       warmup_lr(w, opt_lr);  // DeepSpeed: warmup_max_lr defaults to the optimizer's lr
       s.params = w;
       break;
     }
     case SchedulerKind::warmup_decay_lr: {
-      WarmupDecayLRParams w;
+      WarmupDecayLROptions w;
       total_steps(w.total_num_steps);
       warmup_lr(w, 1e-3);  // DeepSpeed's WarmupDecayLR signature defaults warmup_max_lr to 0.001
       s.params = w;
       break;
     }
     case SchedulerKind::warmup_cosine_lr: {
-      WarmupCosineLRParams w;
+      WarmupCosineLROptions w;
       total_steps(w.total_num_steps);
       p.get_number("warmup_min_ratio", w.warmup_min_ratio, 0, false, 1);
       p.get_number("cos_min_ratio", w.cos_min_ratio, 0, false, 1);
       warmup_steps(w.warmup_num_steps);
       warmup_type(w.warmup_type);
-      last_iter(w.last_batch_iteration);
+      last_iter();
       s.params = w;
       break;
     }
     case SchedulerKind::one_cycle: {
-      OneCycleParams o;
-      if (p.get_number("cycle_min_lr", o.cycle_min_lr, 0) == Got::absent) {
-        error(p.path_of("cycle_min_lr"), "required by OneCycle");
-      }
-      if (p.get_number("cycle_max_lr", o.cycle_max_lr, 0) == Got::absent) {
-        error(p.path_of("cycle_max_lr"), "required by OneCycle");
-      }
+      OneCycleOptions o;
+      auto required_lr = [&](std::string_view key, std::optional<double>& out) {
+        double v = 0;
+        const Got g = p.get_number(key, v, 0);
+        if (g == Got::value) out = v;
+        if (g == Got::absent) error(p.path_of(key), "required by OneCycle");
+      };
+      required_lr("cycle_min_lr", o.cycle_min_lr);
+      required_lr("cycle_max_lr", o.cycle_max_lr);
       p.get_number("decay_lr_rate", o.decay_lr_rate, 0);
       p.get_int("cycle_first_step_size", o.cycle_first_step_size, 1, kMax);
-      o.cycle_second_step_size = o.cycle_first_step_size;
-      p.get_int("cycle_second_step_size", o.cycle_second_step_size, 1, kMax);
+      std::int64_t second = o.cycle_first_step_size;  // resolved: defaults to the first
+      p.get_int("cycle_second_step_size", second, 1, kMax);
+      o.cycle_second_step_size = second;
       p.get_int("cycle_first_stair_count", o.cycle_first_stair_count, 0, kMax);
-      o.cycle_second_stair_count = o.cycle_first_stair_count;
-      p.get_int("cycle_second_stair_count", o.cycle_second_stair_count, 0, kMax);
+      std::int64_t second_stairs = o.cycle_first_stair_count;
+      p.get_int("cycle_second_stair_count", second_stairs, 0, kMax);
+      o.cycle_second_stair_count = second_stairs;
       p.get_int("decay_step_size", o.decay_step_size, 0, kMax);
       p.get_bool("cycle_momentum", o.cycle_momentum);
       p.get_number("cycle_min_mom", o.cycle_min_mom, 0, false, 1);
       p.get_number("cycle_max_mom", o.cycle_max_mom, 0, false, 1);
       p.get_number("decay_mom_rate", o.decay_mom_rate, 0);
-      last_iter(o.last_batch_iteration);
+      last_iter();
       s.params = o;
       break;
     }
     case SchedulerKind::lr_range_test: {
-      LRRangeTestParams l;
+      LRRangeTestOptions l;
       p.get_number("lr_range_test_min_lr", l.lr_range_test_min_lr, 0);
       p.get_int("lr_range_test_step_size", l.lr_range_test_step_size, 1, kMax);
       p.get_number("lr_range_test_step_rate", l.lr_range_test_step_rate, 0);
       p.get_bool("lr_range_test_staircase", l.lr_range_test_staircase);
-      last_iter(l.last_batch_iteration);
+      last_iter();
       s.params = l;
       break;
     }
   }
+  // The engine writes the schedule's lr into the optimizer, whose kernels round it to float.
+  auto lr_fits_float = [&](std::string_view key, std::optional<double> v) {
+    if (!v) return;
+    if (std::string why = optim::float_range_problem(*v); !why.empty()) error(p.path_of(key), why, num_text(*v));
+  };
+  std::visit(
+      [&](const auto& x) {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, WarmupLROptions> || std::is_same_v<T, WarmupDecayLROptions>) {
+          lr_fits_float("warmup_min_lr", x.warmup_min_lr);
+          lr_fits_float("warmup_max_lr", x.warmup_max_lr);
+        } else if constexpr (std::is_same_v<T, OneCycleOptions>) {
+          lr_fits_float("cycle_min_lr", x.cycle_min_lr);
+          lr_fits_float("cycle_max_lr", x.cycle_max_lr);
+        } else if constexpr (std::is_same_v<T, LRRangeTestOptions>) {
+          lr_fits_float("lr_range_test_min_lr", x.lr_range_test_min_lr);
+        }
+      },
+      s.params);
   p.finish();
   c.scheduler = s;
 }
@@ -847,7 +916,9 @@ inline void Reader::read_batch(Block& root, Config& c) {
     case Got::invalid: bad = true; break;
     case Got::absent: break;
   }
-  switch (root.get_int("gradient_accumulation_steps", v, 1, kMax, true)) {
+  // EngineOptions counts micro-steps in an int: a larger value must not wrap (4294967297 -> 1).
+  constexpr std::int64_t kMaxGas = std::numeric_limits<int>::max();
+  switch (root.get_int("gradient_accumulation_steps", v, 1, kMaxGas, true)) {
     case Got::value: gas = v; break;
     case Got::automatic:
       if (ctx.gradient_accumulation_steps) {
@@ -905,6 +976,12 @@ inline void Reader::read_batch(Block& root, Config& c) {
           std::to_string(*tbs));
     return;
   }
+  if (*gas > kMaxGas) {  // derived from the batch sizes, or an engine hint
+    error(p_gas, cat("resolves to ", std::to_string(*gas), ", above ", std::to_string(kMaxGas),
+                     " (micro-steps are counted in an int)"),
+          std::to_string(*gas));
+    return;
+  }
   c.train_batch_size = *tbs;
   c.train_micro_batch_size_per_gpu = *mbs;
   c.gradient_accumulation_steps = *gas;
@@ -925,6 +1002,20 @@ inline void Reader::read_scalars(Block& root, Config& c) {
   if (root.get_choice("communication_data_type", t, kTypes, /*nullable=*/true) == Got::value) {
     constexpr std::array<DType, 3> kDTypes{DType::fp32, DType::fp16, DType::bf16};
     c.communication_data_type = kDTypes[t];
+  }
+  {
+    Block d(*this, root.get_object("data_types"), root.path_of("data_types"));
+    // The spellings DeepSpeed's DtypeEnum accepts for the three dtypes (its int8 fails later, in its engine).
+    constexpr std::array<std::string_view, 11> kNames{"fp32",    "fp16",          "bf16",     "float32",
+                                                      "float",   "torch.float32", "float16",  "half",
+                                                      "torch.float16", "bfloat16", "torch.bfloat16"};
+    constexpr std::array<DType, 11> kAccum{DType::fp32, DType::fp16, DType::bf16, DType::fp32, DType::fp32, DType::fp32,
+                                           DType::fp16, DType::fp16, DType::fp16, DType::bf16, DType::bf16};
+    std::size_t i = 0;
+    if (d.get_choice("grad_accum_dtype", i, kNames, /*nullable=*/true) == Got::value) {
+      c.data_types.grad_accum_dtype = kAccum[i];
+    }
+    d.finish({{"param_dtype"}, {"buffer_dtype"}});
   }
 }
 
@@ -1041,7 +1132,6 @@ inline Config Reader::read(const Json& doc) {
                {"tensor_parallel"},
                {"pipeline"},
                {"checkpoint"},
-               {"data_types"},
                {"timers"},
                {"torch_autocast"},
                {"memory_breakdown", "false"},

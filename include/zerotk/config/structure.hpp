@@ -152,7 +152,7 @@ std::vector<config_error> check_structure(const Config& cfg) {
                                  is_fp16 ? " (fp16.loss_scale 0 is dynamic, > 0 static)" : "",
                                  ", the engine was compiled with ", detail::scaler_policy(scaler)),
                      is_fp16 ? "/fp16/loss_scale" : "/fp16/enabled",
-                     is_fp16 ? detail::num_text(cfg.fp16.loss_scale) : std::string("false"));
+                     is_fp16 ? detail::num_text(cfg.fp16.static_scale) : std::string("false"));
   }
   if (s.optimizer && *s.optimizer != optimizer) {
     std::string rule = detail::cat("config asks for ", detail::optimizer_policy(*s.optimizer));

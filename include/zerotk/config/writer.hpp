@@ -4,7 +4,11 @@
 /// batch triad complete). The output is itself a valid DeepSpeed config: reading it back with the
 /// same world size gives the same Config, and DeepSpeed accepts it unchanged.
 
+#include <cmath>
+#include <cstdint>
+#include <optional>
 #include <string>
+#include <type_traits>
 #include <variant>
 
 #include "zerotk/config/json_dom.hpp"
@@ -36,77 +40,83 @@ inline Json offload_json(const OffloadParamOptions& o) {
   return j;
 }
 
-inline void warmup_json(Json& p, const WarmupLRParams& w) {
-  p["warmup_min_lr"] = w.warmup_min_lr;
-  p["warmup_max_lr"] = w.warmup_max_lr;
-  p["warmup_num_steps"] = w.warmup_num_steps;
-  p["warmup_type"] = to_string(w.warmup_type);
-  p["last_batch_iteration"] = w.last_batch_iteration;
+/// An optional the reader always resolves; null when a Config built in code left it unset.
+template <class T>
+Json value_or_null(const std::optional<T>& v) {
+  return v ? Json(*v) : Json(nullptr);
 }
 
-inline Json scheduler_json(const SchedulerOptions& s) {
+template <class W>
+void warmup_json(Json& p, const W& w, double warmup_max_lr) {
+  p["warmup_min_lr"] = w.warmup_min_lr;
+  p["warmup_max_lr"] = warmup_max_lr;
+  p["warmup_num_steps"] = w.warmup_num_steps;
+  p["warmup_type"] = to_string(w.warmup_type);
+}
+
+/// `optimizer_lr` is what an unset WarmupLR warmup_max_lr means (the reader always sets it).
+inline Json scheduler_json(const SchedulerOptions& s, double optimizer_lr) {
   Json j;
   j["type"] = to_string(s.kind());
   Json p = Json::object();
   std::visit(
       [&](const auto& x) {
         using T = std::decay_t<decltype(x)>;
-        if constexpr (std::is_same_v<T, WarmupLRParams>) {
-          warmup_json(p, x);
-        } else if constexpr (std::is_same_v<T, WarmupDecayLRParams>) {
-          p["total_num_steps"] = x.total_num_steps;
-          warmup_json(p, x);
-        } else if constexpr (std::is_same_v<T, WarmupCosineLRParams>) {
-          p["total_num_steps"] = x.total_num_steps;
+        if constexpr (std::is_same_v<T, WarmupLROptions>) {
+          warmup_json(p, x, x.warmup_max_lr.value_or(optimizer_lr));
+        } else if constexpr (std::is_same_v<T, WarmupDecayLROptions>) {
+          p["total_num_steps"] = value_or_null(x.total_num_steps);
+          warmup_json(p, x, x.warmup_max_lr);
+        } else if constexpr (std::is_same_v<T, WarmupCosineLROptions>) {
+          p["total_num_steps"] = value_or_null(x.total_num_steps);
           p["warmup_min_ratio"] = x.warmup_min_ratio;
           p["warmup_num_steps"] = x.warmup_num_steps;
           p["cos_min_ratio"] = x.cos_min_ratio;
           p["warmup_type"] = to_string(x.warmup_type);
-          p["last_batch_iteration"] = x.last_batch_iteration;
-        } else if constexpr (std::is_same_v<T, OneCycleParams>) {
-          p["cycle_min_lr"] = x.cycle_min_lr;
-          p["cycle_max_lr"] = x.cycle_max_lr;
+        } else if constexpr (std::is_same_v<T, OneCycleOptions>) {
+          p["cycle_min_lr"] = value_or_null(x.cycle_min_lr);
+          p["cycle_max_lr"] = value_or_null(x.cycle_max_lr);
           p["decay_lr_rate"] = x.decay_lr_rate;
           p["cycle_first_step_size"] = x.cycle_first_step_size;
-          p["cycle_second_step_size"] = x.cycle_second_step_size;
+          p["cycle_second_step_size"] = x.cycle_second_step_size.value_or(x.cycle_first_step_size);
           p["cycle_first_stair_count"] = x.cycle_first_stair_count;
-          p["cycle_second_stair_count"] = x.cycle_second_stair_count;
+          p["cycle_second_stair_count"] = x.cycle_second_stair_count.value_or(x.cycle_first_stair_count);
           p["decay_step_size"] = x.decay_step_size;
           p["cycle_momentum"] = x.cycle_momentum;
           p["cycle_min_mom"] = x.cycle_min_mom;
           p["cycle_max_mom"] = x.cycle_max_mom;
           p["decay_mom_rate"] = x.decay_mom_rate;
-          p["last_batch_iteration"] = x.last_batch_iteration;
         } else {
           p["lr_range_test_min_lr"] = x.lr_range_test_min_lr;
           p["lr_range_test_step_size"] = x.lr_range_test_step_size;
           p["lr_range_test_step_rate"] = x.lr_range_test_step_rate;
           p["lr_range_test_staircase"] = x.lr_range_test_staircase;
-          p["last_batch_iteration"] = x.last_batch_iteration;
         }
       },
       s.params);
+  p["last_batch_iteration"] = s.last_batch_iteration;
   j["params"] = std::move(p);
   return j;
 }
 
-inline Json optimizer_json(const OptimizerOptions& o) {
+inline Json optimizer_json(const OptimizerBlock& o) {
   Json j;
   j["type"] = to_string(o.kind);
+  const OptimizerOptions& h = o.params;
   Json p;
-  p["lr"] = o.lr;
-  p["betas"] = {o.betas[0], o.betas[1]};
-  p["eps"] = o.eps;
-  p["weight_decay"] = o.weight_decay;
-  p["bias_correction"] = o.bias_correction;
+  p["lr"] = h.lr;
+  p["betas"] = {h.beta1, h.beta2};
+  p["eps"] = h.eps;
+  p["weight_decay"] = h.weight_decay;
+  p["bias_correction"] = h.bias_correction;
   switch (o.kind) {
     case OptimizerKind::adam:
     case OptimizerKind::adamw:
       p["adam_w_mode"] = o.adam_w_mode;
       break;
     case OptimizerKind::lamb:
-      p["max_coeff"] = o.max_coeff;
-      p["min_coeff"] = o.min_coeff;
+      p["max_coeff"] = h.lamb_max_coeff;
+      p["min_coeff"] = h.lamb_min_coeff;
       break;
     case OptimizerKind::onebit_adam:
     case OptimizerKind::onebit_lamb:
@@ -114,8 +124,8 @@ inline Json optimizer_json(const OptimizerOptions& o) {
       p["cuda_aware"] = o.cuda_aware;
       p["comm_backend_name"] = o.comm_backend_name;
       if (o.kind == OptimizerKind::onebit_lamb) {
-        p["max_coeff"] = o.max_coeff;
-        p["min_coeff"] = o.min_coeff;
+        p["max_coeff"] = h.lamb_max_coeff;
+        p["min_coeff"] = h.lamb_min_coeff;
         p["coeff_beta"] = o.coeff_beta;
         p["factor_max"] = o.factor_max;
         p["factor_min"] = o.factor_min;
@@ -125,6 +135,12 @@ inline Json optimizer_json(const OptimizerOptions& o) {
   }
   j["params"] = std::move(p);
   return j;
+}
+
+/// DeepSpeed reads initial_scale_power as an integer; LossScalerOptions holds a double.
+inline Json power_json(double power) {
+  const bool integral = std::floor(power) == power && std::fabs(power) < 1e15;
+  return integral ? Json(static_cast<std::int64_t>(power)) : Json(power);
 }
 
 }  // namespace detail
@@ -142,16 +158,19 @@ inline Json to_json(const Config& c) {
   j["gradient_predivide_factor"] = c.gradient_predivide_factor;
   j["communication_data_type"] =
       c.communication_data_type ? Json(to_string(*c.communication_data_type)) : Json(nullptr);
+  // Keys newer than the others are written only when set, so a config without them reads back unchanged.
+  if (c.data_types.grad_accum_dtype) j["data_types"]["grad_accum_dtype"] = to_string(*c.data_types.grad_accum_dtype);
 
   Json& f = j["fp16"];
   f["enabled"] = c.fp16.enabled;
-  f["loss_scale"] = c.fp16.loss_scale;
-  f["initial_scale_power"] = c.fp16.initial_scale_power;
+  f["loss_scale"] = c.fp16.static_scale;
+  f["initial_scale_power"] = detail::power_json(c.fp16.initial_scale_power);
   f["loss_scale_window"] = c.fp16.loss_scale_window;
   f["hysteresis"] = c.fp16.hysteresis;
   f["consecutive_hysteresis"] = c.fp16.consecutive_hysteresis;
   f["min_loss_scale"] = c.fp16.min_loss_scale;
   j["bf16"]["enabled"] = c.bf16.enabled;
+  if (!c.fp16_override_modules.empty()) j["fp16_override_modules"] = c.fp16_override_modules;
 
   const ZeroOptions& z = c.zero_optimization;
   Json& zj = j["zero_optimization"];
@@ -184,7 +203,10 @@ inline Json to_json(const Config& c) {
   a["overlap_events"] = c.aio.overlap_events;
 
   if (c.optimizer) j["optimizer"] = detail::optimizer_json(*c.optimizer);
-  if (c.scheduler) j["scheduler"] = detail::scheduler_json(*c.scheduler);
+  if (c.scheduler) {
+    j["scheduler"] = detail::scheduler_json(*c.scheduler,
+                                            c.optimizer ? c.optimizer->params.lr : optim::kDefaultOptimizerLr);
+  }
 
   Json& m = j["csv_monitor"];
   m["enabled"] = c.csv_monitor.enabled;

@@ -61,8 +61,11 @@ class AdamOptimizer : public OptimizerBase {
     k.reserve(groups_.size());
     for (const ParamGroup& g : groups_) {
       const OptimizerOptions& o = g.options;
+      // The kernel boundary: each (validated) double is rounded to float once, here.
       k.push_back(kernels::AdamStepConsts::make(
-          {o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, AdamWMode, o.bias_correction}, step_ + 1));
+          {static_cast<float>(o.lr), static_cast<float>(o.beta1), static_cast<float>(o.beta2),
+           static_cast<float>(o.eps), static_cast<float>(o.weight_decay), AdamWMode, o.bias_correction},
+          step_ + 1));
     }
     return k;
   }

@@ -6,7 +6,7 @@
 /// host kernels, so Adam steps are bit-identical to the host's and LAMB's agree to one rounding of
 /// the trust ratio. The Engine's CUDA backend uses it; it also works alone (nvcc):
 ///
-///   zerotk::optim::DeviceOptimizer<zerotk::Optimizer<zerotk::AdamW>> opt({zerotk::ParamGroup{{.lr = 1e-3f}}});
+///   zerotk::optim::DeviceOptimizer<zerotk::Optimizer<zerotk::AdamW>> opt({zerotk::ParamGroup{{.lr = 1e-3}}});
 ///   opt.init_state(n, &ledger);                                   // device m, v (zeros)
 ///   opt.step(segments, d_master, d_grads, d_params16, 1.0f / scale, no_reduce, stream, workspace);
 

@@ -62,9 +62,12 @@ class Optimizer<Lamb> : public optim::detail::OptimizerBase {
     k.reserve(groups_.size());
     for (const ParamGroup& g : groups_) {
       const OptimizerOptions& o = g.options;
-      k.push_back(kernels::LambStepConsts::make({o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.bias_correction,
-                                                 o.lamb_min_coeff, o.lamb_max_coeff},
-                                                step_ + 1));
+      // The kernel boundary: each (validated) double is rounded to float once, here.
+      k.push_back(kernels::LambStepConsts::make(
+          {static_cast<float>(o.lr), static_cast<float>(o.beta1), static_cast<float>(o.beta2),
+           static_cast<float>(o.eps), static_cast<float>(o.weight_decay), o.bias_correction,
+           static_cast<float>(o.lamb_min_coeff), static_cast<float>(o.lamb_max_coeff)},
+          step_ + 1));
     }
     return k;
   }

@@ -10,8 +10,8 @@
 /// kernels (kernels/host/), reading 16-bit or fp32 gradients with the combined unscale * clip factor
 /// folded in and writing the 16-bit working copy.
 ///
-///   zerotk::Optimizer<zerotk::AdamW> opt({zerotk::ParamGroup{{.lr = 3e-4f, .weight_decay = 0.1f}},
-///                                         zerotk::ParamGroup{{.lr = 3e-4f, .weight_decay = 0.0f}}});  // no decay
+///   zerotk::Optimizer<zerotk::AdamW> opt({zerotk::ParamGroup{{.lr = 3e-4, .weight_decay = 0.1}},
+///                                         zerotk::ParamGroup{{.lr = 3e-4, .weight_decay = 0.0}}});  // no decay
 ///   opt.init_state(partition_numel, &ledger);
 ///   opt.step(segments, master, grads16, params16, 1.0f / combined_scale, no_reduce);
 
@@ -32,21 +32,10 @@
 #include "zerotk/kernels/elementwise.hpp"
 #include "zerotk/kernels/host/adam.hpp"
 #include "zerotk/kernels/tensor_list.hpp"
+#include "zerotk/optim/options.hpp"
 #include "zerotk/policies.hpp"
 
 namespace zerotk {
-
-/// Hyper-parameters of one parameter group, with DeepSpeed's names and defaults.
-struct OptimizerOptions {
-  float lr = 1e-3f;
-  float beta1 = 0.9f;
-  float beta2 = 0.999f;
-  float eps = 1e-8f;
-  float weight_decay = 0.0f;
-  bool bias_correction = true;
-  float lamb_min_coeff = 0.01f;  ///< LAMB trust-ratio clamp (ignored by Adam)
-  float lamb_max_coeff = 10.0f;
-};
 
 /// A parameter group. Groups with weight_decay = 0 exclude their parameters (biases, norms) from decay.
 struct ParamGroup {
@@ -130,20 +119,7 @@ class OptimizerBase {
 
  protected:
   void validate(std::size_t g) const {
-    const OptimizerOptions& o = groups_[g].options;
-    const std::string at = "optimizer.groups[" + std::to_string(g) + "].";
-    auto check = [&](bool ok, const char* name, const char* rule, float value) {
-      if (!ok) throw config_error(rule, at + name, to_text(value));
-    };
-    check(std::isfinite(o.lr) && o.lr >= 0.0f, "lr", "must be finite and >= 0", o.lr);
-    check(o.beta1 >= 0.0f && o.beta1 < 1.0f, "beta1", "must be in [0, 1)", o.beta1);
-    check(o.beta2 >= 0.0f && o.beta2 < 1.0f, "beta2", "must be in [0, 1)", o.beta2);
-    check(std::isfinite(o.eps) && o.eps >= 0.0f, "eps", "must be finite and >= 0", o.eps);
-    check(std::isfinite(o.weight_decay) && o.weight_decay >= 0.0f, "weight_decay", "must be finite and >= 0",
-          o.weight_decay);
-    check(o.lamb_min_coeff >= 0.0f, "lamb_min_coeff", "must be >= 0", o.lamb_min_coeff);
-    check(std::isfinite(o.lamb_max_coeff) && o.lamb_max_coeff >= o.lamb_min_coeff, "lamb_max_coeff",
-          "must be finite and >= lamb_min_coeff", o.lamb_max_coeff);
+    optim::validate(groups_[g].options, "optimizer.groups[" + std::to_string(g) + "].");
   }
 
   void require_state(const char* what) const {
