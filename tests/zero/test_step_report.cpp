@@ -68,6 +68,8 @@ TEST_CASE("a scheduled lr is reported as the schedule's double") {
   const StepReport r = one_step<fp32>(1e-3, LrScheduler(optim::WarmupLR(w)), &after);
   CHECK(r.lr == 0.003);
   CHECK(after == optim::WarmupLR(w).lr_at(0));  // the next step's lr, written into the groups as a double
+  REQUIRE(r.group_lr.size() == 1);
+  CHECK(r.group_lr[0] == after);  // what DeepSpeed's get_lr() reports after the step (csv_monitor writes it)
 }
 
 TEST_CASE("csv_monitor's lr file reads 0.003, as DeepSpeed writes it") {
@@ -80,14 +82,7 @@ TEST_CASE("csv_monitor's lr file reads 0.003, as DeepSpeed writes it") {
   std::ostringstream out;
   {
     monitor::TrainingLog log(lo, out);
-    monitor::StepStats s;
-    s.global_steps = r.global_steps;
-    s.global_samples = 8;
-    const double lrs[] = {r.lr};
-    s.lr = lrs;
-    s.loss_scale = r.loss_scale;
-    s.grad_norm = r.grad_norm;
-    log.on_step(s);
+    log.on_step(r, 8);  // the monitor reads the engine's report itself
   }
   CHECK(zerotk_test::read_bytes(tmp.path() / "lr" / "Train_Samples_lr.csv") == "step,lr\r\n8,0.003\r\n");
 }
