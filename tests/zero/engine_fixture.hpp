@@ -232,6 +232,53 @@ Model make_model(const RunConfig& cfg) {
   }
 }
 
+/// The EngineOptions of every run of these tests.
+inline zerotk::EngineOptions engine_options(const RunConfig& cfg) {
+  zerotk::EngineOptions o;
+  o.stream = cfg.stream;
+  o.bucket_bytes = cfg.bucket_bytes;
+  o.gradient_accumulation_steps = cfg.gas;
+  o.gradient_clipping = cfg.clip;
+  o.optimizer.lr = 1e-2f;
+  o.optimizer.weight_decay = 0.01f;
+  o.loss_scaler.initial_scale_power = 8;
+  o.loss_scaler.loss_scale_window = 5;
+  o.overlap_comm = cfg.overlap;
+  o.overlap_param_gather = cfg.overlap_gather;
+  return o;
+}
+
+/// Global steps [from, to) of a run on this rank's data; each boundary's report goes into `result`.
+template <class E, class Model>
+void train_steps(E& engine, Model& model, int rank, const RunConfig& cfg, int from, int to, RunResult* result) {
+  for (int s = from; s < to; ++s) {
+    zerotk::StepReport rep;
+    for (int m = 0; m < cfg.gas; ++m) {
+      const Batch b = make_batch(s, m, rank);
+      std::vector<float> x = b.x;
+      for (auto& l : model.layers) {
+        auto scope = engine.forward(l);
+        x = l.forward(x);
+      }
+      std::vector<float> dy;
+      const float loss = mse(x, b.t, static_cast<float>(engine.loss_scale()), dy);
+      if (m == 0 && cfg.poison_steps.count(s) && rank == s % cfg.world) model.layers[1].poison_next_backward = true;
+      for (auto it = model.layers.rbegin(); it != model.layers.rend(); ++it) {
+        auto scope = engine.backward(*it);
+        dy = it->backward(dy);
+      }
+      rep = engine.step(loss);
+      if (rep.boundary != (m + 1 == cfg.gas)) throw std::logic_error("boundary flag wrong");
+    }
+    if (result) {
+      result->losses.push_back(rep.loss);
+      result->scales.push_back(rep.loss_scale);
+      result->skipped.push_back(rep.skipped);
+      result->norms.push_back(rep.grad_norm);
+    }
+  }
+}
+
 template <class Part, class Prec, class Comm, class Model, class Dev>
 RunResult train_rank_with(Comm& comm, const RunConfig& cfg, zerotk::MemoryLedger* ledger_out) {
   using namespace zerotk;
@@ -239,47 +286,11 @@ RunResult train_rank_with(Comm& comm, const RunConfig& cfg, zerotk::MemoryLedger
   RunResult result;
   {
     Model model = make_model<Model>(cfg);
-    EngineOptions o;
-    o.stream = cfg.stream;
-    o.bucket_bytes = cfg.bucket_bytes;
-    o.gradient_accumulation_steps = cfg.gas;
-    o.gradient_clipping = cfg.clip;
-    o.optimizer.lr = 1e-2f;
-    o.optimizer.weight_decay = 0.01f;
-    o.loss_scaler.initial_scale_power = 8;
-    o.loss_scaler.loss_scale_window = 5;
-    o.overlap_comm = cfg.overlap;
-    o.overlap_param_gather = cfg.overlap_gather;
-    E engine(comm, model, o);
+    E engine(comm, model, engine_options(cfg));
     model.init(42);
     engine.initialize_master();
     result.initial = model.values();
-    for (int s = 0; s < cfg.steps; ++s) {
-      StepReport rep;
-      for (int m = 0; m < cfg.gas; ++m) {
-        const Batch b = make_batch(s, m, comm.rank());
-        std::vector<float> x = b.x;
-        for (auto& l : model.layers) {
-          auto scope = engine.forward(l);
-          x = l.forward(x);
-        }
-        std::vector<float> dy;
-        const float loss = mse(x, b.t, static_cast<float>(engine.loss_scale()), dy);
-        if (m == 0 && cfg.poison_steps.count(s) && comm.rank() == s % cfg.world) model.layers[1].poison_next_backward = true;
-        for (auto it = model.layers.rbegin(); it != model.layers.rend(); ++it) {
-          auto scope = engine.backward(*it);
-          dy = it->backward(dy);
-        }
-        rep = engine.step(loss);
-        if (rep.boundary != (m + 1 == cfg.gas)) throw std::logic_error("boundary flag wrong");
-      }
-      {
-        result.losses.push_back(rep.loss);
-        result.scales.push_back(rep.loss_scale);
-        result.skipped.push_back(rep.skipped);
-        result.norms.push_back(rep.grad_norm);
-      }
-    }
+    train_steps(engine, model, comm.rank(), cfg, 0, cfg.steps, &result);
     engine.synchronize();  // values() reads parameters outside any scope
     result.params = model.values();
     if (ledger_out) {

@@ -340,40 +340,14 @@ TEST_CASE("state() and load_state() continue a run bitwise") {
   });
   comm::run_threads(cfg.world, [&](auto& comm) {
     using E = Engine<Partitioner<Stage<2>>, Optimizer<AdamW>, Precision<fp16>>;
-    EngineOptions o;
-    o.bucket_bytes = cfg.bucket_bytes;
-    o.gradient_accumulation_steps = cfg.gas;
-    o.gradient_clipping = cfg.clip;
-    o.optimizer.lr = 1e-2f;
-    o.optimizer.weight_decay = 0.01f;
-    o.loss_scaler.initial_scale_power = 8;
-    o.loss_scaler.loss_scale_window = 5;
-    auto run = [&](E& engine, Mlp<half>& model, int from, int to) {
-      for (int s = from; s < to; ++s) {
-        for (int m = 0; m < cfg.gas; ++m) {
-          const Batch b = make_batch(s, m, comm.rank());
-          std::vector<float> x = b.x, dy;
-          for (auto& l : model.layers) {
-            auto scope = engine.forward(l);
-            x = l.forward(x);
-          }
-          const float loss = mse(x, b.t, static_cast<float>(engine.loss_scale()), dy);
-          if (m == 0 && cfg.poison_steps.count(s) && comm.rank() == s % cfg.world) model.layers[1].poison_next_backward = true;
-          for (auto it = model.layers.rbegin(); it != model.layers.rend(); ++it) {
-            auto scope = engine.backward(*it);
-            dy = it->backward(dy);
-          }
-          (void)engine.step(loss);
-        }
-      }
-    };
+    const EngineOptions o = engine_options(cfg);
     EngineState saved;
     {
       Mlp<half> model;
       E engine(comm, model, o);
       model.init(42);
       engine.initialize_master();
-      run(engine, model, 0, 3);
+      train_steps(engine, model, comm.rank(), cfg, 0, 3, nullptr);
       saved = engine.state();
       CHECK(saved.global_steps == 3);
       CHECK(saved.skipped_steps == 1);
@@ -381,7 +355,7 @@ TEST_CASE("state() and load_state() continue a run bitwise") {
     Mlp<half> model;
     E engine(comm, model, o);  // fresh: zeros until the state is loaded
     engine.load_state(saved);
-    run(engine, model, 3, 6);
+    train_steps(engine, model, comm.rank(), cfg, 3, 6, nullptr);
     std::lock_guard lock(mu);
     if (comm.rank() == 0) resumed = model.values();
     CHECK(engine.global_steps() == 6);

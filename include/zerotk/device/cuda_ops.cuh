@@ -91,7 +91,7 @@ class Ops<Cuda> {
   /// Phase 1 of the norm over device blocks: one launch, one copy back, one synchronization.
   template <class T>
   zero::SquareBound square_bound(std::span<const kernels::TensorRef<const T>> blocks) {
-    zero::SquareBound* d = s_->template scratch<zero::SquareBound>();
+    zero::SquareBound* d = s_->template room_for<zero::SquareBound>();
     const zero::SquareBound init{};
     ZEROTK_CUDA_CHECK(cudaMemcpyAsync(d, &init, sizeof init, cudaMemcpyHostToDevice, s_->stream));
     kernels::cuda::square_bound<T>(blocks, d, s_->ws, s_->stream);
@@ -105,7 +105,7 @@ class Ops<Cuda> {
   template <class T>
   void add_squares(std::span<const kernels::TensorRef<const T>> blocks, const zero::NormGrid& grid,
                    zero::FoldSums& sums) {
-    zero::FoldSums* d = s_->template scratch<zero::FoldSums>();
+    zero::FoldSums* d = s_->template room_for<zero::FoldSums>();
     ZEROTK_CUDA_CHECK(cudaMemcpyAsync(d, &sums, sizeof sums, cudaMemcpyHostToDevice, s_->stream));
     kernels::cuda::add_squares<T>(blocks, grid, d, s_->ws, s_->stream);
     ZEROTK_CUDA_CHECK(cudaMemcpyAsync(&sums, d, sizeof sums, cudaMemcpyDeviceToHost, s_->stream));
@@ -170,7 +170,7 @@ class Ops<Cuda> {
     }
     /// Device room for one T (norm results), from the same scratch.
     template <class T>
-    T* scratch() {
+    T* room_for() {
       return reinterpret_cast<T*>(doubles((sizeof(T) + sizeof(double) - 1) / sizeof(double)));
     }
     double* doubles(std::size_t n) {

@@ -22,19 +22,12 @@ class BlockReduceScatter {
   static constexpr bool kEveryMicroStep = std::is_same_v<When, when::every_micro_step>;
 
  public:
-  BlockReduceScatter(const PathContext<Ops>& c)
-      : c_(c), grads_(c.ops->template allocate<T>(c.layout->flat_numel(), MemoryCategory::grads, c.ledger)) {
+  BlockReduceScatter(const PathContext<Ops>& c) : c_(c), grads_(c) {
     if constexpr (kEveryMicroStep) acc_ = Accumulator<T, Ops>(c, c.layout->partition_numel());
   }
 
-  void open(std::size_t k, bool first_micro_step) {
-    if (kEveryMicroStep || first_micro_step) {
-      const Bucket& b = c_.layout->buckets()[k];
-      c_.ops->zero(grads_.data() + b.flat_offset, b.numel);
-    }
-  }
-
-  T* bucket_grads(std::size_t k) { return grads_.data() + c_.layout->buckets()[k].flat_offset; }
+  void open(std::size_t k, bool first_micro_step) { grads_.open(k, first_micro_step); }
+  T* bucket_grads(std::size_t k) { return grads_.bucket(k); }
 
   void ready(std::size_t k) {
     if constexpr (kEveryMicroStep) {
@@ -63,10 +56,9 @@ class BlockReduceScatter {
  private:
   void launch(std::size_t k) {
     const Bucket& b = c_.layout->buckets()[k];
-    inflight_.push(k, c_.comm->reduce_scatter(grads_.data() + b.flat_offset, own_block(k), b.block, dtype_of_v<T>,
-                                              comm::ReduceOp::avg));
+    inflight_.push(k, c_.comm->reduce_scatter(grads_.bucket(k), own_block(k), b.block, dtype_of_v<T>, comm::ReduceOp::avg));
   }
-  T* own_block(std::size_t k) { return grads_.data() + c_.layout->block_flat_offset(k, c_.rank()); }
+  T* own_block(std::size_t k) { return grads_.at(c_.layout->block_flat_offset(k, c_.rank())); }
 
   void drain() {
     while (!inflight_.empty()) {
@@ -76,7 +68,7 @@ class BlockReduceScatter {
   }
 
   PathContext<Ops> c_;
-  typename Ops::template Buffer<T> grads_;  // [flat_numel] working precision
+  FlatGradBuffer<T, Ops, kEveryMicroStep> grads_;
   Accumulator<T, Ops> acc_;                 // [partition_numel], every_micro_step with accumulation only
   InFlight inflight_;
 };

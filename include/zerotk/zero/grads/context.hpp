@@ -121,4 +121,27 @@ class Accumulator {
   typename Ops::template Buffer<T> working_;
 };
 
+/// The whole flat gradient buffer of stages 0 and 1: backward writes each bucket in place; a bucket
+/// is zeroed when first touched in a micro-step that starts a new accumulation (every micro-step
+/// when the schedule reduces every micro-step).
+template <class T, class Ops, bool kEveryMicroStep>
+class FlatGradBuffer {
+ public:
+  explicit FlatGradBuffer(const PathContext<Ops>& c)
+      : layout_(c.layout), ops_(c.ops),
+        grads_(c.ops->template allocate<T>(c.layout->flat_numel(), MemoryCategory::grads, c.ledger)) {}
+
+  void open(std::size_t k, bool first_micro_step) {
+    if (kEveryMicroStep || first_micro_step) ops_->zero(bucket(k), layout_->buckets()[k].numel);
+  }
+  T* bucket(std::size_t k) { return grads_.data() + layout_->buckets()[k].flat_offset; }
+  T* at(std::size_t flat_offset) { return grads_.data() + flat_offset; }
+  const T* data() const { return grads_.data(); }
+
+ private:
+  const BucketLayout* layout_;
+  Ops* ops_;
+  typename Ops::template Buffer<T> grads_;  // [flat_numel] working precision
+};
+
 }  // namespace zerotk::zero

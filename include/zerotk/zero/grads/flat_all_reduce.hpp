@@ -21,25 +21,16 @@ class FlatAllReduce {
   static constexpr bool kEveryMicroStep = std::is_same_v<When, when::every_micro_step>;
 
  public:
-  FlatAllReduce(const PathContext<Ops>& c)
-      : c_(c), grads_(c.ops->template allocate<T>(c.layout->flat_numel(), MemoryCategory::grads, c.ledger)) {
+  FlatAllReduce(const PathContext<Ops>& c) : c_(c), grads_(c) {
     if constexpr (kEveryMicroStep) acc_ = Accumulator<T, Ops>(c, c.layout->flat_numel());
   }
 
-  void open(std::size_t k, bool first_micro_step) {
-    if (kEveryMicroStep || first_micro_step) {
-      const Bucket& b = c_.layout->buckets()[k];
-      c_.ops->zero(grads_.data() + b.flat_offset, b.numel);
-    }
-  }
-
-  T* bucket_grads(std::size_t k) { return grads_.data() + c_.layout->buckets()[k].flat_offset; }
+  void open(std::size_t k, bool first_micro_step) { grads_.open(k, first_micro_step); }
+  T* bucket_grads(std::size_t k) { return grads_.bucket(k); }
 
   void ready(std::size_t k) {
     if constexpr (kEveryMicroStep) {
-      const Bucket& b = c_.layout->buckets()[k];
-      T* buf = grads_.data() + b.flat_offset;
-      inflight_.push(k, c_.comm->all_reduce(buf, buf, b.numel, dtype_of_v<T>, comm::ReduceOp::avg));
+      launch(k);
       if (!c_.overlap_comm) drain();
     }
   }
@@ -48,12 +39,8 @@ class FlatAllReduce {
     if constexpr (kEveryMicroStep) {
       drain();
     } else if (boundary) {
-      for (std::size_t k = c_.layout->buckets().size(); k-- > 0;) {
-        const Bucket& b = c_.layout->buckets()[k];
-        T* buf = grads_.data() + b.flat_offset;
-        inflight_.push(k, c_.comm->all_reduce(buf, buf, b.numel, dtype_of_v<T>, comm::ReduceOp::avg));
-      }
-      while (!inflight_.empty()) inflight_.pop_wait();
+      for (std::size_t k = c_.layout->buckets().size(); k-- > 0;) launch(k);
+      drain();
     }
   }
 
@@ -66,16 +53,20 @@ class FlatAllReduce {
   void drain_quietly() noexcept { inflight_.drain_quietly(); }
 
  private:
+  void launch(std::size_t k) {
+    T* buf = grads_.bucket(k);
+    inflight_.push(k, c_.comm->all_reduce(buf, buf, c_.layout->buckets()[k].numel, dtype_of_v<T>, comm::ReduceOp::avg));
+  }
+
   void drain() {
     while (!inflight_.empty()) {
       const std::size_t k = inflight_.pop_wait();
-      const Bucket& b = c_.layout->buckets()[k];
-      if (acc_.active()) acc_.add(b.flat_offset, grads_.data() + b.flat_offset, b.numel);
+      if (acc_.active()) acc_.add(c_.layout->buckets()[k].flat_offset, grads_.bucket(k), c_.layout->buckets()[k].numel);
     }
   }
 
   PathContext<Ops> c_;
-  typename Ops::template Buffer<T> grads_;  // [flat_numel] working precision
+  FlatGradBuffer<T, Ops, kEveryMicroStep> grads_;
   Accumulator<T, Ops> acc_;                 // [flat_numel], every_micro_step with accumulation only
   InFlight inflight_;
 };
