@@ -486,9 +486,7 @@ inline void Reader::read_precision(Block& root, Config& c) {
     b.get_int("hysteresis", c.fp16.hysteresis, 1, std::numeric_limits<int>::max());
     b.get_bool("consecutive_hysteresis", c.fp16.consecutive_hysteresis);
     b.get_number("min_loss_scale", c.fp16.min_loss_scale, 0, /*lo_open=*/true);
-    b.finish({{"auto_cast", "false"},
-              {"fp16_master_weights_and_grads", "false"},
-              {"fused_mode", "true", kTorchOnly}});
+    b.finish({{"auto_cast", "false"}, {"fp16_master_weights_and_grads", "false"}});
   }
   // bf16, or its old name bfloat16
   {
@@ -629,10 +627,19 @@ inline void Reader::read_zero(Block& root, Config& c) {
     o.get_bool("pin_memory", x.pin_memory);
     o.get_bool("pipeline_read", x.pipeline_read);
     o.get_bool("pipeline_write", x.pipeline_write);
+    // Partial offload: DeepSpeed asserts stage 3 for any ratio < 1 (zero/config.py), device or not.
+    double ratio = 1.0;
+    if (o.get_number("ratio", ratio, 0, false, 1) == Got::value && ratio < 1.0) {
+      if (z.stage != 3) {
+        error(o.path_of("ratio"),
+              cat("partial optimizer offload (ratio < 1) needs ZeRO stage 3 (stage is ", std::to_string(z.stage), ")"),
+              num_text(ratio));
+      } else {
+        unsupported(o.path_of("ratio"), "not supported by zerotk yet; ignored", num_text(ratio));
+      }
+    }
     o.finish({{"fast_init", "false"},
-              {"ratio", "1.0"},
               {"super_offload", "false"},
-              {"convert_grad_on_cpu", "true"},
               {"cpuadam_cores_perc", "0.8"}});
   }
   if (op) {
@@ -668,8 +675,7 @@ inline void Reader::read_zero(Block& root, Config& c) {
             {"zenflow"},
             {"stage3_module_granularity_threshold", "0"},
             {"stage3_use_all_reduce_for_fetch_params", "false"},
-            {"stage3_allgather_sequential", "false"},
-            {"stage3_partition_stream_chunk_size", "0"}});
+            {"stage3_allgather_sequential", "false"}});
 }
 
 inline void Reader::read_aio(Block& root, Config& c) {
@@ -1046,13 +1052,17 @@ inline void Reader::read_monitor_and_checkpointing(Block& root, Config& c) {
 }
 
 inline void Reader::cross_check(Config& c) {
-  const auto& z = c.zero_optimization;
+  auto& z = c.zero_optimization;
   if (c.fp16.enabled && c.bf16.enabled) {
     error("/bf16/enabled", "fp16 and bf16 cannot both be enabled", "true");
   }
   if (z.offload_param.device != OffloadDevice::none && z.stage != 3) {
-    error("/zero_optimization/offload_param", cat("offload_param needs ZeRO stage 3 (stage is ", std::to_string(z.stage), ")"),
-          cat("{\"device\": \"", to_string(z.offload_param.device), "\"}"));
+    // DeepSpeed builds stages 0-2 without looking at offload_param: the parameters stay where they are.
+    unsupported("/zero_optimization/offload_param",
+                cat("has effect only at ZeRO stage 3 (stage is ", std::to_string(z.stage),
+                    "; DeepSpeed ignores it too); ignored"),
+                cat("{\"device\": \"", to_string(z.offload_param.device), "\"}"));
+    z.offload_param.device = OffloadDevice::none;
   }
   if (z.offload_optimizer.device != OffloadDevice::none && z.stage == 0) {
     error("/zero_optimization/offload_optimizer", "offload_optimizer needs ZeRO stage 1, 2 or 3 (stage is 0)",
