@@ -44,6 +44,8 @@ what the engine knows (fills "auto" values; an "auto" nothing can decide is an e
   --max-grad-norm X    gradient_clipping = "auto" (default 1.0)
 checks:
   --strict             keys zerotk accepts without acting on them are errors, not notes
+  --resolve-only       check the config as DeepSpeed would read it, without asking that this
+                       zerotk can build it (stage 3, offload, 1-bit optimizers, ...)
 output:
   --quiet              no notes or summary on stderr
   --help               this text
@@ -63,6 +65,7 @@ struct Args {
   std::string file;
   cfg::ResolveContext ctx;
   bool have_world = false;
+  bool resolve_only = false;
   bool quiet = false;
   bool help = false;
 };
@@ -117,7 +120,8 @@ Args parse_args(int argc, char** argv) {
       a.ctx.max_grad_norm = number<double>(arg, value());
     } else if (arg == "--strict") {
       a.ctx.strict = true;
-
+    } else if (arg == "--resolve-only") {
+      a.resolve_only = true;
     } else if (arg == "--quiet" || arg == "-q") {
       a.quiet = true;
     } else if (arg.size() > 1 && arg[0] == '-') {
@@ -163,7 +167,12 @@ int run(int argc, char** argv) {
     return 1;
   }
 
-  const cfg::ParseResult r = cfg::parse(text, args.ctx);
+  cfg::ParseResult r = cfg::parse(text, args.ctx);
+  // A config this zerotk cannot build is not usable, however valid it is for DeepSpeed.
+  if (r.ok() && !args.resolve_only) {
+    r.errors = cfg::check_buildable(*r.config);
+    if (!r.errors.empty()) r.config.reset();
+  }
   if (!args.quiet) {
     for (const auto& n : r.notices) std::cerr << "note: " << n.path << ": " << n.message << "\n";
   }

@@ -33,6 +33,7 @@
 #include "zerotk/config/diagnostics.hpp"
 #include "zerotk/config/json_dom.hpp"
 #include "zerotk/config/options.hpp"
+#include "zerotk/config/structure.hpp"
 
 namespace zerotk::config {
 
@@ -1140,6 +1141,10 @@ inline Config Reader::read(const Json& doc) {
                {"dataloader_drop_last", "", kTorchOnly},
                {"vocabulary_size", "", kTorchOnly}});
   cross_check(c);
+  // Settings DeepSpeed would act on that zerotk's engine does not (config/structure.hpp's table).
+  for (const IgnoredSetting& s : kIgnoredSettings) {
+    if (auto v = s.set(c)) unsupported(std::string(s.path), s.why, std::move(*v));
+  }
   report_unknown_keys();
   return c;
 }
