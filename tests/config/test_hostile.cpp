@@ -239,6 +239,9 @@ TEST_CASE("regression inputs: each problem with its path and offending value") {
        "nested deeper than 64 levels", "["},
       {"unknown_keys_many.json", "/stage3_max_live_parametersX00000", "unknown key", "0"},
       {"trailing_garbage.json", "", "(byte offset 24): syntax error while parsing value - unexpected '{'", "{"},
+      // Found by the fuzz target: the input ends inside a literal.
+      {"truncated_literal.json", "/fp16/enabled", "(byte offset 46): syntax error while parsing value - invalid literal",
+       "tr"},
   };
   for (const Case& k : cases) {
     CAPTURE(std::string(k.file));

@@ -235,14 +235,15 @@ class DomBuilder {
   /// value: the string it is in, the word or number it ends, or the one character. (nlohmann's own
   /// "last read" text also holds what came before the token.)
   std::string token_at(std::size_t offset, bool in_string) const {
-    if (offset >= text_.size()) {
-      if (!in_string || text_.empty()) return {};  // the end of the input
-      offset = text_.size() - 1;                    // an unterminated string: show how it starts
-    }
     const auto separates = [](char c) {
       return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == ',' || c == ':' || c == '[' || c == ']' ||
              c == '{' || c == '}' || c == '"' || c == '\0';
     };
+    if (offset >= text_.size()) {
+      // The input ended inside a token (an unterminated string, "tr", "1e"): show the token.
+      if (text_.empty() || (!in_string && separates(text_.back()))) return {};
+      offset = text_.size() - 1;
+    }
     std::size_t start = offset;
     if (in_string) {
       // Back to the opening quote (one not escaped by a backslash); at a closing quote, past it first.
