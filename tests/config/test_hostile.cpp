@@ -59,6 +59,7 @@ TEST_CASE("many unknown keys: the report is capped and counts the rest") {
   const std::size_t total = 1 + kZero + kRoot;
   CHECK(r.errors.back().message() ==
         "stopped after 100 errors; " + std::to_string(total - Diagnostics::kMaxErrors) + " more not shown");
+  CHECK(r.errors_not_shown == total - Diagnostics::kMaxErrors);
 }
 
 TEST_CASE("an object with many members is read by key, not by scanning") {

@@ -136,13 +136,15 @@ Args parse_args(int argc, char** argv) {
   if (a.file.empty()) throw UsageError{"no config FILE given"};
   if (!a.have_world) throw UsageError{"--world N is required (the batch triad depends on it)"};
   // The hints are checked by the rules of the config values they fill; name the flag that set each.
+  std::string bad_hints;
   for (const auto& e : cfg::validate_context(a.ctx)) {
     std::string_view flag = e.where();
     for (const auto& [field, name] : kFlags) {
       if (e.where() == "ResolveContext::" + std::string(field)) flag = name;
     }
-    throw UsageError{std::string(flag) + " " + e.message() + ", got " + e.value()};
+    bad_hints += (bad_hints.empty() ? "" : "; ") + std::string(flag) + " " + e.message() + ", got " + e.value();
   }
+  if (!bad_hints.empty()) throw UsageError{bad_hints};
   return a;
 }
 
@@ -178,15 +180,19 @@ int run(int argc, char** argv) {
   }
   if (!r.ok()) {
     for (const auto& e : r.errors) std::cerr << cfg::format_line(e) << "\n";
-    std::cerr << "zerotk-config: " << r.errors.size() << (r.errors.size() == 1 ? " problem" : " problems") << " in "
-              << zerotk::config::detail::printable(args.file) << "\n";
+    // The "stopped after" line is a summary, not a problem of its own.
+    const std::size_t found = r.errors.size() - (r.errors_not_shown > 0 ? 1 : 0) + r.errors_not_shown;
+    std::cerr << "zerotk-config: " << found << (found == 1 ? " problem" : " problems") << " in "
+              << zerotk::config::detail::printable(args.file);
+    if (r.errors_not_shown > 0) std::cerr << " (" << found - r.errors_not_shown << " shown)";
+    std::cerr << "\n";
     return 1;
   }
   const cfg::Config& c = *r.config;
   std::cout << cfg::to_json(c).dump(2) << "\n";
   if (!args.quiet) {
-    std::cerr << "zerotk-config: " << zerotk::config::detail::printable(args.file) << " is usable on " << c.world_size << " rank"
-              << (c.world_size == 1 ? "" : "s") << ": " << cfg::describe(c.structure())
+    std::cerr << "zerotk-config: " << zerotk::config::detail::printable(args.file) << " is usable on "
+              << c.world_size << " rank" << (c.world_size == 1 ? "" : "s") << ": " << cfg::describe(c.structure())
               << "; train_batch_size " << c.train_batch_size << " = micro batch " << c.train_micro_batch_size_per_gpu
               << " x accumulation " << c.gradient_accumulation_steps << " x world " << c.world_size << "\n";
   }

@@ -40,7 +40,10 @@ namespace zerotk::config {
 /// What parse()/read() produce. `config` is set exactly when `errors` is empty.
 struct ParseResult {
   std::optional<Config> config;
+  /// At most Diagnostics::kMaxErrors errors, then one "stopped after ..." record when more were found.
   std::vector<config_error> errors;
+  /// How many errors were found beyond those in `errors` (0 when all are there).
+  std::size_t errors_not_shown = 0;
   std::vector<Notice> notices;
   bool ok() const noexcept { return errors.empty(); }
 };
@@ -1180,6 +1183,7 @@ inline ParseResult from_json(const Json& doc, const ResolveContext& ctx) {
     Config c = reader.read(doc);
     ParseResult r;
     r.errors = diag.errors();
+    r.errors_not_shown = diag.dropped();
     r.notices = diag.notices();
     if (r.errors.empty()) r.config = std::move(c);
     return r;
@@ -1198,6 +1202,7 @@ inline ParseResult parse(std::string_view text, const ResolveContext& ctx) {
     if (!diag.ok()) {
       ParseResult r;
       r.errors = diag.errors();
+      r.errors_not_shown = diag.dropped();
       return r;
     }
     return from_json(doc, ctx);
