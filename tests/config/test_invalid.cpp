@@ -18,6 +18,7 @@ struct Invalid {
   const char* rule;  // substring of its rule (message)
   int world = 1;
   bool strict = false;
+  const char* value = nullptr;  // value() of the expected error, when given
 };
 
 std::string deep_array(int depth) { return std::string(depth, '[') + std::string(depth, ']'); }
@@ -31,9 +32,15 @@ std::string repeat(const std::string& s, int n) {
 const Invalid kCases[] = {
     {"fp16 and bf16 both enabled", R"({"train_batch_size": 8, "fp16": {"enabled": true}, "bf16": {"enabled": true}})",
      "/bf16/enabled", "cannot both be enabled"},
-    {"offload_param below stage 3",
-     R"({"train_batch_size": 8, "zero_optimization": {"stage": 2, "offload_param": {"device": "cpu"}}})",
-     "/zero_optimization/offload_param", "needs ZeRO stage 3"},
+    {"partial optimizer offload below stage 3 (DeepSpeed asserts)",
+     R"({"train_batch_size": 8, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "ratio": 0.3}}})",
+     "/zero_optimization/offload_optimizer/ratio", "partial optimizer offload (ratio < 1) needs ZeRO stage 3 (stage is 2)",
+     1, false, "0.3"},
+    {"partial offload ratio above 1",
+     R"({"train_batch_size": 8, "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "ratio": 1.5}}})",
+     "/zero_optimization/offload_optimizer/ratio", "must be a finite number in [0, 1]", 1, false, "1.5"},
+    {"fp16 key DeepSpeed does not have", R"({"train_batch_size": 8, "fp16": {"enabled": true, "fused_mode": true}})",
+     "/fp16/fused_mode", "unknown key", 1, false, "true"},
     {"batch triad mismatch",
      R"({"train_batch_size": 10, "train_micro_batch_size_per_gpu": 3, "gradient_accumulation_steps": 3})",
      "/train_batch_size", "10 != 3 * 3 * 1 (= 9)"},
@@ -53,9 +60,12 @@ const Invalid kCases[] = {
      R"({"train_batch_size": 8, "zero_optimization": {"stage": 3, "offload_param": {"device": "cpu", "buffer_sise": 5}}})",
      "/zero_optimization/offload_param/buffer_sise", "did you mean \"buffer_size\"?"},
     {"duplicate top-level key", R"({"train_batch_size": 8, "train_batch_size": 16})", "/train_batch_size",
-     "duplicate key"},
+     "duplicate key (JSON parsers silently keep only one of them); the first has the value 8", 1, false, "16"},
     {"duplicate nested key", R"({"train_batch_size": 8, "zero_optimization": {"stage": 1, "stage": 3}})",
-     "/zero_optimization/stage", "duplicate key"},
+     "/zero_optimization/stage", "duplicate key", 1, false, "3"},
+    {"duplicate key whose value is an object",
+     R"({"train_batch_size": 8, "fp16": {"enabled": true}, "fp16": {"enabled": false, "loss_scale": [1, 2]}})", "/fp16",
+     "the first has the value {\"enabled\":true}", 1, false, R"({"enabled":false,"loss_scale":[1,2]})"},
     {"stage out of range", R"({"train_batch_size": 8, "zero_optimization": {"stage": 4}})", "/zero_optimization/stage",
      "must be an integer in [0, 3]"},
     {"stage in quotes", R"({"train_batch_size": 8, "zero_optimization": {"stage": "2"}})", "/zero_optimization/stage",
@@ -152,22 +162,42 @@ const Invalid kCases[] = {
          "contiguous_memory_optimization": true}})",
      "/activation_checkpointing/number_checkpoints", "required by contiguous_memory_optimization"},
     {"bf16 and bfloat16 both given", R"({"train_batch_size": 8, "bf16": {"enabled": true}, "bfloat16": {"enabled": true}})",
-     "/bfloat16", "given twice"},
+     "/bfloat16", "given twice", 1, false, R"({"enabled":true})"},
     {"a key and its alias both given",
      R"({"train_batch_size": 8, "zero_optimization": {"stage3_prefetch_bucket_size": 10, "prefetch_bucket_size": 20}})",
-     "/zero_optimization/prefetch_bucket_size", "given twice"},
+     "/zero_optimization/prefetch_bucket_size", "given twice", 1, false, "20"},
     {"block that is not an object", R"({"train_batch_size": 8, "fp16": true})", "/fp16", "expected an object"},
     {"not supported yet, strict mode", R"({"train_batch_size": 8, "tensorboard": {"enabled": true}})", "/tensorboard",
      "strict mode", 1, true},
     {"root is not an object", R"([{"train_batch_size": 8}])", "", "must be a JSON object"},
-    {"trailing comma", "{\"train_batch_size\": 8,\n}", "line 2, column 1",
-     "invalid JSON: syntax error while parsing object key - unexpected '}'; expected string literal"},
-    {"number overflow", R"({"train_batch_size": 1e400})", "line 1, column 26",
-     "invalid JSON: number overflow parsing '1e400'"},
+    // Syntax errors: the path being read, line, column and byte offset, and the offending text.
+    {"trailing comma", "{\"train_batch_size\": 8,\n}", "",
+     "invalid JSON at line 2, column 1 (byte offset 24): syntax error while parsing object key - unexpected '}'; "
+     "expected string literal",
+     1, false, "}"},
+    {"number overflow", R"({"train_batch_size": 1e400})", "/train_batch_size",
+     "invalid JSON at line 1, column 26 (byte offset 25): number overflow parsing '1e400'", 1, false, "1e400"},
+    {"invalid literal", R"({"train_batch_size": 8, "zero_optimization": {"overlap_comm": tru}})",
+     "/zero_optimization/overlap_comm", "invalid JSON at line 1, column 66 (byte offset 65): syntax error while parsing "
+     "value - invalid literal", 1, false, "tru}"},
+    {"missing comma", R"({"train_batch_size": 8 "fp16": {}})", "", "unexpected string literal; expected '}'", 1, false,
+     "\"fp16\""},
+    {"bad array element", R"({"train_batch_size": 8, "optimizer": {"type": "Adam", "params": {"betas": [0.9, x]}}})",
+     "/optimizer/params/betas/1", "invalid literal", 1, false, "x"},
+    {"unterminated string", "{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"Ad", "/optimizer/type",
+     "missing closing quote", 1, false, "\"Ad"},
+    {"NUL byte after the document", std::string("{\"train_batch_size\": 8}\0garbage", 31), "",
+     "invalid JSON at line 1, column 24 (byte offset 23): NUL byte after the document (7 more bytes follow it)", 1,
+     false, "\\u0000garbage"},
+    {"NUL byte between members", std::string("{\"train_batch_size\": 8,\0 \"fp16\": {}}", 36), "",
+     "invalid JSON at line 1, column 24 (byte offset 23): NUL byte", 1, false, "\\u0000"},
+    {"NUL byte inside a string", std::string("{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"Ad\0am\"}}", 53),
+     "/optimizer/type", "(byte offset 49): NUL byte", 1, false, "\"Ad\\u0000"},
     // The root object and "x" are 2 levels; the 65th container is the 63rd array inside "x".
     {"absurd nesting", R"({"train_batch_size": 8, "x": )" + deep_array(100) + "}", "/x" + repeat("/0", 63),
-     "nested deeper than 64 levels"},
-    {"world size 0", R"({"train_batch_size": 8})", "(world size)", "must be >= 1", 0},
+     "nested deeper than 64 levels", 1, false, "["},
+    {"world size 0", R"({"train_batch_size": 8})", "ResolveContext::world_size", "must be an integer in [1, ", 0, false,
+     "0"},
 };
 
 }  // namespace
@@ -175,7 +205,8 @@ const Invalid kCases[] = {
 TEST_CASE("every invalid config fails at its JSON path with its rule") {
   CHECK(std::size(kCases) >= 30);
   for (const Invalid& k : kCases) {
-    CAPTURE(k.name);
+    const std::string name = k.name;
+    CAPTURE(name);
     ResolveContext ctx;
     ctx.world_size = k.world;
     ctx.strict = k.strict;
@@ -183,10 +214,14 @@ TEST_CASE("every invalid config fails at its JSON path with its rule") {
     CHECK_FALSE(r.config.has_value());
     bool found = false;
     for (const auto& e : r.errors) {
-      if (e.where() == k.path && e.message().find(k.rule) != std::string::npos) found = true;
+      if (e.where() == k.path && e.message().find(k.rule) != std::string::npos && (!k.value || e.value() == k.value)) {
+        found = true;
+      }
       CHECK(e.kind() == ErrorKind::config);
     }
-    CHECK_MESSAGE(found, "expected " << k.path << ": ..." << k.rule << "...\ngot:\n" << error_lines(r));
+    CHECK_MESSAGE(found, "expected " << k.path << ": ..." << k.rule << "... (got " << (k.value ? k.value : "...")
+                                     << ")\ngot:\n"
+                                     << error_lines(r));
   }
 }
 

@@ -314,7 +314,7 @@ TEST_CASE("a minimal config gets DeepSpeed's defaults") {
   CHECK(c.train_micro_batch_size_per_gpu == 8);
   CHECK(c.gradient_accumulation_steps == 1);
   CHECK(c.gradient_clipping == 1.0);
-  CHECK(c.steps_per_print == 10);
+  CHECK(c.steps_per_print == 10);  // zerotk's default; DeepSpeed 0.19 has none (no progress line)
   CHECK_FALSE(c.wall_clock_breakdown);
   CHECK_FALSE(c.prescale_gradients);
   CHECK(c.gradient_predivide_factor == 1.0);
@@ -425,7 +425,7 @@ TEST_CASE("load() throws one config_error listing every problem; validate() retu
   CHECK(errors[0].where() == "/optimizer/params/max_grad_norm");
   CHECK(errors[1].where() == "/train_batch_size");                 // 10 != 3 * 3 * 1
   CHECK(errors[2].where() == "/bf16/enabled");                     // with fp16
-  CHECK(errors[3].where() == "/zero_optimization/offload_param");  // not stage 3
+  CHECK(errors[3].where() == "/zero_optimization/offload_optimizer/device");  // nvme below stage 3
   CHECK(errors[4].where() == "/zero_optimization/stage3_max_live_params");
   try {
     (void)load(text, ctx, "invalid_many.json");
@@ -457,4 +457,31 @@ TEST_CASE("to_json writes a config that reads back to the same options") {
     CHECK(to_json(*back.config) == written);
     CHECK(back.config->structure() == a.structure());
   }
+}
+
+TEST_CASE("offload settings follow DeepSpeed 0.19: offload_param below stage 3 is ignored, partial offload needs stage 3") {
+  ResolveContext ctx;
+  // DeepSpeed builds stages 0-2 without reading offload_param; zerotk says so and drops it.
+  ParseResult r = parse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 2,
+                          "offload_param": {"device": "cpu", "pin_memory": true}}})",
+                        ctx);
+  REQUIRE_MESSAGE(r.ok(), error_lines(r));
+  CHECK(r.config->zero_optimization.offload_param.device == OffloadDevice::none);
+  CHECK(r.config->structure().offload_param == OffloadDevice::none);
+  CHECK(has_notice(r, "/zero_optimization/offload_param", "has effect only at ZeRO stage 3 (stage is 2"));
+  CHECK(to_json(*r.config)["zero_optimization"].count("offload_param") == 0);
+  ctx.strict = true;
+  r = parse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 1, "offload_param": {"device": "nvme"}}})", ctx);
+  REQUIRE(r.errors.size() == 1);
+  CHECK(r.errors[0].where() == "/zero_optimization/offload_param");
+  CHECK(r.errors[0].value() == R"({"device": "nvme"})");
+  ctx.strict = false;
+  // ratio < 1 asks for partial offload, which DeepSpeed asserts to be stage 3; at stage 3 it is a note.
+  r = parse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3,
+              "offload_optimizer": {"device": "cpu", "ratio": 0.3}}})",
+            ctx);
+  REQUIRE_MESSAGE(r.ok(), error_lines(r));
+  CHECK(has_notice(r, "/zero_optimization/offload_optimizer/ratio", "not supported by zerotk yet"));
+  r = parse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 1, "offload_optimizer": {"ratio": 1}}})", ctx);
+  CHECK_MESSAGE(r.ok(), error_lines(r));
 }

@@ -173,3 +173,83 @@ TEST_CASE("with_engine resolves fp16/bf16 \"auto\" from the engine's precision")
   CHECK(r.config->precision() == DType::bf16);
   CHECK(check_structure<Z3Bf16Cpu>(*r.config).empty());
 }
+
+// ---- what this version of zerotk can build and act on -------------------------------------------------
+
+TEST_CASE("check_buildable names what no engine of this version can run") {
+  struct Case {
+    const char* json;
+    const char* path;
+    const char* missing;
+    const char* value;
+  };
+  const Case cases[] = {
+      {R"({"zero_optimization": {"stage": 3}})", "/zero_optimization/stage", "ZeRO stage 3 (Partitioner<Stage<3>>)", "3"},
+      {R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}})",
+       "/zero_optimization/offload_optimizer/device", "optimizer offload", "\"cpu\""},
+      {R"({"optimizer": {"type": "OneBitAdam"}})", "/optimizer/type", "1-bit optimizers", "\"OneBitAdam\""},
+      {R"({"optimizer": {"type": "OneBitLamb"}})", "/optimizer/type", "1-bit optimizers", "\"OneBitLamb\""},
+      {R"({"activation_checkpointing": {"partition_activations": true}})",
+       "/activation_checkpointing/partition_activations", "activation checkpointing", "true"},
+      {R"({"activation_checkpointing": {"number_checkpoints": 4}})", "/activation_checkpointing/number_checkpoints",
+       "activation checkpointing", "4"},
+      {R"({"prescale_gradients": true})", "/prescale_gradients", "scaling gradients before the reduction", "true"},
+      {R"({"gradient_predivide_factor": 2.0})", "/gradient_predivide_factor", "dividing gradients", "2"},
+      {R"({"communication_data_type": "fp32", "bf16": {"enabled": true}})", "/communication_data_type",
+       "reducing gradients in another precision", "\"fp32\""},
+  };
+  for (const Case& k : cases) {
+    CAPTURE(std::string(k.json));
+    std::string json = k.json;
+    json.insert(1, R"("train_batch_size": 8, )");
+    const auto errors = check_buildable(config_of(json));
+    REQUIRE(errors.size() == 1);
+    CHECK(errors[0].where() == k.path);
+    CHECK(errors[0].message().find(std::string("zerotk cannot build this yet: ") + k.missing) == 0);
+    CHECK(errors[0].value() == k.value);
+  }
+  // Stage 3 with offload of both kinds: every missing piece at once.
+  CHECK(check_buildable(config_of(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3,
+      "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu"}}})")).size() == 3);
+  // What the engine runs today: stages 0-2, Adam/AdamW/Lamb, fp16/bf16/fp32, no offload.
+  for (const char* ok : {kZero2Fp16, R"({"train_batch_size": 8, "zero_optimization": {"stage": 1},
+                                        "optimizer": {"type": "Lamb"}, "bf16": {"enabled": true},
+                                        "communication_data_type": "bf16"})",
+                         R"({"train_batch_size": 8, "activation_checkpointing": {"partition_activations": false}})"}) {
+    CAPTURE(std::string(ok));
+    CHECK(check_buildable(config_of(ok)).empty());
+  }
+}
+
+TEST_CASE("settings the engine does not act on are notes, and errors under strict") {
+  ResolveContext ctx;
+  const char* json = R"({"train_batch_size": 8, "zero_optimization": {"stage": 2, "reduce_scatter": false,
+      "allgather_bucket_size": 2e8, "contiguous_gradients": false, "round_robin_gradients": true,
+      "allgather_partitions": false, "load_from_fp32_weights": false},
+      "scheduler": {"type": "WarmupLR", "params": {"last_batch_iteration": 99}}})";
+  const char* paths[] = {"/zero_optimization/contiguous_gradients", "/zero_optimization/reduce_scatter",
+                         "/zero_optimization/allgather_partitions", "/zero_optimization/allgather_bucket_size",
+                         "/zero_optimization/round_robin_gradients", "/zero_optimization/load_from_fp32_weights",
+                         "/scheduler/params/last_batch_iteration"};
+  ParseResult r = parse(json, ctx);
+  REQUIRE_MESSAGE(r.ok(), error_lines(r));
+  REQUIRE(r.notices.size() == std::size(paths));
+  for (std::size_t i = 0; i < std::size(paths); ++i) {
+    CHECK(r.notices[i].path == paths[i]);
+    CHECK(r.notices[i].kind == Notice::Kind::unsupported);
+    CHECK(r.notices[i].message.find("has no effect in zerotk: ") == 0);
+  }
+  ctx.strict = true;
+  r = parse(json, ctx);
+  REQUIRE(r.errors.size() == std::size(paths));
+  CHECK(format_line(r.errors[3]) ==
+        "/zero_optimization/allgather_bucket_size: has no effect in zerotk: updated parameters are all-gathered in "
+        "the buckets of reduce_bucket_size; ignored (strict mode) (got 200000000)");
+  // DeepSpeed's defaults, and stage 0 where DeepSpeed ignores the ZeRO switches too, say nothing.
+  r = parse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 2, "reduce_scatter": true,
+      "allgather_bucket_size": 5e8, "contiguous_gradients": true, "round_robin_gradients": false}})",
+            ctx);
+  CHECK_MESSAGE(r.ok(), error_lines(r));
+  r = parse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 0, "reduce_scatter": false}})", ctx);
+  CHECK_MESSAGE(r.ok(), error_lines(r));
+}

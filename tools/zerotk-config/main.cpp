@@ -7,15 +7,16 @@
 // Exit 1: the config has problems; each is printed to stderr as "<path>: <rule> (got <value>)".
 // Exit 2: the command line itself is wrong.
 
-#include <cstdint>
-#include <cstdlib>
 #include <charconv>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <iostream>
-#include <iterator>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "zerotk/config.hpp"
@@ -41,19 +42,30 @@ what the engine knows (fills "auto" values; an "auto" nothing can decide is an e
   --total-steps N      scheduler total_num_steps = "auto"
   --warmup-steps N     scheduler warmup_num_steps = "auto" (default 1000)
   --max-grad-norm X    gradient_clipping = "auto" (default 1.0)
-output:
+checks:
   --strict             keys zerotk accepts without acting on them are errors, not notes
+  --resolve-only       check the config as DeepSpeed would read it, without asking that this
+                       zerotk can build it (stage 3, offload, 1-bit optimizers, ...)
+output:
   --quiet              no notes or summary on stderr
   --help               this text
 
-exit status: 0 usable (resolved JSON on stdout), 1 config problems (one per line on stderr,
-"<path>: <rule> (got <value>)"), 2 bad command line.
+exit status: 0 usable (resolved JSON on stdout), 1 config problems or an unreadable FILE (one
+per line on stderr, "<path>: <rule> (got <value>)"), 2 bad command line (a flag or its value).
 )usage";
+
+// ResolveContext field -> the flag that sets it.
+constexpr std::pair<std::string_view, std::string_view> kFlags[] = {
+    {"world_size", "--world"},        {"hidden_size", "--hidden"},        {"precision", "--precision"},
+    {"micro_batch_size", "--micro-batch"}, {"gradient_accumulation_steps", "--grad-accum"}, {"lr", "--lr"},
+    {"total_num_steps", "--total-steps"}, {"warmup_num_steps", "--warmup-steps"},
+    {"max_grad_norm", "--max-grad-norm"}};
 
 struct Args {
   std::string file;
   cfg::ResolveContext ctx;
   bool have_world = false;
+  bool resolve_only = false;
   bool quiet = false;
   bool help = false;
 };
@@ -108,6 +120,8 @@ Args parse_args(int argc, char** argv) {
       a.ctx.max_grad_norm = number<double>(arg, value());
     } else if (arg == "--strict") {
       a.ctx.strict = true;
+    } else if (arg == "--resolve-only") {
+      a.resolve_only = true;
     } else if (arg == "--quiet" || arg == "-q") {
       a.quiet = true;
     } else if (arg.size() > 1 && arg[0] == '-') {
@@ -121,6 +135,16 @@ Args parse_args(int argc, char** argv) {
   if (a.help) return a;
   if (a.file.empty()) throw UsageError{"no config FILE given"};
   if (!a.have_world) throw UsageError{"--world N is required (the batch triad depends on it)"};
+  // The hints are checked by the rules of the config values they fill; name the flag that set each.
+  std::string bad_hints;
+  for (const auto& e : cfg::validate_context(a.ctx)) {
+    std::string_view flag = e.where();
+    for (const auto& [field, name] : kFlags) {
+      if (e.where() == "ResolveContext::" + std::string(field)) flag = name;
+    }
+    bad_hints += (bad_hints.empty() ? "" : "; ") + std::string(flag) + " " + e.message() + ", got " + e.value();
+  }
+  if (!bad_hints.empty()) throw UsageError{bad_hints};
   return a;
 }
 
@@ -138,32 +162,37 @@ int run(int argc, char** argv) {
   }
 
   std::string text;
-  if (args.file == "-") {
-    text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
-  } else {
-    try {
-      text = cfg::read_text_file(args.file);
-    } catch (const zerotk::io_error& e) {
-      std::cerr << args.file << ": " << e.message() << "\n";
-      return 1;
-    }
+  try {
+    text = args.file == "-" ? cfg::read_text(stdin, "-") : cfg::read_text_file(args.file);
+  } catch (const zerotk::io_error& e) {
+    std::cerr << zerotk::config::detail::printable(args.file) << ": " << e.message() << "\n";
+    return 1;
   }
 
-  const cfg::ParseResult r = cfg::parse(text, args.ctx);
+  cfg::ParseResult r = cfg::parse(text, args.ctx);
+  // A config this zerotk cannot build is not usable, however valid it is for DeepSpeed.
+  if (r.ok() && !args.resolve_only) {
+    r.errors = cfg::check_buildable(*r.config);
+    if (!r.errors.empty()) r.config.reset();
+  }
   if (!args.quiet) {
     for (const auto& n : r.notices) std::cerr << "note: " << n.path << ": " << n.message << "\n";
   }
   if (!r.ok()) {
     for (const auto& e : r.errors) std::cerr << cfg::format_line(e) << "\n";
-    std::cerr << "zerotk-config: " << r.errors.size() << (r.errors.size() == 1 ? " problem" : " problems") << " in "
-              << args.file << "\n";
+    // The "stopped after" line is a summary, not a problem of its own.
+    const std::size_t found = r.errors.size() - (r.errors_not_shown > 0 ? 1 : 0) + r.errors_not_shown;
+    std::cerr << "zerotk-config: " << found << (found == 1 ? " problem" : " problems") << " in "
+              << zerotk::config::detail::printable(args.file);
+    if (r.errors_not_shown > 0) std::cerr << " (" << found - r.errors_not_shown << " shown)";
+    std::cerr << "\n";
     return 1;
   }
   const cfg::Config& c = *r.config;
   std::cout << cfg::to_json(c).dump(2) << "\n";
   if (!args.quiet) {
-    std::cerr << "zerotk-config: " << args.file << " is usable on " << c.world_size << " rank"
-              << (c.world_size == 1 ? "" : "s") << ": " << cfg::describe(c.structure())
+    std::cerr << "zerotk-config: " << zerotk::config::detail::printable(args.file) << " is usable on "
+              << c.world_size << " rank" << (c.world_size == 1 ? "" : "s") << ": " << cfg::describe(c.structure())
               << "; train_batch_size " << c.train_batch_size << " = micro batch " << c.train_micro_batch_size_per_gpu
               << " x accumulation " << c.gradient_accumulation_steps << " x world " << c.world_size << "\n";
   }

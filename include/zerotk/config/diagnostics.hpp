@@ -9,6 +9,7 @@
 #include <cctype>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -29,6 +30,87 @@ std::string cat(const Ts&... parts) {
   std::string s;
   (s.append(std::string_view(parts)), ...);
   return s;
+}
+
+/// Length of the UTF-8 sequence starting at text[i] and its code point, or 0 when the bytes
+/// there are not well-formed UTF-8 (stray continuation, overlong form, surrogate, > U+10FFFF).
+inline std::size_t utf8_sequence(std::string_view text, std::size_t i, char32_t& cp) noexcept {
+  const auto b = [&](std::size_t k) { return static_cast<unsigned char>(text[i + k]); };
+  const unsigned char c = b(0);
+  std::size_t n = 0;
+  if (c < 0x80) {
+    cp = c;
+    return 1;
+  }
+  if (c >= 0xC2 && c <= 0xDF) {
+    n = 2;
+    cp = c & 0x1Fu;
+  } else if (c >= 0xE0 && c <= 0xEF) {
+    n = 3;
+    cp = c & 0x0Fu;
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    n = 4;
+    cp = c & 0x07u;
+  } else {
+    return 0;
+  }
+  if (i + n > text.size()) return 0;
+  for (std::size_t k = 1; k < n; ++k) {
+    if ((b(k) & 0xC0u) != 0x80u) return 0;
+    cp = (cp << 6) | (b(k) & 0x3Fu);
+  }
+  const bool overlong = (n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000);
+  if (overlong || (cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF) return 0;
+  return n;
+}
+
+/// Code points that would break a one-line message or take over a terminal: C0 and C1 controls,
+/// DEL, line/paragraph separators, bidirectional overrides and marks, and the BOM.
+constexpr bool unsafe_to_print(char32_t cp) noexcept {
+  return cp < 0x20 || (cp >= 0x7F && cp <= 0x9F) || cp == 0x061C || cp == 0x200E || cp == 0x200F ||
+         (cp >= 0x2028 && cp <= 0x202E) || (cp >= 0x2066 && cp <= 0x2069) || cp == 0xFEFF;
+}
+
+/// `text` made safe to print on one line: unsafe code points become JSON-style escapes (\n, \t,
+/// \u001b, \u202e), bytes that are not UTF-8 become \xNN, and with `escape_backslash` a
+/// backslash becomes \\ (so an escape in the output always means an escape). The result is at
+/// most `max_chars` bytes (>= 4): longer text is cut at a character boundary and ends in "...".
+/// Reads at most about `max_chars` characters of `text`, so cutting a huge string costs nothing.
+inline std::string printable(std::string_view text, std::size_t max_chars = 4096, bool escape_backslash = false) {
+  max_chars = std::max<std::size_t>(max_chars, 4);
+  std::string out;
+  std::size_t keep = 0;  // the longest prefix, cut at a piece boundary, that leaves room for "..."
+  for (std::size_t i = 0; i < text.size();) {
+    char32_t cp = 0;
+    const std::size_t n = utf8_sequence(text, i, cp);
+    char piece[16];
+    std::size_t len = 0;
+    if (n == 0) {
+      len = static_cast<std::size_t>(std::snprintf(piece, sizeof piece, "\\x%02X", static_cast<unsigned char>(text[i])));
+      i += 1;
+    } else if (unsafe_to_print(cp)) {
+      const char* named = cp == '\n' ? "\\n" : cp == '\t' ? "\\t" : cp == '\r' ? "\\r" : nullptr;
+      len = named ? static_cast<std::size_t>(std::snprintf(piece, sizeof piece, "%s", named))
+                  : static_cast<std::size_t>(std::snprintf(piece, sizeof piece, "\\u%04x", static_cast<unsigned>(cp)));
+      i += n;
+    } else if (escape_backslash && cp == '\\') {
+      piece[0] = piece[1] = '\\';
+      len = 2;
+      i += 1;
+    } else {
+      std::copy_n(text.data() + i, n, piece);
+      len = n;
+      i += n;
+    }
+    out.append(piece, len);
+    if (out.size() + 3 <= max_chars) keep = out.size();
+    if (out.size() > max_chars || (out.size() == max_chars && i < text.size())) {
+      out.resize(keep);
+      out += "...";
+      return out;
+    }
+  }
+  return out;
 }
 
 }  // namespace detail
@@ -80,20 +162,27 @@ inline config_error summarize(std::span<const config_error> errors, std::string_
 }
 
 /// Collects errors and notices in document order. Caps the error count so a hostile or mangled
-/// file cannot make the report itself unbounded.
+/// file cannot make the report itself unbounded: past kMaxErrors an error is only counted. Every
+/// text stored is printable on one line (detail::printable), whoever built it.
 class Diagnostics {
  public:
   static constexpr std::size_t kMaxErrors = 100;
+  /// Longest `value` kept (values are normally cut to 60 characters where they are shown).
+  static constexpr std::size_t kMaxValueChars = 80;
 
   void error(std::string path, std::string rule, std::string value = {}) {
     if (errors_.size() < kMaxErrors) {
-      errors_.emplace_back(std::move(rule), std::move(path), std::move(value));
+      errors_.emplace_back(detail::printable(rule), detail::printable(path), detail::printable(value, kMaxValueChars));
     } else {
       ++dropped_;
     }
   }
+  /// Counts `n` errors that were found but not built, because no more can be shown.
+  void count_dropped(std::size_t n) noexcept { dropped_ += n; }
+  /// How many more errors will be kept.
+  std::size_t room() const noexcept { return kMaxErrors - errors_.size(); }
   void notice(Notice::Kind kind, std::string path, std::string message) {
-    notices_.push_back(Notice{kind, std::move(path), std::move(message)});
+    notices_.push_back(Notice{kind, detail::printable(path), detail::printable(message)});
   }
 
   bool ok() const noexcept { return errors_.empty(); }
@@ -106,6 +195,7 @@ class Diagnostics {
     }
     return out;
   }
+  std::size_t dropped() const noexcept { return dropped_; }
   const std::vector<Notice>& notices() const noexcept { return notices_; }
 
  private:
@@ -164,7 +254,8 @@ inline std::size_t edit_distance(std::string_view a, std::string_view b) {
 /// contained in it (e.g. "max_live_parameters" -> "stage3_max_live_parameters").
 inline std::optional<std::string> closest_match(std::string_view word, std::span<const std::string_view> candidates) {
   std::optional<std::string> best;
-  std::size_t best_d = std::max<std::size_t>(2, word.size() / 3) + 1;
+  // edit_distance() compares at most 64 characters, so the tolerance is taken from those too.
+  std::size_t best_d = std::max<std::size_t>(2, std::min<std::size_t>(word.size(), 64) / 3) + 1;
   for (auto c : candidates) {
     const std::size_t d = detail::edit_distance(word, c);
     if (d < best_d) {

@@ -11,16 +11,19 @@
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
-#include <fstream>
+#include <memory>
+#include <new>
+#include <system_error>
 #include <initializer_list>
 #include <limits>
 #include <optional>
 #include <span>
-#include <sstream>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -32,13 +35,17 @@
 #include "zerotk/config/diagnostics.hpp"
 #include "zerotk/config/json_dom.hpp"
 #include "zerotk/config/options.hpp"
+#include "zerotk/config/structure.hpp"
 
 namespace zerotk::config {
 
 /// What parse()/read() produce. `config` is set exactly when `errors` is empty.
 struct ParseResult {
   std::optional<Config> config;
+  /// At most Diagnostics::kMaxErrors errors, then one "stopped after ..." record when more were found.
   std::vector<config_error> errors;
+  /// How many errors were found beyond those in `errors` (0 when all are there).
+  std::size_t errors_not_shown = 0;
   std::vector<Notice> notices;
   bool ok() const noexcept { return errors.empty(); }
 };
@@ -105,6 +112,8 @@ class Block {
   const Json* obj_;
   std::string path_;
   std::vector<std::string_view> known_;
+  KeyIndex index_;       // built on the first find() in a large object
+  bool indexed_ = false;
 };
 
 /// Walks a document once. Holds the diagnostics and the known keys of every block, so unknown
@@ -121,6 +130,14 @@ class Reader {
   }
   void note(Notice::Kind kind, std::string path, std::string message) {
     diag.notice(kind, std::move(path), std::move(message));
+  }
+  /// A key accepted without effect: a note saying why, or an error under ResolveContext::strict.
+  void unsupported(std::string path, std::string_view why, std::string value) {
+    if (ctx.strict) {
+      error(std::move(path), cat(why, " (strict mode)"), std::move(value));
+    } else {
+      note(Notice::Kind::unsupported, std::move(path), std::string(why));
+    }
   }
 
   /// Records how "auto" at `path` was resolved, or the error saying how to set it.
@@ -142,10 +159,21 @@ class Reader {
 
  private:
   friend class Block;
+  // An unknown key kept for the report. Only as many are kept as can be shown; the rest are counted.
   struct Unknown {
     std::string block_path, key, value;
-    std::vector<std::string_view> local;
+    std::size_t known_begin, known_end;  // its block's known keys in all_known_
   };
+  static constexpr std::size_t kMaxKeptKeyChars = 256;  // enough for any suggestion
+  void unknown_key(const std::string& block_path, std::string_view key, const Json& value, std::size_t known_begin,
+                   std::size_t known_end) {
+    if (unknown_.size() < Diagnostics::kMaxErrors) {
+      unknown_.push_back(Unknown{block_path, std::string(key.substr(0, kMaxKeptKeyChars)), show(value), known_begin,
+                                 known_end});
+    } else {
+      ++unknown_not_kept_;
+    }
+  }
   static std::string text(double v) { return num_text(v); }
   static std::string text(std::int64_t v) { return std::to_string(v); }
   static std::string text(bool v) { return v ? "true" : "false"; }
@@ -162,6 +190,7 @@ class Reader {
   void cross_check(Config& c);
 
   std::vector<Unknown> unknown_;
+  std::size_t unknown_not_kept_ = 0;
   std::vector<std::pair<std::string, std::string_view>> all_known_;  // (block path, key)
 };
 
@@ -171,11 +200,22 @@ inline Block::Block(Reader& r, const Json* obj, std::string path) : r_(r), obj_(
 
 inline const Json* Block::find(std::string_view key) {
   known_.push_back(key);
-  if (obj_ == nullptr) return nullptr;
-  for (const auto& [k, v] : obj_->items()) {
-    if (k == key) return &v;
+  if (obj_ == nullptr || !obj_->is_object()) return nullptr;
+  const Members& m = members_of(*obj_);
+  // A block is read with a few dozen find()s: scanning is cheapest for real configs, an index keeps
+  // a hostile object with millions of members linear.
+  if (m.size() <= 16) {
+    for (const auto& [k, v] : m) {
+      if (k == key) return &v;
+    }
+    return nullptr;
   }
-  return nullptr;
+  if (!indexed_) {
+    index_.build(m);
+    indexed_ = true;
+  }
+  const std::size_t at = index_.find(m, key);
+  return at == KeyIndex::npos ? nullptr : &m[at].second;
 }
 
 inline const Json* Block::find(std::string_view key, std::string_view alias, std::string* used) {
@@ -186,7 +226,7 @@ inline const Json* Block::find(std::string_view key, std::string_view alias, std
   }
   const Json* b = find(alias);
   if (a && b) {
-    r_.error(path_of(alias), cat("given twice, as \"", key, "\" and as its alias \"", alias, "\"; keep one"));
+    r_.error(path_of(alias), cat("given twice, as \"", key, "\" and as its alias \"", alias, "\"; keep one"), show(*b));
   }
   if (used) *used = std::string(a || !b ? key : alias);
   return a ? a : b;
@@ -356,27 +396,69 @@ inline void Block::finish(std::initializer_list<Unsupported> list) {
   for (const auto& u : list) {
     const Json* v = find(u.key);
     if (v == nullptr || inert_value(*v, u.inert)) continue;
-    if (r_.ctx.strict) {
-      r_.error(path_of(u.key), std::string(u.why) + " (strict mode)", show(*v));
-    } else {
-      r_.note(Notice::Kind::unsupported, path_of(u.key), std::string(u.why));
-    }
+    r_.unsupported(path_of(u.key), u.why, show(*v));
   }
+  const std::size_t first_known = r_.all_known_.size();
   for (auto k : known_) r_.all_known_.emplace_back(path_, k);
   if (obj_ == nullptr || !obj_->is_object()) return;
-  for (const auto& [k, v] : obj_->items()) {
-    bool known = false;
-    for (auto n : known_) known = known || n == k;
-    if (!known) r_.unknown_.push_back(Reader::Unknown{path_, k, show(v), known_});
+  std::vector<std::string_view> known = known_;
+  std::sort(known.begin(), known.end());
+  for (const auto& [k, v] : members_of(*obj_)) {
+    if (!std::binary_search(known.begin(), known.end(), std::string_view(k))) {
+      r_.unknown_key(path_, k, v, first_known, r_.all_known_.size());
+    }
   }
+}
+
+// ---- the engine's hints ---------------------------------------------------------------------------
+
+/// Checks each ResolveContext field by the rule of the config value it stands for (an "auto" it
+/// fills must be a value the file could have held). `where` is "ResolveContext::<field>".
+inline void check_context(const ResolveContext& ctx, Diagnostics& diag) {
+  constexpr auto kMax = std::numeric_limits<std::int64_t>::max();
+  const auto where = [](std::string_view field) { return cat("ResolveContext::", field); };
+  const auto integer = [&](std::string_view field, std::optional<std::int64_t> v, std::int64_t lo, std::int64_t hi) {
+    if (!v || (*v >= lo && *v <= hi)) return;
+    diag.error(where(field),
+               hi == kMax ? cat("must be an integer >= ", std::to_string(lo))
+                          : cat("must be an integer in [", std::to_string(lo), ", ", std::to_string(hi), "]"),
+               std::to_string(*v));
+  };
+  const auto number = [&](std::string_view field, std::optional<double> v) {
+    if (v && !(std::isfinite(*v) && *v >= 0)) diag.error(where(field), "must be a finite number >= 0", num_text(*v));
+  };
+  integer("world_size", ctx.world_size, 1, std::numeric_limits<int>::max());
+  integer("hidden_size", ctx.hidden_size, 1, std::int64_t{1} << 31);  // H^2 must fit bucket sizes
+  integer("micro_batch_size", ctx.micro_batch_size, 1, std::int64_t{1} << 40);
+  integer("gradient_accumulation_steps", ctx.gradient_accumulation_steps, 1, std::int64_t{1} << 40);
+  integer("total_num_steps", ctx.total_num_steps, 1, kMax);
+  integer("warmup_num_steps", ctx.warmup_num_steps, 0, kMax);
+  if (ctx.precision && *ctx.precision != DType::fp32 && *ctx.precision != DType::fp16 &&
+      *ctx.precision != DType::bf16) {
+    diag.error(where("precision"), "must be fp32, fp16 or bf16 (the engine's compute precision)",
+               std::string(to_string(*ctx.precision)));
+  }
+  number("lr", ctx.lr);
+  if (ctx.betas && !((*ctx.betas)[0] >= 0 && (*ctx.betas)[0] < 1 && (*ctx.betas)[1] >= 0 && (*ctx.betas)[1] < 1)) {
+    diag.error(where("betas"), "each beta must be in [0, 1)",
+               cat("[", num_text((*ctx.betas)[0]), ", ", num_text((*ctx.betas)[1]), "]"));
+  }
+  number("eps", ctx.eps);
+  number("weight_decay", ctx.weight_decay);
+  number("max_grad_norm", ctx.max_grad_norm);
 }
 
 // ---- Reader: blocks -------------------------------------------------------------------------------
 
 inline void Reader::report_unknown_keys() {
+  // At most Diagnostics::kMaxErrors keys get here, each compared with a few hundred known keys:
+  // the suggestions cost the same for a 100 MB file as for a 1 KB one.
+  std::vector<std::string_view> local;
   for (auto& u : unknown_) {
     std::string rule = "unknown key";
-    if (auto m = closest_match(u.key, u.local)) {
+    local.clear();
+    for (std::size_t i = u.known_begin; i < u.known_end; ++i) local.push_back(all_known_[i].second);
+    if (auto m = closest_match(u.key, local)) {
       rule += "; did you mean \"" + *m + "\"?";
     } else {
       // The right key in the wrong block: suggest where it lives.
@@ -389,7 +471,9 @@ inline void Reader::report_unknown_keys() {
     }
     error(join_path(u.block_path, u.key), std::move(rule), u.value);
   }
+  diag.count_dropped(unknown_not_kept_);
   unknown_.clear();
+  unknown_not_kept_ = 0;
 }
 
 inline void Reader::read_precision(Block& root, Config& c) {
@@ -409,9 +493,7 @@ inline void Reader::read_precision(Block& root, Config& c) {
     b.get_int("hysteresis", c.fp16.hysteresis, 1, std::numeric_limits<int>::max());
     b.get_bool("consecutive_hysteresis", c.fp16.consecutive_hysteresis);
     b.get_number("min_loss_scale", c.fp16.min_loss_scale, 0, /*lo_open=*/true);
-    b.finish({{"auto_cast", "false"},
-              {"fp16_master_weights_and_grads", "false"},
-              {"fused_mode", "true", kTorchOnly}});
+    b.finish({{"auto_cast", "false"}, {"fp16_master_weights_and_grads", "false"}});
   }
   // bf16, or its old name bfloat16
   {
@@ -419,7 +501,8 @@ inline void Reader::read_precision(Block& root, Config& c) {
     const Json* old = root.get_object("bfloat16");
     std::string path = root.path_of("bf16");
     if (bf && old) {
-      error(root.path_of("bfloat16"), "given twice, as \"bf16\" and as its old name \"bfloat16\"; keep \"bf16\"");
+      error(root.path_of("bfloat16"), "given twice, as \"bf16\" and as its old name \"bfloat16\"; keep \"bf16\"",
+            show(*old));
     } else if (old) {
       bf = old;
       path = root.path_of("bfloat16");
@@ -494,7 +577,8 @@ inline void Reader::read_zero(Block& root, Config& c) {
     const Json* gfp16 = b.find("stage3_gather_fp16_weights_on_model_save");
     if (g16 && gfp16) {
       error(b.path_of("stage3_gather_fp16_weights_on_model_save"),
-            "given together with its replacement \"stage3_gather_16bit_weights_on_model_save\"; keep that one");
+            "given together with its replacement \"stage3_gather_16bit_weights_on_model_save\"; keep that one",
+            show(*gfp16));
     } else if (gfp16) {
       used = "stage3_gather_fp16_weights_on_model_save";
       note(Notice::Kind::deprecated, b.path_of(used), "old name of \"stage3_gather_16bit_weights_on_model_save\"");
@@ -545,7 +629,7 @@ inline void Reader::read_zero(Block& root, Config& c) {
     if (b.get_bool("cpu_offload", cpu_offload) == Got::value) {
       note(Notice::Kind::deprecated, b.path_of("cpu_offload"), "deprecated; use \"offload_optimizer\": {\"device\": \"cpu\"}");
       if (cpu_offload && oo) {
-        error(b.path_of("cpu_offload"), "given together with \"offload_optimizer\"; keep offload_optimizer");
+        error(b.path_of("cpu_offload"), "given together with \"offload_optimizer\"; keep offload_optimizer", "true");
       } else if (cpu_offload) {
         z.offload_optimizer.device = OffloadDevice::cpu;
       }
@@ -554,7 +638,7 @@ inline void Reader::read_zero(Block& root, Config& c) {
     if (b.get_bool("cpu_offload_param", cpu_offload_param) == Got::value) {
       note(Notice::Kind::deprecated, b.path_of("cpu_offload_param"), "deprecated; use \"offload_param\": {\"device\": \"cpu\"}");
       if (cpu_offload_param && op) {
-        error(b.path_of("cpu_offload_param"), "given together with \"offload_param\"; keep offload_param");
+        error(b.path_of("cpu_offload_param"), "given together with \"offload_param\"; keep offload_param", "true");
       } else if (cpu_offload_param) {
         z.offload_param.device = OffloadDevice::cpu;
       }
@@ -570,10 +654,19 @@ inline void Reader::read_zero(Block& root, Config& c) {
     o.get_bool("pin_memory", x.pin_memory);
     o.get_bool("pipeline_read", x.pipeline_read);
     o.get_bool("pipeline_write", x.pipeline_write);
+    // Partial offload: DeepSpeed asserts stage 3 for any ratio < 1 (zero/config.py), device or not.
+    double ratio = 1.0;
+    if (o.get_number("ratio", ratio, 0, false, 1) == Got::value && ratio < 1.0) {
+      if (z.stage != 3) {
+        error(o.path_of("ratio"),
+              cat("partial optimizer offload (ratio < 1) needs ZeRO stage 3 (stage is ", std::to_string(z.stage), ")"),
+              num_text(ratio));
+      } else {
+        unsupported(o.path_of("ratio"), "not supported by zerotk yet; ignored", num_text(ratio));
+      }
+    }
     o.finish({{"fast_init", "false"},
-              {"ratio", "1.0"},
               {"super_offload", "false"},
-              {"convert_grad_on_cpu", "true"},
               {"cpuadam_cores_perc", "0.8"}});
   }
   if (op) {
@@ -609,8 +702,7 @@ inline void Reader::read_zero(Block& root, Config& c) {
             {"zenflow"},
             {"stage3_module_granularity_threshold", "0"},
             {"stage3_use_all_reduce_for_fetch_params", "false"},
-            {"stage3_allgather_sequential", "false"},
-            {"stage3_partition_stream_chunk_size", "0"}});
+            {"stage3_allgather_sequential", "false"}});
 }
 
 inline void Reader::read_aio(Block& root, Config& c) {
@@ -654,13 +746,13 @@ inline void Reader::read_optimizer(Block& root, Config& c) {
       if (iequals(type, n)) {
         error(b.path_of("type"),
               "optimizer not supported by zerotk yet (supported: Adam, AdamW, Lamb, OneBitAdam, OneBitLamb)",
-              "\"" + type + "\"");
+              show_string(type));
         return;
       }
     }
     std::string rule = "unknown optimizer type (supported: Adam, AdamW, Lamb, OneBitAdam, OneBitLamb)";
     if (auto m = closest_match(type, kTypes)) rule += "; did you mean \"" + *m + "\"?";
-    error(b.path_of("type"), std::move(rule), "\"" + type + "\"");
+    error(b.path_of("type"), std::move(rule), show_string(type));
     return;
   }
 
@@ -1054,13 +1146,17 @@ inline void Reader::read_monitor_and_checkpointing(Block& root, Config& c) {
 }
 
 inline void Reader::cross_check(Config& c) {
-  const auto& z = c.zero_optimization;
+  auto& z = c.zero_optimization;
   if (c.fp16.enabled && c.bf16.enabled) {
     error("/bf16/enabled", "fp16 and bf16 cannot both be enabled", "true");
   }
   if (z.offload_param.device != OffloadDevice::none && z.stage != 3) {
-    error("/zero_optimization/offload_param", cat("offload_param needs ZeRO stage 3 (stage is ", std::to_string(z.stage), ")"),
-          cat("{\"device\": \"", to_string(z.offload_param.device), "\"}"));
+    // DeepSpeed builds stages 0-2 without looking at offload_param: the parameters stay where they are.
+    unsupported("/zero_optimization/offload_param",
+                cat("has effect only at ZeRO stage 3 (stage is ", std::to_string(z.stage),
+                    "; DeepSpeed ignores it too); ignored"),
+                cat("{\"device\": \"", to_string(z.offload_param.device), "\"}"));
+    z.offload_param.device = OffloadDevice::none;
   }
   if (z.offload_optimizer.device != OffloadDevice::none && z.stage == 0) {
     error("/zero_optimization/offload_optimizer", "offload_optimizer needs ZeRO stage 1, 2 or 3 (stage is 0)",
@@ -1084,17 +1180,7 @@ inline Config Reader::read(const Json& doc) {
   Config c;
   c.world_size = ctx.world_size;
   // The engine's facts are checked like the file: bad hints would otherwise resolve to nonsense.
-  if (ctx.world_size < 1) error("(world size)", "must be >= 1", std::to_string(ctx.world_size));
-  auto hint_range = [&](const char* what, const std::optional<std::int64_t>& v, std::int64_t hi) {
-    if (v && (*v < 1 || *v > hi)) error(what, cat("must be in [1, ", std::to_string(hi), "]"), std::to_string(*v));
-  };
-  hint_range("(hidden size)", ctx.hidden_size, std::int64_t{1} << 31);
-  hint_range("(micro batch size)", ctx.micro_batch_size, std::int64_t{1} << 40);
-  hint_range("(gradient accumulation steps)", ctx.gradient_accumulation_steps, std::int64_t{1} << 40);
-  hint_range("(total steps)", ctx.total_num_steps, std::numeric_limits<std::int64_t>::max());
-  if (ctx.warmup_num_steps && *ctx.warmup_num_steps < 0) {
-    error("(warmup steps)", "must be >= 0", std::to_string(*ctx.warmup_num_steps));
-  }
+  check_context(ctx, diag);
   if (!diag.ok()) return c;
   if (!doc.is_object()) {
     error("", "a DeepSpeed config must be a JSON object", show(doc));
@@ -1147,6 +1233,10 @@ inline Config Reader::read(const Json& doc) {
                {"dataloader_drop_last", "", kTorchOnly},
                {"vocabulary_size", "", kTorchOnly}});
   cross_check(c);
+  // Settings DeepSpeed would act on that zerotk's engine does not (config/structure.hpp's table).
+  for (const IgnoredSetting& s : kIgnoredSettings) {
+    if (auto v = s.set(c)) unsupported(std::string(s.path), s.why, std::move(*v));
+  }
   report_unknown_keys();
   return c;
 }
@@ -1155,28 +1245,59 @@ inline Config Reader::read(const Json& doc) {
 
 // ---- public API -----------------------------------------------------------------------------------
 
-/// Reads a parsed document. Never throws for any document: problems are in the result's errors.
-inline ParseResult from_json(const Json& doc, const ResolveContext& ctx) {
+/// Every way the engine's hints in `ctx` are unusable, each checked by the rule of the config value
+/// it fills (`where` = "ResolveContext::<field>", `value` = the hint). Empty when all are usable.
+/// parse() reports these too; a front end can call this first to blame its own flags.
+inline std::vector<config_error> validate_context(const ResolveContext& ctx) {
   Diagnostics diag;
-  detail::Reader reader(ctx, diag);
-  Config c = reader.read(doc);
-  ParseResult r;
-  r.errors = diag.errors();
-  r.notices = diag.notices();
-  if (r.errors.empty()) r.config = std::move(c);
-  return r;
+  detail::check_context(ctx, diag);
+  return diag.errors();
 }
 
-/// Parses and reads DeepSpeed JSON text. Never throws for any input text.
-inline ParseResult parse(std::string_view text, const ResolveContext& ctx) {
-  Diagnostics diag;
-  Json doc = parse_json(text, diag);
-  if (!diag.ok()) {
+namespace detail {
+// A document big enough to exhaust memory is a problem of the input, reported like the others,
+// so that parse() and from_json() keep their promise never to throw.
+inline ParseResult out_of_memory() {
+  ParseResult r;
+  r.errors.emplace_back("out of memory while reading the config (is it really a DeepSpeed config?)");
+  return r;
+}
+}  // namespace detail
+
+/// Reads a parsed document. Never throws for any document: problems are in the result's errors.
+inline ParseResult from_json(const Json& doc, const ResolveContext& ctx) {
+  try {
+    Diagnostics diag;
+    detail::Reader reader(ctx, diag);
+    Config c = reader.read(doc);
     ParseResult r;
     r.errors = diag.errors();
+    r.errors_not_shown = diag.dropped();
+    r.notices = diag.notices();
+    if (r.errors.empty()) r.config = std::move(c);
     return r;
+  } catch (const std::bad_alloc&) {
+    return detail::out_of_memory();
   }
-  return from_json(doc, ctx);
+}
+
+/// Parses and reads DeepSpeed JSON text. Never throws for any input text. Time and memory are
+/// linear in the size of `text`; at most Diagnostics::kMaxErrors errors are kept (and the rest
+/// counted), however many a hostile text holds.
+inline ParseResult parse(std::string_view text, const ResolveContext& ctx) {
+  try {
+    Diagnostics diag;
+    Json doc = parse_json(text, diag);
+    if (!diag.ok()) {
+      ParseResult r;
+      r.errors = diag.errors();
+      r.errors_not_shown = diag.dropped();
+      return r;
+    }
+    return from_json(doc, ctx);
+  } catch (const std::bad_alloc&) {
+    return detail::out_of_memory();
+  }
 }
 
 /// Every problem of `text` for `ctx` (empty when the config is usable).
@@ -1192,16 +1313,42 @@ inline Config load(std::string_view text, const ResolveContext& ctx, std::string
   return std::move(*r.config);
 }
 
-/// Reads a file; io_error when it cannot be read, otherwise as load().
-inline std::string read_text_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw io_error("cannot open config file", path.string());
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) throw io_error("cannot read config file", path.string());
-  return ss.str();
+/// Everything `file` holds from its current position on. io_error (where = `source`) with the
+/// system's reason when a read fails: a directory, /proc/self/mem, an I/O error.
+inline std::string read_text(std::FILE* file, std::string_view source) {
+  std::string text;
+  char buf[1 << 16];
+  for (;;) {
+    errno = 0;
+    const std::size_t n = std::fread(buf, 1, sizeof buf, file);
+    text.append(buf, n);
+    if (n == sizeof buf) continue;
+    if (std::ferror(file)) {
+      const int e = errno;
+      throw io_error(detail::cat("cannot read config file: ", std::generic_category().message(e), " (errno ",
+                                 std::to_string(e), ")"),
+                     std::string(source));
+    }
+    return text;
+  }
 }
 
+/// The bytes of the file at `path`; io_error naming the path and the system's reason (errno
+/// text) when it cannot be opened or read. Reading never mistakes a failure for an empty file.
+inline std::string read_text_file(const std::filesystem::path& path) {
+  const std::string name = path.string();
+  errno = 0;
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(name.c_str(), "rb"), &std::fclose);
+  if (!file) {
+    const int e = errno;
+    throw io_error(detail::cat("cannot open config file: ", std::generic_category().message(e), " (errno ",
+                               std::to_string(e), ")"),
+                   name);
+  }
+  return read_text(file.get(), name);
+}
+
+/// load() of the file at `path` (io_error when it cannot be read).
 inline Config load_file(const std::filesystem::path& path, const ResolveContext& ctx) {
   return load(read_text_file(path), ctx, path.string());
 }

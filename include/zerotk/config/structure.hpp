@@ -13,11 +13,13 @@
 #include <array>
 #include <concepts>
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <tuple>
 #include <type_traits>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "zerotk/config/context.hpp"
@@ -174,6 +176,154 @@ std::vector<config_error> check_structure(const Config& cfg) {
   }
   return out;
 }
+
+// ---- what this version of zerotk can build and act on ------------------------------------------------
+//
+// Two tables, updated as features land (DESIGN.md): what no engine of this version can be built
+// with (an error naming what is missing), and settings the reader accepts that the engine does not
+// act on (a note saying why; ResolveContext::strict makes it an error). Every other key is honoured.
+
+/// Something a config asks for that no engine of this zerotk version can be built with.
+struct Unbuildable {
+  /// The JSON path that asks for it and its value, when `cfg` asks; nullopt otherwise.
+  std::optional<std::pair<std::string, std::string>> (*asks)(const Config& cfg);
+  /// What is missing, in words and policies.
+  std::string_view missing;
+};
+
+namespace detail {
+using Ask = std::optional<std::pair<std::string, std::string>>;
+inline Ask ask(std::string path, std::string value) { return std::pair{std::move(path), std::move(value)}; }
+inline std::string quoted(std::string_view s) { return cat("\"", s, "\""); }
+}  // namespace detail
+
+/// The engine runs ZeRO stages 0-2, Offload<None>, Adam/AdamW/Lamb, no activation checkpointing,
+/// and averages gradients in the reduction in the training precision.
+inline constexpr Unbuildable kUnbuildable[] = {
+    {[](const Config& c) -> detail::Ask {
+       if (c.zero_optimization.stage != 3) return std::nullopt;
+       return detail::ask("/zero_optimization/stage", "3");
+     },
+     "ZeRO stage 3 (Partitioner<Stage<3>>); the engine runs stages 0, 1 and 2"},
+    {[](const Config& c) -> detail::Ask {
+       const OffloadDevice d = c.zero_optimization.offload_optimizer.device;
+       if (d == OffloadDevice::none) return std::nullopt;
+       return detail::ask("/zero_optimization/offload_optimizer/device", detail::quoted(to_string(d)));
+     },
+     "optimizer offload (Offload<Cpu>, Offload<Nvme>); the engine runs Offload<None>"},
+    {[](const Config& c) -> detail::Ask {
+       const OffloadDevice d = c.zero_optimization.offload_param.device;
+       if (d == OffloadDevice::none) return std::nullopt;
+       return detail::ask("/zero_optimization/offload_param/device", detail::quoted(to_string(d)));
+     },
+     "parameter offload (Offload<Cpu>, Offload<Nvme> with ZeRO stage 3); the engine runs Offload<None>"},
+    {[](const Config& c) -> detail::Ask {
+       if (!c.optimizer || (c.optimizer->kind != OptimizerKind::onebit_adam &&
+                            c.optimizer->kind != OptimizerKind::onebit_lamb)) {
+         return std::nullopt;
+       }
+       return detail::ask("/optimizer/type", detail::quoted(to_string(c.optimizer->kind)));
+     },
+     "1-bit optimizers (Optimizer<OneBitAdam>, Optimizer<OneBitLamb>: compressed communication); the engine "
+     "runs Adam, AdamW and Lamb"},
+    {[](const Config& c) -> detail::Ask {
+       const auto& a = c.activation_checkpointing;
+       const auto path = [](std::string_view key) { return detail::cat("/activation_checkpointing/", key); };
+       if (a.partition_activations) return detail::ask(path("partition_activations"), "true");
+       if (a.cpu_checkpointing) return detail::ask(path("cpu_checkpointing"), "true");
+       if (a.contiguous_memory_optimization) return detail::ask(path("contiguous_memory_optimization"), "true");
+       if (a.number_checkpoints) return detail::ask(path("number_checkpoints"), std::to_string(*a.number_checkpoints));
+       if (a.synchronize_checkpoint_boundary) return detail::ask(path("synchronize_checkpoint_boundary"), "true");
+       if (a.profile) return detail::ask(path("profile"), "true");
+       return std::nullopt;
+     },
+     "activation checkpointing (Recompute<L>)"},
+    {[](const Config& c) -> detail::Ask {
+       if (!c.prescale_gradients) return std::nullopt;
+       return detail::ask("/prescale_gradients", "true");
+     },
+     "scaling gradients before the reduction; the engine averages them in the reduction"},
+    {[](const Config& c) -> detail::Ask {
+       if (c.gradient_predivide_factor == 1.0) return std::nullopt;
+       return detail::ask("/gradient_predivide_factor", detail::num_text(c.gradient_predivide_factor));
+     },
+     "dividing gradients before the reduction; the engine averages them in the reduction"},
+    {[](const Config& c) -> detail::Ask {
+       if (!c.communication_data_type || *c.communication_data_type == c.precision()) return std::nullopt;
+       return detail::ask("/communication_data_type", detail::quoted(to_string(*c.communication_data_type)));
+     },
+     "reducing gradients in another precision; the engine reduces them in the training precision"},
+};
+
+/// Every way `cfg` asks for something no engine of this zerotk version can be built with (see
+/// kUnbuildable), each naming what is missing; empty when some engine can run `cfg`.
+inline std::vector<config_error> check_buildable(const Config& cfg) {
+  std::vector<config_error> out;
+  for (const Unbuildable& u : kUnbuildable) {
+    if (auto a = u.asks(cfg)) out.emplace_back(detail::cat("zerotk cannot build this yet: ", u.missing), a->first, a->second);
+  }
+  return out;
+}
+
+/// A setting the reader accepts that the engine does not act on.
+struct IgnoredSetting {
+  std::string_view path;
+  /// The value as text when `cfg` sets it so that DeepSpeed would act differently from zerotk;
+  /// nullopt otherwise (a default value, or a stage where DeepSpeed ignores it too).
+  std::optional<std::string> (*set)(const Config& cfg);
+  std::string_view why;
+};
+
+inline constexpr IgnoredSetting kIgnoredSettings[] = {
+    {"/zero_optimization/contiguous_gradients",
+     [](const Config& c) -> std::optional<std::string> {
+       if (c.zero_optimization.contiguous_gradients || c.zero_optimization.stage == 0) return std::nullopt;
+       return "false";
+     },
+     "has no effect in zerotk: gradients are always copied into contiguous buckets; ignored"},
+    {"/zero_optimization/reduce_scatter",
+     [](const Config& c) -> std::optional<std::string> {
+       if (c.zero_optimization.reduce_scatter || c.zero_optimization.stage == 0) return std::nullopt;
+       return "false";
+     },
+     "has no effect in zerotk: stages 1 and 2 always reduce-scatter gradients; ignored"},
+    {"/zero_optimization/allgather_partitions",
+     [](const Config& c) -> std::optional<std::string> {
+       if (c.zero_optimization.allgather_partitions || c.zero_optimization.stage == 0) return std::nullopt;
+       return "false";
+     },
+     "has no effect in zerotk: stages 1 and 2 always all-gather the updated partitions; ignored"},
+    {"/zero_optimization/allgather_bucket_size",
+     [](const Config& c) -> std::optional<std::string> {
+       if (c.zero_optimization.allgather_bucket_size == ZeroOptions{}.allgather_bucket_size ||
+           c.zero_optimization.stage == 0) {
+         return std::nullopt;
+       }
+       return std::to_string(c.zero_optimization.allgather_bucket_size);
+     },
+     "has no effect in zerotk: updated parameters are all-gathered in the buckets of reduce_bucket_size; ignored"},
+    {"/zero_optimization/round_robin_gradients",
+     [](const Config& c) -> std::optional<std::string> {
+       if (!c.zero_optimization.round_robin_gradients) return std::nullopt;
+       return "true";
+     },
+     "has no effect in zerotk: it spreads gradient copies to CPU offload, which zerotk has not built yet; ignored"},
+    {"/zero_optimization/load_from_fp32_weights",
+     [](const Config& c) -> std::optional<std::string> {
+       if (c.zero_optimization.load_from_fp32_weights || c.zero_optimization.stage == 0) return std::nullopt;
+       return "false";
+     },
+     "has no effect in zerotk: it applies to loading checkpoints, which zerotk has not built yet; ignored"},
+    {"/scheduler/params/last_batch_iteration",
+     [](const Config& c) -> std::optional<std::string> {
+       if (!c.scheduler) return std::nullopt;
+       const std::int64_t it = std::visit([](const auto& p) { return p.last_batch_iteration; }, c.scheduler->params);
+       if (it == -1) return std::nullopt;
+       return std::to_string(it);
+     },
+     "has no effect in zerotk: schedules start at iteration -1 (resuming needs checkpoints, which zerotk has not "
+     "built yet); ignored"},
+};
 
 /// `ctx` with the engine's precision filled in, so `fp16.enabled: "auto"` follows the engine.
 template <EngineStructure E>

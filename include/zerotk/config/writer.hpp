@@ -183,7 +183,7 @@ inline Json to_json(const Config& c) {
   zj["overlap_comm"] = z.overlap_comm;
   zj["load_from_fp32_weights"] = z.load_from_fp32_weights;
   zj["offload_optimizer"] = detail::offload_json(z.offload_optimizer);
-  // DeepSpeed rejects offload_param below stage 3 even when its device is "none".
+  // offload_param means nothing below stage 3 (DeepSpeed and the reader ignore it there): leave it out.
   if (z.stage == 3) zj["offload_param"] = detail::offload_json(z.offload_param);
   zj["sub_group_size"] = z.sub_group_size;
   zj["stage3_prefetch_bucket_size"] = z.stage3_prefetch_bucket_size;
