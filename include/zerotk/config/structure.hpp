@@ -317,7 +317,7 @@ inline constexpr IgnoredSetting kIgnoredSettings[] = {
     {"/scheduler/params/last_batch_iteration",
      [](const Config& c) -> std::optional<std::string> {
        if (!c.scheduler) return std::nullopt;
-       const std::int64_t it = std::visit([](const auto& p) { return p.last_batch_iteration; }, c.scheduler->params);
+       const std::int64_t it = c.scheduler->last_batch_iteration;
        if (it == -1) return std::nullopt;
        return std::to_string(it);
      },
