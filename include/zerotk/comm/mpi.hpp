@@ -451,7 +451,7 @@ class MpiCommunicator {
   void check(int code, const char* call) {
     if (code == MPI_SUCCESS) return;
     s_->broken = detail::mpi::mpi_error(*s_, code, call);
-    detail::mpi::raise(*s_, *s_->broken);
+    detail::mpi::raise_error(*s_, *s_->broken);
   }
 
   detail::mpi::After avg_after(ReduceOp op, void* buf, std::size_t count, DType dt) const {

@@ -638,7 +638,7 @@ inline Reply answer(Process& p, const Inquiry& q) {
 }
 
 // Raises an error to the program: it is now known (not unobserved), and the last one seen.
-[[noreturn]] inline void raise(CommState& s, const ErrorInfo& e) {
+[[noreturn]] inline void raise_error(CommState& s, const ErrorInfo& e) {
   s.unobserved.clear();
   comm_error err(e.message, e.where, e.value);
   Process::get().last_error = err.what();
@@ -661,9 +661,9 @@ inline ErrorInfo unusable(const CommState& s) {
 // Throws if the communicator failed before, or if a Work destroyed without wait() failed and
 // the program has not met that error yet (checked by every call).
 inline void ensure_usable(CommState& s) {
-  if (s.broken) raise(s, unusable(s));
+  if (s.broken) raise_error(s, unusable(s));
   if (!s.unobserved.empty()) {
-    raise(s, ErrorInfo{"an earlier operation whose Work was destroyed without wait() failed: " + s.unobserved,
+    raise_error(s, ErrorInfo{"an earlier operation whose Work was destroyed without wait() failed: " + s.unobserved,
                        s.here(), {}});
   }
 }
@@ -913,7 +913,7 @@ class CollectiveWork final : public WorkState {
 
  private:
   void raise_if_failed() {
-    if (op_->error) raise(*s_, *op_->error);
+    if (op_->error) raise_error(*s_, *op_->error);
   }
 
   std::shared_ptr<CommState> s_;
@@ -940,7 +940,7 @@ inline std::shared_ptr<Op> post(CommState& s, Signature sig, const char* call, D
                                       &op->sig_req);
         rc != MPI_SUCCESS) {
       s.broken = mpi_error(s, rc, "MPI_Iallreduce (signature of " + s.what(sig) + ")");
-      raise(s, *s.broken);
+      raise_error(s, *s.broken);
     }
   }
   ++s.next_seq;
@@ -1011,7 +1011,7 @@ class P2pWork final : public WorkState, public Waitable {
 
   // Point-to-point failures concern this pair of ranks only, so unlike a collective's they do not
   // break the communicator (the other ranks could not know it had broken).
-  [[noreturn]] void fail(ErrorInfo info) { raise(*s_, info); }
+  [[noreturn]] void fail(ErrorInfo info) { raise_error(*s_, info); }
 
   [[noreturn]] void time_out() {
     const auto grace = grace_for(s_->timeout_ms);
