@@ -448,7 +448,7 @@ inline std::vector<std::optional<Reply>> ask(Process& p, const std::vector<int>&
 
 // How long a rank that timed out waits for its peers' answers.
 inline Clock::duration grace_for(std::int64_t timeout_ms) {
-  return std::chrono::milliseconds(std::clamp<std::int64_t>(timeout_ms / 4, 100, 2000));
+  return std::chrono::milliseconds(std::clamp<std::int64_t>(timeout_ms / 4, 500, 2000));
 }
 
 // Sets what this rank is blocked in for the duration of a wait.
