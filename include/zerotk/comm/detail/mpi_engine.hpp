@@ -308,7 +308,8 @@ inline constexpr auto kServiceEvery = std::chrono::milliseconds(1);
 
 struct Process {
   std::mutex mu;                      // guards `live` (communicators may be created on other threads)
-  std::vector<CommState*> live;       // registered communicators, for answers
+  std::vector<CommState*> live;       // registered communicators, for answers and progress
+  std::vector<CommState*> busy;       // advance_all's scratch list
   std::string unsafe;                 // non-empty: requests were left with MPI; MPI_Finalize could hang
   std::string last_error;             // the last comm_error the MPI back end raised on this process
   std::vector<std::string> unobserved;  // errors of dropped Works of communicators already destroyed
@@ -373,6 +374,7 @@ inline void retire_outbox(Process& p) {
 }
 
 inline Reply answer(Process& p, const Inquiry& q);  // below, once CommState is complete
+inline void advance_all(Process& p);
 
 // Answers every pending inquiry (non-blocking).
 inline void service(Process& p) {
@@ -417,6 +419,7 @@ inline std::vector<std::optional<Reply>> ask(Process& p, const std::vector<int>&
   const auto until = Clock::now() + grace;
   while (open > 0 && Clock::now() < until) {
     service(p);
+    advance_all(p);
     for (std::size_t i = 0; i < targets.size(); ++i) {
       if (recv[i] == MPI_REQUEST_NULL) continue;
       int flag = 0;
@@ -784,6 +787,21 @@ inline void advance(CommState& s) {
   std::erase_if(s.queue, [](const std::shared_ptr<Op>& op) { return op->finished(); });
 }
 
+// Advances every live communicator of this process that has calls in flight. Every wait does
+// this, not only for its own communicator: data calls go out from inside zerotk, so a rank blocked
+// on one communicator (or in a receive) must still issue another communicator's verified calls,
+// or ranks that wait in different orders would wait for each other (raw MPI issues at call time).
+inline void advance_all(Process& p) {
+  {
+    std::lock_guard lk(p.mu);
+    p.busy.clear();  // (capacity stays: no allocation per poll)
+    for (CommState* c : p.live) {
+      if (!c->queue.empty()) p.busy.push_back(c);
+    }
+  }
+  for (CommState* c : p.busy) advance(*c);  // may record failures, which takes p.mu
+}
+
 // Fails the oldest unfinished op after its deadline, naming what every peer is doing.
 inline void time_out(CommState& s, const std::shared_ptr<Op>& op_ptr) {
   Op& op = *op_ptr;
@@ -859,7 +877,7 @@ inline void drive(CommState& s, std::uint64_t target, Clock::time_point deadline
   Process& p = Process::get();
   auto next_service = Clock::now() + kServiceEvery;
   for (;;) {
-    advance(s);
+    advance_all(p);
     if (s.queue.empty() || s.queue.front()->seq > target) return;
     const auto now = Clock::now();
     if (now >= deadline) {
@@ -961,6 +979,7 @@ class P2pWork final : public WorkState, public Waitable {
     const auto deadline = deadline_after(s_->timeout_ms);
     auto next_service = Clock::now() + kServiceEvery;
     while (!poll()) {
+      advance_all(Process::get());  // collectives this rank called may be ready to go out
       const auto now = Clock::now();
       if (now >= deadline) time_out();
       if (now >= next_service) {
@@ -972,6 +991,7 @@ class P2pWork final : public WorkState, public Waitable {
 
   bool test() override {
     if (!first_test_) first_test_ = Clock::now();
+    advance_all(Process::get());
     if (poll()) return true;
     if (Clock::now() >= deadline_after(s_->timeout_ms, *first_test_)) time_out();
     return false;
