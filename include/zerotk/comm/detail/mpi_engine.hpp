@@ -964,7 +964,7 @@ inline std::shared_ptr<Op> post(CommState& s, Signature sig, const char* call, D
   ++s.next_seq;
   s.last = sig;
   s.queue.push_back(op);
-  advance(s);  // earlier ops may be ready to go out; a 1-rank group issues at once
+  advance_all(Process::get());  // earlier calls may be ready to go out; a 1-rank group issues at once
   return op;
 }
 
