@@ -307,7 +307,8 @@ inline constexpr int kReplyTag = 2;
 inline constexpr auto kServiceEvery = std::chrono::milliseconds(1);
 
 struct Process {
-  std::mutex mu;                      // guards `live` (communicators may be created on other threads)
+  std::mutex mu;                      // guards live, gone, unsafe, unobserved, graveyard (communicators
+                                      // may be created and destroyed on other threads)
   std::vector<CommState*> live;       // registered communicators, for answers and progress
   std::vector<CommState*> busy;       // advance_all's scratch list
   std::string unsafe;                 // non-empty: requests were left with MPI; MPI_Finalize could hang
@@ -574,8 +575,12 @@ struct CommState {
       p.gone.push_back({id, next_seq, last});
       if (p.gone.size() > Process::kGoneKept) p.gone.pop_front();
       if (!unobserved.empty()) p.unobserved.push_back(unobserved);
-      for (auto& op : queue) graveyard.push_back(op);  // unfinished ops: their requests stay with MPI
-      if (!queue.empty()) leaked = true;
+      for (auto& op : queue) {
+        if (op->finished()) continue;
+        graveyard.push_back(op);  // unfinished: its requests stay with MPI
+        leaked = true;
+        if (p.unsafe.empty()) p.unsafe = "a communicator was destroyed with operations in flight: " + what(op->mine);
+      }
       for (auto& g : graveyard) p.graveyard.push_back(std::move(g));
     }
     int fin = 0;
@@ -604,29 +609,27 @@ inline Reply answer(Process& p, const Inquiry& q) {
   r.nonce = q.nonce;
   r.comm_id = q.comm_id;
   std::string s;
-  const CommState* c = nullptr;
-  {
-    std::lock_guard lk(p.mu);
-    for (const CommState* x : p.live) {
-      if (x->id == q.comm_id) c = x;
-    }
-  }
   const auto last_call = [](const std::optional<Signature>& last) {
     return "last call on this communicator: " +
            (last ? seq_label(last->seq) + " " + describe(*last) : std::string("none"));
   };
-  if (c != nullptr) {
-    r.known = 1;
-    r.posted = c->next_seq;
-    s = last_call(c->last);
-    if (c->broken) s += "; it failed there: " + c->broken->message;
-  } else if (auto g = std::find_if(p.gone.rbegin(), p.gone.rend(), [&](const Process::Gone& x) { return x.id == q.comm_id; });
-             g != p.gone.rend()) {
-    r.known = 1;
-    r.posted = g->posted;
-    s = last_call(g->last) + ", then it destroyed the communicator";
-  } else {
-    s = "it does not have this communicator (not created yet)";
+  {
+    std::lock_guard lk(p.mu);
+    const auto live = std::find_if(p.live.begin(), p.live.end(), [&](const CommState* x) { return x->id == q.comm_id; });
+    const auto gone = std::find_if(p.gone.rbegin(), p.gone.rend(), [&](const Process::Gone& x) { return x.id == q.comm_id; });
+    if (live != p.live.end()) {
+      const CommState& c = **live;
+      r.known = 1;
+      r.posted = c.next_seq;
+      s = last_call(c.last);
+      if (c.broken) s += "; it failed there: " + c.broken->message;
+    } else if (gone != p.gone.rend()) {
+      r.known = 1;
+      r.posted = gone->posted;
+      s = last_call(gone->last) + ", then it destroyed the communicator";
+    } else {
+      s = "it does not have this communicator (not created yet)";
+    }
   }
   if (p.finalizing) {
     r.finalizing = 1;
