@@ -1,11 +1,18 @@
 // MPI communicator against raw MPI calls of the same bytes, in the same binary and run. Each
 // iteration times, back to back on the same buffers: the raw nonblocking call + MPI_Wait (what
-// zerotk issues), the raw blocking call (what a hand-written trainer would call), and zerotk's
-// call + Work::wait. Counters give each as the median per-call time (one preemption on a shared
-// machine costs milliseconds, so means would measure the scheduler) and the overhead.
+// zerotk issues), the raw blocking call (what a hand-written trainer would call), zerotk's call +
+// Work::wait (which includes the signature check: one 96-byte all-reduce before the data call),
+// and that signature all-reduce alone. Counters give each as the median per-call time (one
+// preemption on a shared machine costs milliseconds, so means would measure the scheduler), the
+// overhead, and the ratio zerotk / raw (of the medians, and paired: the median of per-iteration
+// ratios, the figure to read on a loaded machine).
+//
+// mpi_pipelined/: 8 operations issued back to back, then all waited (the engine's bucketed
+// pattern): zerotk's signature exchanges overlap the earlier operations' data; raw = 8 MPI_I*
+// calls + MPI_Waitall on the same 8 buffers.
 //
 // mpi_self/: the same at 4 KiB with every rank alone in its communicator (the MPI call is a local
-// copy), which isolates the wrapper's per-call cost from the peers' scheduling noise.
+// copy and no signature is exchanged), which isolates the wrapper's per-call cost.
 //
 // The threads back end runs the same ops with W = np threads inside rank 0 while the other ranks
 // sleep, so the threads/MPI ratio comes from one run.
@@ -20,6 +27,7 @@
 #include <chrono>
 #include <cstddef>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -41,6 +49,17 @@ double median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
   return v[v.size() / 2];
+}
+
+/// Median over iterations of zerotk / raw measured back to back in the same iteration: a
+/// preemption that hits one of the pair moves one ratio, not the median, and slow drifts of load
+/// cancel within a pair.
+double paired_ratio(const std::vector<double>& ours, const std::vector<double>& raw) {
+  std::vector<double> r;
+  for (std::size_t i = 0; i < ours.size() && i < raw.size(); ++i) {
+    if (raw[i] > 0) r.push_back(ours[i] / raw[i]);
+  }
+  return median(std::move(r));
 }
 
 double bus_factor(Op op, int w) { return op == Op::all_reduce ? 2.0 * (w - 1) / w : static_cast<double>(w - 1) / w; }
@@ -78,6 +97,20 @@ void raw_blocking(Op op, MPI_Comm comm, Buffers& b) {
   }
 }
 
+/// The signature exchange zerotk runs before each collective, alone (its own duplicate communicator).
+struct SignatureExchange {
+  MPI_Comm comm = MPI_COMM_NULL;
+  zerotk::comm::detail::mpi::SignaturePair pair{};
+  explicit SignatureExchange(MPI_Comm parent) { MPI_Comm_dup(parent, &comm); }
+  ~SignatureExchange() { MPI_Comm_free(&comm); }
+  void run() {
+    const auto& u = zerotk::comm::detail::mpi::UserOps::get();
+    MPI_Request req;
+    MPI_Iallreduce(MPI_IN_PLACE, &pair, 1, u.signature_type, u.signature_op, comm, &req);
+    MPI_Wait(&req, MPI_STATUS_IGNORE);
+  }
+};
+
 template <class C>
 zerotk::comm::Work zerotk_op(Op op, C& c, Buffers& b) {
   switch (op) {
@@ -98,9 +131,11 @@ void BM_mpi(benchmark::State& state, Op op, bool self) {
   raw_nonblocking(op, c.native(), b);  // warm-up: connections, first touch
   zerotk_op(op, c, b).wait();
   // Per-call times; medians, not means: one preemption on a shared machine costs milliseconds.
-  std::vector<double> raw, blocking, ours;
+  SignatureExchange sig(c.native());
+  sig.run();
+  std::vector<double> raw, blocking, ours, signature;
   const auto n_iter = static_cast<std::size_t>(state.max_iterations);
-  raw.reserve(n_iter), blocking.reserve(n_iter), ours.reserve(n_iter);
+  raw.reserve(n_iter), blocking.reserve(n_iter), ours.reserve(n_iter), signature.reserve(n_iter);
   bool zerotk_first = false;  // alternate the order so drift and rank skew hit both alike
   for (auto _ : state) {
     double t_ours = 0;
@@ -119,6 +154,11 @@ void BM_mpi(benchmark::State& state, Op op, bool self) {
       t_ours = MPI_Wtime() - t3;
     }
     zerotk_first = !zerotk_first;
+    if (c.size() > 1) {
+      const double t4 = MPI_Wtime();
+      sig.run();
+      signature.push_back(MPI_Wtime() - t4);
+    }
     raw.push_back(t2 - t1);
     blocking.push_back(t3 - t2);
     ours.push_back(t_ours);
@@ -131,10 +171,70 @@ void BM_mpi(benchmark::State& state, Op op, bool self) {
   state.counters["zerotk_us"] = t_ours * 1e6;
   state.counters["overhead_us"] = (t_ours - t_raw) * 1e6;
   state.counters["overhead_pct"] = (t_ours - t_raw) / t_raw * 100.0;
+  state.counters["ratio"] = t_ours / t_raw;  // zerotk / raw MPI of the same bytes
+  state.counters["paired_ratio"] = paired_ratio(ours, raw);
+  state.counters["signature_us"] = median(signature) * 1e6;  // the check alone
   state.counters["vs_bound"] = t_raw / t_ours;  // bound: the same raw MPI call
   state.counters["bus_GBps"] = bus / t_ours;
   state.counters["raw_bus_GBps"] = bus / t_raw;
   state.counters["raw_blocking_bus_GBps"] = bus / t_blocking;
+}
+
+/// 8 operations in flight, then waited: zerotk against raw MPI_I* + MPI_Waitall (same buffers).
+void BM_mpi_pipelined(benchmark::State& state, Op op) {
+  constexpr int kInFlight = 8;
+  MpiCommunicator& c = *g_world;
+  const std::size_t bytes = static_cast<std::size_t>(state.range(0));
+  std::vector<Buffers> bufs;
+  for (int i = 0; i < kInFlight; ++i) bufs.emplace_back(op, bytes, c.size());
+  const auto raw_batch = [&] {
+    MPI_Request req[kInFlight];
+    for (int i = 0; i < kInFlight; ++i) {
+      Buffers& b = bufs[static_cast<std::size_t>(i)];
+      const int n = static_cast<int>(op == Op::all_gather ? b.send.size() : b.recv.size());
+      switch (op) {
+        case Op::all_reduce: MPI_Iallreduce(b.send.data(), b.recv.data(), n, MPI_FLOAT, MPI_SUM, c.native(), &req[i]); break;
+        case Op::reduce_scatter:
+          MPI_Ireduce_scatter_block(b.send.data(), b.recv.data(), n, MPI_FLOAT, MPI_SUM, c.native(), &req[i]);
+          break;
+        case Op::all_gather: MPI_Iallgather(b.send.data(), n, MPI_FLOAT, b.recv.data(), n, MPI_FLOAT, c.native(), &req[i]); break;
+      }
+    }
+    MPI_Waitall(kInFlight, req, MPI_STATUSES_IGNORE);
+  };
+  const auto zerotk_batch = [&] {
+    std::vector<zerotk::comm::Work> works;
+    for (auto& b : bufs) works.push_back(zerotk_op(op, c, b));
+    for (auto& w : works) w.wait();
+  };
+  raw_batch();
+  zerotk_batch();
+  std::vector<double> raw, ours;
+  bool zerotk_first = false;
+  for (auto _ : state) {
+    double t_ours = 0, t_raw = 0;
+    for (int k = 0; k < 2; ++k) {
+      const double t0 = MPI_Wtime();
+      if (zerotk_first == (k == 0)) {
+        zerotk_batch();
+        t_ours = MPI_Wtime() - t0;
+      } else {
+        raw_batch();
+        t_raw = MPI_Wtime() - t0;
+      }
+    }
+    zerotk_first = !zerotk_first;
+    raw.push_back(t_raw);
+    ours.push_back(t_ours);
+    state.SetIterationTime(t_ours);
+  }
+  const double t_raw = median(raw), t_ours = median(ours);
+  state.counters["raw_us"] = t_raw * 1e6;
+  state.counters["zerotk_us"] = t_ours * 1e6;
+  state.counters["overhead_us"] = (t_ours - t_raw) * 1e6;
+  state.counters["ratio"] = t_ours / t_raw;
+  state.counters["paired_ratio"] = paired_ratio(ours, raw);
+  state.counters["vs_bound"] = t_raw / t_ours;
 }
 
 /// Ranks other than 0 wait here without spinning while rank 0 runs threads alone.
@@ -215,6 +315,14 @@ void register_all() {
             ->UseManualTime()
             ->Unit(benchmark::kMicrosecond);
       }
+      if (bytes <= (std::int64_t{16} << 20)) {
+        benchmark::RegisterBenchmark(("mpi_pipelined/" + std::string(name)).c_str(),
+                                     [op = op](benchmark::State& s) { BM_mpi_pipelined(s, op); })
+            ->Arg(bytes)
+            ->Iterations(std::max<std::int64_t>(3, iters / 8))
+            ->UseManualTime()
+            ->Unit(benchmark::kMicrosecond);
+      }
       benchmark::RegisterBenchmark(("threads/" + std::string(name)).c_str(),
                                    [op = op](benchmark::State& s) { BM_threads(s, op); })
           ->Arg(bytes)
@@ -233,6 +341,14 @@ int main(int argc, char** argv) {
   MpiCommunicator self = world.split(world.rank(), 0);
   g_world = &world;
   g_self = &self;
+  // Only rank 0 writes --benchmark_out (every rank runs the same benchmarks; one file, one writer).
+  if (world.rank() != 0) {
+    int kept = 1;
+    for (int i = 1; i < argc; ++i) {
+      if (std::string_view(argv[i]).rfind("--benchmark_out", 0) != 0) argv[kept++] = argv[i];
+    }
+    argc = kept;
+  }
   benchmark::Initialize(&argc, argv);
   register_all();
   if (world.rank() == 0) {

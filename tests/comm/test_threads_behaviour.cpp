@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <numeric>
@@ -493,5 +494,82 @@ TEST_CASE("send/recv: matched per tag in posting order; different tags complete 
     CHECK(contains(e, "mismatched send/recv rank 0 -> rank 1, tag 0"));
     CHECK(contains(e, "send(count 4, fp32)"));
     CHECK(contains(e, "recv(count 3, fp32)"));
+  }
+}
+
+TEST_CASE("a Work dropped without wait() does not lose its error: run_threads rethrows it") {
+  // The hostile-input report: 4 ranks, one with a different count, nobody waits. Before, every
+  // ~Work swallowed the mismatch and run_threads returned with the data unreduced.
+  std::vector<std::vector<float>> data(4, std::vector<float>(1000, 1.f));
+  std::string what;
+  try {
+    comm::run_threads(4, [&](ThreadsCommunicator& c) {
+      auto& b = data[static_cast<std::size_t>(c.rank())];
+      comm::Work w = c.all_reduce(b.data(), b.data(), c.rank() == 1 ? 999 : 1000, DType::fp32, ReduceOp::sum);
+      (void)w;  // destroyed unfinished
+    });
+  } catch (const comm_error& e) {
+    what = e.what();
+  }
+  CHECK(contains(what, "mismatched collective #0 on world"));
+  CHECK(contains(what, "all_reduce(count 999, fp32, sum)"));
+  CHECK(data[0][0] == 1.f);  // nothing was reduced: the error is the only correct outcome
+
+  // Assigning over an unfinished Work drops it too.
+  what.clear();
+  try {
+    comm::run_threads(2, [&](ThreadsCommunicator& c) {
+      float x = 1.f;
+      comm::Work w = c.broadcast(&x, 1, DType::fp32, c.rank());  // roots differ
+      w = comm::Work();
+    });
+  } catch (const comm_error& e) {
+    what = e.what();
+  }
+  CHECK(contains(what, "root 0"));
+  CHECK(contains(what, "root 1"));
+
+  // An error the rank met afterwards (and chose to handle) is known: run_threads does not rethrow.
+  std::vector<std::string> later(2);
+  CHECK_NOTHROW(comm::run_threads(2, [&](ThreadsCommunicator& c) {
+    float x = 1.f;
+    { comm::Work w = c.all_reduce(&x, &x, c.rank() == 0 ? 1 : 0, DType::fp32, ReduceOp::sum); }
+    try {
+      c.barrier().wait();
+    } catch (const comm_error& e) {
+      later[static_cast<std::size_t>(c.rank())] = e.what();
+    }
+  }));
+  for (const auto& e : later) CHECK(contains(e, "unusable after an earlier error: mismatched collective #0"));
+}
+
+TEST_CASE("deadlines saturate: ZEROTK_COMM_TIMEOUT_MS=9223372036854775807 means never, not at once") {
+  using Clock = std::chrono::steady_clock;
+  const auto t = Clock::now();
+  CHECK(comm::deadline_after(INT64_MAX, t) == Clock::time_point::max());
+  CHECK(comm::deadline_after(INT64_MAX / 1000, t) == Clock::time_point::max());  // ms -> ns overflows too
+  CHECK(comm::deadline_after(1500, t) == t + std::chrono::milliseconds(1500));
+  CHECK(comm::deadline_after(0, t) == t);
+  CHECK(comm::deadline_after(-1, t) == t);
+
+  const char* old = std::getenv("ZEROTK_COMM_TIMEOUT_MS");
+  const std::string saved = old ? old : "";
+  ::setenv("ZEROTK_COMM_TIMEOUT_MS", "9223372036854775807", 1);
+  const auto sums = comm::run_threads(3, [](ThreadsCommunicator& c) {
+    CHECK(c.timeout_ms() == INT64_MAX);
+    std::int32_t x = c.rank() + 1;
+    c.all_reduce(&x, &x, 1, DType::int32, ReduceOp::sum).wait();  // timed out at once before the fix
+    comm::Work w = c.barrier();
+    while (!w.test()) {
+    }
+    ThreadsCommunicator sub = c.split(0, c.rank());
+    sub.all_reduce(&x, &x, 1, DType::int32, ReduceOp::max).wait();
+    return x;
+  });
+  CHECK(sums == std::vector<std::int32_t>{6, 6, 6});
+  if (old) {
+    ::setenv("ZEROTK_COMM_TIMEOUT_MS", saved.c_str(), 1);
+  } else {
+    ::unsetenv("ZEROTK_COMM_TIMEOUT_MS");
   }
 }

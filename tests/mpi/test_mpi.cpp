@@ -200,6 +200,46 @@ TEST_CASE("mpi: several operations in flight, completed in reverse order and by 
   for (int s = 0; s < w; ++s) CHECK(g[static_cast<std::size_t>(s) * n + n - 1] == s + 100);
 }
 
+TEST_CASE("mpi: any wait drives every communicator (a receive, different wait orders across communicators) without deadlock") {
+  // A data call goes out only once its signature check completed, from inside some zerotk call,
+  // so every wait must drive every communicator's ready calls (raw MPI issues at call time).
+  MpiCommunicator& c = world();
+  const int w = c.size(), r = c.rank();
+
+  // Rank 0 calls an all-reduce, tells rank 1 so, and blocks in a receive; rank 1 calls the
+  // all-reduce only then (so rank 0's signature cannot have completed when rank 0 called it), waits
+  // for it, and only then sends. Rank 0's data call must go out from inside its receive's wait.
+  std::int32_t z = 1, got = 0, token = 0;
+  if (r == 1) c.recv(&token, 1, DType::int32, 0, 6).wait();
+  comm::Work wz = c.all_reduce(&z, &z, 1, DType::int32, ReduceOp::sum);
+  if (r == 0) {
+    c.send(&token, 1, DType::int32, 1, 6).wait();
+    c.recv(&got, 1, DType::int32, 1, 5).wait();
+    wz.wait();
+    CHECK(got == 42);
+  } else {
+    wz.wait();
+    const std::int32_t v = 42;
+    if (r == 1) c.send(&v, 1, DType::int32, 0, 5).wait();
+  }
+  CHECK(z == w);
+
+  // Two communicators waited in opposite orders on alternate ranks.
+  MpiCommunicator a = c.split(0, r), b = c.split(0, r);
+  std::int32_t x = r, y = 10 * r;
+  comm::Work wa = a.all_reduce(&x, &x, 1, DType::int32, ReduceOp::sum);
+  comm::Work wb = b.all_reduce(&y, &y, 1, DType::int32, ReduceOp::sum);
+  if (r % 2 == 0) {
+    wa.wait();
+    wb.wait();
+  } else {
+    wb.wait();
+    wa.wait();
+  }
+  CHECK(x == w * (w - 1) / 2);
+  CHECK(y == 10 * w * (w - 1) / 2);
+}
+
 TEST_CASE("mpi: split by color/key, node-local split, process grid, hierarchical all-reduce") {
   MpiCommunicator& c = world();
   const int w = c.size(), r = c.rank();

@@ -11,6 +11,8 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <exception>
 #include <memory>
 #include <span>
 #include <string_view>
@@ -93,26 +95,43 @@ class WorkState {
   virtual void wait() = 0;
   /// Non-blocking: true once done (then wait() returns at once). May throw like wait().
   virtual bool test() = 0;
+  /// The Work was destroyed (or assigned over) unfinished while no exception propagates: finish the
+  /// operation, and if it failed keep the error where the program will meet it (zerotk's back ends:
+  /// the communicator's next call throws it; run_threads rethrows it; MpiSession aborts the job with
+  /// it if nothing else did). This default, for back ends outside zerotk, writes it to stderr.
+  virtual void dropped() noexcept;
+  /// The Work was destroyed unfinished while an exception propagates (the rank is failing): give
+  /// the operation up or finish it, whatever releases the peers soonest without leaving a buffer in
+  /// use. This default waits and ignores the error (one is already on its way).
+  virtual void abandon() noexcept {
+    try {
+      wait();
+    } catch (...) {
+    }
+  }
 };
 
 /// Handle to an operation in flight. A default-constructed Work is already complete.
-/// Work is move-only; destroying an unfinished Work waits for it (never leaves a collective dangling)
-/// and swallows its error only if an exception is already propagating.
-class Work {
+/// Work is move-only and must not be discarded: call `wait()` (or `test()` until true) before
+/// touching the buffers. Destroying an unfinished Work still finishes the operation (never leaves a
+/// collective dangling) and never loses its error: without an exception in flight the back end
+/// keeps the error for the program (WorkState::dropped); during unwinding it gives the operation up
+/// as fast as it safely can (WorkState::abandon).
+class [[nodiscard("call wait() on the Work (a dropped Work still finishes, but late)")]] Work {
  public:
   Work() = default;
   explicit Work(std::unique_ptr<WorkState> s) : state_(std::move(s)) {}
   Work(Work&&) noexcept = default;
   Work& operator=(Work&& o) noexcept {
     if (this != &o) {
-      finish_quietly();
+      finish_unobserved();
       state_ = std::move(o.state_);
     }
     return *this;
   }
   Work(const Work&) = delete;
   Work& operator=(const Work&) = delete;
-  ~Work() { finish_quietly(); }
+  ~Work() { finish_unobserved(); }
 
   void wait() {
     if (!state_) return;
@@ -130,16 +149,27 @@ class Work {
   bool pending() const noexcept { return state_ != nullptr; }
 
  private:
-  void finish_quietly() noexcept {
+  void finish_unobserved() noexcept {
     if (!state_) return;
-    try {
-      state_->wait();
-    } catch (...) {
+    auto s = std::move(state_);
+    if (std::uncaught_exceptions() > 0) {
+      s->abandon();
+    } else {
+      s->dropped();
     }
-    state_.reset();
   }
   std::unique_ptr<WorkState> state_;
 };
+
+inline void WorkState::dropped() noexcept {
+  try {
+    wait();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "zerotk: a Work destroyed without wait() failed: %s\n", e.what());
+  } catch (...) {
+    std::fprintf(stderr, "zerotk: a Work destroyed without wait() failed with a non-standard exception\n");
+  }
+}
 
 /// The collectives engine code may use. Argument conventions (counts are ELEMENTS, not bytes):
 /// - all_reduce(send, recv, count, dtype, op): in place when send == recv.

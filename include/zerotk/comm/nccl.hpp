@@ -124,6 +124,7 @@ struct State {
   int group_depth = 0;
   std::shared_ptr<Event> group_event;  // the event the Works of the open group will share
   void* scratch = nullptr;             // 4 bytes of device memory for barrier()
+  std::string unobserved;              // error of a Work destroyed without wait(); the next call throws it
 
   std::string at() const { return where(rank, size, device); }
 
@@ -141,7 +142,7 @@ class NcclWork final : public WorkState {
       : s_(std::move(s)), e_(std::move(e)), call_(call) {}
 
   void wait() override {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(s_->timeout_ms);
+    const auto deadline = deadline_after(s_->timeout_ms);
     while (!poll()) {
       if (std::chrono::steady_clock::now() >= deadline) {
         throw comm_error(std::string(call_) + " timed out after " + std::to_string(s_->timeout_ms) +
@@ -153,6 +154,17 @@ class NcclWork final : public WorkState {
   }
 
   bool test() override { return poll(); }
+
+  // Destroyed without wait(): finish, and let the communicator's next call throw a failure.
+  void dropped() noexcept override {
+    try {
+      wait();
+    } catch (const std::exception& e) {
+      if (s_->unobserved.empty()) s_->unobserved = e.what();
+    } catch (...) {
+      if (s_->unobserved.empty()) s_->unobserved = "an exception not derived from std::exception";
+    }
+  }
 
  private:
   bool poll() {
@@ -217,7 +229,7 @@ class NcclCommunicator {
       std::filesystem::rename(tmp, path, ec);  // atomic: readers never see a partial id
       if (ec) throw io_error("cannot publish the NCCL unique id: " + ec.message(), path);
     } else {
-      const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(opts.timeout_ms);
+      const auto deadline = deadline_after(opts.timeout_ms);
       for (;;) {
         std::ifstream in(path, std::ios::binary);
         if (in.read(id.internal, sizeof id.internal)) break;
@@ -485,6 +497,11 @@ class NcclCommunicator {
   /// Enqueues one operation (`enqueue` returns its ncclResult_t) and returns its Work.
   template <class F>
   Work launch(const char* call, F&& enqueue) {
+    if (!s_->unobserved.empty()) {
+      const std::string earlier = std::exchange(s_->unobserved, std::string());
+      throw comm_error(std::string("an earlier operation failed and its Work was destroyed without wait(): ") + earlier,
+                       s_->at(), call);
+    }
     detail::nccl::check_cuda(cudaSetDevice(s_->device), "cudaSetDevice", s_->at());
     detail::nccl::check(enqueue(), call, s_->at(), s_->comm);
     std::shared_ptr<detail::nccl::Event> e;

@@ -277,6 +277,7 @@ struct Access {
     ctx->ranks_per_node = opts.ranks_per_node;
     ctx->exited.assign(static_cast<std::size_t>(world), 0);
     ctx->waiting_in.assign(static_cast<std::size_t>(world), {});
+    ctx->unobserved.assign(static_cast<std::size_t>(world), nullptr);
     std::vector<int> ranks(static_cast<std::size_t>(world));
     for (int r = 0; r < world; ++r) ranks[static_cast<std::size_t>(r)] = r;
     auto g = make_group(ctx, "world", std::move(ranks));
@@ -331,7 +332,9 @@ inline std::vector<ThreadsCommunicator> make_threads_communicators(int world, Th
 /// Runs `fn(ThreadsCommunicator&)` on `world` threads, one per rank, and joins them. Returns nothing
 /// if `fn` returns void, else the values by rank. If ranks throw, rethrows (after all threads ended)
 /// the first exception that was not a consequence of another rank's failure; ranks blocked in a
-/// collective with a failed rank are released with a comm_error naming it.
+/// collective with a failed rank are released with a comm_error naming it. If every rank returned
+/// but one destroyed a failed operation's Work without wait() (and met no later error), rethrows
+/// that operation's comm_error.
 template <class F>
   requires std::invocable<F&, ThreadsCommunicator&>
 auto run_threads(int world, F&& fn, ThreadsOptions opts = {}) {
@@ -374,6 +377,11 @@ auto run_threads(int world, F&& fn, ThreadsOptions opts = {}) {
   for (auto& t : threads) t.join();
   if (primary) std::rethrow_exception(primary);
   if (secondary) std::rethrow_exception(secondary);
+  // Every rank returned, but one destroyed the Work of a failed operation without wait() and met no
+  // error afterwards: its results may be wrong, so the error is the run's.
+  for (const auto& e : ctx.unobserved) {
+    if (e) std::rethrow_exception(e);
+  }
   if constexpr (!std::is_void_v<R>) {
     std::vector<R> out;
     out.reserve(results.size());

@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <cstring>
 #include <deque>
+#include <exception>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -44,6 +45,7 @@
 
 #include "zerotk/comm/communicator.hpp"
 #include "zerotk/comm/detail/reduce.hpp"
+#include "zerotk/comm/timeout.hpp"
 #include "zerotk/core/error.hpp"
 
 namespace zerotk::comm::detail::threads {
@@ -254,6 +256,8 @@ struct Context {
   int abort_rank = -1;                    // world rank that failed first
   std::vector<char> exited;               // by world rank: its function returned
   std::vector<std::string> waiting_in;    // by world rank: what it is blocked in, for diagnostics
+  // by world rank: the error of a Work it destroyed without wait(), until a later error reaches it
+  std::vector<std::exception_ptr> unobserved;
 
   void bump_locked() {
     epoch.fetch_add(1, std::memory_order_release);
@@ -660,20 +664,36 @@ class ThreadsWork final : public WorkState {
         timeout_ms_(timeout_ms) {}
 
   void wait() override {
-    const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms_);
-    // Destroyed unfinished while an exception unwinds this rank: give the call up rather than
-    // wait out the timeout for peers that may never arrive.
-    const bool abandon = std::uncaught_exceptions() > 0;
-    advance(deadline, true, abandon);
+    advance(deadline_after(timeout_ms_), true, false);
     raise_if_failed();
   }
 
   bool test() override {
     if (!first_test_) first_test_ = Clock::now();
-    const auto deadline = *first_test_ + std::chrono::milliseconds(timeout_ms_);
-    if (!advance(deadline, false, false)) return false;
+    if (!advance(deadline_after(timeout_ms_, *first_test_), false, false)) return false;
     raise_if_failed();
     return true;
+  }
+
+  // Destroyed unfinished while an exception unwinds this rank: give the call up rather than wait
+  // out the timeout for peers that may never arrive.
+  void abandon() noexcept override {
+    try {
+      advance(deadline_after(timeout_ms_), true, true);
+    } catch (...) {
+    }
+  }
+
+  // Destroyed unfinished with no exception in flight: finish, and keep a failure for run_threads
+  // (which rethrows it when the rank's function returned normally).
+  void dropped() noexcept override {
+    try {
+      wait();
+    } catch (...) {
+      std::lock_guard lk(g_->ctx->mu);
+      auto& slot = g_->ctx->unobserved[world_rank()];
+      if (!slot) slot = std::current_exception();
+    }
   }
 
  private:
@@ -688,9 +708,15 @@ class ThreadsWork final : public WorkState {
     return drive(*g_, *rv_, role_, deadline, timeout_ms_, blocking, abandon);
   }
 
+  std::size_t world_rank() const {
+    return static_cast<std::size_t>(g_->world_ranks[static_cast<std::size_t>(rv_->role_rank[role_])]);
+  }
+
   void raise_if_failed() const {
     std::lock_guard lk(g_->ctx->mu);
-    if (rv_->error) rv_->error->raise();
+    if (!rv_->error) return;
+    g_->ctx->unobserved[world_rank()] = nullptr;  // an error reaches the rank: the earlier one is now known
+    rv_->error->raise();
   }
 
   std::shared_ptr<Group> g_;
