@@ -85,15 +85,6 @@ class ParamRegistry {
   bool emulated() const noexcept { return emulated_; }
   std::size_t parameter_count() const noexcept { return psi_; }
 
-  /// The parameters of group `g`, in visitation order (their `local` index).
-  std::vector<ParamId> members(GroupKind g) const {
-    std::vector<ParamId> out;
-    for (ParamId i = 0; i < entries_.size(); ++i) {
-      if (entries_[i].group == g) out.push_back(i);
-    }
-    return out;
-  }
-
   /// The id of a layer, resolving its parameters to ids on first sight. Later scopes of the same
   /// layer only compare parameter addresses with the cached ones (no lookups); a different layer at
   /// a reused address (a temporary view) is resolved again.
