@@ -279,7 +279,7 @@ class Engine {
       EngineGroupState gs;
       gs.master.resize(g.store().owned_numel());
       ops_.copy_to_host(g.store().master(), gs.master.data(), gs.master.size());
-      gs.optimizer = g.store().optimizer().state();
+      gs.optimizer = g.store().optimizer_state();
       s.groups.push_back(std::move(gs));
     });
     return s;
@@ -302,11 +302,12 @@ class Engine {
                           "Engine::load_state", std::to_string(gs.master.size()) + " for " +
                                                     std::to_string(g.store().owned_numel()) + " elements");
       }
+      optim::check_state(gs.optimizer, g.store().owned_numel(), "Engine::load_state");
     });
     i = 0;
     for_each_group([&](auto& g) {
       const EngineGroupState& gs = s.groups[i++];
-      g.store().optimizer().load_state(gs.optimizer);
+      g.store().load_optimizer_state(gs.optimizer);
       ops_.copy_from_host(gs.master.data(), g.store().master(), gs.master.size());
       g.restore_params_from_master([&](std::size_t k) { bindings_->on_bucket_published(g, k); });
     });

@@ -117,14 +117,13 @@ void run_all(NcclCommunicator& c, std::size_t n, std::vector<std::string>& error
   {
     const int right = (r + 1) % w, left = (r + w - 1) % w;
     DeviceVector<T> got(n);
-    comm::Work ws, wr;
+    std::vector<comm::Work> pending;
     {
       auto g = c.group();  // peers exchanging send/recv must launch them in one group
-      ws = c.send(mine.data(), n, dt, right, 0);
-      wr = c.recv(got.data(), n, dt, left, 0);
+      pending.push_back(c.send(mine.data(), n, dt, right, 0));
+      pending.push_back(c.recv(got.data(), n, dt, left, 0));
     }
-    wr.wait();
-    ws.wait();
+    for (auto& w : pending) w.wait();
     expect("send/recv", got.host(), head[static_cast<std::size_t>(left)]);
   }
   c.barrier().wait();

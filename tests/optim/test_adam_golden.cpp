@@ -21,6 +21,7 @@
 
 #include "../golden/golden_fixture.hpp"
 #include "zerotk/optim/optimizer.hpp"
+#include "zerotk/optim/run.hpp"
 
 using namespace zerotk;
 using zerotk::test::GoldenCase;
@@ -66,7 +67,7 @@ struct Deviation {
 
 template <class Opt>
 Deviation run_against(const GoldenCase& c, bool bias_correction, float grad_multiplier = 1.0f) {
-  Opt opt(groups_of(c, bias_correction));
+  optim::Standalone<Opt> opt(groups_of(c, bias_correction));
   opt.init_state(c.n);
   const auto segs = segments_of(c);
   std::vector<float> master = c.p0, g(c.n);
@@ -95,7 +96,7 @@ void check_case(const char* name) {
   CHECK(d.worst_ratio <= 1.0);
 
   // The final moments match torch's state too (same rounding argument, no step-size factor).
-  Opt opt(groups_of(c));
+  optim::Standalone<Opt> opt(groups_of(c));
   opt.init_state(c.n);
   const auto segs = segments_of(c);
   std::vector<float> master = c.p0;
@@ -128,7 +129,7 @@ TEST_CASE("scaled gradients with the inverse factor folded in give the same bits
   // Power-of-two loss scales are exact: g * 2^k * 2^-k == g, so the trajectories are bitwise equal.
   const GoldenCase c = load_golden("adamw");
   const auto segs = segments_of(c);
-  Optimizer<AdamW> a(groups_of(c)), b(groups_of(c));
+  optim::Standalone<Optimizer<AdamW>> a(groups_of(c)), b(groups_of(c));
   a.init_state(c.n);
   b.init_state(c.n);
   std::vector<float> pa = c.p0, pb = c.p0, g(c.n);

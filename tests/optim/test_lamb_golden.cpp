@@ -16,6 +16,7 @@
 
 #include "../golden/golden_fixture.hpp"
 #include "zerotk/optim/optimizer.hpp"
+#include "zerotk/optim/run.hpp"
 
 using namespace zerotk;
 using zerotk::test::GoldenCase;
@@ -41,7 +42,7 @@ std::vector<ParamGroup> lamb_groups(const GoldenCase& c, bool flip_bias_correcti
 }
 
 double run(const GoldenCase& c, bool flip, double* worst_abs) {
-  Optimizer<Lamb> opt(lamb_groups(c, flip));
+  optim::Standalone<Optimizer<Lamb>> opt(lamb_groups(c, flip));
   opt.init_state(c.n);
   std::vector<Segment> segs;
   double step_max = 0;

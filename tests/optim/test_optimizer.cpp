@@ -1,6 +1,6 @@
-// Optimizer<Adam|AdamW|Lamb> as a policy: validation, state allocation and checkpoints, parameter
-// groups changed between steps, and ZeRO-style partitions over ranks (threads with an all-reduce
-// written here) against one process.
+// Optimizer<Adam|AdamW|Lamb> as a policy, stepped through optim::Standalone (its host form):
+// validation, state allocation and checkpoints, parameter groups changed between steps, and
+// ZeRO-style partitions over ranks (threads with an all-reduce written here) against one process.
 #include <doctest/doctest.h>
 
 #include <barrier>
@@ -14,12 +14,18 @@
 
 #include "zerotk/kernels/host/adam.hpp"
 #include "zerotk/optim/optimizer.hpp"
+#include "zerotk/optim/run.hpp"
 
 using namespace zerotk;
 
 static_assert(std::is_same_v<Optimizer<AdamW>::policy_kind, policy::optimizer>);
 static_assert(std::is_same_v<Optimizer<Lamb>::tag, Lamb>);
 static_assert(Policy<Optimizer<Adam>>);
+// An optimizer is math, groups and a step count; its moments live in a state store.
+template <class O>
+concept HoldsMoments = requires(O& o) { o.exp_avg(); } || requires(O& o) { o.init_state(std::size_t{1}); };
+static_assert(!HoldsMoments<Optimizer<AdamW>> && !HoldsMoments<Optimizer<Lamb>>);
+static_assert(HoldsMoments<optim::Standalone<Optimizer<AdamW>>>);
 
 namespace {
 
@@ -89,7 +95,7 @@ std::vector<float> run_ranks(int world, int steps, std::vector<float> master, co
   auto rank_main = [&](int r) {
     std::size_t b = 0, n = 0;
     const auto segs = rank_segments(f, world, r, &b, &n);
-    Opt opt(two_groups());
+    optim::Standalone<Opt> opt(two_groups());
     opt.set_tensor_count(kNumels.size());
     opt.init_state(n);
     // All-reduce in rank order: every rank adds the same slots in the same order (deterministic).
@@ -217,7 +223,7 @@ TEST_CASE("hyper-parameters are doubles: what is set is what is read back") {
 TEST_CASE("init_state allocates zeroed m and v in the optimizer_state category") {
   MemoryLedger ledger;
   {
-    Optimizer<Adam> opt({ParamGroup{}});
+    optim::Standalone<Optimizer<Adam>> opt({ParamGroup{}});
     std::vector<float> p(10), g(10);
     const std::vector<Segment> segs = {{0, 10, 0, 0}};
     CHECK_THROWS_AS(opt.step(segs, p.data(), g.data(), nullptr, 1.0f), usage_error);  // before init_state
@@ -231,7 +237,7 @@ TEST_CASE("init_state allocates zeroed m and v in the optimizer_state category")
 }
 
 TEST_CASE("step checks segments before touching anything") {
-  Optimizer<AdamW> opt({ParamGroup{}});
+  optim::Standalone<Optimizer<AdamW>> opt({ParamGroup{}});
   opt.init_state(100);
   std::vector<float> p(100, 1.0f), g(100, 1.0f);
   const std::vector<Segment> outside = {{90, 20, 0, 0}};
@@ -250,8 +256,8 @@ TEST_CASE("Adam and AdamW coincide without decay and differ with it") {
   const auto p0 = randn(f.n, 1), g = randn(f.n, 2);
   OptimizerOptions o;
   o.weight_decay = 0.0f;
-  Optimizer<Adam> a({ParamGroup{o}});
-  Optimizer<AdamW> w({ParamGroup{o}});
+  optim::Standalone<Optimizer<Adam>> a({ParamGroup{o}});
+  optim::Standalone<Optimizer<AdamW>> w({ParamGroup{o}});
   std::vector<Segment> segs = f.segs;
   for (auto& s : segs) s.group = 0;
   a.init_state(f.n);
@@ -270,7 +276,7 @@ TEST_CASE("Adam and AdamW coincide without decay and differ with it") {
 TEST_CASE("groups changed between steps (a scheduler) take effect at the next step") {
   const Flat f = flat_model();
   const auto p0 = randn(f.n, 3), g1 = randn(f.n, 4), g2 = randn(f.n, 5);
-  Optimizer<AdamW> opt(two_groups());
+  optim::Standalone<Optimizer<AdamW>> opt(two_groups());
   opt.init_state(f.n);
   auto p = p0;
   std::vector<half> out(f.n);
@@ -300,7 +306,7 @@ TEST_CASE_TEMPLATE("state() and load_state() continue a run bit for bit", Opt, O
   const Flat f = flat_model();
   std::vector<std::vector<float>> grads;
   for (int t = 0; t < 8; ++t) grads.push_back(randn(f.n, 100 + static_cast<std::uint64_t>(t)));
-  Opt a(two_groups());
+  optim::Standalone<Opt> a(two_groups());
   a.init_state(f.n);
   auto p = randn(f.n, 6);
   for (int t = 0; t < 3; ++t) a.step(f.segs, p.data(), grads[static_cast<std::size_t>(t)].data(), nullptr, 1.0f);
@@ -308,7 +314,7 @@ TEST_CASE_TEMPLATE("state() and load_state() continue a run bit for bit", Opt, O
   const auto p_saved = p;
   for (int t = 3; t < 8; ++t) a.step(f.segs, p.data(), grads[static_cast<std::size_t>(t)].data(), nullptr, 1.0f);
 
-  Opt b(two_groups());
+  optim::Standalone<Opt> b(two_groups());
   b.init_state(f.n);
   b.load_state(saved);
   CHECK(b.step_count() == 3);
@@ -317,7 +323,7 @@ TEST_CASE_TEMPLATE("state() and load_state() continue a run bit for bit", Opt, O
   CHECK(same_bits(p, q));
   CHECK(same_bits(a.state().v, b.state().v));
 
-  Opt c(two_groups());
+  optim::Standalone<Opt> c(two_groups());
   c.init_state(f.n + 1);
   CHECK_THROWS_AS(c.load_state(saved), usage_error);
 }
@@ -327,7 +333,7 @@ TEST_CASE("mixed precision: 16-bit gradients in, 16-bit working copy out") {
   std::vector<bfloat16> g(f.n), out(f.n);
   const auto gf = randn(f.n, 7);
   for (std::size_t i = 0; i < f.n; ++i) g[i] = bfloat16(gf[i]);
-  Optimizer<Lamb> opt(two_groups());
+  optim::Standalone<Optimizer<Lamb>> opt(two_groups());
   opt.init_state(f.n);
   auto p = randn(f.n, 8);
   opt.step(f.segs, p.data(), g.data(), out.data(), 1.0f);
@@ -360,4 +366,35 @@ TEST_CASE("LAMB over 3 and 4 ranks: per-tensor norms summed over ranks, same res
     CHECK(same_bits(m1, m3));
     for (std::size_t i = 0; i < f.n; ++i) REQUIRE(std::fabs(many[i] - one[i]) <= 0x1p-21f * std::fabs(one[i]) + 1e-12f);
   }
+}
+
+TEST_CASE_TEMPLATE("Run over moments a store owns equals Standalone; a wrong extent changes nothing", Opt,
+                   Optimizer<AdamW>, Optimizer<Lamb>) {
+  const Flat f = flat_model();
+  const auto p0 = randn(f.n, 11);
+  std::vector<std::vector<float>> grads;
+  for (int t = 0; t < 4; ++t) grads.push_back(randn(f.n, 200 + static_cast<std::uint64_t>(t)));
+  optim::Standalone<Opt> ref(two_groups());
+  ref.init_state(f.n);
+  auto pr = p0;
+  for (const auto& g : grads) ref.step(f.segs, pr.data(), g.data(), nullptr, 1.0f);
+
+  Opt opt(two_groups());
+  std::vector<float> m(f.n), v(f.n);  // the "store"
+  auto p = p0;
+  auto no_reduce = [](std::span<double>) {};
+  const optim::Moments short_by_one{m.data(), v.data(), f.n - 1};
+  CHECK_THROWS_AS((optim::Run<Opt, HostSpace>::template step<float, void>(opt, f.segs, p.data(), short_by_one,
+                                                                          grads[0].data(), nullptr, 1.0f, no_reduce)),
+                  usage_error);
+  CHECK(opt.step_count() == 0);
+  CHECK(same_bits(p, p0));
+  for (const auto& g : grads) {
+    optim::Run<Opt, HostSpace>::template step<float, void>(opt, f.segs, p.data(), {m.data(), v.data(), f.n}, g.data(),
+                                                           nullptr, 1.0f, no_reduce);
+  }
+  CHECK(opt.step_count() == 4);
+  CHECK(same_bits(p, pr));
+  CHECK(same_bits(m, ref.state().m));
+  CHECK(same_bits(v, ref.state().v));
 }

@@ -36,7 +36,7 @@
 #include "zerotk/kernels/cuda/multi_tensor.cuh"
 #include "zerotk/kernels/cuda/reduce.cuh"
 #include "zerotk/kernels/tensor_list.hpp"
-#include "zerotk/optim/device.cuh"
+#include "zerotk/optim/run_cuda.cuh"
 
 namespace zerotk::device {
 
@@ -46,9 +46,6 @@ class Ops<Cuda> {
   using Space = CudaSpace;
   template <class T>
   using Buffer = TrackedDeviceBuffer<T>;
-  template <class Opt>
-  using optimizer_type = optim::DeviceOptimizer<Opt>;
-
   /// `comm` must expose its stream and device (NcclCommunicator does); the calling thread's current
   /// device must be the communicator's.
   template <class C>
@@ -141,16 +138,13 @@ class Ops<Cuda> {
     ZEROTK_CUDA_CHECK(cudaStreamSynchronize(s_->stream));
   }
 
-  template <class Opt>
-  void init_optimizer(Opt& opt, std::size_t numel, MemoryLedger* ledger) {
-    opt.init_state(numel, ledger);
-  }
-
+  /// One fused optimizer step over this rank's partition (optim/run_cuda.cuh), on the compute stream;
   /// `reduce(double* device_sums, n)` is called between LAMB's phases.
   template <class Opt, class G, class P, class Reduce>
-  void step(Opt& opt, std::span<const kernels::Segment> segments, float* master, const G* grads, P* out,
-            float grad_scale, Reduce&& reduce) {
-    opt.step(segments, master, grads, out, grad_scale, reduce, s_->stream, s_->ws);
+  void step(Opt& opt, std::span<const kernels::Segment> segments, float* master, const optim::Moments& moments,
+            const G* grads, P* out, float grad_scale, Reduce&& reduce) {
+    optim::Run<Opt, Space>::template step<G, P>(opt, segments, master, moments, grads, out, grad_scale, reduce,
+                                                s_->stream, s_->ws);
   }
 
   cudaStream_t stream() const noexcept { return s_->stream; }

@@ -5,7 +5,7 @@
 /// memory only through an Ops object, so each part is written once for every device.
 ///
 /// An Ops provides:
-///   Space, Buffer<T>, optimizer_type<Opt>     where its memory lives, storage, the optimizer stepping it
+///   Space, Buffer<T>                          where its memory lives, its storage
 ///   create(comm, stream)                      built by the Engine from its communicator
 ///   allocate<T>(n, category, ledger)          zero-initialised, recorded in the ledger under Space
 ///   zero, accumulate, cast                    elementwise work, ordered after the trainer's compute
@@ -13,7 +13,7 @@
 ///   fence()                                   the communicator sees everything written so far
 ///                                             (device/ordered.hpp calls it inside every collective)
 ///   all_reduce(comm, host doubles, op)        small fp64 all-reduce of host values
-///   init_optimizer / step                     the fused optimizer over this rank's partition
+///   step(opt, ...)                            one optimizer step, optim::Run<Opt, Space> (kernels by space)
 
 #include <algorithm>
 #include <cstddef>
@@ -26,6 +26,7 @@
 #include "zerotk/kernels/host/accumulate.hpp"
 #include "zerotk/kernels/host/cast.hpp"
 #include "zerotk/kernels/tensor_list.hpp"
+#include "zerotk/optim/run.hpp"
 #include "zerotk/policies.hpp"
 #include "zerotk/zero/norms.hpp"
 
@@ -44,9 +45,6 @@ class Ops<Host> {
   using Space = HostSpace;
   template <class T>
   using Buffer = TrackedBuffer<T>;
-  template <class Opt>
-  using optimizer_type = Opt;
-
   template <class C>
   static Ops create(C&, void* /*stream: Device<Cuda> only*/) {
     return {};
@@ -104,16 +102,13 @@ class Ops<Host> {
     c.all_reduce(in, out, n, DType::fp64, op).wait();
   }
 
-  template <class Opt>
-  void init_optimizer(Opt& opt, std::size_t numel, MemoryLedger* ledger) {
-    opt.init_state(numel, ledger);
-  }
-
-  /// One fused optimizer step; `reduce(double* sums, n)` sums LAMB's per-tensor partials over ranks.
+  /// One fused optimizer step over this rank's partition (optim/run.hpp); `reduce(double* sums, n)`
+  /// sums LAMB's per-tensor partials over ranks.
   template <class Opt, class G, class P, class Reduce>
-  void step(Opt& opt, std::span<const kernels::Segment> segments, float* master, const G* grads, P* out,
-            float grad_scale, Reduce&& reduce) {
-    opt.step(segments, master, grads, out, grad_scale, [&](std::span<double> s) { reduce(s.data(), s.size()); });
+  void step(Opt& opt, std::span<const kernels::Segment> segments, float* master, const optim::Moments& moments,
+            const G* grads, P* out, float grad_scale, Reduce&& reduce) {
+    optim::Run<Opt, Space>::template step<G, P>(opt, segments, master, moments, grads, out, grad_scale,
+                                                [&](std::span<double> s) { reduce(s.data(), s.size()); });
   }
 };
 

@@ -6,10 +6,12 @@
 ///
 /// A state store holds what the optimizer updates and nothing the gradient or parameter paths use:
 ///   master()                        [owned_numel] fp32
-///   optimizer()                     the optimizer (math, groups, step count) and its moments
+///   optimizer()                     the optimizer: math, groups, step count (no buffers)
+///   moments()                       its state, m and v [owned_numel] fp32 each, in the compute space
 ///   sub_groups(), sub_group(i)      pieces of the owned range stepped one at a time (the offload
 ///                                   stores bound the working set with them)
-///   step(i, ...)                    one fused optimizer step over sub-group i
+///   step(i, ...)                    one fused optimizer step over sub-group i (optim::Run<Opt, Space>)
+///   optimizer_state(), load_optimizer_state(s)   the exact state, copied through host memory
 
 #include <cstddef>
 #include <memory>
@@ -26,22 +28,25 @@ namespace zerotk::offload {
 template <class Opt, class Ops>
 class Resident {
  public:
-  using optimizer_type = typename Ops::template optimizer_type<Opt>;
+  using optimizer_type = Opt;
+  using space = typename Ops::Space;
 
   Resident(Ops& ops, MemoryLedger* ledger, std::size_t owned_numel, const std::vector<ParamGroup>& groups,
            std::size_t tensor_count)
       : ops_(&ops),
         master_(ops.template allocate<float>(owned_numel, MemoryCategory::master32, ledger)),
-        opt_(std::make_unique<optimizer_type>(groups)) {
-    ops.init_optimizer(*opt_, owned_numel, ledger);
+        m_(ops.template allocate<float>(owned_numel, MemoryCategory::optimizer_state, ledger)),
+        v_(ops.template allocate<float>(owned_numel, MemoryCategory::optimizer_state, ledger)),
+        opt_(std::make_unique<Opt>(groups)) {
     opt_->set_tensor_count(tensor_count);  // LAMB: equal-length per-tensor sums on every rank
   }
 
   float* master() noexcept { return master_.data(); }
   const float* master() const noexcept { return master_.data(); }
   std::size_t owned_numel() const noexcept { return master_.size(); }
-  optimizer_type& optimizer() noexcept { return *opt_; }
-  const optimizer_type& optimizer() const noexcept { return *opt_; }
+  Opt& optimizer() noexcept { return *opt_; }
+  const Opt& optimizer() const noexcept { return *opt_; }
+  optim::Moments moments() noexcept { return {m_.data(), v_.data(), m_.size()}; }
 
   std::size_t sub_groups() const noexcept { return 1; }
 
@@ -51,13 +56,30 @@ class Resident {
   template <class G, class P, class Reduce>
   void step(std::size_t /*i*/, std::span<const kernels::Segment> segments, const G* grads, P* out, float grad_scale,
             Reduce&& reduce) {
-    ops_->step(*opt_, segments, master_.data(), grads, out, grad_scale, std::forward<Reduce>(reduce));
+    ops_->step(*opt_, segments, master_.data(), moments(), grads, out, grad_scale, std::forward<Reduce>(reduce));
+  }
+
+  /// The optimizer's exact state (step count, m, v), copied to host memory.
+  OptimizerState optimizer_state() const {
+    OptimizerState s{opt_->step_count(), std::vector<float>(m_.size()), std::vector<float>(v_.size())};
+    ops_->copy_to_host(m_.data(), s.m.data(), s.m.size());
+    ops_->copy_to_host(v_.data(), s.v.data(), s.v.size());
+    return s;
+  }
+  /// Restores a state taken from a store over the same owned range (bit-exact); nothing changes
+  /// when `s` does not fit.
+  void load_optimizer_state(const OptimizerState& s) {
+    optim::check_state(s, m_.size(), "Engine::load_state");
+    ops_->copy_from_host(s.m.data(), m_.data(), s.m.size());
+    ops_->copy_from_host(s.v.data(), v_.data(), s.v.size());
+    opt_->set_step_count(s.step);
   }
 
  private:
   Ops* ops_;
   typename Ops::template Buffer<float> master_;  // [owned_numel] fp32
-  std::unique_ptr<optimizer_type> opt_;
+  typename Ops::template Buffer<float> m_, v_;   // the optimizer's moments, [owned_numel] fp32 each
+  std::unique_ptr<Opt> opt_;
 };
 
 }  // namespace zerotk::offload

@@ -11,11 +11,10 @@
 ///
 /// torch.optim.AdamW decays first (p *= 1 - lr wd) and divides differently; the two agree in exact
 /// arithmetic and differ by rounding only (tests/optim/test_adam_golden.cpp bounds the difference).
+///
+/// The classes hold the groups and the step count; the kernels that apply the step are chosen by
+/// memory space in optim/run.hpp (host) and optim/run_cuda.cuh (CUDA).
 
-#include <cstddef>
-#include <span>
-#include <type_traits>
-#include <utility>
 #include <vector>
 
 #include "zerotk/optim/optimizer.hpp"
@@ -24,36 +23,12 @@ namespace zerotk {
 namespace optim::detail {
 
 template <bool AdamWMode>
-class AdamOptimizer : public OptimizerBase {
+class AdamOptimizer : public OptimizerCore {
  public:
   using State = OptimizerState;
-  using OptimizerBase::OptimizerBase;
-
-  /// One step over this rank's partition: for every segment, g = grads[i] * grad_scale, update
-  /// master[i], m, v and, if param_out is not null, param_out[i] = P(master[i]); one pass.
-  /// master, m, v are indexed by partition offset, grads and param_out by each segment's grad_at() /
-  /// out_at() (the partition offset unless set). param_out may alias grads element for element (each
-  /// gradient is read before the output at the same index is written); otherwise no overlap.
-  /// `reduce_tensor_sums` is not called (Adam needs no cross-rank sums).
-  template <FloatingElement G, kernels::host::ParamOutElement P, TensorSumReducer ReduceFn>
-  void step(std::span<const Segment> segments, float* master, const G* grads, P* param_out, float grad_scale,
-            ReduceFn&& reduce_tensor_sums) {
-    (void)reduce_tensor_sums;
-    check_step(segments, master, grads);
-    const std::vector<kernels::AdamStepConsts> consts = step_consts();
-    ++step_;
-    kernels::host::fused_adam<G, P>(segments, consts, master, m_.data(), v_.data(), grads, param_out, grad_scale);
-  }
-  template <FloatingElement G, TensorSumReducer ReduceFn>
-  void step(std::span<const Segment> segments, float* master, const G* grads, std::nullptr_t, float grad_scale,
-            ReduceFn&& reduce_tensor_sums) {
-    step<G, void>(segments, master, grads, nullptr, grad_scale, std::forward<ReduceFn>(reduce_tensor_sums));
-  }
-  /// Single-process form (nothing to reduce); param_out may be nullptr.
-  template <FloatingElement G, class Out>
-  void step(std::span<const Segment> segments, float* master, const G* grads, Out param_out, float grad_scale) {
-    step(segments, master, grads, param_out, grad_scale, [](std::span<double>) {});
-  }
+  using consts_type = kernels::AdamStepConsts;
+  static constexpr bool adam_w_mode = AdamWMode;
+  using OptimizerCore::OptimizerCore;
 
   /// The kernel constants of the step about to be taken (step_count() + 1), one per group.
   std::vector<kernels::AdamStepConsts> step_consts() const {

@@ -1,0 +1,136 @@
+#pragma once
+/// \file zerotk/optim/run.hpp
+/// `optim::Run<Opt, Space>`: the kernels that apply one optimizer step, chosen by the memory space the
+/// fp32 master, the moments and the gradients live in. This file holds the host kernels (OpenMP/SIMD,
+/// kernels/host/); optim/run_cuda.cuh adds `Run<..., CudaSpace>` (nvcc only). An optimizer without
+/// kernels for a space is a compile error that names both, never a fall-through to another optimizer.
+///
+///   Run<Opt, HostSpace>::step(opt, segments, master, moments, grads, param_out, grad_scale, reduce);
+///
+/// Every step checks its arguments before anything is modified (Optimizer::check_step), takes the
+/// step constants for t = step_count() + 1, counts the step, then runs the fused pass: for every
+/// segment, g = grads[i] * grad_scale, update master[i], m, v and, if param_out is not null,
+/// param_out[i] = P(master[i]). master and the moments are indexed by partition offset, grads and
+/// param_out by each segment's grad_at() / out_at(). param_out may alias grads element for element
+/// (each gradient is read before the output at the same index is written); otherwise no overlap.
+/// `reduce(std::span<double>)` sums LAMB's per-tensor partials over ranks in place (Adam never
+/// calls it).
+
+#include <cstddef>
+#include <span>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "zerotk/core/dtype.hpp"
+#include "zerotk/core/memory.hpp"
+#include "zerotk/kernels/host/adam.hpp"
+#include "zerotk/kernels/host/lamb.hpp"
+#include "zerotk/optim/optimizer.hpp"
+
+namespace zerotk::optim {
+
+/// Primary template: no kernels for this optimizer in this memory space.
+template <class Opt, class Space>
+struct Run {
+  static_assert(dependent_false<Opt>,
+                "optim::Run<Opt, Space>: this optimizer has no kernels for this memory space (host kernels: "
+                "optim/run.hpp; CUDA kernels: optim/run_cuda.cuh). Add them, or run the optimizer where it has some");
+};
+
+/// Adam and AdamW on host memory: one fused pass (kernels::host::fused_adam).
+template <class Tag>
+  requires std::is_same_v<Tag, Adam> || std::is_same_v<Tag, AdamW>
+struct Run<Optimizer<Tag>, HostSpace> {
+  template <FloatingElement G, class P, TensorSumReducer ReduceFn>
+  static void step(Optimizer<Tag>& opt, std::span<const Segment> segments, float* master, const Moments& st,
+                   const G* grads, P* param_out, float grad_scale, ReduceFn&& /*reduce: Adam needs no sums*/) {
+    opt.check_step(segments, st.numel, master, st, grads);
+    const std::vector<kernels::AdamStepConsts> consts = opt.step_consts();
+    opt.advance();
+    kernels::host::fused_adam<G, P>(segments, consts, master, st.m, st.v, grads, param_out, grad_scale);
+  }
+};
+
+/// LAMB on host memory: phase 1 (moments, per-tensor sums), the reducer, phase 2 (trust-ratio step).
+template <>
+struct Run<Optimizer<Lamb>, HostSpace> {
+  template <FloatingElement G, class P, TensorSumReducer ReduceFn>
+  static void step(Optimizer<Lamb>& opt, std::span<const Segment> segments, float* master, const Moments& st,
+                   const G* grads, P* param_out, float grad_scale, ReduceFn&& reduce) {
+    const std::size_t tensors = opt.check_step(segments, st.numel, master, st, grads);
+    const std::vector<kernels::LambStepConsts> consts = opt.step_consts();
+    opt.advance();
+    std::vector<double> sums(2 * tensors, 0.0);
+    kernels::host::lamb_phase1<G>(segments, consts, master, st.m, st.v, grads, grad_scale, sums);
+    reduce(std::span<double>(sums));
+    kernels::host::lamb_phase2<P>(segments, consts, master, st.m, st.v, param_out, sums);
+  }
+};
+
+/// An optimizer with its moments in host memory: the standalone form, for a trainer or a research
+/// prototype that steps its own fp32 buffers without an engine (the engine keeps its moments in a
+/// state store, offload/resident.hpp).
+///
+///   optim::Standalone<Optimizer<AdamW>> opt({ParamGroup{{.lr = 1e-3}}});
+///   opt.init_state(n, &ledger);                              // m, v: n fp32 zeros (optimizer_state)
+///   opt.step(segments, master, grads16, params16, 1.0f / scale);
+template <class Opt>
+class Standalone : public Opt {
+ public:
+  using Opt::Opt;
+
+  /// Allocates m and v (zeros) for a partition of `partition_numel` fp32 elements, recorded in the
+  /// ledger's optimizer_state category. Resets the step count.
+  void init_state(std::size_t partition_numel, MemoryLedger* ledger = nullptr) {
+    m_ = TrackedBuffer<float>(partition_numel, MemoryCategory::optimizer_state, ledger);
+    v_ = TrackedBuffer<float>(partition_numel, MemoryCategory::optimizer_state, ledger);
+    this->set_step_count(0);
+    initialized_ = true;
+  }
+  std::size_t partition_numel() const noexcept { return m_.size(); }
+
+  /// One step over the partition (Run<Opt, HostSpace>::step); param_out may be nullptr.
+  template <FloatingElement G, class Out, TensorSumReducer ReduceFn>
+  void step(std::span<const Segment> segments, float* master, const G* grads, Out param_out, float grad_scale,
+            ReduceFn&& reduce) {
+    require_state("step");
+    using P = std::conditional_t<std::is_null_pointer_v<Out>, void, std::remove_pointer_t<Out>>;
+    Run<Opt, HostSpace>::template step<G, P>(*this, segments, master, moments(), grads, param_out, grad_scale,
+                                             std::forward<ReduceFn>(reduce));
+  }
+  /// Single-process form (the per-tensor sums are already complete).
+  template <FloatingElement G, class Out>
+  void step(std::span<const Segment> segments, float* master, const G* grads, Out param_out, float grad_scale) {
+    step(segments, master, grads, param_out, grad_scale, [](std::span<double>) {});
+  }
+
+  Moments moments() noexcept { return {m_.data(), v_.data(), m_.size()}; }
+  std::span<float> exp_avg() noexcept { return {m_.data(), m_.size()}; }
+  std::span<float> exp_avg_sq() noexcept { return {v_.data(), v_.size()}; }
+  std::span<const float> exp_avg() const noexcept { return {m_.data(), m_.size()}; }
+  std::span<const float> exp_avg_sq() const noexcept { return {v_.data(), v_.size()}; }
+
+  OptimizerState state() const {
+    return OptimizerState{this->step_count(), std::vector<float>(m_.begin(), m_.end()),
+                          std::vector<float>(v_.begin(), v_.end())};
+  }
+  /// Restores a state taken from an optimizer over a partition of the same size (bit-exact).
+  void load_state(const OptimizerState& s) {
+    require_state("load_state");
+    check_state(s, m_.size(), "Optimizer::load_state");
+    std::copy(s.m.begin(), s.m.end(), m_.begin());
+    std::copy(s.v.begin(), s.v.end(), v_.begin());
+    this->set_step_count(s.step);
+  }
+
+ private:
+  void require_state(const char* what) const {
+    if (!initialized_) throw usage_error("init_state(partition_numel) must be called first", std::string("Optimizer::") + what);
+  }
+
+  TrackedBuffer<float> m_, v_;  // [partition_numel] fp32 each
+  bool initialized_ = false;
+};
+
+}  // namespace zerotk::optim
