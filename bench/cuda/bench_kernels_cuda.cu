@@ -20,7 +20,7 @@
 
 namespace kc = zerotk::kernels::cuda;
 using zerotk::bfloat16;
-using zerotk::half;
+using half16 = zerotk::half;  // not CUDA's ::half
 using zerotk::kernels::AdamHyper;
 using zerotk::kernels::AdamStepConsts;
 using zerotk::kernels::Segment;
@@ -195,20 +195,20 @@ int main(int argc, char** argv) {
   std::printf("|%s|%s|%s|%s|%s|\n", std::string(54, '-').c_str(), std::string(13, '-').c_str(),
               std::string(14, '-').c_str(), std::string(14, '-').c_str(), std::string(7, '-').c_str());
   bench_adam<float, void>("fused AdamW fp32", n_adam);
-  bench_adam<half, half>("fused AdamW, fp16 grad in, fp16 copy out", n_adam);
+  bench_adam<half16, half16>("fused AdamW, fp16 grad in, fp16 copy out", n_adam);
   bench_adam<bfloat16, bfloat16>("fused AdamW, bf16 grad in, bf16 copy out", n_adam);
   bench_adam_segments(1000, n_adam / 1000);
   bench_adam_segments(100000, 1024);
   const std::size_t n_cast = ws_bytes / 6;
-  bench_cast<float, half>("cast fp32 -> fp16", n_cast);
+  bench_cast<float, half16>("cast fp32 -> fp16", n_cast);
   bench_cast<float, bfloat16>("cast fp32 -> bf16", n_cast);
-  bench_cast<half, float>("cast fp16 -> fp32", n_cast);
+  bench_cast<half16, float>("cast fp16 -> fp32", n_cast);
   bench_flatten("flatten 16 tensors (fp32)", std::vector<std::size_t>(16, ws_bytes / 8 / 16));
   std::vector<std::size_t> small;
   for (std::size_t t = 0; t < 10000; ++t) small.push_back(64 + (t * 37) % 960);
   bench_flatten("flatten 10,000 tensors of 64-1023 fp32", small);
   bench_norm<float>("sum of squares fp32 (two-phase norm)", ws_bytes / 4);
   bench_norm<bfloat16>("sum of squares bf16 (two-phase norm)", ws_bytes / 2);
-  bench_nonfinite<half>("has_nonfinite fp16", ws_bytes / 2);
+  bench_nonfinite<half16>("has_nonfinite fp16", ws_bytes / 2);
   return 0;
 }

@@ -3,16 +3,8 @@
 #include <span>
 #include <vector>
 
+#include "new_optimizer.hpp"
 #include "zerotk/optim/run.hpp"
-
-struct Sgd {};
-template <>
-class zerotk::Optimizer<Sgd> : public zerotk::optim::detail::OptimizerCore {
- public:
-  using policy_kind = zerotk::policy::optimizer;
-  using tag = Sgd;
-  using OptimizerCore::OptimizerCore;
-};
 
 #ifdef ZEROTK_FAILTEST_CONTROL
 using Opt = zerotk::Optimizer<zerotk::AdamW>;

@@ -17,6 +17,7 @@
 #include "zerotk/kernels/cuda.cuh"
 #include "zerotk/kernels/host.hpp"
 #include "zerotk/optim/optimizer.hpp"
+#include "zerotk/optim/run.hpp"
 
 namespace kc = zerotk::kernels::cuda;
 namespace kh = zerotk::kernels::host;
@@ -187,10 +188,10 @@ TEST_CASE("cuda Adam/AdamW follow the host optimizer (and so torch) over the gol
       }
     };
     if (adamw) {
-      zerotk::Optimizer<zerotk::AdamW> opt(groups);
+      zerotk::optim::Standalone<zerotk::Optimizer<zerotk::AdamW>> opt(groups);
       run_host(opt);
     } else {
-      zerotk::Optimizer<zerotk::Adam> opt(groups);
+      zerotk::optim::Standalone<zerotk::Optimizer<zerotk::Adam>> opt(groups);
       run_host(opt);
     }
   }

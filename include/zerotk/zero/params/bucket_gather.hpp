@@ -42,7 +42,8 @@ class BucketGather {
     for (std::size_t k = buckets.size(); k-- > 0;) {
       const Bucket& b = buckets[k];
       const T* send = source_ ? source_ + b.part_offset : params_.data() + c_.layout->block_flat_offset(k, c_.rank());
-      inflight_[k] = c_.comm->all_gather(send, params_.data() + b.flat_offset, b.block, dtype_of_v<T>);
+      // (void): nvcc warns that the assignment's Work& result is discarded; the Work itself is kept.
+      static_cast<void>(inflight_[k] = c_.comm->all_gather(send, params_.data() + b.flat_offset, b.block, dtype_of_v<T>));
       gathering_[k] = 1;
       ++pending_;
     }

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Runs zerotk's CUDA tests, the GPU example and the GPU kernel benchmark from a cuda-compile build, on a
+# machine with a GPU, and prints one PASS/FAIL line per program. Usage:
+#
+#   cmake --workflow --preset cuda-compile          # where nvcc is (the binaries need not be built here)
+#   scripts/gpu-run.sh [build/cuda-compile] [--sanitize] [--no-bench]
+#
+# --sanitize also runs the kernel, cast and engine tests under compute-sanitizer (memcheck, racecheck).
+# The test binaries need libnccl.so.2 at run time: found on the loader path, or in the pip package
+# nvidia-nccl-cu* of the python3 on PATH. Exit status: the number of programs that failed.
+set -uo pipefail
+B=build/cuda-compile
+sanitize=0
+bench=1
+for a in "$@"; do
+  case "$a" in
+    --sanitize) sanitize=1 ;;
+    --no-bench) bench=0 ;;
+    -*) echo "gpu-run: unknown option '$a'" >&2; exit 2 ;;
+    *) B="$a" ;;
+  esac
+done
+[[ -d "$B/tests/cuda" ]] || { echo "gpu-run: no $B/tests/cuda: build the cuda-compile preset first" >&2; exit 2; }
+nvidia-smi -L || { echo "gpu-run: nvidia-smi lists no GPU" >&2; exit 2; }
+if ! ldconfig -p 2>/dev/null | grep -q libnccl.so.2; then
+  nccl_lib=$(python3 - 2>/dev/null <<'PY'
+import importlib, os
+for name in ("nvidia.nccl",):
+    try:
+        m = importlib.import_module(name)
+        print(os.path.join(list(m.__path__)[0], "lib"))
+    except Exception:
+        pass
+PY
+)
+  [[ -n "$nccl_lib" ]] && export LD_LIBRARY_PATH="$nccl_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
+
+failed=0
+run() {  # run <label> <command...>
+  local label=$1; shift
+  local t0=$(date +%s)
+  if "$@"; then echo "gpu-run: PASS $label ($(( $(date +%s) - t0 )) s)"
+  else echo "gpu-run: FAIL $label (exit $?)"; failed=$((failed + 1)); fi
+}
+for t in cast kernels nccl engine; do
+  [[ -x "$B/tests/cuda/zerotk_cuda_test_$t" ]] && run "cuda.$t" "$B/tests/cuda/zerotk_cuda_test_$t"
+done
+run cuda.host_memory "$B/tests/cuda/zerotk_cuda_host_memory"
+[[ -x "$B/examples/03_gpu_mlp/zerotk_example_03_gpu_mlp" ]] &&
+  run example.03_gpu_mlp "$B/examples/03_gpu_mlp/zerotk_example_03_gpu_mlp" --steps 300
+if (( sanitize )); then
+  for t in cast engine; do
+    run "memcheck cuda.$t" compute-sanitizer --tool memcheck --error-exitcode 1 "$B/tests/cuda/zerotk_cuda_test_$t"
+  done
+  run "racecheck cuda.cast" compute-sanitizer --tool racecheck --error-exitcode 1 "$B/tests/cuda/zerotk_cuda_test_cast"
+fi
+(( bench )) && [[ -x "$B/bench/cuda/zerotk_bench_kernels_cuda" ]] &&
+  run bench.kernels_cuda "$B/bench/cuda/zerotk_bench_kernels_cuda" --reps 20
+echo "gpu-run: $failed failed"
+exit "$failed"
