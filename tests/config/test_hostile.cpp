@@ -136,7 +136,8 @@ TEST_CASE("hints are checked by the rules of the values they fill") {
       {"gradient_accumulation_steps", with([](auto& c) { c.gradient_accumulation_steps = -2; }),
        "must be an integer in [1, ", "-2"},
       {"total_num_steps", with([](auto& c) { c.total_num_steps = 0; }), "must be an integer >= 1", "0"},
-      {"warmup_num_steps", with([](auto& c) { c.warmup_num_steps = -1; }), "must be an integer >= 0", "-1"},
+      {"warmup_num_steps", with([](auto& c) { c.warmup_num_steps = -1; }), "must be an integer >= 1", "-1"},
+      {"warmup_num_steps", with([](auto& c) { c.warmup_num_steps = 0; }), "must be an integer >= 1", "0"},
       {"precision", with([](auto& c) { c.precision = DType::int32; }), "must be fp32, fp16 or bf16", "int32"},
   };
   for (const Case& k : cases) {

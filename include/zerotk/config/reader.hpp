@@ -432,7 +432,7 @@ inline void check_context(const ResolveContext& ctx, Diagnostics& diag) {
   integer("micro_batch_size", ctx.micro_batch_size, 1, std::int64_t{1} << 40);
   integer("gradient_accumulation_steps", ctx.gradient_accumulation_steps, 1, std::int64_t{1} << 40);
   integer("total_num_steps", ctx.total_num_steps, 1, kMax);
-  integer("warmup_num_steps", ctx.warmup_num_steps, 0, kMax);
+  integer("warmup_num_steps", ctx.warmup_num_steps, 1, kMax);  // DeepSpeed >= 0.19.3: N <= 0 is an error
   if (ctx.precision && *ctx.precision != DType::fp32 && *ctx.precision != DType::fp16 &&
       *ctx.precision != DType::bf16) {
     diag.error(where("precision"), "must be fp32, fp16 or bf16 (the engine's compute precision)",
@@ -857,7 +857,7 @@ inline void Reader::read_scheduler(Block& root, Config& c) {
     if (p.get_choice("warmup_type", w, kWarm) == Got::value) out = static_cast<WarmupType>(w);
   };
   auto warmup_steps = [&](std::int64_t& out) {
-    if (p.get_int("warmup_num_steps", out, 0, kMax, true) == Got::automatic) {
+    if (p.get_int("warmup_num_steps", out, 1, kMax, true) == Got::automatic) {  // as WarmupLR: N >= 1
       resolve_auto(p.path_of("warmup_num_steps"), out, std::optional(ctx.warmup_num_steps.value_or(out)),
                    ctx.warmup_num_steps ? "engine" : "scheduler default");
     }
