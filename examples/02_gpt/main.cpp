@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <exception>
 #include <iostream>
 #include <mutex>
 #include <sstream>
@@ -216,31 +217,23 @@ void train_rank(Comm& comm, const TrainContext& ctx, const Data& data, Evaluate&
   (void)step_ms_total;
 }
 
-template <class Data, class Evaluate>
-int run(const Options& o, const gpt::Config& model_config, const Data& data, Evaluate&& evaluate) {
-  zerotk::config::ResolveContext rc;
-  int world = o.ranks;
 #if ZEROTK_HAS_MPI
-  std::optional<zerotk::comm::MpiSession> session;
-  std::optional<zerotk::comm::MpiCommunicator> mpi_world;
-  if (o.mpi) {
-    session.emplace();
-    mpi_world.emplace(zerotk::comm::MpiCommunicator::world());
-    world = mpi_world->size();
-  }
+using MpiWorld = zerotk::comm::MpiCommunicator;
 #else
-  if (o.mpi) throw zerotk::usage_error("this binary was built without MPI", "--mpi");
+struct MpiWorld {  // never constructed: --mpi is refused without MPI
+  int size() const { return 1; }
+  int rank() const { return 0; }
+};
 #endif
+
+template <class Data, class Evaluate>
+int run(const Options& o, const gpt::Config& model_config, const Data& data, Evaluate&& evaluate, MpiWorld* mpi_world) {
+  zerotk::config::ResolveContext rc;
+  const int world = o.mpi ? mpi_world->size() : o.ranks;
   rc.world_size = world;
   const std::string text = o.config_file.empty() ? flags_to_deepspeed_json(o) : zerotk::config::read_text_file(o.config_file);
   const zerotk::config::Config cfg = zerotk::config::load(text, rc, o.config_file.empty() ? "flags" : o.config_file);
-  const bool root = !o.mpi || world == 1 || [&] {
-#if ZEROTK_HAS_MPI
-    return mpi_world->rank() == 0;
-#else
-    return true;
-#endif
-  }();
+  const bool root = !o.mpi || mpi_world->rank() == 0;
   if (o.print_config && root) std::printf("%s", text.c_str());
   if (root) {
     std::printf("zerotk %s: %d ranks (%s), ZeRO stage %d, %s, batch %lld = %lld micro x %lld accumulation x %d ranks\n",
@@ -275,6 +268,26 @@ int run(const Options& o, const gpt::Config& model_config, const Data& data, Eva
   std::printf("\ntrained %d steps in %.1f s: %.0f tokens/s; time outside the model's own forward/backward: %.1f%%\n",
               o.steps, summary.seconds, summary.tokens_per_s, 100.0 * summary.overhead);
   return 0;
+}
+
+/// Runs on `o.ranks` threads, or under MPI with one rank per process. Under MPI one rank's exception
+/// must end the whole job (its peers may wait for it inside a collective): MpiSession::abort prints
+/// this rank's error, then stops every process.
+template <class Data, class Evaluate>
+int start(const Options& o, const gpt::Config& model_config, const Data& data, Evaluate&& evaluate) {
+  if (!o.mpi) return run(o, model_config, data, evaluate, nullptr);
+#if ZEROTK_HAS_MPI
+  zerotk::comm::MpiSession session;
+  MpiWorld world = MpiWorld::world();
+  try {
+    return run(o, model_config, data, evaluate, &world);
+  } catch (const std::exception& e) {
+    if (world.size() > 1) zerotk::comm::MpiSession::abort("rank " + std::to_string(world.rank()) + ": " + e.what());
+    throw;
+  }
+#else
+  throw zerotk::usage_error("this binary was built without MPI", "--mpi");
+#endif
 }
 
 }  // namespace
@@ -319,7 +332,7 @@ int main(int argc, char** argv) {
                                 o.seed);
       config.vocab_size = task.vocab_size();
       config.context = task.seq_len();
-      return run(o, config, task, [&](gpt::Gpt& model, Summary& s) {
+      return start(o, config, task, [&](gpt::Gpt& model, Summary& s) {
         const gpt::DigitScore score = gpt::evaluate_digits(model, task, 0, o.eval_size);
         s.accuracy = score.sequence_accuracy();
         s.digit_accuracy = score.digit_accuracy();
@@ -331,7 +344,7 @@ int main(int argc, char** argv) {
     const gpt::TextCorpus corpus = gpt::TextCorpus::from_file(o.text_file, o.context, o.seed);
     config.vocab_size = corpus.vocab_size();
     config.context = o.context;
-    return run(o, config, corpus, [&](gpt::Gpt& model, Summary& s) {
+    return start(o, config, corpus, [&](gpt::Gpt& model, Summary& s) {
       const gpt::TextScore score = gpt::evaluate_text(model, corpus, static_cast<std::size_t>(o.eval_size));
       s.accuracy = score.accuracy;
       std::printf("text: held-out loss %.4f nats/char, next-char accuracy %.4f (%zu chars)\n", score.loss,

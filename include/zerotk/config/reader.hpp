@@ -1034,17 +1034,25 @@ inline void Reader::read_batch(Block& root, Config& c) {
     return;
   }
   // SEMANTICS.md section 5, with DeepSpeed's integer division where a value is derived.
+  std::string derived;  // how a value that was not given was computed, for the error below
+  const auto division = [&](const char* key, std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t r) {
+    derived = cat("; ", key, " was not given: derived as ", std::to_string(a), " / ", std::to_string(b), " / ",
+                  std::to_string(c), " = ", std::to_string(r), " with integer division, as DeepSpeed does");
+  };
   if (tbs && mbs && gas) {
   } else if (tbs && mbs) {
     gas = *tbs / *mbs / w;
+    division("gradient_accumulation_steps", *tbs, *mbs, w, *gas);
   } else if (tbs && gas) {
     mbs = *tbs / w / *gas;
+    division("train_micro_batch_size_per_gpu", *tbs, w, *gas, *mbs);
   } else if (mbs && gas) {
     tbs = 0;
     if (__builtin_mul_overflow(*mbs, *gas, &*tbs) || __builtin_mul_overflow(*tbs, w, &*tbs)) tbs = -1;
   } else if (tbs) {
     gas = 1;
     mbs = *tbs / w;
+    division("train_micro_batch_size_per_gpu", *tbs, w, 1, *mbs);
   } else {
     gas = 1;
     tbs = 0;
@@ -1064,7 +1072,7 @@ inline void Reader::read_batch(Block& root, Config& c) {
     error(p_tbs,
           cat("train_batch_size must equal train_micro_batch_size_per_gpu * gradient_accumulation_steps * world_size: ",
               std::to_string(*tbs), " != ", std::to_string(*mbs), " * ", std::to_string(*gas), " * ",
-              std::to_string(w), " (= ", std::to_string(product), ")"),
+              std::to_string(w), " (= ", std::to_string(product), ")", derived),
           std::to_string(*tbs));
     return;
   }
