@@ -108,15 +108,16 @@ class OptimizerCore {
   void set_tensor_count(std::size_t n) noexcept { tensor_count_ = n; }
   std::size_t tensor_count() const noexcept { return tensor_count_; }
 
-  /// Checks every argument of a step over a partition of `numel` elements before anything is
-  /// modified (groups too: schedulers may have changed lr/beta1); returns the length of the
-  /// per-tensor sums, max(tensor_count(), largest tensor id + 1).
-  std::size_t check_step(std::span<const Segment> segments, std::size_t numel, const void* master,
-                         const Moments& st, const void* grads) const {
+  /// Checks every argument of a step over the partition the moments cover (st.numel elements)
+  /// before anything is modified (groups too: schedulers may have changed lr/beta1); returns the
+  /// length of the per-tensor sums, max(tensor_count(), largest tensor id + 1).
+  std::size_t check_step(std::span<const Segment> segments, const void* master, const Moments& st,
+                         const void* grads) const {
     for (std::size_t g = 0; g < groups_.size(); ++g) validate(g);
-    if (st.numel != numel || (numel != 0 && (st.m == nullptr || st.v == nullptr))) {
-      throw usage_error("the optimizer state does not cover the partition (allocate m and v first)", "Optimizer::step",
-                        std::to_string(st.numel) + " state elements for " + std::to_string(numel));
+    const std::size_t numel = st.numel;
+    if (numel != 0 && (st.m == nullptr || st.v == nullptr)) {
+      throw usage_error("the optimizer state has no m or v buffer", "Optimizer::step",
+                        std::to_string(numel) + " state elements");
     }
     if (!segments.empty() && (master == nullptr || grads == nullptr)) {
       throw usage_error("master and grads must not be null", "Optimizer::step");

@@ -45,7 +45,7 @@ struct Run<Optimizer<Tag>, HostSpace> {
   template <FloatingElement G, class P, TensorSumReducer ReduceFn>
   static void step(Optimizer<Tag>& opt, std::span<const Segment> segments, float* master, const Moments& st,
                    const G* grads, P* param_out, float grad_scale, ReduceFn&& /*reduce: Adam needs no sums*/) {
-    opt.check_step(segments, st.numel, master, st, grads);
+    opt.check_step(segments, master, st, grads);
     const std::vector<kernels::AdamStepConsts> consts = opt.step_consts();
     opt.advance();
     kernels::host::fused_adam<G, P>(segments, consts, master, st.m, st.v, grads, param_out, grad_scale);
@@ -58,7 +58,7 @@ struct Run<Optimizer<Lamb>, HostSpace> {
   template <FloatingElement G, class P, TensorSumReducer ReduceFn>
   static void step(Optimizer<Lamb>& opt, std::span<const Segment> segments, float* master, const Moments& st,
                    const G* grads, P* param_out, float grad_scale, ReduceFn&& reduce) {
-    const std::size_t tensors = opt.check_step(segments, st.numel, master, st, grads);
+    const std::size_t tensors = opt.check_step(segments, master, st, grads);
     const std::vector<kernels::LambStepConsts> consts = opt.step_consts();
     opt.advance();
     std::vector<double> sums(2 * tensors, 0.0);

@@ -40,7 +40,7 @@ struct Run<Optimizer<Tag>, CudaSpace> {
   static void step(Optimizer<Tag>& opt, std::span<const Segment> segments, float* master, const Moments& st,
                    const G* grads, P* param_out, float grad_scale, ReduceFn&& /*reduce: Adam needs no sums*/,
                    cudaStream_t stream, kernels::cuda::Workspace& ws) {
-    opt.check_step(segments, st.numel, master, st, grads);
+    opt.check_step(segments, master, st, grads);
     const std::vector<kernels::AdamStepConsts> consts = opt.step_consts();
     opt.advance();
     kernels::cuda::fused_adam<G, P>(segments, std::span<const kernels::AdamStepConsts>(consts), master, st.m, st.v,
@@ -55,7 +55,7 @@ struct Run<Optimizer<Lamb>, CudaSpace> {
   static void step(Optimizer<Lamb>& opt, std::span<const Segment> segments, float* master, const Moments& st,
                    const G* grads, P* param_out, float grad_scale, ReduceFn&& reduce, cudaStream_t stream,
                    kernels::cuda::Workspace& ws) {
-    const std::size_t tensors = opt.check_step(segments, st.numel, master, st, grads);
+    const std::size_t tensors = opt.check_step(segments, master, st, grads);
     const std::vector<kernels::LambStepConsts> consts = opt.step_consts();
     opt.advance();
     std::vector<kernels::cuda::LambTensor<G, P>> items;
