@@ -86,7 +86,8 @@ void require_same(const std::string& manifest_path, const char* key, const char*
 inline void check_compatible(const Manifest& m, const EngineSignature& sig, const EngineState& current,
                              const std::string& manifest_path) {
   if (m.world_size != sig.world_size) {
-    throw usage_error("saved on " + std::to_string(m.world_size) + " ranks, loading on " + std::to_string(sig.world_size) +
+    throw usage_error("saved on " + std::to_string(m.world_size) + (m.world_size == 1 ? " rank" : " ranks") +
+                          ", loading on " + std::to_string(sig.world_size) +
                           ": resharding is not implemented yet",
                       manifest_path + ": world_size", std::to_string(m.world_size));
   }
