@@ -18,6 +18,7 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <vector>
 
 #include "zerotk/checkpoint/format.hpp"
 #include "zerotk/checkpoint/layout.hpp"
@@ -29,11 +30,13 @@ namespace zerotk::checkpoint {
 /// Removes `<dir>/.tmp.*` left by interrupted saves and creates an empty `temp`.
 inline void prepare_temp(const std::filesystem::path& dir, const std::filesystem::path& temp) {
   io::create_directories(dir);
+  std::vector<std::filesystem::path> stale;  // collected first: no removal while iterating
   std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
-    if (e.path().filename().string().starts_with(kTempPrefix)) io::remove_all(e.path());
+  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    if (it->path().filename().string().starts_with(kTempPrefix)) stale.push_back(it->path());
   }
   if (ec) throw io_error("cannot list directory", dir.string(), ec.message());
+  for (const auto& p : stale) io::remove_all(p);
   io::create_directories(temp);
 }
 
