@@ -11,22 +11,22 @@
 ///   precision fp16
 ///   optimizer AdamW
 ///   optimizer_states exp_avg exp_avg_sq
-///   parameter_count 433
-///   flat_numel 434
+///   parameter_count 496
+///   flat_numel 504
 ///   groups 1
-///   group0.owned_numel 217 217                  one count per rank
+///   group0.owned_numel 252 252                  one count per rank
 ///   micro_steps 6
 ///   global_steps 3
 ///   skipped_steps 1
-///   scaler.scale 128                            shortest text that reads back to the same double
+///   scaler.scale 256                            shortest text that reads back to the same double
 ///   scaler.iter 3
 ///   scaler.last_overflow_iter 1
 ///   scaler.hyst 1
 ///   scheduler.last_batch_iteration 1            or "scheduler none"
-///   file.client_state client_state.bin 44 1f0c...   name, bytes, XXH3-64
-///   file.rank0 rank0.bin 5332 9e41...
-///   file.rank1 rank1.bin 5320 03bd...
-///   checksum 5d3a...
+///   file.client_state client_state.bin 82 1a8e34848717db1c   name, bytes, XXH3-64
+///   file.rank0 rank0.bin 3163 fda6f88c762dd620
+///   file.rank1 rank1.bin 3163 7e36074aca58227a
+///   checksum 909bbe5696585509
 
 #include <charconv>
 #include <cstdint>
