@@ -220,6 +220,16 @@ TEST_CASE("no latest file, or latest naming a missing tag: an io_error naming th
     }
     CHECK(r.unchanged);
   }
+  SUBCASE("latest holds something that is not a tag") {
+    save_reference(d.path());
+    write_text(d / "latest", "../global_step2");
+    const FailedLoad r = try_load(d.path());
+    for (std::size_t i = 0; i < r.what.size(); ++i) {
+      CHECK(r.what[i].find((d / "latest").string() + ": invalid checkpoint tag: starts with '.'") != std::string::npos);
+      CHECK(r.kind[i] == ErrorKind::io);
+    }
+    CHECK(r.unchanged);
+  }
   SUBCASE("a named tag that is not there; the one latest names still loads") {
     save_reference(d.path());
     checkpoint::LoadOptions o;

@@ -30,6 +30,11 @@ inline std::string read_latest(const std::filesystem::path& dir) {
   std::string tag = io::read_text_file(p);
   while (!tag.empty() && (tag.back() == '\n' || tag.back() == '\r' || tag.back() == ' ')) tag.pop_back();
   if (tag.empty()) throw io_error("the \"latest\" file is empty", p.string());
+  try {
+    check_tag(tag, "");
+  } catch (const usage_error& e) {
+    throw io_error(e.message() + " (the \"latest\" file is corrupt?)", p.string(), e.value());
+  }
   return tag;
 }
 
