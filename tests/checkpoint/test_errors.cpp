@@ -308,7 +308,7 @@ TEST_CASE("one rank between micro-steps (stage 0 reducing at the boundary): ever
   CHECK(fs::is_empty(d.path()));
 }
 
-TEST_CASE("rank 0 cannot create the directory: every rank throws, latest is untouched") {
+TEST_CASE("rank 0 cannot create the directory: every rank throws, the others naming rank 0") {
   ScratchDir d("rank0_fails");
   write_text(d / "file", "a file where the checkpoint directory should be");
   std::vector<std::string> what(2);
