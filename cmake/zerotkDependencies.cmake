@@ -12,6 +12,8 @@ find_package(MPI QUIET COMPONENTS CXX)
 find_package(PkgConfig QUIET)
 if(PkgConfig_FOUND)
   pkg_check_modules(LIBURING QUIET IMPORTED_TARGET liburing)
+  # XXH3-64 checksums of checkpoint files (used header-only: XXH_INLINE_ALL).
+  pkg_check_modules(LIBXXHASH QUIET IMPORTED_TARGET libxxhash)
 endif()
 
 # CUDA: the toolkit (cudart, CCCL headers) for host code, the CUDA language for kernels.

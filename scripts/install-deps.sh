@@ -8,7 +8,7 @@
 set -euo pipefail
 
 packages=(cmake ninja-build g++ pkg-config libeigen3-dev doctest-dev libopenmpi-dev openmpi-bin
-          nlohmann-json3-dev liburing-dev libbenchmark-dev libcli11-dev gnuplot-nox)
+          nlohmann-json3-dev liburing-dev libxxhash-dev libbenchmark-dev libcli11-dev gnuplot-nox)
 if [[ "${1:-}" == "--dev" ]]; then
   packages+=(python3-torch python3-numpy)
 fi

@@ -10,6 +10,9 @@
 #endif
 #include "zerotk/config.hpp"
 #include "zerotk/engine.hpp"
+#if ZEROTK_HAS_XXHASH
+#include "zerotk/checkpoint.hpp"
+#endif
 #include "zerotk/monitor.hpp"
 #include "zerotk/optim/clip.hpp"
 #include "zerotk/optim/optimizer.hpp"

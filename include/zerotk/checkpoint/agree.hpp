@@ -1,0 +1,86 @@
+#pragma once
+/// \file zerotk/checkpoint/agree.hpp
+/// Collective agreement for save and load: every local step that can fail runs inside agreed(), so
+/// all ranks learn whether every rank succeeded and none proceeds (or waits in a collective) while
+/// another has thrown. Host-memory communicators only (threads, MPI).
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <exception>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "zerotk/checkpoint/options.hpp"
+#include "zerotk/comm/communicator.hpp"
+#include "zerotk/comm/typed.hpp"
+#include "zerotk/core/error.hpp"
+
+namespace zerotk::checkpoint {
+
+template <class C>
+concept HostCommunicator = comm::Communicator<C> && !comm::uses_device_memory<C>;
+
+/// Runs `f` on this rank, then one all-reduce tells every rank the lowest rank whose `f` threw. That
+/// rank (and any other that threw) rethrows its own exception; the others throw an error naming it.
+template <HostCommunicator C, class F>
+void agreed(C& comm, std::string_view what, F&& f) {
+  std::exception_ptr err;
+  try {
+    f();
+  } catch (...) {
+    err = std::current_exception();
+  }
+  const int first = comm::all_reduce_value(comm, err ? comm.rank() : comm.size(), comm::ReduceOp::min);
+  if (err) std::rethrow_exception(err);
+  if (first < comm.size()) {
+    throw io_error(std::string(what) + " failed on rank " + std::to_string(first) + " (that rank's error says why)",
+                   "rank " + std::to_string(comm.rank()));
+  }
+}
+
+/// Rank `root`'s text, on every rank.
+template <HostCommunicator C>
+std::string broadcast_text(C& comm, const std::string& text, int root) {
+  std::int32_t n = static_cast<std::int32_t>(text.size());
+  comm.broadcast(&n, 1, DType::int32, root).wait();
+  std::string out = comm.rank() == root ? text : std::string(static_cast<std::size_t>(n), '\0');
+  comm.broadcast(out.data(), out.size(), DType::uint8, root).wait();
+  return out;
+}
+
+/// Every rank's `mine` (same length on all ranks), concatenated in rank order.
+template <HostCommunicator C>
+std::vector<std::uint64_t> all_gather_u64(C& comm, const std::vector<std::uint64_t>& mine) {
+  std::vector<std::uint64_t> all(mine.size() * static_cast<std::size_t>(comm.size()));
+  comm.all_gather(mine.data(), all.data(), mine.size() * sizeof(std::uint64_t), DType::uint8).wait();
+  return all;
+}
+
+inline void warn(const WarningSink& sink, const std::string& message) {
+  if (sink) {
+    sink(message);
+  } else {
+    std::fprintf(stderr, "zerotk warning: %s\n", message.c_str());
+  }
+}
+
+/// The tag every rank uses: rank 0's. Ranks whose `mine` differs warn (TagValidation::warn), or every
+/// rank throws a usage_error (TagValidation::fail).
+template <HostCommunicator C>
+std::string agree_on_tag(C& comm, const std::string& mine, TagValidation mode, const WarningSink& sink) {
+  const std::string root = broadcast_text(comm, mine, 0);
+  const bool differs = root != mine;
+  const int any = comm::all_reduce_value(comm, differs ? 1 : 0, comm::ReduceOp::max);
+  if (any == 0 || mode == TagValidation::ignore) return root;
+  const std::string where = "rank " + std::to_string(comm.rank());
+  if (mode == TagValidation::fail) {
+    throw usage_error("checkpoint tags differ between ranks (tag_validation Fail)", where,
+                      differs ? "\"" + mine + "\", rank 0 has \"" + root + "\"" : "another rank's tag is not \"" + root + "\"");
+  }
+  if (differs) warn(sink, where + ": checkpoint tag \"" + mine + "\" differs from rank 0's \"" + root + "\"; using rank 0's");
+  return root;
+}
+
+}  // namespace zerotk::checkpoint

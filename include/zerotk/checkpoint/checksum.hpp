@@ -1,0 +1,41 @@
+#pragma once
+/// \file zerotk/checkpoint/checksum.hpp
+/// The checksum of checkpoint files: XXH3-64 (libxxhash, used header-only), written as 16 lower-case
+/// hex digits. This is the only file that includes xxhash.h.
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "zerotk/core/macros.hpp"
+
+#if !ZEROTK_HAS_XXHASH
+#error "zerotk/checkpoint needs libxxhash (Debian: libxxhash-dev): link zerotk::xxhash, or define ZEROTK_HAS_XXHASH=1 with xxhash.h on the include path"
+#endif
+
+#ifndef XXH_INLINE_ALL
+#define XXH_INLINE_ALL
+#endif
+#include <xxhash.h>
+
+namespace zerotk::checkpoint {
+
+inline std::uint64_t checksum(std::span<const std::byte> bytes) noexcept {
+  return static_cast<std::uint64_t>(XXH3_64bits(bytes.data(), bytes.size()));
+}
+
+inline std::uint64_t checksum(std::string_view text) noexcept {
+  return static_cast<std::uint64_t>(XXH3_64bits(text.data(), text.size()));
+}
+
+/// 16 lower-case hex digits.
+inline std::string to_hex(std::uint64_t v) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string s(16, '0');
+  for (int i = 15; i >= 0; --i, v >>= 4) s[static_cast<std::size_t>(i)] = kDigits[v & 0xf];
+  return s;
+}
+
+}  // namespace zerotk::checkpoint

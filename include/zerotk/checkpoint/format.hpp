@@ -1,0 +1,189 @@
+#pragma once
+/// \file zerotk/checkpoint/format.hpp
+/// The binary layout of one checkpoint data file (a rank's file, the client-state file). All
+/// integers and floats little-endian; version 1:
+///
+///   offset 0   char[8]  magic "ZTKCKPT\0"
+///          8   u32      format version (1)
+///         12   u32      rank that wrote it
+///         16   u32      world size it was written on
+///         20   u32      section count S
+///         24   S x section:
+///                u16 name length L, char[L] name (e.g. "group0.exp_avg")
+///                u8  element type (1 fp32, 2 int64, 3 byte)
+///                u64 element count N
+///                N elements
+///   end - 8    u64      XXH3-64 of every byte before it
+///
+/// The manifest records each file's size and checksum too, so a file that is whole but belongs to
+/// another checkpoint is caught as well as a flipped byte or a truncation.
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "zerotk/checkpoint/checksum.hpp"
+#include "zerotk/core/error.hpp"
+#include "zerotk/io/bytes.hpp"
+
+namespace zerotk::checkpoint {
+
+inline constexpr std::array<char, 8> kFileMagic = {'Z', 'T', 'K', 'C', 'K', 'P', 'T', '\0'};
+inline constexpr std::uint32_t kFileVersion = 1;
+
+enum class ElementType : std::uint8_t { fp32 = 1, int64 = 2, byte = 3 };
+
+constexpr std::size_t size_of(ElementType t) noexcept {
+  return t == ElementType::fp32 ? 4 : t == ElementType::int64 ? 8 : 1;
+}
+constexpr std::string_view to_string(ElementType t) noexcept {
+  return t == ElementType::fp32 ? "fp32" : t == ElementType::int64 ? "int64" : "byte";
+}
+
+/// Builds a data file section by section; finish() appends the checksum.
+class DataFileWriter {
+ public:
+  DataFileWriter(int rank, int world_size) {
+    for (char c : kFileMagic) w_.put(static_cast<std::uint8_t>(c));
+    w_.put(kFileVersion);
+    w_.put(static_cast<std::uint32_t>(rank));
+    w_.put(static_cast<std::uint32_t>(world_size));
+    w_.put(std::uint32_t{0});  // section count, patched by finish()
+  }
+  void add(std::string_view name, std::span<const float> v) { add_raw(name, ElementType::fp32, v); }
+  void add(std::string_view name, std::span<const std::int64_t> v) { add_raw(name, ElementType::int64, v); }
+  void add(std::string_view name, std::span<const std::byte> v) { add_raw(name, ElementType::byte, v); }
+
+  std::vector<std::byte> finish() && {
+    std::vector<std::byte>& b = w_.bytes();
+    for (std::size_t i = 0; i < 4; ++i) b[20 + i] = static_cast<std::byte>((sections_ >> (8 * i)) & 0xff);
+    w_.put(checksum(std::span<const std::byte>(b)));
+    return std::move(b);
+  }
+
+ private:
+  template <class T>
+  void add_raw(std::string_view name, ElementType type, std::span<const T> v) {
+    if (name.size() > 0xffff) throw usage_error("section name too long", "checkpoint::DataFileWriter", std::string(name));
+    w_.put_u16(static_cast<std::uint16_t>(name.size()));
+    w_.put_text(name);
+    w_.put(static_cast<std::uint8_t>(type));
+    w_.put(static_cast<std::uint64_t>(v.size()));
+    w_.put_array(v);
+    ++sections_;
+  }
+
+  io::ByteWriter w_;
+  std::uint32_t sections_ = 0;
+};
+
+/// One section of a parsed file: a view into the file's bytes.
+struct SectionView {
+  std::string name;
+  ElementType type = ElementType::byte;
+  std::uint64_t numel = 0;
+  std::span<const std::byte> data;
+  std::size_t offset = 0;  ///< of the section's data in the file
+};
+
+/// A data file, checked and parsed; views into the caller's bytes.
+struct DataFileView {
+  std::string path;
+  std::uint32_t rank = 0, world_size = 0;
+  std::vector<SectionView> sections;
+
+  /// The section `name` of type `type` with `numel` elements, or an io_error naming the file, the
+  /// section and both values.
+  const SectionView& get(std::string_view name, ElementType type, std::uint64_t numel) const {
+    for (const SectionView& s : sections) {
+      if (s.name != name) continue;
+      if (s.type != type) {
+        throw io_error("section \"" + s.name + "\" has another element type", path,
+                       std::string(to_string(s.type)) + ", expected " + std::string(to_string(type)));
+      }
+      if (s.numel != numel) {
+        throw io_error("section \"" + s.name + "\" has another element count", path,
+                       std::to_string(s.numel) + ", expected " + std::to_string(numel));
+      }
+      return s;
+    }
+    throw io_error("section \"" + std::string(name) + "\" is missing", path);
+  }
+
+  template <class T>
+  std::vector<T> read(std::string_view name, ElementType type, std::uint64_t numel) const {
+    const SectionView& s = get(name, type, numel);
+    std::vector<T> out(static_cast<std::size_t>(numel));
+    io::ByteReader(s.data, path).get_array(std::span<T>(out), s.name);
+    return out;
+  }
+};
+
+namespace detail {
+
+inline void check_header(io::ByteReader& r, const std::string& path) {
+  const std::string magic = r.get_text(kFileMagic.size(), "magic");
+  if (magic != std::string_view(kFileMagic.data(), kFileMagic.size())) {
+    throw io_error("not a zerotk checkpoint data file (bad magic)", path + ":0");
+  }
+  const auto version = r.get<std::uint32_t>("format version");
+  if (version != kFileVersion) {
+    throw io_error("unsupported data file format version", path + ":8",
+                   std::to_string(version) + ", this zerotk reads " + std::to_string(kFileVersion));
+  }
+}
+
+inline SectionView read_section(io::ByteReader& r) {
+  SectionView s;
+  const std::uint16_t len = r.get_u16("section name length");
+  s.name = r.get_text(len, "section name");
+  const auto type = r.get<std::uint8_t>("element type");
+  if (type < 1 || type > 3) throw io_error("unknown element type in section \"" + s.name + "\"", r.where(), std::to_string(type));
+  s.type = static_cast<ElementType>(type);
+  s.numel = r.get<std::uint64_t>("element count");
+  if (s.numel > r.remaining() / size_of(s.type)) {
+    throw io_error("truncated: section \"" + s.name + "\" claims " + std::to_string(s.numel) + " elements", r.where(),
+                   std::to_string(r.remaining()) + " bytes left");
+  }
+  s.offset = r.offset();
+  s.data = r.take(static_cast<std::size_t>(s.numel) * size_of(s.type), s.name);
+  return s;
+}
+
+}  // namespace detail
+
+/// Verifies the trailing checksum, then parses the header and the sections of `bytes` (the whole
+/// content of `path`). Every defect is an io_error naming the file and, where it helps, the offset.
+inline DataFileView parse_data_file(std::span<const std::byte> bytes, const std::string& path) {
+  constexpr std::size_t kHeader = 24, kTrailer = 8;
+  if (bytes.size() < kHeader + kTrailer) {
+    throw io_error("truncated: shorter than a data file's header and checksum", path,
+                   std::to_string(bytes.size()) + " bytes");
+  }
+  const std::span<const std::byte> body = bytes.first(bytes.size() - kTrailer);
+  io::ByteReader tail(bytes.last(kTrailer), path);
+  const auto stored = tail.get<std::uint64_t>("checksum");
+  const std::uint64_t computed = checksum(body);
+  if (stored != computed) {
+    throw io_error("checksum mismatch (the file is corrupt or truncated)", path + ":" + std::to_string(body.size()),
+                   "stored " + to_hex(stored) + ", computed " + to_hex(computed));
+  }
+  io::ByteReader r(body, path);
+  detail::check_header(r, path);
+  DataFileView v;
+  v.path = path;
+  v.rank = r.get<std::uint32_t>("rank");
+  v.world_size = r.get<std::uint32_t>("world size");
+  const auto count = r.get<std::uint32_t>("section count");
+  for (std::uint32_t i = 0; i < count; ++i) v.sections.push_back(detail::read_section(r));
+  if (r.remaining() != 0) {
+    throw io_error("unexpected bytes after the last section", r.where(), std::to_string(r.remaining()) + " bytes");
+  }
+  return v;
+}
+
+}  // namespace zerotk::checkpoint

@@ -1,0 +1,48 @@
+#pragma once
+/// \file zerotk/checkpoint/layout.hpp
+/// Where things are in a checkpoint directory, and which tags are valid names:
+///
+///   <dir>/latest                     the tag of the newest complete checkpoint (no newline)
+///   <dir>/<tag>/manifest.txt         structure, counters, scaler, scheduler, each file's size + checksum
+///   <dir>/<tag>/rank<r>.bin          rank r's fp32 master partitions and optimizer states (format.hpp)
+///   <dir>/<tag>/client_state.bin     the user's bytes (format.hpp, one section)
+///   <dir>/.tmp.<tag>/                a save in progress (or one a crash interrupted; removed by the next)
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+
+#include "zerotk/core/error.hpp"
+
+namespace zerotk::checkpoint {
+
+inline constexpr std::string_view kLatestFile = "latest";
+inline constexpr std::string_view kManifestFile = "manifest.txt";
+inline constexpr std::string_view kClientStateFile = "client_state.bin";
+inline constexpr std::string_view kTempPrefix = ".tmp.";
+
+inline std::string rank_file_name(int rank) { return "rank" + std::to_string(rank) + ".bin"; }
+
+/// DeepSpeed's default tag.
+inline std::string default_tag(std::int64_t global_steps) { return "global_step" + std::to_string(global_steps); }
+
+inline std::filesystem::path tag_path(const std::filesystem::path& dir, std::string_view tag) { return dir / tag; }
+inline std::filesystem::path temp_path(const std::filesystem::path& dir, std::string_view tag) {
+  return dir / (std::string(kTempPrefix) + std::string(tag));
+}
+
+/// A tag names one directory entry: non-empty, at most 200 bytes of printable ASCII without '/',
+/// not "." or "..", not "latest", not starting with '.' (reserved for temporaries).
+inline void check_tag(std::string_view tag, const char* where) {
+  auto bad = [&](const char* why) { throw usage_error(std::string("invalid checkpoint tag: ") + why, where, "\"" + std::string(tag) + "\""); };
+  if (tag.empty()) bad("empty");
+  if (tag.size() > 200) bad("longer than 200 bytes");
+  if (tag.front() == '.') bad("starts with '.' (reserved for temporary directories)");
+  if (tag == kLatestFile) bad("\"latest\" is the name of the file holding the newest tag");
+  for (char c : tag) {
+    if (c == '/' || c < 0x21 || c > 0x7e) bad("only printable ASCII without '/' or spaces");
+  }
+}
+
+}  // namespace zerotk::checkpoint

@@ -1,0 +1,74 @@
+#pragma once
+/// \file zerotk/checkpoint/load.hpp
+/// checkpoint::load: every rank calls it at an optimizer boundary (a freshly built engine is at one),
+/// with the communicator the engine was built on. Every rank reads and verifies everything it needs
+/// (manifest, its own file, the client state) and the ranks agree that all succeeded before any
+/// engine changes: a failed load throws on every rank and leaves every engine as it was.
+///
+///   auto loaded = zerotk::checkpoint::load(engine, comm, "ckpt");        // the tag in ckpt/latest
+///   restore_trainer(loaded.client_state);
+
+#include <filesystem>
+#include <string>
+
+#include "zerotk/checkpoint/agree.hpp"
+#include "zerotk/checkpoint/layout.hpp"
+#include "zerotk/checkpoint/manifest.hpp"
+#include "zerotk/checkpoint/options.hpp"
+#include "zerotk/checkpoint/rank_file.hpp"
+#include "zerotk/checkpoint/read.hpp"
+#include "zerotk/checkpoint/save.hpp"
+#include "zerotk/checkpoint/signature.hpp"
+#include "zerotk/engine/state.hpp"
+
+namespace zerotk::checkpoint {
+
+namespace detail {
+
+/// This rank's EngineState from checkpoint `<dir>/<tag>`, after checking it fits the engine with
+/// signature `sig` and current state `current`; fills `client_state`.
+inline EngineState read_rank_state(const std::filesystem::path& dir, const std::string& tag, const EngineSignature& sig,
+                                   const EngineState& current, std::vector<std::byte>& client_state) {
+  const Manifest m = read_manifest(dir, tag);
+  const std::filesystem::path tdir = tag_path(dir, tag);
+  check_compatible(m, sig, current, (tdir / kManifestFile).string());
+  const FileRecord& rec = m.rank_files[static_cast<std::size_t>(sig.rank)];
+  EngineState s;
+  s.groups = decode_rank_file(read_verified(tdir, rec), (tdir / rec.name).string(), m, sig.rank);
+  s.micro_steps = m.micro_steps;
+  s.global_steps = m.global_steps;
+  s.skipped_steps = m.skipped_steps;
+  s.scaler = m.scaler;
+  s.scheduler = m.scheduler;
+  client_state = read_client_state(tdir, m);
+  return s;
+}
+
+}  // namespace detail
+
+/// Loads `<dir>/<tag>` (default: the tag `<dir>/latest` holds) into `engine`. Collective over `comm`;
+/// only at an optimizer boundary. Same world size and engine structure only (see signature.hpp).
+template <class E, HostCommunicator C>
+LoadResult load(E& engine, C& comm, const std::filesystem::path& dir, const LoadOptions& options = {}) {
+  engine.synchronize();
+  EngineState current;
+  std::string tag;
+  agreed(comm, "checkpoint load", [&] {
+    detail::check_same_group(engine, comm, "checkpoint::load");
+    current = engine.state();  // usage_error between micro-steps; the shapes the checkpoint must have
+    tag = options.tag ? *options.tag : read_latest(dir);
+    check_tag(tag, "checkpoint::load");
+  });
+  tag = agree_on_tag(comm, tag, options.tag_validation, options.on_warning);
+  LoadResult result;
+  EngineState loaded;
+  agreed(comm, "checkpoint load (reading " + tag_path(dir, tag).string() + ")", [&] {
+    loaded = detail::read_rank_state(dir, tag, signature_of(engine), current, result.client_state);
+  });
+  engine.load_state(loaded);  // cannot fail now: every size was checked above, on every rank
+  result.tag = tag;
+  result.global_steps = loaded.global_steps;
+  return result;
+}
+
+}  // namespace zerotk::checkpoint

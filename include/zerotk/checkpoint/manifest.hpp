@@ -1,0 +1,258 @@
+#pragma once
+/// \file zerotk/checkpoint/manifest.hpp
+/// The manifest of one checkpoint: a small text file of `key value` lines that a person can read,
+/// ending with the XXH3-64 of every line before it. (Plain text rather than JSON keeps the
+/// checkpoint layer free of nlohmann-json; nothing in it is nested.) Example:
+///
+///   zerotk_checkpoint 1
+///   tag global_step3
+///   world_size 2
+///   stage 2
+///   precision fp16
+///   optimizer AdamW
+///   optimizer_states exp_avg exp_avg_sq
+///   parameter_count 496
+///   flat_numel 504
+///   groups 1
+///   group0.owned_numel 252 252                  one count per rank
+///   micro_steps 6
+///   global_steps 3
+///   skipped_steps 1
+///   scaler.scale 256                            shortest text that reads back to the same double
+///   scaler.iter 3
+///   scaler.last_overflow_iter 1
+///   scaler.hyst 1
+///   scheduler.last_batch_iteration 1            or "scheduler none"
+///   file.client_state client_state.bin 82 1a8e34848717db1c   name, bytes, XXH3-64
+///   file.rank0 rank0.bin 3163 fda6f88c762dd620
+///   file.rank1 rank1.bin 3163 7e36074aca58227a
+///   checksum 909bbe5696585509
+
+#include <charconv>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <vector>
+
+#include "zerotk/checkpoint/checksum.hpp"
+#include "zerotk/core/error.hpp"
+#include "zerotk/optim/schedulers.hpp"
+#include "zerotk/precision/loss_scaler.hpp"
+
+namespace zerotk::checkpoint {
+
+inline constexpr std::uint32_t kManifestVersion = 1;
+
+/// A data file of the checkpoint: its name in the tag directory, size and checksum.
+struct FileRecord {
+  std::string name;
+  std::uint64_t bytes = 0;
+  std::uint64_t checksum = 0;
+};
+
+struct Manifest {
+  std::string tag;
+  int world_size = 1;
+  int stage = 0;
+  std::string precision;                     ///< dtype of the working precision ("fp16", ...)
+  std::string optimizer;                     ///< "Adam", "AdamW", "Lamb"
+  std::vector<std::string> optimizer_states;  ///< per-element state names, in file order
+  std::uint64_t parameter_count = 0;         ///< Psi, padding excluded
+  std::uint64_t flat_numel = 0;              ///< padded elements of the flat buffers
+  std::vector<std::vector<std::uint64_t>> owned_numel;  ///< [group][rank]
+  std::int64_t micro_steps = 0, global_steps = 0, skipped_steps = 0;
+  LossScalerState scaler;
+  std::optional<optim::SchedulerState> scheduler;
+  FileRecord client_state;
+  std::vector<FileRecord> rank_files;  ///< [rank]
+};
+
+namespace detail {
+
+inline std::string double_text(double v) {
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);  // shortest round-trip form
+  return std::string(buf, r.ptr);
+}
+
+inline void put_file(std::ostringstream& os, const std::string& key, const FileRecord& f) {
+  os << key << ' ' << f.name << ' ' << f.bytes << ' ' << to_hex(f.checksum) << '\n';
+}
+
+}  // namespace detail
+
+/// The manifest's text, checksum line included.
+inline std::string to_text(const Manifest& m) {
+  std::ostringstream os;
+  os << "zerotk_checkpoint " << kManifestVersion << "\ntag " << m.tag << "\nworld_size " << m.world_size
+     << "\nstage " << m.stage << "\nprecision " << m.precision << "\noptimizer " << m.optimizer << "\noptimizer_states";
+  for (const std::string& s : m.optimizer_states) os << ' ' << s;
+  os << "\nparameter_count " << m.parameter_count << "\nflat_numel " << m.flat_numel << "\ngroups " << m.owned_numel.size()
+     << '\n';
+  for (std::size_t g = 0; g < m.owned_numel.size(); ++g) {
+    os << "group" << g << ".owned_numel";
+    for (std::uint64_t n : m.owned_numel[g]) os << ' ' << n;
+    os << '\n';
+  }
+  os << "micro_steps " << m.micro_steps << "\nglobal_steps " << m.global_steps << "\nskipped_steps " << m.skipped_steps
+     << "\nscaler.scale " << detail::double_text(m.scaler.scale) << "\nscaler.iter " << m.scaler.iter
+     << "\nscaler.last_overflow_iter " << m.scaler.last_overflow_iter << "\nscaler.hyst " << m.scaler.hyst << '\n';
+  if (m.scheduler) {
+    os << "scheduler.last_batch_iteration " << m.scheduler->last_batch_iteration << '\n';
+  } else {
+    os << "scheduler none\n";
+  }
+  detail::put_file(os, "file.client_state", m.client_state);
+  for (std::size_t r = 0; r < m.rank_files.size(); ++r) detail::put_file(os, "file.rank" + std::to_string(r), m.rank_files[r]);
+  std::string body = os.str();
+  return body + "checksum " + to_hex(checksum(body)) + "\n";
+}
+
+namespace detail {
+
+/// The `key value` lines of a manifest; each accessor consumes a key and reports errors at "path: key".
+class ManifestFields {
+ public:
+  ManifestFields(std::string_view body, std::string path) : path_(std::move(path)) {
+    std::size_t line = 0;
+    while (!body.empty()) {
+      ++line;
+      const std::size_t nl = body.find('\n');
+      const std::string_view l = body.substr(0, nl);
+      body = nl == std::string_view::npos ? std::string_view() : body.substr(nl + 1);
+      const std::size_t sp = l.find(' ');
+      const std::string key(l.substr(0, sp));
+      if (key.empty()) throw io_error("malformed manifest line", path_ + ":" + std::to_string(line), std::string(l));
+      if (!fields_.emplace(key, sp == std::string_view::npos ? "" : std::string(l.substr(sp + 1))).second) {
+        throw io_error("duplicate manifest key", where(key));
+      }
+    }
+  }
+
+  bool has(const std::string& key) const { return fields_.count(key) != 0; }
+  std::string text(const std::string& key) {
+    const auto it = fields_.find(key);
+    if (it == fields_.end()) throw io_error("manifest key is missing", where(key));
+    std::string v = it->second;
+    fields_.erase(it);
+    return v;
+  }
+  template <class T>
+  T number(const std::string& key) {
+    return parse<T>(text(key), key);
+  }
+  std::vector<std::string> words(const std::string& key) {
+    std::vector<std::string> out;
+    std::istringstream is(text(key));
+    for (std::string w; is >> w;) out.push_back(w);
+    return out;
+  }
+  template <class T>
+  T parse(const std::string& v, const std::string& key) const {
+    T out{};
+    const auto r = std::from_chars(v.data(), v.data() + v.size(), out);
+    if (r.ec != std::errc() || r.ptr != v.data() + v.size()) throw io_error("malformed number", where(key), "\"" + v + "\"");
+    return out;
+  }
+  /// Every key must have been read: one left over was written by another format.
+  void expect_all_read() const {
+    if (!fields_.empty()) throw io_error("unknown manifest key", where(fields_.begin()->first));
+  }
+  std::string where(const std::string& key) const { return path_ + ": " + key; }
+
+ private:
+  std::map<std::string, std::string> fields_;
+  std::string path_;
+};
+
+inline FileRecord read_file_record(ManifestFields& f, const std::string& key) {
+  const std::vector<std::string> w = f.words(key);
+  if (w.size() != 3 || w[2].size() != 16) throw io_error("expected: name bytes checksum", f.where(key));
+  FileRecord r;
+  r.name = w[0];
+  r.bytes = f.parse<std::uint64_t>(w[1], key);
+  std::uint64_t c = 0;
+  const auto res = std::from_chars(w[2].data(), w[2].data() + w[2].size(), c, 16);
+  if (res.ec != std::errc() || res.ptr != w[2].data() + w[2].size()) throw io_error("malformed checksum", f.where(key), w[2]);
+  r.checksum = c;
+  return r;
+}
+
+/// Splits off the last line ("checksum <hex>") and verifies it against the lines before it.
+inline std::string_view verified_body(std::string_view text, const std::string& path) {
+  if (text.empty() || text.back() != '\n') throw io_error("truncated: no final newline", path);
+  const std::size_t start = text.rfind('\n', text.size() - 2);
+  const std::size_t body_end = start == std::string_view::npos ? 0 : start + 1;
+  const std::string_view last = text.substr(body_end, text.size() - 1 - body_end);
+  const std::string_view body = text.substr(0, body_end);
+  const std::string expected = "checksum " + to_hex(checksum(body));
+  if (last.substr(0, 9) != "checksum ") throw io_error("truncated: the checksum line is missing", path, std::string(last));
+  if (last != expected) {
+    throw io_error("manifest checksum mismatch (the file is corrupt)", path + ": checksum",
+                   "stored " + std::string(last.substr(9)) + ", computed " + expected.substr(9));
+  }
+  return body;
+}
+
+inline void read_structure(ManifestFields& f, Manifest& m) {
+  m.tag = f.text("tag");
+  m.world_size = f.number<int>("world_size");
+  if (m.world_size < 1) throw io_error("must be >= 1", f.where("world_size"), std::to_string(m.world_size));
+  m.stage = f.number<int>("stage");
+  m.precision = f.text("precision");
+  m.optimizer = f.text("optimizer");
+  m.optimizer_states = f.words("optimizer_states");
+  m.parameter_count = f.number<std::uint64_t>("parameter_count");
+  m.flat_numel = f.number<std::uint64_t>("flat_numel");
+  const auto groups = f.number<std::size_t>("groups");
+  if (groups > 2) throw io_error("at most 2 groups", f.where("groups"), std::to_string(groups));
+  for (std::size_t g = 0; g < groups; ++g) {
+    const std::string key = "group" + std::to_string(g) + ".owned_numel";
+    std::vector<std::uint64_t> counts;
+    for (const std::string& w : f.words(key)) counts.push_back(f.parse<std::uint64_t>(w, key));
+    if (counts.size() != static_cast<std::size_t>(m.world_size)) {
+      throw io_error("one count per rank expected", f.where(key), std::to_string(counts.size()) + " counts");
+    }
+    m.owned_numel.push_back(std::move(counts));
+  }
+}
+
+inline void read_counters(ManifestFields& f, Manifest& m) {
+  m.micro_steps = f.number<std::int64_t>("micro_steps");
+  m.global_steps = f.number<std::int64_t>("global_steps");
+  m.skipped_steps = f.number<std::int64_t>("skipped_steps");
+  m.scaler.scale = f.number<double>("scaler.scale");
+  m.scaler.iter = f.number<std::int64_t>("scaler.iter");
+  m.scaler.last_overflow_iter = f.number<std::int64_t>("scaler.last_overflow_iter");
+  m.scaler.hyst = f.number<int>("scaler.hyst");
+  if (f.has("scheduler")) {
+    if (const std::string v = f.text("scheduler"); v != "none") throw io_error("expected \"none\"", f.where("scheduler"), v);
+  } else {
+    m.scheduler = optim::SchedulerState{f.number<std::int64_t>("scheduler.last_batch_iteration")};
+  }
+}
+
+}  // namespace detail
+
+/// Parses and verifies a manifest (`path` is for errors): checksum first, then every key.
+inline Manifest parse_manifest(std::string_view text, const std::string& path) {
+  detail::ManifestFields f(detail::verified_body(text, path), path);
+  const auto version = f.number<std::uint32_t>("zerotk_checkpoint");
+  if (version != kManifestVersion) {
+    throw io_error("unsupported manifest version", f.where("zerotk_checkpoint"),
+                   std::to_string(version) + ", this zerotk reads " + std::to_string(kManifestVersion));
+  }
+  Manifest m;
+  detail::read_structure(f, m);
+  detail::read_counters(f, m);
+  m.client_state = detail::read_file_record(f, "file.client_state");
+  for (int r = 0; r < m.world_size; ++r) m.rank_files.push_back(detail::read_file_record(f, "file.rank" + std::to_string(r)));
+  f.expect_all_read();
+  return m;
+}
+
+}  // namespace zerotk::checkpoint

@@ -1,0 +1,53 @@
+#pragma once
+/// \file zerotk/checkpoint/options.hpp
+/// What save() and load() take and return.
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace zerotk::checkpoint {
+
+/// What happens when ranks pass different tags (DeepSpeed's checkpoint.tag_validation). Every rank
+/// then uses rank 0's tag; `warn` reports the difference through `on_warning`, `fail` throws a
+/// usage_error on every rank before anything is written or loaded.
+enum class TagValidation : std::uint8_t { ignore, warn, fail };
+
+constexpr std::string_view to_string(TagValidation v) noexcept {
+  return v == TagValidation::ignore ? "Ignore" : v == TagValidation::warn ? "Warn" : "Fail";
+}
+
+/// Receives warnings; an empty one writes them to stderr.
+using WarningSink = std::function<void(std::string_view)>;
+
+struct SaveOptions {
+  std::optional<std::string> tag{};          ///< default "global_step<N>" (N = engine.global_steps())
+  std::span<const std::byte> client_state{}; ///< the user's bytes, returned by load(); rank 0's are saved
+  TagValidation tag_validation = TagValidation::warn;
+  WarningSink on_warning{};
+};
+
+struct LoadOptions {
+  std::optional<std::string> tag{};  ///< default: the tag in <dir>/latest
+  TagValidation tag_validation = TagValidation::warn;
+  WarningSink on_warning{};
+};
+
+struct SaveResult {
+  std::string tag{};
+  std::filesystem::path path{};  ///< <dir>/<tag>
+};
+
+struct LoadResult {
+  std::string tag{};
+  std::vector<std::byte> client_state{};
+  std::int64_t global_steps = 0;
+};
+
+}  // namespace zerotk::checkpoint

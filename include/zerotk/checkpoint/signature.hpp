@@ -1,0 +1,118 @@
+#pragma once
+/// \file zerotk/checkpoint/signature.hpp
+/// What a checkpoint must agree with before an engine loads it: world size, stage, precision,
+/// optimizer, the model's element counts and this rank's partition sizes. A mismatch is a
+/// usage_error naming the manifest key and both values (the checkpoint is intact; it is for another
+/// engine).
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+#include "zerotk/checkpoint/manifest.hpp"
+#include "zerotk/core/dtype.hpp"
+#include "zerotk/core/error.hpp"
+#include "zerotk/engine/state.hpp"
+#include "zerotk/policies.hpp"
+
+namespace zerotk::checkpoint {
+
+/// The per-element optimizer states every zerotk optimizer keeps, in file order (DeepSpeed's names).
+inline const std::vector<std::string>& optimizer_state_names() {
+  static const std::vector<std::string> names = {"exp_avg", "exp_avg_sq"};
+  return names;
+}
+
+template <class Tag>
+constexpr std::string_view optimizer_name() {
+  if constexpr (std::is_same_v<Tag, Adam>) {
+    return "Adam";
+  } else if constexpr (std::is_same_v<Tag, AdamW>) {
+    return "AdamW";
+  } else if constexpr (std::is_same_v<Tag, Lamb>) {
+    return "Lamb";
+  } else {
+    static_assert(dependent_false<Tag>, "checkpoint: no name for this optimizer tag (add it to optimizer_name)");
+  }
+}
+
+/// The structure of one engine on one rank.
+struct EngineSignature {
+  int world_size = 1;
+  int rank = 0;
+  int stage = 0;
+  std::string precision;
+  std::string optimizer;
+  std::uint64_t parameter_count = 0;
+  std::uint64_t flat_numel = 0;
+};
+
+template <class E>
+EngineSignature signature_of(const E& engine) {
+  EngineSignature s;
+  s.world_size = engine.world_size();
+  s.rank = engine.rank();
+  s.stage = E::kStage;
+  s.precision = std::string(to_string(dtype_of_v<typename E::storage_type>));
+  s.optimizer = std::string(optimizer_name<typename E::optimizer_tag>());
+  s.parameter_count = engine.parameter_count();
+  s.flat_numel = engine.flat_numel();
+  return s;
+}
+
+namespace detail {
+
+template <class T>
+void require_same(const std::string& manifest_path, const char* key, const char* what, const T& saved, const T& here) {
+  if (saved == here) return;
+  std::string s, h;
+  if constexpr (std::is_same_v<T, std::string>) {
+    s = saved;
+    h = here;
+  } else {
+    s = std::to_string(saved);
+    h = std::to_string(here);
+  }
+  throw usage_error(std::string("the checkpoint is for ") + what, manifest_path + ": " + key,
+                    "saved " + s + ", this engine " + h);
+}
+
+}  // namespace detail
+
+/// Throws unless `m` was saved by an engine of the same structure as `sig` whose rank `sig.rank`
+/// held a state shaped like `current` (this engine's own state: group sizes, scheduler presence).
+inline void check_compatible(const Manifest& m, const EngineSignature& sig, const EngineState& current,
+                             const std::string& manifest_path) {
+  if (m.world_size != sig.world_size) {
+    throw usage_error("saved on " + std::to_string(m.world_size) + (m.world_size == 1 ? " rank" : " ranks") +
+                          ", loading on " + std::to_string(sig.world_size) +
+                          ": resharding is not implemented yet",
+                      manifest_path + ": world_size", std::to_string(m.world_size));
+  }
+  using detail::require_same;
+  require_same(manifest_path, "stage", "another ZeRO stage", m.stage, sig.stage);
+  require_same(manifest_path, "precision", "another precision", m.precision, sig.precision);
+  require_same(manifest_path, "optimizer", "another optimizer", m.optimizer, sig.optimizer);
+  std::string saved_states, here_states;
+  for (const auto& s : m.optimizer_states) saved_states += (saved_states.empty() ? "" : " ") + s;
+  for (const auto& s : optimizer_state_names()) here_states += (here_states.empty() ? "" : " ") + s;
+  require_same(manifest_path, "optimizer_states", "other optimizer states", saved_states, here_states);
+  require_same(manifest_path, "parameter_count", "another model", m.parameter_count, sig.parameter_count);
+  require_same(manifest_path, "flat_numel", "another model (or bucket size)", m.flat_numel, sig.flat_numel);
+  require_same(manifest_path, "groups", "another split into fp32-kept and working-precision groups",
+               m.owned_numel.size(), current.groups.size());
+  for (std::size_t g = 0; g < current.groups.size(); ++g) {
+    const std::string key = "group" + std::to_string(g) + ".owned_numel";
+    require_same(manifest_path, key.c_str(), ("another partition of rank " + std::to_string(sig.rank)).c_str(),
+                 m.owned_numel[g][static_cast<std::size_t>(sig.rank)],
+                 static_cast<std::uint64_t>(current.groups[g].master.size()));
+  }
+  const std::string saved_sched = m.scheduler ? "a scheduler" : "none";
+  const std::string here_sched = current.scheduler ? "a scheduler" : "none";
+  require_same(manifest_path, "scheduler", "an engine with another LR scheduler setting (set_scheduler before load)",
+               saved_sched, here_sched);
+}
+
+}  // namespace zerotk::checkpoint
