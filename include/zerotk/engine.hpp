@@ -295,6 +295,11 @@ class Engine {
       throw usage_error("state has another number of parameter groups", "Engine::load_state",
                         std::to_string(s.groups.size()) + " for " + std::to_string(groups));
     }
+    if (s.scheduler.has_value() != scheduler_.has_value()) {
+      throw usage_error(s.scheduler ? "state has a scheduler's state, and this engine has no scheduler (set_scheduler first)"
+                                    : "state has no scheduler's state, and this engine has a scheduler",
+                        "Engine::load_state");
+    }
     for_each_group([&](auto& g) {
       const EngineGroupState& gs = s.groups[i++];
       if (gs.master.size() != g.store().owned_numel()) {

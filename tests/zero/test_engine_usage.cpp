@@ -363,3 +363,30 @@ TEST_CASE("state() and load_state() continue a run bitwise") {
   CHECK(!straight.empty());
   CHECK(resumed == straight);  // bitwise
 }
+
+TEST_CASE("load_state refuses a scheduler state the engine cannot take (or lacks), changing nothing") {
+  RunConfig cfg;
+  cfg.world = 1;
+  cfg.steps = 2;
+  comm::run_threads(1, [&](auto& comm) {
+    using E = Engine<Partitioner<Stage<1>>, Optimizer<AdamW>, Precision<fp32>>;
+    const EngineOptions o = engine_options(cfg);
+    Mlp<float> model;
+    E engine(comm, model, o);
+    model.init(42);
+    engine.initialize_master();
+    train_steps(engine, model, comm.rank(), cfg, 0, 2, nullptr);
+    EngineState with = engine.state();
+    with.scheduler = optim::WarmupLR(optim::WarmupLROptions{.warmup_num_steps = 4}, 1e-3).state();
+    const EngineState before = engine.state();
+    const std::vector<float> values = model.values();
+    CHECK_THROWS_WITH_AS(engine.load_state(with), doctest::Contains("this engine has no scheduler"), usage_error);
+    CHECK(engine.state().global_steps == before.global_steps);
+    CHECK(engine.state().groups[0].master == before.groups[0].master);
+    CHECK(model.values() == values);
+    engine.set_scheduler(optim::WarmupLR(optim::WarmupLROptions{.warmup_num_steps = 4}, 1e-3));
+    CHECK_THROWS_WITH_AS(engine.load_state(before), doctest::Contains("state has no scheduler's state"), usage_error);
+    engine.load_state(with);  // both sides have one: fine
+    CHECK(engine.global_steps() == before.global_steps);
+  });
+}
