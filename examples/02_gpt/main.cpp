@@ -17,9 +17,11 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <cstring>
 #include <exception>
 #include <iostream>
 #include <mutex>
+#include <span>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -32,6 +34,9 @@
 #include <zerotk/monitor/training_log.hpp>
 #if ZEROTK_HAS_MPI
 #include <zerotk/comm/mpi.hpp>
+#endif
+#if ZEROTK_HAS_XXHASH
+#include <zerotk/checkpoint.hpp>
 #endif
 
 #include "data.hpp"
@@ -59,6 +64,8 @@ struct Options {
   int eval_size = 1000;
   std::string csv_dir = "out/gpt_monitor";
   int steps_per_print = 50;
+  std::string save_dir, load_dir;  ///< checkpoints (zerotk/checkpoint.hpp); empty: off
+  int save_every = 0;              ///< also save every N steps (0: only after the last step)
 };
 
 /// The flags as the DeepSpeed config a DeepSpeed user would have written.
@@ -142,6 +149,38 @@ struct TrainContext {
   const gpt::Config& model_config;
 };
 
+/// --load: restores the engine from the checkpoint (its `latest` tag) and returns the step to go on
+/// from, which the checkpoint's client state holds (the data stream is indexed by step).
+template <class Engine, class Comm>
+int resume([[maybe_unused]] Engine& engine, [[maybe_unused]] Comm& comm, const Options& o) {
+  if (o.load_dir.empty()) return 0;
+#if ZEROTK_HAS_XXHASH
+  const zerotk::checkpoint::LoadResult r = zerotk::checkpoint::load(engine, comm, o.load_dir);
+  int step = 0;
+  if (r.client_state.size() != sizeof step) {
+    throw zerotk::usage_error("the checkpoint was not written by this demo (no step in its client state)", "--load",
+                              o.load_dir + "/" + r.tag);
+  }
+  std::memcpy(&step, r.client_state.data(), sizeof step);
+  if (comm.rank() == 0) std::printf("loaded %s/%s: continuing after step %d\n", o.load_dir.c_str(), r.tag.c_str(), step);
+  return step;
+#else
+  throw zerotk::usage_error("this binary was built without libxxhash, so without checkpoints", "--load");
+#endif
+}
+
+/// --save: a checkpoint after `steps` optimizer steps (tag global_step<N>), the step in its client state.
+template <class Engine, class Comm>
+void save([[maybe_unused]] Engine& engine, [[maybe_unused]] Comm& comm, const Options& o, [[maybe_unused]] int steps) {
+#if ZEROTK_HAS_XXHASH
+  const auto bytes = std::as_bytes(std::span(&steps, 1));
+  const auto r = zerotk::checkpoint::save(engine, comm, o.save_dir, {.client_state = bytes});
+  if (comm.rank() == 0) std::printf("\nsaved %s after step %d\n", r.path.string().c_str(), steps);
+#else
+  throw zerotk::usage_error("this binary was built without libxxhash, so without checkpoints", "--save", o.save_dir);
+#endif
+}
+
 template <class Engine, class Data, class Comm, class Evaluate>
 void train_rank(Comm& comm, const TrainContext& ctx, const Data& data, Evaluate&& evaluate, Summary& summary,
                 std::mutex& mu) {
@@ -161,6 +200,7 @@ void train_rank(Comm& comm, const TrainContext& ctx, const Data& data, Evaluate&
   gpt::init_parameters(model, o.seed);
   engine.broadcast_parameters();
   if (auto s = zerotk::lr_scheduler(ctx.cfg)) engine.set_scheduler(*s);
+  const int start = resume(engine, comm, o);
 
   zerotk::monitor::TrainingLog log(zerotk::monitor::TrainingLogOptions::from(ctx.cfg, rank));
   zerotk::monitor::ProgressLine progress(o.steps, std::cout);
@@ -170,9 +210,9 @@ void train_rank(Comm& comm, const TrainContext& ctx, const Data& data, Evaluate&
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
   double user_ms = 0, step_ms_total = 0;
-  std::int64_t samples = 0;
+  std::int64_t samples = static_cast<std::int64_t>(start) * ctx.cfg.train_batch_size;
   double last_loss = 0;
-  for (int step = 0; step < o.steps; ++step) {
+  for (int step = start; step < o.steps; ++step) {
     zerotk::StepReport r;
     for (int m = 0; m < gas; ++m) {
       data.fill_batch(static_cast<std::uint64_t>(step * gas + m), rank, world, micro, batch);
@@ -187,6 +227,9 @@ void train_rank(Comm& comm, const TrainContext& ctx, const Data& data, Evaluate&
     log.on_boundary_loss(r.loss, samples - ctx.cfg.train_batch_size);
     log.on_step(r, samples);
     if (rank == 0) progress.update(step + 1, r.loss);
+    if (!o.save_dir.empty() && (step + 1 == o.steps || (o.save_every > 0 && (step + 1) % o.save_every == 0))) {
+      save(engine, comm, o, step + 1);
+    }
   }
   if (rank == 0) progress.finish();
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -321,6 +364,9 @@ int main(int argc, char** argv) {
   app.add_option("--eval-size", o.eval_size, "held-out sequences for the accuracy");
   app.add_option("--csv", o.csv_dir, "csv_monitor directory (output_path/job_name); empty: off");
   app.add_option("--steps-per-print", o.steps_per_print, "DeepSpeed's steps_per_print")->check(CLI::Range(1, 1 << 30));
+  app.add_option("--save", o.save_dir, "checkpoint directory to save into after the last step (and every --save-every)");
+  app.add_option("--save-every", o.save_every, "also save every N optimizer steps")->check(CLI::Range(1, 1 << 30));
+  app.add_option("--load", o.load_dir, "checkpoint directory to resume from (its latest tag)")->check(CLI::ExistingDirectory);
   CLI11_PARSE(app, argc, argv);
   try {
     gpt::Config config;
