@@ -340,7 +340,7 @@ TEST_CASE("tags that differ between ranks: Fail throws everywhere, Warn and Igno
       Mlp<half> model;
       E2 engine(comm, model, engine_options(cfg));
       checkpoint::SaveOptions o;
-      o.tag = comm.rank() == 0 ? "zero" : "one";
+      o.tag.emplace(comm.rank() == 0 ? "zero" : "one");
       o.tag_validation = mode;
       o.on_warning = [&](std::string_view w) {
         std::lock_guard lock(mu);
