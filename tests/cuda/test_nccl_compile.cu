@@ -165,14 +165,14 @@ TEST_CASE("nccl: group launches, stream ordering, split and split_node_local") {
     NcclCommunicator c = NcclCommunicator::bootstrap(boot, boot.rank());
     const std::vector<float> one(1000, float(c.rank() + 1));
     DeviceVector<float> a(one), b(one);
-    comm::Work wa, wb;
+    std::vector<comm::Work> pending;  // [sum, max]
     {
       auto g = c.group();
-      wa = c.all_reduce(a.data(), a.data(), 1000, DType::fp32, ReduceOp::sum);
-      wb = c.all_reduce(b.data(), b.data(), 1000, DType::fp32, ReduceOp::max);
+      pending.push_back(c.all_reduce(a.data(), a.data(), 1000, DType::fp32, ReduceOp::sum));
+      pending.push_back(c.all_reduce(b.data(), b.data(), 1000, DType::fp32, ReduceOp::max));
     }
-    wb.wait();
-    wa.wait();
+    pending[1].wait();
+    pending[0].wait();
     cudaStream_t user = nullptr;
     ZEROTK_CUDA_CHECK(cudaStreamCreate(&user));
     c.wait_for(user);
