@@ -179,7 +179,8 @@ TEST_CASE("a checkpoint of another model, world size, stage or scheduler setting
     save_reference(d.path(), 1);
     const FailedLoad r = try_load(d.path());
     for (const std::string& w : r.what) {
-      CHECK(w.find("manifest.txt: world_size: saved on 1 rank, loading on 2: resharding is not implemented yet") !=
+      CHECK(w.find("manifest.txt: world_size: saved on 1 rank, loading on 2: a checkpoint loads on the world size that saved "
+                   "it (start the job with 1 rank)") !=
             std::string::npos);
     }
     CHECK(r.unchanged);

@@ -88,7 +88,8 @@ inline void check_compatible(const Manifest& m, const EngineSignature& sig, cons
   if (m.world_size != sig.world_size) {
     throw usage_error("saved on " + std::to_string(m.world_size) + (m.world_size == 1 ? " rank" : " ranks") +
                           ", loading on " + std::to_string(sig.world_size) +
-                          ": resharding is not implemented yet",
+                          ": a checkpoint loads on the world size that saved it (start the job with " +
+                          std::to_string(m.world_size) + (m.world_size == 1 ? " rank)" : " ranks)"),
                       manifest_path + ": world_size", std::to_string(m.world_size));
   }
   using detail::require_same;
