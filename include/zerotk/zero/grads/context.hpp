@@ -127,6 +127,8 @@ class Accumulator {
 template <class T, class Ops, bool kEveryMicroStep>
 class FlatGradBuffer {
  public:
+  using value_type = T;
+
   explicit FlatGradBuffer(const PathContext<Ops>& c)
       : layout_(c.layout), ops_(c.ops),
         grads_(c.ops->template allocate<T>(c.layout->flat_numel(), MemoryCategory::grads, c.ledger)) {}
