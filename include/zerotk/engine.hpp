@@ -56,6 +56,7 @@
 #include "zerotk/engine/bindings.hpp"
 #include "zerotk/engine/registry.hpp"
 #include "zerotk/engine/resolve.hpp"
+#include "zerotk/engine/shards.hpp"
 #include "zerotk/engine/report.hpp"
 #include "zerotk/engine/state.hpp"
 #include "zerotk/optim/clip.hpp"
@@ -323,6 +324,35 @@ class Engine {
     global_steps_ = s.global_steps;
     skipped_steps_ = s.skipped_steps;
     synchronize();
+  }
+
+  /// Where every parameter's master and optimizer state live on every rank (engine/shards.hpp):
+  /// the same on every rank, computed from the layouts without communication.
+  engine::ShardTable shard_table() const {
+    engine::ShardTable t;
+    std::uint32_t index[2] = {0, 0};  // flat group index of GroupKind::main, ::fp32
+    for_each_group([&](const auto& g) {
+      constexpr bool partitioned = std::remove_cvref_t<decltype(g)>::kPartitioned;
+      index[std::is_same_v<typename std::remove_cvref_t<decltype(g)>::value_type, S> ? 0 : 1] =
+          static_cast<std::uint32_t>(t.fragments.size());
+      auto& per_rank = t.fragments.emplace_back();
+      auto& owned = t.owned_numel.emplace_back();
+      for (int r = 0; r < world_size(); ++r) {
+        per_rank.push_back(g.layout().fragments(r, partitioned));
+        for (zero::Fragment& f : per_rank.back()) f.param = g.member(f.param);
+        owned.push_back(partitioned ? g.layout().partition_numel() : g.layout().flat_numel());
+      }
+    });
+    for (const engine::ParamEntry& e : registry_.entries()) {
+      engine::ShardParam p;
+      p.name = e.name;
+      p.shape.assign(e.shape.begin(), e.shape.end());
+      p.numel = e.numel;
+      p.group = index[e.group == engine::GroupKind::main ? 0 : 1];
+      p.optimizer_group = e.optimizer_group;
+      t.params.push_back(std::move(p));
+    }
+    return t;
   }
 
   // ---- introspection -----------------------------------------------------------------------------

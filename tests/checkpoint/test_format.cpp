@@ -80,7 +80,10 @@ checkpoint::Manifest sample_manifest() {
   m.optimizer_states = {"exp_avg", "exp_avg_sq"};
   m.parameter_count = 433;
   m.flat_numel = 434;
-  m.owned_numel = {{217, 217}};
+  m.shards.params = {{"fc0.weight", {16, 24}, 384, 0, 0}, {"fc0 bias with spaces", {49}, 49, 0, 1}};
+  m.shards.owned_numel = {{217, 217}};
+  m.shards.fragments = {{{{0, 0, 217, 0}}, {{0, 217, 167, 0}, {1, 0, 49, 167}}}};
+  m.optimizer_steps = {2};
   m.micro_steps = 6;
   m.global_steps = 3;
   m.skipped_steps = 1;
@@ -92,13 +95,39 @@ checkpoint::Manifest sample_manifest() {
 }
 }  // namespace
 
+TEST_CASE("manifest: a parameter table or fragment table that does not add up is an error naming the key") {
+  const auto fails = [](checkpoint::Manifest m, const char* key) {
+    std::string body = checkpoint::to_text(m);
+    body = body.substr(0, body.find("checksum "));
+    const std::string text = body + "checksum " + checkpoint::to_hex(checkpoint::checksum(body)) + "\n";
+    CHECK_THROWS_WITH_AS(checkpoint::parse_manifest(text, "m.txt"), doctest::Contains(key), io_error);
+  };
+  checkpoint::Manifest m = sample_manifest();
+  m.shards.fragments[0][1].pop_back();  // nobody holds the bias
+  fails(m, "no rank holds elements 0.. of parameter 1");
+  m = sample_manifest();
+  m.shards.fragments[0][0][0].numel = 218;  // past the rank's owned elements
+  fails(m, "m.txt: group0.rank0.fragments: fragment outside");
+  m = sample_manifest();
+  m.shards.params[0].shape = {16, 25};
+  fails(m, "m.txt: param0: the shape's product differs from numel");
+  m = sample_manifest();
+  m.shards.params[1].numel = 48;
+  m.shards.params[1].shape = {48};
+  fails(m, "m.txt: parameters: the parameters' element counts do not add up");
+  m = sample_manifest();
+  m.shards.fragments[0][0][0].param = 7;
+  fails(m, "m.txt: group0.rank0.fragments: fragment of a parameter that is not in this group");
+}
+
 TEST_CASE("manifest: round-trips exactly; a flipped byte, a truncation or a missing key is an error naming the key") {
   const checkpoint::Manifest m = sample_manifest();
   const std::string text = checkpoint::to_text(m);
   const checkpoint::Manifest r = checkpoint::parse_manifest(text, "m.txt");
   CHECK(checkpoint::to_text(r) == text);
   CHECK(r.scaler == m.scaler);  // the double bit for bit
-  CHECK(r.owned_numel == m.owned_numel);
+  CHECK(r.shards == m.shards);
+  CHECK(r.optimizer_steps == m.optimizer_steps);
   CHECK(r.rank_files[1].checksum == 0xffffffffffffffffULL);
 
   checkpoint::Manifest none = m;

@@ -17,6 +17,7 @@
 #include "zerotk/checkpoint/options.hpp"
 #include "zerotk/checkpoint/rank_file.hpp"
 #include "zerotk/checkpoint/read.hpp"
+#include "zerotk/checkpoint/reshard.hpp"
 #include "zerotk/checkpoint/save.hpp"
 #include "zerotk/checkpoint/signature.hpp"
 #include "zerotk/engine/state.hpp"
@@ -26,15 +27,23 @@ namespace zerotk::checkpoint {
 namespace detail {
 
 /// This rank's EngineState from checkpoint `<dir>/<tag>`, after checking it fits the engine with
-/// signature `sig` and current state `current`; fills `client_state`.
+/// signature `sig` and current state `current`: its own file when the layout is unchanged, else
+/// resharded from the files that hold its elements (reshard.hpp). Fills the out-parameters.
 inline EngineState read_rank_state(const std::filesystem::path& dir, const std::string& tag, const EngineSignature& sig,
-                                   const EngineState& current, std::vector<std::byte>& client_state) {
+                                   const EngineState& current, std::vector<std::byte>& client_state, int& saved_world,
+                                   bool& resharded) {
   const Manifest m = read_manifest(dir, tag);
   const std::filesystem::path tdir = tag_path(dir, tag);
   check_compatible(m, sig, current, (tdir / kManifestFile).string());
-  const FileRecord& rec = m.rank_files[static_cast<std::size_t>(sig.rank)];
+  saved_world = m.world_size;
   EngineState s;
-  s.groups = decode_rank_file(read_verified(tdir, rec), (tdir / rec.name).string(), m, sig.rank);
+  if (same_layout(m, sig)) {
+    const FileRecord& rec = m.rank_files[static_cast<std::size_t>(sig.rank)];
+    s.groups = decode_rank_file(read_verified(tdir, rec), (tdir / rec.name).string(), m, sig.rank);
+  } else {
+    s.groups = reshard(tdir, m, sig);
+    resharded = true;
+  }
   s.micro_steps = m.micro_steps;
   s.global_steps = m.global_steps;
   s.skipped_steps = m.skipped_steps;
@@ -47,7 +56,8 @@ inline EngineState read_rank_state(const std::filesystem::path& dir, const std::
 }  // namespace detail
 
 /// Loads `<dir>/<tag>` (default: the tag `<dir>/latest` holds) into `engine`. Collective over `comm`;
-/// only at an optimizer boundary. Same world size and engine structure only (see signature.hpp).
+/// only at an optimizer boundary. The checkpoint must be of the same model, precision and optimizer
+/// (signature.hpp); it may come from another world size, stage or bucket size (reshard.hpp).
 template <class E, HostCommunicator C>
 LoadResult load(E& engine, C& comm, const std::filesystem::path& dir, const LoadOptions& options = {}) {
   engine.synchronize();
@@ -63,7 +73,8 @@ LoadResult load(E& engine, C& comm, const std::filesystem::path& dir, const Load
   LoadResult result;
   EngineState loaded;
   agreed(comm, "checkpoint load (reading " + tag_path(dir, tag).string() + ")", [&] {
-    loaded = detail::read_rank_state(dir, tag, signature_of(engine), current, result.client_state);
+    loaded = detail::read_rank_state(dir, tag, signature_of(engine), current, result.client_state, result.saved_world_size,
+                                     result.resharded);
   });
   engine.load_state(loaded);  // cannot fail now: every size was checked above, on every rank
   result.tag = tag;

@@ -4,7 +4,7 @@
 /// ending with the XXH3-64 of every line before it. (Plain text rather than JSON keeps the
 /// checkpoint layer free of nlohmann-json; nothing in it is nested.) Example:
 ///
-///   zerotk_checkpoint 1
+///   zerotk_checkpoint 2
 ///   tag global_step3
 ///   world_size 2
 ///   stage 2
@@ -13,22 +13,33 @@
 ///   optimizer_states exp_avg exp_avg_sq
 ///   parameter_count 496
 ///   flat_numel 504
+///   parameters 2
+///   param0 0 0 384 [16,24] fc1.weight                    flat group, optimizer group, numel, shape, name
+///   param1 0 0 112 [112] fc1.bias
 ///   groups 1
-///   group0.owned_numel 252 252                  one count per rank
+///   group0.optimizer_step 2
+///   group0.owned_numel 252 252                           one count per rank, padding included
+///   group0.rank0.fragments 0:0:252@0                     param:offset:numel@owned offset, ...
+///   group0.rank1.fragments 0:252:132@0 1:0:112@132
 ///   micro_steps 6
 ///   global_steps 3
 ///   skipped_steps 1
-///   scaler.scale 256                            shortest text that reads back to the same double
+///   scaler.scale 256                                     shortest text that reads back to the same double
 ///   scaler.iter 3
 ///   scaler.last_overflow_iter 1
 ///   scaler.hyst 1
-///   scheduler.last_batch_iteration 1            or "scheduler none"
+///   scheduler.last_batch_iteration 1                     or "scheduler none"
 ///   file.client_state client_state.bin 82 1a8e34848717db1c   name, bytes, XXH3-64
 ///   file.rank0 rank0.bin 3163 fda6f88c762dd620
 ///   file.rank1 rank1.bin 3163 7e36074aca58227a
 ///   checksum 909bbe5696585509
+///
+/// The parameter and fragment tables (engine/shards.hpp) say which rank holds which range of every
+/// parameter: what loading on another world size or stage, and exporting whole tensors, read.
 
+#include <algorithm>
 #include <charconv>
+#include <limits>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -40,12 +51,13 @@
 
 #include "zerotk/checkpoint/checksum.hpp"
 #include "zerotk/core/error.hpp"
+#include "zerotk/engine/shards.hpp"
 #include "zerotk/optim/schedulers.hpp"
 #include "zerotk/precision/loss_scaler.hpp"
 
 namespace zerotk::checkpoint {
 
-inline constexpr std::uint32_t kManifestVersion = 1;
+inline constexpr std::uint32_t kManifestVersion = 2;
 
 /// A data file of the checkpoint: its name in the tag directory, size and checksum.
 struct FileRecord {
@@ -63,7 +75,8 @@ struct Manifest {
   std::vector<std::string> optimizer_states;  ///< per-element state names, in file order
   std::uint64_t parameter_count = 0;         ///< Psi, padding excluded
   std::uint64_t flat_numel = 0;              ///< padded elements of the flat buffers
-  std::vector<std::vector<std::uint64_t>> owned_numel;  ///< [group][rank]
+  engine::ShardTable shards;                 ///< parameters, and per flat group each rank's fragments
+  std::vector<std::int64_t> optimizer_steps;  ///< [flat group] the optimizer's step count
   std::int64_t micro_steps = 0, global_steps = 0, skipped_steps = 0;
   LossScalerState scaler;
   std::optional<optim::SchedulerState> scheduler;
@@ -91,12 +104,27 @@ inline std::string to_text(const Manifest& m) {
   os << "zerotk_checkpoint " << kManifestVersion << "\ntag " << m.tag << "\nworld_size " << m.world_size
      << "\nstage " << m.stage << "\nprecision " << m.precision << "\noptimizer " << m.optimizer << "\noptimizer_states";
   for (const std::string& s : m.optimizer_states) os << ' ' << s;
-  os << "\nparameter_count " << m.parameter_count << "\nflat_numel " << m.flat_numel << "\ngroups " << m.owned_numel.size()
-     << '\n';
-  for (std::size_t g = 0; g < m.owned_numel.size(); ++g) {
-    os << "group" << g << ".owned_numel";
-    for (std::uint64_t n : m.owned_numel[g]) os << ' ' << n;
+  os << "\nparameter_count " << m.parameter_count << "\nflat_numel " << m.flat_numel << "\nparameters "
+     << m.shards.params.size() << '\n';
+  for (std::size_t i = 0; i < m.shards.params.size(); ++i) {
+    const engine::ShardParam& p = m.shards.params[i];
+    os << "param" << i << ' ' << p.group << ' ' << p.optimizer_group << ' ' << p.numel << " [";
+    for (std::size_t d = 0; d < p.shape.size(); ++d) os << (d ? "," : "") << p.shape[d];
+    os << "] " << p.name << '\n';
+  }
+  os << "groups " << m.shards.owned_numel.size() << '\n';
+  for (std::size_t g = 0; g < m.shards.owned_numel.size(); ++g) {
+    const std::string group = "group" + std::to_string(g);
+    os << group << ".optimizer_step " << m.optimizer_steps[g] << '\n' << group << ".owned_numel";
+    for (std::uint64_t n : m.shards.owned_numel[g]) os << ' ' << n;
     os << '\n';
+    for (std::size_t r = 0; r < m.shards.fragments[g].size(); ++r) {
+      os << group << ".rank" << r << ".fragments";
+      for (const zero::Fragment& f : m.shards.fragments[g][r]) {
+        os << ' ' << f.param << ':' << f.param_offset << ':' << f.numel << '@' << f.owned_offset;
+      }
+      os << '\n';
+    }
   }
   os << "micro_steps " << m.micro_steps << "\nglobal_steps " << m.global_steps << "\nskipped_steps " << m.skipped_steps
      << "\nscaler.scale " << detail::double_text(m.scaler.scale) << "\nscaler.iter " << m.scaler.iter
@@ -198,6 +226,84 @@ inline std::string_view verified_body(std::string_view text, const std::string& 
   return body;
 }
 
+/// "g og numel [d0,d1,...] name": one parameter of the table (the name is the rest of the line).
+inline engine::ShardParam read_param(ManifestFields& f, const std::string& key) {
+  const std::string v = f.text(key);
+  std::size_t pos = 0;
+  auto word = [&] {
+    const std::size_t sp = v.find(' ', pos);
+    if (sp == std::string::npos) throw io_error("expected: group optimizer_group numel [shape] name", f.where(key), v);
+    std::string w = v.substr(pos, sp - pos);
+    pos = sp + 1;
+    return w;
+  };
+  engine::ShardParam p;
+  p.group = f.parse<std::uint32_t>(word(), key);
+  p.optimizer_group = f.parse<std::uint32_t>(word(), key);
+  p.numel = f.parse<std::uint64_t>(word(), key);
+  const std::string shape = word();
+  if (shape.size() < 2 || shape.front() != '[' || shape.back() != ']') throw io_error("malformed shape", f.where(key), shape);
+  std::uint64_t product = 1;
+  for (std::size_t a = 1; a + 1 < shape.size();) {
+    const std::size_t b = std::min(shape.find(',', a), shape.size() - 1);
+    p.shape.push_back(f.parse<std::uint64_t>(shape.substr(a, b - a), key));
+    product = p.shape.back() != 0 && product > std::numeric_limits<std::uint64_t>::max() / p.shape.back() ? std::numeric_limits<std::uint64_t>::max() : product * p.shape.back();
+    a = b + 1;
+  }
+  if (product != p.numel) throw io_error("the shape's product differs from numel", f.where(key), shape + " vs " + std::to_string(p.numel));
+  p.name = v.substr(pos);
+  return p;
+}
+
+/// "p:offset:numel@owned ..." of rank r in group g, each checked against the tables.
+inline std::vector<zero::Fragment> read_fragments(ManifestFields& f, const std::string& key, const Manifest& m, std::size_t g,
+                                                  std::uint64_t owned) {
+  std::vector<zero::Fragment> out;
+  for (const std::string& w : f.words(key)) {
+    const std::size_t c1 = w.find(':'), c2 = w.find(':', c1 == std::string::npos ? c1 : c1 + 1), at = w.find('@');
+    if (c1 == std::string::npos || c2 == std::string::npos || at == std::string::npos || !(c1 < c2 && c2 < at)) {
+      throw io_error("malformed fragment (expected param:offset:numel@owned_offset)", f.where(key), w);
+    }
+    zero::Fragment fr;
+    fr.param = f.parse<std::uint32_t>(w.substr(0, c1), key);
+    fr.param_offset = f.parse<std::uint64_t>(w.substr(c1 + 1, c2 - c1 - 1), key);
+    fr.numel = f.parse<std::uint64_t>(w.substr(c2 + 1, at - c2 - 1), key);
+    fr.owned_offset = f.parse<std::uint64_t>(w.substr(at + 1), key);
+    if (fr.param >= m.shards.params.size() || m.shards.params[fr.param].group != g) {
+      throw io_error("fragment of a parameter that is not in this group", f.where(key), w);
+    }
+    const std::uint64_t numel = m.shards.params[fr.param].numel;
+    if (fr.param_offset > numel || fr.numel > numel - fr.param_offset || fr.owned_offset > owned ||
+        fr.numel > owned - fr.owned_offset) {
+      throw io_error("fragment outside its parameter or the rank's owned elements", f.where(key), w);
+    }
+    out.push_back(fr);
+  }
+  return out;
+}
+
+/// Every element of every parameter must be held by some rank, or nothing could be restored.
+inline void check_coverage(const Manifest& m, const std::string& path) {
+  std::vector<std::vector<std::pair<std::uint64_t, std::uint64_t>>> pieces(m.shards.params.size());
+  for (const auto& ranks : m.shards.fragments) {
+    for (const auto& frags : ranks) {
+      for (const zero::Fragment& fr : frags) pieces[fr.param].emplace_back(fr.param_offset, fr.param_offset + fr.numel);
+    }
+  }
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    std::sort(pieces[i].begin(), pieces[i].end());
+    std::uint64_t covered = 0;
+    for (const auto& [a, b] : pieces[i]) {
+      if (a > covered) break;
+      covered = std::max(covered, b);
+    }
+    if (covered < m.shards.params[i].numel) {
+      throw io_error("no rank holds elements " + std::to_string(covered) + ".. of parameter " + std::to_string(i), path,
+                     "\"" + m.shards.params[i].name + "\"");
+    }
+  }
+}
+
 inline void read_structure(ManifestFields& f, Manifest& m) {
   m.tag = f.text("tag");
   m.world_size = f.number<int>("world_size");
@@ -208,16 +314,34 @@ inline void read_structure(ManifestFields& f, Manifest& m) {
   m.optimizer_states = f.words("optimizer_states");
   m.parameter_count = f.number<std::uint64_t>("parameter_count");
   m.flat_numel = f.number<std::uint64_t>("flat_numel");
+  const auto params = f.number<std::size_t>("parameters");
   const auto groups = f.number<std::size_t>("groups");
   if (groups > 2) throw io_error("at most 2 groups", f.where("groups"), std::to_string(groups));
+  std::uint64_t psi = 0;
+  for (std::size_t i = 0; i < params; ++i) {
+    const std::string key = "param" + std::to_string(i);
+    m.shards.params.push_back(read_param(f, key));
+    if (m.shards.params.back().group >= groups) throw io_error("no such group", f.where(key), std::to_string(m.shards.params.back().group));
+    psi += m.shards.params.back().numel;
+  }
+  if (psi != m.parameter_count) {
+    throw io_error("the parameters' element counts do not add up to parameter_count", f.where("parameters"), std::to_string(psi));
+  }
   for (std::size_t g = 0; g < groups; ++g) {
-    const std::string key = "group" + std::to_string(g) + ".owned_numel";
+    const std::string group = "group" + std::to_string(g);
+    m.optimizer_steps.push_back(f.number<std::int64_t>(group + ".optimizer_step"));
+    if (m.optimizer_steps.back() < 0) throw io_error("negative optimizer step count", f.where(group + ".optimizer_step"));
+    const std::string key = group + ".owned_numel";
     std::vector<std::uint64_t> counts;
     for (const std::string& w : f.words(key)) counts.push_back(f.parse<std::uint64_t>(w, key));
     if (counts.size() != static_cast<std::size_t>(m.world_size)) {
       throw io_error("one count per rank expected", f.where(key), std::to_string(counts.size()) + " counts");
     }
-    m.owned_numel.push_back(std::move(counts));
+    auto& ranks = m.shards.fragments.emplace_back();
+    for (int r = 0; r < m.world_size; ++r) {
+      ranks.push_back(read_fragments(f, group + ".rank" + std::to_string(r) + ".fragments", m, g, counts[static_cast<std::size_t>(r)]));
+    }
+    m.shards.owned_numel.push_back(std::move(counts));
   }
 }
 
@@ -249,6 +373,7 @@ inline Manifest parse_manifest(std::string_view text, const std::string& path) {
   Manifest m;
   detail::read_structure(f, m);
   detail::read_counters(f, m);
+  detail::check_coverage(m, path);
   m.client_state = detail::read_file_record(f, "file.client_state");
   for (int r = 0; r < m.world_size; ++r) m.rank_files.push_back(detail::read_file_record(f, "file.rank" + std::to_string(r)));
   f.expect_all_read();

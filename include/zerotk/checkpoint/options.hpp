@@ -48,6 +48,8 @@ struct LoadResult {
   std::string tag{};
   std::vector<std::byte> client_state{};
   std::int64_t global_steps = 0;
+  int saved_world_size = 0;  ///< the world size that saved it
+  bool resharded = false;    ///< this rank's state was assembled from other ranks' files (reshard.hpp)
 };
 
 }  // namespace zerotk::checkpoint

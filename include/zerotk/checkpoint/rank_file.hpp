@@ -51,17 +51,21 @@ inline std::vector<EngineGroupState> decode_rank_file(std::span<const std::byte>
                    "rank " + std::to_string(f.rank) + " of " + std::to_string(f.world_size) + ", expected rank " +
                        std::to_string(rank) + " of " + std::to_string(m.world_size));
   }
-  if (f.sections.size() != kSectionsPerGroup * m.owned_numel.size()) {
+  const std::size_t group_count = m.shards.owned_numel.size();
+  if (f.sections.size() != kSectionsPerGroup * group_count) {
     throw io_error("unexpected number of sections", path,
-                   std::to_string(f.sections.size()) + ", expected " + std::to_string(kSectionsPerGroup * m.owned_numel.size()));
+                   std::to_string(f.sections.size()) + ", expected " + std::to_string(kSectionsPerGroup * group_count));
   }
   const std::vector<std::string>& states = optimizer_state_names();
-  std::vector<EngineGroupState> groups(m.owned_numel.size());
+  std::vector<EngineGroupState> groups(group_count);
   for (std::size_t g = 0; g < groups.size(); ++g) {
-    const std::uint64_t n = m.owned_numel[g][static_cast<std::size_t>(rank)];
+    const std::uint64_t n = m.shards.owned_numel[g][static_cast<std::size_t>(rank)];
     EngineGroupState& gs = groups[g];
     gs.optimizer.step = f.read<std::int64_t>(section_name(g, "step"), ElementType::int64, 1)[0];
-    if (gs.optimizer.step < 0) throw io_error("negative optimizer step count", path, std::to_string(gs.optimizer.step));
+    if (gs.optimizer.step != m.optimizer_steps[g]) {
+      throw io_error("optimizer step count differs from the manifest's", path,
+                     std::to_string(gs.optimizer.step) + ", manifest says " + std::to_string(m.optimizer_steps[g]));
+    }
     gs.master = f.read<float>(section_name(g, "master"), ElementType::fp32, n);
     gs.optimizer.m = f.read<float>(section_name(g, states[0]), ElementType::fp32, n);
     gs.optimizer.v = f.read<float>(section_name(g, states[1]), ElementType::fp32, n);

@@ -37,7 +37,7 @@ void check_same_group(const E& engine, const C& comm, const char* where) {
   }
 }
 
-/// The manifest rank 0 writes; `gathered` is every rank's {bytes, checksum, owned numel per group}.
+/// The manifest rank 0 writes; `gathered` is every rank's {bytes, checksum} of its file.
 inline Manifest make_manifest(const EngineSignature& sig, const EngineState& s, const std::string& tag,
                               const std::vector<std::uint64_t>& gathered) {
   Manifest m;
@@ -49,19 +49,27 @@ inline Manifest make_manifest(const EngineSignature& sig, const EngineState& s, 
   m.optimizer_states = optimizer_state_names();
   m.parameter_count = sig.parameter_count;
   m.flat_numel = sig.flat_numel;
+  m.shards = sig.shards;
+  for (const EngineGroupState& g : s.groups) m.optimizer_steps.push_back(g.optimizer.step);
   m.micro_steps = s.micro_steps;
   m.global_steps = s.global_steps;
   m.skipped_steps = s.skipped_steps;
   m.scaler = s.scaler;
   m.scheduler = s.scheduler;
-  const std::size_t per_rank = 2 + s.groups.size();
-  m.owned_numel.assign(s.groups.size(), std::vector<std::uint64_t>(static_cast<std::size_t>(sig.world_size)));
   for (int r = 0; r < sig.world_size; ++r) {
-    const std::uint64_t* rec = gathered.data() + static_cast<std::size_t>(r) * per_rank;
+    const std::uint64_t* rec = gathered.data() + 2 * static_cast<std::size_t>(r);
     m.rank_files.push_back(FileRecord{rank_file_name(r), rec[0], rec[1]});
-    for (std::size_t g = 0; g < s.groups.size(); ++g) m.owned_numel[g][static_cast<std::size_t>(r)] = rec[2 + g];
   }
   return m;
+}
+
+/// A parameter name is the rest of its manifest line: it cannot hold a line break.
+inline void check_names(const EngineSignature& sig) {
+  for (const engine::ShardParam& p : sig.shards.params) {
+    if (p.name.find_first_of("\r\n") != std::string::npos) {
+      throw usage_error("a parameter name with a line break cannot be saved", "checkpoint::save", p.name);
+    }
+  }
 }
 
 }  // namespace detail
@@ -72,10 +80,13 @@ template <class E, HostCommunicator C>
 SaveResult save(E& engine, C& comm, const std::filesystem::path& dir, const SaveOptions& options = {}) {
   engine.synchronize();  // no parameter gather of the engine's in flight under our collectives
   EngineState state;
+  EngineSignature sig;
   std::string tag;
   agreed(comm, "checkpoint save", [&] {
     detail::check_same_group(engine, comm, "checkpoint::save");
     state = engine.state();  // usage_error between micro-steps
+    sig = signature_of(engine);
+    detail::check_names(sig);
     tag = options.tag ? *options.tag : default_tag(state.global_steps);
     check_tag(tag, "checkpoint::save");
   });
@@ -89,12 +100,11 @@ SaveResult save(E& engine, C& comm, const std::filesystem::path& dir, const Save
     const FileRecord rec =
         write_data_file(temp, rank_file_name(comm.rank()), encode_rank_file(state, comm.rank(), comm.size()));
     mine = {rec.bytes, rec.checksum};
-    for (const EngineGroupState& g : state.groups) mine.push_back(g.master.size());
   });
   const std::vector<std::uint64_t> gathered = all_gather_u64(comm, mine);
   agreed(comm, "checkpoint save (commit)", [&] {
     if (comm.rank() == 0) {
-      publish(dir, temp, detail::make_manifest(signature_of(engine), state, tag, gathered), options.client_state);
+      publish(dir, temp, detail::make_manifest(sig, state, tag, gathered), options.client_state);
     }
   });
   return SaveResult{tag, tag_path(dir, tag)};

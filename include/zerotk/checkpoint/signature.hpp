@@ -1,9 +1,10 @@
 #pragma once
 /// \file zerotk/checkpoint/signature.hpp
-/// What a checkpoint must agree with before an engine loads it: world size, stage, precision,
-/// optimizer, the model's element counts and this rank's partition sizes. A mismatch is a
-/// usage_error naming the manifest key and both values (the checkpoint is intact; it is for another
-/// engine).
+/// What a checkpoint must agree with before an engine loads it: precision, optimizer, the model's
+/// parameters (names, shapes, groups) and the scheduler setting. World size, stage and bucket size
+/// may differ: the fragment tables say where every element went (load.hpp reshards). A mismatch is
+/// a usage_error naming the manifest key and both values (the checkpoint is intact; it is for
+/// another engine).
 
 #include <cstdint>
 #include <string>
@@ -14,6 +15,7 @@
 #include "zerotk/checkpoint/manifest.hpp"
 #include "zerotk/core/dtype.hpp"
 #include "zerotk/core/error.hpp"
+#include "zerotk/engine/shards.hpp"
 #include "zerotk/engine/state.hpp"
 #include "zerotk/policies.hpp"
 
@@ -47,6 +49,7 @@ struct EngineSignature {
   std::string optimizer;
   std::uint64_t parameter_count = 0;
   std::uint64_t flat_numel = 0;
+  engine::ShardTable shards;
 };
 
 template <class E>
@@ -59,6 +62,7 @@ EngineSignature signature_of(const E& engine) {
   s.optimizer = std::string(optimizer_name<typename E::optimizer_tag>());
   s.parameter_count = engine.parameter_count();
   s.flat_numel = engine.flat_numel();
+  s.shards = engine.shard_table();
   return s;
 }
 
@@ -81,19 +85,21 @@ void require_same(const std::string& manifest_path, const char* key, const char*
 
 }  // namespace detail
 
-/// Throws unless `m` was saved by an engine of the same structure as `sig` whose rank `sig.rank`
-/// held a state shaped like `current` (this engine's own state: group sizes, scheduler presence).
+namespace detail {
+
+inline std::string param_text(const engine::ShardParam& p) {
+  std::string s = "\"" + p.name + "\" [";
+  for (std::size_t d = 0; d < p.shape.size(); ++d) s += (d ? "," : "") + std::to_string(p.shape[d]);
+  return s + "] group " + std::to_string(p.group) + " optimizer group " + std::to_string(p.optimizer_group);
+}
+
+}  // namespace detail
+
+/// Throws unless `m` was saved by an engine of the same model, precision and optimizer as `sig`,
+/// with the same flat groups and scheduler setting as `current` (this engine's own state).
 inline void check_compatible(const Manifest& m, const EngineSignature& sig, const EngineState& current,
                              const std::string& manifest_path) {
-  if (m.world_size != sig.world_size) {
-    throw usage_error("saved on " + std::to_string(m.world_size) + (m.world_size == 1 ? " rank" : " ranks") +
-                          ", loading on " + std::to_string(sig.world_size) +
-                          ": a checkpoint loads on the world size that saved it (start the job with " +
-                          std::to_string(m.world_size) + (m.world_size == 1 ? " rank)" : " ranks)"),
-                      manifest_path + ": world_size", std::to_string(m.world_size));
-  }
   using detail::require_same;
-  require_same(manifest_path, "stage", "another ZeRO stage", m.stage, sig.stage);
   require_same(manifest_path, "precision", "another precision", m.precision, sig.precision);
   require_same(manifest_path, "optimizer", "another optimizer", m.optimizer, sig.optimizer);
   std::string saved_states, here_states;
@@ -101,19 +107,25 @@ inline void check_compatible(const Manifest& m, const EngineSignature& sig, cons
   for (const auto& s : optimizer_state_names()) here_states += (here_states.empty() ? "" : " ") + s;
   require_same(manifest_path, "optimizer_states", "other optimizer states", saved_states, here_states);
   require_same(manifest_path, "parameter_count", "another model", m.parameter_count, sig.parameter_count);
-  require_same(manifest_path, "flat_numel", "another model (or bucket size)", m.flat_numel, sig.flat_numel);
-  require_same(manifest_path, "groups", "another split into fp32-kept and working-precision groups",
-               m.owned_numel.size(), current.groups.size());
-  for (std::size_t g = 0; g < current.groups.size(); ++g) {
-    const std::string key = "group" + std::to_string(g) + ".owned_numel";
-    require_same(manifest_path, key.c_str(), ("another partition of rank " + std::to_string(sig.rank)).c_str(),
-                 m.owned_numel[g][static_cast<std::size_t>(sig.rank)],
-                 static_cast<std::uint64_t>(current.groups[g].master.size()));
+  require_same(manifest_path, "parameters", "another model", m.shards.params.size(), sig.shards.params.size());
+  for (std::size_t i = 0; i < m.shards.params.size(); ++i) {
+    const std::string key = "param" + std::to_string(i);
+    require_same(manifest_path, key.c_str(), "another model (parameters differ)", detail::param_text(m.shards.params[i]),
+                 detail::param_text(sig.shards.params[i]));
   }
+  require_same(manifest_path, "groups", "another split into fp32-kept and working-precision groups",
+               m.shards.owned_numel.size(), current.groups.size());
   const std::string saved_sched = m.scheduler ? "a scheduler" : "none";
   const std::string here_sched = current.scheduler ? "a scheduler" : "none";
   require_same(manifest_path, "scheduler", "an engine with another LR scheduler setting (set_scheduler before load)",
                saved_sched, here_sched);
+}
+
+/// True when rank `sig.rank` owns exactly what the saving rank of the same number owned: its file
+/// then holds its state as is, and no resharding is needed.
+inline bool same_layout(const Manifest& m, const EngineSignature& sig) {
+  return m.world_size == sig.world_size && m.shards.owned_numel == sig.shards.owned_numel &&
+         m.shards.fragments == sig.shards.fragments;
 }
 
 }  // namespace zerotk::checkpoint

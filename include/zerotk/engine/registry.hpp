@@ -36,6 +36,7 @@ enum class GroupKind : std::uint8_t { main, fp32 };
 struct ParamEntry {
   std::string name;
   std::size_t numel = 0;
+  std::vector<std::size_t> shape;   ///< the Param's shape() if it has one, else {numel}
   DType value_dtype = DType::fp32;  ///< the Param's element type
   GroupKind group = GroupKind::main;
   std::uint32_t local = 0;          ///< index within its group's layout
@@ -147,6 +148,11 @@ class ParamRegistry {
     ParamEntry e;
     e.name = std::string(name);
     e.numel = static_cast<std::size_t>(p.numel());
+    if constexpr (requires { p.shape(); }) {
+      for (auto d : p.shape()) e.shape.push_back(static_cast<std::size_t>(d));
+    } else {
+      e.shape = {e.numel};
+    }
     e.value_dtype = dtype_of_v<V>;
     const bool want_fp32 = (rules_.keep_fp32 && rules_.keep_fp32(name)) || fp32_params_.count(&p) > 0;
     const bool fp32 = rules_.storage != DType::fp32 && want_fp32;

@@ -54,6 +54,18 @@ struct PartitionSegment {
   std::uint32_t tensor;
 };
 
+/// A piece of one parameter that a rank owns: elements [param_offset, param_offset + numel) of
+/// parameter `param` (index in the layout) sit at `owned_offset` of the rank's owned buffer (its
+/// partition, or the whole flat buffer when the rank owns everything). The checkpoint's fragment
+/// table is made of these, which is what lets a checkpoint load on another world size or stage.
+struct Fragment {
+  std::uint32_t param = 0;
+  std::size_t param_offset = 0;
+  std::size_t numel = 0;
+  std::size_t owned_offset = 0;
+  friend bool operator==(const Fragment&, const Fragment&) = default;
+};
+
 class BucketLayout {
  public:
   BucketLayout() = default;
@@ -144,6 +156,28 @@ class BucketLayout {
     for (std::size_t k = buckets_.size(); k-- > 0;) {
       auto s = block_segments(k, rank, true);
       out.insert(out.end(), s.begin(), s.end());
+    }
+    return out;
+  }
+
+  /// What rank r owns, parameter piece by piece, in owned-buffer order: its partition (`partitioned`)
+  /// or, when every rank owns the whole flat buffer (stage 0), every parameter whole.
+  std::vector<Fragment> fragments(int rank, bool partitioned) const {
+    std::vector<Fragment> out;
+    if (!partitioned) {
+      for (const Bucket* b = buckets_.data() + buckets_.size(); b-- != buckets_.data();) {
+        for (std::uint32_t i : b->params) {
+          if (params_[i].numel) out.push_back({i, 0, params_[i].numel, params_[i].flat_offset});
+        }
+      }
+      return out;
+    }
+    for (std::size_t k = buckets_.size(); k-- > 0;) {
+      const std::size_t lo = block_flat_offset(k, rank);
+      for (const PartitionSegment& s : block_segments(k, rank, true)) {
+        const std::size_t flat = lo + (s.offset - buckets_[k].part_offset);
+        out.push_back({s.tensor, flat - params_[s.tensor].flat_offset, s.numel, s.offset});
+      }
     }
     return out;
   }
