@@ -20,6 +20,7 @@
 #include <cstring>
 #include <exception>
 #include <iostream>
+#include <memory>
 #include <mutex>
 #include <span>
 #include <sstream>
@@ -65,7 +66,9 @@ struct Options {
   std::string csv_dir = "out/gpt_monitor";
   int steps_per_print = 50;
   std::string save_dir, load_dir;  ///< checkpoints (zerotk/checkpoint.hpp); empty: off
+  std::string load_tag;            ///< --tag: the checkpoint to load (default: the directory's latest)
   int save_every = 0;              ///< also save every N steps (0: only after the last step)
+  bool save_async = false;         ///< write checkpoints while training goes on (commit at the next save)
 };
 
 /// The flags as the DeepSpeed config a DeepSpeed user would have written.
@@ -155,27 +158,48 @@ template <class Engine, class Comm>
 int resume([[maybe_unused]] Engine& engine, [[maybe_unused]] Comm& comm, const Options& o) {
   if (o.load_dir.empty()) return 0;
 #if ZEROTK_HAS_XXHASH
-  const zerotk::checkpoint::LoadResult r = zerotk::checkpoint::load(engine, comm, o.load_dir);
+  zerotk::checkpoint::LoadOptions lo;
+  if (!o.load_tag.empty()) lo.tag = o.load_tag;
+  const zerotk::checkpoint::LoadResult r = zerotk::checkpoint::load(engine, comm, o.load_dir, lo);
   int step = 0;
   if (r.client_state.size() != sizeof step) {
     throw zerotk::usage_error("the checkpoint was not written by this demo (no step in its client state)", "--load",
                               o.load_dir + "/" + r.tag);
   }
   std::memcpy(&step, r.client_state.data(), sizeof step);
-  if (comm.rank() == 0) std::printf("loaded %s/%s: continuing after step %d\n", o.load_dir.c_str(), r.tag.c_str(), step);
+  if (comm.rank() == 0) {
+    std::printf("loaded %s/%s: continuing after step %d", o.load_dir.c_str(), r.tag.c_str(), step);
+    if (r.saved_world_size != comm.size()) std::printf(" (saved on %d ranks, resharded)", r.saved_world_size);
+    std::printf("\n");
+  }
   return step;
 #else
   throw zerotk::usage_error("this binary was built without libxxhash, so without checkpoints", "--load");
 #endif
 }
 
-/// --save: a checkpoint after `steps` optimizer steps (tag global_step<N>), the step in its client state.
-template <class Engine, class Comm>
-void save([[maybe_unused]] Engine& engine, [[maybe_unused]] Comm& comm, const Options& o, [[maybe_unused]] int steps) {
+/// Finishes the save in flight, if any.
+template <class Comm, class Pending>
+void commit([[maybe_unused]] Comm& comm, Pending& pending) {
 #if ZEROTK_HAS_XXHASH
+  if (!pending) return;
+  const auto r = pending->commit();
+  pending.reset();
+  if (comm.rank() == 0) std::printf("\nsaved %s\n", r.path.string().c_str());
+#endif
+}
+
+/// --save: a checkpoint after `steps` optimizer steps (tag global_step<N>), the step in its client
+/// state. With --save-async the files are written while training goes on: `pending` holds that save
+/// until the next one (or the end of training) commits it.
+template <class Engine, class Comm, class Pending>
+void save([[maybe_unused]] Engine& engine, [[maybe_unused]] Comm& comm, const Options& o, [[maybe_unused]] int steps,
+          [[maybe_unused]] Pending& pending) {
+#if ZEROTK_HAS_XXHASH
+  commit(comm, pending);
   const auto bytes = std::as_bytes(std::span(&steps, 1));
-  const auto r = zerotk::checkpoint::save(engine, comm, o.save_dir, {.client_state = bytes});
-  if (comm.rank() == 0) std::printf("\nsaved %s after step %d\n", r.path.string().c_str(), steps);
+  pending = zerotk::checkpoint::save_async(engine, comm, o.save_dir, {.client_state = bytes});
+  if (!o.save_async) commit(comm, pending);
 #else
   throw zerotk::usage_error("this binary was built without libxxhash, so without checkpoints", "--save", o.save_dir);
 #endif
@@ -201,6 +225,11 @@ void train_rank(Comm& comm, const TrainContext& ctx, const Data& data, Evaluate&
   engine.broadcast_parameters();
   if (auto s = zerotk::lr_scheduler(ctx.cfg)) engine.set_scheduler(*s);
   const int start = resume(engine, comm, o);
+#if ZEROTK_HAS_XXHASH
+  std::unique_ptr<zerotk::checkpoint::PendingSave<Comm>> pending;
+#else
+  std::unique_ptr<int> pending;
+#endif
 
   zerotk::monitor::TrainingLog log(zerotk::monitor::TrainingLogOptions::from(ctx.cfg, rank));
   zerotk::monitor::ProgressLine progress(o.steps, std::cout);
@@ -228,9 +257,10 @@ void train_rank(Comm& comm, const TrainContext& ctx, const Data& data, Evaluate&
     log.on_step(r, samples);
     if (rank == 0) progress.update(step + 1, r.loss);
     if (!o.save_dir.empty() && (step + 1 == o.steps || (o.save_every > 0 && (step + 1) % o.save_every == 0))) {
-      save(engine, comm, o, step + 1);
+      save(engine, comm, o, step + 1, pending);
     }
   }
+  commit(comm, pending);
   if (rank == 0) progress.finish();
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   const double acc = rank == 0 ? evaluate(model, summary) : 0.0;
@@ -366,7 +396,10 @@ int main(int argc, char** argv) {
   app.add_option("--steps-per-print", o.steps_per_print, "DeepSpeed's steps_per_print")->check(CLI::Range(1, 1 << 30));
   app.add_option("--save", o.save_dir, "checkpoint directory to save into after the last step (and every --save-every)");
   app.add_option("--save-every", o.save_every, "also save every N optimizer steps")->check(CLI::Range(1, 1 << 30));
-  app.add_option("--load", o.load_dir, "checkpoint directory to resume from (its latest tag)")->check(CLI::ExistingDirectory);
+  app.add_flag("--save-async", o.save_async, "write checkpoints while training goes on; each is committed at the next save");
+  app.add_option("--load", o.load_dir, "checkpoint directory to resume from (its latest tag; any rank count)")
+      ->check(CLI::ExistingDirectory);
+  app.add_option("--tag", o.load_tag, "with --load: the checkpoint tag to load instead of the latest");
   CLI11_PARSE(app, argc, argv);
   try {
     gpt::Config config;

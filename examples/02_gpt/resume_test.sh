@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Checkpoint resume of the GPT demo: save after 3 steps, load and go on to 6, and compare steps 4-6
-# (loss, lr, gradient norm as the monitor prints them) and the held-out scores with an uninterrupted
-# 6-step run: they must be identical. Registered as the CTest example.02_gpt_resume.
+# Checkpoint resume of the GPT demo: save after 3 steps (asynchronously), load and go on to 6, and
+# compare steps 4-6 (loss, lr, gradient norm as the monitor prints them) and the held-out scores with
+# an uninterrupted 6-step run: they must be identical. Then the same checkpoint loads on 1 rank
+# (resharded) and training goes on. Registered as the CTest example.02_gpt_resume.
 #
 #   examples/02_gpt/resume_test.sh build/default/examples/02_gpt/zerotk_example_02_gpt /tmp/gpt_resume
 set -euo pipefail
@@ -12,7 +13,7 @@ mkdir -p "$dir"
 common=(--ranks 2 --csv "" --eval-size 200 --steps-per-print 1)
 compared() { grep -E '^\[Rank 0\] step=[4-6],|held-out' | sed 's/, samples\/s=.*//'; }
 "$bin" "${common[@]}" --steps 6 > "$dir/straight.log"
-"$bin" "${common[@]}" --steps 3 --save "$dir/ckpt" > "$dir/first.log"
+"$bin" "${common[@]}" --steps 3 --save "$dir/ckpt" --save-async > "$dir/first.log"
 "$bin" "${common[@]}" --steps 6 --load "$dir/ckpt" > "$dir/resumed.log"
 grep -q "loaded .*global_step3: continuing after step 3" "$dir/resumed.log" || { echo "FAIL: no resume line"; exit 1; }
 n=$(compared < "$dir/resumed.log" | wc -l)
@@ -21,4 +22,7 @@ if ! diff <(compared < "$dir/straight.log") <(compared < "$dir/resumed.log"); th
   echo "FAIL: the resumed run differs from the uninterrupted one"
   exit 1
 fi
-echo "PASS: the run resumed from $dir/ckpt/global_step3 equals the uninterrupted one (steps 4-6, scores)"
+"$bin" --ranks 1 --csv "" --eval-size 200 --steps-per-print 1 --steps 4 --load "$dir/ckpt" > "$dir/resharded.log"
+grep -q "continuing after step 3 (saved on 2 ranks, resharded)" "$dir/resharded.log" || { echo "FAIL: no resharded resume"; exit 1; }
+grep -q '^\[Rank 0\] step=4,' "$dir/resharded.log" || { echo "FAIL: the resharded run did not reach step 4"; exit 1; }
+echo "PASS: the run resumed from $dir/ckpt/global_step3 equals the uninterrupted one (steps 4-6, scores); it also loads on 1 rank"
