@@ -46,6 +46,23 @@ std::vector<T> read_range(const DataFileReader& f, std::string_view name, Elemen
 
 }  // namespace
 
+TEST_CASE("checksum: StreamingChecksum over uneven pieces equals checksum() of the whole, also after reading it midway") {
+  std::vector<std::byte> bytes(5000);
+  for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<std::byte>((i * 131 + 7) & 0xff);
+  const std::span<const std::byte> all(bytes);
+  checkpoint::StreamingChecksum sum;
+  CHECK(sum.value() == checkpoint::checksum(all.first(0)));
+  std::size_t at = 0;
+  for (const std::size_t n : {std::size_t{1}, std::size_t{0}, std::size_t{63}, std::size_t{240}, std::size_t{1000}}) {
+    sum.update(all.subspan(at, n));
+    at += n;
+    CHECK(sum.value() == checkpoint::checksum(all.first(at)));
+  }
+  sum.update(all.subspan(at));
+  CHECK(sum.value() == checkpoint::checksum(all));
+  CHECK(sum.value() != checkpoint::checksum(all.first(all.size() - 1)));
+}
+
 TEST_CASE("file_reader: sections and ranges (start, middle, end, empty) match what DataFileWriter wrote") {
   ScratchDir d("file_reader");
   const SampleFile s;
