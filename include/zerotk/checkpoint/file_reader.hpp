@@ -10,6 +10,7 @@
 ///   std::vector<float> piece(4096);
 ///   f.read("group0.master", checkpoint::ElementType::fp32, 8192, std::span<float>(piece));
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
