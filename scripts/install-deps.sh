@@ -8,7 +8,8 @@
 set -euo pipefail
 
 packages=(cmake ninja-build g++ pkg-config libeigen3-dev doctest-dev libopenmpi-dev openmpi-bin
-          nlohmann-json3-dev liburing-dev libxxhash-dev libbenchmark-dev libcli11-dev gnuplot-nox)
+          nlohmann-json3-dev liburing-dev libxxhash-dev libbenchmark-dev libcli11-dev gnuplot-nox
+          python3)  # python3: read_safetensors.py, the independent check of the safetensors writer
 if [[ "${1:-}" == "--dev" ]]; then
   packages+=(python3-torch python3-numpy)
 fi

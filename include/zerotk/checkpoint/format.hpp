@@ -81,6 +81,24 @@ class DataFileWriter {
   std::uint32_t sections_ = 0;
 };
 
+/// Fixed parts of a data file: header (magic .. section count) and trailing checksum.
+inline constexpr std::size_t kFileHeaderBytes = 24;
+inline constexpr std::size_t kFileTrailerBytes = 8;
+/// The longest section header: u16 name length, the name, u8 element type, u64 element count.
+inline constexpr std::size_t kMaxSectionHeaderBytes = 2 + 0xffff + 1 + 8;
+
+/// The header of a data file after the magic and version.
+struct FileHeader {
+  std::uint32_t rank = 0, world_size = 0, section_count = 0;
+};
+
+/// A section's header; its `numel` elements follow it.
+struct SectionHeader {
+  std::string name;
+  ElementType type = ElementType::byte;
+  std::uint64_t numel = 0;
+};
+
 /// One section of a parsed file: a view into the file's bytes.
 struct SectionView {
   std::string name;
@@ -89,6 +107,88 @@ struct SectionView {
   std::span<const std::byte> data;
   std::size_t offset = 0;  ///< of the section's data in the file
 };
+
+namespace detail {
+
+/// Both ways of reading a data file (whole, or streamed by DataFileReader) check with these, so a
+/// defect reads the same whichever found it.
+inline void check_file_size(std::uint64_t bytes, const std::string& path) {
+  if (bytes < kFileHeaderBytes + kFileTrailerBytes) {
+    throw io_error("truncated: shorter than a data file's header and checksum", path, std::to_string(bytes) + " bytes");
+  }
+}
+
+/// `computed`: checksum of the file's first `body_bytes` bytes; `stored`: the u64 after them.
+inline void check_trailing_checksum(std::uint64_t stored, std::uint64_t computed, std::uint64_t body_bytes,
+                                    const std::string& path) {
+  if (stored != computed) {
+    throw io_error("checksum mismatch (the file is corrupt or truncated)", path + ":" + std::to_string(body_bytes),
+                   "stored " + to_hex(stored) + ", computed " + to_hex(computed));
+  }
+}
+
+inline FileHeader read_file_header(io::ByteReader& r, const std::string& path) {
+  const std::string magic = r.get_text(kFileMagic.size(), "magic");
+  if (magic != std::string_view(kFileMagic.data(), kFileMagic.size())) {
+    throw io_error("not a zerotk checkpoint data file (bad magic)", path + ":0");
+  }
+  const auto version = r.get<std::uint32_t>("format version");
+  if (version != kFileVersion) {
+    throw io_error("unsupported data file format version", path + ":8",
+                   std::to_string(version) + ", this zerotk reads " + std::to_string(kFileVersion));
+  }
+  FileHeader h;
+  h.rank = r.get<std::uint32_t>("rank");
+  h.world_size = r.get<std::uint32_t>("world size");
+  h.section_count = r.get<std::uint32_t>("section count");
+  return h;
+}
+
+/// Reads a section header from `r`. `bytes_beyond` counts the file's bytes after the end of `r`'s
+/// span and before the checksum (0 when `r` holds the whole body): the section's data must fit.
+inline SectionHeader read_section_header(io::ByteReader& r, std::uint64_t bytes_beyond = 0) {
+  SectionHeader s;
+  const std::uint16_t len = r.get_u16("section name length");
+  s.name = r.get_text(len, "section name");
+  const auto type = r.get<std::uint8_t>("element type");
+  if (type < 1 || type > 3) throw io_error("unknown element type in section \"" + s.name + "\"", r.where(), std::to_string(type));
+  s.type = static_cast<ElementType>(type);
+  s.numel = r.get<std::uint64_t>("element count");
+  const std::uint64_t left = r.remaining() + bytes_beyond;
+  if (s.numel > left / size_of(s.type)) {
+    throw io_error("truncated: section \"" + s.name + "\" claims " + std::to_string(s.numel) + " elements", r.where(),
+                   std::to_string(left) + " bytes left");
+  }
+  return s;
+}
+
+inline void check_section_type(const std::string& name, ElementType actual, ElementType expected, const std::string& path) {
+  if (actual != expected) {
+    throw io_error("section \"" + name + "\" has another element type", path,
+                   std::string(to_string(actual)) + ", expected " + std::string(to_string(expected)));
+  }
+}
+
+inline void check_no_bytes_after_sections(std::uint64_t left, const std::string& where) {
+  if (left != 0) throw io_error("unexpected bytes after the last section", where, std::to_string(left) + " bytes");
+}
+
+[[noreturn]] inline void throw_missing_section(std::string_view name, const std::string& path) {
+  throw io_error("section \"" + std::string(name) + "\" is missing", path);
+}
+
+inline SectionView read_section(io::ByteReader& r) {
+  SectionHeader h = read_section_header(r);
+  SectionView s;
+  s.offset = r.offset();
+  s.data = r.take(static_cast<std::size_t>(h.numel) * size_of(h.type), h.name);
+  s.name = std::move(h.name);
+  s.type = h.type;
+  s.numel = h.numel;
+  return s;
+}
+
+}  // namespace detail
 
 /// A data file, checked and parsed; views into the caller's bytes.
 struct DataFileView {
@@ -101,17 +201,14 @@ struct DataFileView {
   const SectionView& get(std::string_view name, ElementType type, std::uint64_t numel) const {
     for (const SectionView& s : sections) {
       if (s.name != name) continue;
-      if (s.type != type) {
-        throw io_error("section \"" + s.name + "\" has another element type", path,
-                       std::string(to_string(s.type)) + ", expected " + std::string(to_string(type)));
-      }
+      detail::check_section_type(s.name, s.type, type, path);
       if (s.numel != numel) {
         throw io_error("section \"" + s.name + "\" has another element count", path,
                        std::to_string(s.numel) + ", expected " + std::to_string(numel));
       }
       return s;
     }
-    throw io_error("section \"" + std::string(name) + "\" is missing", path);
+    detail::throw_missing_section(name, path);
   }
 
   template <class T>
@@ -123,66 +220,21 @@ struct DataFileView {
   }
 };
 
-namespace detail {
-
-inline void check_header(io::ByteReader& r, const std::string& path) {
-  const std::string magic = r.get_text(kFileMagic.size(), "magic");
-  if (magic != std::string_view(kFileMagic.data(), kFileMagic.size())) {
-    throw io_error("not a zerotk checkpoint data file (bad magic)", path + ":0");
-  }
-  const auto version = r.get<std::uint32_t>("format version");
-  if (version != kFileVersion) {
-    throw io_error("unsupported data file format version", path + ":8",
-                   std::to_string(version) + ", this zerotk reads " + std::to_string(kFileVersion));
-  }
-}
-
-inline SectionView read_section(io::ByteReader& r) {
-  SectionView s;
-  const std::uint16_t len = r.get_u16("section name length");
-  s.name = r.get_text(len, "section name");
-  const auto type = r.get<std::uint8_t>("element type");
-  if (type < 1 || type > 3) throw io_error("unknown element type in section \"" + s.name + "\"", r.where(), std::to_string(type));
-  s.type = static_cast<ElementType>(type);
-  s.numel = r.get<std::uint64_t>("element count");
-  if (s.numel > r.remaining() / size_of(s.type)) {
-    throw io_error("truncated: section \"" + s.name + "\" claims " + std::to_string(s.numel) + " elements", r.where(),
-                   std::to_string(r.remaining()) + " bytes left");
-  }
-  s.offset = r.offset();
-  s.data = r.take(static_cast<std::size_t>(s.numel) * size_of(s.type), s.name);
-  return s;
-}
-
-}  // namespace detail
-
 /// Verifies the trailing checksum, then parses the header and the sections of `bytes` (the whole
 /// content of `path`). Every defect is an io_error naming the file and, where it helps, the offset.
 inline DataFileView parse_data_file(std::span<const std::byte> bytes, const std::string& path) {
-  constexpr std::size_t kHeader = 24, kTrailer = 8;
-  if (bytes.size() < kHeader + kTrailer) {
-    throw io_error("truncated: shorter than a data file's header and checksum", path,
-                   std::to_string(bytes.size()) + " bytes");
-  }
-  const std::span<const std::byte> body = bytes.first(bytes.size() - kTrailer);
-  io::ByteReader tail(bytes.last(kTrailer), path);
-  const auto stored = tail.get<std::uint64_t>("checksum");
-  const std::uint64_t computed = checksum(body);
-  if (stored != computed) {
-    throw io_error("checksum mismatch (the file is corrupt or truncated)", path + ":" + std::to_string(body.size()),
-                   "stored " + to_hex(stored) + ", computed " + to_hex(computed));
-  }
+  detail::check_file_size(bytes.size(), path);
+  const std::span<const std::byte> body = bytes.first(bytes.size() - kFileTrailerBytes);
+  io::ByteReader tail(bytes.last(kFileTrailerBytes), path);
+  detail::check_trailing_checksum(tail.get<std::uint64_t>("checksum"), checksum(body), body.size(), path);
   io::ByteReader r(body, path);
-  detail::check_header(r, path);
+  const FileHeader h = detail::read_file_header(r, path);
   DataFileView v;
   v.path = path;
-  v.rank = r.get<std::uint32_t>("rank");
-  v.world_size = r.get<std::uint32_t>("world size");
-  const auto count = r.get<std::uint32_t>("section count");
-  for (std::uint32_t i = 0; i < count; ++i) v.sections.push_back(detail::read_section(r));
-  if (r.remaining() != 0) {
-    throw io_error("unexpected bytes after the last section", r.where(), std::to_string(r.remaining()) + " bytes");
-  }
+  v.rank = h.rank;
+  v.world_size = h.world_size;
+  for (std::uint32_t i = 0; i < h.section_count; ++i) v.sections.push_back(detail::read_section(r));
+  detail::check_no_bytes_after_sections(r.remaining(), r.where());
   return v;
 }
 

@@ -66,6 +66,22 @@ struct FileRecord {
   std::uint64_t checksum = 0;
 };
 
+/// An io_error naming `path` unless `actual_bytes` is the size `rec` records.
+inline void check_recorded_size(const FileRecord& rec, std::uint64_t actual_bytes, const std::string& path) {
+  if (actual_bytes != rec.bytes) {
+    throw io_error(actual_bytes < rec.bytes ? "truncated: shorter than the manifest records" : "longer than the manifest records",
+                   path, std::to_string(actual_bytes) + " bytes, manifest says " + std::to_string(rec.bytes));
+  }
+}
+
+/// An io_error naming `path` unless `computed` (the checksum of the whole file) is the one `rec` records.
+inline void check_recorded_checksum(const FileRecord& rec, std::uint64_t computed, const std::string& path) {
+  if (computed != rec.checksum) {
+    throw io_error("checksum differs from the manifest's (the file is corrupt, or from another checkpoint)", path,
+                   "computed " + to_hex(computed) + ", manifest says " + to_hex(rec.checksum));
+  }
+}
+
 struct Manifest {
   std::string tag;
   int world_size = 1;

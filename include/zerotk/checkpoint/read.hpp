@@ -53,14 +53,8 @@ inline std::vector<std::byte> read_verified(const std::filesystem::path& tdir, c
   }
   const std::filesystem::path p = tdir / rec.name;
   std::vector<std::byte> bytes = io::read_file(p);
-  if (bytes.size() != rec.bytes) {
-    throw io_error(bytes.size() < rec.bytes ? "truncated: shorter than the manifest records" : "longer than the manifest records",
-                   p.string(), std::to_string(bytes.size()) + " bytes, manifest says " + std::to_string(rec.bytes));
-  }
-  if (const std::uint64_t c = checksum(std::span<const std::byte>(bytes)); c != rec.checksum) {
-    throw io_error("checksum differs from the manifest's (the file is corrupt, or from another checkpoint)", p.string(),
-                   "computed " + to_hex(c) + ", manifest says " + to_hex(rec.checksum));
-  }
+  check_recorded_size(rec, bytes.size(), p.string());
+  check_recorded_checksum(rec, checksum(std::span<const std::byte>(bytes)), p.string());
   return bytes;
 }
 

@@ -31,10 +31,30 @@ constexpr U byteswap_if_big(U v) noexcept {
 }
 
 template <class T>
-using uint_of = std::conditional_t<sizeof(T) == 1, std::uint8_t,
-                                   std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>>;
+using uint_of = std::conditional_t<
+    sizeof(T) == 1, std::uint8_t,
+    std::conditional_t<sizeof(T) == 2, std::uint16_t, std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>>>;
 
 }  // namespace detail
+
+/// Turns values just copied from little-endian bytes into host order, in place (nothing to do on a
+/// little-endian host). T: 1-, 2-, 4- or 8-byte trivially copyable values.
+template <class T>
+  requires(std::is_trivially_copyable_v<T> && (sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4 || sizeof(T) == 8))
+void from_little_endian(std::span<T> v) noexcept {
+  if constexpr (std::endian::native != std::endian::little && sizeof(T) > 1) {
+    using U = detail::uint_of<T>;
+    for (T& x : v) x = std::bit_cast<T>(detail::byteswap_if_big(std::bit_cast<U>(x)));
+  } else {
+    (void)v;
+  }
+}
+
+/// Host-order values turned into little-endian order in place (the same swap, for the writing side).
+template <class T>
+void to_little_endian(std::span<T> v) noexcept {
+  from_little_endian(v);
+}
 
 /// Appends little-endian values.
 class ByteWriter {
@@ -71,9 +91,11 @@ class ByteWriter {
 };
 
 /// Reads little-endian values from `bytes`; `name` (a path) and the offset go into every error.
+/// `base` is the offset of `bytes` in that file, for a reader over a piece of it.
 class ByteReader {
  public:
-  ByteReader(std::span<const std::byte> bytes, std::string name) : bytes_(bytes), name_(std::move(name)) {}
+  ByteReader(std::span<const std::byte> bytes, std::string name, std::uint64_t base = 0)
+      : bytes_(bytes), name_(std::move(name)), base_(base) {}
 
   template <class T>
     requires(std::is_arithmetic_v<T> && (sizeof(T) == 1 || sizeof(T) == 4 || sizeof(T) == 8))
@@ -94,12 +116,8 @@ class ByteReader {
   template <class T>
   void get_array(std::span<T> out, std::string_view what) {
     const std::span<const std::byte> b = take(out.size_bytes(), what);
-    if constexpr (std::endian::native == std::endian::little) {
-      if (!out.empty()) std::memcpy(out.data(), b.data(), b.size());
-    } else {
-      ByteReader r(b, name_);
-      for (T& x : out) x = r.get<T>(what);
-    }
+    if (!out.empty()) std::memcpy(out.data(), b.data(), b.size());
+    from_little_endian(out);
   }
   /// The next `n` bytes; an io_error naming `what`, the offset and the sizes if fewer are left.
   std::span<const std::byte> take(std::size_t n, std::string_view what) {
@@ -111,13 +129,15 @@ class ByteReader {
     pos_ += n;
     return b;
   }
+  /// Offset of the next byte in `bytes` (not counting `base`).
   std::size_t offset() const noexcept { return pos_; }
   std::size_t remaining() const noexcept { return bytes_.size() - pos_; }
-  std::string where() const { return name_ + ":" + std::to_string(pos_); }
+  std::string where() const { return name_ + ":" + std::to_string(base_ + pos_); }
 
  private:
   std::span<const std::byte> bytes_;
   std::string name_;
+  std::uint64_t base_ = 0;
   std::size_t pos_ = 0;
 };
 

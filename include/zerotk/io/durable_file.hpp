@@ -2,7 +2,8 @@
 /// \file zerotk/io/durable_file.hpp
 /// Files that survive a crash: whole-file writes that retry EINTR and short writes and end with
 /// fsync, fsync of a directory (which makes a create, rename or unlink inside it durable), atomic
-/// rename and exchange, atomic replacement of a small file, and whole-file reads. POSIX only.
+/// rename and exchange, atomic replacement of a file (whole, or streamed through AtomicFileWriter),
+/// whole-file reads and reads at an offset (RandomAccessFile). POSIX only.
 /// Every failure is an io_error whose `where` is the path and whose `value` is strerror(errno).
 ///
 ///   io::write_file_durable(dir / "rank0.bin", bytes);   // data + metadata on disk when it returns
@@ -15,6 +16,7 @@
 
 #include <cerrno>
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -49,6 +51,7 @@ class Fd {
     if (fd_ >= 0) ::close(fd_);
   }
   int get() const noexcept { return fd_; }
+  const std::filesystem::path& path() const noexcept { return path_; }
   void sync() const {
     if (::fsync(fd_) != 0) throw_errno("fsync failed", path_, errno);
   }
@@ -56,6 +59,11 @@ class Fd {
     const int fd = fd_;
     fd_ = -1;
     if (::close(fd) != 0 && errno != EINTR) throw_errno("close failed", path_, errno);
+  }
+  /// For clean-up paths, where the file is being thrown away anyway.
+  void close_quietly() noexcept {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
   }
 
  private:
@@ -121,34 +129,108 @@ inline void exchange_paths(const std::filesystem::path& a, const std::filesystem
 #endif
 }
 
+/// Writes a file that appears complete or not at all: the bytes go to `path`.tmp; commit() fsyncs
+/// it, renames it over `path` and fsyncs the directory, so a reader (or a crash) sees the old `path`
+/// or the new, never a mixture. Destroyed without commit() (an exception on the way), it removes the
+/// temporary and leaves `path` as it was. Memory use does not depend on the file's size.
+class AtomicFileWriter {
+ public:
+  explicit AtomicFileWriter(std::filesystem::path path)
+      : path_(std::move(path)), tmp_(path_.string() + ".tmp"), fd_(tmp_, O_WRONLY | O_CREAT | O_TRUNC) {}
+  AtomicFileWriter(const AtomicFileWriter&) = delete;
+  AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
+  ~AtomicFileWriter() {
+    if (committed_) return;
+    fd_.close_quietly();
+    ::unlink(tmp_.c_str());
+  }
+
+  void append(std::span<const std::byte> bytes) {
+    if (committed_) throw usage_error("append after commit", path_.string());
+    write_all(fd_.get(), bytes, tmp_);
+    bytes_ += bytes.size();
+  }
+  void append(std::string_view text) { append(std::as_bytes(std::span<const char>(text.data(), text.size()))); }
+
+  void commit() {
+    if (committed_) throw usage_error("commit called twice", path_.string());
+    fd_.sync();
+    fd_.close();
+    rename_path(tmp_, path_);
+    committed_ = true;
+    fsync_directory(path_.parent_path().empty() ? std::filesystem::path(".") : path_.parent_path());
+  }
+
+  std::uint64_t bytes_written() const noexcept { return bytes_; }
+  const std::filesystem::path& path() const noexcept { return path_; }
+  const std::filesystem::path& temporary_path() const noexcept { return tmp_; }
+
+ private:
+  std::filesystem::path path_, tmp_;
+  detail::Fd fd_;
+  std::uint64_t bytes_ = 0;
+  bool committed_ = false;
+};
+
 /// Replaces the small file `path` so that a reader (or a crash) sees either the old content or the
-/// new, never a mixture: writes `path`.tmp, fsyncs it, renames it over `path`, fsyncs the directory.
+/// new, never a mixture (AtomicFileWriter).
 inline void replace_file_atomically(const std::filesystem::path& path, std::string_view text) {
-  std::filesystem::path tmp = path;
-  tmp += ".tmp";
-  write_file_durable(tmp, text);
-  rename_path(tmp, path);
-  fsync_directory(path.parent_path().empty() ? std::filesystem::path(".") : path.parent_path());
+  AtomicFileWriter w(path);
+  w.append(text);
+  w.commit();
 }
 
-/// The whole content of `path` (retrying interrupted and short reads).
-inline std::vector<std::byte> read_file(const std::filesystem::path& path) {
-  detail::Fd f(path, O_RDONLY);
-  struct stat st {};
-  if (::fstat(f.get(), &st) != 0) detail::throw_errno("fstat failed", path, errno);
-  if (S_ISDIR(st.st_mode)) throw io_error("is a directory, not a file", path.string());
-  std::vector<std::byte> out(static_cast<std::size_t>(st.st_size));
+/// Reads into `out` from `offset` of `fd`, retrying interrupted and short reads; returns how many
+/// bytes it read (fewer than out.size() only where the file ends).
+inline std::size_t read_at(int fd, std::uint64_t offset, std::span<std::byte> out, const std::filesystem::path& path) {
   std::size_t done = 0;
   while (done < out.size()) {
-    const ::ssize_t n = ::read(f.get(), out.data() + done, out.size() - done);
+    const ::ssize_t n = ::pread(fd, out.data() + done, out.size() - done, static_cast<::off_t>(offset + done));
     if (n < 0) {
       if (errno == EINTR) continue;
       detail::throw_errno("read failed", path, errno);
     }
-    if (n == 0) break;  // shrank while we read: report what is there
+    if (n == 0) break;
     done += static_cast<std::size_t>(n);
   }
-  out.resize(done);
+  return done;
+}
+
+/// A file opened for reading at offsets (pread), so that memory use does not depend on its size.
+class RandomAccessFile {
+ public:
+  explicit RandomAccessFile(const std::filesystem::path& path) : fd_(path, O_RDONLY) {
+    struct stat st {};
+    if (::fstat(fd_.get(), &st) != 0) detail::throw_errno("fstat failed", path, errno);
+    if (S_ISDIR(st.st_mode)) throw io_error("is a directory, not a file", path.string());
+    size_ = static_cast<std::uint64_t>(st.st_size);
+  }
+
+  /// Size in bytes when it was opened.
+  std::uint64_t size() const noexcept { return size_; }
+  const std::filesystem::path& path() const noexcept { return fd_.path(); }
+
+  /// Reads up to out.size() bytes from `offset`; returns how many (fewer only where the file ends).
+  std::size_t read_some(std::uint64_t offset, std::span<std::byte> out) const { return read_at(fd_.get(), offset, out, path()); }
+
+  /// Fills `out` from `offset`; an io_error at "path:offset" naming `what` if the file ends first.
+  void read_exact(std::uint64_t offset, std::span<std::byte> out, std::string_view what) const {
+    if (const std::size_t n = read_some(offset, out); n != out.size()) {
+      throw io_error("truncated: " + std::string(what) + " needs " + std::to_string(out.size()) + " bytes",
+                     path().string() + ":" + std::to_string(offset), std::to_string(n) + " bytes left");
+    }
+  }
+
+ private:
+  detail::Fd fd_;
+  std::uint64_t size_ = 0;
+};
+
+/// The whole content of `path` (retrying interrupted and short reads).
+inline std::vector<std::byte> read_file(const std::filesystem::path& path) {
+  const RandomAccessFile f(path);
+  std::vector<std::byte> out(static_cast<std::size_t>(f.size()));
+  out.resize(f.read_some(0, out));  // shrank while we read: report what is there
   return out;
 }
 
