@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "zerotk/checkpoint/manifest.hpp"
@@ -33,36 +34,59 @@ struct PieceCopy {
   std::uint64_t src_offset = 0, dst_offset = 0, numel = 0;
 };
 
-/// For every saved rank, the copies that fill this rank's fragments (`want[g]`); each element of
-/// each wanted fragment is covered exactly once. io_error if the manifest leaves one uncovered.
+/// Which saved rank held which piece of every parameter, indexed once per manifest.
+class FragmentIndex {
+ public:
+  FragmentIndex(const Manifest& m, std::string manifest_path) : m_(&m), path_(std::move(manifest_path)), held_(m.shards.params.size()) {
+    for (std::size_t g = 0; g < m.shards.fragments.size(); ++g) {
+      for (int r = 0; r < m.world_size; ++r) {
+        for (const zero::Fragment& f : m.shards.fragments[g][static_cast<std::size_t>(r)]) held_[f.param].push_back({r, &f});
+      }
+    }
+  }
+
+  /// Adds to `plan` (by saved rank) the copies that fill `want`, a fragment of a parameter of flat
+  /// group `group` placed at want.owned_offset; each element is covered exactly once, preferring
+  /// saved rank `prefer`, else the lowest saved rank that held it. io_error if none did.
+  void cover(const zero::Fragment& want, std::size_t group, int prefer, std::map<int, std::vector<PieceCopy>>& plan) const {
+    for (std::uint64_t at = want.param_offset, end = want.param_offset + want.numel; at < end;) {
+      const Held* best = nullptr;
+      for (const Held& h : held_[want.param]) {
+        const zero::Fragment& f = *h.fragment;
+        if (f.param_offset <= at && at < f.param_offset + f.numel && (!best || h.rank == prefer)) best = &h;
+      }
+      if (!best) {
+        throw io_error("no saved rank holds element " + std::to_string(at) + " of parameter \"" +
+                           m_->shards.params[want.param].name + "\"",
+                       path_);
+      }
+      const zero::Fragment& f = *best->fragment;
+      const std::uint64_t n = std::min(end, f.param_offset + f.numel) - at;
+      plan[best->rank].push_back(
+          PieceCopy{group, f.owned_offset + (at - f.param_offset), want.owned_offset + (at - want.param_offset), n});
+      at += n;
+    }
+  }
+
+ private:
+  struct Held {
+    int rank;
+    const zero::Fragment* fragment;
+  };
+  const Manifest* m_;
+  std::string path_;
+  std::vector<std::vector<Held>> held_;  // [param]
+};
+
+/// For every saved rank, the copies that fill this rank's fragments `want[g]` (rank `rank` of the
+/// loading engine).
 inline std::map<int, std::vector<PieceCopy>> plan_reshard(const Manifest& m,
                                                           const std::vector<std::vector<zero::Fragment>>& want, int rank,
                                                           const std::string& manifest_path) {
+  const FragmentIndex index(m, manifest_path);
   std::map<int, std::vector<PieceCopy>> plan;
   for (std::size_t g = 0; g < want.size(); ++g) {
-    // The saved fragments of each parameter of group g, as (rank, fragment).
-    std::vector<std::vector<std::pair<int, const zero::Fragment*>>> held(m.shards.params.size());
-    for (int r = 0; r < m.world_size; ++r) {
-      for (const zero::Fragment& f : m.shards.fragments[g][static_cast<std::size_t>(r)]) held[f.param].emplace_back(r, &f);
-    }
-    for (const zero::Fragment& w : want[g]) {
-      for (std::uint64_t at = w.param_offset, end = w.param_offset + w.numel; at < end;) {
-        const std::pair<int, const zero::Fragment*>* best = nullptr;
-        for (const auto& h : held[w.param]) {
-          const zero::Fragment& f = *h.second;
-          if (f.param_offset <= at && at < f.param_offset + f.numel && (!best || h.first == rank)) best = &h;
-        }
-        if (!best) {
-          throw io_error("no saved rank holds element " + std::to_string(at) + " of parameter \"" +
-                             m.shards.params[w.param].name + "\"",
-                         manifest_path);
-        }
-        const zero::Fragment& f = *best->second;
-        const std::uint64_t n = std::min(end, f.param_offset + f.numel) - at;
-        plan[best->first].push_back(PieceCopy{g, f.owned_offset + (at - f.param_offset), w.owned_offset + (at - w.param_offset), n});
-        at += n;
-      }
-    }
+    for (const zero::Fragment& w : want[g]) index.cover(w, g, rank, plan);
   }
   return plan;
 }

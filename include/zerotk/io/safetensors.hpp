@@ -146,10 +146,12 @@ inline SafetensorsLayout safetensors_layout(const std::vector<TensorInfo>& tenso
     for (const std::uint64_t d : t.shape) {
       bytes = d != 0 && bytes > kMax / d ? kMax : bytes * d;
       if (bytes == kMax) throw usage_error("safetensors: the tensor's byte count overflows 64 bits", where, json_quote(t.name));
-      shape += (shape.empty() ? "" : ",") + std::to_string(d);
+      if (!shape.empty()) shape += ',';
+      shape += std::to_string(d);
     }
     if (bytes > kMax - l.data_bytes) throw usage_error("safetensors: the file's size overflows 64 bits", where, json_quote(t.name));
-    json += (json.size() == 1 ? "" : ",") + json_quote(t.name) + ":{\"dtype\":\"" + std::string(safetensors_dtype(t.dtype)) +
+    if (json.size() != 1) json += ',';
+    json += json_quote(t.name) + ":{\"dtype\":\"" + std::string(safetensors_dtype(t.dtype)) +
             "\",\"shape\":[" + shape + "],\"data_offsets\":[" + std::to_string(l.data_bytes) + "," +
             std::to_string(l.data_bytes + bytes) + "]}";
     l.tensor_bytes.push_back(bytes);

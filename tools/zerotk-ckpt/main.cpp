@@ -1,0 +1,197 @@
+// zerotk-ckpt: look at, check and export zerotk checkpoints without a training job.
+//
+//   zerotk-ckpt inspect ckpt                      tags, then the latest one's manifest and parameters
+//   zerotk-ckpt verify ckpt --tag global_step100  every file: size, checksum, structure
+//   zerotk-ckpt export ckpt --out model.safetensors --dtype bf16
+//
+// Exit 0: done. Exit 1: the checkpoint is missing, corrupt or cannot be exported (the error names
+// the file or manifest key). Exit 2: the command line itself is wrong.
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <exception>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "zerotk/checkpoint.hpp"
+#include "zerotk/checkpoint/export.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+namespace ckpt = zerotk::checkpoint;
+
+constexpr std::string_view kUsage = R"usage(usage: zerotk-ckpt COMMAND DIR [options]
+
+Reads a checkpoint directory written by zerotk::checkpoint::save (DIR holds `latest` and one
+directory per tag). No training job, no communicator.
+
+commands:
+  inspect DIR [--tag T]     list the tags in DIR, then the manifest of T (default: latest):
+                            world size, stage, precision, optimizer, counters, loss scaler,
+                            scheduler, files, and every parameter (name, shape, groups)
+  verify DIR [--tag T]      check T completely: manifest, every rank's file and the client state
+                            (sizes, XXH3-64 checksums, structure, fragment tables)
+  export DIR [--tag T] --out FILE [--dtype fp32|bf16|fp16]
+                            write the fp32 master weights of T as one safetensors file (whole
+                            tensors, streamed; 16-bit dtypes round to nearest even); FILE appears
+                            complete or not at all
+options:
+  --tag T                   the checkpoint tag (default: the one DIR/latest names)
+  --help                    this text
+
+exit status: 0 done, 1 the checkpoint is missing, corrupt or for something else (the error names the
+file or manifest key), 2 bad command line.
+)usage";
+
+struct Args {
+  std::string command;
+  fs::path dir, out;
+  std::optional<std::string> tag;
+  zerotk::DType dtype = zerotk::DType::fp32;
+};
+
+[[noreturn]] void bad_usage(const std::string& why) {
+  std::fprintf(stderr, "zerotk-ckpt: %s\n(run zerotk-ckpt --help)\n", why.c_str());
+  std::exit(2);
+}
+
+Args parse(int argc, char** argv) {
+  std::vector<std::string_view> a(argv + 1, argv + argc);
+  for (std::string_view s : a) {
+    if (s == "--help" || s == "-h") {
+      std::fwrite(kUsage.data(), 1, kUsage.size(), stdout);
+      std::exit(0);
+    }
+  }
+  if (a.size() < 2) bad_usage("expected a command and a directory");
+  Args r;
+  r.command = a[0];
+  if (r.command != "inspect" && r.command != "verify" && r.command != "export") bad_usage("unknown command \"" + r.command + "\"");
+  r.dir = a[1];
+  for (std::size_t i = 2; i < a.size(); ++i) {
+    const std::string_view flag = a[i];
+    if (i + 1 >= a.size()) bad_usage(std::string(flag) + " needs a value");
+    const std::string value(a[++i]);
+    if (flag == "--tag") {
+      r.tag = value;
+    } else if (flag == "--out" && r.command == "export") {
+      r.out = value;
+    } else if (flag == "--dtype" && r.command == "export") {
+      if (value == "fp32") {
+        r.dtype = zerotk::DType::fp32;
+      } else if (value == "bf16") {
+        r.dtype = zerotk::DType::bf16;
+      } else if (value == "fp16") {
+        r.dtype = zerotk::DType::fp16;
+      } else {
+        bad_usage("--dtype must be fp32, bf16 or fp16 (got \"" + value + "\")");
+      }
+    } else {
+      bad_usage("unknown option " + std::string(flag) + " for " + r.command);
+    }
+  }
+  if (r.command == "export" && r.out.empty()) bad_usage("export needs --out FILE");
+  return r;
+}
+
+std::string shape_text(const std::vector<std::uint64_t>& shape) {
+  std::string s = "[";
+  for (std::size_t d = 0; d < shape.size(); ++d) s += (d ? ", " : "") + std::to_string(shape[d]);
+  return s + "]";
+}
+
+void inspect(const Args& a) {
+  std::optional<std::string> latest;
+  if (fs::exists(a.dir / ckpt::kLatestFile)) latest = ckpt::read_latest(a.dir);
+  std::vector<std::string> tags;
+  std::error_code ec;
+  for (fs::directory_iterator it(a.dir, ec), end; !ec && it != end; it.increment(ec)) {
+    if (it->is_directory() && fs::exists(it->path() / ckpt::kManifestFile)) tags.push_back(it->path().filename().string());
+  }
+  if (ec) throw zerotk::io_error("cannot list directory", a.dir.string(), ec.message());
+  std::sort(tags.begin(), tags.end());
+  std::printf("%s: %zu tag(s)\n", a.dir.string().c_str(), tags.size());
+  for (const std::string& t : tags) std::printf("  %s%s\n", t.c_str(), latest && *latest == t ? "   <- latest" : "");
+  const std::string tag = a.tag ? *a.tag : latest ? *latest : ckpt::read_latest(a.dir);
+  const ckpt::Manifest m = ckpt::read_manifest(a.dir, tag);
+  std::printf("\n%s (manifest checked; data files not read: use verify)\n", (a.dir / tag).string().c_str());
+  std::printf("  world size %d, ZeRO stage %d, precision %s, optimizer %s (%zu state(s) per element)\n", m.world_size, m.stage,
+              m.precision.c_str(), m.optimizer.c_str(), m.optimizer_states.size());
+  std::printf("  global steps %lld, skipped %lld, micro-steps %lld\n", static_cast<long long>(m.global_steps),
+              static_cast<long long>(m.skipped_steps), static_cast<long long>(m.micro_steps));
+  std::printf("  loss scale %.17g (iteration %lld, last overflow %lld, hysteresis left %d)\n", m.scaler.scale,
+              static_cast<long long>(m.scaler.iter), static_cast<long long>(m.scaler.last_overflow_iter), m.scaler.hyst);
+  if (m.scheduler) {
+    std::printf("  LR scheduler: last batch iteration %lld\n", static_cast<long long>(m.scheduler->last_batch_iteration));
+  } else {
+    std::printf("  LR scheduler: none\n");
+  }
+  std::uint64_t bytes = m.client_state.bytes;
+  for (const auto& f : m.rank_files) bytes += f.bytes;
+  std::printf("  %zu rank file(s) + client state: %llu bytes\n", m.rank_files.size(), static_cast<unsigned long long>(bytes));
+  for (std::size_t g = 0; g < m.shards.owned_numel.size(); ++g) {
+    std::printf("  flat group %zu: optimizer step %lld, elements per rank:", g, static_cast<long long>(m.optimizer_steps[g]));
+    for (std::uint64_t n : m.shards.owned_numel[g]) std::printf(" %llu", static_cast<unsigned long long>(n));
+    std::printf("\n");
+  }
+  std::printf("  %zu parameters, %llu elements:\n", m.shards.params.size(), static_cast<unsigned long long>(m.parameter_count));
+  for (const zerotk::engine::ShardParam& p : m.shards.params) {
+    std::printf("    %-40s %-16s group %u, optimizer group %u\n", p.name.c_str(), shape_text(p.shape).c_str(), p.group,
+                p.optimizer_group);
+  }
+}
+
+void verify(const Args& a) {
+  const std::string tag = a.tag ? *a.tag : ckpt::read_latest(a.dir);
+  const ckpt::Manifest m = ckpt::verify(a.dir, tag);
+  std::uint64_t bytes = m.client_state.bytes;
+  for (const auto& f : m.rank_files) bytes += f.bytes;
+  std::printf("OK %s: manifest, %zu rank file(s) and the client state verified (%llu bytes)\n", (a.dir / tag).string().c_str(),
+              m.rank_files.size(), static_cast<unsigned long long>(bytes));
+}
+
+void export_file(const Args& a) {
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  auto last = t0;
+  ckpt::ExportOptions o;
+  o.tag = a.tag;
+  o.dtype = a.dtype;
+  o.on_tensor = [&](std::size_t done, std::size_t total) {
+    const auto now = Clock::now();
+    if (now - last > std::chrono::seconds(1) || done == total) {
+      std::fprintf(stderr, "\rexported %zu/%zu tensors", done, total);
+      last = now;
+    }
+  };
+  const ckpt::ExportResult r = ckpt::export_safetensors(a.dir, a.out, o);
+  const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+  std::fprintf(stderr, "\n");
+  std::printf("wrote %s: %zu tensors of %s (tag %s), %llu bytes in %.2f s\n", a.out.string().c_str(), r.tensors,
+              std::string(zerotk::to_string(a.dtype)).c_str(), r.tag.c_str(), static_cast<unsigned long long>(r.bytes), s);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Args a = parse(argc, argv);
+  try {
+    if (a.command == "inspect") {
+      inspect(a);
+    } else if (a.command == "verify") {
+      verify(a);
+    } else {
+      export_file(a);
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "zerotk-ckpt %s: %s\n", a.command.c_str(), e.what());
+    return 1;
+  }
+}
