@@ -479,7 +479,7 @@ void BM_Parts(benchmark::State& state) {
         st = {};
         lap("save.6_free");
       }
-      drop_caches();
+      if (g_drop_caches) drop_caches();
       t0 = Clock::now();
       {
         std::vector<std::byte> bytes = zerotk::io::read_file(dir / "rank0.bin");
