@@ -462,48 +462,30 @@ void BM_Parts(benchmark::State& state) {
       {
         zerotk::EngineState st = r.engine->state();
         lap("save.1_snapshot");
-        std::vector<std::byte> bytes = ck::encode_rank_file(st, 0, 1);
-        lap("save.2_encode");
-        const std::uint64_t c = ck::checksum(std::span<const std::byte>(bytes));
-        benchmark::DoNotOptimize(c);
-        lap("save.3_checksum_again");
-        {
-          const int fd = ::open((dir / "rank0.bin").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-          zerotk::io::write_all(fd, bytes, dir / "rank0.bin");
-          lap("save.4_write_buffered");
-          ::fsync(fd);
-          ::close(fd);
-          lap("save.5_fsync");
-        }
-        bytes = {};
+        const ck::FileRecord rec = ck::write_rank_file(dir, st, 0, 1);
+        benchmark::DoNotOptimize(rec.checksum);
+        lap("save.2_stream_write_fsync");
         st = {};
-        lap("save.6_free");
+        lap("save.3_free");
       }
       if (g_drop_caches) drop_caches();
       t0 = Clock::now();
       {
-        std::vector<std::byte> bytes = zerotk::io::read_file(dir / "rank0.bin");
-        lap("load.1_read_cold");
-        const std::uint64_t c = ck::checksum(std::span<const std::byte>(bytes));
-        benchmark::DoNotOptimize(c);
-        lap("load.2_checksum");
-        const ck::DataFileView f = ck::parse_data_file(bytes, "rank0.bin");
-        lap("load.3_parse_and_checksum_again");
-        std::vector<std::vector<float>> out;
-        for (const auto& sec : f.sections) {
-          if (sec.type == ck::ElementType::fp32) out.push_back(f.read<float>(sec.name, sec.type, sec.numel));
-        }
-        lap("load.4_decode_copies");
-        zerotk::EngineState st = r.engine->state();
+        ck::Manifest m;  // what check_rank_file needs: one group of this engine's size
+        m.world_size = 1;
+        const zerotk::EngineState cur = r.engine->state();
+        m.shards.owned_numel = {{cur.groups[0].master.size()}};
+        m.optimizer_steps = {cur.groups[0].optimizer.step};
+        t0 = Clock::now();
+        const ck::DataFileReader f(dir / "rank0.bin");
+        lap("load.1_open_and_checksum_cold");
+        std::vector<zerotk::EngineGroupState> groups = ck::read_rank_file(f, m, 0);
+        lap("load.2_sections_into_state");
+        zerotk::EngineState st = cur;
+        st.groups = std::move(groups);
         t0 = Clock::now();
         r.engine->load_state(st);
-        lap("load.5_engine_load_state");
-      }
-      {
-        std::vector<std::byte> bytes = zerotk::io::read_file(dir / "rank0.bin");
-        t0 = Clock::now();
-        std::vector<std::byte> again = zerotk::io::read_file(dir / "rank0.bin");
-        lap("load.6_read_warm");
+        lap("load.3_engine_load_state");
       }
     });
     double total = 0;

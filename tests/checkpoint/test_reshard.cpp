@@ -44,9 +44,7 @@ Consolidated consolidate(const fs::path& dir, const std::string& tag) {
     seen[i].assign(n, 0);
   }
   for (int r = 0; r < man.world_size; ++r) {
-    const auto& rec = man.rank_files[static_cast<std::size_t>(r)];
-    const std::vector<std::byte> bytes = checkpoint::read_verified(dir / tag, rec);
-    const auto groups = checkpoint::decode_rank_file(bytes, rec.name, man, r);
+    const auto groups = checkpoint::read_rank_file(checkpoint::open_rank_file(dir / tag, man, r), man, r);
     for (std::size_t g = 0; g < groups.size(); ++g) {
       for (const zero::Fragment& f : man.shards.fragments[g][static_cast<std::size_t>(r)]) {
         for (std::size_t e = 0; e < f.numel; ++e) {

@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -25,6 +26,7 @@
 #include "zerotk/checkpoint/file_reader.hpp"
 #include "zerotk/checkpoint/layout.hpp"
 #include "zerotk/checkpoint/manifest.hpp"
+#include "zerotk/checkpoint/rank_file.hpp"
 #include "zerotk/checkpoint/read.hpp"
 #include "zerotk/checkpoint/reshard.hpp"
 #include "zerotk/core/dtype.hpp"
@@ -58,19 +60,17 @@ class RankFiles {
   const DataFileReader& operator[](int rank) {
     auto it = open_.find(rank);
     if (it == open_.end()) {
-      const FileRecord& rec = m_->rank_files[static_cast<std::size_t>(rank)];
-      if (rec.name.empty() || rec.name.find('/') != std::string::npos || rec.name.front() == '.') {
-        throw io_error("manifest names an invalid data file", (tdir_ / kManifestFile).string(), "\"" + rec.name + "\"");
-      }
-      it = open_.try_emplace(rank, tdir_ / rec.name, rec).first;
+      auto f = std::unique_ptr<DataFileReader>(new DataFileReader(open_rank_file(tdir_, *m_, rank)));
+      check_rank_file(*f, *m_, rank);
+      it = open_.emplace(rank, std::move(f)).first;
     }
-    return it->second;
+    return *it->second;
   }
 
  private:
   std::filesystem::path tdir_;
   const Manifest* m_;
-  std::map<int, DataFileReader> open_;
+  std::map<int, std::unique_ptr<DataFileReader>> open_;
 };
 
 inline std::vector<io::TensorInfo> export_tensors(const Manifest& m, DType dtype) {

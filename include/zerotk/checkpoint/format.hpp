@@ -44,16 +44,33 @@ constexpr std::string_view to_string(ElementType t) noexcept {
   return t == ElementType::fp32 ? "fp32" : t == ElementType::int64 ? "int64" : "byte";
 }
 
-/// Builds a data file section by section; finish() appends the checksum.
+namespace detail {
+
+/// The 24-byte header: magic, version, rank, world size, section count.
+inline void put_file_header(io::ByteWriter& w, int rank, int world_size, std::uint32_t sections) {
+  for (char c : kFileMagic) w.put(static_cast<std::uint8_t>(c));
+  w.put(kFileVersion);
+  w.put(static_cast<std::uint32_t>(rank));
+  w.put(static_cast<std::uint32_t>(world_size));
+  w.put(sections);
+}
+
+/// A section's header: name length, name, element type, element count (the elements follow).
+inline void put_section_header(io::ByteWriter& w, std::string_view name, ElementType type, std::uint64_t numel) {
+  if (name.size() > 0xffff) throw usage_error("section name too long", "checkpoint data file", std::string(name));
+  w.put_u16(static_cast<std::uint16_t>(name.size()));
+  w.put_text(name);
+  w.put(static_cast<std::uint8_t>(type));
+  w.put(numel);
+}
+
+}  // namespace detail
+
+/// Builds a data file in memory section by section; finish() appends the checksum. For small files
+/// (the client state) and tests; rank files are streamed to disk (file_writer.hpp).
 class DataFileWriter {
  public:
-  DataFileWriter(int rank, int world_size) {
-    for (char c : kFileMagic) w_.put(static_cast<std::uint8_t>(c));
-    w_.put(kFileVersion);
-    w_.put(static_cast<std::uint32_t>(rank));
-    w_.put(static_cast<std::uint32_t>(world_size));
-    w_.put(std::uint32_t{0});  // section count, patched by finish()
-  }
+  DataFileWriter(int rank, int world_size) { detail::put_file_header(w_, rank, world_size, 0); }  // count patched by finish()
   void add(std::string_view name, std::span<const float> v) { add_raw(name, ElementType::fp32, v); }
   void add(std::string_view name, std::span<const std::int64_t> v) { add_raw(name, ElementType::int64, v); }
   void add(std::string_view name, std::span<const std::byte> v) { add_raw(name, ElementType::byte, v); }
@@ -68,11 +85,7 @@ class DataFileWriter {
  private:
   template <class T>
   void add_raw(std::string_view name, ElementType type, std::span<const T> v) {
-    if (name.size() > 0xffff) throw usage_error("section name too long", "checkpoint::DataFileWriter", std::string(name));
-    w_.put_u16(static_cast<std::uint16_t>(name.size()));
-    w_.put_text(name);
-    w_.put(static_cast<std::uint8_t>(type));
-    w_.put(static_cast<std::uint64_t>(v.size()));
+    detail::put_section_header(w_, name, type, v.size());
     w_.put_array(v);
     ++sections_;
   }

@@ -38,8 +38,7 @@ inline EngineState read_rank_state(const std::filesystem::path& dir, const std::
   saved_world = m.world_size;
   EngineState s;
   if (same_layout(m, sig)) {
-    const FileRecord& rec = m.rank_files[static_cast<std::size_t>(sig.rank)];
-    s.groups = decode_rank_file(read_verified(tdir, rec), (tdir / rec.name).string(), m, sig.rank);
+    s.groups = read_rank_file(open_rank_file(tdir, m, sig.rank), m, sig.rank);
   } else {
     s.groups = reshard(tdir, m, sig);
     resharded = true;

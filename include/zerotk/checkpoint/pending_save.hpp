@@ -82,7 +82,7 @@ class PendingSave {
         client_state_(std::move(client_state)) {
     writer_ = std::thread([this] {
       try {
-        record_ = write_data_file(temp_, rank_file_name(comm_->rank()), encode_rank_file(state_, comm_->rank(), comm_->size()));
+        record_ = write_rank_file(temp_, state_, comm_->rank(), comm_->size());
       } catch (...) {
         error_ = std::current_exception();
       }

@@ -76,8 +76,7 @@ inline Manifest verify(const std::filesystem::path& dir, std::optional<std::stri
   const Manifest m = read_manifest(dir, t);
   const std::filesystem::path tdir = tag_path(dir, t);
   for (int r = 0; r < m.world_size; ++r) {
-    const FileRecord& rec = m.rank_files[static_cast<std::size_t>(r)];
-    decode_rank_file(read_verified(tdir, rec), (tdir / rec.name).string(), m, r);
+    check_rank_file(open_rank_file(tdir, m, r), m, r);
   }
   read_client_state(tdir, m);
   return m;

@@ -6,8 +6,9 @@
 ///
 /// Each piece comes from the saved rank of the loading rank's own number when that rank held it
 /// (so an unchanged layout reads one file), else from the lowest saved rank that held it (stage 0
-/// saved every element on every rank: rank 0's file serves them all). Files are read one at a
-/// time, checksums verified, so memory stays at one saved file plus the rank's own state. Padding
+/// saved every element on every rank: rank 0's file serves them all). Files are opened one at a
+/// time, each verified against its checksum, and only the pieces needed are read into place (pread),
+/// so memory stays at the rank's own state. Padding
 /// elements (owned, but in no fragment) are zero, as in a freshly built engine.
 
 #include <algorithm>
@@ -106,17 +107,16 @@ inline std::vector<EngineGroupState> reshard(const std::filesystem::path& tdir, 
     groups[g].optimizer.step = m.optimizer_steps[g];
   }
   for (const auto& [src, copies] : plan_reshard(m, want, sig.rank, manifest_path)) {
-    const FileRecord& rec = m.rank_files[static_cast<std::size_t>(src)];
-    const std::vector<EngineGroupState> saved = decode_rank_file(read_verified(tdir, rec), (tdir / rec.name).string(), m, src);
+    const DataFileReader f = open_rank_file(tdir, m, src);
+    check_rank_file(f, m, src);
+    const std::string names[3] = {"master", optimizer_state_names()[0], optimizer_state_names()[1]};
     for (const PieceCopy& c : copies) {
-      const EngineGroupState& from = saved[c.group];
       EngineGroupState& to = groups[c.group];
-      const auto copy = [&](const std::vector<float>& a, std::vector<float>& b) {
-        std::copy_n(a.begin() + static_cast<std::ptrdiff_t>(c.src_offset), c.numel, b.begin() + static_cast<std::ptrdiff_t>(c.dst_offset));
-      };
-      copy(from.master, to.master);
-      copy(from.optimizer.m, to.optimizer.m);
-      copy(from.optimizer.v, to.optimizer.v);
+      std::vector<float>* into[3] = {&to.master, &to.optimizer.m, &to.optimizer.v};
+      for (int k = 0; k < 3; ++k) {
+        f.read(section_name(c.group, names[k]), ElementType::fp32, c.src_offset,
+               std::span<float>(*into[k]).subspan(static_cast<std::size_t>(c.dst_offset), static_cast<std::size_t>(c.numel)));
+      }
     }
   }
   return groups;
