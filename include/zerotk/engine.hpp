@@ -269,13 +269,7 @@ class Engine {
 
   /// Everything training depends on (engine/state.hpp), taken at an optimizer boundary.
   EngineState state() const {
-    require_boundary("state");
-    EngineState s;
-    s.micro_steps = micro_steps_;
-    s.global_steps = global_steps_;
-    s.skipped_steps = skipped_steps_;
-    s.scaler = scaler_.state();
-    if (scheduler_) s.scheduler = scheduler_->state();
+    EngineState s = scalar_state();
     for_each_group([&](const auto& g) {
       EngineGroupState gs;
       gs.master.resize(g.store().owned_numel());
@@ -284,6 +278,33 @@ class Engine {
       s.groups.push_back(std::move(gs));
     });
     return s;
+  }
+
+  /// The counters, loss scaler and scheduler of state(), without the per-group buffers.
+  EngineState scalar_state() const {
+    require_boundary("state");
+    EngineState s;
+    s.micro_steps = micro_steps_;
+    s.global_steps = global_steps_;
+    s.skipped_steps = skipped_steps_;
+    s.scaler = scaler_.state();
+    if (scheduler_) s.scheduler = scheduler_->state();
+    return s;
+  }
+
+  /// The groups of state() viewed in place, without copies (host-accessible spaces): valid until the
+  /// engine steps or loads. A synchronous checkpoint save writes from these.
+  std::vector<EngineGroupView> state_views() const
+    requires ops_type::Space::host_accessible
+  {
+    require_boundary("state_views");
+    std::vector<EngineGroupView> out;
+    for_each_group([&](const auto& g) {
+      const auto& st = g.store();
+      out.push_back({st.optimizer().step_count(), std::span<const float>(st.master(), st.owned_numel()), st.exp_avg(),
+                     st.exp_avg_sq()});
+    });
+    return out;
   }
 
   /// Restores a state taken from an engine of the same structure on the same rank of the same world

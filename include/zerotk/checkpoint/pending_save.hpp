@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <exception>
 #include <filesystem>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -27,9 +28,10 @@ namespace zerotk::checkpoint {
 
 namespace detail {
 
-/// The manifest rank 0 writes; `gathered` is every rank's {bytes, checksum} of its file.
-inline Manifest make_manifest(const EngineSignature& sig, const EngineState& s, const std::string& tag,
-                              const std::vector<std::uint64_t>& gathered) {
+/// The manifest rank 0 writes: counters, scaler and scheduler from `s`, step counts from `groups`;
+/// `gathered` is every rank's {bytes, checksum} of its file.
+inline Manifest make_manifest(const EngineSignature& sig, const EngineState& s, std::span<const EngineGroupView> groups,
+                              const std::string& tag, const std::vector<std::uint64_t>& gathered) {
   Manifest m;
   m.tag = tag;
   m.world_size = sig.world_size;
@@ -40,7 +42,7 @@ inline Manifest make_manifest(const EngineSignature& sig, const EngineState& s, 
   m.parameter_count = sig.parameter_count;
   m.flat_numel = sig.flat_numel;
   m.shards = sig.shards;
-  for (const EngineGroupState& g : s.groups) m.optimizer_steps.push_back(g.optimizer.step);
+  for (const EngineGroupView& g : groups) m.optimizer_steps.push_back(g.step);
   m.micro_steps = s.micro_steps;
   m.global_steps = s.global_steps;
   m.skipped_steps = s.skipped_steps;
@@ -64,30 +66,33 @@ inline void check_names(const EngineSignature& sig) {
 
 }  // namespace detail
 
-/// A save whose rank files are being written by a background thread (save_async). Training may go
-/// on; commit() then finishes the save collectively. Call commit() on every rank, or on none: a
-/// PendingSave dropped without commit() waits for its writer and leaves only a temporary directory,
-/// which the next save removes; `latest` still names the previous checkpoint.
+/// The second half of a save: this rank's file being written, then commit(). save_async starts one
+/// whose file a background thread writes from the save's own snapshot, while training goes on;
+/// save() starts one that writes on the calling thread straight from the engine's memory (the
+/// views; no snapshot) and commits at once. Call commit() on every rank, or on none: a PendingSave
+/// dropped without commit() waits for its writer and leaves only a temporary directory, which the
+/// next save removes; `latest` still names the previous checkpoint.
 template <HostCommunicator C>
 class PendingSave {
  public:
-  PendingSave(C& comm, std::filesystem::path dir, std::filesystem::path temp, std::string tag, EngineSignature sig,
-              EngineState state, std::vector<std::byte> client_state)
-      : comm_(&comm),
-        dir_(std::move(dir)),
-        temp_(std::move(temp)),
-        tag_(std::move(tag)),
-        sig_(std::move(sig)),
-        state_(std::move(state)),
-        client_state_(std::move(client_state)) {
-    writer_ = std::thread([this] {
-      try {
-        record_ = write_rank_file(temp_, state_, comm_->rank(), comm_->size());
-      } catch (...) {
-        error_ = std::current_exception();
-      }
-      done_.store(true, std::memory_order_release);
-    });
+  struct Parts {
+    std::filesystem::path dir, temp;
+    std::string tag;
+    EngineSignature sig;
+    EngineState state;                    ///< counters, scaler, scheduler (and the snapshot's groups)
+    std::vector<EngineGroupView> groups;  ///< what the rank file holds: views into `state` or the engine
+    std::vector<std::byte> client_state;
+  };
+
+  /// Writes this rank's file, on a background thread if `background` (then `parts.groups` must view
+  /// memory the PendingSave owns: `parts.state`'s groups).
+  PendingSave(C& comm, Parts parts, bool background) : comm_(&comm), p_(std::move(parts)) {
+    if (background) {
+      writer_ = std::thread([this] { write(); });
+    } else {
+      write();
+      committable_ = true;
+    }
   }
   PendingSave(const PendingSave&) = delete;
   PendingSave& operator=(const PendingSave&) = delete;
@@ -95,7 +100,7 @@ class PendingSave {
     if (writer_.joinable()) writer_.join();
   }
 
-  const std::string& tag() const noexcept { return tag_; }
+  const std::string& tag() const noexcept { return p_.tag; }
   /// True once this rank's file is on disk (or its write failed): commit() would not wait for it.
   bool written() const noexcept { return done_.load(std::memory_order_acquire); }
 
@@ -103,28 +108,37 @@ class PendingSave {
   /// and moves `latest`. Every rank returns, or every rank throws (a failed write on one rank
   /// included). Once only.
   SaveResult commit() {
-    if (!writer_.joinable()) throw usage_error("commit() was already called", "checkpoint::PendingSave", tag_);
-    writer_.join();
+    if (!writer_.joinable() && !committable_) throw usage_error("commit() was already called", "checkpoint::PendingSave", p_.tag);
+    if (writer_.joinable()) writer_.join();
+    committable_ = false;
     agreed(*comm_, "checkpoint save (writing rank files)", [&] {
       if (error_) std::rethrow_exception(error_);
     });
     const std::vector<std::uint64_t> gathered = all_gather_u64(*comm_, {record_.bytes, record_.checksum});
     agreed(*comm_, "checkpoint save (commit)", [&] {
-      if (comm_->rank() == 0) publish(dir_, temp_, detail::make_manifest(sig_, state_, tag_, gathered), client_state_);
+      if (comm_->rank() == 0) {
+        publish(p_.dir, p_.temp, detail::make_manifest(p_.sig, p_.state, p_.groups, p_.tag, gathered), p_.client_state);
+      }
     });
-    return SaveResult{tag_, tag_path(dir_, tag_)};
+    return SaveResult{p_.tag, tag_path(p_.dir, p_.tag)};
   }
 
  private:
+  void write() noexcept {
+    try {
+      record_ = write_rank_file(p_.temp, p_.groups, comm_->rank(), comm_->size());
+    } catch (...) {
+      error_ = std::current_exception();
+    }
+    done_.store(true, std::memory_order_release);
+  }
+
   C* comm_;
-  std::filesystem::path dir_, temp_;
-  std::string tag_;
-  EngineSignature sig_;
-  EngineState state_;
-  std::vector<std::byte> client_state_;
+  Parts p_;
   FileRecord record_;
   std::exception_ptr error_;
   std::atomic<bool> done_{false};
+  bool committable_ = false;  // written on the calling thread, not yet committed
   std::thread writer_;
 };
 

@@ -35,25 +35,26 @@ inline std::string section_name(std::size_t group, std::string_view what) {
   return "group" + std::to_string(group) + "." + std::string(what);
 }
 
-/// Calls `add(name, span)` for every section of `s`'s rank file, in file order.
+/// Calls `add(name, span)` for every section of the rank file of groups `groups`, in file order.
 template <class Add>
-void for_each_rank_section(const EngineState& s, Add&& add) {
+void for_each_rank_section(std::span<const EngineGroupView> groups, Add&& add) {
   const std::vector<std::string>& states = optimizer_state_names();
-  for (std::size_t g = 0; g < s.groups.size(); ++g) {
-    const EngineGroupState& gs = s.groups[g];
-    add(section_name(g, "step"), std::span<const std::int64_t>(&gs.optimizer.step, 1));
-    add(section_name(g, "master"), std::span<const float>(gs.master));
-    add(section_name(g, states[0]), std::span<const float>(gs.optimizer.m));
-    add(section_name(g, states[1]), std::span<const float>(gs.optimizer.v));
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    const EngineGroupView& gs = groups[g];
+    add(section_name(g, "step"), std::span<const std::int64_t>(&gs.step, 1));
+    add(section_name(g, "master"), gs.master);
+    add(section_name(g, states[0]), gs.m);
+    add(section_name(g, states[1]), gs.v);
   }
 }
 
-/// Streams the rank file to `dir/<rank file name>` (O_DIRECT where the file system allows), fsyncs
-/// it and the directory; returns its manifest record.
-inline FileRecord write_rank_file(const std::filesystem::path& dir, const EngineState& s, int rank, int world_size) {
+/// Streams the rank file of `groups` to `dir/<rank file name>` (O_DIRECT where the file system
+/// allows), fsyncs it and the directory; returns its manifest record.
+inline FileRecord write_rank_file(const std::filesystem::path& dir, std::span<const EngineGroupView> groups, int rank,
+                                  int world_size) {
   const std::string name = rank_file_name(rank);
-  DataFileStreamWriter w(dir / name, rank, world_size, static_cast<std::uint32_t>(kSectionsPerGroup * s.groups.size()));
-  for_each_rank_section(s, [&](const std::string& section, auto span) { w.add(section, span); });
+  DataFileStreamWriter w(dir / name, rank, world_size, static_cast<std::uint32_t>(kSectionsPerGroup * groups.size()));
+  for_each_rank_section(groups, [&](const std::string& section, auto span) { w.add(section, span); });
   FileRecord rec = w.finish(name);
   io::fsync_directory(dir);
   return rec;

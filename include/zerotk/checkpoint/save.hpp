@@ -39,12 +39,37 @@ void check_same_group(const E& engine, const C& comm, const char* where) {
   }
 }
 
+/// The collective first half of both saves: boundary check, scalar state, signature, the agreed
+/// tag, the temporary directory. `groups(parts)` fills the parts' state and group views.
+template <class E, HostCommunicator C, class Groups>
+std::unique_ptr<PendingSave<C>> start_save(E& engine, C& comm, const std::filesystem::path& dir, const SaveOptions& options,
+                                           bool background, Groups&& groups) {
+  engine.synchronize();  // no parameter gather of the engine's in flight under our collectives
+  typename PendingSave<C>::Parts p;
+  p.dir = dir;
+  agreed(comm, "checkpoint save", [&] {
+    check_same_group(engine, comm, "checkpoint::save");
+    groups(p);  // usage_error between micro-steps
+    p.sig = signature_of(engine);
+    check_names(p.sig);
+    p.tag = options.tag ? *options.tag : default_tag(p.state.global_steps);
+    check_tag(p.tag, "checkpoint::save");
+  });
+  p.tag = agree_on_tag(comm, p.tag, options.tag_validation, options.on_warning);
+  p.temp = temp_path(dir, p.tag);
+  agreed(comm, "checkpoint save (preparing " + p.temp.string() + ")", [&] {
+    if (comm.rank() == 0) prepare_temp(dir, p.temp);
+  });
+  p.client_state.assign(options.client_state.begin(), options.client_state.end());
+  return std::make_unique<PendingSave<C>>(comm, std::move(p), background);
+}
+
 }  // namespace detail
 
 /// Starts saving `engine` into `<dir>/<tag>`: collective over `comm` (the engine's communicator),
 /// only at an optimizer boundary (usage_error otherwise, on every rank). It returns once this rank's
-/// state is copied into host memory and the ranks agree on the tag; a thread then writes the rank's
-/// file while training goes on. PendingSave::commit() finishes the save.
+/// state is copied into host memory (the snapshot) and the ranks agree on the tag; a thread then
+/// writes the rank's file while training goes on. PendingSave::commit() finishes the save.
 ///
 ///   auto pending = zerotk::checkpoint::save_async(engine, comm, "ckpt");
 ///   train_some_more();                       // the engine may step; the snapshot is its own
@@ -52,33 +77,27 @@ void check_same_group(const E& engine, const C& comm, const char* where) {
 template <class E, HostCommunicator C>
 std::unique_ptr<PendingSave<C>> save_async(E& engine, C& comm, const std::filesystem::path& dir,
                                            const SaveOptions& options = {}) {
-  engine.synchronize();  // no parameter gather of the engine's in flight under our collectives
-  EngineState state;
-  EngineSignature sig;
-  std::string tag;
-  agreed(comm, "checkpoint save", [&] {
-    detail::check_same_group(engine, comm, "checkpoint::save");
-    state = engine.state();  // usage_error between micro-steps; the snapshot
-    sig = signature_of(engine);
-    detail::check_names(sig);
-    tag = options.tag ? *options.tag : default_tag(state.global_steps);
-    check_tag(tag, "checkpoint::save");
+  return detail::start_save(engine, comm, dir, options, true, [&](auto& p) {
+    p.state = engine.state();
+    p.groups = views_of(p.state);
   });
-  tag = agree_on_tag(comm, tag, options.tag_validation, options.on_warning);
-  const std::filesystem::path temp = temp_path(dir, tag);
-  agreed(comm, "checkpoint save (preparing " + temp.string() + ")", [&] {
-    if (comm.rank() == 0) prepare_temp(dir, temp);
-  });
-  return std::make_unique<PendingSave<C>>(comm, dir, temp, std::move(tag), std::move(sig), std::move(state),
-                                          std::vector<std::byte>(options.client_state.begin(), options.client_state.end()));
 }
 
-/// Saves `engine` into `<dir>/<tag>` and points `<dir>/latest` at it: save_async, then commit.
-/// Every rank returns, or every rank throws: a failure on one rank (a full disk, a call between
-/// micro-steps) reaches all of them, and `latest` still names the previous checkpoint.
+/// Saves `engine` into `<dir>/<tag>` and points `<dir>/latest` at it. Every rank returns, or every
+/// rank throws: a failure on one rank (a full disk, a call between micro-steps) reaches all of them,
+/// and `latest` still names the previous checkpoint. On host-memory engines the rank file is
+/// written straight from the engine's buffers (no copy of the state is made).
 template <class E, HostCommunicator C>
 SaveResult save(E& engine, C& comm, const std::filesystem::path& dir, const SaveOptions& options = {}) {
-  return save_async(engine, comm, dir, options)->commit();
+  return detail::start_save(engine, comm, dir, options, false, [&](auto& p) {
+    if constexpr (requires { engine.state_views(); }) {
+      p.state = engine.scalar_state();
+      p.groups = engine.state_views();
+    } else {
+      p.state = engine.state();
+      p.groups = views_of(p.state);
+    }
+  })->commit();
 }
 
 }  // namespace zerotk::checkpoint

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "zerotk/optim/optimizer.hpp"
@@ -22,6 +23,13 @@ struct EngineGroupState {
   OptimizerState optimizer;   ///< step count, moments over the same elements
 };
 
+/// One flat group's state viewed where the engine keeps it (host-accessible memory spaces): what a
+/// synchronous checkpoint save writes without copying it first. Valid until the engine steps.
+struct EngineGroupView {
+  std::int64_t step = 0;
+  std::span<const float> master, m, v;
+};
+
 struct EngineState {
   std::int64_t micro_steps = 0;
   std::int64_t global_steps = 0;
@@ -30,5 +38,12 @@ struct EngineState {
   std::optional<optim::SchedulerState> scheduler;
   std::vector<EngineGroupState> groups;  ///< the working-precision group, then the fp32-kept group (if any)
 };
+
+/// Views of a state's own groups.
+inline std::vector<EngineGroupView> views_of(const EngineState& s) {
+  std::vector<EngineGroupView> out;
+  for (const EngineGroupState& g : s.groups) out.push_back({g.optimizer.step, g.master, g.optimizer.m, g.optimizer.v});
+  return out;
+}
 
 }  // namespace zerotk

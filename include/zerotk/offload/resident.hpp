@@ -47,6 +47,9 @@ class Resident {
   Opt& optimizer() noexcept { return *opt_; }
   const Opt& optimizer() const noexcept { return *opt_; }
   optim::Moments moments() noexcept { return {m_.data(), v_.data(), m_.size()}; }
+  /// The moments read-only, in the compute space.
+  std::span<const float> exp_avg() const noexcept { return {m_.data(), m_.size()}; }
+  std::span<const float> exp_avg_sq() const noexcept { return {v_.data(), v_.size()}; }
 
   std::size_t sub_groups() const noexcept { return 1; }
 
