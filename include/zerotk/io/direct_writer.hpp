@@ -1,8 +1,8 @@
 #pragma once
 /// \file zerotk/io/direct_writer.hpp
 /// DirectFileWriter: a large file streamed to disk past the page cache. Bytes appended are copied
-/// into an aligned staging buffer that goes to the file with O_DIRECT writes once full; finish()
-/// writes the tail, fsyncs and closes. Why: a buffered write of a multi-GB checkpoint first fills
+/// into one of two aligned staging buffers; a full one goes to the file with an O_DIRECT write on a
+/// background thread while the other fills; finish() writes the tail, fsyncs and closes. Why: a buffered write of a multi-GB checkpoint first fills
 /// fresh page-cache pages (on the machines measured here that costs more than the disk itself, see
 /// bench/RESULTS.md "Checkpoints"), and the data is not needed in memory afterwards.
 ///
@@ -27,6 +27,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <future>
 #include <memory>
 #include <new>
 #include <span>
@@ -42,11 +43,14 @@ class DirectFileWriter {
   static constexpr std::size_t kAlign = 4096;
   static constexpr std::size_t kDefaultBuffer = std::size_t{8} << 20;
 
+  /// `buffer_bytes` per staging buffer (two of them: one fills while the other is written).
   explicit DirectFileWriter(std::filesystem::path path, std::size_t buffer_bytes = kDefaultBuffer)
       : path_(std::move(path)), capacity_(std::max(kAlign, buffer_bytes / kAlign * kAlign)) {
-    void* p = nullptr;
-    if (::posix_memalign(&p, kAlign, capacity_) != 0) throw std::bad_alloc();
-    buffer_.reset(static_cast<std::byte*>(p));
+    for (auto& b : buffers_) {
+      void* p = nullptr;
+      if (::posix_memalign(&p, kAlign, capacity_) != 0) throw std::bad_alloc();
+      b.reset(static_cast<std::byte*>(p));
+    }
     fd_ = open(O_DIRECT);
     direct_ = fd_ >= 0;
     if (!direct_ && errno == EINVAL) fd_ = open(0);  // no O_DIRECT on this file system
@@ -55,28 +59,35 @@ class DirectFileWriter {
   DirectFileWriter(const DirectFileWriter&) = delete;
   DirectFileWriter& operator=(const DirectFileWriter&) = delete;
   ~DirectFileWriter() {
+    if (in_flight_.valid()) in_flight_.wait();
     if (fd_ >= 0) ::close(fd_);
   }
 
-  /// Appends `bytes`; writes to the file each time the staging buffer fills.
+  /// Appends `bytes`. Each time a staging buffer fills it is handed to a background write, and the
+  /// other buffer fills meanwhile (a write error surfaces at the next hand-over or at finish()).
   void append(std::span<const std::byte> bytes) {
     while (!bytes.empty()) {
       const std::size_t n = std::min(bytes.size(), capacity_ - used_);
-      std::memcpy(buffer_.get() + used_, bytes.data(), n);
+      std::memcpy(buffers_[current_].get() + used_, bytes.data(), n);
       used_ += n;
       bytes = bytes.subspan(n);
-      if (used_ == capacity_) flush(used_);
+      if (used_ == capacity_) hand_over();
     }
   }
 
   /// Writes what is staged, fsyncs and closes: the data is on disk when this returns (the file's
   /// name once its directory is fsynced too).
   void finish() {
-    flush(used_ / kAlign * kAlign);  // whole blocks, still direct
-    if (used_ > 0) {
+    wait_in_flight();
+    std::byte* b = buffers_[current_].get();
+    const std::size_t whole = used_ / kAlign * kAlign;  // whole blocks, still direct
+    write_at(b, whole, offset_);
+    if (whole < used_) {
       drop_direct();
-      flush(used_);
+      write_at(b + whole, used_ - whole, offset_ + whole);
     }
+    offset_ += used_;
+    used_ = 0;
     if (::fsync(fd_) != 0) detail::throw_errno("fsync failed", path_, errno);
     const int fd = fd_;
     fd_ = -1;
@@ -108,11 +119,24 @@ class DirectFileWriter {
     direct_ = false;
   }
 
-  /// Writes the first `n` staged bytes at the file's end and keeps the rest staged.
-  void flush(std::size_t n) {
+  void wait_in_flight() {
+    if (in_flight_.valid()) in_flight_.get();  // rethrows the background write's error
+  }
+
+  /// The full current buffer goes to a background write; the other one becomes current.
+  void hand_over() {
+    wait_in_flight();
+    in_flight_ = std::async(std::launch::async, [this, b = buffers_[current_].get(), at = offset_] { write_at(b, capacity_, at); });
+    offset_ += capacity_;
+    used_ = 0;
+    current_ ^= 1;
+  }
+
+  /// Writes `n` bytes from `b` at file offset `at` (one write in flight at a time).
+  void write_at(const std::byte* b, std::size_t n, std::uint64_t at) {
     std::size_t done = 0;
     while (done < n) {
-      const ::ssize_t w = ::pwrite(fd_, buffer_.get() + done, n - done, static_cast<off_t>(offset_ + done));
+      const ::ssize_t w = ::pwrite(fd_, b + done, n - done, static_cast<off_t>(at + done));
       if (w < 0) {
         if (errno == EINTR) continue;
         if (errno == EINVAL && direct_) {  // refused mid-file (or a short write left it unaligned)
@@ -121,21 +145,20 @@ class DirectFileWriter {
         }
         detail::throw_errno("write failed", path_, errno);
       }
-      if (w == 0) throw io_error("write made no progress", path_.string(), std::to_string(offset_ + done) + " bytes written");
+      if (w == 0) throw io_error("write made no progress", path_.string(), std::to_string(at + done) + " bytes written");
       done += static_cast<std::size_t>(w);
     }
-    offset_ += n;
-    std::memmove(buffer_.get(), buffer_.get() + n, used_ - n);
-    used_ -= n;
   }
 
   std::filesystem::path path_;
   std::size_t capacity_;
-  std::unique_ptr<std::byte, Free> buffer_;
+  std::unique_ptr<std::byte, Free> buffers_[2];
+  int current_ = 0;
+  std::future<void> in_flight_;
   int fd_ = -1;
   bool direct_ = false;
-  std::uint64_t offset_ = 0;
-  std::size_t used_ = 0;
+  std::uint64_t offset_ = 0;  // file bytes handed to writes
+  std::size_t used_ = 0;      // bytes staged in the current buffer
 };
 
 }  // namespace zerotk::io
