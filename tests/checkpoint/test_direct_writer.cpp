@@ -69,6 +69,18 @@ TEST_CASE("DirectFileWriter on tmpfs (no O_DIRECT): buffered, same bytes") {
   fs::remove(p);
 }
 
+TEST_CASE("DirectFileWriter: a size hint allocates ahead; a hint too large is trimmed to the bytes written") {
+  zt_test::ScratchDir d("direct_hint");
+  const std::vector<std::byte> data = pattern(3 * 4096 + 5, 3);
+  for (std::uint64_t hint : {std::uint64_t{data.size()}, std::uint64_t{1} << 20}) {
+    io::DirectFileWriter w(d / "h.bin", 4096, hint);
+    w.append(data);
+    w.finish();
+    CHECK(fs::file_size(d / "h.bin") == data.size());
+    CHECK(io::read_file(d / "h.bin") == data);
+  }
+}
+
 TEST_CASE("DirectFileWriter: a directory that does not exist is an io_error naming the path") {
   zt_test::ScratchDir d("direct_err");
   CHECK_THROWS_WITH_AS(io::DirectFileWriter(d / "missing" / "f.bin"), doctest::Contains("missing/f.bin"), io_error);

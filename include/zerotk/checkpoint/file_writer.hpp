@@ -31,12 +31,22 @@ namespace zerotk::checkpoint {
 
 class DataFileStreamWriter {
  public:
-  /// Creates `path` for `sections` sections written by rank `rank` of `world_size`.
-  DataFileStreamWriter(const std::filesystem::path& path, int rank, int world_size, std::uint32_t sections)
-      : out_(path), sections_(sections) {
+  /// Creates `path` for `sections` sections written by rank `rank` of `world_size`; `size_hint`, the
+  /// file's size if known (file_size()), lets the file system allocate it at once.
+  DataFileStreamWriter(const std::filesystem::path& path, int rank, int world_size, std::uint32_t sections,
+                       std::uint64_t size_hint = 0)
+      : out_(path, io::DirectFileWriter::kDefaultBuffer, size_hint), sections_(sections) {
     io::ByteWriter h;
     detail::put_file_header(h, rank, world_size, sections);
     put(h.bytes());
+  }
+
+  /// The size of a data file whose sections have these names and byte counts.
+  template <class Sections>
+  static std::uint64_t file_size(const Sections& name_and_bytes) {
+    std::uint64_t n = kFileHeaderBytes + kFileTrailerBytes;
+    for (const auto& [name, bytes] : name_and_bytes) n += 2 + name.size() + 1 + 8 + bytes;
+    return n;
   }
 
   template <SectionElement T>

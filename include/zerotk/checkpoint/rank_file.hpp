@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "zerotk/checkpoint/file_reader.hpp"
@@ -53,7 +54,10 @@ void for_each_rank_section(std::span<const EngineGroupView> groups, Add&& add) {
 inline FileRecord write_rank_file(const std::filesystem::path& dir, std::span<const EngineGroupView> groups, int rank,
                                   int world_size) {
   const std::string name = rank_file_name(rank);
-  DataFileStreamWriter w(dir / name, rank, world_size, static_cast<std::uint32_t>(kSectionsPerGroup * groups.size()));
+  std::vector<std::pair<std::string, std::uint64_t>> sizes;
+  for_each_rank_section(groups, [&](const std::string& section, auto span) { sizes.emplace_back(section, span.size_bytes()); });
+  DataFileStreamWriter w(dir / name, rank, world_size, static_cast<std::uint32_t>(kSectionsPerGroup * groups.size()),
+                         DataFileStreamWriter::file_size(sizes));
   for_each_rank_section(groups, [&](const std::string& section, auto span) { w.add(section, span); });
   FileRecord rec = w.finish(name);
   io::fsync_directory(dir);
