@@ -20,6 +20,9 @@
 #include <benchmark/benchmark.h>
 
 #include <fcntl.h>
+#include <spawn.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -32,6 +35,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <functional>
 #include <map>
 #include <memory>
@@ -401,9 +405,14 @@ struct LoadSetup {
   }
 };
 
+LoadSetup& load_setup() {
+  static LoadSetup setup;  // saved once, for BM_Load and BM_Export
+  return setup;
+}
+
 void BM_Load(benchmark::State& state) {
   const bool cold = state.range(0) != 0;
-  static LoadSetup setup;
+  LoadSetup& setup = load_setup();
   World& w1 = world(1);
   Samples& smp = g_samples[cold ? "load_cold" : "load_warm"];
   int it = 0;
@@ -497,6 +506,72 @@ void BM_Parts(benchmark::State& state) {
   remove_children(dir);
 }
 
+struct ExportSample {
+  double seconds = 0, peak_mib = 0, base_mib = 0, bound_mib = 0, bytes = 0;
+};
+std::vector<ExportSample> g_export;
+
+/// Runs `args` as a child process with its standard output in `out`; false if it could not run or
+/// failed. `seconds`: its wall time.
+bool run_child(std::vector<std::string> args, const fs::path& out, double& seconds) {
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  ::posix_spawn_file_actions_init(&fa);
+  ::posix_spawn_file_actions_addopen(&fa, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  const auto t0 = Clock::now();
+  pid_t pid = 0;
+  const int rc = ::posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
+  ::posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) return false;
+  int status = 0;
+  if (::waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) return false;
+  seconds = seconds_since(t0);
+  return true;
+}
+
+/// `zerotk-ckpt export` of the 2-rank checkpoint (fp32), in its own process so its peak resident
+/// memory is its own (it prints its VmHWM): against the bound, one output tensor + 2x the
+/// largest tensor + buffers (here 3 x largest + 8 MiB for the export chunk and staging), above the
+/// tool's resident memory at start.
+void BM_Export(benchmark::State& state) {
+#ifndef ZEROTK_CKPT_TOOL
+  state.SkipWithError("zerotk-ckpt was not built (ZEROTK_BUILD_TOOLS=OFF)");
+  for (auto _ : state) {
+  }
+#else
+  LoadSetup& setup = load_setup();  // the same checkpoints as BM_Load
+  const fs::path out = fresh_dir("export") / "model.safetensors";
+  const double largest_mib = static_cast<double>(total_params() / kTensors) * 4 / (1 << 20);
+  for (auto _ : state) {
+    fs::remove(out);
+    double s = 0, peak = 0, base = 0;
+    const fs::path log = out.parent_path() / "export.log";
+    if (!run_child({ZEROTK_CKPT_TOOL, "export", setup.two.string(), "--tag", "saved", "--out", out.string()}, log, s)) {
+      state.SkipWithError("zerotk-ckpt export failed");
+      break;
+    }
+    // "...; peak resident memory P MiB (B at start)": the tool's own VmHWM (per process image).
+    std::ifstream f(log);
+    const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    const std::size_t at = text.find("peak resident memory ");
+    if (at == std::string::npos || std::sscanf(text.c_str() + at, "peak resident memory %lf MiB (%lf at start)", &peak, &base) != 2) {
+      state.SkipWithError("zerotk-ckpt printed no peak memory");
+      break;
+    }
+    const double bound = base + 3 * largest_mib + 8;
+    state.SetIterationTime(s);
+    g_export.push_back({s, peak, base, bound, static_cast<double>(fs::file_size(out))});
+    state.counters["peak_mib"] = peak;
+    state.counters["bound_mib"] = bound;
+    state.counters["vs_bound"] = peak / bound;
+    state.counters["bytes_per_second"] = static_cast<double>(fs::file_size(out)) / s;
+  }
+  fs::remove(out);
+#endif
+}
+
 void print_summary() {
   std::printf("\n== Checkpoint summary (medians over repetitions; O_DIRECT bound: best of all repetitions) ==\n");
   for (int w : {1, 2}) {
@@ -524,6 +599,19 @@ void print_summary() {
                 median(s.stall_s) / median(s.memcpy_s), median(s.stall_s) / median(s.memcpy_warm_s), median(s.write_s) * 1e3,
                 median(s.commit_s) * 1e3, 100.0 * median(frac), median(s.total_s) * 1e3, s.stall_s.size());
   }
+  if (!g_export.empty()) {
+    std::vector<double> peak, secs, bytes;
+    for (const auto& e : g_export) {
+      peak.push_back(e.peak_mib);
+      secs.push_back(e.seconds);
+      bytes.push_back(e.bytes);
+    }
+    std::printf("export (zerotk-ckpt, 2-rank checkpoint -> fp32 safetensors): %7.1f MiB in %7.1f ms | peak RSS %6.1f MiB "
+                "(the tool alone %4.1f) vs bound (tool + 1 output tensor + 2x largest + 8 MiB buffers) %6.1f MiB: %.3f "
+                "(target <= 1), n=%zu\n",
+                median(bytes) / (1 << 20), median(secs) * 1e3, median(peak), g_export.front().base_mib,
+                g_export.front().bound_mib, median(peak) / g_export.front().bound_mib, g_export.size());
+  }
   if (!g_parts.empty()) {
     std::printf("parts (world 1, ms, median):");
     for (const auto& [k, v] : g_parts) std::printf(" %s %.0f |", k.c_str(), median(v));
@@ -549,6 +637,7 @@ BENCHMARK(BM_Save)->ArgName("world")->Arg(1)->Arg(2)->UseManualTime()->Iteration
 BENCHMARK(BM_SaveAsync)->ArgName("world")->Arg(1)->Arg(2)->UseManualTime()->Iterations(1)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Parts)->UseManualTime()->Iterations(1)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Load)->ArgName("cold")->Arg(1)->Arg(0)->UseManualTime()->Iterations(1)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Export)->UseManualTime()->Iterations(1)->Unit(benchmark::kMillisecond);
 
 int main(int argc, char** argv) {
   // Own flags first: --dir=<scratch directory>, --no_drop_caches.

@@ -11,6 +11,8 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <filesystem>
 #include <optional>
@@ -100,6 +102,22 @@ Args parse(int argc, char** argv) {
   return r;
 }
 
+/// MiB of a /proc/self/status field ("VmRSS", "VmHWM": the peak resident memory of this process).
+double status_mib(const char* key) {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return 0;
+  char line[256];
+  double kb = 0;
+  const std::size_t n = std::strlen(key);
+  while (std::fgets(line, sizeof line, f)) {
+    if (std::strncmp(line, key, n) == 0 && line[n] == ':') kb = std::strtod(line + n + 1, nullptr);
+  }
+  std::fclose(f);
+  return kb / 1024;
+}
+
+double g_start_rss_mib = 0;
+
 std::string shape_text(const std::vector<std::uint64_t>& shape) {
   std::string s = "[";
   for (std::size_t d = 0; d < shape.size(); ++d) s += (d ? ", " : "") + std::to_string(shape[d]);
@@ -173,13 +191,15 @@ void export_file(const Args& a) {
   const ckpt::ExportResult r = ckpt::export_safetensors(a.dir, a.out, o);
   const double s = std::chrono::duration<double>(Clock::now() - t0).count();
   std::fprintf(stderr, "\n");
-  std::printf("wrote %s: %zu tensors of %s (tag %s), %llu bytes in %.2f s\n", a.out.string().c_str(), r.tensors,
-              std::string(zerotk::to_string(a.dtype)).c_str(), r.tag.c_str(), static_cast<unsigned long long>(r.bytes), s);
+  std::printf("wrote %s: %zu tensors of %s (tag %s), %llu bytes in %.2f s; peak resident memory %.1f MiB (%.1f at start)\n",
+              a.out.string().c_str(), r.tensors, std::string(zerotk::to_string(a.dtype)).c_str(), r.tag.c_str(),
+              static_cast<unsigned long long>(r.bytes), s, status_mib("VmHWM"), g_start_rss_mib);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  g_start_rss_mib = status_mib("VmRSS");
   const Args a = parse(argc, argv);
   try {
     if (a.command == "inspect") {
