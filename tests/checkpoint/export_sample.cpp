@@ -56,15 +56,4 @@ int run(const std::filesystem::path& dir) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: %s OUT_DIR\n", argv[0]);
-    return 2;
-  }
-  try {
-    return run(argv[1]);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s\n", e.what());
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return zt_test::sample_main(argc, argv, run); }

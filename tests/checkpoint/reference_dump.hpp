@@ -3,6 +3,8 @@
 // script): text lines plus the tensors' bytes concatenated. Shared by the safetensors and export
 // sample programs.
 #include <cstddef>
+#include <cstdio>
+#include <exception>
 #include <filesystem>
 #include <span>
 #include <string>
@@ -46,6 +48,21 @@ inline std::vector<std::byte> le_bytes(std::span<const float> v) {
   zerotk::io::ByteWriter w;
   w.put_array(v);
   return w.bytes();
+}
+
+/// main() of a sample program: `prog OUT_DIR` runs `run(OUT_DIR)`; 2 on a wrong command line, 1 on an
+/// error (printed).
+inline int sample_main(int argc, char** argv, int (*run)(const std::filesystem::path&)) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s OUT_DIR\n", argv[0]);
+    return 2;
+  }
+  try {
+    return run(argv[1]);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 1;
+  }
 }
 
 }  // namespace zt_test
