@@ -369,6 +369,7 @@ class Engine {
       p.name = e.name;
       p.shape.assign(e.shape.begin(), e.shape.end());
       p.numel = e.numel;
+      p.dtype = std::string(to_string(e.value_dtype));
       p.group = index[e.group == engine::GroupKind::main ? 0 : 1];
       p.optimizer_group = e.optimizer_group;
       t.params.push_back(std::move(p));

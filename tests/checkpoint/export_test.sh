@@ -26,7 +26,7 @@ done
 inspect=$("$ckpt_tool" inspect "$dir/ckpt")
 grep -q "global_step2   <- latest" <<< "$inspect" || fail "inspect: no latest tag line"
 grep -q "world size 3, ZeRO stage 2, precision fp32, optimizer AdamW" <<< "$inspect" || fail "inspect: no summary line"
-grep -qE "fc0.weight +\[17, 13\]" <<< "$inspect" || fail "inspect: no parameter line"
+grep -qE "fc0.weight +\[17, 13\] +fp32, group 0" <<< "$inspect" || fail "inspect: no parameter line"
 
 cp -r "$dir/ckpt" "$dir/bad"
 printf '\x01' | dd of="$dir/bad/global_step2/rank1.bin" bs=1 seek=100 conv=notrunc status=none

@@ -80,7 +80,7 @@ checkpoint::Manifest sample_manifest() {
   m.optimizer_states = {"exp_avg", "exp_avg_sq"};
   m.parameter_count = 433;
   m.flat_numel = 434;
-  m.shards.params = {{"fc0.weight", {16, 24}, 384, 0, 0}, {"fc0 bias with spaces", {49}, 49, 0, 1}};
+  m.shards.params = {{"fc0.weight", {16, 24}, 384, "fp16", 0, 0}, {"fc0 bias with spaces", {49}, 49, "fp32", 0, 1}};
   m.shards.owned_numel = {{217, 217}};
   m.shards.fragments = {{{{0, 0, 217, 0}}, {{0, 217, 167, 0}, {1, 0, 49, 167}}}};
   m.optimizer_steps = {2};

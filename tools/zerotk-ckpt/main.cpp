@@ -20,6 +20,8 @@
 #include <string_view>
 #include <vector>
 
+#include <unistd.h>
+
 #include "zerotk/checkpoint.hpp"
 #include "zerotk/checkpoint/export.hpp"
 
@@ -160,8 +162,8 @@ void inspect(const Args& a) {
   }
   std::printf("  %zu parameters, %llu elements:\n", m.shards.params.size(), static_cast<unsigned long long>(m.parameter_count));
   for (const zerotk::engine::ShardParam& p : m.shards.params) {
-    std::printf("    %-40s %-16s group %u, optimizer group %u\n", p.name.c_str(), shape_text(p.shape).c_str(), p.group,
-                p.optimizer_group);
+    std::printf("    %-40s %-16s %s, group %u, optimizer group %u\n", p.name.c_str(), shape_text(p.shape).c_str(),
+                p.dtype.c_str(), p.group, p.optimizer_group);
   }
 }
 
@@ -178,19 +180,22 @@ void export_file(const Args& a) {
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
   auto last = t0;
+  const bool progress = ::isatty(2) != 0;  // a progress line on a terminal only, never in logs
   ckpt::ExportOptions o;
   o.tag = a.tag;
   o.dtype = a.dtype;
-  o.on_tensor = [&](std::size_t done, std::size_t total) {
-    const auto now = Clock::now();
-    if (now - last > std::chrono::seconds(1) || done == total) {
-      std::fprintf(stderr, "\rexported %zu/%zu tensors", done, total);
-      last = now;
-    }
-  };
+  if (progress) {
+    o.on_tensor = [&](std::size_t done, std::size_t total) {
+      const auto now = Clock::now();
+      if (now - last > std::chrono::milliseconds(500) || done == total) {
+        std::fprintf(stderr, "\rexported %zu/%zu tensors", done, total);
+        last = now;
+      }
+    };
+  }
   const ckpt::ExportResult r = ckpt::export_safetensors(a.dir, a.out, o);
   const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-  std::fprintf(stderr, "\n");
+  if (progress) std::fprintf(stderr, "\n");
   std::printf("wrote %s: %zu tensors of %s (tag %s), %llu bytes in %.2f s; peak resident memory %.1f MiB (%.1f at start)\n",
               a.out.string().c_str(), r.tensors, std::string(zerotk::to_string(a.dtype)).c_str(), r.tag.c_str(),
               static_cast<unsigned long long>(r.bytes), s, status_mib("VmHWM"), g_start_rss_mib);

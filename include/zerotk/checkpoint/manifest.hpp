@@ -14,8 +14,8 @@
 ///   parameter_count 496
 ///   flat_numel 504
 ///   parameters 2
-///   param0 0 0 384 [16,24] fc1.weight                    flat group, optimizer group, numel, shape, name
-///   param1 0 0 112 [112] fc1.bias
+///   param0 0 0 384 fp16 [16,24] fc1.weight               flat group, optimizer group, numel, dtype, shape, name
+///   param1 0 0 112 fp16 [112] fc1.bias
 ///   groups 1
 ///   group0.optimizer_step 2
 ///   group0.owned_numel 252 252                           one count per rank, padding included
@@ -124,7 +124,7 @@ inline std::string to_text(const Manifest& m) {
      << m.shards.params.size() << '\n';
   for (std::size_t i = 0; i < m.shards.params.size(); ++i) {
     const engine::ShardParam& p = m.shards.params[i];
-    os << "param" << i << ' ' << p.group << ' ' << p.optimizer_group << ' ' << p.numel << " [";
+    os << "param" << i << ' ' << p.group << ' ' << p.optimizer_group << ' ' << p.numel << ' ' << p.dtype << " [";
     for (std::size_t d = 0; d < p.shape.size(); ++d) os << (d ? "," : "") << p.shape[d];
     os << "] " << p.name << '\n';
   }
@@ -242,13 +242,13 @@ inline std::string_view verified_body(std::string_view text, const std::string& 
   return body;
 }
 
-/// "g og numel [d0,d1,...] name": one parameter of the table (the name is the rest of the line).
+/// "g og numel dtype [d0,d1,...] name": one parameter of the table (the name is the rest of the line).
 inline engine::ShardParam read_param(ManifestFields& f, const std::string& key) {
   const std::string v = f.text(key);
   std::size_t pos = 0;
   auto word = [&] {
     const std::size_t sp = v.find(' ', pos);
-    if (sp == std::string::npos) throw io_error("expected: group optimizer_group numel [shape] name", f.where(key), v);
+    if (sp == std::string::npos) throw io_error("expected: group optimizer_group numel dtype [shape] name", f.where(key), v);
     std::string w = v.substr(pos, sp - pos);
     pos = sp + 1;
     return w;
@@ -257,6 +257,8 @@ inline engine::ShardParam read_param(ManifestFields& f, const std::string& key) 
   p.group = f.parse<std::uint32_t>(word(), key);
   p.optimizer_group = f.parse<std::uint32_t>(word(), key);
   p.numel = f.parse<std::uint64_t>(word(), key);
+  p.dtype = word();
+  if (p.dtype != "fp32" && p.dtype != "fp16" && p.dtype != "bf16") throw io_error("unknown dtype", f.where(key), p.dtype);
   const std::string shape = word();
   if (shape.size() < 2 || shape.front() != '[' || shape.back() != ']') throw io_error("malformed shape", f.where(key), shape);
   std::uint64_t product = 1;

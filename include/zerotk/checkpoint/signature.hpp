@@ -88,7 +88,7 @@ void require_same(const std::string& manifest_path, const char* key, const char*
 namespace detail {
 
 inline std::string param_text(const engine::ShardParam& p) {
-  std::string s = "\"" + p.name + "\" [";
+  std::string s = "\"" + p.name + "\" " + p.dtype + " [";
   for (std::size_t d = 0; d < p.shape.size(); ++d) s += (d ? "," : "") + std::to_string(p.shape[d]);
   return s + "] group " + std::to_string(p.group) + " optimizer group " + std::to_string(p.optimizer_group);
 }

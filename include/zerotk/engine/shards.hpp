@@ -19,6 +19,7 @@ struct ShardParam {
   std::string name;
   std::vector<std::uint64_t> shape;  ///< the parameter's shape ({numel} if its type has none)
   std::uint64_t numel = 0;
+  std::string dtype;                  ///< the parameter's own element type ("fp32", "fp16", "bf16")
   std::uint32_t group = 0;            ///< flat group index in EngineState::groups
   std::uint32_t optimizer_group = 0;
   friend bool operator==(const ShardParam&, const ShardParam&) = default;
