@@ -93,28 +93,22 @@ class HostPinned {
       opt_->set_step_count(step_before_);  // every sub-group takes step t's constants
     }
     const std::size_t lo = i * sub_group_numel_, hi = std::min(owned_numel(), lo + sub_group_numel_);
+    const Plan& plan = plan_for(segments);
+    const std::span<const Piece> pieces(plan.pieces.data() + plan.first[i], plan.first[i + 1] - plan.first[i]);
     G* g_stage = reinterpret_cast<G*>(grads_staging_.data());
     P* p_stage = out != nullptr ? reinterpret_cast<P*>(out_staging_.data()) : nullptr;
 
-    // The pieces of the segments inside [lo, hi), in sub-group coordinates (master, m, v and both
-    // stagings are all indexed from lo).
     local_.clear();
-    for (const kernels::Segment& s : segments) {
-      const std::size_t a = std::max(lo, s.offset), b = std::min(hi, s.offset + s.numel);
-      if (a >= b) continue;
-      const std::size_t skip = a - s.offset, n = b - a;
-      ops_->copy_to_host(grads + s.grad_at() + skip, g_stage + (a - lo), n);
-      local_.push_back(kernels::Segment{a - lo, n, s.group, s.tensor});
+    for (const Piece& p : pieces) {
+      ops_->copy_to_host(grads + p.grad_at, g_stage + p.local.offset, p.local.numel);
+      local_.push_back(p.local);
     }
     const optim::Moments mv{m_.data() + lo, v_.data() + lo, hi - lo};
     optim::Run<Opt, HostSpace>::template step<G, P>(*opt_, std::span<const kernels::Segment>(local_), master_.data() + lo,
                                                    mv, g_stage, p_stage, grad_scale,
                                                    [&](std::span<double> s) { reduce(s.data(), s.size()); });
     if (out == nullptr) return;
-    for (const kernels::Segment& s : segments) {
-      const std::size_t a = std::max(lo, s.offset), b = std::min(hi, s.offset + s.numel);
-      if (a < b) ops_->copy_from_host(p_stage + (a - lo), out + s.out_at() + (a - s.offset), b - a);
-    }
+    for (const Piece& p : pieces) ops_->copy_from_host(p_stage + p.local.offset, out + p.out_at, p.local.numel);
   }
 
   /// master[at, at + n) := float(src[0, n)), src in the compute space (staged through host memory).
@@ -153,6 +147,47 @@ class HostPinned {
     return std::min(owned_numel, sub_group_numel_) * kStagingElementBytes;
   }
 
+  /// A segment's piece inside one sub-group: `local` in sub-group coordinates (master, m, v and both
+  /// stagings are indexed from the sub-group's first element), where its gradients are read and its
+  /// output written in the compute space.
+  struct Piece {
+    kernels::Segment local;
+    std::size_t grad_at = 0, out_at = 0;
+  };
+  /// Every sub-group's pieces: pieces[first[i], first[i + 1]) belong to sub-group i.
+  struct Plan {
+    const kernels::Segment* key = nullptr;
+    std::size_t key_size = 0;
+    std::vector<Piece> pieces;
+    std::vector<std::size_t> first;
+  };
+
+  /// The plan for these segments, built on first use (a group's segments never change) in
+  /// O(segments + sub-groups).
+  const Plan& plan_for(std::span<const kernels::Segment> segments) {
+    if (plan_.key == segments.data() && plan_.key_size == segments.size() && !plan_.first.empty()) return plan_;
+    const std::size_t n = sub_groups(), S = sub_group_numel_;
+    std::vector<std::vector<Piece>> by_group(n);
+    for (const kernels::Segment& s : segments) {
+      if (s.offset + s.numel > owned_numel()) {
+        throw usage_error("a segment reaches past the owned range", "offload::HostPinned::step",
+                          std::to_string(s.offset + s.numel) + " > " + std::to_string(owned_numel()));
+      }
+      for (std::size_t a = s.offset, end = s.offset + s.numel; a < end;) {
+        const std::size_t i = a / S, b = std::min(end, (i + 1) * S);
+        by_group[i].push_back(Piece{kernels::Segment{a - i * S, b - a, s.group, s.tensor}, s.grad_at() + (a - s.offset),
+                                    s.out_at() + (a - s.offset)});
+        a = b;
+      }
+    }
+    plan_ = Plan{segments.data(), segments.size(), {}, {0}};
+    for (auto& g : by_group) {
+      plan_.pieces.insert(plan_.pieces.end(), g.begin(), g.end());
+      plan_.first.push_back(plan_.pieces.size());
+    }
+    return plan_;
+  }
+
   Ops* ops_;
   std::size_t sub_group_numel_;
   PinnedTrackedBuffer<float> master_;                     // [owned_numel] fp32
@@ -160,7 +195,8 @@ class HostPinned {
   PinnedTrackedBuffer<std::byte> grads_staging_;          // [min(owned, S)] gradients, <= 4 B each
   PinnedTrackedBuffer<std::byte> out_staging_;            // [min(owned, S)] working-precision values
   std::unique_ptr<Opt> opt_;
-  std::vector<kernels::Segment> local_;                   // this sub-group's pieces
+  Plan plan_;
+  std::vector<kernels::Segment> local_;                   // this sub-group's pieces, for Run
   std::int64_t step_before_ = 0;
 };
 
