@@ -273,7 +273,7 @@ class Engine {
     for_each_group([&](const auto& g) {
       EngineGroupState gs;
       gs.master.resize(g.store().owned_numel());
-      ops_.copy_to_host(g.store().master(), gs.master.data(), gs.master.size());
+      g.store().master_to_host(gs.master.data());
       gs.optimizer = g.store().optimizer_state();
       s.groups.push_back(std::move(gs));
     });
@@ -335,7 +335,7 @@ class Engine {
     for_each_group([&](auto& g) {
       const EngineGroupState& gs = s.groups[i++];
       g.store().load_optimizer_state(gs.optimizer);
-      ops_.copy_from_host(gs.master.data(), g.store().master(), gs.master.size());
+      g.store().master_from_host(gs.master.data());
       g.restore_params_from_master([&](std::size_t k) { bindings_->on_bucket_published(g, k); });
     });
     scaler_.load_state(s.scaler);
@@ -421,8 +421,8 @@ class Engine {
   using S = storage_type;
   using Opt = optimizer_policy;
   using Part = typename R::partitioner_impl;
-  using MainGroup = engine::FlatGroup<S, Part, Opt, ops_type>;
-  using Fp32Group = engine::FlatGroup<float, Part, Opt, ops_type>;
+  using MainGroup = engine::FlatGroup<S, Part, Opt, ops_type, typename R::store_tag>;
+  using Fp32Group = engine::FlatGroup<float, Part, Opt, ops_type, typename R::store_tag>;
 
   static EngineOptions checked(EngineOptions o) {
     if (o.gradient_accumulation_steps < 1) {
@@ -432,6 +432,7 @@ class Engine {
       throw config_error("must be finite and >= 0", "gradient_clipping", to_text(o.gradient_clipping));
     }
     if (o.bucket_buffers < 1) throw config_error("must be >= 1", "bucket_buffers", std::to_string(o.bucket_buffers));
+    if (o.sub_group_size < 1) throw config_error("must be >= 1", "zero_optimization.sub_group_size", "0");
     if (o.groups.empty()) o.groups.push_back(ParamGroup{o.optimizer});
     if (o.grad_accum_dtype) {
       const DType a = *o.grad_accum_dtype, w = dtype_of_v<S>;
@@ -483,11 +484,11 @@ class Engine {
     const bool acc32 = !options_.grad_accum_dtype || *options_.grad_accum_dtype == DType::fp32;
     if (!main.ids.empty()) {
       main_ = std::make_unique<MainGroup>(path_context(acc32), std::move(main), bucket_numel(sizeof(S)), options_.groups,
-                                          options_.overlap_param_gather);
+                                          options_.overlap_param_gather, options_.sub_group_size);
     }
     if (!f32.ids.empty()) {
       f32_ = std::make_unique<Fp32Group>(path_context(true), std::move(f32), bucket_numel(sizeof(float)),
-                                         options_.groups, options_.overlap_param_gather);
+                                         options_.groups, options_.overlap_param_gather, options_.sub_group_size);
     }
     bindings_.emplace(registry_, main_.get(), f32_.get(), ops_, &ledger_);
     bindings_->adopt_and_bind(options_.adopt_initial_values);

@@ -41,6 +41,10 @@ EngineOptions engine_options(const config::Config& cfg) {
     problems.emplace_back("is too large: elements * " + std::to_string(sizeof(S)) + " bytes overflows a byte count",
                           "/zero_optimization/reduce_bucket_size", std::to_string(bucket));
   }
+  if (cfg.zero_optimization.sub_group_size < 1) {
+    problems.emplace_back("must be >= 1 (elements)", "/zero_optimization/sub_group_size",
+                          std::to_string(cfg.zero_optimization.sub_group_size));
+  }
   if (cfg.gradient_accumulation_steps < 1 || cfg.gradient_accumulation_steps > std::numeric_limits<int>::max()) {
     problems.emplace_back("must be an integer in [1, " + std::to_string(std::numeric_limits<int>::max()) + "]",
                           "/gradient_accumulation_steps", std::to_string(cfg.gradient_accumulation_steps));
@@ -66,6 +70,7 @@ EngineOptions engine_options(const config::Config& cfg) {
   // DeepSpeed config reproduces that order (EngineOptions alone defaults to fp32; docs/engine.md).
   o.grad_accum_dtype = cfg.data_types.grad_accum_dtype.value_or(cfg.precision());
   o.fp32_module_types = cfg.fp16_override_modules;
+  o.sub_group_size = static_cast<std::size_t>(cfg.zero_optimization.sub_group_size);  // reader: >= 1
   return o;
 }
 

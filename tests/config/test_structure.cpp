@@ -185,8 +185,8 @@ TEST_CASE("check_buildable names what no engine of this version can run") {
   };
   const Case cases[] = {
       {R"({"zero_optimization": {"stage": 3}})", "/zero_optimization/stage", "ZeRO stage 3 (Partitioner<Stage<3>>)", "3"},
-      {R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}})",
-       "/zero_optimization/offload_optimizer/device", "optimizer offload", "\"cpu\""},
+      {R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}, "optimizer": {"type": "Lamb"}})",
+       "/optimizer/type", "Lamb with optimizer offload", "\"Lamb\""},
       {R"({"optimizer": {"type": "OneBitAdam"}})", "/optimizer/type", "1-bit optimizers", "\"OneBitAdam\""},
       {R"({"optimizer": {"type": "OneBitLamb"}})", "/optimizer/type", "1-bit optimizers", "\"OneBitLamb\""},
       {R"({"activation_checkpointing": {"partition_activations": true}})",
@@ -211,8 +211,11 @@ TEST_CASE("check_buildable names what no engine of this version can run") {
   // Stage 3 with offload of both kinds: every missing piece at once.
   CHECK(check_buildable(config_of(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3,
       "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu"}}})")).size() == 3);
-  // What the engine runs today: stages 0-2, Adam/AdamW/Lamb, fp16/bf16/fp32, no offload.
-  for (const char* ok : {kZero2Fp16, R"({"train_batch_size": 8, "zero_optimization": {"stage": 1},
+  // What the engine runs today: stages 0-2, Adam/AdamW/Lamb, fp16/bf16/fp32, Offload<Cpu> at stages 1-2.
+  for (const char* ok : {kZero2Fp16,
+                         R"({"train_batch_size": 8, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}})",
+                         R"({"train_batch_size": 8, "zero_optimization": {"stage": 1, "offload_optimizer": {"device": "cpu"}},
+                             "optimizer": {"type": "AdamW"}})", R"({"train_batch_size": 8, "zero_optimization": {"stage": 1},
                                         "optimizer": {"type": "Lamb"}, "bf16": {"enabled": true},
                                         "communication_data_type": "bf16"})",
                          R"({"train_batch_size": 8, "activation_checkpointing": {"partition_activations": false}})"}) {

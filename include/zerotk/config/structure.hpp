@@ -197,7 +197,7 @@ inline Ask ask(std::string path, std::string value) { return std::pair{std::move
 inline std::string quoted(std::string_view s) { return cat("\"", s, "\""); }
 }  // namespace detail
 
-/// The engine runs ZeRO stages 0-2, Offload<None>, Adam/AdamW/Lamb, no activation checkpointing,
+/// The engine runs ZeRO stages 0-2, Offload<None> (and Offload<Cpu> at stages 1-2 with Adam/AdamW), Adam/AdamW/Lamb, no activation checkpointing,
 /// and averages gradients in the reduction in the training precision.
 inline constexpr Unbuildable kUnbuildable[] = {
     {[](const Config& c) -> detail::Ask {
@@ -207,10 +207,24 @@ inline constexpr Unbuildable kUnbuildable[] = {
      "ZeRO stage 3 (Partitioner<Stage<3>>); the engine runs stages 0, 1 and 2"},
     {[](const Config& c) -> detail::Ask {
        const OffloadDevice d = c.zero_optimization.offload_optimizer.device;
-       if (d == OffloadDevice::none) return std::nullopt;
+       if (d != OffloadDevice::nvme) return std::nullopt;
        return detail::ask("/zero_optimization/offload_optimizer/device", detail::quoted(to_string(d)));
      },
-     "optimizer offload (Offload<Cpu>, Offload<Nvme>); the engine runs Offload<None>"},
+     "NVMe optimizer offload (Offload<Nvme>); the engine runs Offload<None> and Offload<Cpu>"},
+    {[](const Config& c) -> detail::Ask {
+       const OffloadDevice d = c.zero_optimization.offload_optimizer.device;
+       if (d != OffloadDevice::cpu || c.zero_optimization.stage != 3) return std::nullopt;
+       return detail::ask("/zero_optimization/offload_optimizer/device", detail::quoted(to_string(d)));
+     },
+     "optimizer offload with ZeRO stage 3 (Offload<Cpu> runs stages 1 and 2)"},
+    {[](const Config& c) -> detail::Ask {
+       if (c.zero_optimization.offload_optimizer.device != OffloadDevice::cpu || !c.optimizer ||
+           c.optimizer->kind != OptimizerKind::lamb) {
+         return std::nullopt;
+       }
+       return detail::ask("/optimizer/type", detail::quoted(to_string(c.optimizer->kind)));
+     },
+     "Lamb with optimizer offload; Offload<Cpu> runs Adam and AdamW"},
     {[](const Config& c) -> detail::Ask {
        const OffloadDevice d = c.zero_optimization.offload_param.device;
        if (d == OffloadDevice::none) return std::nullopt;

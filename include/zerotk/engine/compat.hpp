@@ -14,8 +14,16 @@ template <class Partitioner, class Optimizer, class Precision, class Offload, cl
 struct Compat {
   static_assert(Partitioner::stage <= 2,
                 "Engine: Partitioner<Stage<3>> (ZeRO stage 3) is not available yet; use Stage<0>, Stage<1> or Stage<2>");
-  static_assert(std::is_same_v<typename Offload::tag, None>,
-                "Engine: Offload<Cpu> and Offload<Nvme> are not available yet; use Offload<None>");
+  static_assert(!std::is_same_v<typename Offload::tag, Nvme>,
+                "Engine: Offload<Nvme> is not available yet; use Offload<None> or Offload<Cpu>");
+  static_assert(!std::is_same_v<typename Offload::tag, Cpu> || Partitioner::stage >= 1,
+                "Engine: Offload<Cpu> (offload_optimizer) needs a partitioned optimizer state: use "
+                "Partitioner<Stage<1>> or Partitioner<Stage<2>> (DeepSpeed: ZeRO stage >= 1)");
+  static_assert(!std::is_same_v<typename Offload::tag, Cpu> || std::is_same_v<typename Device::tag, Host>,
+                "Engine: Offload<Cpu> with Device<Cuda> is not available yet (Device<Host> only)");
+  static_assert(!std::is_same_v<typename Offload::tag, Cpu> || !std::is_same_v<policy_tag_t<Optimizer>, Lamb>,
+                "Engine: Offload<Cpu> steps the optimizer sub-group by sub-group and supports Optimizer<Adam> and "
+                "Optimizer<AdamW>; Optimizer<Lamb> needs Offload<None>");
   static constexpr bool value = true;
 };
 

@@ -14,7 +14,7 @@
 
 #include "zerotk/engine/registry.hpp"
 #include "zerotk/kernels/tensor_list.hpp"
-#include "zerotk/offload/resident.hpp"
+#include "zerotk/offload/store.hpp"
 #include "zerotk/optim/optimizer.hpp"
 #include "zerotk/zero/grads/context.hpp"
 #include "zerotk/zero/layout.hpp"
@@ -32,25 +32,26 @@ struct GroupMembers {
 template <class G>
 concept WritesGatherSource = G::kWritesGatherSource;
 
-template <class T, class Part, class Opt, class Ops>
+template <class T, class Part, class Opt, class Ops, class OffloadTag = None>
 class FlatGroup {
  public:
   using value_type = T;
   using Grads = typename Part::template grads<T, Ops>;
   using Params = typename Part::template params<T, Ops>;
-  using Store = offload::Resident<Opt, Ops>;
+  using Store = typename offload::StoreOf<OffloadTag>::template type<Opt, Ops>;
   static constexpr bool kPartitioned = Part::partitions_optimizer_state;
 
-  /// `ctx.layout` is ignored (the group owns its layout); `bucket_numel` is the bucket capacity.
+  /// `ctx.layout` is ignored (the group owns its layout); `bucket_numel` is the bucket capacity;
+  /// `sub_group_size` bounds what an offloading store stages at once (elements).
   FlatGroup(zero::PathContext<Ops> ctx, GroupMembers m, std::size_t bucket_numel, const std::vector<ParamGroup>& groups,
-            bool overlap_param_gather)
+            bool overlap_param_gather, std::size_t sub_group_size)
       : members_(std::move(m.ids)),
         layout_(m.numels, m.opt_groups, ctx.world(), bucket_numel),
         ctx_(with_layout(ctx, &layout_)),
         grads_(ctx_),
         params_(make_params(overlap_param_gather)),
         store_(*ctx.ops, ctx.ledger, kPartitioned ? layout_.partition_numel() : layout_.flat_numel(), groups,
-               m.numels.size()),
+               m.numels.size(), sub_group_size),
         opened_(layout_.buckets().size(), 0),
         launched_(layout_.buckets().size(), 0),
         ready_(layout_.buckets().size(), 0) {
@@ -153,14 +154,13 @@ class FlatGroup {
 
   /// fp32 master := this rank's owned parameter values.
   void init_master() {
-    Ops& ops = *ctx_.ops;
     if constexpr (kPartitioned) {
       for (std::size_t k = 0; k < layout_.buckets().size(); ++k) {
         const zero::Bucket& b = layout_.buckets()[k];
-        ops.cast(params_.params() + layout_.block_flat_offset(k, ctx_.rank()), store_.master() + b.part_offset, b.block);
+        store_.master_from(params_.params() + layout_.block_flat_offset(k, ctx_.rank()), b.part_offset, b.block);
       }
     } else {
-      ops.cast(params_.params(), store_.master(), layout_.flat_numel());
+      store_.master_from(params_.params(), 0, layout_.flat_numel());
     }
   }
 
@@ -169,7 +169,7 @@ class FlatGroup {
   void restore_params_from_master(OnBucket&& on_bucket) {
     params_.synchronize();
     const zero::OptimizerOut<T> out = params_.optimizer_out();
-    for (const kernels::Segment& s : segments_) ctx_.ops->cast(store_.master() + s.offset, out.base + s.out_at(), s.numel);
+    for (const kernels::Segment& s : segments_) store_.master_into(s.offset, out.base + s.out_at(), s.numel);
     publish(std::forward<OnBucket>(on_bucket));
   }
 

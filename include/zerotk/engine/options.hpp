@@ -62,6 +62,10 @@ struct EngineOptions {
   /// start at zero; write them through the bound Params and call `initialize_master()` or
   /// `broadcast_parameters()`.
   bool adopt_initial_values = true;
+  /// Offload<Cpu>: elements of the owned partition the optimizer steps at once (DeepSpeed
+  /// `zero_optimization.sub_group_size`); bounds the pinned staging buffers. Must be >= 1.
+  /// Offload<None> steps the partition in one piece and ignores it.
+  std::size_t sub_group_size = 1'000'000'000;
 };
 
 }  // namespace zerotk

@@ -12,6 +12,12 @@
 ///                                   stores bound the working set with them)
 ///   step(i, ...)                    one fused optimizer step over sub-group i (optim::Run<Opt, Space>)
 ///   optimizer_state(), load_optimizer_state(s)   the exact state, copied through host memory
+///   master_from(src, at, n), master_into(at, dst, n)   master[at, at+n) := float(src) / dst := T(master),
+///                                   src and dst in the compute space (the owned parameters)
+///   master_to_host(dst), master_from_host(src)         the whole master, through host memory
+///
+/// The other stores (offload/host_pinned.hpp) keep the same interface; offload/store.hpp picks one
+/// by the Offload policy's tag.
 
 #include <cstddef>
 #include <memory>
@@ -32,7 +38,7 @@ class Resident {
   using space = typename Ops::Space;
 
   Resident(Ops& ops, MemoryLedger* ledger, std::size_t owned_numel, const std::vector<ParamGroup>& groups,
-           std::size_t tensor_count)
+           std::size_t tensor_count, std::size_t /*sub_group_size: one sub-group here*/ = 0)
       : ops_(&ops),
         master_(ops.template allocate<float>(owned_numel, MemoryCategory::master32, ledger)),
         m_(ops.template allocate<float>(owned_numel, MemoryCategory::optimizer_state, ledger)),
@@ -52,6 +58,17 @@ class Resident {
   std::span<const float> exp_avg_sq() const noexcept { return {v_.data(), v_.size()}; }
 
   std::size_t sub_groups() const noexcept { return 1; }
+
+  template <class T>
+  void master_from(const T* src, std::size_t at, std::size_t n) {
+    ops_->cast(src, master_.data() + at, n);
+  }
+  template <class T>
+  void master_into(std::size_t at, T* dst, std::size_t n) {
+    ops_->cast(master_.data() + at, dst, n);
+  }
+  void master_to_host(float* dst) const { ops_->copy_to_host(master_.data(), dst, master_.size()); }
+  void master_from_host(const float* src) { ops_->copy_from_host(src, master_.data(), master_.size()); }
 
   /// One fused step over sub-group i (the whole owned range): reads `grads` at each segment's
   /// grad_at(), writes 16-bit values to `out` at out_at(); `reduce(double*, n)` sums LAMB's

@@ -1,0 +1,32 @@
+#pragma once
+/// \file zerotk/offload/store.hpp
+/// StoreOf<Tag>: the state store an Offload<Tag> policy selects (the tag picks a type; nothing
+/// branches on it).
+///
+///   Offload<None>  Resident     fp32 master, m, v in the compute space (offload/resident.hpp)
+///   Offload<Cpu>   HostPinned   in page-locked host memory, stepped on the host sub-group by
+///                               sub-group (offload/host_pinned.hpp)
+///   Offload<Nvme>  not available yet (engine/compat.hpp says so)
+
+#include "zerotk/offload/host_pinned.hpp"
+#include "zerotk/offload/resident.hpp"
+#include "zerotk/policies.hpp"
+
+namespace zerotk::offload {
+
+template <class Tag>
+struct StoreOf {
+  static_assert(dependent_false<Tag>, "offload::StoreOf: no state store for this Offload tag");
+};
+template <>
+struct StoreOf<None> {
+  template <class Opt, class Ops>
+  using type = Resident<Opt, Ops>;
+};
+template <>
+struct StoreOf<Cpu> {
+  template <class Opt, class Ops>
+  using type = HostPinned<Opt, Ops>;
+};
+
+}  // namespace zerotk::offload
