@@ -79,6 +79,12 @@ class DataFileReader {
     }
     detail::throw_missing_section(name, path_);
   }
+  /// The same, which must also hold `numel` elements.
+  const SectionInfo& section(std::string_view name, ElementType type, std::uint64_t numel) const {
+    const SectionInfo& s = section(name, type);
+    detail::check_section_numel(s.name, s.numel, numel, path_);
+    return s;
+  }
 
   /// Copies elements [first, first + out.size()) of section `name` into `out`, converted from
   /// little-endian. A range past the section's end is an io_error naming the file, the section and

@@ -186,6 +186,13 @@ inline void check_no_bytes_after_sections(std::uint64_t left, const std::string&
   if (left != 0) throw io_error("unexpected bytes after the last section", where, std::to_string(left) + " bytes");
 }
 
+inline void check_section_numel(const std::string& name, std::uint64_t actual, std::uint64_t expected, const std::string& path) {
+  if (actual != expected) {
+    throw io_error("section \"" + name + "\" has another element count", path,
+                   std::to_string(actual) + ", expected " + std::to_string(expected));
+  }
+}
+
 [[noreturn]] inline void throw_missing_section(std::string_view name, const std::string& path) {
   throw io_error("section \"" + std::string(name) + "\" is missing", path);
 }
@@ -215,10 +222,7 @@ struct DataFileView {
     for (const SectionView& s : sections) {
       if (s.name != name) continue;
       detail::check_section_type(s.name, s.type, type, path);
-      if (s.numel != numel) {
-        throw io_error("section \"" + s.name + "\" has another element count", path,
-                       std::to_string(s.numel) + ", expected " + std::to_string(numel));
-      }
+      detail::check_section_numel(s.name, s.numel, numel, path);
       return s;
     }
     detail::throw_missing_section(name, path);

@@ -91,7 +91,6 @@ class PendingSave {
       writer_ = std::thread([this] { write(); });
     } else {
       write();
-      committable_ = true;
     }
   }
   PendingSave(const PendingSave&) = delete;
@@ -108,9 +107,9 @@ class PendingSave {
   /// and moves `latest`. Every rank returns, or every rank throws (a failed write on one rank
   /// included). Once only.
   SaveResult commit() {
-    if (!writer_.joinable() && !committable_) throw usage_error("commit() was already called", "checkpoint::PendingSave", p_.tag);
+    if (committed_) throw usage_error("commit() was already called", "checkpoint::PendingSave", p_.tag);
+    committed_ = true;
     if (writer_.joinable()) writer_.join();
-    committable_ = false;
     agreed(*comm_, "checkpoint save (writing rank files)", [&] {
       if (error_) std::rethrow_exception(error_);
     });
@@ -138,7 +137,7 @@ class PendingSave {
   FileRecord record_;
   std::exception_ptr error_;
   std::atomic<bool> done_{false};
-  bool committable_ = false;  // written on the calling thread, not yet committed
+  bool committed_ = false;
   std::thread writer_;
 };
 

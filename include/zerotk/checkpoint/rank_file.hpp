@@ -78,18 +78,11 @@ inline void check_rank_file(const DataFileReader& f, const Manifest& m, int rank
     throw io_error("unexpected number of sections", f.path(),
                    std::to_string(f.sections().size()) + ", expected " + std::to_string(kSectionsPerGroup * groups));
   }
-  const auto expect = [&](const std::string& name, ElementType type, std::uint64_t numel) {
-    const SectionInfo& s = f.section(name, type);
-    if (s.numel != numel) {
-      throw io_error("section \"" + s.name + "\" has another element count", f.path(),
-                     std::to_string(s.numel) + ", expected " + std::to_string(numel));
-    }
-  };
   for (std::size_t g = 0; g < groups; ++g) {
     const std::uint64_t n = m.shards.owned_numel[g][static_cast<std::size_t>(rank)];
-    expect(section_name(g, "step"), ElementType::int64, 1);
+    f.section(section_name(g, "step"), ElementType::int64, 1);
     for (const std::string& what : {std::string("master"), optimizer_state_names()[0], optimizer_state_names()[1]}) {
-      expect(section_name(g, what), ElementType::fp32, n);
+      f.section(section_name(g, what), ElementType::fp32, n);
     }
     std::int64_t step = 0;
     f.read(section_name(g, "step"), ElementType::int64, 0, std::span<std::int64_t>(&step, 1));
