@@ -51,6 +51,8 @@
 #include "zerotk/device/host_ops.hpp"
 #include "zerotk/device/ordered.hpp"
 #include "zerotk/engine/boundary.hpp"
+#include "zerotk/engine/fetch_resident.hpp"
+#include "zerotk/engine/fetch_sharded.hpp"
 #include "zerotk/engine/group.hpp"
 #include "zerotk/engine/options.hpp"
 #include "zerotk/engine/bindings.hpp"
@@ -104,15 +106,35 @@ class Engine {
   // ---- scopes ----------------------------------------------------------------------------------
   class [[nodiscard]] ForwardScope {
    public:
-    ~ForwardScope() { e_->timings_.forward_ms += detail::ms_since(t0_); }
+    ~ForwardScope() noexcept(false) {
+      e_->close_scope(m_, engine::Phase::forward);
+      e_->timings_.forward_ms += detail::ms_since(t0_);
+    }
     ForwardScope(const ForwardScope&) = delete;
     ForwardScope& operator=(const ForwardScope&) = delete;
 
    private:
     friend class Engine;
-    ForwardScope(Engine* e, detail::Clock::time_point t0) : e_(e), t0_(t0) {}
+    ForwardScope(Engine* e, engine::ModuleId m, detail::Clock::time_point t0) : e_(e), m_(m), t0_(t0) {}
     Engine* e_;
+    engine::ModuleId m_;
     detail::Clock::time_point t0_;
+  };
+
+  /// Engine::gather's scope: the module's parameters hold their full values until it closes.
+  class [[nodiscard]] GatherScope {
+   public:
+    ~GatherScope() noexcept(false) { e_->end_gather(m_, modifier_rank_); }
+    GatherScope(const GatherScope&) = delete;
+    GatherScope& operator=(const GatherScope&) = delete;
+
+   private:
+    friend class Engine;
+    GatherScope(Engine* e, engine::ModuleId m, std::optional<int> modifier_rank)
+        : e_(e), m_(m), modifier_rank_(modifier_rank) {}
+    Engine* e_;
+    engine::ModuleId m_;
+    std::optional<int> modifier_rank_;
   };
 
   class [[nodiscard]] BackwardScope {
@@ -120,6 +142,7 @@ class Engine {
     ~BackwardScope() noexcept(false) {
       e_->timings_.backward_inner_ms += detail::ms_since(t0_);
       if (std::uncaught_exceptions() == 0) e_->bindings_->end_backward(e_->registry_.module_entry(m_).own);
+      e_->close_scope(m_, engine::Phase::backward);
       e_->timings_.backward_ms += detail::ms_since(t0_);
     }
     BackwardScope(const BackwardScope&) = delete;
@@ -164,15 +187,35 @@ class Engine {
   /// Brackets a layer's forward. Stages 0-2 keep every parameter gathered; with
   /// `overlap_param_gather` this waits for the all-gather of the buckets holding the layer's
   /// parameters (and its external_parameters) if it is still in flight.
+  /// Stage 3: gathers the buckets holding the layer's parameters (and its external_parameters),
+  /// and prefetches the next layers' by the order recorded in the previous micro-step; the scope's
+  /// end releases them (engine/fetch_sharded.hpp).
   template <Module L>
   ForwardScope forward(L& layer) {
     const auto t0 = detail::Clock::now();  // waiting for parameters counts as forward time
-    const engine::ModuleEntry& m = registry_.module_entry(registry_.module(layer));
-    if (pending_gathers() > 0) {
-      bindings_->wait_values(m.own);
-      bindings_->wait_values(m.external);
+    const engine::ModuleId id = registry_.module(layer);
+    fetch_->before(registry_.module_entry(id), engine::Phase::forward);
+    return ForwardScope(this, id, t0);
+  }
+
+  /// Gives the parameters of `module` (any Module: a layer, or the whole model) their full values
+  /// until the returned scope closes: for evaluation, export or initialisation (DeepSpeed's
+  /// GatheredParameters). A collective: every rank opens and closes the same scopes. Stage 3 needs
+  /// it to read parameters outside the layers' scopes; stages 0-2 only wait for gathers in flight.
+  /// With `modifier_rank`, the values rank `modifier_rank` holds when the scope closes become every
+  /// rank's (its writes are kept, other ranks' discarded); call initialize_master() after writing
+  /// initial values, as at construction. Without it, writes are undefined (stage 3 drops them).
+  template <Module M>
+  GatherScope gather(M& module, std::optional<int> modifier_rank = std::nullopt) {
+    if (modifier_rank && (*modifier_rank < 0 || *modifier_rank >= world_size())) {
+      throw usage_error("modifier_rank must be a rank of the communicator", "Engine::gather",
+                        std::to_string(*modifier_rank) + " of " + std::to_string(world_size()));
     }
-    return ForwardScope(this, t0);
+    require_boundary("gather");
+    synchronize();
+    const engine::ModuleId id = registry_.module(module);
+    fetch_->hold(registry_.module_entry(id));
+    return GatherScope(this, id, modifier_rank);
   }
 
   /// Waits for every parameter all-gather still in flight (`overlap_param_gather`): after this every
@@ -192,6 +235,7 @@ class Engine {
   BackwardScope backward(L& layer) {
     const engine::ModuleId id = registry_.module(layer);
     const engine::ModuleEntry& m = registry_.module_entry(id);
+    fetch_->before(m, engine::Phase::backward);
     bindings_->begin_backward(m.own, micro_in_accum_ == 0);
     bindings_->begin_backward(m.external, micro_in_accum_ == 0);
     return BackwardScope(this, id);
@@ -205,6 +249,7 @@ class Engine {
   /// must have been in a backward scope during the micro-step (usage_error naming those that were not).
   StepReport step(double loss = 0.0) {
     bindings_->check_every_parameter_had_backward(micro_steps_ + 1);
+    fetch_->end_micro_step(micro_steps_ + 1);
     const bool first = micro_in_accum_ == 0;
     loss_sum_ += loss;
     ++micro_in_accum_;
@@ -240,14 +285,21 @@ class Engine {
   /// Makes every rank's parameters equal to rank `root`'s (after initialising values on one rank or
   /// with different seeds), then (re)initialises the fp32 master copy from them.
   void broadcast_parameters(int root = 0) {
+    if constexpr (!kResident) {
+      throw usage_error("ZeRO stage 3 keeps one sharded copy of the parameters, so there is no rank's copy to "
+                        "broadcast: write initial values inside `auto g = engine.gather(model, root);` (rank root's "
+                        "writes are kept) and call initialize_master()",
+                        "Engine::broadcast_parameters", std::to_string(root));
+    }
     synchronize();
     bindings_->take_user_values();
     for_each_group([&](auto& g) {
       using T = typename std::remove_cvref_t<decltype(g)>::value_type;
-      const std::size_t n = g.layout().flat_numel();
-      comm_.broadcast(g.params().params(), n, dtype_of_v<T>, root).wait();
-      bindings_->on_group_replaced(g);
-      g.init_master();
+      if constexpr (kResident) {
+        comm_.broadcast(g.params().params(), g.layout().flat_numel(), dtype_of_v<T>, root).wait();
+        bindings_->on_group_replaced(g);
+        g.init_master();
+      }
     });
   }
 
@@ -420,9 +472,67 @@ class Engine {
  private:
   using S = storage_type;
   using Opt = optimizer_policy;
-  using Part = typename R::partitioner_impl;
+  using Part = partitioner;
   using MainGroup = engine::FlatGroup<S, Part, Opt, ops_type, typename R::store_tag>;
   using Fp32Group = engine::FlatGroup<float, Part, Opt, ops_type, typename R::store_tag>;
+  using Bindings = engine::ParamBindings<MainGroup, Fp32Group, ops_type>;
+  using Comm = ::zerotk::device::OrderedCommunicator<ops_type>;
+  using FetchCtx = engine::FetchContext<Bindings, MainGroup, Fp32Group, Comm>;
+  /// Whether parameters are always in place (stages 0-2) or fetched per layer (stage 3).
+  static constexpr bool kResident = MainGroup::Params::kResident;
+  using Fetch = std::conditional_t<kResident, engine::ResidentFetch<FetchCtx>, engine::ShardedFetch<FetchCtx>>;
+
+  void close_scope(engine::ModuleId id, engine::Phase phase) {
+    if (std::uncaught_exceptions() == 0) {
+      fetch_->after(registry_.module_entry(id), phase);
+      return;
+    }
+    try {  // unwinding: give the buckets back, keep the first error
+      fetch_->after(registry_.module_entry(id), phase);
+    } catch (...) {
+    }
+  }
+
+  void end_gather(engine::ModuleId id, std::optional<int> modifier_rank) {
+    const engine::ModuleEntry& m = registry_.module_entry(id);
+    if (std::uncaught_exceptions() > 0) {
+      try {
+        fetch_->unhold(m);
+      } catch (...) {
+      }
+      return;
+    }
+    if (modifier_rank) keep_writes(m, *modifier_rank);
+    fetch_->unhold(m);
+  }
+
+  /// Rank `root`'s values of the buckets holding m's parameters become every rank's (stage 3: each
+  /// rank's block goes back into its shard).
+  void keep_writes(const engine::ModuleEntry& m, int root) {
+    bindings_->take_user_values();
+    for_each_group([&](auto& g) {
+      using T = typename std::remove_cvref_t<decltype(g)>::value_type;
+      std::vector<char> seen(g.layout().buckets().size(), 0);
+      auto visit = [&](const std::vector<engine::ParamId>& ids) {
+        for (engine::ParamId id : ids) {
+          const engine::ParamEntry& e = registry_[id];
+          if ((e.group == engine::GroupKind::main) != std::is_same_v<std::remove_cvref_t<decltype(g)>, MainGroup>) continue;
+          const std::size_t k = g.layout().param(e.local).bucket;
+          if (seen[k]) continue;
+          seen[k] = 1;
+          const zero::Bucket& b = g.layout().buckets()[k];
+          T* values = g.params().values(k);
+          comm_.broadcast(values, b.numel, dtype_of_v<T>, root).wait();
+          if constexpr (!kResident) {
+            ops_.copy(values + static_cast<std::size_t>(rank()) * b.block, g.params().owned_values(k), b.block);
+          }
+          bindings_->on_bucket_published(g, k);
+        }
+      };
+      visit(m.own);
+      visit(m.external);
+    });
+  }
 
   static EngineOptions checked(EngineOptions o) {
     if (o.gradient_accumulation_steps < 1) {
@@ -474,12 +584,21 @@ class Engine {
   /// Groups, views, adoption of the initial values, bindings, master.
   void build() {
     engine::GroupMembers main, f32;
+    std::size_t persistent_numel = 0;
     for (engine::ParamId i = 0; i < registry_.size(); ++i) {
       const engine::ParamEntry& e = registry_[i];
       auto& m = e.group == engine::GroupKind::main ? main : f32;
       m.ids.push_back(i);
       m.numels.push_back(e.numel);
       m.opt_groups.push_back(e.optimizer_group);
+      if constexpr (partitioner::partitions_parameters) {
+        // A bucket never spans two fetch units; persistent parameters form units of their own.
+        const bool persistent = e.numel <= options_.stage3.param_persistence_threshold &&
+                                persistent_numel + e.numel <= options_.stage3.model_persistence_threshold;
+        if (persistent) persistent_numel += e.numel;
+        m.units.push_back(2 * e.unit + (persistent ? 1 : 0));
+        m.persistent.push_back(persistent ? 1 : 0);
+      }
     }
     const bool acc32 = !options_.grad_accum_dtype || *options_.grad_accum_dtype == DType::fp32;
     if (!main.ids.empty()) {
@@ -493,6 +612,14 @@ class Engine {
     bindings_.emplace(registry_, main_.get(), f32_.get(), ops_, &ledger_);
     bindings_->adopt_and_bind(options_.adopt_initial_values);
     for_each_group([](auto& g) { g.init_master(); });
+    FetchCtx fc;
+    fc.bindings = &*bindings_;
+    fc.registry = &registry_;
+    fc.main = main_.get();
+    fc.f32 = f32_.get();
+    fc.comm = &comm_;
+    fc.options = options_.stage3;
+    fetch_.emplace(fc);
   }
 
   template <class F>
@@ -575,13 +702,14 @@ class Engine {
   // ---- members -----------------------------------------------------------------------------------
   EngineOptions options_;
   ops_type ops_;
-  ::zerotk::device::OrderedCommunicator<ops_type> comm_;
+  Comm comm_;
   loss_scaler scaler_;
   MemoryLedger ledger_;
   engine::ParamRegistry registry_;
   std::unique_ptr<MainGroup> main_;
   std::unique_ptr<Fp32Group> f32_;
-  std::optional<engine::ParamBindings<MainGroup, Fp32Group, ops_type>> bindings_;
+  std::optional<Bindings> bindings_;
+  std::optional<Fetch> fetch_;
   std::optional<LrScheduler> scheduler_;
   int micro_in_accum_ = 0;
   std::int64_t micro_steps_ = 0, global_steps_ = 0, skipped_steps_ = 0;

@@ -209,6 +209,7 @@ struct RunConfig {
   bool overlap = true;
   bool overlap_gather = false;  // EngineOptions::overlap_param_gather
   void* stream = nullptr;  // Device<Cuda>: the compute stream (EngineOptions::stream)
+  zerotk::Stage3Options stage3;  // Partitioner<Stage<3>> only
 };
 
 struct RunResult {
@@ -245,6 +246,7 @@ inline zerotk::EngineOptions engine_options(const RunConfig& cfg) {
   o.loss_scaler.loss_scale_window = 5;
   o.overlap_comm = cfg.overlap;
   o.overlap_param_gather = cfg.overlap_gather;
+  o.stage3 = cfg.stage3;
   return o;
 }
 
@@ -287,12 +289,17 @@ RunResult train_rank_with(Comm& comm, const RunConfig& cfg, zerotk::MemoryLedger
   {
     Model model = make_model<Model>(cfg);
     E engine(comm, model, engine_options(cfg));
-    model.init(42);
+    {  // rank 0's writes become every rank's (stage 3: written into the shards)
+      auto g = engine.gather(model, 0);
+      model.init(42);
+      result.initial = model.values();
+    }
     engine.initialize_master();
-    result.initial = model.values();
     train_steps(engine, model, comm.rank(), cfg, 0, cfg.steps, &result);
-    engine.synchronize();  // values() reads parameters outside any scope
-    result.params = model.values();
+    {
+      auto g = engine.gather(model);  // values() reads parameters outside the layers' scopes
+      result.params = model.values();
+    }
     if (ledger_out) {
       for (std::size_t c = 0; c < kMemoryCategoryCount; ++c) {
         const auto cat = static_cast<MemoryCategory>(c);

@@ -1,5 +1,5 @@
 // The engine's promises, with the threads communicator:
-//  - stages 0, 1 and 2 give bitwise-identical parameters and losses (fp32 and fp16 with dynamic
+//  - stages 0, 1, 2 and 3 give bitwise-identical parameters and losses (fp32 and fp16 with dynamic
 //    scaling and injected overflow steps, with and without accumulation and clipping), W = 1..4;
 //  - they match a serial fp64 reference trainer within a stated tolerance (fp32);
 //  - an overflow step leaves parameters bitwise unchanged and skips on every rank;
@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "engine_fixture.hpp"
+#include "threads_train.hpp"
 #include "zerotk/comm/threads.hpp"
 #include "zerotk/engine.hpp"
 
@@ -20,21 +21,6 @@ using namespace zerotk;
 using namespace zt_test;
 
 namespace {
-
-template <int Stage, class Prec>
-RunResult train(const RunConfig& cfg) {
-  RunResult result;
-  std::vector<std::vector<float>> finals(static_cast<std::size_t>(cfg.world));
-  std::mutex mu;
-  comm::run_threads(cfg.world, [&](auto& comm) {
-    RunResult mine = train_rank<Stage, Prec>(comm, cfg);
-    std::lock_guard lock(mu);
-    finals[static_cast<std::size_t>(comm.rank())] = mine.params;
-    if (comm.rank() == 0) result = std::move(mine);
-  });
-  for (const auto& f : finals) result.ranks_agree = result.ranks_agree && f == finals[0];
-  return result;
-}
 
 template <class Prec>
 void check_stages_agree(const RunConfig& cfg) {
@@ -47,16 +33,26 @@ void check_stages_agree(const RunConfig& cfg) {
   const RunResult r0 = train<0, Prec>(every);
   const RunResult r1 = train<1, Prec>(every);
   const RunResult r2 = train<2, Prec>(cfg);
+  // Stage 3 fetching every parameter (no persistent ones), prefetching by the recorded order.
+  RunConfig fetched = cfg;
+  fetched.stage3.param_persistence_threshold = 0;
+  const RunResult r3 = train<3, Prec>(fetched);
   CHECK(r0.ranks_agree);
   CHECK(r1.ranks_agree);
   CHECK(r2.ranks_agree);
+  CHECK(r3.ranks_agree);
   CHECK(r0.params == r1.params);  // bitwise
   CHECK(r0.params == r2.params);
+  CHECK(r0.params == r3.params);
   CHECK(r0.losses == r1.losses);
   CHECK(r0.losses == r2.losses);
+  CHECK(r0.losses == r3.losses);
   CHECK(r0.skipped == r2.skipped);
+  CHECK(r0.skipped == r3.skipped);
   CHECK(r0.scales == r2.scales);
+  CHECK(r0.scales == r3.scales);
   CHECK(r0.norms == r2.norms);
+  CHECK(r0.norms == r3.norms);
   // The runs really trained (an engine that never updates would also "agree").
   CHECK(r0.params != r0.initial);
   std::size_t skipped = 0;

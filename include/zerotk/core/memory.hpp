@@ -39,10 +39,11 @@ enum class MemoryCategory : std::uint8_t {
   master32,         ///< fp32 master copy of parameters
   optimizer_state,  ///< Adam m and v, LAMB state, ...
   comm_buffers,     ///< buckets and staging for collectives
+  gathered,         ///< ZeRO-3: full parameters gathered from their shards for a layer (a reused pool)
   activations,      ///< saved activations (the user may record these)
   other,
 };
-inline constexpr std::size_t kMemoryCategoryCount = 7;
+inline constexpr std::size_t kMemoryCategoryCount = 8;
 
 constexpr std::string_view to_string(MemoryCategory c) noexcept {
   switch (c) {
@@ -51,6 +52,7 @@ constexpr std::string_view to_string(MemoryCategory c) noexcept {
     case MemoryCategory::master32: return "master32";
     case MemoryCategory::optimizer_state: return "optimizer_state";
     case MemoryCategory::comm_buffers: return "comm_buffers";
+    case MemoryCategory::gathered: return "gathered";
     case MemoryCategory::activations: return "activations";
     case MemoryCategory::other: return "other";
   }

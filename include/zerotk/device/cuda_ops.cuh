@@ -126,6 +126,11 @@ class Ops<Cuda> {
     ZEROTK_CUDA_CHECK(cudaStreamSynchronize(s_->stream));
     if (n) ZEROTK_CUDA_CHECK(cudaMemcpy(dst, src, n * sizeof(T), cudaMemcpyHostToDevice));
   }
+  /// Within device memory, ordered on the compute stream.
+  template <class T>
+  void copy(const T* src, T* dst, std::size_t n) {
+    if (n) ZEROTK_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyDeviceToDevice, s_->stream));
+  }
 
   /// out = op over ranks of in (n host doubles), through device memory.
   template <class C>

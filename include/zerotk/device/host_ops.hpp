@@ -95,6 +95,11 @@ class Ops<Host> {
   void copy_from_host(const T* src, T* dst, std::size_t n) const {
     std::copy_n(src, n, dst);
   }
+  /// Within this space (a gathered bucket's block back into the stage-3 shard).
+  template <class T>
+  void copy(const T* src, T* dst, std::size_t n) {
+    std::copy_n(src, n, dst);
+  }
 
   /// out = op over ranks of in (n host doubles).
   template <class C>

@@ -9,6 +9,9 @@
 ///   complete (a complete bucket starts reducing).
 /// - Outside scopes a gradient points at scratch memory: a stray write is lost instead of landing in
 ///   a pool buffer another bucket reuses (or in no storage at all), and step() names the parameter.
+/// - Stage 3 (a parameter path that is not resident): a Param's data points into its bucket's
+///   gathered buffer while the bucket is fetched and is null otherwise; the path reports every
+///   change (on_residency) and the Param is bound again, keeping its gradient pointer.
 
 #include <algorithm>
 #include <cstddef>
@@ -32,16 +35,34 @@ class ParamBindings {
 
  public:
   ParamBindings(ParamRegistry& registry, MainGroup* main, Fp32Group* f32, Ops& ops, MemoryLedger* ledger)
-      : registry_(&registry), main_(main), f32_(f32), opened_(registry.size(), 0), done_(registry.size(), 0) {
-    if (registry.emulated()) view_.emplace(ops, ledger, main->layout().flat_numel());
+      : registry_(&registry), main_(main), f32_(f32), ops_(&ops), opened_(registry.size(), 0), done_(registry.size(), 0),
+        grad_(registry.size(), nullptr) {
+    if (registry.emulated()) {
+      if constexpr (!kResident) {
+        throw usage_error("ZeRO stage 3 needs Params of the training precision's storage type (float Params over "
+                          "16-bit storage keep a full float copy, which stage 3 exists to avoid)",
+                          "Engine", registry.entries().front().name);
+      } else {
+        view_.emplace(ops, ledger, main->layout().flat_numel());
+      }
+    }
     std::size_t largest = 1;
     for (const auto& e : registry.entries()) largest = std::max(largest, e.numel);
     scratch_ = ops.template allocate<float>(largest, MemoryCategory::other, ledger);
+    if constexpr (!kResident) {
+      for_each_group([&](auto& g) {
+        g.params().on_residency([this, &g](std::size_t k, auto* values) { rebind_bucket(g, k, values); });
+      });
+    }
   }
+
+  /// Every bucket's values are always in place (stages 0-2), or only while fetched (stage 3).
+  static constexpr bool kResident = MainGroup::Params::kResident;
 
   /// Copies every Param's current values into engine storage (if `adopt`; a Param whose data() is
   /// null keeps zeros), then binds it. Returns whether any values were adopted.
   bool adopt_and_bind(bool adopt) {
+    if constexpr (!kResident) return adopt_shards(adopt);
     bool adopted = false;
     for (ParamEntry& e : registry_->entries()) {
       void* data = in_view(e) ? static_cast<void*>(view_->params() + slot(e).flat_offset) : storage(e);
@@ -54,13 +75,15 @@ class ParamBindings {
 
   /// Emulated mode: what the trainer wrote through float Params becomes the 16-bit values.
   void take_user_values() {
-    if (view_) view_->take_user_values(main_->params().params(), main_->layout().flat_numel());
+    if constexpr (kResident) {
+      if (view_) view_->take_user_values(main_->params().params(), main_->layout().flat_numel());
+    }
   }
 
   /// Bucket k of group g holds new values: the float view follows (emulated mode).
   template <class G>
   void on_bucket_published(G& g, std::size_t k) {
-    if constexpr (std::is_same_v<G, MainGroup>) {
+    if constexpr (std::is_same_v<G, MainGroup> && kResident) {
       if (view_) {
         const zero::Bucket& b = g.layout().buckets()[k];
         view_->refresh(g.params().params(), b.flat_offset, b.numel);
@@ -72,7 +95,7 @@ class ParamBindings {
   /// All of group g's values changed (broadcast).
   template <class G>
   void on_group_replaced(G& g) {
-    if constexpr (std::is_same_v<G, MainGroup>) {
+    if constexpr (std::is_same_v<G, MainGroup> && kResident) {
       if (view_) view_->refresh(g.params().params(), 0, g.layout().flat_numel());
     } else {
       (void)g;
@@ -159,6 +182,12 @@ class ParamBindings {
   bool in_view(const ParamEntry& e) const noexcept { return view_ && e.group == GroupKind::main; }
 
   template <class F>
+  void for_each_group(F&& f) {
+    if (main_) f(*main_);
+    if (f32_) f(*f32_);
+  }
+
+  template <class F>
   void with_group(const ParamEntry& e, F&& f) {
     if (e.group == GroupKind::main) {
       f(*main_);
@@ -171,17 +200,66 @@ class ParamBindings {
     return e.group == GroupKind::main ? main_->layout().param(e.local) : f32_->layout().param(e.local);
   }
 
+  /// Where the Param's values are now: in its bucket's values, or null (stage 3, not fetched).
   void* storage(const ParamEntry& e) {
-    if (e.group == GroupKind::main) return main_->params().params() + slot(e).flat_offset;
-    return f32_->params().params() + slot(e).flat_offset;
+    void* out = nullptr;
+    with_group(e, [&](auto& g) {
+      const zero::ParamSlot& s = g.layout().param(e.local);
+      auto* base = g.params().values(s.bucket);
+      if (base) out = base + (s.flat_offset - g.layout().buckets()[s.bucket].flat_offset);
+    });
+    return out;
+  }
+
+  void bind(ParamEntry& e, void* data, void* grad) {
+    grad_[static_cast<std::size_t>(&e - registry_->entries().data())] = grad;
+    e.bind(data, grad);
   }
 
   void bind_outside_scope(ParamEntry& e) {
     if (in_view(e)) {
-      e.bind(view_->params() + slot(e).flat_offset, view_->grads() + slot(e).flat_offset);
+      bind(e, view_->params() + slot(e).flat_offset, view_->grads() + slot(e).flat_offset);
     } else {
-      e.bind(storage(e), scratch_.data());
+      bind(e, storage(e), scratch_.data());
     }
+  }
+
+  /// Stage 3: bucket k of group g became resident at `values` (or left: null).
+  template <class G, class T>
+  void rebind_bucket(G& g, std::size_t k, T* values) {
+    const zero::Bucket& b = g.layout().buckets()[k];
+    for (std::uint32_t j : b.params) {
+      const ParamId id = g.member(j);
+      T* data = values ? values + (g.layout().param(j).flat_offset - b.flat_offset) : nullptr;
+      (*registry_)[id].bind(data, grad_[id]);
+    }
+  }
+
+  /// Stage 3 construction: each Param's initial values, bucket by bucket through host staging, of
+  /// which this rank keeps its block in the shard. Then every Param is bound (null data).
+  bool adopt_shards(bool adopt) {
+    bool adopted = false;
+    if (adopt) {
+      for_each_group([&](auto& g) {
+        using T = typename std::remove_cvref_t<decltype(g)>::value_type;
+        const zero::BucketLayout& l = g.layout();
+        std::vector<T> staging;
+        const int rank = g.rank();
+        for (std::size_t k = 0; k < l.buckets().size(); ++k) {
+          const zero::Bucket& b = l.buckets()[k];
+          staging.assign(b.numel, T{});
+          bool any = false;
+          for (std::uint32_t j : b.params) {
+            any = (*registry_)[g.member(j)].read_initial(staging.data() + (l.param(j).flat_offset - b.flat_offset)) || any;
+          }
+          if (!any) continue;
+          adopted = true;
+          ops_->copy_from_host(staging.data() + static_cast<std::size_t>(rank) * b.block, g.params().owned_values(k), b.block);
+        }
+      });
+    }
+    for (ParamEntry& e : registry_->entries()) bind_outside_scope(e);
+    return adopted;
   }
 
   /// First touch of bucket k in this micro-step: storage ready, its Params' gradients bound to it
@@ -193,18 +271,21 @@ class ParamBindings {
     using T = typename G::value_type;
     const zero::Bucket& b = g.layout().buckets()[k];
     T* grads = g.bucket_grads(k);
+    T* values = g.params().values(k);  // null: a stage-3 bucket its layer did not fetch
     for (std::uint32_t j : b.params) {
-      const std::size_t off = g.layout().param(j).flat_offset;
-      (*registry_)[g.member(j)].bind(g.params().params() + off, grads + (off - b.flat_offset));
+      const std::size_t off = g.layout().param(j).flat_offset - b.flat_offset;
+      bind((*registry_)[g.member(j)], values ? values + off : nullptr, grads + off);
     }
   }
 
   ParamRegistry* registry_;
   MainGroup* main_;
   Fp32Group* f32_;
+  Ops* ops_;
   std::optional<View> view_;
   typename Ops::template Buffer<float> scratch_;  // [largest parameter] gradients written outside scopes
   std::vector<char> opened_, done_;               // [parameter] this micro-step
+  std::vector<void*> grad_;                       // [parameter] the gradient pointer it is bound with
   std::size_t done_count_ = 0;
 };
 

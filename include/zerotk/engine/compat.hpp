@@ -12,8 +12,6 @@ namespace zerotk::engine {
 
 template <class Partitioner, class Optimizer, class Precision, class Offload, class Device>
 struct Compat {
-  static_assert(Partitioner::stage <= 2,
-                "Engine: Partitioner<Stage<3>> (ZeRO stage 3) is not available yet; use Stage<0>, Stage<1> or Stage<2>");
   static_assert(!std::is_same_v<typename Offload::tag, Nvme>,
                 "Engine: Offload<Nvme> is not available yet; use Offload<None> or Offload<Cpu>");
   static_assert(!std::is_same_v<typename Offload::tag, Cpu> || Partitioner::stage >= 1,

@@ -27,10 +27,11 @@ struct GroupMembers {
   std::vector<ParamId> ids;
   std::vector<std::size_t> numels;
   std::vector<std::uint32_t> opt_groups;  ///< optimizer parameter group of each
+  /// Stage 3: the fetch unit of each (a bucket never spans two), and whether it stays gathered
+  /// (persistent parameters get units of their own). Empty below stage 3.
+  std::vector<std::uint32_t> units;
+  std::vector<char> persistent;
 };
-
-template <class G>
-concept WritesGatherSource = G::kWritesGatherSource;
 
 template <class T, class Part, class Opt, class Ops, class OffloadTag = None>
 class FlatGroup {
@@ -40,28 +41,33 @@ class FlatGroup {
   using Params = typename Part::template params<T, Ops>;
   using Store = typename offload::StoreOf<OffloadTag>::template type<Opt, Ops>;
   static constexpr bool kPartitioned = Part::partitions_optimizer_state;
+  /// Stage 2: the reduced-gradient partition is also the all-gather source of the updated values
+  /// (a named alias), so a bucket's next reduction waits for its gather.
+  static constexpr bool kSharedGatherSource =
+      requires(Grads& g, Params& p) { p.set_partition_source(g.gather_source()); };
 
   /// `ctx.layout` is ignored (the group owns its layout); `bucket_numel` is the bucket capacity;
   /// `sub_group_size` bounds what an offloading store stages at once (elements).
   FlatGroup(zero::PathContext<Ops> ctx, GroupMembers m, std::size_t bucket_numel, const std::vector<ParamGroup>& groups,
             bool overlap_param_gather, std::size_t sub_group_size)
       : members_(std::move(m.ids)),
-        layout_(m.numels, m.opt_groups, ctx.world(), bucket_numel),
+        layout_(m.numels, m.opt_groups, ctx.world(), bucket_numel, m.units),
         ctx_(with_layout(ctx, &layout_)),
         grads_(ctx_),
-        params_(make_params(overlap_param_gather)),
+        params_(ctx_, param_options(overlap_param_gather, m.persistent)),
         store_(*ctx.ops, ctx.ledger, kPartitioned ? layout_.partition_numel() : layout_.flat_numel(), groups,
                m.numels.size(), sub_group_size),
         opened_(layout_.buckets().size(), 0),
         launched_(layout_.buckets().size(), 0),
         ready_(layout_.buckets().size(), 0) {
-    if constexpr (requires { grads_.gather_source(); }) params_.set_partition_source(grads_.gather_source());
+    if constexpr (kSharedGatherSource) params_.set_partition_source(grads_.gather_source());
     build_segments();
   }
   FlatGroup(const FlatGroup&) = delete;
   FlatGroup& operator=(const FlatGroup&) = delete;
 
   const zero::BucketLayout& layout() const noexcept { return layout_; }
+  int rank() const { return ctx_.rank(); }
   ParamId member(std::uint32_t local) const noexcept { return members_[local]; }
   Params& params() noexcept { return params_; }
   std::size_t pending_publications() const noexcept { return params_.pending(); }
@@ -157,7 +163,7 @@ class FlatGroup {
     if constexpr (kPartitioned) {
       for (std::size_t k = 0; k < layout_.buckets().size(); ++k) {
         const zero::Bucket& b = layout_.buckets()[k];
-        store_.master_from(params_.params() + layout_.block_flat_offset(k, ctx_.rank()), b.part_offset, b.block);
+        store_.master_from(params_.owned_values(k), b.part_offset, b.block);
       }
     } else {
       store_.master_from(params_.params(), 0, layout_.flat_numel());
@@ -183,13 +189,13 @@ class FlatGroup {
     c.layout = l;
     return c;
   }
-  Params make_params(bool overlap_param_gather) {
-    if constexpr (std::is_constructible_v<Params, const zero::PathContext<Ops>&, bool>) {
-      return Params(ctx_, overlap_param_gather);
-    } else {
-      (void)overlap_param_gather;
-      return Params(ctx_);
+  zero::ParamPathOptions param_options(bool overlap_param_gather, const std::vector<char>& persistent) const {
+    zero::ParamPathOptions o;
+    o.overlap_param_gather = overlap_param_gather;
+    if (!persistent.empty()) {
+      for (const zero::Bucket& b : layout_.buckets()) o.persistent.push_back(persistent[b.params.front()]);
     }
+    return o;
   }
 
   /// The optimizer's pieces: owned-shaped offsets (master, m, v), and where its gradients are read
@@ -216,7 +222,7 @@ class FlatGroup {
   void launch(std::size_t k) {
     if (launched_[k]) return;
     launched_[k] = 1;
-    if constexpr (WritesGatherSource<Grads>) params_.wait(k);  // the named alias: reduction output = gather source
+    if constexpr (kSharedGatherSource) params_.wait(k);  // the named alias: reduction output = gather source
     grads_.ready(k);
   }
 

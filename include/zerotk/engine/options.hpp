@@ -18,6 +18,28 @@
 
 namespace zerotk {
 
+/// ZeRO stage 3's run-time settings (DeepSpeed's `stage3_*` keys; sizes count elements). Ignored
+/// below stage 3.
+struct Stage3Options {
+  /// Elements gathered ahead of use, following the order recorded in the previous micro-step
+  /// (`stage3_prefetch_bucket_size`); 0 disables prefetching.
+  std::size_t prefetch_bucket_size = 50'000'000;
+  /// Parameters of at most this many elements stay gathered (`stage3_param_persistence_threshold`).
+  std::size_t param_persistence_threshold = 100'000;
+  /// At most this many elements in all are persistent, first come first served in visitation order
+  /// (`stage3_model_persistence_threshold`).
+  std::size_t model_persistence_threshold = static_cast<std::size_t>(-1);
+  /// Gathered elements that prefetching and reuse may hold besides what open scopes need
+  /// (`stage3_max_live_parameters`).
+  std::size_t max_live_parameters = 1'000'000'000;
+  /// A released bucket that the recorded order needs again within this many fetched elements stays
+  /// gathered (`stage3_max_reuse_distance`); 0 releases at once.
+  std::size_t max_reuse_distance = 1'000'000'000;
+  /// Release a layer's parameters after its forward (true, 3 Psi of traffic per step) or keep them
+  /// gathered until its backward (false: 2 Psi, the gathered model's peak is the whole model).
+  bool reshard_after_forward = true;
+};
+
 /// Run-time settings. Defaults follow DeepSpeed where it has one.
 struct EngineOptions {
   /// Bucket capacity in bytes of the working precision; 0 takes the Bucketer policy's.
@@ -66,6 +88,8 @@ struct EngineOptions {
   /// `zero_optimization.sub_group_size`); bounds the pinned staging buffers. Must be >= 1.
   /// Offload<None> steps the partition in one piece and ignores it.
   std::size_t sub_group_size = 1'000'000'000;
+  /// Partitioner<Stage<3>>: fetching, prefetching, persistence (docs/stage3.md).
+  Stage3Options stage3;
 };
 
 }  // namespace zerotk

@@ -41,6 +41,9 @@ struct ParamEntry {
   GroupKind group = GroupKind::main;
   std::uint32_t local = 0;          ///< index within its group's layout
   std::uint32_t optimizer_group = 0;
+  /// Stage 3's fetch unit: the index of the model's direct sub-module (`modules(visit)`) whose
+  /// parameters() visit it, or, for a parameter no sub-module visits, a unit of its own.
+  std::uint32_t unit = 0;
   /// Points the Param at (data, grad); both typed as the Param's element type.
   std::function<void(void* data, void* grad)> bind;
   /// Copies the values the Param holds before the engine binds it into `dst` (numel elements of
@@ -73,6 +76,7 @@ class ParamRegistry {
   template <Module M>
   ParamRegistry(M& model, Rules rules) : rules_(std::move(rules)) {
     collect_fp32_modules(model);
+    collect_units(model);
     model.parameters([&](std::string_view name, auto& p) { add(name, p); });
     check_groups();
   }
@@ -171,6 +175,8 @@ class ParamRegistry {
       throw config_error("group_of returned a group that does not exist", e.name, std::to_string(e.optimizer_group));
     }
     e.local = fp32 ? fp32_count_++ : main_count_++;
+    const auto unit = unit_of_.find(&p);
+    e.unit = unit != unit_of_.end() ? unit->second : units_++;
     e.bind = [&p](void* d, void* g) { p.bind(static_cast<V*>(d), static_cast<V*>(g)); };
     e.read_initial = [&p, n = e.numel](void* dst) {
       const V* values = p.data();
@@ -189,6 +195,23 @@ class ParamRegistry {
       if (e.group == GroupKind::main && e.value_dtype != DType::fp32) {
         throw usage_error("float and 16-bit Params cannot be mixed in one model's main group", e.name);
       }
+    }
+  }
+
+  /// Fetch units: each direct sub-module the model lists with modules(visit) is one.
+  template <class M>
+  void collect_units(M& m) {
+    if constexpr (HasSubmodules<M>) {
+      m.modules([&](auto& child) {
+        if constexpr (Module<std::remove_cvref_t<decltype(child)>>) {
+          bool any = false;
+          child.parameters([&](std::string_view, auto& p) {
+            unit_of_.emplace(&p, units_);
+            any = true;
+          });
+          if (any) ++units_;
+        }
+      });
     }
   }
 
@@ -215,7 +238,8 @@ class ParamRegistry {
   std::unordered_set<const void*> fp32_params_;
   std::vector<ModuleEntry> modules_;
   std::unordered_map<const void*, ModuleId> modules_by_address_;
-  std::uint32_t main_count_ = 0, fp32_count_ = 0;
+  std::unordered_map<const void*, std::uint32_t> unit_of_;
+  std::uint32_t main_count_ = 0, fp32_count_ = 0, units_ = 0;
   std::size_t psi_ = 0;
   bool emulated_ = false;
 };

@@ -40,8 +40,6 @@ struct Resolved {
   using offload = find_policy_t<policy::offload, Offload<None>, Ps...>;
   using device = find_policy_t<policy::device, Device<Host>, Ps...>;
   static constexpr bool compatible = Compat<partitioner, optimizer, precision, offload, device>::value;
-  /// What the groups are built from (a stand-in where Compat already reported the policy).
-  using partitioner_impl = std::conditional_t<(partitioner::stage <= 2), partitioner, Partitioner<Stage<0>>>;
   /// The Offload tag whose state store the groups use (None stands in for Nvme, which Compat reports).
   using store_tag = std::conditional_t<std::is_same_v<typename offload::tag, Nvme>, None, typename offload::tag>;
 };

@@ -71,13 +71,16 @@ class BucketLayout {
   BucketLayout() = default;
 
   /// `numels[i]` is parameter i's element count (visitation order), `groups[i]` its optimizer group.
-  /// `bucket_numel` is the bucket capacity in elements (>= 1).
+  /// `bucket_numel` is the bucket capacity in elements (>= 1). `units` (empty, or one per parameter):
+  /// a bucket never holds parameters of two units (stage 3 fetches whole buckets, so a unit's
+  /// buckets are exactly what its layer needs); consecutive parameters of one unit share a key.
   BucketLayout(std::span<const std::size_t> numels, std::span<const std::uint32_t> groups, int world,
-             std::size_t bucket_numel)
+               std::size_t bucket_numel, std::span<const std::uint32_t> units = {})
       : world_(world) {
     if (world < 1) throw usage_error("world size must be >= 1", "BucketLayout", std::to_string(world));
     if (bucket_numel == 0) throw usage_error("bucket size must be >= 1 element", "BucketLayout", "0");
     if (groups.size() != numels.size()) throw usage_error("one group per parameter expected", "BucketLayout");
+    if (!units.empty() && units.size() != numels.size()) throw usage_error("one unit per parameter expected", "BucketLayout");
     const std::size_t align = 2 * static_cast<std::size_t>(world);
     params_.resize(numels.size());
 
@@ -86,7 +89,8 @@ class BucketLayout {
     std::size_t fill = 0;
     for (std::size_t j = numels.size(); j-- > 0;) {
       const std::size_t n = numels[j];
-      if (members.empty() || (fill > 0 && fill + n > bucket_numel)) {
+      const bool new_unit = !units.empty() && !members.empty() && units[j] != units[members.back().back()];
+      if (members.empty() || new_unit || (fill > 0 && fill + n > bucket_numel)) {
         members.emplace_back();
         fill = 0;
       }

@@ -7,11 +7,14 @@
 ///   0      FlatAllReduce<When>       all-reduce     Replicated                       no
 ///   1      BlockReduceScatter<When>  in place       BucketGather (in place)          yes
 ///   2      PooledBuckets             pool + part.   BucketGather (from the partition) yes
+///   3      PooledBuckets             pool + part.   FetchOnDemand (shards, gathered  yes
+///                                                   per layer: engine/fetch_sharded.hpp)
 ///
 /// `When` (policies.hpp, when::) is when gradients are reduced under accumulation: stages 0 and 1
 /// default to at_boundary (DeepSpeed's order), stage 2 always reduces every micro-step. Every stage
 /// uses the bucket layout (zero/layout.hpp): the same buckets and blocks, so the same elements meet
-/// the same reductions in every stage. Stage 3 is not available yet (engine/compat.hpp says so).
+/// the same reductions in every stage. Stage 3's buckets never span two fetch units (a model's
+/// sub-modules, or single parameters), so a layer gathers exactly its own buckets.
 
 #include <type_traits>
 
@@ -21,6 +24,7 @@
 #include "zerotk/zero/grads/pooled_buckets.hpp"
 #include "zerotk/zero/layout.hpp"
 #include "zerotk/zero/params/bucket_gather.hpp"
+#include "zerotk/zero/params/fetch_on_demand.hpp"
 #include "zerotk/zero/params/replicated.hpp"
 
 namespace zerotk {
@@ -32,6 +36,10 @@ struct default_when {
 };
 template <>
 struct default_when<Stage<2>> {
+  using type = when::every_micro_step;
+};
+template <>
+struct default_when<Stage<3>> {
   using type = when::every_micro_step;
 };
 template <class W>
@@ -93,15 +101,22 @@ struct Partitioner<Stage<2>, When> {
   using params = zero::BucketGather<T, Ops>;
 };
 
-/// Stage 3 is named so that configs and compile errors can speak of it; engine/compat.hpp rejects it.
 template <class When>
 struct Partitioner<Stage<3>, When> {
+  static_assert(std::is_same_v<When, when::every_micro_step>,
+                "Partitioner<Stage<3>>: stage 3 keeps only its partition of the gradients, so it reduces every "
+                "micro-step; when::at_boundary is for stages 0 and 1");
   using policy_kind = policy::partitioner;
   using when = When;
   static constexpr int stage = 3;
   static constexpr bool partitions_optimizer_state = true;
   static constexpr bool partitions_gradients = true;
   static constexpr bool partitions_parameters = true;
+  using layout = zero::BucketLayout;
+  template <class T, class Ops>
+  using grads = zero::PooledBuckets<T, Ops>;
+  template <class T, class Ops>
+  using params = zero::FetchOnDemand<T, Ops>;
 };
 
 /// Bucketer<Bytes<N>>: gradient buckets of N bytes (of the working precision). Overridable at run

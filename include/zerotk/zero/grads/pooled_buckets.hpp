@@ -8,7 +8,9 @@
 ///
 /// The reduced partition is a named, shared buffer: after the update the optimizer writes the new
 /// 16-bit values into it and the parameter path all-gathers from it (`gather_source()`), so a
-/// bucket's next reduction must wait until that bucket's gather is done (`kWritesGatherSource`).
+/// bucket's next reduction must wait until that bucket's gather is done (engine/group.hpp,
+/// `kSharedGatherSource`). Stage 3 reduces the same way, but its parameter path keeps a shard of its
+/// own and takes no gather source.
 
 #include <algorithm>
 #include <cstddef>
@@ -21,9 +23,6 @@ namespace zerotk::zero {
 template <class T, class Ops>
 class PooledBuckets {
  public:
-  /// ready(k) overwrites block k of gather_source(): the caller waits for that bucket's gather first.
-  static constexpr bool kWritesGatherSource = true;
-
   PooledBuckets(const PathContext<Ops>& c)
       : c_(c),
         part_(c.ops->template allocate<T>(c.layout->partition_numel(), MemoryCategory::grads, c.ledger)),

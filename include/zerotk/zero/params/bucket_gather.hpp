@@ -21,14 +21,19 @@ namespace zerotk::zero {
 template <class T, class Ops>
 class BucketGather {
  public:
-  BucketGather(const PathContext<Ops>& c, bool overlap_param_gather)
+  static constexpr bool kResident = true;
+
+  BucketGather(const PathContext<Ops>& c, const ParamPathOptions& o)
       : c_(c),
         params_(c.ops->template allocate<T>(c.layout->flat_numel(), MemoryCategory::params16, c.ledger)),
         inflight_(c.layout->buckets().size()),
         gathering_(c.layout->buckets().size(), 0),
-        overlap_(overlap_param_gather) {}
+        overlap_(o.overlap_param_gather) {}
 
   T* params() { return params_.data(); }
+  T* values(std::size_t k) { return params_.data() + c_.layout->buckets()[k].flat_offset; }
+  /// This rank's block of bucket k, where the fp32 master is initialised from.
+  T* owned_values(std::size_t k) { return params_.data() + c_.layout->block_flat_offset(k, c_.rank()); }
 
   /// Stage 1: in place, this rank's blocks of the flat buffer. Stage 2 gathers from its own
   /// partition buffer instead (set_partition_source).

@@ -4,7 +4,10 @@
 /// the new values in place into the flat buffer and nothing is gathered.
 ///
 /// A parameter path owns where a group's parameters live. Its members:
-///   params()                    the flat buffer the Params are bound into
+///   kResident                   every bucket's values are always in place (stages 0-2), or only
+///                               while fetched (stage 3, fetch_on_demand.hpp)
+///   values(k)                   where bucket k's full values are (null when not resident)
+///   params()                    resident paths: the flat buffer the Params are bound into
 ///   optimizer_out()             where the optimizer writes the new values, and whether that is
 ///                               owned-shaped (like the master) or the flat buffer
 ///   publish(on_bucket)          after the update: make every rank's parameters current; calls
@@ -13,10 +16,19 @@
 ///   pending()                   publications in flight
 
 #include <cstddef>
+#include <vector>
 
 #include "zerotk/zero/grads/context.hpp"
 
 namespace zerotk::zero {
+
+/// What a parameter path is built with besides its PathContext.
+struct ParamPathOptions {
+  /// Stages 1/2: leave the all-gather of updated values in flight after the step.
+  bool overlap_param_gather = false;
+  /// Stage 3: [bucket] kept gathered at all times (stage3_param_persistence_threshold).
+  std::vector<char> persistent;
+};
 
 /// Where the optimizer writes 16-bit values.
 template <class T>
@@ -28,10 +40,13 @@ struct OptimizerOut {
 template <class T, class Ops>
 class Replicated {
  public:
-  Replicated(const PathContext<Ops>& c)
+  static constexpr bool kResident = true;
+
+  Replicated(const PathContext<Ops>& c, const ParamPathOptions&)
       : c_(c), params_(c.ops->template allocate<T>(c.layout->flat_numel(), MemoryCategory::params16, c.ledger)) {}
 
   T* params() { return params_.data(); }
+  T* values(std::size_t k) { return params_.data() + c_.layout->buckets()[k].flat_offset; }
   OptimizerOut<T> optimizer_out() { return {params_.data(), true}; }
 
   template <class OnBucket>

@@ -1,0 +1,38 @@
+#pragma once
+/// \file zerotk/engine/fetch.hpp
+/// What the engine's scopes call to have a layer's parameter values in place: a fetch schedule.
+/// Stages 0-2 keep every value resident (engine/fetch_resident.hpp); stage 3 gathers shards on
+/// demand, prefetches by a recorded order and checks that order across ranks
+/// (engine/fetch_sharded.hpp). Members:
+///   before(m, phase)   a layer's forward or backward scope opens: its parameters (own and
+///                      external) hold their values when this returns
+///   after(m, phase)    the scope closed
+///   hold(m), unhold(m) a gather scope (Engine::gather) outside the layer order
+///   end_micro_step(n)  step(): the micro-step's sequence of scopes is complete
+
+#include <cstdint>
+
+#include "zerotk/engine/options.hpp"
+#include "zerotk/engine/registry.hpp"
+
+namespace zerotk::engine {
+
+/// Which scope a fetch serves.
+enum class Phase : std::uint8_t { forward, backward };
+
+/// What a fetch schedule is built from (each takes what it needs).
+template <class Bindings, class MainGroup, class Fp32Group, class Comm>
+struct FetchContext {
+  using bindings_type = Bindings;
+  using main_group = MainGroup;
+  using fp32_group = Fp32Group;
+  using comm_type = Comm;
+  Bindings* bindings = nullptr;
+  ParamRegistry* registry = nullptr;
+  MainGroup* main = nullptr;
+  Fp32Group* f32 = nullptr;
+  Comm* comm = nullptr;
+  Stage3Options options;
+};
+
+}  // namespace zerotk::engine

@@ -1,0 +1,269 @@
+#pragma once
+/// \file zerotk/engine/fetch_sharded.hpp
+/// ShardedFetch: the fetch schedule of ZeRO stage 3. Parameters live as shards
+/// (zero/params/fetch_on_demand.hpp); a layer's scope gathers the buckets holding its parameters and
+/// its external_parameters before the user's code runs, and gives them back when the scope closes.
+///
+/// - Order. Every scope is an event: (phase, the layer's first parameter). The sequence of one
+///   micro-step is kept as the trace the next micro-step follows. At step() the ranks compare their
+///   sequences with one small all-reduce (length and a hash): ranks whose layers ran in different
+///   orders get an error naming the micro-step and both sequences, instead of a hang or silently
+///   mixed values. A sequence that changes the same way on every rank is recorded again.
+/// - Prefetch. While the current micro-step follows the trace, opening event i also starts the
+///   gathers of the buckets of events i+1, i+2, ... up to `prefetch_bucket_size` elements, so
+///   communication overlaps the layers before them.
+/// - Reuse. A bucket whose last hold ends stays gathered if the trace needs it again within
+///   `max_reuse_distance` fetched elements; else it goes back to the pool at once.
+/// - Live bound. Prefetch and reuse never take the gathered elements past `max_live_parameters`;
+///   what open scopes need is always gathered.
+/// - `reshard_after_forward = false`: a layer's buckets stay held from its forward to its backward.
+///
+/// Every decision is a function of the trace and of what is resident, which are the same on every
+/// rank, so every rank issues the same collectives in the same order.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "zerotk/comm/communicator.hpp"
+#include "zerotk/core/error.hpp"
+#include "zerotk/engine/fetch.hpp"
+#include "zerotk/zero/layout.hpp"
+
+namespace zerotk::engine {
+
+template <class Context>
+class ShardedFetch {
+ public:
+  explicit ShardedFetch(const Context& c) : c_(c) {}
+
+  /// A gather scope (Engine::gather): the buckets are held, outside the recorded order.
+  void hold(const ModuleEntry& m) {
+    const Event e = event_of(m, Phase::forward);
+    for (const Unit& u : e.units) with_params(u, [&](auto& p) { p.fetch(u.bucket); });
+    for (const Unit& u : e.units) with_params(u, [&](auto& p) { p.acquire(u.bucket); });
+  }
+  void unhold(const ModuleEntry& m) {
+    const Event e = event_of(m, Phase::forward);
+    for (const Unit& u : e.units) {
+      with_params(u, [&](auto& p) {
+        p.release(u.bucket);
+        if (p.holds(u.bucket) == 0) p.evict(u.bucket);
+      });
+    }
+  }
+
+  void before(const ModuleEntry& m, Phase phase) {
+    Event e = event_of(m, phase);
+    const std::size_t i = current_.size();
+    on_trace_ = on_trace_ && i < trace_.size() && trace_[i].key == e.key;
+    const bool held = phase == Phase::backward && !c_.options.reshard_after_forward && take_forward_hold(e.key);
+    if (!held) {
+      for (const Unit& u : e.units) with_params(u, [&](auto& p) { p.fetch(u.bucket); });
+      if (on_trace_) prefetch(i);
+      try {
+        for (const Unit& u : e.units) with_params(u, [&](auto& p) { p.acquire(u.bucket); });
+      } catch (const error& x) {
+        throw_context(x, e, i);
+      }
+    }
+    current_.push_back(std::move(e));
+  }
+
+  void after(const ModuleEntry& m, Phase phase) {
+    const Event e = event_of(m, phase);
+    if (phase == Phase::forward && !c_.options.reshard_after_forward) {
+      forward_holds_.push_back(e);  // the backward event of the same layer takes these holds
+      return;
+    }
+    release(e);
+  }
+
+  /// The micro-step's sequence is complete: compared across ranks, then the trace of the next.
+  void end_micro_step(std::int64_t micro_step) {
+    for (const Event& e : forward_holds_) release(e);  // a forward whose backward never came
+    forward_holds_.clear();
+    check_same_order(micro_step);
+    if (!on_trace_ || current_.size() != trace_.size()) trace_ = std::move(current_);
+    current_.clear();
+    on_trace_ = true;
+  }
+
+  /// Gathered elements now, over both groups.
+  std::size_t live_numel() const {
+    std::size_t n = 0;
+    if (c_.main) n += c_.main->params().live_numel();
+    if (c_.f32) n += c_.f32->params().live_numel();
+    return n;
+  }
+
+ private:
+  struct Unit {
+    std::uint8_t group = 0;  ///< 0: main, 1: fp32-kept
+    std::uint32_t bucket = 0;
+    std::size_t numel = 0;
+    bool operator==(const Unit& o) const noexcept { return group == o.group && bucket == o.bucket; }
+  };
+  struct Event {
+    std::uint32_t key = 0;  ///< (first parameter id << 1) | backward
+    std::vector<Unit> units;
+    std::size_t numel = 0;
+  };
+
+  template <class F>
+  void with_params(const Unit& u, F&& f) {
+    if (u.group == 0) {
+      f(c_.main->params());
+    } else {
+      f(c_.f32->params());
+    }
+  }
+
+  Event event_of(const ModuleEntry& m, Phase phase) const {
+    Event e;
+    const ParamId first = !m.own.empty() ? m.own.front() : (!m.external.empty() ? m.external.front() : 0);
+    e.key = (first << 1) | (phase == Phase::backward ? 1u : 0u);
+    auto add = [&](const std::vector<ParamId>& ids) {
+      for (ParamId id : ids) {
+        const ParamEntry& p = (*c_.registry)[id];
+        Unit u;
+        u.group = p.group == GroupKind::main ? 0 : 1;
+        const zero::BucketLayout& l = u.group == 0 ? c_.main->layout() : c_.f32->layout();
+        u.bucket = l.param(p.local).bucket;
+        u.numel = l.buckets()[u.bucket].numel;
+        if (std::find(e.units.begin(), e.units.end(), u) == e.units.end()) {
+          e.units.push_back(u);
+          e.numel += u.numel;
+        }
+      }
+    };
+    add(m.own);
+    add(m.external);
+    return e;
+  }
+
+  /// reshard_after_forward = false: the holds the same layer's forward kept, if any.
+  bool take_forward_hold(std::uint32_t backward_key) {
+    for (std::size_t j = forward_holds_.size(); j-- > 0;) {
+      if ((forward_holds_[j].key | 1u) != backward_key) continue;
+      forward_holds_.erase(forward_holds_.begin() + static_cast<std::ptrdiff_t>(j));
+      return true;
+    }
+    return false;
+  }
+
+  void release(const Event& e) {
+    for (const Unit& u : e.units) {
+      with_params(u, [&](auto& p) {
+        p.release(u.bucket);
+        if (p.holds(u.bucket) == 0 && !keep_for_reuse(u)) p.evict(u.bucket);
+      });
+    }
+  }
+
+  bool resident_or_flying(const Unit& u) {
+    bool r = false;
+    with_params(u, [&](auto& p) { r = p.resident(u.bucket); });
+    return r;
+  }
+
+  /// Starts the gathers of the events after i in the trace, up to the prefetch budget.
+  void prefetch(std::size_t i) {
+    std::size_t budget = c_.options.prefetch_bucket_size;
+    for (std::size_t j = i + 1; j < trace_.size() && budget > 0; ++j) {
+      for (const Unit& u : trace_[j].units) {
+        if (resident_or_flying(u)) continue;
+        if (u.numel > budget || live_numel() + u.numel > c_.options.max_live_parameters) return;
+        with_params(u, [&](auto& p) { p.fetch(u.bucket); });
+        budget -= u.numel;
+      }
+    }
+  }
+
+  /// Whether the trace needs bucket u again soon after the current event.
+  bool keep_for_reuse(const Unit& u) const {
+    if (!on_trace_ || c_.options.max_reuse_distance == 0) return false;
+    if (live_numel() > c_.options.max_live_parameters) return false;
+    std::size_t distance = 0;
+    for (std::size_t j = current_.size(); j < trace_.size(); ++j) {
+      const Event& e = trace_[j];
+      if (std::find(e.units.begin(), e.units.end(), u) != e.units.end()) return true;
+      distance += e.numel;
+      if (distance > c_.options.max_reuse_distance) return false;
+    }
+    return false;
+  }
+
+  std::string event_name(std::uint32_t key) const {
+    return std::string(key & 1u ? "backward " : "forward ") + (*c_.registry)[key >> 1].name;
+  }
+
+  std::string sequence_text(const std::vector<std::uint32_t>& keys, std::size_t around) const {
+    std::string s = "[";
+    const std::size_t from = around > 2 ? around - 2 : 0, to = std::min(keys.size(), around + 3);
+    if (from > 0) s += "... ";
+    for (std::size_t j = from; j < to; ++j) s += (j > from ? ", " : "") + event_name(keys[j]);
+    if (to < keys.size()) s += ", ...";
+    s += "] (" + std::to_string(keys.size()) + " scopes)";
+    return s;
+  }
+
+  [[noreturn]] void throw_context(const error& x, const Event& e, std::size_t i) const {
+    throw comm_error("gathering the parameters of " + event_name(e.key) + " (scope " + std::to_string(i + 1) +
+                         " of this micro-step) failed; ranks that run their layers in different orders make ZeRO "
+                         "stage 3's gathers mismatch: " + x.message(),
+                     x.where(), x.value());
+  }
+
+  /// One all-reduce (max) of {n, -n, h1, -h1, h2, -h2} over ranks: equal everywhere iff every rank
+  /// ran the same sequence. On a difference, the sequences themselves are summed into one table so
+  /// every rank can name both and throws the same error.
+  void check_same_order(std::int64_t micro_step) {
+    std::uint64_t h = 1469598103934665603ull;
+    for (const Event& e : current_) {
+      h ^= e.key;
+      h *= 1099511628211ull;
+    }
+    const double n = static_cast<double>(current_.size());
+    const double h1 = static_cast<double>(h & 0x3ffffffu), h2 = static_cast<double>((h >> 26) & 0x3ffffffu);
+    double in[6] = {n, -n, h1, -h1, h2, -h2}, out[6];
+    c_.comm->all_reduce_host(in, out, 6, comm::ReduceOp::max);
+    if (out[0] == -out[1] && out[2] == -out[3] && out[4] == -out[5]) return;
+
+    const int world = c_.comm->size(), rank = c_.comm->rank();
+    const auto longest = static_cast<std::size_t>(out[0]);
+    std::vector<double> table(static_cast<std::size_t>(world) * (longest + 1), 0.0), all(table.size());
+    double* mine = table.data() + static_cast<std::size_t>(rank) * (longest + 1);
+    mine[0] = n;
+    for (std::size_t j = 0; j < current_.size(); ++j) mine[j + 1] = static_cast<double>(current_[j].key);
+    c_.comm->all_reduce_host(table.data(), all.data(), all.size(), comm::ReduceOp::sum);
+    std::vector<std::vector<std::uint32_t>> seq(static_cast<std::size_t>(world));
+    for (int r = 0; r < world; ++r) {
+      const double* row = all.data() + static_cast<std::size_t>(r) * (longest + 1);
+      for (std::size_t j = 0; j < static_cast<std::size_t>(row[0]); ++j) seq[static_cast<std::size_t>(r)].push_back(static_cast<std::uint32_t>(row[j + 1]));
+    }
+    // The first rank whose sequence differs from rank 0's, and where.
+    for (std::size_t r = 1; r < seq.size(); ++r) {
+      if (seq[r] == seq[0]) continue;
+      std::size_t at = 0;
+      while (at < seq[0].size() && at < seq[r].size() && seq[0][at] == seq[r][at]) ++at;
+      throw usage_error("ranks ran their layers' scopes in different orders; ZeRO stage 3 gathers each layer's "
+                        "parameters with collectives every rank must issue in the same order (first difference at "
+                        "scope " + std::to_string(at + 1) + ")",
+                        "Engine::step: micro-step " + std::to_string(micro_step),
+                        "rank 0: " + sequence_text(seq[0], at) + "; rank " + std::to_string(r) + ": " +
+                            sequence_text(seq[r], at));
+    }
+    throw usage_error("ranks ran their layers' scopes in different orders (the sequences hash differently)",
+                      "Engine::step: micro-step " + std::to_string(micro_step));
+  }
+
+  Context c_;
+  std::vector<Event> trace_, current_;
+  std::vector<Event> forward_holds_;  // forwards that kept their buckets for their layer's backward
+  bool on_trace_ = true;
+};
+
+}  // namespace zerotk::engine

@@ -1,0 +1,197 @@
+#pragma once
+/// \file zerotk/zero/params/fetch_on_demand.hpp
+/// Stage 3's parameter path: each rank keeps only its shard of the 16-bit parameters (block r of every
+/// bucket, `partition_numel` elements) and gathers a bucket's full values into a pool buffer when a
+/// layer needs them. The engine's fetch schedule (engine/fetch_sharded.hpp) decides when:
+///
+///   fetch(k)      start the all-gather of bucket k into a free pool buffer (no-op if resident)
+///   wait(k)       the gather has arrived: the bucket's Params are bound to it (on_residency)
+///   acquire(k) / release(k)   a scope's hold; a bucket nobody holds may be evicted
+///   evict(k)      the buffer goes back to the pool and the bucket's Params are unbound (null data)
+///
+/// Persistent buckets (parameters under `stage3_param_persistence_threshold`) have a buffer of their
+/// own, are gathered once after every update (publish) and never evicted.
+///
+/// The pool: buffers of the largest non-persistent bucket's size, created on first need and reused
+/// for the life of the engine (no allocation in steady state); the ledger shows them under
+/// MemoryCategory::gathered. The optimizer writes the new values into the shard in place
+/// (owned-shaped), so publication only has to regather the persistent buckets: every other bucket
+/// is fetched fresh by the next scope that needs it.
+
+#include <algorithm>
+#include <cstddef>
+#include <functional>
+#include <vector>
+
+#include "zerotk/core/error.hpp"
+#include "zerotk/zero/grads/context.hpp"
+#include "zerotk/zero/params/replicated.hpp"
+
+namespace zerotk::zero {
+
+template <class T, class Ops>
+class FetchOnDemand {
+ public:
+  /// Buckets live only while fetched: a parameter has no values outside its layer's scopes.
+  static constexpr bool kResident = false;
+
+  FetchOnDemand(const PathContext<Ops>& c, const ParamPathOptions& o)
+      : c_(c),
+        shard_(c.ops->template allocate<T>(c.layout->partition_numel(), MemoryCategory::params16, c.ledger)),
+        state_(c.layout->buckets().size()) {
+    const auto buckets = c.layout->buckets();
+    for (std::size_t k = 0; k < buckets.size(); ++k) {
+      if (k < o.persistent.size() && o.persistent[k]) {
+        state_[k].persistent = true;
+        state_[k].own = static_cast<int>(persistent_.size());
+        persistent_.push_back(c.ops->template allocate<T>(buckets[k].numel, MemoryCategory::gathered, c.ledger));
+      } else {
+        slot_numel_ = std::max(slot_numel_, buckets[k].numel);
+      }
+    }
+  }
+
+  /// Called with (k, values) when bucket k's gathered values become usable, and (k, nullptr) when it
+  /// is evicted. The engine's bindings point the bucket's Params there.
+  void on_residency(std::function<void(std::size_t, T*)> f) { on_residency_ = std::move(f); }
+
+  /// This rank's shard: block r of bucket k at `buckets()[k].part_offset`.
+  T* shard() noexcept { return shard_.data(); }
+  T* owned_values(std::size_t k) noexcept { return shard_.data() + c_.layout->buckets()[k].part_offset; }
+  OptimizerOut<T> optimizer_out() { return {shard_.data(), true}; }
+
+  bool persistent(std::size_t k) const noexcept { return state_[k].persistent; }
+  bool resident(std::size_t k) const noexcept { return state_[k].own >= 0 && !state_[k].stale; }
+  int holds(std::size_t k) const noexcept { return state_[k].holds; }
+  /// Bucket k's gathered values (after wait(k)), or null when it is not resident.
+  T* values(std::size_t k) noexcept { return resident(k) ? buffer(k) : nullptr; }
+  /// Elements held by gathered buffers now, and the most ever (the pool's high-water mark in use).
+  std::size_t live_numel() const noexcept { return live_numel_; }
+  std::size_t pool_buffers() const noexcept { return pool_.size(); }
+
+  /// Starts gathering bucket k unless it is resident or in flight.
+  void fetch(std::size_t k) {
+    State& s = state_[k];
+    if (resident(k)) return;
+    if (s.persistent) {  // its own buffer: gathered on first use and again after every update
+      s.stale = false;
+      start_gather(k);
+      return;
+    }
+    if (free_.empty()) {
+      pool_.push_back(c_.ops->template allocate<T>(slot_numel_, MemoryCategory::gathered, c_.ledger));
+      free_.push_back(static_cast<int>(pool_.size() - 1));
+    }
+    s.own = free_.back();
+    s.stale = false;
+    free_.pop_back();
+    live_numel_ += c_.layout->buckets()[k].numel;
+    start_gather(k);
+  }
+
+  /// Waits for bucket k's gather if it is in flight; then its Params see the values.
+  void wait(std::size_t k) {
+    State& s = state_[k];
+    if (!s.gathering) return;
+    s.gathering = false;
+    --pending_;
+    s.work.wait();
+    if (on_residency_) on_residency_(k, buffer(k));
+  }
+
+  void acquire(std::size_t k) {
+    fetch(k);
+    ++state_[k].holds;
+    wait(k);
+  }
+  void release(std::size_t k) {
+    State& s = state_[k];
+    if (s.holds <= 0) throw usage_error("bucket released more often than acquired", "FetchOnDemand", std::to_string(k));
+    --s.holds;
+  }
+
+  /// Returns bucket k's buffer to the pool (a no-op for persistent buckets and for held ones).
+  void evict(std::size_t k) {
+    State& s = state_[k];
+    if (s.persistent || s.holds > 0 || s.own < 0) return;
+    if (s.gathering) wait(k);  // the buffer is being written: it can only go back once complete
+    free_.push_back(s.own);
+    s.own = -1;
+    live_numel_ -= c_.layout->buckets()[k].numel;
+    if (on_residency_) on_residency_(k, nullptr);
+  }
+
+  /// After the update the shard holds new values: every non-persistent bucket still resident is
+  /// stale and evicted; persistent buckets are gathered again.
+  template <class OnBucket>
+  void publish(OnBucket&& on_bucket) {
+    synchronize();
+    for (std::size_t k = 0; k < state_.size(); ++k) {
+      if (!state_[k].persistent) evict(k);
+    }
+    for (std::size_t k = state_.size(); k-- > 0;) {
+      if (state_[k].persistent) {
+        state_[k].stale = true;
+        fetch(k);
+      }
+    }
+    for (std::size_t k = state_.size(); k-- > 0;) {
+      if (state_[k].persistent) {
+        wait(k);
+        on_bucket(k);
+      }
+    }
+  }
+
+  void synchronize() {
+    if (pending_ == 0) return;
+    for (std::size_t k = state_.size(); k-- > 0;) wait(k);
+  }
+  std::size_t pending() const noexcept { return pending_; }
+  void drain_quietly() noexcept {
+    for (State& s : state_) {
+      if (!s.gathering) continue;
+      try {
+        s.work.wait();
+      } catch (...) {
+      }
+      s.gathering = false;
+    }
+    pending_ = 0;
+  }
+
+ private:
+  struct State {
+    comm::Work work;
+    int own = -1;          ///< pool buffer (or persistent buffer) index, -1: not resident
+    int holds = 0;         ///< open scopes holding the bucket
+    bool gathering = false;
+    bool persistent = false;
+    bool stale = true;     ///< persistent buckets: the buffer does not hold the shards' current values
+  };
+
+  T* buffer(std::size_t k) noexcept {
+    const State& s = state_[k];
+    if (s.own < 0) return nullptr;
+    return (s.persistent ? persistent_ : pool_)[static_cast<std::size_t>(s.own)].data();
+  }
+
+  void start_gather(std::size_t k) {
+    const Bucket& b = c_.layout->buckets()[k];
+    State& s = state_[k];
+    s.work = c_.comm->all_gather(shard_.data() + b.part_offset, buffer(k), b.block, dtype_of_v<T>);
+    s.gathering = true;
+    ++pending_;
+  }
+
+  PathContext<Ops> c_;
+  typename Ops::template Buffer<T> shard_;                   // [partition_numel]
+  std::vector<typename Ops::template Buffer<T>> pool_;       // [pool buffers][slot_numel_]
+  std::vector<typename Ops::template Buffer<T>> persistent_; // [persistent buckets][bucket numel]
+  std::vector<int> free_;                                    // pool buffers holding no bucket
+  std::vector<State> state_;                                 // [bucket]
+  std::function<void(std::size_t, T*)> on_residency_;
+  std::size_t slot_numel_ = 0, live_numel_ = 0, pending_ = 0;
+};
+
+}  // namespace zerotk::zero
