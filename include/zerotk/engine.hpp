@@ -249,14 +249,18 @@ class Engine {
   /// must have been in a backward scope during the micro-step (usage_error naming those that were not).
   StepReport step(double loss = 0.0) {
     bindings_->check_every_parameter_had_backward(micro_steps_ + 1);
-    fetch_->end_micro_step(micro_steps_ + 1);
     const bool first = micro_in_accum_ == 0;
+    const bool boundary = micro_in_accum_ + 1 == options_.gradient_accumulation_steps;
+    const auto t0 = detail::Clock::now();
+    try {
+      fetch_->end_micro_step(micro_steps_ + 1);
+      for_each_group([&](auto& g) { g.end_micro_step(boundary, first); });
+    } catch (const comm_error& e) {
+      fetch_->rethrow_with_order(e);
+    }
     loss_sum_ += loss;
     ++micro_in_accum_;
     ++micro_steps_;
-    const bool boundary = micro_in_accum_ == options_.gradient_accumulation_steps;
-    const auto t0 = detail::Clock::now();
-    for_each_group([&](auto& g) { g.end_micro_step(boundary, first); });
     bindings_->end_micro_step();
     timings_.backward_allreduce_ms += detail::ms_since(t0);
 

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "zerotk/core/error.hpp"
 #include "zerotk/engine/fetch.hpp"
 
 namespace zerotk::engine {
@@ -25,6 +26,7 @@ class ResidentFetch {
   void hold(const ModuleEntry& m) { before(m, Phase::forward); }
   void unhold(const ModuleEntry&) {}
   void end_micro_step(std::int64_t) {}
+  [[noreturn]] void rethrow_with_order(const comm_error& x) const { throw x; }
 
  private:
   Bindings* bindings_;

@@ -65,7 +65,7 @@ class ShardedFetch {
       if (on_trace_) prefetch(i);
       try {
         for (const Unit& u : e.units) with_params(u, [&](auto& p) { p.acquire(u.bucket); });
-      } catch (const error& x) {
+      } catch (const comm_error& x) {
         throw_context(x, e, i);
       }
     }
@@ -91,11 +91,17 @@ class ShardedFetch {
     on_trace_ = true;
   }
 
-  /// Gathered elements now, over both groups.
+  /// Gathered elements now (pool buffers in use; persistent buckets not counted), over both groups.
   std::size_t live_numel() const {
     std::size_t n = 0;
     if (c_.main) n += c_.main->params().live_numel();
     if (c_.f32) n += c_.f32->params().live_numel();
+    return n;
+  }
+  std::size_t held_numel() const {
+    std::size_t n = 0;
+    if (c_.main) n += c_.main->params().held_numel();
+    if (c_.f32) n += c_.f32->params().held_numel();
     return n;
   }
 
@@ -169,9 +175,12 @@ class ShardedFetch {
     return r;
   }
 
-  /// Starts the gathers of the events after i in the trace, up to the prefetch budget.
+  /// Starts the gathers of the events after i in the trace, while the elements gathered ahead of
+  /// use (resident, held by no scope) stay within the prefetch budget.
   void prefetch(std::size_t i) {
-    std::size_t budget = c_.options.prefetch_bucket_size;
+    const std::size_t ahead = live_numel() - held_numel();
+    if (ahead >= c_.options.prefetch_bucket_size) return;
+    std::size_t budget = c_.options.prefetch_bucket_size - ahead;
     for (std::size_t j = i + 1; j < trace_.size() && budget > 0; ++j) {
       for (const Unit& u : trace_[j].units) {
         if (resident_or_flying(u)) continue;
@@ -212,10 +221,28 @@ class ShardedFetch {
 
   [[noreturn]] void throw_context(const error& x, const Event& e, std::size_t i) const {
     throw comm_error("gathering the parameters of " + event_name(e.key) + " (scope " + std::to_string(i + 1) +
-                         " of this micro-step) failed; ranks that run their layers in different orders make ZeRO "
-                         "stage 3's gathers mismatch: " + x.message(),
+                         " of this micro-step) failed; " + order_context() + ": " + x.message(),
                      x.where(), x.value());
   }
+
+  /// This rank's scopes so far and the recorded order, for an error.
+  std::string order_context() const {
+    std::vector<std::uint32_t> now, then;
+    for (const Event& e : current_) now.push_back(e.key);
+    for (const Event& e : trace_) then.push_back(e.key);
+    return "ranks that run their layers in different orders make ZeRO stage 3's collectives mismatch (rank " +
+           std::to_string(c_.comm->rank()) + " ran " + sequence_text(now, now.size() > 0 ? now.size() - 1 : 0) +
+           " in this micro-step; the previous one ran " + sequence_text(then, now.size() > 0 ? now.size() - 1 : 0) + ")";
+  }
+
+ public:
+  /// A collective failed during the micro-step (step() waits for the reductions): the same error
+  /// with this rank's order of scopes.
+  [[noreturn]] void rethrow_with_order(const comm_error& x) const {
+    throw comm_error(order_context() + ": " + x.message(), x.where(), x.value());
+  }
+
+ private:
 
   /// One all-reduce (max) of {n, -n, h1, -h1, h2, -h2} over ranks: equal everywhere iff every rank
   /// ran the same sequence. On a difference, the sequences themselves are summed into one table so

@@ -67,6 +67,10 @@ class FetchOnDemand {
   T* values(std::size_t k) noexcept { return resident(k) ? buffer(k) : nullptr; }
   /// Elements held by gathered buffers now, and the most ever (the pool's high-water mark in use).
   std::size_t live_numel() const noexcept { return live_numel_; }
+  /// Elements of the resident buckets some scope holds (the rest is prefetched or kept for reuse).
+  std::size_t held_numel() const noexcept { return held_numel_; }
+  /// Elements of one pool buffer: every non-persistent bucket fits one.
+  std::size_t slot_numel() const noexcept { return slot_numel_; }
   std::size_t pool_buffers() const noexcept { return pool_.size(); }
 
   /// Starts gathering bucket k unless it is resident or in flight.
@@ -101,13 +105,13 @@ class FetchOnDemand {
 
   void acquire(std::size_t k) {
     fetch(k);
-    ++state_[k].holds;
+    if (state_[k].holds++ == 0 && !state_[k].persistent) held_numel_ += c_.layout->buckets()[k].numel;
     wait(k);
   }
   void release(std::size_t k) {
     State& s = state_[k];
     if (s.holds <= 0) throw usage_error("bucket released more often than acquired", "FetchOnDemand", std::to_string(k));
-    --s.holds;
+    if (--s.holds == 0 && !s.persistent) held_numel_ -= c_.layout->buckets()[k].numel;
   }
 
   /// Returns bucket k's buffer to the pool (a no-op for persistent buckets and for held ones).
@@ -191,7 +195,7 @@ class FetchOnDemand {
   std::vector<int> free_;                                    // pool buffers holding no bucket
   std::vector<State> state_;                                 // [bucket]
   std::function<void(std::size_t, T*)> on_residency_;
-  std::size_t slot_numel_ = 0, live_numel_ = 0, pending_ = 0;
+  std::size_t slot_numel_ = 0, live_numel_ = 0, held_numel_ = 0, pending_ = 0;
 };
 
 }  // namespace zerotk::zero

@@ -1,0 +1,248 @@
+// ZeRO stage 3 with the threads communicator:
+//  - every fetch setting (prefetch, reuse, persistence, reshard_after_forward, a tight live bound)
+//    gives stage 2's bits;
+//  - per-rank model states are 16 Psi / N; the gathered pool stays within its bound and does not grow;
+//  - bytes per step: 3 Psi (W-1)/W through all-gather + reduce-scatter (2 Psi without resharding);
+//  - ranks running their layers in different orders get an error naming both orders, not a hang;
+//  - Engine::gather: reading and writing parameters outside the layers' scopes.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "engine_fixture.hpp"
+#include "threads_train.hpp"
+#include "zerotk/comm/threads.hpp"
+#include "zerotk/engine.hpp"
+
+using namespace zerotk;
+using namespace zt_test;
+
+TEST_CASE("stage 3 fetch settings all give stage 2's bits (fp16, overflow steps, GAS 2, clipping, W = 3)") {
+  RunConfig cfg;
+  cfg.world = 3;
+  cfg.steps = 14;
+  cfg.gas = 2;
+  cfg.clip = 0.05;
+  cfg.poison_steps = {3, 8};
+  const RunResult ref = train<2, fp16>(cfg);
+  CHECK(ref.params != ref.initial);
+
+  struct Variant {
+    const char* name;
+    Stage3Options o;
+  };
+  std::vector<Variant> variants;
+  variants.push_back({"defaults (every parameter persistent)", {}});
+  Stage3Options fetched;
+  fetched.param_persistence_threshold = 0;
+  variants.push_back({"all fetched, prefetch and reuse", fetched});
+  Stage3Options bare = fetched;
+  bare.prefetch_bucket_size = 0;
+  bare.max_reuse_distance = 0;
+  variants.push_back({"no prefetch, no reuse", bare});
+  Stage3Options kept = fetched;
+  kept.reshard_after_forward = false;
+  variants.push_back({"reshard_after_forward false", kept});
+  Stage3Options tight = fetched;
+  tight.max_live_parameters = 100;
+  variants.push_back({"max_live_parameters 100", tight});
+  Stage3Options some = fetched;
+  some.param_persistence_threshold = 20;   // the biases
+  some.model_persistence_threshold = 20;   // ... but only the first
+  variants.push_back({"some persistent", some});
+  for (const Variant& v : variants) {
+    CAPTURE(v.name);
+    RunConfig c = cfg;
+    c.stage3 = v.o;
+    const RunResult r = train<3, fp16>(c);
+    CHECK(r.ranks_agree);
+    CHECK(r.params == ref.params);
+    CHECK(r.losses == ref.losses);
+    CHECK(r.skipped == ref.skipped);
+    CHECK(r.norms == ref.norms);
+  }
+}
+
+namespace {
+/// Uneven large parameters, each its own layer (no compute: scopes only).
+struct Blob {
+  std::vector<Param<half>> ps;
+  explicit Blob(const std::vector<std::size_t>& sizes) {
+    for (std::size_t i = 0; i < sizes.size(); ++i) ps.emplace_back("p" + std::to_string(i), std::initializer_list<std::size_t>{sizes[i]});
+  }
+  template <class V>
+  void parameters(V&& visit) {
+    for (auto& p : ps) visit(p.name(), p);
+  }
+};
+struct OneParam {
+  Param<half>* p;
+  template <class V>
+  void parameters(V&& v) {
+    v(p->name(), *p);
+  }
+};
+const std::vector<std::size_t> kBlob = {40001, 123457, 77777, 250003, 9, 99991};
+
+template <class E>
+void blob_step(E& engine, Blob& model, std::vector<int> order = {}) {
+  if (order.empty()) {
+    for (std::size_t i = 0; i < model.ps.size(); ++i) order.push_back(static_cast<int>(i));
+  }
+  for (int i : order) {
+    OneParam one{&model.ps[static_cast<std::size_t>(i)]};
+    auto s = engine.forward(one);
+    CHECK(one.p->data() != nullptr);  // fetched for the scope
+  }
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    OneParam one{&model.ps[static_cast<std::size_t>(*it)]};
+    auto s = engine.backward(one);
+  }
+  engine.step(0.0);
+}
+
+std::uint64_t gather_and_scatter_bytes(const comm::CommStats& s) {
+  return s[comm::OpKind::all_gather].wire_bytes + s[comm::OpKind::reduce_scatter].wire_bytes;
+}
+
+void memory_and_volume(int world, bool reshard, bool prefetch) {
+  using E = Engine<Partitioner<Stage<3>>, Optimizer<AdamW>, Precision<fp16>, Bucketer<Bytes<(1 << 20)>>>;
+  comm::run_threads(world, [&](auto& comm) {
+    Blob model(kBlob);
+    EngineOptions o;
+    o.stage3.param_persistence_threshold = 0;
+    o.stage3.reshard_after_forward = reshard;
+    o.stage3.max_reuse_distance = 0;  // release after every scope (the default keeps what comes back soon)
+    const std::size_t largest = *std::max_element(kBlob.begin(), kBlob.end());
+    o.stage3.prefetch_bucket_size = prefetch ? largest : 0;
+    E engine(comm, model, o);
+    engine.initialize_master();
+    blob_step(engine, model);  // records the order
+    const std::uint64_t before = gather_and_scatter_bytes(engine.comm_stats());
+    blob_step(engine, model);  // follows it: prefetches, reuses
+    const std::uint64_t per_step = gather_and_scatter_bytes(engine.comm_stats()) - before;
+    const std::size_t peak2 = engine.memory().peak(MemoryCategory::gathered);
+    for (int s = 0; s < 100; ++s) blob_step(engine, model);
+    const std::size_t peak100 = engine.memory().peak(MemoryCategory::gathered);
+    // Outside scopes nothing is gathered, and a Param has no values.
+    CHECK(engine.memory().live(MemoryCategory::gathered) > 0);  // the pool stays allocated...
+    CHECK(model.ps[0].data() == nullptr);                       // ...but holds no bucket
+    if (comm.rank() != 0) return;
+
+    const double pad = static_cast<double>(engine.flat_numel()), N = world;
+    const auto& m = engine.memory();
+    const double model_state = static_cast<double>(m.live(MemoryCategory::params16) + m.live(MemoryCategory::grads) +
+                                                   m.live(MemoryCategory::master32) +
+                                                   m.live(MemoryCategory::optimizer_state));
+    std::printf("stage 3 W=%d reshard=%d prefetch=%d  model states %.0f B = 16 Psi/N %.0f; gathered pool peak %zu B "
+                "(largest bucket %zu B); all-gather + reduce-scatter %llu B/step\n",
+                world, reshard, prefetch, model_state, 16 * pad / N, peak100, 2 * largest,
+                static_cast<unsigned long long>(per_step));
+    CHECK(model_state == 16 * pad / N);
+    // Pool buffers hold one bucket each, sized for the largest: one for the open scope, plus those
+    // prefetched (at most as many buckets as fit in the budget, smallest first).
+    std::vector<std::size_t> sizes = kBlob;
+    std::sort(sizes.begin(), sizes.end());
+    std::size_t ahead = 0, budget = o.stage3.prefetch_bucket_size;
+    for (std::size_t n : sizes) {
+      if (n > budget) break;
+      budget -= n;
+      ++ahead;
+    }
+    const std::size_t align = 2 * static_cast<std::size_t>(world);
+    const std::size_t slot = sizeof(half) * ((largest + align - 1) / align * align);
+    if (reshard) {
+      CHECK(peak100 <= (1 + ahead) * slot);
+      if (!prefetch) CHECK(peak100 == slot);
+    }
+    CHECK(peak100 == peak2);  // no growth in steady state
+    const double passes = reshard ? 3 : 2;
+    CHECK(static_cast<double>(per_step) == passes * pad * 2.0 * (N - 1) / N);
+  });
+}
+}  // namespace
+
+TEST_CASE("stage 3 memory is 16 Psi/N plus a bounded pool; 3 Psi (W-1)/W bytes per step, 2 Psi kept gathered") {
+  for (int world : {2, 4}) {
+    memory_and_volume(world, true, false);
+    memory_and_volume(world, true, true);
+    memory_and_volume(world, false, true);
+  }
+}
+
+TEST_CASE("stage 3: ranks running layers in different orders get an error naming both, never a hang") {
+  using E = Engine<Partitioner<Stage<3>>, Optimizer<AdamW>, Precision<fp16>>;
+  SUBCASE("same collectives: the order check at step() names both sequences") {
+    std::string what;
+    try {
+      comm::run_threads(2, [&](auto& comm) {
+        Blob model({64, 64, 64});
+        EngineOptions o;
+        o.stage3.param_persistence_threshold = 0;
+        o.stage3.prefetch_bucket_size = 0;  // prefetching by the recorded order would differ first
+        o.stage3.max_reuse_distance = 0;
+        E engine(comm, model, o);
+        blob_step(engine, model);
+        blob_step(engine, model, comm.rank() == 0 ? std::vector<int>{0, 1, 2} : std::vector<int>{1, 0, 2});
+      });
+    } catch (const usage_error& e) {
+      what = e.what();
+    }
+    INFO(what);
+    CHECK(what.find("different orders") != std::string::npos);
+    CHECK(what.find("micro-step 2") != std::string::npos);
+    CHECK(what.find("rank 0: [forward p0, forward p1") != std::string::npos);
+    CHECK(what.find("rank 1: [forward p1, forward p0") != std::string::npos);
+  }
+  for (bool prefetch : {false, true}) {
+    CAPTURE(prefetch);
+    // Different sizes (or a prefetch by the recorded order that one rank left): the collectives
+    // mismatch, and the error carries the rank's order of scopes.
+    std::string what;
+    try {
+      comm::run_threads(2, [&](auto& comm) {
+        Blob model({64, 96, 128});
+        EngineOptions o;
+        o.stage3.param_persistence_threshold = 0;
+        if (!prefetch) o.stage3.prefetch_bucket_size = 0;
+        E engine(comm, model, o);
+        blob_step(engine, model);
+        blob_step(engine, model, comm.rank() == 0 ? std::vector<int>{0, 1, 2} : std::vector<int>{2, 1, 0});
+      });
+    } catch (const comm_error& e) {
+      what = e.what();
+    }
+    INFO(what);
+    CHECK(what.find("different orders") != std::string::npos);
+    CHECK(what.find("ran [forward p") != std::string::npos);
+    CHECK(what.find("the previous one ran [forward p0, forward p1, forward p2") != std::string::npos);
+  }
+}
+
+TEST_CASE("stage 3 gather scope: read and write parameters outside the layers' scopes") {
+  using E = Engine<Partitioner<Stage<3>>, Optimizer<AdamW>, Precision<fp32>>;
+  comm::run_threads(3, [&](auto& comm) {
+    Mlp<float> model;
+    EngineOptions o;
+    o.stage3.param_persistence_threshold = 0;
+    E engine(comm, model, o);
+    CHECK(model.layers[0].w.data() == nullptr);
+    CHECK_THROWS_AS(engine.broadcast_parameters(), usage_error);
+    {
+      auto g = engine.gather(model, 1);  // rank 1's writes are kept
+      for (auto& l : model.layers) {
+        for (std::size_t i = 0; i < l.w.numel(); ++i) l.w.data()[i] = static_cast<float>(comm.rank() * 1000 + i);
+      }
+    }
+    CHECK(model.layers[0].w.data() == nullptr);
+    engine.initialize_master();
+    {
+      auto g = engine.gather(model.layers[2]);
+      for (std::size_t i = 0; i < model.layers[2].w.numel(); ++i) CHECK(model.layers[2].w.data()[i] == static_cast<float>(1000 + i));
+    }
+    CHECK_THROWS_AS((void)engine.gather(model, 3), usage_error);
+  });
+}
