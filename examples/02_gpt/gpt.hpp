@@ -611,6 +611,14 @@ struct Gpt {
     head.parameters(visit);
   }
 
+  /// The layers, for the engine: at ZeRO stage 3 each one's parameters form a fetch unit.
+  template <class Visit>
+  void modules(Visit&& visit) {
+    visit(embedding);
+    for (auto& b : blocks) visit(b);
+    visit(head);
+  }
+
   /// Calls f(layer) for embedding, each block, head: the order of forward.
   template <class F>
   void for_each_layer(F&& f) {

@@ -1,6 +1,6 @@
 #pragma once
 /// \file zerotk/engine.hpp
-/// Engine<Policies...>: data-parallel training with ZeRO stages 0, 1 and 2 over the user's own model.
+/// Engine<Policies...>: data-parallel training with ZeRO stages 0, 1, 2 and 3 over the user's own model.
 ///
 ///   using Engine = zerotk::Engine<zerotk::Partitioner<zerotk::Stage<2>>, zerotk::Optimizer<zerotk::AdamW>,
 ///                                 zerotk::Precision<zerotk::fp16>>;        // any order; others defaulted
@@ -21,11 +21,13 @@
 ///   engine/group.hpp            one flat buffer family: layout + paths + state store (offload/)
 ///   zero/float_view.hpp         float Params over 16-bit storage (emulated 16-bit)
 ///   device/                     Ops<Device>: buffers and kernels by memory space; OrderedCommunicator
+///   engine/fetch_*.hpp          what a scope does for its layer's values: wait (stages 0-2), or
+///                               gather, prefetch by the recorded order and release (stage 3)
 ///   engine/boundary.hpp         the exact global norm; engine/state.hpp, engine/report.hpp
 ///
-/// Determinism: with the threads communicator, stages 0, 1 and 2 produce bitwise-identical parameters
-/// when they reduce in the same schedule (stages 0 and 1 with when::every_micro_step, or no gradient
-/// accumulation): every element sees the same reduction and the same per-element update, and the
+/// Determinism: with the threads communicator, stages 0, 1, 2 and 3 produce bitwise-identical
+/// parameters when they reduce in the same schedule (stages 0 and 1 with when::every_micro_step, or no
+/// gradient accumulation): every element sees the same reduction and the same per-element update, and the
 /// global norm is exact on a grid (engine/boundary.hpp), whatever the partitioning.
 
 #include <algorithm>

@@ -71,6 +71,13 @@ EngineOptions engine_options(const config::Config& cfg) {
   o.grad_accum_dtype = cfg.data_types.grad_accum_dtype.value_or(cfg.precision());
   o.fp32_module_types = cfg.fp16_override_modules;
   o.sub_group_size = static_cast<std::size_t>(cfg.zero_optimization.sub_group_size);  // reader: >= 1
+  // stage3_* keys (elements; the reader checked them >= 0 and resolved "auto" from the hidden size).
+  const config::ZeroOptions& z = cfg.zero_optimization;
+  o.stage3.prefetch_bucket_size = static_cast<std::size_t>(z.stage3_prefetch_bucket_size);
+  o.stage3.param_persistence_threshold = static_cast<std::size_t>(z.stage3_param_persistence_threshold);
+  o.stage3.model_persistence_threshold = static_cast<std::size_t>(z.stage3_model_persistence_threshold);
+  o.stage3.max_live_parameters = static_cast<std::size_t>(z.stage3_max_live_parameters);
+  o.stage3.max_reuse_distance = static_cast<std::size_t>(z.stage3_max_reuse_distance);
   return o;
 }
 

@@ -1,5 +1,5 @@
 // Loading on another world size, stage or bucket size: a checkpoint saved on 4 ranks loads on 1, 2,
-// 3 and 8 ranks and on stages 0-2; the fp32 masters and both Adam moments, gathered per parameter
+// 3 and 8 ranks and on stages 0-3; the fp32 masters and both Adam moments, gathered per parameter
 // from the files (a consolidation written here, independent of checkpoint/reshard.hpp), are bitwise
 // the saved ones, and so are the parameters; training continues.
 #include <doctest/doctest.h>
@@ -82,6 +82,7 @@ RunConfig config(int world) {
   cfg.world = world;
   cfg.gas = 2;
   cfg.poison_steps = {1};  // a skipped step: the scaler is mid-hysteresis
+  cfg.stage3.param_persistence_threshold = 0;  // stage 3 fetches every parameter
   return cfg;
 }
 
@@ -94,11 +95,15 @@ std::vector<float> save_on_four(const fs::path& dir) {
   comm::run_threads(4, [&](auto& comm) {
     Mlp<half> model;
     E engine(comm, model, engine_options(cfg));
-    model.init(42);
+    {
+      auto g = engine.gather(model, 0);  // stage 3 has values only in scopes
+      model.init(42);
+    }
     engine.initialize_master();
     engine.set_scheduler(warmup_schedule());
     train_steps(engine, model, comm.rank(), cfg, 0, 3, nullptr);
     checkpoint::save(engine, comm, dir, {.tag = "src", .client_state = bytes_of("from four")});
+    auto g = engine.gather(model);
     if (comm.rank() == 0) params = model.values();
   });
   return params;
@@ -116,14 +121,20 @@ void load_on(const fs::path& dir, int world, std::size_t bucket_bytes, const std
   comm::run_threads(world, [&](auto& comm) {
     Mlp<half> model;
     E engine(comm, model, engine_options(cfg));
-    model.init(7);  // other values: all must come from the checkpoint
+    {
+      auto g = engine.gather(model, 0);
+      model.init(7);  // other values: all must come from the checkpoint
+    }
     engine.initialize_master();
     engine.set_scheduler(warmup_schedule());
     const checkpoint::LoadResult r = checkpoint::load(engine, comm, dir, {.tag = "src"});
     CHECK(r.saved_world_size == 4);
     CHECK(text_of(r.client_state) == "from four");
     CHECK(r.global_steps == 3);
-    CHECK(same_bits(model.values(), saved_params));  // the 16-bit parameters: the master rounded
+    {
+      auto g = engine.gather(model);
+      CHECK(same_bits(model.values(), saved_params));  // the 16-bit parameters: the master rounded
+    }
     const EngineState s = engine.state();
     CHECK(s.skipped_steps == 1);
     CHECK(s.scaler.hyst == 1);
@@ -144,6 +155,7 @@ void load_on(const fs::path& dir, int world, std::size_t bucket_bytes, const std
 using S2 = Engine<Partitioner<Stage<2>>, Optimizer<AdamW>, Precision<fp16>>;
 using S1 = Engine<Partitioner<Stage<1>>, Optimizer<AdamW>, Precision<fp16>>;
 using S0 = Engine<Partitioner<Stage<0>>, Optimizer<AdamW>, Precision<fp16>>;
+using S3 = Engine<Partitioner<Stage<3>>, Optimizer<AdamW>, Precision<fp16>>;
 
 }  // namespace
 
@@ -157,6 +169,19 @@ TEST_CASE("saved on 4 ranks at stage 2, loaded on 1, 2, 3 and 8 ranks and stages
   SUBCASE("3 ranks, stage 2") { load_on<S2>(d.path(), 3, 256, params); }
   SUBCASE("8 ranks, stage 2 (some ranks own padding only in some buckets)") { load_on<S2>(d.path(), 8, 256, params); }
   SUBCASE("4 ranks, stage 2, another bucket size") { load_on<S2>(d.path(), 4, 1000, params); }
+}
+
+TEST_CASE("stage 3 checkpoints: saved on 4 ranks, loaded at stages 2 and 3 on other world sizes, and back") {
+  ScratchDir d("reshard3");
+  const std::vector<float> params = save_on_four<S3>(d.path());
+  SUBCASE("3 ranks, stage 2") { load_on<S2>(d.path(), 3, 256, params); }
+  SUBCASE("2 ranks, stage 3") { load_on<S3>(d.path(), 2, 256, params); }
+  SUBCASE("1 rank, stage 3, another bucket size") { load_on<S3>(d.path(), 1, 1000, params); }
+  SUBCASE("a stage 2 checkpoint on 3 ranks at stage 3") {
+    ScratchDir d2("reshard23");
+    const std::vector<float> p2 = save_on_four<S2>(d2.path());
+    load_on<S3>(d2.path(), 3, 256, p2);
+  }
 }
 
 TEST_CASE("saved at stage 0 (every rank holds everything): each rank reads the fewest files") {

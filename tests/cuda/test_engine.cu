@@ -222,6 +222,9 @@ void check_all_stages(const RunConfig& cfg) {
   check_one_gpu_equals_host<0, Prec>(cfg);
   check_one_gpu_equals_host<1, Prec>(cfg);
   check_one_gpu_equals_host<2, Prec>(cfg);
+  RunConfig fetched = cfg;  // stage 3 fetching every parameter
+  fetched.stage3.param_persistence_threshold = 0;
+  check_one_gpu_equals_host<3, Prec>(fetched);
 }
 
 }  // namespace

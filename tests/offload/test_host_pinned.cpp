@@ -1,6 +1,6 @@
 // Offload<Cpu> (offload/host_pinned.hpp) with the threads communicator on Device<Host>:
-//  - bitwise-identical parameters, losses, scales, skips and norms to Offload<None> at stages 1
-//    and 2, W = 1..3, fp32, fp16 (with an overflow step), bf16, GAS > 1 with clipping, sub-group
+//  - bitwise-identical parameters, losses, scales, skips and norms to Offload<None> at stages 1,
+//    2 and 3, W = 1..3, fp32, fp16 (with an overflow step), bf16, GAS > 1 with clipping, sub-group
 //    sizes of 1 element, odd sizes and larger than the partition;
 //  - the ledger by space: the compute space holds no master or optimizer state; stage 2 fp16 holds
 //    2 Psi + 2 Psi / N there (the formula), the rest is in pinned host memory;
@@ -48,12 +48,17 @@ RunResult train(const RunConfig& cfg, std::size_t sub_group_size) {
     EngineOptions o = engine_options(cfg);
     o.sub_group_size = sub_group_size;
     E<S, Prec, Off> engine(comm, model, o);
-    model.init(42);
+    {
+      auto g = engine.gather(model, 0);
+      model.init(42);
+      mine.initial = model.values();
+    }
     engine.initialize_master();
-    mine.initial = model.values();
     train_steps(engine, model, comm.rank(), cfg, 0, cfg.steps, &mine);
-    engine.synchronize();
-    mine.params = model.values();
+    {
+      auto g = engine.gather(model);
+      mine.params = model.values();
+    }
     if constexpr (std::is_same_v<Off, Offload<Cpu>>) {
       // The store really is the pinned one: no master or optimizer state in the compute space.
       const MemoryLedger& m = engine.memory();
@@ -104,18 +109,20 @@ void sweep(bool fp16) {
         cfg.clip = 0.5;
       }
       if (fp16) cfg.poison_steps = {3};
+      cfg.stage3.param_persistence_threshold = 0;  // stage 3 fetches every parameter
       CAPTURE(world);
       CAPTURE(cfg.gas);
       CAPTURE(cfg.clip);
       check_same_as_resident<1, Prec>(cfg, fp16);
       check_same_as_resident<2, Prec>(cfg, fp16);
+      check_same_as_resident<3, Prec>(cfg, fp16);
     }
   }
 }
 
 }  // namespace
 
-TEST_CASE("Offload<Cpu> equals Offload<None> bitwise: fp32, stages 1 and 2, W = 1..3, sub-group sizes") {
+TEST_CASE("Offload<Cpu> equals Offload<None> bitwise: fp32, stages 1, 2 and 3, W = 1..3, sub-group sizes") {
   sweep<fp32>(false);
 }
 TEST_CASE("Offload<Cpu> equals Offload<None> bitwise: fp16 with an overflow step") { sweep<fp16>(true); }

@@ -197,26 +197,15 @@ inline Ask ask(std::string path, std::string value) { return std::pair{std::move
 inline std::string quoted(std::string_view s) { return cat("\"", s, "\""); }
 }  // namespace detail
 
-/// The engine runs ZeRO stages 0-2, Offload<None> (and Offload<Cpu> at stages 1-2 with Adam/AdamW), Adam/AdamW/Lamb, no activation checkpointing,
+/// The engine runs ZeRO stages 0-3, Offload<None> (and Offload<Cpu> at stages 1-3 with Adam/AdamW), Adam/AdamW/Lamb, no activation checkpointing,
 /// and averages gradients in the reduction in the training precision.
 inline constexpr Unbuildable kUnbuildable[] = {
-    {[](const Config& c) -> detail::Ask {
-       if (c.zero_optimization.stage != 3) return std::nullopt;
-       return detail::ask("/zero_optimization/stage", "3");
-     },
-     "ZeRO stage 3 (Partitioner<Stage<3>>); the engine runs stages 0, 1 and 2"},
     {[](const Config& c) -> detail::Ask {
        const OffloadDevice d = c.zero_optimization.offload_optimizer.device;
        if (d != OffloadDevice::nvme) return std::nullopt;
        return detail::ask("/zero_optimization/offload_optimizer/device", detail::quoted(to_string(d)));
      },
      "NVMe optimizer offload (Offload<Nvme>); the engine runs Offload<None> and Offload<Cpu>"},
-    {[](const Config& c) -> detail::Ask {
-       const OffloadDevice d = c.zero_optimization.offload_optimizer.device;
-       if (d != OffloadDevice::cpu || c.zero_optimization.stage != 3) return std::nullopt;
-       return detail::ask("/zero_optimization/offload_optimizer/device", detail::quoted(to_string(d)));
-     },
-     "optimizer offload with ZeRO stage 3 (Offload<Cpu> runs stages 1 and 2)"},
     {[](const Config& c) -> detail::Ask {
        if (c.zero_optimization.offload_optimizer.device != OffloadDevice::cpu || !c.optimizer ||
            c.optimizer->kind != OptimizerKind::lamb) {
@@ -328,6 +317,13 @@ inline constexpr IgnoredSetting kIgnoredSettings[] = {
        return "false";
      },
      "has no effect in zerotk: it applies to loading checkpoints, which zerotk has not built yet; ignored"},
+    {"/zero_optimization/stage3_gather_16bit_weights_on_model_save",
+     [](const Config& c) -> std::optional<std::string> {
+       if (!c.zero_optimization.stage3_gather_16bit_weights_on_model_save) return std::nullopt;
+       return "true";
+     },
+     "has no effect in zerotk: a checkpoint is not written with gathered 16-bit weights; every checkpoint exports "
+     "them offline (zerotk-ckpt export DIR OUT --dtype bf16); ignored"},
     {"/scheduler/params/last_batch_iteration",
      [](const Config& c) -> std::optional<std::string> {
        if (!c.scheduler) return std::nullopt;

@@ -5,7 +5,7 @@
 /// Parameters are flattened in the order the Module visits them. They are grouped into buckets by
 /// walking that order BACKWARDS (backward produces gradients last-layer first, so bucket 0 fills
 /// first). A bucket holds whole parameters up to the bucket size; a parameter larger than a bucket
-/// gets a bucket of its own. Each bucket is padded to a multiple of 2W elements (DeepSpeed's
+/// gets a bucket of its own; with fetch units (stage 3) a bucket never holds two units' parameters. Each bucket is padded to a multiple of 2W elements (DeepSpeed's
 /// alignment) and cut into W equal blocks: rank r owns block r of every bucket.
 ///
 /// Why per-bucket partitions (DeepSpeed cuts the whole flat buffer into W pieces instead): a bucket is
