@@ -184,7 +184,8 @@ TEST_CASE("check_buildable names what no engine of this version can run") {
     const char* value;
   };
   const Case cases[] = {
-      {R"({"zero_optimization": {"stage": 3}})", "/zero_optimization/stage", "ZeRO stage 3 (Partitioner<Stage<3>>)", "3"},
+      {R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}}})", "/zero_optimization/offload_param/device",
+       "parameter offload", "\"cpu\""},
       {R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}, "optimizer": {"type": "Lamb"}})",
        "/optimizer/type", "Lamb with optimizer offload", "\"Lamb\""},
       {R"({"optimizer": {"type": "OneBitAdam"}})", "/optimizer/type", "1-bit optimizers", "\"OneBitAdam\""},
@@ -208,11 +209,13 @@ TEST_CASE("check_buildable names what no engine of this version can run") {
     CHECK(errors[0].message().find(std::string("zerotk cannot build this yet: ") + k.missing) == 0);
     CHECK(errors[0].value() == k.value);
   }
-  // Stage 3 with offload of both kinds: every missing piece at once.
+  // Every missing piece at once.
   CHECK(check_buildable(config_of(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3,
-      "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu"}}})")).size() == 3);
-  // What the engine runs today: stages 0-2, Adam/AdamW/Lamb, fp16/bf16/fp32, Offload<Cpu> at stages 1-2.
-  for (const char* ok : {kZero2Fp16,
+      "offload_optimizer": {"device": "nvme", "nvme_path": "/n"}, "offload_param": {"device": "cpu"}},
+      "optimizer": {"type": "OneBitAdam"}})")).size() == 3);
+  // What the engine runs today: stages 0-3, Adam/AdamW/Lamb, fp16/bf16/fp32, Offload<Cpu> at stages 1-3.
+  for (const char* ok : {kZero2Fp16, R"({"train_batch_size": 8, "zero_optimization": {"stage": 3}})",
+                         R"({"train_batch_size": 8, "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}})",
                          R"({"train_batch_size": 8, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}})",
                          R"({"train_batch_size": 8, "zero_optimization": {"stage": 1, "offload_optimizer": {"device": "cpu"}},
                              "optimizer": {"type": "AdamW"}})", R"({"train_batch_size": 8, "zero_optimization": {"stage": 1},
