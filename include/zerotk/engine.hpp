@@ -296,17 +296,16 @@ class Engine {
                         "broadcast: write initial values inside `auto g = engine.gather(model, root);` (rank root's "
                         "writes are kept) and call initialize_master()",
                         "Engine::broadcast_parameters", std::to_string(root));
-    }
-    synchronize();
-    bindings_->take_user_values();
-    for_each_group([&](auto& g) {
-      using T = typename std::remove_cvref_t<decltype(g)>::value_type;
-      if constexpr (kResident) {
+    } else {
+      synchronize();
+      bindings_->take_user_values();
+      for_each_group([&](auto& g) {
+        using T = typename std::remove_cvref_t<decltype(g)>::value_type;
         comm_.broadcast(g.params().params(), g.layout().flat_numel(), dtype_of_v<T>, root).wait();
         bindings_->on_group_replaced(g);
         g.init_master();
-      }
-    });
+      });
+    }
   }
 
   /// Copies the (bound, user-written) parameter values into the fp32 master copy, without

@@ -21,6 +21,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "blob_model.hpp"
 #include "engine_fixture.hpp"
 #include "zerotk/comm/threads.hpp"
 #include "zerotk/engine.hpp"
@@ -158,25 +159,6 @@ TEST_CASE("Offload<Cpu> equals Offload<None> bitwise: stage 1 reducing every mic
 }
 
 namespace {
-/// Large uneven fp16 parameters for the ledger (no compute needed).
-struct Blob {
-  std::vector<Param<half>> ps;
-  explicit Blob(const std::vector<std::size_t>& sizes) {
-    for (std::size_t i = 0; i < sizes.size(); ++i) ps.emplace_back("p" + std::to_string(i), std::initializer_list<std::size_t>{sizes[i]});
-  }
-  template <class V>
-  void parameters(V&& visit) {
-    for (auto& p : ps) visit(p.name(), p);
-  }
-};
-struct OneParam {
-  Param<half>* p;
-  template <class V>
-  void parameters(V&& v) {
-    v(p->name(), *p);
-  }
-};
-const std::vector<std::size_t> kBlob = {40001, 123457, 77777, 250003, 9, 99991};
 
 template <int S, class Off>
 void ledger_by_space(int world, std::size_t sub_group_size) {

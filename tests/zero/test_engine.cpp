@@ -12,6 +12,7 @@
 #include <set>
 #include <vector>
 
+#include "blob_model.hpp"
 #include "engine_fixture.hpp"
 #include "threads_train.hpp"
 #include "zerotk/comm/threads.hpp"
@@ -229,26 +230,6 @@ TEST_CASE("overlap_param_gather gives the same bits and waits per layer") {
 }
 
 namespace {
-/// A model of uneven large layers for the memory and volume checks (fp16 Params, no compute needed).
-struct Blob {
-  std::vector<Param<half>> ps;
-  explicit Blob(const std::vector<std::size_t>& sizes) {
-    for (std::size_t i = 0; i < sizes.size(); ++i) ps.emplace_back("p" + std::to_string(i), std::initializer_list<std::size_t>{sizes[i]});
-  }
-  template <class V>
-  void parameters(V&& visit) {
-    for (auto& p : ps) visit(p.name(), p);
-  }
-};
-/// A one-parameter "layer" view for backward scopes.
-struct OneParam {
-  Param<half>* p;
-  template <class V>
-  void parameters(V&& v) {
-    v(p->name(), *p);
-  }
-};
-const std::vector<std::size_t> kBlob = {40001, 123457, 77777, 250003, 9, 99991};
 
 template <int Stage>
 void memory_and_volume(int world) {

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "blob_model.hpp"
 #include "engine_fixture.hpp"
 #include "threads_train.hpp"
 #include "zerotk/comm/threads.hpp"
@@ -67,25 +68,6 @@ TEST_CASE("stage 3 fetch settings all give stage 2's bits (fp16, overflow steps,
 }
 
 namespace {
-/// Uneven large parameters, each its own layer (no compute: scopes only).
-struct Blob {
-  std::vector<Param<half>> ps;
-  explicit Blob(const std::vector<std::size_t>& sizes) {
-    for (std::size_t i = 0; i < sizes.size(); ++i) ps.emplace_back("p" + std::to_string(i), std::initializer_list<std::size_t>{sizes[i]});
-  }
-  template <class V>
-  void parameters(V&& visit) {
-    for (auto& p : ps) visit(p.name(), p);
-  }
-};
-struct OneParam {
-  Param<half>* p;
-  template <class V>
-  void parameters(V&& v) {
-    v(p->name(), *p);
-  }
-};
-const std::vector<std::size_t> kBlob = {40001, 123457, 77777, 250003, 9, 99991};
 
 template <class E>
 void blob_step(E& engine, Blob& model, std::vector<int> order = {}) {

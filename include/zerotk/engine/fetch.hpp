@@ -24,10 +24,6 @@ enum class Phase : std::uint8_t { forward, backward };
 /// What a fetch schedule is built from (each takes what it needs).
 template <class Bindings, class MainGroup, class Fp32Group, class Comm>
 struct FetchContext {
-  using bindings_type = Bindings;
-  using main_group = MainGroup;
-  using fp32_group = Fp32Group;
-  using comm_type = Comm;
   Bindings* bindings = nullptr;
   ParamRegistry* registry = nullptr;
   MainGroup* main = nullptr;

@@ -45,15 +45,7 @@ class ShardedFetch {
     for (const Unit& u : e.units) with_params(u, [&](auto& p) { p.fetch(u.bucket); });
     for (const Unit& u : e.units) with_params(u, [&](auto& p) { p.acquire(u.bucket); });
   }
-  void unhold(const ModuleEntry& m) {
-    const Event e = event_of(m, Phase::forward);
-    for (const Unit& u : e.units) {
-      with_params(u, [&](auto& p) {
-        p.release(u.bucket);
-        if (p.holds(u.bucket) == 0) p.evict(u.bucket);
-      });
-    }
-  }
+  void unhold(const ModuleEntry& m) { release(event_of(m, Phase::forward), /*reuse=*/false); }
 
   void before(const ModuleEntry& m, Phase phase) {
     Event e = event_of(m, phase);
@@ -160,11 +152,13 @@ class ShardedFetch {
     return false;
   }
 
-  void release(const Event& e) {
+  /// Gives e's buckets back; one nobody holds any more goes back to the pool unless `reuse` and the
+  /// recorded order needs it again soon.
+  void release(const Event& e, bool reuse = true) {
     for (const Unit& u : e.units) {
       with_params(u, [&](auto& p) {
         p.release(u.bucket);
-        if (p.holds(u.bucket) == 0 && !keep_for_reuse(u)) p.evict(u.bucket);
+        if (p.holds(u.bucket) == 0 && !(reuse && keep_for_reuse(u))) p.evict(u.bucket);
       });
     }
   }

@@ -60,18 +60,14 @@ class FetchOnDemand {
   T* owned_values(std::size_t k) noexcept { return shard_.data() + c_.layout->buckets()[k].part_offset; }
   OptimizerOut<T> optimizer_out() { return {shard_.data(), true}; }
 
-  bool persistent(std::size_t k) const noexcept { return state_[k].persistent; }
   bool resident(std::size_t k) const noexcept { return state_[k].own >= 0 && !state_[k].stale; }
   int holds(std::size_t k) const noexcept { return state_[k].holds; }
   /// Bucket k's gathered values (after wait(k)), or null when it is not resident.
   T* values(std::size_t k) noexcept { return resident(k) ? buffer(k) : nullptr; }
-  /// Elements held by gathered buffers now, and the most ever (the pool's high-water mark in use).
+  /// Elements of the non-persistent buckets resident now (in pool buffers).
   std::size_t live_numel() const noexcept { return live_numel_; }
   /// Elements of the resident buckets some scope holds (the rest is prefetched or kept for reuse).
   std::size_t held_numel() const noexcept { return held_numel_; }
-  /// Elements of one pool buffer: every non-persistent bucket fits one.
-  std::size_t slot_numel() const noexcept { return slot_numel_; }
-  std::size_t pool_buffers() const noexcept { return pool_.size(); }
 
   /// Starts gathering bucket k unless it is resident or in flight.
   void fetch(std::size_t k) {

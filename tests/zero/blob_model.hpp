@@ -1,0 +1,37 @@
+#pragma once
+// A model of uneven large fp16 parameters for the memory, volume and ledger checks (no compute
+// needed), and a one-parameter "layer" view for scopes over one of them.
+#include <cstddef>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "zerotk/core/param.hpp"
+
+namespace zt_test {
+
+struct Blob {
+  std::vector<zerotk::Param<zerotk::half>> ps;
+  explicit Blob(const std::vector<std::size_t>& sizes) {
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      ps.emplace_back("p" + std::to_string(i), std::initializer_list<std::size_t>{sizes[i]});
+    }
+  }
+  template <class V>
+  void parameters(V&& visit) {
+    for (auto& p : ps) visit(p.name(), p);
+  }
+};
+
+struct OneParam {
+  zerotk::Param<zerotk::half>* p;
+  template <class V>
+  void parameters(V&& v) {
+    v(p->name(), *p);
+  }
+};
+
+/// Sizes nothing divides evenly, with one tiny parameter.
+inline const std::vector<std::size_t> kBlob = {40001, 123457, 77777, 250003, 9, 99991};
+
+}  // namespace zt_test
