@@ -200,7 +200,9 @@ struct Job {
     // An operation that does not fit in the last-level cache evicts its own outputs before anyone
     // reads them: write them without the read for ownership. Smaller ones keep ordinary stores,
     // which leave the outputs in the cache for the reader.
-    stream = streams(footprint_bytes());
+    std::size_t upper = 0;  // footprint counting shared inputs once per segment: an upper bound
+    for (const Segment& seg : segments) upper += seg.n * elem * (seg.nin + seg.nout);
+    stream = streams(upper) && streams(footprint_bytes());  // small jobs skip the exact count
     head.assign(w + 1, 0);  // counting sort of the chunks by owner
     for (std::uint32_t o : owner) ++head[o + 1];
     for (std::size_t r = 0; r < w; ++r) head[r + 1] += head[r];
