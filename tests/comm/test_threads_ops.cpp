@@ -260,15 +260,18 @@ TEST_CASE_TEMPLATE("threads: streaming stores forced for every size give the sam
   for (int w : {1, 2, 3, 4, 8}) {
     for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{1000}}) sweep<T>(w, n);
   }
-  sweep<T>(3, kLarge);
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, half>) sweep<T>(3, kLarge);  // many chunks
 }
 
-// 64 MiB per rank (W x n elements, n odd), far past the last-level caches seen here: streams with
-// the detected cache size, and again with streaming forced (a machine with a larger cache).
+// 64 MiB per rank (W x n elements, n odd); each operation touches at least 192 MiB, past the
+// last-level caches seen here (32-105 MiB), so it streams with the detected cache size. Where the
+// cache holds 64 MiB or more, the float case runs again with streaming forced.
 TEST_CASE("threads: 64 MiB reduce_scatter, all_gather and all_reduce, unaligned, odd count, odd world: bit for bit") {
   constexpr std::size_t kBytes = std::size_t{64} << 20;
   large_unaligned<float>(3, kBytes / 3 / sizeof(float) | 1, 91);
   large_unaligned<half>(2, kBytes / 2 / sizeof(half) - 3, 92);
-  const StreamThreshold all(1);
-  large_unaligned<float>(3, kBytes / 3 / sizeof(float) | 1, 93);
+  if (comm::detail::last_level_cache_bytes() >= kBytes) {
+    const StreamThreshold all(1);
+    large_unaligned<float>(3, kBytes / 3 / sizeof(float) | 1, 93);
+  }
 }
