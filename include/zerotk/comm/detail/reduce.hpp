@@ -96,7 +96,8 @@ ZEROTK_FORCEINLINE A divide(A a, int divisor) noexcept {
   }
 }
 
-// Element i of the reduction of `in`, in rank order (the order and arithmetic of reduce_rows).
+// result[0..V) = elements i .. i+V-1 of the reduction of `in`, in rank order (the order and
+// arithmetic of reduce_rows).
 template <class T, ReduceOp Op, std::size_t V>
 ZEROTK_FORCEINLINE void reduce_group(const std::byte* const* in, std::size_t nin, std::size_t i, int divisor,
                                      T* result) noexcept {

@@ -105,12 +105,16 @@ inline std::size_t stream_threshold_bytes() {
   return o != 0 ? o : last_level_cache_bytes();
 }
 
+// The width of one streaming store.
+inline constexpr std::size_t kStreamBytes = 16;
+
 // memcpy(dst, src, bytes) with streaming stores: ordinary stores for the bytes before `dst`'s first
 // 16-byte boundary and after its last one, streaming stores between. Call stream_fence() before
 // publishing.
 inline void stream_copy(std::byte* dst, const std::byte* src, std::size_t bytes) noexcept {
 #if ZEROTK_COMM_STREAM_STORES
-  const std::size_t head = std::min(bytes, (16 - reinterpret_cast<std::uintptr_t>(dst) % 16) % 16);
+  const std::size_t head =
+      std::min(bytes, (kStreamBytes - reinterpret_cast<std::uintptr_t>(dst) % kStreamBytes) % kStreamBytes);
   std::memcpy(dst, src, head);
   dst += head, src += head, bytes -= head;
   std::size_t i = 0;
@@ -132,9 +136,6 @@ inline void stream_copy(std::byte* dst, const std::byte* src, std::size_t bytes)
   std::memcpy(dst, src, bytes);
 #endif
 }
-
-// The width of one streaming store.
-inline constexpr std::size_t kStreamBytes = 16;
 
 // Writes the 16 bytes at `src` to `dst` (16-byte aligned) with a streaming store.
 ZEROTK_FORCEINLINE void stream_16(std::byte* dst, const void* src) noexcept {

@@ -20,8 +20,8 @@
 // Memory ordering: all state is guarded by Context::mu. Buffers are written by the user before the
 // post (lock release) and read by computing threads after they saw `ready` (lock acquire); outputs
 // are published by `chunks_done`/`done` under the lock (a chunk written with streaming stores is
-// fenced before that: Job::run). The epoch atomic only lets waiters poll
-// briefly before sleeping on the condition variable.
+// fenced before that: Job::run). The epoch atomic only lets waiters poll briefly before sleeping on
+// the condition variable.
 
 #include <algorithm>
 #include <atomic>
@@ -491,7 +491,8 @@ inline bool drive(Group& g, Rendezvous& rv, std::size_t role, Clock::time_point 
 }
 
 // Builds the job of a matched collective from the calls of all ranks (indexed by group rank).
-// Copies are one segment per destination, so each rank's chunks write its own buffer.
+// Copies are one segment per destination, so each rank's chunks write its own buffer (a streamed
+// all_gather excepted: see there).
 inline void build_collective_job(Rendezvous& rv, int w) {
   const Call& c0 = *rv.calls[0];
   Job& job = rv.job;
