@@ -185,3 +185,93 @@ TEST_CASE("threads: 8 ranks at 2^20+3 elements: reduce_scatter, all_gather, all_
     for (const auto& e : rank_errors) CHECK_MESSAGE(e.empty(), e);
   }
 }
+
+// ---- streaming stores ------------------------------------------------------------------------------
+// Operations whose footprint exceeds the last-level cache write their outputs with streaming stores
+// (comm/detail/stream_store.hpp) and all_gather reads each input once. The bits must not change.
+
+namespace {
+
+/// Streams every operation of at least `bytes` footprint (1: all) while alive.
+struct StreamThreshold {
+  explicit StreamThreshold(std::size_t bytes) : saved_(comm::detail::stream_threshold_override().exchange(bytes)) {}
+  StreamThreshold(const StreamThreshold&) = delete;
+  StreamThreshold& operator=(const StreamThreshold&) = delete;
+  ~StreamThreshold() { comm::detail::stream_threshold_override().store(saved_); }
+
+ private:
+  std::size_t saved_;
+};
+
+/// reduce_scatter and all_gather of `len` = W * n elements per rank, on buffers one element past an
+/// aligned allocation (neither 16-byte aligned), against the serial reference, bit for bit; in place
+/// too; and an all_reduce of `len` elements.
+template <class T>
+void large_unaligned(int w, std::size_t n, std::uint64_t seed) {
+  const std::size_t len = static_cast<std::size_t>(w) * n;
+  std::vector<std::vector<T>> in;
+  for (int r = 0; r < w; ++r) in.push_back(test::make_data<T>(seed, r, len, false));
+  const auto sum = test::reduce_ref(in, len, ReduceOp::sum);
+  std::vector<T> gathered;
+  for (int s = 0; s < w; ++s) gathered.insert(gathered.end(), in[s].begin(), in[s].begin() + static_cast<std::ptrdiff_t>(n));
+  const DType dt = dtype_of_v<T>;
+  auto errors = comm::run_threads(w, [&](comm::ThreadsCommunicator& c) {
+    const auto r = static_cast<std::size_t>(c.rank());
+    std::vector<std::string> errs;
+    std::vector<T> send(len + 1), recv(len + 1);
+    std::copy(in[r].begin(), in[r].end(), send.begin() + 1);
+    c.reduce_scatter(send.data() + 1, recv.data() + 1, n, dt, ReduceOp::sum).wait();
+    errs.push_back(test::compare_bits("reduce_scatter", recv.data() + 1, sum.data() + r * n, n));
+    c.all_gather(send.data() + 1, recv.data() + 1, n, dt).wait();
+    errs.push_back(test::compare_bits("all_gather", recv.data() + 1, gathered.data(), len));
+    // The ZeRO flat buffer: reduce-scatter in place, gather back in place.
+    c.reduce_scatter(send.data() + 1, send.data() + 1 + r * n, n, dt, ReduceOp::sum).wait();
+    c.all_gather(send.data() + 1 + r * n, send.data() + 1, n, dt).wait();
+    errs.push_back(test::compare_bits("reduce_scatter + all_gather in place", send.data() + 1, sum.data(), len));
+    // Outputs at different offsets from a 16-byte boundary on each rank (the all_reduce path that
+    // cannot stream one group to every output).
+    std::vector<T> out(len + static_cast<std::size_t>(w));
+    c.all_reduce(in[r].data(), out.data() + r, len, dt, ReduceOp::sum).wait();
+    errs.push_back(test::compare_bits("all_reduce", out.data() + r, sum.data(), len));
+    return errs;
+  });
+  for (std::size_t r = 0; r < errors.size(); ++r) {
+    for (const auto& e : errors[r]) {
+      INFO("world ", w, ", count ", n, ", ", dtype_of_v<T>, ", rank ", r);
+      CHECK_MESSAGE(e.empty(), e);
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("threads: the last-level cache size is read and parsed") {
+  CHECK(comm::detail::parse_cache_size("32768K") == std::size_t{32} << 20);
+  CHECK(comm::detail::parse_cache_size("1M") == std::size_t{1} << 20);
+  CHECK(comm::detail::parse_cache_size("512") == 512);
+  CHECK(comm::detail::parse_cache_size("") == 0);
+  CHECK(comm::detail::parse_cache_size("x") == 0);
+  CHECK(comm::detail::last_level_cache_bytes() >= std::size_t{64} << 10);
+}
+
+TEST_CASE_TEMPLATE("threads: streaming stores forced for every size give the same bits (sizes 0-1000, worlds 1-8)", T,
+                   float, half, bfloat16, double, std::int32_t, std::uint8_t) {
+  const StreamThreshold all(1);
+  for (int w : {1, 2, 3, 4, 8}) {
+    for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{1000}}) sweep<T>(w, n);
+  }
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, half>) sweep<T>(3, kLarge);  // many chunks
+}
+
+// 64 MiB per rank (W x n elements, n odd); each operation touches at least 192 MiB, past the
+// last-level caches seen here (32-105 MiB), so it streams with the detected cache size. Where the
+// cache holds 64 MiB or more, the float case runs again with streaming forced.
+TEST_CASE("threads: 64 MiB reduce_scatter, all_gather and all_reduce, unaligned, odd count, odd world: bit for bit") {
+  constexpr std::size_t kBytes = std::size_t{64} << 20;
+  large_unaligned<float>(3, kBytes / 3 / sizeof(float) | 1, 91);
+  large_unaligned<half>(2, kBytes / 2 / sizeof(half) - 3, 92);
+  if (comm::detail::last_level_cache_bytes() >= kBytes) {
+    const StreamThreshold all(1);
+    large_unaligned<float>(3, kBytes / 3 / sizeof(float) | 1, 93);
+  }
+}

@@ -271,6 +271,7 @@ struct Access {
       throw usage_error("ranks_per_node must be >= 0", "zerotk::comm::ThreadsOptions",
                         std::to_string(opts.ranks_per_node));
     }
+    detail::last_level_cache_bytes();  // reads sysfs once, here rather than under the lock of a job
     auto ctx = std::make_shared<Context>();
     ctx->world = world;
     ctx->timeout_ms = opts.timeout_ms;

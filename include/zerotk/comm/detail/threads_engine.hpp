@@ -19,8 +19,9 @@
 //
 // Memory ordering: all state is guarded by Context::mu. Buffers are written by the user before the
 // post (lock release) and read by computing threads after they saw `ready` (lock acquire); outputs
-// are published by `chunks_done`/`done` under the lock. The epoch atomic only lets waiters poll
-// briefly before sleeping on the condition variable.
+// are published by `chunks_done`/`done` under the lock (a chunk written with streaming stores is
+// fenced before that: Job::run). The epoch atomic only lets waiters poll briefly before sleeping on
+// the condition variable.
 
 #include <algorithm>
 #include <atomic>
@@ -45,6 +46,7 @@
 
 #include "zerotk/comm/communicator.hpp"
 #include "zerotk/comm/detail/reduce.hpp"
+#include "zerotk/comm/detail/stream_store.hpp"
 #include "zerotk/comm/timeout.hpp"
 #include "zerotk/core/error.hpp"
 
@@ -136,6 +138,7 @@ struct Job {
   DType dtype = DType::fp32;
   ReduceOp op = ReduceOp::sum;
   bool reduce = false;
+  bool stream = false;  // outputs written with streaming stores (set by cut)
   int divisor = 1;
   std::size_t elem = 4;
   std::vector<const std::byte*> in;
@@ -163,6 +166,24 @@ struct Job {
                         std::span<const int>(&owner, 1), n);
   }
 
+  static bool streams(std::size_t footprint) { return footprint > stream_threshold_bytes(); }
+
+  // Distinct bytes read plus bytes written: an input that several segments copy (all_gather to
+  // every rank, broadcast) counts once.
+  std::size_t footprint_bytes() const {
+    std::vector<std::pair<const std::byte*, std::size_t>> inputs;
+    std::size_t written = 0;
+    for (const Segment& seg : segments) {
+      written += seg.n * elem * seg.nout;
+      for (std::uint32_t k = 0; k < seg.nin; ++k) inputs.emplace_back(in[seg.in_first + k], seg.n * elem);
+    }
+    std::sort(inputs.begin(), inputs.end());
+    inputs.erase(std::unique(inputs.begin(), inputs.end()), inputs.end());
+    std::size_t read = 0;
+    for (const auto& x : inputs) read += x.second;
+    return read + written;
+  }
+
   void cut(int world) {
     const std::size_t step = std::max<std::size_t>(1, kChunkBytes / elem);
     const auto w = static_cast<std::size_t>(world);
@@ -176,6 +197,12 @@ struct Job {
         chunks.push_back({s, i * step, std::min((i + 1) * step, seg.n)});
       }
     }
+    // An operation that does not fit in the last-level cache evicts its own outputs before anyone
+    // reads them: write them without the read for ownership. Smaller ones keep ordinary stores,
+    // which leave the outputs in the cache for the reader.
+    std::size_t upper = 0;  // footprint counting shared inputs once per segment: an upper bound
+    for (const Segment& seg : segments) upper += seg.n * elem * (seg.nin + seg.nout);
+    stream = streams(upper) && streams(footprint_bytes());  // small jobs skip the exact count
     head.assign(w + 1, 0);  // counting sort of the chunks by owner
     for (std::uint32_t o : owner) ++head[o + 1];
     for (std::size_t r = 0; r < w; ++r) head[r + 1] += head[r];
@@ -198,18 +225,27 @@ struct Job {
     return npos;
   }
 
+  // Computes chunk `c`. With `stream`, fences before returning: the caller publishes the chunk as
+  // done next.
   void run(std::size_t c) const {
     const Chunk& ch = chunks[c];
     const Segment& s = segments[ch.segment];
     if (reduce) {
       reduce_rows(dtype, op, in.data() + s.in_first, s.nin, out.data() + s.out_first, s.nout, ch.begin,
-                  ch.end - ch.begin, divisor);
-      return;
+                  ch.end - ch.begin, divisor, stream);
+    } else {
+      const std::byte* src = in[s.in_first] + ch.begin * elem;
+      const std::size_t bytes = (ch.end - ch.begin) * elem;
+      for (std::uint32_t k = 0; k < s.nout; ++k) {
+        std::byte* dst = out[s.out_first + k] + ch.begin * elem;
+        if (stream) {
+          stream_copy(dst, src, bytes);
+        } else {
+          std::memcpy(dst, src, bytes);
+        }
+      }
     }
-    const std::byte* src = in[s.in_first] + ch.begin * elem;
-    for (std::uint32_t k = 0; k < s.nout; ++k) {
-      std::memcpy(out[s.out_first + k] + ch.begin * elem, src, (ch.end - ch.begin) * elem);
-    }
+    if (stream) stream_fence();
   }
 };
 
@@ -455,7 +491,8 @@ inline bool drive(Group& g, Rendezvous& rv, std::size_t role, Clock::time_point 
 }
 
 // Builds the job of a matched collective from the calls of all ranks (indexed by group rank).
-// Copies are one segment per destination, so each rank's chunks write its own buffer.
+// Copies are one segment per destination, so each rank's chunks write its own buffer (a streamed
+// all_gather excepted: see there).
 inline void build_collective_job(Rendezvous& rv, int w) {
   const Call& c0 = *rv.calls[0];
   Job& job = rv.job;
@@ -493,10 +530,30 @@ inline void build_collective_job(Rendezvous& rv, int w) {
     }
     case OpKind::all_gather:
     case OpKind::all_gatherv: {
+      const auto count_of = [&](int s) {
+        return c0.kind == OpKind::all_gather ? n : c0.counts[static_cast<std::size_t>(s)];
+      };
+      std::size_t total = 0;
+      for (int s = 0; s < w; ++s) total += count_of(s);
+      // Streamed (Job::cut reaches the same footprint: each input once, W outputs): one segment per
+      // source writing every rank's output, so each input is read from memory once, not W times.
+      // Cached: one segment per destination, so each rank's chunks write its own buffer.
+      const bool fan_out = Job::streams(static_cast<std::size_t>(w + 1) * total * eb);
       std::size_t offset = 0;
       for (int s = 0; s < w; ++s) {
-        const std::size_t ns = c0.kind == OpKind::all_gather ? n : c0.counts[static_cast<std::size_t>(s)];
-        for (int r = 0; r < w; ++r) job.add_copy(call(s).send, call(r).recv + offset * eb, r, ns);
+        const std::size_t ns = count_of(s);
+        if (fan_out) {
+          // A rank's own block needs no copy when its send buffer already sits there (in place).
+          const std::byte* src = call(s).send;
+          outs.clear(), owners.clear();
+          for (int r = 0; r < w; ++r) {
+            std::byte* dst = call(r).recv + offset * eb;
+            if (dst != src) outs.push_back(dst), owners.push_back(r);
+          }
+          job.add(std::span<const std::byte* const>(&src, 1), outs, owners, ns);
+        } else {
+          for (int r = 0; r < w; ++r) job.add_copy(call(s).send, call(r).recv + offset * eb, r, ns);
+        }
         offset += ns;
       }
       break;
