@@ -566,7 +566,17 @@ class Engine {
   }
 
   engine::ParamRegistry::Rules registry_rules() const {
-    return {dtype_of_v<S>, options_.keep_fp32, options_.group_of, options_.groups.size(), options_.fp32_module_types};
+    engine::ParamRegistry::Rules r;
+    r.storage = dtype_of_v<S>;
+    r.keep_fp32 = options_.keep_fp32;
+    r.group_of = options_.group_of;
+    r.optimizer_groups = options_.groups.size();
+    r.fp32_module_types = options_.fp32_module_types;
+    if constexpr (partitioner::partitions_parameters) {
+      r.partitioned_module_types = options_.stage3.partitioned_module_types;
+      r.replicated_module_types = options_.stage3.replicated_module_types;
+    }
+    return r;
   }
 
   zero::PathContext<ops_type> path_context(bool accumulate_fp32) {
@@ -598,9 +608,11 @@ class Engine {
       m.opt_groups.push_back(e.optimizer_group);
       if constexpr (partitioner::partitions_parameters) {
         // A bucket never spans two fetch units; persistent parameters form units of their own.
-        const bool persistent = e.numel <= options_.stage3.param_persistence_threshold &&
-                                persistent_numel + e.numel <= options_.stage3.model_persistence_threshold;
-        if (persistent) persistent_numel += e.numel;
+        // Parameters kept unpartitioned by module type are persistent outside the budget.
+        const bool small = !e.replicated && e.numel <= options_.stage3.param_persistence_threshold &&
+                           persistent_numel + e.numel <= options_.stage3.model_persistence_threshold;
+        if (small) persistent_numel += e.numel;
+        const bool persistent = small || e.replicated;
         m.units.push_back(2 * e.unit + (persistent ? 1 : 0));
         m.persistent.push_back(persistent ? 1 : 0);
       }

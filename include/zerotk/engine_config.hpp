@@ -78,6 +78,8 @@ EngineOptions engine_options(const config::Config& cfg) {
   o.stage3.model_persistence_threshold = static_cast<std::size_t>(z.stage3_model_persistence_threshold);
   o.stage3.max_live_parameters = static_cast<std::size_t>(z.stage3_max_live_parameters);
   o.stage3.max_reuse_distance = static_cast<std::size_t>(z.stage3_max_reuse_distance);
+  o.stage3.partitioned_module_types = cfg.zero_allowed_param_types;
+  o.stage3.replicated_module_types = cfg.zero_force_param_types;
   return o;
 }
 

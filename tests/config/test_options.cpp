@@ -249,3 +249,33 @@ TEST_CASE("fp16_override_modules: zerotk's list of module types kept in fp32") {
   CHECK(has_error(bad, "/fp16_override_modules/3", "listed twice", "\"LayerNorm\""));
   CHECK(bad.errors.size() == 3);
 }
+
+TEST_CASE("zero_allowed_param_types / zero_force_param_types: zerotk's lists of module types stage 3 partitions") {
+  ResolveContext ctx;
+  const ParseResult r = parse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3},
+      "zero_allowed_param_types": ["Block"], "zero_force_param_types": ["Embedding", "LayerNorm"]})",
+                              ctx);
+  REQUIRE_MESSAGE(r.ok(), error_lines(r));
+  const auto& z = *r.config;
+  CHECK(z.zero_allowed_param_types == std::vector<std::string>{"Block"});
+  CHECK(z.zero_force_param_types == std::vector<std::string>{"Embedding", "LayerNorm"});
+  const Json j = to_json(*r.config);
+  CHECK(j["zero_force_param_types"] == Json::array({"Embedding", "LayerNorm"}));
+  const ParseResult again = parse(j.dump(), ctx);
+  REQUIRE(again.ok());
+  CHECK(again.config->zero_allowed_param_types == z.zero_allowed_param_types);
+  CHECK(again.config->zero_force_param_types == z.zero_force_param_types);
+  CHECK_FALSE(to_json(*parse(R"({"train_batch_size": 8})", ctx).config).contains("zero_allowed_param_types"));
+
+  ParseResult bad = parse(R"({"train_batch_size": 8, "zero_force_param_types": "Embedding"})", ctx);
+  CHECK(has_error(bad, "/zero_force_param_types", "expected an array of module type names",
+                  "\"Embedding\""));
+  bad = parse(R"({"train_batch_size": 8, "zero_allowed_param_types": ["Block", 1, "Block"]})",
+              ctx);
+  CHECK(has_error(bad, "/zero_allowed_param_types/1", "non-empty string", "1"));
+  CHECK(has_error(bad, "/zero_allowed_param_types/2", "listed twice", "\"Block\""));
+  bad = parse(R"({"train_batch_size": 8, "zero_allowed_param_types": ["Block"],
+      "zero_force_param_types": ["Block"]})",
+              ctx);
+  CHECK(has_error(bad, "/zero_force_param_types", "either partitioned or not", "\"Block\""));
+}

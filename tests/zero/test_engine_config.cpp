@@ -143,3 +143,21 @@ TEST_CASE("grad_accum_dtype and fp16_override_modules reach EngineOptions") {
   CHECK(o.grad_accum_dtype == DType::fp16);  // absent: DeepSpeed's order, the training precision
   CHECK(o.fp32_module_types.empty());
 }
+
+TEST_CASE("the stage3_* keys and the module type lists reach EngineOptions::stage3") {
+  using Stage3 = Engine<Partitioner<Stage<3>>, Optimizer<AdamW>>;
+  config::ResolveContext ctx;
+  const config::Config cfg = config::load(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3,
+      "stage3_prefetch_bucket_size": 1000, "stage3_param_persistence_threshold": 10,
+      "stage3_model_persistence_threshold": 100, "stage3_max_live_parameters": 5000, "stage3_max_reuse_distance": 7},
+      "zero_allowed_param_types": ["Block"], "zero_force_param_types": ["Embedding"]})",
+                                          ctx);
+  const Stage3Options s = engine_options<Stage3>(cfg).stage3;
+  CHECK(s.prefetch_bucket_size == 1000);
+  CHECK(s.param_persistence_threshold == 10);
+  CHECK(s.model_persistence_threshold == 100);
+  CHECK(s.max_live_parameters == 5000);
+  CHECK(s.max_reuse_distance == 7);
+  CHECK(s.partitioned_module_types == std::vector<std::string>{"Block"});
+  CHECK(s.replicated_module_types == std::vector<std::string>{"Embedding"});
+}

@@ -5,9 +5,13 @@
 //  - bytes per step: 3 Psi (W-1)/W through all-gather + reduce-scatter (2 Psi without resharding);
 //  - ranks running their layers in different orders get an error naming both orders, not a hang;
 //  - Engine::gather: reading and writing parameters outside the layers' scopes.
+//  - zero_allowed_param_types / zero_force_param_types: which module types are partitioned.
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <mutex>
+#include <string_view>
+#include <type_traits>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -227,4 +231,117 @@ TEST_CASE("stage 3 gather scope: read and write parameters outside the layers' s
     }
     CHECK_THROWS_AS((void)engine.gather(model, 3), usage_error);
   });
+}
+
+namespace {
+
+/// The fixture's MLP with typed sub-modules: the hidden layers are "Hidden", the last "Head".
+template <class T>
+struct TypedMlp : Mlp<T> {
+  template <const char* Type>
+  struct Typed {
+    static constexpr std::string_view module_type = Type;
+    Dense<T>* layer;
+    template <class V>
+    void parameters(V&& visit) {
+      layer->parameters(visit);
+    }
+  };
+  static constexpr char kHidden[] = "Hidden";
+  static constexpr char kHead[] = "Head";
+  template <class V>
+  void modules(V&& visit) {
+    for (std::size_t l = 0; l < this->layers.size(); ++l) {
+      if (l + 1 < this->layers.size()) {
+        Typed<kHidden> m{&this->layers[l]};
+        visit(m);
+      } else {
+        Typed<kHead> m{&this->layers[l]};
+        visit(m);
+      }
+    }
+  }
+};
+
+template <int Stage, class Model>
+RunResult train_model(const RunConfig& cfg) {
+  RunResult result;
+  std::mutex mu;
+  comm::run_threads(cfg.world, [&](auto& comm) {
+    RunResult mine = train_rank<Stage, fp16, std::remove_cvref_t<decltype(comm)>, Model>(comm, cfg);
+    std::lock_guard lock(mu);
+    if (comm.rank() == 0) result = std::move(mine);
+  });
+  return result;
+}
+
+}  // namespace
+
+TEST_CASE("stage 3 partitions only the allowed module types and never the forced ones, with stage 2's bits") {
+  RunConfig cfg;
+  cfg.world = 3;
+  cfg.steps = 8;
+  cfg.gas = 2;
+  cfg.poison_steps = {3};
+  const RunResult ref = train<2, fp16>(cfg);
+  cfg.stage3.param_persistence_threshold = 0;  // only the type lists keep parameters unpartitioned
+  cfg.stage3.model_persistence_threshold = 0;
+
+  struct Variant {
+    const char* name;
+    std::vector<std::string> allowed, forced;
+  };
+  const Variant variants[] = {{"zero_force_param_types [Head]", {}, {"Head"}},
+                              {"zero_allowed_param_types [Hidden]", {"Hidden"}, {}},
+                              {"both lists", {"Hidden"}, {"Head"}}};
+  using E = Engine<Partitioner<Stage<3>>, Optimizer<AdamW>, Precision<fp16>>;
+  for (const Variant& v : variants) {
+    CAPTURE(v.name);
+    RunConfig c = cfg;
+    c.stage3.partitioned_module_types = v.allowed;
+    c.stage3.replicated_module_types = v.forced;
+    const RunResult r = train_model<3, TypedMlp<half>>(c);
+    CHECK(r.params == ref.params);
+    CHECK(r.losses == ref.losses);
+    CHECK(r.skipped == ref.skipped);
+
+    // Outside every scope, after a step: the head stays gathered on every rank, the rest is sharded.
+    comm::run_threads(2, [&](auto& comm) {
+      TypedMlp<half> model;
+      E engine(comm, model, engine_options(c));
+      {
+        auto g = engine.gather(model, 0);
+        model.init(1);
+      }
+      engine.initialize_master();
+      train_steps(engine, model, comm.rank(), c, 0, 1, nullptr);
+      CHECK(model.layers.back().w.data() != nullptr);
+      CHECK(model.layers.back().b.data() != nullptr);
+      CHECK(model.layers.front().w.data() == nullptr);
+    });
+  }
+}
+
+TEST_CASE("stage 3: a module type no module declares is an error naming it and the declared types") {
+  using E = Engine<Partitioner<Stage<3>>, Optimizer<AdamW>, Precision<fp16>>;
+  {
+    for (bool forced : {false, true}) {
+      std::string what, where;
+      try {
+        comm::run_threads(1, [&](auto& comm) {
+          TypedMlp<half> model;
+          EngineOptions o;
+          (forced ? o.stage3.replicated_module_types : o.stage3.partitioned_module_types) = {"Heda"};
+          E engine(comm, model, o);
+        });
+      } catch (const config_error& e) {
+        what = e.what();
+        where = e.where();
+      }
+      INFO(what);
+      CHECK(what.find("(got Heda)") != std::string::npos);
+      CHECK(what.find("types declared: Hidden, Head") != std::string::npos);
+      CHECK(where.find(forced ? "zero_force_param_types" : "zero_allowed_param_types") != std::string::npos);
+    }
+  }
 }

@@ -256,6 +256,11 @@ struct Config {
   /// Module type names whose parameters stay fp32 in fp16/bf16 training (e.g. "LayerNorm"). zerotk's own
   /// key: DeepSpeed 0.19 has no `fp16_override_modules`.
   std::vector<std::string> fp16_override_modules;
+  /// zerotk's own top-level keys: stage 3 partitions only the parameters of modules of these types
+  /// (empty: every module's), and never those of `zero_force_param_types`; the others stay gathered
+  /// on every rank (EngineOptions::stage3, docs/stage3.md).
+  std::vector<std::string> zero_allowed_param_types;
+  std::vector<std::string> zero_force_param_types;
 
   Fp16Options fp16;
   Bf16Options bf16;

@@ -181,6 +181,8 @@ class Reader {
 
   void read_precision(Block& root, Config& c);
   void read_zero(Block& root, Config& c);
+  /// An array of distinct non-empty module type names at `path` (absent or null: none).
+  void read_module_types(const Json* m, const std::string& path, std::vector<std::string>& names);
   void read_aio(Block& root, Config& c);
   void read_optimizer(Block& root, Config& c);
   void read_scheduler(Block& root, Config& c);
@@ -521,23 +523,39 @@ inline void Reader::read_precision(Block& root, Config& c) {
               {"bf16_optimizer_states", "false"}});
   }
   // zerotk's own key (DeepSpeed 0.19 has none like it): module types whose parameters stay fp32.
-  if (const Json* m = root.find("fp16_override_modules"); m && !m->is_null()) {
-    const std::string path = root.path_of("fp16_override_modules");
-    if (!m->is_array()) {
-      error(path, "expected an array of module type names, e.g. [\"LayerNorm\"]", show(*m));
-      return;
+  read_module_types(root.find("fp16_override_modules"), root.path_of("fp16_override_modules"),
+                    c.fp16_override_modules);
+  // zerotk's own keys (no DeepSpeed release reads them): which modules' parameters stage 3 partitions.
+  // Top level, not in zero_optimization: DeepSpeed ignores unknown top-level keys but refuses unknown
+  // zero_optimization ones, so a config with them still loads there.
+  read_module_types(root.find("zero_allowed_param_types"), root.path_of("zero_allowed_param_types"),
+                    c.zero_allowed_param_types);
+  read_module_types(root.find("zero_force_param_types"), root.path_of("zero_force_param_types"), c.zero_force_param_types);
+  for (const std::string& t : c.zero_force_param_types) {
+    if (std::find(c.zero_allowed_param_types.begin(), c.zero_allowed_param_types.end(), t) !=
+        c.zero_allowed_param_types.end()) {
+      error(root.path_of("zero_force_param_types"),
+            cat("module type \"", t, "\" is also in zero_allowed_param_types; a type is either partitioned or not"),
+            cat("\"", t, "\""));
     }
-    auto& names = c.fp16_override_modules;
-    for (std::size_t i = 0; i < m->size(); ++i) {
-      const Json& e = (*m)[i];
-      const std::string at = path + "/" + std::to_string(i);
-      if (!e.is_string() || e.get_ref<const std::string&>().empty()) {
-        error(at, "expected a module type name (a non-empty string)", show(e));
-      } else if (std::find(names.begin(), names.end(), e.get_ref<const std::string&>()) != names.end()) {
-        error(at, "listed twice", show(e));
-      } else {
-        names.push_back(e.get<std::string>());
-      }
+  }
+}
+
+inline void Reader::read_module_types(const Json* m, const std::string& path, std::vector<std::string>& names) {
+  if (m == nullptr || m->is_null()) return;
+  if (!m->is_array()) {
+    error(path, "expected an array of module type names, e.g. [\"LayerNorm\"]", show(*m));
+    return;
+  }
+  for (std::size_t i = 0; i < m->size(); ++i) {
+    const Json& e = (*m)[i];
+    const std::string at = path + "/" + std::to_string(i);
+    if (!e.is_string() || e.get_ref<const std::string&>().empty()) {
+      error(at, "expected a module type name (a non-empty string)", show(e));
+    } else if (std::find(names.begin(), names.end(), e.get_ref<const std::string&>()) != names.end()) {
+      error(at, "listed twice", show(e));
+    } else {
+      names.push_back(e.get<std::string>());
     }
   }
 }

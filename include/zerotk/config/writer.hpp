@@ -171,6 +171,8 @@ inline Json to_json(const Config& c) {
   f["min_loss_scale"] = c.fp16.min_loss_scale;
   j["bf16"]["enabled"] = c.bf16.enabled;
   if (!c.fp16_override_modules.empty()) j["fp16_override_modules"] = c.fp16_override_modules;
+  if (!c.zero_allowed_param_types.empty()) j["zero_allowed_param_types"] = c.zero_allowed_param_types;
+  if (!c.zero_force_param_types.empty()) j["zero_force_param_types"] = c.zero_force_param_types;
 
   const ZeroOptions& z = c.zero_optimization;
   Json& zj = j["zero_optimization"];

@@ -38,6 +38,15 @@ struct Stage3Options {
   /// Release a layer's parameters after its forward (true, 3 Psi of traffic per step) or keep them
   /// gathered until its backward (false: 2 Psi, the gathered model's peak is the whole model).
   bool reshard_after_forward = true;
+  /// Only the parameters of modules whose `module_type` is listed are partitioned (empty: every
+  /// module's). Matched against the model and, recursively, the sub-modules it lists with
+  /// `modules(visit)` (`zero_allowed_param_types`, zerotk's own key).
+  std::vector<std::string> partitioned_module_types;
+  /// The parameters of modules of these types are never partitioned (`zero_force_param_types`).
+  /// Parameters left unpartitioned by either list stay gathered on every rank like persistent ones
+  /// (they do not count against `model_persistence_threshold`); their gradients and optimizer
+  /// state are partitioned as usual.
+  std::vector<std::string> replicated_module_types;
 };
 
 /// Run-time settings. Defaults follow DeepSpeed where it has one.

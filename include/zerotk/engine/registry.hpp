@@ -44,6 +44,9 @@ struct ParamEntry {
   /// Stage 3's fetch unit: the index of the model's direct sub-module (`modules(visit)`) whose
   /// parameters() visit it, or, for a parameter no sub-module visits, a unit of its own.
   std::uint32_t unit = 0;
+  /// Stage 3: kept unpartitioned because of its module's type (Rules::partitioned_module_types,
+  /// replicated_module_types).
+  bool replicated = false;
   /// Points the Param at (data, grad); both typed as the Param's element type.
   std::function<void(void* data, void* grad)> bind;
   /// Copies the values the Param holds before the engine binds it into `dst` (numel elements of
@@ -70,12 +73,22 @@ class ParamRegistry {
     std::function<std::uint32_t(std::string_view)> group_of;
     std::size_t optimizer_groups = 1;
     std::vector<std::string> fp32_module_types;
+    /// Stage 3: only parameters of modules of these types are partitioned (empty: all); never
+    /// those of `replicated_module_types`. A listed type no module declares is an error.
+    std::vector<std::string> partitioned_module_types;
+    std::vector<std::string> replicated_module_types;
   };
 
   /// Visits `model` once and records every parameter (and its current values, if it has any).
   template <Module M>
   ParamRegistry(M& model, Rules rules) : rules_(std::move(rules)) {
-    collect_fp32_modules(model);
+    collect_typed(model, rules_.fp32_module_types, fp32_params_);
+    collect_typed(model, rules_.partitioned_module_types, partitioned_params_);
+    collect_typed(model, rules_.replicated_module_types, replicated_params_);
+    check_types_exist("zero_allowed_param_types (Stage3Options::partitioned_module_types)",
+                      rules_.partitioned_module_types);
+    check_types_exist("zero_force_param_types (Stage3Options::replicated_module_types)",
+                      rules_.replicated_module_types);
     collect_units(model);
     model.parameters([&](std::string_view name, auto& p) { add(name, p); });
     check_groups();
@@ -177,6 +190,8 @@ class ParamRegistry {
     e.local = fp32 ? fp32_count_++ : main_count_++;
     const auto unit = unit_of_.find(&p);
     e.unit = unit != unit_of_.end() ? unit->second : units_++;
+    e.replicated = replicated_params_.count(&p) > 0 ||
+                   (!rules_.partitioned_module_types.empty() && partitioned_params_.count(&p) == 0);
     e.bind = [&p](void* d, void* g) { p.bind(static_cast<V*>(d), static_cast<V*>(g)); };
     e.read_initial = [&p, n = e.numel](void* dst) {
       const V* values = p.data();
@@ -215,27 +230,45 @@ class ParamRegistry {
     }
   }
 
-  /// fp32_module_types: the parameters of every (sub-)module whose module_type is listed.
+  /// The parameters of every (sub-)module whose module_type is in `types` go into `out`; every
+  /// module_type met is remembered for the error naming an unmatched one.
   template <class M>
-  void collect_fp32_modules(M& m) {
-    if (rules_.fp32_module_types.empty()) return;
+  void collect_typed(M& m, const std::vector<std::string>& types, std::unordered_set<const void*>& out) {
+    if (types.empty()) return;
     if constexpr (HasModuleType<M>) {
-      for (const auto& t : rules_.fp32_module_types) {
-        if (std::string_view(M::module_type) == t) {
-          m.parameters([&](std::string_view, auto& p) { fp32_params_.insert(&p); });
-          break;
-        }
+      const std::string_view type(M::module_type);
+      if (std::find(types_seen_.begin(), types_seen_.end(), type) == types_seen_.end()) {
+        types_seen_.emplace_back(type);
+      }
+      if (std::find(types.begin(), types.end(), type) != types.end()) {
+        m.parameters([&](std::string_view, auto& p) { out.insert(&p); });
       }
     }
     if constexpr (HasSubmodules<M>) {
-      m.modules([&](auto& child) { collect_fp32_modules(child); });
+      m.modules([&](auto& child) { collect_typed(child, types, out); });
+    }
+  }
+
+  /// A type name that matches no module is most likely a typo: say so rather than partition all.
+  void check_types_exist(std::string_view key, const std::vector<std::string>& types) const {
+    for (const std::string& t : types) {
+      if (std::find(types_seen_.begin(), types_seen_.end(), t) != types_seen_.end()) continue;
+      std::string seen;
+      for (const std::string& s : types_seen_) seen += (seen.empty() ? "" : ", ") + s;
+      throw config_error("no module of the model declares this module_type (types declared: " +
+                             (seen.empty() ? std::string("none; a module names its type with `static constexpr "
+                                                         "std::string_view module_type`")
+                                           : seen) +
+                             ")",
+                         std::string(key), t);
     }
   }
 
   Rules rules_;
   std::vector<ParamEntry> entries_;
   std::unordered_map<const void*, ParamId> index_;
-  std::unordered_set<const void*> fp32_params_;
+  std::unordered_set<const void*> fp32_params_, partitioned_params_, replicated_params_;
+  std::vector<std::string> types_seen_;
   std::vector<ModuleEntry> modules_;
   std::unordered_map<const void*, ModuleId> modules_by_address_;
   std::unordered_map<const void*, std::uint32_t> unit_of_;
