@@ -350,17 +350,9 @@ int run(const Options& o, const gpt::Config& model_config, const Data& data, Eva
     });
     return 0;
   };
-  // Stage 3 with fp32 only: this model's Params hold float and 16-bit training emulates the storage
-  // type over them (a full float copy), which stage 3 does not take (docs/stage3.md).
-  if (cfg.zero_optimization.stage == 3 && cfg.precision() != zerotk::DType::fp32) {
-    throw zerotk::usage_error("ZeRO stage 3 runs this example in fp32 only (its Params hold float; 16-bit training "
-                              "keeps a float copy of every parameter, which stage 3 does not take yet): use "
-                              "--precision fp32",
-                              "--stage 3", std::string(zerotk::to_string(cfg.precision())));
-  }
   zerotk::config::dispatch<E<0, zerotk::fp32>, E<1, zerotk::fp32>, E<2, zerotk::fp32>, E<3, zerotk::fp32>,
-                           E<0, zerotk::bf16>, E<1, zerotk::bf16>, E<2, zerotk::bf16>, E<0, zerotk::fp16>,
-                           E<1, zerotk::fp16>, E<2, zerotk::fp16>>(cfg, launch);
+                           E<0, zerotk::bf16>, E<1, zerotk::bf16>, E<2, zerotk::bf16>, E<3, zerotk::bf16>,
+                           E<0, zerotk::fp16>, E<1, zerotk::fp16>, E<2, zerotk::fp16>, E<3, zerotk::fp16>>(cfg, launch);
   if (!root) return 0;
   print_memory_table(summary, cfg.zero_optimization.stage, std::string(zerotk::to_string(cfg.precision())), world,
                                   static_cast<int>(cfg.gradient_accumulation_steps));

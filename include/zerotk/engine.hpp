@@ -19,7 +19,8 @@
 ///   zero/partitioner.hpp        the stage as types: a gradient path (zero/grads/) and a parameter
 ///                               path (zero/params/) per stage and reduction schedule
 ///   engine/group.hpp            one flat buffer family: layout + paths + state store (offload/)
-///   zero/float_view.hpp         float Params over 16-bit storage (emulated 16-bit)
+///   zero/float_view.hpp         float Params over 16-bit storage (emulated 16-bit; stage 3:
+///                               zero/fetched_float_view.hpp, float copies of gathered buckets only)
 ///   device/                     Ops<Device>: buffers and kernels by memory space; OrderedCommunicator
 ///   engine/fetch_*.hpp          what a scope does for its layer's values: wait (stages 0-2), or
 ///                               gather, prefetch by the recorded order and release (stage 3)

@@ -1,6 +1,7 @@
-// The GPT example under zerotk's Engine: the same seed trained with stage 0 and stage 2 (threads,
-// fp32) gives bitwise-identical losses and parameters, and the tied head works through
-// external_parameters at stage 2 (the head writes into wte's gradient bucket before the embedding's).
+// The GPT example under zerotk's Engine: the same seed trained with stages 0, 1, 2 and 3 (threads,
+// fp32, and bf16 emulated over the model's float Params) gives bitwise-identical losses and
+// parameters, and the tied head works through external_parameters at stages 2 and 3 (the head writes
+// into wte's gradient before the embedding's scope).
 #include <doctest/doctest.h>
 
 #include <mutex>
@@ -18,7 +19,7 @@ struct Trace {
   std::vector<float> params;  // rank 0's, after training
 };
 
-template <int Stage>
+template <int Stage, class Prec = zerotk::fp32>
 Trace train(bool tied, int world, int steps) {
   gpt::Config c;
   c.vocab_size = 11;
@@ -36,8 +37,14 @@ Trace train(bool tied, int world, int steps) {
     o.optimizer.lr = 3e-3f;
     o.gradient_clipping = 1.0;
     o.bucket_bytes = 4096;  // many buckets
-    zerotk::Engine<zerotk::Partitioner<zerotk::Stage<Stage>>, zerotk::Optimizer<zerotk::AdamW>> engine(comm, model, o);
-    gpt::init_parameters(model, 11);
+    o.stage3.param_persistence_threshold = 0;  // stage 3: every parameter fetched by its layer
+    zerotk::Engine<zerotk::Partitioner<zerotk::Stage<Stage>>, zerotk::Optimizer<zerotk::AdamW>,
+                   zerotk::Precision<Prec>>
+        engine(comm, model, o);
+    {
+      auto g = engine.gather(model, 0);  // stage 3: parameters have values only inside scopes
+      gpt::init_parameters(model, 11);
+    }
     engine.initialize_master();
     gpt::Batch batch;
     std::vector<double> losses;
@@ -46,6 +53,7 @@ Trace train(bool tied, int world, int steps) {
       const float loss = model.train_step(batch, engine, static_cast<float>(engine.loss_scale()));
       losses.push_back(engine.step(loss).loss);
     }
+    auto g = engine.gather(model);
     if (comm.rank() == 0) {
       std::lock_guard lock(mu);
       trace.losses = losses;
@@ -59,20 +67,31 @@ Trace train(bool tied, int world, int steps) {
 
 }  // namespace
 
-TEST_CASE("GPT: stage 0 and stage 2 give bitwise-identical losses and parameters (threads, fp32)") {
+TEST_CASE_TEMPLATE("GPT: stages 0, 1, 2 and 3 give bitwise-identical losses and parameters (threads)", Prec,
+                   zerotk::fp32, zerotk::bf16) {
   for (int world : {2, 3}) {
     CAPTURE(world);
-    const Trace a = train<0>(false, world, 12);
-    const Trace b = train<2>(false, world, 12);
-    CHECK(a.losses == b.losses);
-    CHECK(a.params == b.params);
+    const Trace a = train<0, Prec>(false, world, 8);
     CHECK(a.losses.back() < a.losses.front());  // it learns
+    const Trace b1 = train<1, Prec>(false, world, 8);
+    const Trace b2 = train<2, Prec>(false, world, 8);
+    const Trace b3 = train<3, Prec>(false, world, 8);
+    CHECK(a.losses == b1.losses);
+    CHECK(a.params == b1.params);
+    CHECK(a.losses == b2.losses);
+    CHECK(a.params == b2.params);
+    CHECK(a.losses == b3.losses);
+    CHECK(a.params == b3.params);
   }
 }
 
-TEST_CASE("GPT with a tied head trains at stage 2 (external_parameters) like stage 0") {
-  const Trace a = train<0>(true, 2, 8);
-  const Trace b = train<2>(true, 2, 8);
+TEST_CASE_TEMPLATE("GPT with a tied head trains at stages 2 and 3 (external_parameters) like stage 0", Prec,
+                   zerotk::fp32, zerotk::bf16) {
+  const Trace a = train<0, Prec>(true, 2, 8);
+  const Trace b = train<2, Prec>(true, 2, 8);
+  const Trace c = train<3, Prec>(true, 2, 8);
   CHECK(a.losses == b.losses);
   CHECK(a.params == b.params);
+  CHECK(a.losses == c.losses);
+  CHECK(a.params == c.params);
 }

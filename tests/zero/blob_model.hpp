@@ -1,6 +1,6 @@
 #pragma once
-// A model of uneven large fp16 parameters for the memory, volume and ledger checks (no compute
-// needed), and a one-parameter "layer" view for scopes over one of them.
+// A model of uneven large fp16 (or, for emulated 16-bit, float) parameters for the memory, volume and
+// ledger checks (no compute needed), and a one-parameter "layer" view for scopes over one of them.
 #include <cstddef>
 #include <initializer_list>
 #include <string>
@@ -10,9 +10,10 @@
 
 namespace zt_test {
 
-struct Blob {
-  std::vector<zerotk::Param<zerotk::half>> ps;
-  explicit Blob(const std::vector<std::size_t>& sizes) {
+template <class T>
+struct BasicBlob {
+  std::vector<zerotk::Param<T>> ps;
+  explicit BasicBlob(const std::vector<std::size_t>& sizes) {
     for (std::size_t i = 0; i < sizes.size(); ++i) {
       ps.emplace_back("p" + std::to_string(i), std::initializer_list<std::size_t>{sizes[i]});
     }
@@ -23,13 +24,17 @@ struct Blob {
   }
 };
 
-struct OneParam {
-  zerotk::Param<zerotk::half>* p;
+template <class T>
+struct BasicOneParam {
+  zerotk::Param<T>* p;
   template <class V>
   void parameters(V&& v) {
     v(p->name(), *p);
   }
 };
+
+using Blob = BasicBlob<zerotk::half>;
+using OneParam = BasicOneParam<zerotk::half>;
 
 /// Sizes nothing divides evenly, with one tiny parameter.
 inline const std::vector<std::size_t> kBlob = {40001, 123457, 77777, 250003, 9, 99991};

@@ -97,6 +97,24 @@ TEST_CASE("item 1: values initialised before the engine is built are adopted, no
       CHECK(layer.w.data()[2] == -3.0f);
     });
   }
+  SUBCASE("emulated bf16 at stage 3: adopted values are rounded into the shards; outside scopes data() is null") {
+    comm::run_threads(2, [](auto& comm) {
+      Scale<float> layer("w", 3);
+      layer.w.own = {1.0f + 1.0f / 1024, 2.0f, -3.0f};
+      EngineOptions o;
+      o.stage3.param_persistence_threshold = 0;
+      Engine<Partitioner<Stage<3>>, Optimizer<AdamW>, Precision<bf16>> engine(comm, layer, o);
+      CHECK(layer.w.data() == nullptr);
+      {
+        auto g = engine.gather(layer);
+        REQUIRE(layer.w.data() != nullptr);
+        CHECK(layer.w.data()[0] == 1.0f);
+        CHECK(layer.w.data()[1] == 2.0f);
+        CHECK(layer.w.data()[2] == -3.0f);
+      }
+      CHECK(layer.w.data() == nullptr);
+    });
+  }
 }
 
 namespace {

@@ -4,16 +4,18 @@
 //  - per-rank model states are 16 Psi / N; the gathered pool stays within its bound and does not grow;
 //  - bytes per step: 3 Psi (W-1)/W through all-gather + reduce-scatter (2 Psi without resharding);
 //  - ranks running their layers in different orders get an error naming both orders, not a hang;
-//  - Engine::gather: reading and writing parameters outside the layers' scopes.
+//  - Engine::gather: reading and writing parameters outside the layers' scopes;
+//  - emulated 16-bit (float Params over bf16/fp16 storage): stage 2's bits, and float compute copies
+//    only of what is gathered, within their bound;
 //  - zero_allowed_param_types / zero_force_param_types: which module types are partitioned.
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <mutex>
+#include <string>
 #include <string_view>
 #include <type_traits>
-#include <cstdio>
-#include <string>
 #include <vector>
 
 #include "blob_model.hpp"
@@ -73,18 +75,18 @@ TEST_CASE("stage 3 fetch settings all give stage 2's bits (fp16, overflow steps,
 
 namespace {
 
-template <class E>
-void blob_step(E& engine, Blob& model, std::vector<int> order = {}) {
+template <class E, class T>
+void blob_step(E& engine, BasicBlob<T>& model, std::vector<int> order = {}) {
   if (order.empty()) {
     for (std::size_t i = 0; i < model.ps.size(); ++i) order.push_back(static_cast<int>(i));
   }
   for (int i : order) {
-    OneParam one{&model.ps[static_cast<std::size_t>(i)]};
+    BasicOneParam<T> one{&model.ps[static_cast<std::size_t>(i)]};
     auto s = engine.forward(one);
     CHECK(one.p->data() != nullptr);  // fetched for the scope
   }
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
-    OneParam one{&model.ps[static_cast<std::size_t>(*it)]};
+    BasicOneParam<T> one{&model.ps[static_cast<std::size_t>(*it)]};
     auto s = engine.backward(one);
   }
   engine.step(0.0);
@@ -231,6 +233,118 @@ TEST_CASE("stage 3 gather scope: read and write parameters outside the layers' s
     }
     CHECK_THROWS_AS((void)engine.gather(model, 3), usage_error);
   });
+}
+
+namespace {
+
+/// Rank 0's result of an emulated run (float Params, `Prec` storage) at stage S on W threads.
+template <int S, class Prec>
+RunResult train_emulated(const RunConfig& c) {
+  RunResult out;
+  std::vector<std::vector<float>> finals(static_cast<std::size_t>(c.world));
+  std::mutex mu;
+  comm::run_threads(c.world, [&](auto& comm) {
+    RunResult mine = train_rank<S, Prec, comm::ThreadsCommunicator, Mlp<float>>(comm, c);
+    std::lock_guard lock(mu);
+    finals[static_cast<std::size_t>(comm.rank())] = mine.params;
+    if (comm.rank() == 0) out = std::move(mine);
+  });
+  for (const auto& f : finals) out.ranks_agree = out.ranks_agree && f == finals[0];
+  return out;
+}
+
+template <class Prec>
+void emulated_matches_stage2(RunConfig cfg) {
+  const RunResult ref = train_emulated<2, Prec>(cfg);
+  CHECK(ref.params != ref.initial);
+  Stage3Options fetched;
+  fetched.param_persistence_threshold = 0;
+  Stage3Options bare = fetched;
+  bare.prefetch_bucket_size = 0;
+  bare.max_reuse_distance = 0;
+  Stage3Options kept = fetched;
+  kept.reshard_after_forward = false;
+  for (const Stage3Options& o : {Stage3Options{}, fetched, bare, kept}) {
+    CAPTURE(o.param_persistence_threshold);
+    CAPTURE(o.max_reuse_distance);
+    CAPTURE(o.reshard_after_forward);
+    cfg.stage3 = o;
+    const RunResult r = train_emulated<3, Prec>(cfg);
+    CHECK(r.ranks_agree);
+    CHECK(r.initial == ref.initial);  // gather(model, 0) kept rank 0's writes, rounded to 16 bits
+    CHECK(r.params == ref.params);
+    CHECK(r.losses == ref.losses);
+    CHECK(r.skipped == ref.skipped);
+    CHECK(r.norms == ref.norms);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("emulated 16-bit at stage 3 (float Params over bf16 / fp16) gives emulated stage 2's bits") {
+  RunConfig cfg;
+  cfg.steps = 8;
+  cfg.gas = 2;
+  cfg.clip = 0.05;
+  for (int world : {1, 2, 3}) {
+    CAPTURE(world);
+    cfg.world = world;
+    cfg.poison_steps = {};
+    emulated_matches_stage2<bf16>(cfg);
+    cfg.poison_steps = {2, 5};  // overflow steps: skipped, the scale backs off
+    emulated_matches_stage2<fp16>(cfg);
+  }
+}
+
+namespace {
+
+/// Emulated bf16 over BasicBlob<float>: the float compute buffers (ledger: other, less the scratch
+/// of the largest parameter) stay within 2 x (gathered pool buffers) x largest bucket, and do not grow.
+void float_pool_bound(int world, bool prefetch) {
+  using E = Engine<Partitioner<Stage<3>>, Optimizer<AdamW>, Precision<bf16>, Bucketer<Bytes<(1 << 20)>>>;
+  comm::run_threads(world, [&](auto& comm) {
+    BasicBlob<float> model(kBlob);
+    EngineOptions o;
+    o.stage3.param_persistence_threshold = 0;
+    o.stage3.max_reuse_distance = 0;
+    const std::size_t largest = *std::max_element(kBlob.begin(), kBlob.end());
+    o.stage3.prefetch_bucket_size = prefetch ? largest : 0;
+    E engine(comm, model, o);
+    engine.initialize_master();
+    const std::size_t scratch = sizeof(float) * largest;
+    blob_step(engine, model);
+    blob_step(engine, model);
+    const std::size_t peak2 = engine.memory().peak(MemoryCategory::other);
+    for (int s = 0; s < 100; ++s) blob_step(engine, model);
+    const auto& m = engine.memory();
+    const std::size_t peak100 = m.peak(MemoryCategory::other);
+    CHECK(model.ps[1].data() == nullptr);
+    const std::size_t align = 2 * static_cast<std::size_t>(world);
+    const std::size_t slot = (largest + align - 1) / align * align;  // elements of the largest bucket
+    const std::size_t gathered_buffers = m.peak(MemoryCategory::gathered) / (sizeof(bfloat16) * slot);
+    const std::size_t float_bytes = peak100 - scratch;
+    if (comm.rank() == 0) {
+      std::printf("emulated stage 3 W=%d prefetch=%d: float compute buffers %zu B (%zu x %zu floats), gathered pool "
+                  "%zu buffers; stage 2's float copies of all values and gradients: %zu B\n",
+                  world, prefetch, float_bytes, float_bytes / (sizeof(float) * slot), slot, gathered_buffers,
+                  2 * sizeof(float) * engine.flat_numel());
+    }
+    CHECK(float_bytes % (sizeof(float) * slot) == 0);
+    CHECK(float_bytes <= 2 * gathered_buffers * sizeof(float) * slot);
+    if (!prefetch) CHECK(float_bytes == 2 * sizeof(float) * slot);  // the open bucket's values and gradients
+    CHECK(float_bytes < 2 * sizeof(float) * engine.flat_numel());    // less than FloatView's two full copies
+    CHECK(peak100 == peak2);                                          // no growth in steady state
+    CHECK(m.live(MemoryCategory::other) == peak100);                  // kept for reuse, not freed and re-made
+  });
+}
+
+}  // namespace
+
+TEST_CASE("emulated stage 3: float compute copies only of gathered buckets, bounded, no growth") {
+  for (int world : {2, 3}) {
+    float_pool_bound(world, false);
+    float_pool_bound(world, true);
+  }
 }
 
 namespace {

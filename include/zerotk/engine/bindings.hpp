@@ -11,7 +11,10 @@
 ///   a pool buffer another bucket reuses (or in no storage at all), and step() names the parameter.
 /// - Stage 3 (a parameter path that is not resident): a Param's data points into its bucket's
 ///   gathered buffer while the bucket is fetched and is null otherwise; the path reports every
-///   change (on_residency) and the Param is bound again, keeping its gradient pointer.
+///   change (on_residency) and the Param is bound again, keeping its gradient pointer. In emulated
+///   16-bit mode the Params point at a float copy of each fetched bucket instead, and their
+///   gradients at a float buffer from their first backward scope to their own scope's close
+///   (zero/fetched_float_view.hpp).
 
 #include <algorithm>
 #include <cstddef>
@@ -23,6 +26,7 @@
 #include "zerotk/core/error.hpp"
 #include "zerotk/core/memory.hpp"
 #include "zerotk/engine/registry.hpp"
+#include "zerotk/zero/fetched_float_view.hpp"
 #include "zerotk/zero/float_view.hpp"
 
 namespace zerotk::engine {
@@ -32,6 +36,7 @@ template <class MainGroup, class Fp32Group, class Ops>
 class ParamBindings {
   using S = typename MainGroup::value_type;
   using View = zero::FloatView<S, Ops>;
+  using FetchedView = zero::FetchedFloatView<S, Ops>;
 
  public:
   ParamBindings(ParamRegistry& registry, MainGroup* main, Fp32Group* f32, Ops& ops, MemoryLedger* ledger)
@@ -39,9 +44,9 @@ class ParamBindings {
         grad_(registry.size(), nullptr) {
     if (registry.emulated()) {
       if constexpr (!kResident) {
-        throw usage_error("ZeRO stage 3 needs Params of the training precision's storage type (float Params over "
-                          "16-bit storage keep a full float copy, which stage 3 exists to avoid)",
-                          "Engine", registry.entries().front().name);
+        std::vector<char> persistent(main->layout().buckets().size());
+        for (std::size_t k = 0; k < persistent.size(); ++k) persistent[k] = main->params().persistent(k) ? 1 : 0;
+        fetched_.emplace(ops, ledger, main->layout(), std::move(persistent));
       } else {
         view_.emplace(ops, ledger, main->layout().flat_numel());
       }
@@ -73,10 +78,16 @@ class ParamBindings {
     return adopted;
   }
 
-  /// Emulated mode: what the trainer wrote through float Params becomes the 16-bit values.
+  /// Emulated mode: what the trainer wrote through float Params becomes the 16-bit values (stage 3:
+  /// those of the buckets gathered now; a scope that keeps writes then copies them into the shards).
   void take_user_values() {
     if constexpr (kResident) {
       if (view_) view_->take_user_values(main_->params().params(), main_->layout().flat_numel());
+    } else {
+      if (!fetched_) return;
+      for (std::size_t k = 0; k < main_->layout().buckets().size(); ++k) {
+        if (S* v = main_->params().values(k)) fetched_->take_user_values(k, v);
+      }
     }
   }
 
@@ -88,6 +99,8 @@ class ParamBindings {
         const zero::Bucket& b = g.layout().buckets()[k];
         view_->refresh(g.params().params(), b.flat_offset, b.numel);
       }
+    } else if constexpr (std::is_same_v<G, MainGroup>) {
+      if (S* v = fetched_ ? g.params().values(k) : nullptr) fetched_->refresh(k, v);
     } else {
       (void)g, (void)k;
     }
@@ -125,6 +138,11 @@ class ParamBindings {
         if (!g.opened(k)) open_bucket(g, k, first_micro_step);
       });
       if (in_view(e) && !opened_[id]) view_->open_param(slot(e));
+      if (in_fetched(e)) {
+        const zero::ParamSlot& s = slot(e);
+        float* grads = opened_[id] ? fetched_->grads(s.bucket) : fetched_->open_param(s);
+        bind(e, float_values(e), grads + (s.flat_offset - main_->layout().buckets()[s.bucket].flat_offset));
+      }
       opened_[id] = 1;
     }
   }
@@ -140,6 +158,10 @@ class ParamBindings {
         const zero::ParamSlot& s = g.layout().param(e.local);
         if constexpr (std::is_same_v<std::remove_cvref_t<decltype(g)>, MainGroup>) {
           if (view_) view_->fold_param(s, g.bucket_grads(s.bucket), g.layout().buckets()[s.bucket].flat_offset);
+          if (fetched_) {
+            fetched_->fold_param(s, g.bucket_grads(s.bucket));
+            bind(e, float_values(e), scratch_.data());  // the float buffer may go to another bucket now
+          }
         }
         g.add_ready(s.bucket, s.numel);
       });
@@ -176,10 +198,19 @@ class ParamBindings {
     std::fill(opened_.begin(), opened_.end(), 0);
     std::fill(done_.begin(), done_.end(), 0);
     done_count_ = 0;
+    if (fetched_) fetched_->end_micro_step();
   }
 
  private:
   bool in_view(const ParamEntry& e) const noexcept { return view_ && e.group == GroupKind::main; }
+  bool in_fetched(const ParamEntry& e) const noexcept { return fetched_ && e.group == GroupKind::main; }
+
+  /// Emulated stage 3: where the Param's float values are now (its bucket's float copy), or null.
+  float* float_values(const ParamEntry& e) {
+    const zero::ParamSlot& s = main_->layout().param(e.local);
+    float* base = fetched_->values(s.bucket);
+    return base ? base + (s.flat_offset - main_->layout().buckets()[s.bucket].flat_offset) : nullptr;
+  }
 
   template <class F>
   void for_each_group(F&& f) {
@@ -219,6 +250,8 @@ class ParamBindings {
   void bind_outside_scope(ParamEntry& e) {
     if (in_view(e)) {
       bind(e, view_->params() + slot(e).flat_offset, view_->grads() + slot(e).flat_offset);
+    } else if (in_fetched(e)) {
+      bind(e, float_values(e), scratch_.data());
     } else {
       bind(e, storage(e), scratch_.data());
     }
@@ -227,10 +260,21 @@ class ParamBindings {
   /// Stage 3: bucket k of group g became resident at `values` (or left: null).
   template <class G, class T>
   void rebind_bucket(G& g, std::size_t k, T* values) {
+    if constexpr (std::is_same_v<G, MainGroup>) {
+      if (fetched_) {  // emulated: the Params see the bucket's float copy
+        if (values) return rebind_params(g, k, fetched_->resident(k, values));
+        fetched_->evicted(k);
+        return rebind_params(g, k, static_cast<float*>(nullptr));
+      }
+    }
+    rebind_params(g, k, values);
+  }
+  template <class G, class U>
+  void rebind_params(G& g, std::size_t k, U* values) {
     const zero::Bucket& b = g.layout().buckets()[k];
     for (std::uint32_t j : b.params) {
       const ParamId id = g.member(j);
-      T* data = values ? values + (g.layout().param(j).flat_offset - b.flat_offset) : nullptr;
+      U* data = values ? values + (g.layout().param(j).flat_offset - b.flat_offset) : nullptr;
       (*registry_)[id].bind(data, grad_[id]);
     }
   }
@@ -241,20 +285,41 @@ class ParamBindings {
     bool adopted = false;
     if (adopt) {
       for_each_group([&](auto& g) {
-        using T = typename std::remove_cvref_t<decltype(g)>::value_type;
+        using G = std::remove_cvref_t<decltype(g)>;
+        using T = typename G::value_type;
+        // Emulated: the Params hold float, rounded to 16 bits on the way into the shard.
+        const bool as_float = std::is_same_v<G, MainGroup> && fetched_.has_value();
+        using Host = std::conditional_t<std::is_same_v<G, MainGroup>, float, T>;
         const zero::BucketLayout& l = g.layout();
         std::vector<T> staging;
+        std::vector<Host> staging_float;
         const int rank = g.rank();
         for (std::size_t k = 0; k < l.buckets().size(); ++k) {
           const zero::Bucket& b = l.buckets()[k];
-          staging.assign(b.numel, T{});
+          void* base = nullptr;
+          if (as_float) {
+            staging_float.assign(b.numel, Host{});
+            base = staging_float.data();
+          } else {
+            staging.assign(b.numel, T{});
+            base = staging.data();
+          }
+          const std::size_t elem = as_float ? sizeof(float) : sizeof(T);
           bool any = false;
           for (std::uint32_t j : b.params) {
-            any = (*registry_)[g.member(j)].read_initial(staging.data() + (l.param(j).flat_offset - b.flat_offset)) || any;
+            void* dst = static_cast<char*>(base) + elem * (l.param(j).flat_offset - b.flat_offset);
+            any = (*registry_)[g.member(j)].read_initial(dst) || any;
           }
           if (!any) continue;
           adopted = true;
-          ops_->copy_from_host(staging.data() + static_cast<std::size_t>(rank) * b.block, g.params().owned_values(k), b.block);
+          const std::size_t from = static_cast<std::size_t>(rank) * b.block;
+          if constexpr (std::is_same_v<G, MainGroup>) {
+            if (as_float) {
+              fetched_->store_from_host(staging_float.data() + from, g.params().owned_values(k), b.block);
+              continue;
+            }
+          }
+          ops_->copy_from_host(staging.data() + from, g.params().owned_values(k), b.block);
         }
       });
     }
@@ -267,7 +332,7 @@ class ParamBindings {
   template <class G>
   void open_bucket(G& g, std::size_t k, bool first_micro_step) {
     g.open(k, first_micro_step);
-    if (view_ && std::is_same_v<G, MainGroup>) return;
+    if ((view_ || fetched_) && std::is_same_v<G, MainGroup>) return;
     using T = typename G::value_type;
     const zero::Bucket& b = g.layout().buckets()[k];
     T* grads = g.bucket_grads(k);
@@ -282,7 +347,8 @@ class ParamBindings {
   MainGroup* main_;
   Fp32Group* f32_;
   Ops* ops_;
-  std::optional<View> view_;
+  std::optional<View> view_;                      // emulated 16-bit, stages 0-2
+  std::optional<FetchedView> fetched_;            // emulated 16-bit, stage 3
   typename Ops::template Buffer<float> scratch_;  // [largest parameter] gradients written outside scopes
   std::vector<char> opened_, done_;               // [parameter] this micro-step
   std::vector<void*> grad_;                       // [parameter] the gradient pointer it is bound with

@@ -62,6 +62,7 @@ class FetchOnDemand {
 
   bool resident(std::size_t k) const noexcept { return state_[k].own >= 0 && !state_[k].stale; }
   int holds(std::size_t k) const noexcept { return state_[k].holds; }
+  bool persistent(std::size_t k) const noexcept { return state_[k].persistent; }
   /// Bucket k's gathered values (after wait(k)), or null when it is not resident.
   T* values(std::size_t k) noexcept { return resident(k) ? buffer(k) : nullptr; }
   /// Elements of the non-persistent buckets resident now (in pool buffers).
