@@ -218,6 +218,41 @@ void save([[maybe_unused]] Engine& engine, [[maybe_unused]] Comm& comm, const Op
 #endif
 }
 
+/// The engine as the model's LayerScope, adding the time spent opening and closing each layer's
+/// scope (gathers, waits for buckets or for slower ranks) to `*ms`. The engine's scopes can be
+/// neither copied nor moved, so each is built in place inside its Timed.
+template <class E>
+struct TimedScope {
+  using Clock = std::chrono::steady_clock;
+  E* engine;
+  double* ms;
+  struct Stopwatch {
+    double* ms;
+    Clock::time_point t0;
+    ~Stopwatch() { *ms += std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+  };
+  template <class Guard>
+  struct Timed {
+    Stopwatch close;  // destroyed after `guard`: times its closing
+    Guard guard;
+    template <class Open>
+    Timed(double* ms, Open&& open) : close{ms, Clock::now()}, guard(open()) {
+      *ms += std::chrono::duration<double, std::milli>(Clock::now() - close.t0).count();
+    }
+    Timed(const Timed&) = delete;
+    Timed& operator=(const Timed&) = delete;
+    ~Timed() { close.t0 = Clock::now(); }
+  };
+  template <class L>
+  auto forward(L& layer) {
+    return Timed<decltype(engine->forward(layer))>(ms, [&] { return engine->forward(layer); });
+  }
+  template <class L>
+  auto backward(L& layer) {
+    return Timed<decltype(engine->backward(layer))>(ms, [&] { return engine->backward(layer); });
+  }
+};
+
 template <class Engine, class Data, class Comm, class Evaluate>
 void train_rank(Comm& comm, const TrainContext& ctx, const Data& data, Evaluate&& evaluate, Summary& summary,
                 std::mutex& mu) {
@@ -254,7 +289,7 @@ void train_rank(Comm& comm, const TrainContext& ctx, const Data& data, Evaluate&
   gpt::Batch batch;
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
-  double user_ms = 0, step_ms_total = 0;
+  double user_ms = 0, scope_ms = 0, step_ms_total = 0;  // user_ms includes scope_ms
   std::int64_t samples = static_cast<std::int64_t>(start) * ctx.cfg.train_batch_size;
   double last_loss = 0;
   for (int step = start; step < o.steps; ++step) {
@@ -262,7 +297,8 @@ void train_rank(Comm& comm, const TrainContext& ctx, const Data& data, Evaluate&
     for (int m = 0; m < gas; ++m) {
       data.fill_batch(static_cast<std::uint64_t>(step * gas + m), rank, world, micro, batch);
       const auto u0 = Clock::now();
-      const float loss = model.train_step(batch, engine, static_cast<float>(engine.loss_scale()));
+      const float loss = model.train_step(batch, TimedScope<Engine>{&engine, &scope_ms},
+                                          static_cast<float>(engine.loss_scale()));
       user_ms += std::chrono::duration<double, std::milli>(Clock::now() - u0).count();
       r = engine.step(loss);
     }
@@ -300,9 +336,10 @@ void train_rank(Comm& comm, const TrainContext& ctx, const Data& data, Evaluate&
     summary.seconds = seconds;
     const double tokens = static_cast<double>(samples) * ctx.model_config.context;
     summary.tokens_per_s = tokens / seconds;
-    // Time inside the engine's scopes and step() that is not the user's own forward/backward math.
+    // Wall time that is not the model's own forward/backward math: step(), and the opening and
+    // closing of the layers' scopes (stage 3 gathers there; every stage waits there for slower ranks).
     const double total_ms = seconds * 1e3;
-    summary.overhead = std::max(0.0, 1.0 - user_ms / total_ms);
+    summary.overhead = std::max(0.0, 1.0 - (user_ms - scope_ms) / total_ms);
     summary.final_loss = last_loss;
   }
   (void)step_ms_total;
