@@ -1,4 +1,5 @@
-// Overlap of gradient reduction with backward (ZeRO stage 2, threads communicator, 2 ranks).
+// Overlap of gradient reduction with backward (ZeRO stage 2), and of parameter gathers with compute
+// (ZeRO stage 3, prefetching), on the threads communicator with 2 ranks.
 //
 // The threads back end moves bytes at memory speed, so to see scheduling this benchmark wraps it in a
 // communicator whose operations complete no sooner than a modelled network would deliver them
@@ -9,6 +10,7 @@
 //   build/default/bench/engine/zerotk_bench_overlap --benchmark_repetitions=5 --benchmark_report_aggregates_only
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -58,6 +60,8 @@ class ModelledLink {
   ZT_FORWARD(barrier)
 #undef ZT_FORWARD
   ModelledLink split(int, int) { throw zerotk::usage_error("ModelledLink cannot split"); }
+  /// Time the link has been busy so far (what the operations cost by the model, queueing aside).
+  std::chrono::microseconds busy() const { return busy_; }
 
  private:
   struct State final : zerotk::comm::WorkState {
@@ -72,7 +76,9 @@ class ModelledLink {
   zerotk::comm::Work delayed(zerotk::comm::Work w, std::uint64_t bytes) {
     // The link is busy with earlier operations first: operations queue behind each other.
     const auto start = std::max(Clock::now(), link_free_);
-    link_free_ = start + latency_ + std::chrono::microseconds(static_cast<long long>(double(bytes) / bytes_per_us_));
+    const auto busy = latency_ + std::chrono::microseconds(static_cast<long long>(double(bytes) / bytes_per_us_));
+    link_free_ = start + busy;
+    busy_ += busy;
     auto s = std::make_unique<State>();
     s->inner = std::move(w);
     s->done_at = link_free_;
@@ -82,6 +88,7 @@ class ModelledLink {
   double bytes_per_us_;
   std::chrono::microseconds latency_;
   Clock::time_point link_free_{};
+  std::chrono::microseconds busy_{0};
 };
 
 struct Layer {
@@ -147,6 +154,57 @@ void BM_Stage2Step(benchmark::State& state) {
   state.counters["compute_ms"] = 2.0 * kLayers * static_cast<double>(compute.count()) / 1e3;
 }
 
+/// ZeRO stage 3 on the same model and link: every layer gathered before its forward and again
+/// before its backward, released after (reuse off: 3 Psi of traffic), the next layers prefetched
+/// within `prefetch` elements. args: prefetch (layers' worth), compute us per layer, link MB/s.
+/// Counter vs_bound = step time / max(compute, link busy time per step): 1.0 is perfect overlap.
+void BM_Stage3Step(benchmark::State& state) {
+  const auto prefetch_layers = static_cast<std::size_t>(state.range(0));
+  const auto compute = std::chrono::microseconds(state.range(1));
+  const double gbps = static_cast<double>(state.range(2)) / 1000.0;
+  using Engine = zerotk::Engine<zerotk::Partitioner<zerotk::Stage<3>>, zerotk::Optimizer<zerotk::AdamW>,
+                                zerotk::Precision<zerotk::fp16>, zerotk::Bucketer<zerotk::Bytes<(128 << 10)>>>;
+  double link_ms = 0;
+  for (auto _ : state) {
+    double seconds = 0;
+    zerotk::comm::run_threads(2, [&](zerotk::comm::ThreadsCommunicator& threads) {
+      ModelledLink<zerotk::comm::ThreadsCommunicator> link(threads, gbps, std::chrono::microseconds(20));
+      Model model;
+      for (int i = 0; i < kLayers; ++i) model.layers.emplace_back(i, kLayerNumel, compute);
+      zerotk::EngineOptions o;
+      o.stage3.param_persistence_threshold = 0;
+      o.stage3.max_reuse_distance = 0;
+      o.stage3.prefetch_bucket_size = prefetch_layers * kLayerNumel;
+      Engine engine(link, model, o);
+      engine.initialize_master();
+      Clock::time_point t0;
+      std::chrono::microseconds busy0{0};
+      for (int s = -1; s < kSteps; ++s) {
+        if (s == 0) t0 = Clock::now(), busy0 = link.busy();  // step -1 records the order
+        for (auto& l : model.layers) {
+          auto scope = engine.forward(l);
+          spin_for(l.compute);
+        }
+        for (auto it = model.layers.rbegin(); it != model.layers.rend(); ++it) {
+          auto scope = engine.backward(*it);
+          spin_for(it->compute);
+        }
+        engine.step(0.0);
+      }
+      engine.synchronize();
+      if (threads.rank() == 0) {
+        seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+        link_ms = std::chrono::duration<double, std::milli>(link.busy() - busy0).count() / kSteps;
+      }
+    });
+    state.SetIterationTime(seconds / kSteps);
+    const double compute_ms = 2.0 * kLayers * static_cast<double>(compute.count()) / 1e3;
+    state.counters["compute_ms"] = compute_ms;
+    state.counters["link_ms"] = link_ms;
+    state.counters["vs_bound"] = seconds / kSteps * 1e3 / std::max(compute_ms, link_ms);
+  }
+}
+
 }  // namespace
 
 // overlap on/off x {compute only, comm only, both}. 8 layers x 128 KiB: reduce-scatter + all-gather
@@ -155,6 +213,13 @@ void BM_Stage2Step(benchmark::State& state) {
 // which overlap=2 hides behind the next forward).
 BENCHMARK(BM_Stage2Step)->ArgNames({"overlap", "compute_us", "MBps"})
     ->Args({1, 1000, 0})->Args({1, 0, 100})->Args({1, 1000, 100})->Args({0, 1000, 100})->Args({2, 1000, 100})
+    ->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(1);
+
+// Stage 3 moves 3 x 1 MiB x (W-1)/W = 1.5 MiB per step: at 100 MB/s ~16 ms of link time against
+// 16 ms of compute (the hardest case: both equal), at 200 MB/s ~8 ms. Prefetch 0 shows the cost of
+// gathering each layer only when its scope opens.
+BENCHMARK(BM_Stage3Step)->ArgNames({"prefetch_layers", "compute_us", "MBps"})
+    ->Args({0, 1000, 100})->Args({1, 1000, 100})->Args({2, 1000, 100})->Args({2, 1000, 200})->Args({2, 0, 100})->Args({2, 1000, 100000})
     ->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(1);
 
 BENCHMARK_MAIN();
