@@ -4,8 +4,10 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <string>
 #include <vector>
 
+#include "../zero/blob_model.hpp"
 #include "../zero/engine_fixture.hpp"
 #include "zerotk/comm/mpi.hpp"
 
@@ -88,4 +90,37 @@ TEST_CASE("engine under MPI: stage 3 (every parameter fetched, prefetched by the
   CHECK(r3.losses == r2.losses);
   CHECK(r3.skipped == r2.skipped);
   CHECK(r3.params != r3.initial);
+}
+
+TEST_CASE("engine under MPI: stage 3 ranks running layers in different orders all get the error naming both") {
+  auto c = comm::MpiCommunicator::world();
+  using E = Engine<Partitioner<Stage<3>>, Optimizer<AdamW>, Precision<fp16>>;
+  Blob model({64, 64, 64});
+  EngineOptions o;
+  o.stage3.param_persistence_threshold = 0;
+  o.stage3.prefetch_bucket_size = 0;  // a prefetch by the recorded order would make the collectives differ first
+  o.stage3.max_reuse_distance = 0;
+  E engine(c, model, o);
+  const auto run = [&](const std::vector<int>& order) {
+    for (int i : order) {
+      OneParam one{&model.ps[static_cast<std::size_t>(i)]};
+      auto s = engine.forward(one);
+    }
+    for (auto it = order.rbegin(); it != order.rend(); ++it) {
+      OneParam one{&model.ps[static_cast<std::size_t>(*it)]};
+      auto s = engine.backward(one);
+    }
+    engine.step(0.0);
+  };
+  run({0, 1, 2});
+  std::string what;
+  try {
+    run(c.rank() == 0 ? std::vector<int>{0, 1, 2} : std::vector<int>{1, 0, 2});
+  } catch (const usage_error& e) {
+    what = e.what();
+  }
+  INFO(what);
+  CHECK(what.find("different orders") != std::string::npos);  // on every rank: nobody hangs
+  CHECK(what.find("rank 0: [forward p0, forward p1") != std::string::npos);
+  CHECK(what.find("[forward p1, forward p0") != std::string::npos);
 }
