@@ -78,6 +78,10 @@ EngineOptions engine_options(const config::Config& cfg) {
   o.stage3.model_persistence_threshold = static_cast<std::size_t>(z.stage3_model_persistence_threshold);
   o.stage3.max_live_parameters = static_cast<std::size_t>(z.stage3_max_live_parameters);
   o.stage3.max_reuse_distance = static_cast<std::size_t>(z.stage3_max_reuse_distance);
+  // zero_hpz_partition_size (reader: >= 1, 1 below stage 3): FSDP2's reshard_after_forward = g.
+  if (z.zero_hpz_partition_size > 1) {
+    o.stage3.reshard_after_forward = ReshardAfterForward::group(static_cast<int>(z.zero_hpz_partition_size));
+  }
   return o;
 }
 

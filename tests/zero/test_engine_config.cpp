@@ -143,3 +143,18 @@ TEST_CASE("grad_accum_dtype and fp16_override_modules reach EngineOptions") {
   CHECK(o.grad_accum_dtype == DType::fp16);  // absent: DeepSpeed's order, the training precision
   CHECK(o.fp32_module_types.empty());
 }
+
+TEST_CASE("zero_hpz_partition_size becomes Stage3Options::reshard_after_forward = group(g)") {
+  using Stage3 = Engine<Partitioner<Stage<3>>, Optimizer<AdamW>, Precision<fp16>>;
+  config::ResolveContext ctx;
+  ctx.world_size = 4;
+  config::Config cfg = config::load(
+      R"({"train_batch_size": 8, "fp16": {"enabled": true}, "zero_optimization": {"stage": 3, "zero_hpz_partition_size": 2}})",
+      ctx);
+  EngineOptions o = engine_options<Stage3>(cfg);
+  CHECK(o.stage3.reshard_after_forward.group_size() == 2);
+  CHECK(o.stage3.reshard_after_forward.hierarchical());
+  cfg = config::load(R"({"train_batch_size": 8, "fp16": {"enabled": true}, "zero_optimization": {"stage": 3}})", ctx);
+  o = engine_options<Stage3>(cfg);
+  CHECK(o.stage3.reshard_after_forward == ReshardAfterForward(true));  // absent: 1, hpZ off
+}
