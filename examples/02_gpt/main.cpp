@@ -121,7 +121,7 @@ struct Summary {
 void print_memory_table(const Summary& s, int stage, const std::string& precision, int world, int gas) {
   const double pad = static_cast<double>(s.padded), N = world;
   const char* names[] = {"params (working precision)", "gradients", "fp32 master", "optimizer state (m, v)",
-                         "bucket buffers", "gathered params (stage 3)", "activations", "float compute copy (host)"};
+                         "bucket buffers", "gathered params (stage 3)", "hpZ secondary shard", "activations", "float compute copy (host)"};
   static_assert(std::size(names) == zerotk::kMemoryCategoryCount);
   std::printf("\nmemory per rank by category (bytes; Psi = %zu parameters, %zu with bucket padding):\n", s.psi,
               s.padded);

@@ -275,7 +275,8 @@ class Engine {
       timings_.step_ms += detail::ms_since(ts);
       r.timings = std::exchange(timings_, StepTimings{});
       r.timings_measured = true;
-      const std::uint64_t wire = comm_.stats().total_wire_bytes();
+      const std::uint64_t wire =
+          comm_.stats().total_wire_bytes() + (group_comm_ ? group_comm_->stats().total_wire_bytes() : 0);
       r.comm_wire_bytes = wire - wire_mark_;
       wire_mark_ = wire;
       micro_in_accum_ = 0;
@@ -439,6 +440,9 @@ class Engine {
 
   const MemoryLedger& memory() const noexcept { return ledger_; }
   const comm::CommStats& comm_stats() const { return comm_.stats(); }
+  /// Stage 3 with hpZ (`Stage3Options::reshard_after_forward` = group(g), g > 1): the byte counters
+  /// of this rank's group communicator, which carries the backward's gathers; null without hpZ.
+  const comm::CommStats* group_comm_stats() const { return group_comm_ ? &group_comm_->stats() : nullptr; }
   int rank() const { return comm_.rank(); }
   int world_size() const { return comm_.size(); }
   std::int64_t global_steps() const noexcept { return global_steps_; }
@@ -549,6 +553,10 @@ class Engine {
     }
     if (o.bucket_buffers < 1) throw config_error("must be >= 1", "bucket_buffers", std::to_string(o.bucket_buffers));
     if (o.sub_group_size < 1) throw config_error("must be >= 1", "zero_optimization.sub_group_size", "0");
+    if (o.stage3.reshard_after_forward.group_size() < 0) {
+      throw config_error("must be >= 1 (1: hpZ off)", "zero_optimization.zero_hpz_partition_size",
+                         std::to_string(o.stage3.reshard_after_forward.group_size()));
+    }
     if (o.groups.empty()) o.groups.push_back(ParamGroup{o.optimizer});
     if (o.grad_accum_dtype) {
       const DType a = *o.grad_accum_dtype, w = dtype_of_v<S>;
@@ -584,6 +592,7 @@ class Engine {
     zero::PathContext<ops_type> c;
     c.ops = &ops_;
     c.comm = &comm_;
+    c.group_comm = group_comm_ ? &*group_comm_ : nullptr;
     c.ledger = &ledger_;
     c.gradient_accumulation_steps = options_.gradient_accumulation_steps;
     c.overlap_comm = options_.overlap_comm;
@@ -599,6 +608,7 @@ class Engine {
 
   /// Groups, views, adoption of the initial values, bindings, master.
   void build() {
+    if constexpr (partitioner::partitions_parameters) make_group_comm();
     engine::GroupMembers main, f32;
     std::size_t persistent_numel = 0;
     for (engine::ParamId i = 0; i < registry_.size(); ++i) {
@@ -638,6 +648,19 @@ class Engine {
     fc.comm = &comm_;
     fc.options = options_.stage3;
     fetch_.emplace(fc);
+  }
+
+  /// hpZ: checks the group size against the world and splits the world into groups of g
+  /// consecutive ranks (collective: every rank constructs its engine).
+  void make_group_comm() {
+    const int g = options_.stage3.reshard_after_forward.group_size(), w = comm_.size();
+    if (g <= 1) return;
+    if (w % g != 0) {
+      throw config_error("must divide the world size (" + std::to_string(w) +
+                             "): hpZ keeps its secondary shard within groups of that many consecutive ranks",
+                         "zero_optimization.zero_hpz_partition_size", std::to_string(g));
+    }
+    group_comm_.emplace(comm_.split(comm_.rank() / g, comm_.rank()));
   }
 
   template <class F>
@@ -721,6 +744,7 @@ class Engine {
   EngineOptions options_;
   ops_type ops_;
   Comm comm_;
+  std::optional<Comm> group_comm_;  // hpZ: this rank's group of zero_hpz_partition_size ranks
   loss_scaler scaler_;
   MemoryLedger ledger_;
   engine::ParamRegistry registry_;

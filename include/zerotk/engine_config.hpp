@@ -80,6 +80,10 @@ EngineOptions engine_options(const config::Config& cfg) {
   o.stage3.max_reuse_distance = static_cast<std::size_t>(z.stage3_max_reuse_distance);
   o.stage3.partitioned_module_types = cfg.zero_allowed_param_types;
   o.stage3.replicated_module_types = cfg.zero_force_param_types;
+  // zero_hpz_partition_size (reader: >= 1, 1 below stage 3): FSDP2's reshard_after_forward = g.
+  if (z.zero_hpz_partition_size > 1) {
+    o.stage3.reshard_after_forward = ReshardAfterForward::group(static_cast<int>(z.zero_hpz_partition_size));
+  }
   return o;
 }
 

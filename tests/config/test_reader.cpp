@@ -485,3 +485,41 @@ TEST_CASE("offload settings follow DeepSpeed 0.19: offload_param below stage 3 i
   r = parse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 1, "offload_optimizer": {"ratio": 1}}})", ctx);
   CHECK_MESSAGE(r.ok(), error_lines(r));
 }
+
+TEST_CASE("zero_hpz_partition_size: hpZ at stage 3 when it divides the world size; ignored below stage 3") {
+  ResolveContext ctx;
+  ctx.world_size = 8;
+  for (int g : {1, 2, 4, 8}) {
+    CAPTURE(g);
+    ParseResult r = parse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3, "zero_hpz_partition_size": )" +
+                              std::to_string(g) + "}}",
+                          ctx);
+    REQUIRE_MESSAGE(r.ok(), error_lines(r));
+    CHECK(r.notices.empty());
+    CHECK(r.config->zero_optimization.zero_hpz_partition_size == g);
+    CHECK(to_json(*r.config)["zero_optimization"]["zero_hpz_partition_size"] == g);  // written back
+  }
+  for (const char* bad : {"3", "16"}) {  // does not divide 8
+    CAPTURE(bad);
+    ParseResult r = parse(std::string(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3, "zero_hpz_partition_size": )") +
+                              bad + "}}",
+                          ctx);
+    REQUIRE(r.errors.size() == 1);
+    CHECK(r.errors[0].where() == "/zero_optimization/zero_hpz_partition_size");
+    CHECK(r.errors[0].value() == bad);
+    CHECK(r.errors[0].message().find("must divide the world size (8)") != std::string::npos);
+  }
+  ParseResult r = parse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3, "zero_hpz_partition_size": 0}})", ctx);
+  REQUIRE(r.errors.size() == 1);
+  CHECK(r.errors[0].where() == "/zero_optimization/zero_hpz_partition_size");
+  // Below stage 3 nothing is partitioned that hpZ could shard again: a note, an error when strict.
+  r = parse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 2, "zero_hpz_partition_size": 2}})", ctx);
+  REQUIRE_MESSAGE(r.ok(), error_lines(r));
+  CHECK(has_notice(r, "/zero_optimization/zero_hpz_partition_size", "has effect only at ZeRO stage 3 (stage is 2"));
+  CHECK(r.config->zero_optimization.zero_hpz_partition_size == 1);
+  ctx.strict = true;
+  r = parse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 1, "zero_hpz_partition_size": 4}})", ctx);
+  REQUIRE(r.errors.size() == 1);
+  CHECK(r.errors[0].where() == "/zero_optimization/zero_hpz_partition_size");
+  CHECK(r.errors[0].value() == "4");
+}

@@ -123,4 +123,24 @@ TEST_CASE("engine under MPI: stage 3 ranks running layers in different orders al
   CHECK(what.find("different orders") != std::string::npos);  // on every rank: nobody hangs
   CHECK(what.find("rank 0: [forward p0, forward p1") != std::string::npos);
   CHECK(what.find("[forward p1, forward p0") != std::string::npos);
+
+TEST_CASE("engine under MPI: stage 3 with hpZ (groups of 2 ranks, or the whole world at odd sizes) is bitwise hpZ off") {
+  auto c = comm::MpiCommunicator::world();
+  RunConfig cfg;
+  cfg.world = c.size();
+  cfg.steps = 12;
+  cfg.gas = 2;
+  cfg.clip = 0.05;
+  cfg.poison_steps = {3};
+  cfg.stage3.param_persistence_threshold = 0;
+  cfg.stage3.max_reuse_distance = 0;  // every backward gathers, from the secondary shard with hpZ
+  const RunResult off = train_rank<3, fp16>(c, cfg);
+  cfg.stage3.reshard_after_forward = ReshardAfterForward::group(c.size() % 2 == 0 ? 2 : c.size());
+  const RunResult hpz = train_rank<3, fp16>(c, cfg);
+  CHECK(same_on_all_ranks(c, hpz.params));
+  CHECK(hpz.params == off.params);
+  CHECK(hpz.losses == off.losses);
+  CHECK(hpz.scales == off.scales);
+  CHECK(hpz.skipped == off.skipped);
+  CHECK(hpz.params != hpz.initial);
 }

@@ -160,4 +160,18 @@ TEST_CASE("the stage3_* keys and the module type lists reach EngineOptions::stag
   CHECK(s.max_reuse_distance == 7);
   CHECK(s.partitioned_module_types == std::vector<std::string>{"Block"});
   CHECK(s.replicated_module_types == std::vector<std::string>{"Embedding"});
+
+TEST_CASE("zero_hpz_partition_size becomes Stage3Options::reshard_after_forward = group(g)") {
+  using Stage3 = Engine<Partitioner<Stage<3>>, Optimizer<AdamW>, Precision<fp16>>;
+  config::ResolveContext ctx;
+  ctx.world_size = 4;
+  config::Config cfg = config::load(
+      R"({"train_batch_size": 8, "fp16": {"enabled": true}, "zero_optimization": {"stage": 3, "zero_hpz_partition_size": 2}})",
+      ctx);
+  EngineOptions o = engine_options<Stage3>(cfg);
+  CHECK(o.stage3.reshard_after_forward.group_size() == 2);
+  CHECK(o.stage3.reshard_after_forward.hierarchical());
+  cfg = config::load(R"({"train_batch_size": 8, "fp16": {"enabled": true}, "zero_optimization": {"stage": 3}})", ctx);
+  o = engine_options<Stage3>(cfg);
+  CHECK(o.stage3.reshard_after_forward == ReshardAfterForward(true));  // absent: 1, hpZ off
 }

@@ -459,3 +459,214 @@ TEST_CASE("stage 3: a module type no module declares is an error naming it and t
     }
   }
 }
+
+// ---- hpZ (zero_hpz_partition_size g > 1): a secondary shard within groups of g ranks ----------
+
+TEST_CASE("stage 3 hpZ (g = 2 and g = W at W = 4) gives the bits of hpZ off (fp16, overflow steps, GAS 2, clipping)") {
+  RunConfig cfg;
+  cfg.world = 4;
+  cfg.steps = 12;
+  cfg.gas = 2;
+  cfg.clip = 0.05;
+  cfg.poison_steps = {3, 8};
+  struct Variant {
+    const char* name;
+    Stage3Options o;
+  };
+  Stage3Options fetched;
+  fetched.param_persistence_threshold = 0;
+  Stage3Options bare = fetched;  // every backward gathers (from the secondary shard with hpZ)
+  bare.prefetch_bucket_size = 0;
+  bare.max_reuse_distance = 0;
+  Stage3Options some = bare;
+  some.param_persistence_threshold = 20;  // the biases stay gathered: no secondary slice for them
+  for (const Variant& base : {Variant{"all fetched, prefetch and reuse", fetched}, Variant{"no prefetch, no reuse", bare},
+                              Variant{"no reuse, some persistent", some}}) {
+    CAPTURE(base.name);
+    RunConfig off = cfg;
+    off.stage3 = base.o;
+    const RunResult ref = train<3, fp16>(off);
+    CHECK(ref.params != ref.initial);
+    CHECK(std::count(ref.skipped.begin(), ref.skipped.end(), 1) >= 2);  // the overflow steps were skipped
+    for (int g : {2, 4}) {
+      CAPTURE(g);
+      RunConfig c = off;
+      c.stage3.reshard_after_forward = ReshardAfterForward::group(g);
+      const RunResult r = train<3, fp16>(c);
+      CHECK(r.ranks_agree);
+      CHECK(r.params == ref.params);
+      CHECK(r.losses == ref.losses);
+      CHECK(r.scales == ref.scales);
+      CHECK(r.skipped == ref.skipped);
+      CHECK(r.norms == ref.norms);
+    }
+  }
+}
+
+namespace {
+
+struct HpzVolume {
+  comm::CommStats world, group;  // one step's counters (the second step)
+  std::size_t secondary_live = 0, secondary_peak = 0, secondary_live_step2 = 0;
+  std::size_t flat_numel = 0, persistent_numel = 0;
+  std::size_t model_states = 0, gathered_peak = 0;
+};
+
+comm::CommStats minus(const comm::CommStats& a, const comm::CommStats& b) {
+  comm::CommStats d;
+  for (std::size_t i = 0; i < comm::kOpKindCount; ++i) {
+    d.by_op[i].calls = a.by_op[i].calls - b.by_op[i].calls;
+    d.by_op[i].payload_bytes = a.by_op[i].payload_bytes - b.by_op[i].payload_bytes;
+    d.by_op[i].wire_bytes = a.by_op[i].wire_bytes - b.by_op[i].wire_bytes;
+  }
+  return d;
+}
+
+/// Rank 0's counters of step 2 on both communicators, and the ledger after 102 steps; reuse off, so
+/// every backward gathers again.
+HpzVolume hpz_volume(int world, int g, std::size_t persistence_threshold, bool prefetch) {
+  using E = Engine<Partitioner<Stage<3>>, Optimizer<AdamW>, Precision<fp16>, Bucketer<Bytes<(1 << 20)>>>;
+  HpzVolume v;
+  comm::run_threads(world, [&](auto& comm) {
+    Blob model(kBlob);
+    EngineOptions o;
+    o.stage3.param_persistence_threshold = persistence_threshold;
+    o.stage3.max_reuse_distance = 0;
+    o.stage3.prefetch_bucket_size = prefetch ? 150'000 : 0;
+    o.stage3.reshard_after_forward = ReshardAfterForward::group(g);
+    E engine(comm, model, o);
+    engine.initialize_master();
+    CHECK((engine.group_comm_stats() != nullptr) == (g > 1));
+    const comm::CommStats none{};
+    auto group = [&] { return engine.group_comm_stats() ? *engine.group_comm_stats() : none; };
+    blob_step(engine, model);
+    const comm::CommStats w0 = engine.comm_stats(), g0 = group();
+    blob_step(engine, model);
+    const comm::CommStats w1 = engine.comm_stats(), g1 = group();
+    const std::size_t live2 = engine.memory().live(MemoryCategory::secondary);
+    for (int s = 0; s < 100; ++s) blob_step(engine, model);
+    if (comm.rank() != 0) return;
+    v.world = minus(w1, w0);
+    v.group = minus(g1, g0);
+    v.secondary_live_step2 = live2;
+    v.secondary_live = engine.memory().live(MemoryCategory::secondary);
+    v.secondary_peak = engine.memory().peak(MemoryCategory::secondary);
+    v.flat_numel = engine.flat_numel();
+    const auto& m = engine.memory();
+    v.model_states = m.live(MemoryCategory::params16) + m.live(MemoryCategory::grads) +
+                     m.live(MemoryCategory::master32) + m.live(MemoryCategory::optimizer_state);
+    v.gathered_peak = m.peak(MemoryCategory::gathered);
+  });
+  return v;
+}
+
+/// Blob's buckets are one parameter each (1 MiB buckets, one unit per parameter): padded to 2W.
+std::size_t padded(std::size_t n, int world) {
+  const std::size_t a = 2 * static_cast<std::size_t>(world);
+  return (n + a - 1) / a * a;
+}
+
+}  // namespace
+
+TEST_CASE("stage 3 hpZ bytes: forward gathers over the world, backward gathers only inside the group") {
+  for (int g : {2, 4}) {
+    for (bool prefetch : {false, true}) {
+      CAPTURE(g);
+      CAPTURE(prefetch);
+      const int world = 4;
+      const HpzVolume off = hpz_volume(world, 1, 0, prefetch);
+      const HpzVolume v = hpz_volume(world, g, 0, prefetch);
+      const std::uint64_t pad = v.flat_numel, W = world, G = static_cast<std::uint64_t>(g), elem = sizeof(half);
+      std::uint64_t check_pad = 0;
+      for (std::size_t n : kBlob) check_pad += padded(n, world);
+      REQUIRE(pad == check_pad);
+      const std::uint64_t world_gather = pad * (W - 1) / W * elem, group_gather = pad * (G - 1) / G * elem;
+      std::printf("hpZ W=%d g=%d prefetch=%d: world all-gather %llu B/step (forward), group all-gather %llu B/step "
+                  "(backward), reduce-scatter %llu B/step; hpZ off: all-gather %llu B/step\n",
+                  world, g, prefetch, static_cast<unsigned long long>(v.world[comm::OpKind::all_gather].wire_bytes),
+                  static_cast<unsigned long long>(v.group[comm::OpKind::all_gather].wire_bytes),
+                  static_cast<unsigned long long>(v.world[comm::OpKind::reduce_scatter].wire_bytes),
+                  static_cast<unsigned long long>(off.world[comm::OpKind::all_gather].wire_bytes));
+      // hpZ off: forward and backward both gather over the world.
+      CHECK(off.world[comm::OpKind::all_gather].wire_bytes == 2 * world_gather);
+      // hpZ: the world carries the forward's gathers only; the backward's stay in the group.
+      CHECK(v.world[comm::OpKind::all_gather].wire_bytes == world_gather);
+      CHECK(v.group[comm::OpKind::all_gather].wire_bytes == group_gather);
+      CHECK(v.group[comm::OpKind::all_gather].calls == kBlob.size());  // one per bucket's backward
+      CHECK(v.group.total_wire_bytes() == v.group[comm::OpKind::all_gather].wire_bytes);  // nothing else there
+      // The gradients' reduce-scatter is unchanged.
+      CHECK(v.world[comm::OpKind::reduce_scatter].wire_bytes == pad * (W - 1) / W * elem);
+      CHECK(v.world[comm::OpKind::reduce_scatter].wire_bytes == off.world[comm::OpKind::reduce_scatter].wire_bytes);
+      CHECK(v.world.total_wire_bytes() + v.group.total_wire_bytes() ==
+            off.world.total_wire_bytes() - world_gather + group_gather);
+    }
+  }
+}
+
+TEST_CASE("stage 3 hpZ memory: the secondary shard is S Psi_pad / g (persistent buckets excluded), no growth") {
+  const int world = 4;
+  for (int g : {1, 2, 4}) {
+    for (std::size_t threshold : {std::size_t{0}, std::size_t{10}}) {
+      CAPTURE(g);
+      CAPTURE(threshold);
+      const HpzVolume v = hpz_volume(world, g, threshold, true);
+      // threshold 10: the 9-element parameter is persistent; its bucket has no secondary slice.
+      std::size_t fetched = 0;
+      for (std::size_t n : kBlob) {
+        if (n > threshold) fetched += padded(n, world);
+      }
+      const std::size_t expect = g > 1 ? sizeof(half) * fetched / static_cast<std::size_t>(g) : 0;
+      std::printf("hpZ W=%d g=%d persistence %zu: secondary shard %zu B (S Psi_pad/g = %zu B); model states %zu B\n", world,
+                  g, threshold, v.secondary_live, expect, v.model_states);
+      CHECK(v.secondary_live == expect);
+      CHECK(v.secondary_live_step2 == expect);
+      CHECK(v.secondary_peak == expect);  // allocated once, never grows
+      CHECK(v.model_states * static_cast<std::size_t>(world) == 16 * v.flat_numel);  // unchanged: 16 Psi_pad / N
+    }
+  }
+}
+
+TEST_CASE("stage 3 hpZ: the group size must divide the world size; below stage 3 it is ignored") {
+  using E3 = Engine<Partitioner<Stage<3>>, Optimizer<AdamW>, Precision<fp16>>;
+  using E2 = Engine<Partitioner<Stage<2>>, Optimizer<AdamW>, Precision<fp16>>;
+  for (int g : {3, 8, -1}) {
+    CAPTURE(g);
+    std::vector<std::string> what(4);
+    comm::run_threads(4, [&](auto& comm) {
+      Blob model({64, 64});
+      EngineOptions o;
+      o.stage3.reshard_after_forward = ReshardAfterForward::group(g);
+      try {
+        E3 engine(comm, model, o);
+      } catch (const config_error& e) {
+        what[static_cast<std::size_t>(comm.rank())] = e.what();
+      }
+    });
+    for (const std::string& w : what) {
+      INFO(w);
+      CHECK(w.find("zero_hpz_partition_size") != std::string::npos);
+      CHECK(w.find(std::to_string(g)) != std::string::npos);
+      CHECK(w.find(g > 0 ? "must divide the world size (4)" : "must be >= 1") != std::string::npos);
+    }
+  }
+  comm::run_threads(4, [&](auto& comm) {
+    Blob model2({64, 64}), model3({64, 64});
+    EngineOptions o;
+    o.stage3.reshard_after_forward = ReshardAfterForward::group(2);
+    o.stage3.param_persistence_threshold = 0;  // persistent buckets have no secondary slice
+    E2 stage2(comm, model2, o);  // Stage3Options mean nothing below stage 3
+    CHECK(stage2.memory().live(MemoryCategory::secondary) == 0);
+    E3 stage3(comm, model3, o);
+    CHECK(stage3.group_comm_stats() != nullptr);
+    CHECK(stage3.memory().live(MemoryCategory::secondary) == sizeof(half) * 2 * 64 / 2);  // S Psi_pad / g
+  });
+  // A bool still converts: false keeps a layer gathered to its backward, true is hpZ off.
+  Stage3Options s;
+  CHECK(s.reshard_after_forward.group_size() == 1);
+  s.reshard_after_forward = false;
+  CHECK(!s.reshard_after_forward);
+  CHECK(s.reshard_after_forward.group_size() == 0);
+  s.reshard_after_forward = ReshardAfterForward::group(2);
+  CHECK(static_cast<bool>(s.reshard_after_forward));
+  CHECK(s.reshard_after_forward.hierarchical());
+}

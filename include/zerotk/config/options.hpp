@@ -151,6 +151,9 @@ struct ZeroOptions {
   std::int64_t stage3_max_live_parameters = 1'000'000'000;
   std::int64_t stage3_max_reuse_distance = 1'000'000'000;
   bool stage3_gather_16bit_weights_on_model_save = false;
+  /// ZeRO++ hpZ: ranks per group of the secondary parameter shard (1: off). Stage 3 only; divides the
+  /// world size (EngineOptions: Stage3Options::reshard_after_forward = ReshardAfterForward::group(g)).
+  std::int64_t zero_hpz_partition_size = 1;
   bool ignore_unused_parameters = true;
   bool round_robin_gradients = false;
 };

@@ -606,6 +606,24 @@ inline void Reader::read_zero(Block& root, Config& c) {
       z.stage3_gather_16bit_weights_on_model_save = g16->get<bool>();
     }
   }
+  // ZeRO++ hpZ: a secondary shard of the parameters within groups of g consecutive ranks. Only stage 3
+  // partitions parameters (DeepSpeed reads the key there alone); g must divide the world size.
+  if (b.get_int("zero_hpz_partition_size", z.zero_hpz_partition_size, 1, std::numeric_limits<int>::max()) == Got::value &&
+      z.zero_hpz_partition_size > 1) {
+    const std::string g = std::to_string(z.zero_hpz_partition_size);
+    if (z.stage != 3) {
+      unsupported(b.path_of("zero_hpz_partition_size"),
+                  cat("has effect only at ZeRO stage 3 (stage is ", std::to_string(z.stage),
+                      "; DeepSpeed ignores it too); ignored"),
+                  g);
+      z.zero_hpz_partition_size = 1;
+    } else if (ctx.world_size % z.zero_hpz_partition_size != 0) {
+      error(b.path_of("zero_hpz_partition_size"),
+            cat("must divide the world size (", std::to_string(ctx.world_size),
+                "): hpZ keeps a secondary shard within groups of that many consecutive ranks"),
+            g);
+    }
+  }
   b.get_bool("ignore_unused_parameters", z.ignore_unused_parameters);
   b.get_bool("round_robin_gradients", z.round_robin_gradients);
 
@@ -703,7 +721,6 @@ inline void Reader::read_zero(Block& root, Config& c) {
             {"elastic_checkpoint", "false"},
             {"legacy_stage1", "false"},
             {"use_multi_rank_bucket_allreduce", "true"},
-            {"zero_hpz_partition_size", "1"},
             {"zero_quantized_weights", "false"},
             {"zero_quantized_nontrainable_weights", "false"},
             {"zero_quantized_gradients", "false"},

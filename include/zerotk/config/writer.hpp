@@ -194,6 +194,7 @@ inline Json to_json(const Config& c) {
   zj["stage3_max_live_parameters"] = z.stage3_max_live_parameters;
   zj["stage3_max_reuse_distance"] = z.stage3_max_reuse_distance;
   zj["stage3_gather_16bit_weights_on_model_save"] = z.stage3_gather_16bit_weights_on_model_save;
+  zj["zero_hpz_partition_size"] = z.zero_hpz_partition_size;
   zj["ignore_unused_parameters"] = z.ignore_unused_parameters;
   zj["round_robin_gradients"] = z.round_robin_gradients;
 

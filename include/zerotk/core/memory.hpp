@@ -40,10 +40,11 @@ enum class MemoryCategory : std::uint8_t {
   optimizer_state,  ///< Adam m and v, LAMB state, ...
   comm_buffers,     ///< buckets and staging for collectives
   gathered,         ///< ZeRO-3: full parameters gathered from their shards for a layer (a reused pool)
+  secondary,        ///< ZeRO-3 hpZ: the secondary shard of the parameters within a rank's group
   activations,      ///< saved activations (the user may record these)
   other,
 };
-inline constexpr std::size_t kMemoryCategoryCount = 8;
+inline constexpr std::size_t kMemoryCategoryCount = 9;
 
 constexpr std::string_view to_string(MemoryCategory c) noexcept {
   switch (c) {
@@ -53,6 +54,7 @@ constexpr std::string_view to_string(MemoryCategory c) noexcept {
     case MemoryCategory::optimizer_state: return "optimizer_state";
     case MemoryCategory::comm_buffers: return "comm_buffers";
     case MemoryCategory::gathered: return "gathered";
+    case MemoryCategory::secondary: return "secondary";
     case MemoryCategory::activations: return "activations";
     case MemoryCategory::other: return "other";
   }

@@ -5,6 +5,7 @@
 /// so far; on the host nothing to do), so no part of the engine places ordering calls by hand.
 
 #include <cstddef>
+#include <utility>
 
 #include "zerotk/comm/any.hpp"
 #include "zerotk/comm/communicator.hpp"
@@ -18,6 +19,12 @@ class OrderedCommunicator {
   /// Refers to `comm` (kept alive by the caller) and to `ops`.
   template <class C>
   OrderedCommunicator(C& comm, Ops& ops) : comm_(comm), ops_(&ops) {}
+  /// Owns (shares) `comm`, e.g. a communicator split from another.
+  OrderedCommunicator(comm::AnyCommunicator comm, Ops& ops) : comm_(std::move(comm)), ops_(&ops) {}
+
+  /// A communicator over the ranks of the same `color`, ordered by (key, rank), with the same Ops.
+  /// Collective: every rank of this communicator calls it.
+  OrderedCommunicator split(int color, int key) { return OrderedCommunicator(comm_.split(color, key), *ops_); }
 
   int rank() const { return comm_.rank(); }
   int size() const { return comm_.size(); }

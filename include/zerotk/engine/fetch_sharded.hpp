@@ -17,6 +17,9 @@
 /// - Live bound. Prefetch and reuse never take the gathered elements past `max_live_parameters`;
 ///   what open scopes need is always gathered.
 /// - `reshard_after_forward = false`: a layer's buckets stay held from its forward to its backward.
+///   `ReshardAfterForward::group(g)` (hpZ) changes nothing here: the parameter path gathers a bucket
+///   from its secondary shard, inside the group, whenever that holds the current values
+///   (zero/params/secondary_shard.hpp).
 ///
 /// Every decision is a function of the trace and of what is resident, which are the same on every
 /// rank, so every rank issues the same collectives in the same order.

@@ -18,6 +18,37 @@
 
 namespace zerotk {
 
+/// Stage 3: where a layer's parameters go after its forward, FSDP2's `reshard_after_forward =
+/// True | False | int g`. A bool converts to it, so `o.stage3.reshard_after_forward = false` reads
+/// as before; `if (!r)` is true only for "keep gathered".
+///
+///   group_size()  0: keep gathered until the backward (false)
+///                 1: back to the primary shards over all W ranks (true; hpZ off)
+///                 g > 1: hpZ: also a secondary shard within each group of g consecutive ranks
+///                        ([i g, (i+1) g)); the backward gathers inside the group. g must divide W;
+///                        g = W is allowed and makes the secondary the primary's twin (same bytes as
+///                        off, the gathers on a communicator of its own, S Psi_pad / W more memory).
+class ReshardAfterForward {
+ public:
+  constexpr ReshardAfterForward(bool reshard = true) noexcept : group_size_(reshard ? 1 : 0) {}  // implicit: a bool converts
+  /// hpZ with groups of g ranks (`zero_hpz_partition_size`); group(1) is plain `true`. The engine
+  /// checks g >= 1 and that g divides the world size.
+  static constexpr ReshardAfterForward group(int g) noexcept {
+    ReshardAfterForward r;
+    r.group_size_ = g;
+    return r;
+  }
+  constexpr int group_size() const noexcept { return group_size_; }
+  /// A secondary shard is kept (g > 1).
+  constexpr bool hierarchical() const noexcept { return group_size_ > 1; }
+  /// False only for "keep gathered until the backward".
+  constexpr explicit operator bool() const noexcept { return group_size_ != 0; }
+  friend constexpr bool operator==(ReshardAfterForward, ReshardAfterForward) noexcept = default;
+
+ private:
+  int group_size_ = 1;
+};
+
 /// ZeRO stage 3's run-time settings (DeepSpeed's `stage3_*` keys; sizes count elements). Ignored
 /// below stage 3.
 struct Stage3Options {
@@ -35,9 +66,12 @@ struct Stage3Options {
   /// A released bucket that the recorded order needs again within this many fetched elements stays
   /// gathered (`stage3_max_reuse_distance`); 0 releases at once.
   std::size_t max_reuse_distance = 1'000'000'000;
-  /// Release a layer's parameters after its forward (true, 3 Psi of traffic per step) or keep them
-  /// gathered until its backward (false: 2 Psi, the gathered model's peak is the whole model).
-  bool reshard_after_forward = true;
+  /// What a layer's parameters go back to after its forward (FSDP2's `reshard_after_forward`):
+  /// true (the default) their shards over all W ranks, 3 Psi of traffic per step; false: nothing,
+  /// they stay gathered until the layer's backward (2 Psi, the gathered model's peak is the whole
+  /// model); `ReshardAfterForward::group(g)`: ZeRO++ hpZ (`zero_hpz_partition_size`), a secondary
+  /// shard within groups of g ranks from which the backward gathers (docs/stage3.md).
+  ReshardAfterForward reshard_after_forward = true;
   /// Only the parameters of modules whose `module_type` is listed are partitioned (empty: every
   /// module's). Matched against the model and, recursively, the sub-modules it lists with
   /// `modules(visit)` (`zero_allowed_param_types`, zerotk's own key).

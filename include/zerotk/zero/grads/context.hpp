@@ -33,6 +33,10 @@ struct PathContext {
   const BucketLayout* layout = nullptr;
   Ops* ops = nullptr;
   device::OrderedCommunicator<Ops>* comm = nullptr;
+  /// Stage 3 with hpZ: the communicator of this rank's group of `zero_hpz_partition_size` ranks,
+  /// over which the parameter path keeps its secondary shard (zero/params/secondary_shard.hpp).
+  /// Null: no secondary shard.
+  device::OrderedCommunicator<Ops>* group_comm = nullptr;
   MemoryLedger* ledger = nullptr;
   int gradient_accumulation_steps = 1;
   bool overlap_comm = true;

@@ -17,15 +17,22 @@
 /// MemoryCategory::gathered. The optimizer writes the new values into the shard in place
 /// (owned-shaped), so publication only has to regather the persistent buckets: every other bucket
 /// is fetched fresh by the next scope that needs it.
+///
+/// hpZ (`PathContext::group_comm` set, zero/params/secondary_shard.hpp): a bucket gathered over the
+/// world also refreshes this rank's secondary slice, and while that slice is current the next gather
+/// of the bucket (the backward's) runs on the group communicator instead. Every accessor through
+/// which the shard can be written marks the slices stale.
 
 #include <algorithm>
 #include <cstddef>
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "zerotk/core/error.hpp"
 #include "zerotk/zero/grads/context.hpp"
 #include "zerotk/zero/params/replicated.hpp"
+#include "zerotk/zero/params/secondary_shard.hpp"
 
 namespace zerotk::zero {
 
@@ -49,6 +56,7 @@ class FetchOnDemand {
         slot_numel_ = std::max(slot_numel_, buckets[k].numel);
       }
     }
+    if (c.group_comm) secondary_.emplace(*c.layout, *c.ops, *c.group_comm, c.ledger, o.persistent);
   }
 
   /// Called with (k, values) when bucket k's gathered values become usable, and (k, nullptr) when it
@@ -56,9 +64,18 @@ class FetchOnDemand {
   void on_residency(std::function<void(std::size_t, T*)> f) { on_residency_ = std::move(f); }
 
   /// This rank's shard: block r of bucket k at `buckets()[k].part_offset`.
-  T* shard() noexcept { return shard_.data(); }
-  T* owned_values(std::size_t k) noexcept { return shard_.data() + c_.layout->buckets()[k].part_offset; }
-  OptimizerOut<T> optimizer_out() { return {shard_.data(), true}; }
+  /// (Each may be written through: the secondary slices they cover go stale.)
+  T* shard() noexcept {
+    if (secondary_) secondary_->invalidate();
+    return shard_.data();
+  }
+  T* owned_values(std::size_t k) noexcept {
+    if (secondary_) secondary_->invalidate(k);
+    return shard_.data() + c_.layout->buckets()[k].part_offset;
+  }
+  OptimizerOut<T> optimizer_out() { return {shard(), true}; }
+  /// hpZ: the secondary shard, if this path keeps one.
+  const SecondaryShard<T, Ops>* secondary() const noexcept { return secondary_ ? &*secondary_ : nullptr; }
 
   bool resident(std::size_t k) const noexcept { return state_[k].own >= 0 && !state_[k].stale; }
   int holds(std::size_t k) const noexcept { return state_[k].holds; }
@@ -97,6 +114,7 @@ class FetchOnDemand {
     s.gathering = false;
     --pending_;
     s.work.wait();
+    if (s.from_world && secondary_) secondary_->keep(k, buffer(k));
     if (on_residency_) on_residency_(k, buffer(k));
   }
 
@@ -127,6 +145,7 @@ class FetchOnDemand {
   template <class OnBucket>
   void publish(OnBucket&& on_bucket) {
     synchronize();
+    if (secondary_) secondary_->invalidate();
     for (std::size_t k = 0; k < state_.size(); ++k) {
       if (!state_[k].persistent) evict(k);
     }
@@ -169,6 +188,7 @@ class FetchOnDemand {
     bool gathering = false;
     bool persistent = false;
     bool stale = true;     ///< persistent buckets: the buffer does not hold the shards' current values
+    bool from_world = false;  ///< the gather in flight reads the primary shards (hpZ: refresh the slice)
   };
 
   T* buffer(std::size_t k) noexcept {
@@ -180,7 +200,9 @@ class FetchOnDemand {
   void start_gather(std::size_t k) {
     const Bucket& b = c_.layout->buckets()[k];
     State& s = state_[k];
-    s.work = c_.comm->all_gather(shard_.data() + b.part_offset, buffer(k), b.block, dtype_of_v<T>);
+    s.from_world = !(secondary_ && secondary_->current(k));
+    s.work = s.from_world ? c_.comm->all_gather(shard_.data() + b.part_offset, buffer(k), b.block, dtype_of_v<T>)
+                          : secondary_->gather(k, buffer(k));
     s.gathering = true;
     ++pending_;
   }
@@ -192,6 +214,7 @@ class FetchOnDemand {
   std::vector<int> free_;                                    // pool buffers holding no bucket
   std::vector<State> state_;                                 // [bucket]
   std::function<void(std::size_t, T*)> on_residency_;
+  std::optional<SecondaryShard<T, Ops>> secondary_;          // hpZ only
   std::size_t slot_numel_ = 0, live_numel_ = 0, held_numel_ = 0, pending_ = 0;
 };
 
