@@ -157,14 +157,15 @@ void BM_Stage2Step(benchmark::State& state) {
 /// ZeRO stage 3 on the same model and link: every layer gathered before its forward and again
 /// before its backward, released after (reuse off: 3 Psi of traffic), the next layers prefetched
 /// within `prefetch` elements. args: prefetch (layers' worth), compute us per layer, link MB/s.
-/// Counter vs_bound = step time / max(compute, link busy time per step): 1.0 is perfect overlap.
+/// Counter vs_bound = step time / max(compute, link busy time per step): 1.0 is perfect overlap;
+/// vs_phase_bound divides by the sum over forward and backward of max(compute, link) instead.
 void BM_Stage3Step(benchmark::State& state) {
   const auto prefetch_layers = static_cast<std::size_t>(state.range(0));
   const auto compute = std::chrono::microseconds(state.range(1));
   const double gbps = static_cast<double>(state.range(2)) / 1000.0;
   using Engine = zerotk::Engine<zerotk::Partitioner<zerotk::Stage<3>>, zerotk::Optimizer<zerotk::AdamW>,
                                 zerotk::Precision<zerotk::fp16>, zerotk::Bucketer<zerotk::Bytes<(128 << 10)>>>;
-  double link_ms = 0;
+  double link_ms = 0, fwd_ms = 0, bwd_ms = 0;  // link busy per step: all, issued in forward, in backward
   for (auto _ : state) {
     double seconds = 0;
     zerotk::comm::run_threads(2, [&](zerotk::comm::ThreadsCommunicator& threads) {
@@ -178,23 +179,28 @@ void BM_Stage3Step(benchmark::State& state) {
       Engine engine(link, model, o);
       engine.initialize_master();
       Clock::time_point t0;
-      std::chrono::microseconds busy0{0};
+      std::chrono::microseconds busy0{0}, fwd{0}, bwd{0};
       for (int s = -1; s < kSteps; ++s) {
         if (s == 0) t0 = Clock::now(), busy0 = link.busy();  // step -1 records the order
+        const auto b0 = link.busy();
         for (auto& l : model.layers) {
           auto scope = engine.forward(l);
           spin_for(l.compute);
         }
+        const auto b1 = link.busy();
         for (auto it = model.layers.rbegin(); it != model.layers.rend(); ++it) {
           auto scope = engine.backward(*it);
           spin_for(it->compute);
         }
+        if (s >= 0) fwd += b1 - b0, bwd += link.busy() - b1;
         engine.step(0.0);
       }
       engine.synchronize();
       if (threads.rank() == 0) {
         seconds = std::chrono::duration<double>(Clock::now() - t0).count();
         link_ms = std::chrono::duration<double, std::milli>(link.busy() - busy0).count() / kSteps;
+        fwd_ms = std::chrono::duration<double, std::milli>(fwd).count() / kSteps;
+        bwd_ms = std::chrono::duration<double, std::milli>(bwd).count() / kSteps;
       }
     });
     state.SetIterationTime(seconds / kSteps);
@@ -202,6 +208,11 @@ void BM_Stage3Step(benchmark::State& state) {
     state.counters["compute_ms"] = compute_ms;
     state.counters["link_ms"] = link_ms;
     state.counters["vs_bound"] = seconds / kSteps * 1e3 / std::max(compute_ms, link_ms);
+    // Forward issues only gathers; backward issues gathers and reduce-scatters, so its link time is
+    // twice the forward's: with compute = link overall, backward is link-bound and forward not.
+    // The phase bound takes each phase's max on its own (step() is outside both).
+    state.counters["vs_phase_bound"] =
+        seconds / kSteps * 1e3 / (std::max(compute_ms / 2, fwd_ms) + std::max(compute_ms / 2, bwd_ms));
   }
 }
 

@@ -123,6 +123,7 @@ TEST_CASE("engine under MPI: stage 3 ranks running layers in different orders al
   CHECK(what.find("different orders") != std::string::npos);  // on every rank: nobody hangs
   CHECK(what.find("rank 0: [forward p0, forward p1") != std::string::npos);
   CHECK(what.find("[forward p1, forward p0") != std::string::npos);
+}
 
 TEST_CASE("engine under MPI: stage 3 with hpZ (groups of 2 ranks, or the whole world at odd sizes) is bitwise hpZ off") {
   auto c = comm::MpiCommunicator::world();

@@ -160,6 +160,7 @@ TEST_CASE("the stage3_* keys and the module type lists reach EngineOptions::stag
   CHECK(s.max_reuse_distance == 7);
   CHECK(s.partitioned_module_types == std::vector<std::string>{"Block"});
   CHECK(s.replicated_module_types == std::vector<std::string>{"Embedding"});
+}
 
 TEST_CASE("zero_hpz_partition_size becomes Stage3Options::reshard_after_forward = group(g)") {
   using Stage3 = Engine<Partitioner<Stage<3>>, Optimizer<AdamW>, Precision<fp16>>;

@@ -57,7 +57,7 @@ class ShardedFetch {
     const bool held = phase == Phase::backward && !c_.options.reshard_after_forward && take_forward_hold(e.key);
     if (!held) {
       for (const Unit& u : e.units) with_params(u, [&](auto& p) { p.fetch(u.bucket); });
-      if (on_trace_) prefetch(i);
+      if (on_trace_) prefetch(i, e);
       try {
         for (const Unit& u : e.units) with_params(u, [&](auto& p) { p.acquire(u.bucket); });
       } catch (const comm_error& x) {
@@ -173,9 +173,17 @@ class ShardedFetch {
   }
 
   /// Starts the gathers of the events after i in the trace, while the elements gathered ahead of
-  /// use (resident, held by no scope) stay within the prefetch budget.
-  void prefetch(std::size_t i) {
-    const std::size_t ahead = live_numel() - held_numel();
+  /// use (resident, held by no scope) stay within the prefetch budget. Event i's own buckets, just
+  /// fetched and about to be held, are not ahead of use.
+  void prefetch(std::size_t i, const Event& current) {
+    std::size_t opening = 0;
+    for (const Unit& u : current.units) {
+      with_params(u, [&](auto& p) {
+        if (p.holds(u.bucket) == 0 && !p.persistent(u.bucket)) opening += u.numel;
+      });
+    }
+    const std::size_t unheld = live_numel() - held_numel();
+    const std::size_t ahead = unheld > opening ? unheld - opening : 0;
     if (ahead >= c_.options.prefetch_bucket_size) return;
     std::size_t budget = c_.options.prefetch_bucket_size - ahead;
     for (std::size_t j = i + 1; j < trace_.size() && budget > 0; ++j) {
