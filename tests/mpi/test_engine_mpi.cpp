@@ -74,15 +74,23 @@ TEST_CASE("engine under MPI: stages 0, 1, 2 agree (fp16, dynamic scale, injected
   CHECK(r2.params != r2.initial);
 }
 
-TEST_CASE("engine under MPI: stage 3 (every parameter fetched, prefetched by the recorded order) is bitwise stage 2") {
-  auto c = comm::MpiCommunicator::world();
+namespace {
+/// Stage 3 runs: every parameter fetched (none persistent), GAS 2, clipping, an overflow step.
+RunConfig stage3_config(int world) {
   RunConfig cfg;
-  cfg.world = c.size();
+  cfg.world = world;
   cfg.steps = 12;
   cfg.gas = 2;
   cfg.clip = 0.05;
   cfg.poison_steps = {3};
   cfg.stage3.param_persistence_threshold = 0;
+  return cfg;
+}
+}  // namespace
+
+TEST_CASE("engine under MPI: stage 3 (every parameter fetched, prefetched by the recorded order) is bitwise stage 2") {
+  auto c = comm::MpiCommunicator::world();
+  RunConfig cfg = stage3_config(c.size());
   const RunResult r2 = train_rank<2, fp16>(c, cfg);
   const RunResult r3 = train_rank<3, fp16>(c, cfg);
   CHECK(same_on_all_ranks(c, r3.params));
@@ -127,13 +135,7 @@ TEST_CASE("engine under MPI: stage 3 ranks running layers in different orders al
 
 TEST_CASE("engine under MPI: stage 3 with hpZ (groups of 2 ranks, or the whole world at odd sizes) is bitwise hpZ off") {
   auto c = comm::MpiCommunicator::world();
-  RunConfig cfg;
-  cfg.world = c.size();
-  cfg.steps = 12;
-  cfg.gas = 2;
-  cfg.clip = 0.05;
-  cfg.poison_steps = {3};
-  cfg.stage3.param_persistence_threshold = 0;
+  RunConfig cfg = stage3_config(c.size());
   cfg.stage3.max_reuse_distance = 0;  // every backward gathers, from the secondary shard with hpZ
   const RunResult off = train_rank<3, fp16>(c, cfg);
   cfg.stage3.reshard_after_forward = ReshardAfterForward::group(c.size() % 2 == 0 ? 2 : c.size());

@@ -12,10 +12,8 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <mutex>
 #include <string>
 #include <string_view>
-#include <type_traits>
 #include <vector>
 
 #include "blob_model.hpp"
@@ -237,25 +235,9 @@ TEST_CASE("stage 3 gather scope: read and write parameters outside the layers' s
 
 namespace {
 
-/// Rank 0's result of an emulated run (float Params, `Prec` storage) at stage S on W threads.
-template <int S, class Prec>
-RunResult train_emulated(const RunConfig& c) {
-  RunResult out;
-  std::vector<std::vector<float>> finals(static_cast<std::size_t>(c.world));
-  std::mutex mu;
-  comm::run_threads(c.world, [&](auto& comm) {
-    RunResult mine = train_rank<S, Prec, comm::ThreadsCommunicator, Mlp<float>>(comm, c);
-    std::lock_guard lock(mu);
-    finals[static_cast<std::size_t>(comm.rank())] = mine.params;
-    if (comm.rank() == 0) out = std::move(mine);
-  });
-  for (const auto& f : finals) out.ranks_agree = out.ranks_agree && f == finals[0];
-  return out;
-}
-
 template <class Prec>
 void emulated_matches_stage2(RunConfig cfg) {
-  const RunResult ref = train_emulated<2, Prec>(cfg);
+  const RunResult ref = train<2, Prec, Mlp<float>>(cfg);
   CHECK(ref.params != ref.initial);
   Stage3Options fetched;
   fetched.param_persistence_threshold = 0;
@@ -269,7 +251,7 @@ void emulated_matches_stage2(RunConfig cfg) {
     CAPTURE(o.max_reuse_distance);
     CAPTURE(o.reshard_after_forward);
     cfg.stage3 = o;
-    const RunResult r = train_emulated<3, Prec>(cfg);
+    const RunResult r = train<3, Prec, Mlp<float>>(cfg);
     CHECK(r.ranks_agree);
     CHECK(r.initial == ref.initial);  // gather(model, 0) kept rank 0's writes, rounded to 16 bits
     CHECK(r.params == ref.params);
@@ -377,18 +359,6 @@ struct TypedMlp : Mlp<T> {
   }
 };
 
-template <int Stage, class Model>
-RunResult train_model(const RunConfig& cfg) {
-  RunResult result;
-  std::mutex mu;
-  comm::run_threads(cfg.world, [&](auto& comm) {
-    RunResult mine = train_rank<Stage, fp16, std::remove_cvref_t<decltype(comm)>, Model>(comm, cfg);
-    std::lock_guard lock(mu);
-    if (comm.rank() == 0) result = std::move(mine);
-  });
-  return result;
-}
-
 }  // namespace
 
 TEST_CASE("stage 3 partitions only the allowed module types and never the forced ones, with stage 2's bits") {
@@ -414,7 +384,7 @@ TEST_CASE("stage 3 partitions only the allowed module types and never the forced
     RunConfig c = cfg;
     c.stage3.partitioned_module_types = v.allowed;
     c.stage3.replicated_module_types = v.forced;
-    const RunResult r = train_model<3, TypedMlp<half>>(c);
+    const RunResult r = train<3, fp16, TypedMlp<half>>(c);
     CHECK(r.params == ref.params);
     CHECK(r.losses == ref.losses);
     CHECK(r.skipped == ref.skipped);
