@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include <zerotk/checkpoint/save_16bit.hpp>
 #include <zerotk/comm/threads.hpp>
 #include <zerotk/config/reader.hpp>
 #include <zerotk/config/structure.hpp>
@@ -314,6 +315,12 @@ void train_rank(Comm& comm, const TrainContext& ctx, const Data& data, Evaluate&
   }
   commit(comm, pending);
   if (rank == 0) progress.finish();
+  // DeepSpeed's stage3_gather_16bit_weights_on_model_save: the full 16-bit weights beside the checkpoints.
+  if (!o.save_dir.empty() && ctx.cfg.zero_optimization.stage3_gather_16bit_weights_on_model_save) {
+    const std::filesystem::path file = std::filesystem::path(o.save_dir) / "model_16bit.safetensors";
+    zerotk::checkpoint::save_16bit_model(engine, model, comm, file);
+    if (rank == 0) std::printf("wrote %s (stage3_gather_16bit_weights_on_model_save)\n", file.string().c_str());
+  }
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   {  // evaluation reads parameters outside the layers' scopes (stage 3: gathered for it)
     auto g = engine.gather(model);

@@ -8,3 +8,4 @@
 #include "zerotk/checkpoint/options.hpp"
 #include "zerotk/checkpoint/read.hpp"
 #include "zerotk/checkpoint/save.hpp"
+#include "zerotk/checkpoint/save_16bit.hpp"

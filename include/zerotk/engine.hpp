@@ -458,6 +458,16 @@ class Engine {
   }
   /// Total parameter elements of the model (Psi), padding excluded.
   std::size_t parameter_count() const noexcept { return registry_.parameter_count(); }
+  /// The element type the engine keeps each parameter in, in the model's visiting order: the
+  /// training precision's storage type, or fp32 for parameters kept in fp32 (a float Param over
+  /// 16-bit storage reports the 16-bit type).
+  std::vector<DType> stored_dtypes() const {
+    std::vector<DType> out;
+    for (const engine::ParamEntry& e : registry_.entries()) {
+      out.push_back(e.group == engine::GroupKind::main ? dtype_of_v<S> : DType::fp32);
+    }
+    return out;
+  }
   /// Padded element counts of the flat buffers (main precision and the fp32-kept group).
   std::size_t flat_numel() const noexcept {
     std::size_t n = 0;

@@ -317,13 +317,6 @@ inline constexpr IgnoredSetting kIgnoredSettings[] = {
        return "false";
      },
      "has no effect in zerotk: it applies to loading checkpoints, which zerotk has not built yet; ignored"},
-    {"/zero_optimization/stage3_gather_16bit_weights_on_model_save",
-     [](const Config& c) -> std::optional<std::string> {
-       if (!c.zero_optimization.stage3_gather_16bit_weights_on_model_save) return std::nullopt;
-       return "true";
-     },
-     "has no effect in zerotk: a checkpoint is not written with gathered 16-bit weights; every checkpoint exports "
-     "them offline (zerotk-ckpt export DIR OUT --dtype bf16); ignored"},
     {"/scheduler/params/last_batch_iteration",
      [](const Config& c) -> std::optional<std::string> {
        if (!c.scheduler) return std::nullopt;
