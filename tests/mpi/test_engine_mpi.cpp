@@ -109,21 +109,10 @@ TEST_CASE("engine under MPI: stage 3 ranks running layers in different orders al
   o.stage3.prefetch_bucket_size = 0;  // a prefetch by the recorded order would make the collectives differ first
   o.stage3.max_reuse_distance = 0;
   E engine(c, model, o);
-  const auto run = [&](const std::vector<int>& order) {
-    for (int i : order) {
-      OneParam one{&model.ps[static_cast<std::size_t>(i)]};
-      auto s = engine.forward(one);
-    }
-    for (auto it = order.rbegin(); it != order.rend(); ++it) {
-      OneParam one{&model.ps[static_cast<std::size_t>(*it)]};
-      auto s = engine.backward(one);
-    }
-    engine.step(0.0);
-  };
-  run({0, 1, 2});
+  blob_step(engine, model, {0, 1, 2});
   std::string what;
   try {
-    run(c.rank() == 0 ? std::vector<int>{0, 1, 2} : std::vector<int>{1, 0, 2});
+    blob_step(engine, model, c.rank() == 0 ? std::vector<int>{0, 1, 2} : std::vector<int>{1, 0, 2});
   } catch (const usage_error& e) {
     what = e.what();
   }

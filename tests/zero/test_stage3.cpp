@@ -73,23 +73,6 @@ TEST_CASE("stage 3 fetch settings all give stage 2's bits (fp16, overflow steps,
 
 namespace {
 
-template <class E, class T>
-void blob_step(E& engine, BasicBlob<T>& model, std::vector<int> order = {}) {
-  if (order.empty()) {
-    for (std::size_t i = 0; i < model.ps.size(); ++i) order.push_back(static_cast<int>(i));
-  }
-  for (int i : order) {
-    BasicOneParam<T> one{&model.ps[static_cast<std::size_t>(i)]};
-    auto s = engine.forward(one);
-    CHECK(one.p->data() != nullptr);  // fetched for the scope
-  }
-  for (auto it = order.rbegin(); it != order.rend(); ++it) {
-    BasicOneParam<T> one{&model.ps[static_cast<std::size_t>(*it)]};
-    auto s = engine.backward(one);
-  }
-  engine.step(0.0);
-}
-
 std::uint64_t gather_and_scatter_bytes(const comm::CommStats& s) {
   return s[comm::OpKind::all_gather].wire_bytes + s[comm::OpKind::reduce_scatter].wire_bytes;
 }
