@@ -33,6 +33,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -40,6 +41,10 @@
 #include <utility>
 #include <vector>
 
+#include <zerotk/activation/checkpointing.hpp>
+#include <zerotk/activation/meter.hpp>
+#include <zerotk/activation/recompute.hpp>
+#include <zerotk/activation/select.hpp>
 #include <zerotk/core/concepts.hpp>
 #include <zerotk/core/error.hpp>
 #include <zerotk/core/param.hpp>
@@ -126,6 +131,18 @@ inline Eigen::Map<Eigen::RowVectorXf> value_row(Param& p) {
 inline Eigen::Map<Eigen::RowVectorXf> grad_row(Param& p) {
   return {p.grad(), static_cast<Eigen::Index>(p.numel())};
 }
+
+// Bytes held by Eigen matrices and vectors (activation accounting).
+template <class... M>
+std::size_t bytes_of(const M&... m) {
+  return ((static_cast<std::size_t>(m.size()) * sizeof(float)) + ... + 0);
+}
+// Gives the storage of each back (release_activations).
+template <class... M>
+void free_all(M&... m) {
+  ((m.resize(0, 0)), ...);
+}
+inline void free_vector(Vector& v) { v.resize(0); }
 
 // Resizes only when the shape changes, so steady-state steps reuse the same storage.
 inline void ensure_shape(Matrix& m, Eigen::Index rows, Eigen::Index cols) {
@@ -282,6 +299,9 @@ class Embedding {
     return out_;
   }
 
+  /// Activation memory held now (its output; the token ids are counted too).
+  std::size_t activation_bytes() const noexcept { return detail::bytes_of(out_) + ids_.size() * sizeof(std::int32_t); }
+
   /// dx [B*T][d]: scatter-adds into d(wte) rows of the tokens seen and d(wpe) rows of their positions.
   void backward(const Matrix& dx) {
     auto dte = detail::grad_matrix(wte);
@@ -348,6 +368,22 @@ class Block {
     fc_proj.forward(g_, out_);
     out_ += x1_;
     return out_;
+  }
+
+  /// Activation memory held now: what forward keeps for backward and backward's scratch.
+  std::size_t activation_bytes() const noexcept {
+    return detail::bytes_of(xhat1_, a_, qkv_, probs_, att_, x1_, xhat2_, c_, h_, g_, out_, rstd1_, rstd2_) +
+           detail::bytes_of(dx1_, dg_, dc_, datt_, dqkv_, da_, dx_, dp_);
+  }
+
+  /// Drops every activation and scratch buffer (zerotk::Recomputable): the next forward allocates
+  /// them again. A checkpointed block (zerotk::Recompute<Block>) calls this after its forward and
+  /// after its backward.
+  void release_activations() noexcept {
+    detail::free_all(xhat1_, a_, qkv_, probs_, att_, x1_, xhat2_, c_, h_, g_, out_);
+    detail::free_all(dx1_, dg_, dc_, datt_, dqkv_, da_, dx_, dp_);
+    detail::free_vector(rstd1_);
+    detail::free_vector(rstd2_);
   }
 
   /// dout [B*T][d] -> dx [B*T][d]; parameter gradients accumulate.
@@ -487,6 +523,9 @@ class Head {
     return logits_;
   }
 
+  /// Activation memory held now.
+  std::size_t activation_bytes() const noexcept { return detail::bytes_of(xhat_, xf_, logits_, dxf_, dx_, rstd_); }
+
   /// The logits of the last forward, [B*T][vocab].
   const Matrix& output() const noexcept { return logits_; }
 
@@ -555,6 +594,11 @@ class CrossEntropy {
 
   /// Number of targeted positions in the last forward.
   std::size_t count() const noexcept { return count_; }
+
+  /// Activation memory held now (the softmax and its gradient).
+  std::size_t activation_bytes() const noexcept {
+    return detail::bytes_of(probs_, dlogits_) + targets_.size() * sizeof(std::int32_t);
+  }
 
  private:
   Matrix probs_, dlogits_;
@@ -627,6 +671,26 @@ struct Gpt {
     f(head);
   }
 
+  /// Activation checkpointing (zerotk::Recompute<Block>) of the blocks `select` picks by index, which
+  /// share `ckpt` (it must outlive their use); Select::none() turns it off. Only blocks are offered:
+  /// the embedding's input is the token ids and the head's activations are needed by the loss.
+  void checkpoint_blocks(zerotk::activation::Checkpointing& ckpt, const zerotk::activation::Select& select) {
+    recompute_.clear();
+    recompute_.resize(blocks.size());
+    for (std::size_t i = 0; i < blocks.size(); ++i) {
+      if (select(i)) recompute_[i] = std::make_unique<zerotk::Recompute<Block>>(blocks[i], ckpt, "blocks." + std::to_string(i));
+    }
+  }
+  std::size_t checkpointed_blocks() const noexcept {
+    std::size_t n = 0;
+    for (const auto& r : recompute_) n += r ? 1 : 0;
+    return n;
+  }
+
+  /// Each layer's activation bytes go to `meter` after each of its forwards and backwards (nullptr:
+  /// not reported). The checkpointed blocks report through their Checkpointing's meter.
+  void set_meter(zerotk::activation::Meter* meter) noexcept { meter_ = meter; }
+
   std::size_t num_parameters() {
     std::size_t n = 0;
     parameters([&](std::string_view, Param& p) { n += p.numel(); });
@@ -642,14 +706,19 @@ struct Gpt {
     {
       [[maybe_unused]] auto guard = scope.forward(embedding);
       x = &embedding.forward(tokens);
+      report(embedding);
     }
-    for (auto& b : blocks) {
+    for (std::size_t i = 0; i < blocks.size(); ++i) {
+      Block& b = blocks[i];
       [[maybe_unused]] auto guard = scope.forward(b);
       b.set_sequence_length(tokens.seq);
-      x = &b.forward(*x);
+      x = checkpointed(i) ? &recompute_[i]->forward(*x) : &b.forward(*x);
+      report(b);
     }
     [[maybe_unused]] auto guard = scope.forward(head);
-    return head.forward(*x);
+    const Matrix& out = head.forward(*x);
+    report(head);
+    return out;
   }
 
   /// Forward and loss: returns the mean cross-entropy over the batch's targeted positions.
@@ -661,7 +730,9 @@ struct Gpt {
                                 std::to_string(batch.targets.size()) + " vs " + std::to_string(batch.tokens.size()));
     }
     const Matrix& out = logits(batch.inputs(), scope);
-    return loss_.forward(out, batch.targets);
+    const float loss = loss_.forward(out, batch.targets);
+    report(loss_);
+    return loss;
   }
 
   /// Backward of the last forward, seeded with d(loss)/d(logits) * loss_scale; gradients accumulate.
@@ -669,13 +740,17 @@ struct Gpt {
     requires LayerScope<std::remove_cvref_t<Scope>>
   void backward(Scope&& scope = {}, float loss_scale = 1.0f) {
     const Matrix* dx = &loss_.backward(loss_scale);
+    report(loss_);
     {
       [[maybe_unused]] auto guard = scope.backward(head);
       dx = &head.backward(*dx);
+      report(head);
     }
-    for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) {
-      [[maybe_unused]] auto guard = scope.backward(*it);
-      dx = &it->backward(*dx);
+    for (std::size_t i = blocks.size(); i-- > 0;) {
+      Block& b = blocks[i];
+      [[maybe_unused]] auto guard = scope.backward(b);  // at ZeRO-3 this gathers for the recompute too
+      dx = checkpointed(i) ? &recompute_[i]->backward(*dx) : &b.backward(*dx);
+      report(b);
     }
     [[maybe_unused]] auto guard = scope.backward(embedding);
     embedding.backward(*dx);
@@ -705,12 +780,21 @@ struct Gpt {
     return out;
   }
 
+  bool checkpointed(std::size_t i) const noexcept { return i < recompute_.size() && recompute_[i] != nullptr; }
+  template <class L>
+  void report(const L& layer) {
+    if (meter_ != nullptr) meter_->set(&layer, layer.activation_bytes());
+  }
+
   CrossEntropy loss_;
+  std::vector<std::unique_ptr<zerotk::Recompute<Block>>> recompute_;  // [block]: null = not checkpointed
+  zerotk::activation::Meter* meter_ = nullptr;
 };
 
 static_assert(zerotk::Module<Embedding>);
 static_assert(zerotk::Layer<Block>);
 static_assert(zerotk::Layer<Head>);
+static_assert(zerotk::Recomputable<Block>);
 static_assert(zerotk::Module<Gpt>);
 static_assert(LayerScope<NoScope>);
 

@@ -10,6 +10,9 @@
 // The flags are turned into a DeepSpeed config (printed with --print-config), so both paths go
 // through the same reader, validation and engine dispatch.
 #include <CLI/CLI.hpp>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #include <algorithm>
 #include <chrono>
@@ -28,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include <zerotk/activation.hpp>
 #include <zerotk/checkpoint/save_16bit.hpp>
 #include <zerotk/comm/threads.hpp>
 #include <zerotk/config/reader.hpp>
@@ -71,6 +75,8 @@ struct Options {
   std::string load_tag;            ///< --tag: the checkpoint to load (default: the directory's latest)
   int save_every = 0;              ///< also save every N steps (0: only after the last step)
   bool save_async = false;         ///< write checkpoints while training goes on (commit at the next save)
+  std::string checkpoint_activations = "none";  ///< --checkpoint-activations: none, all or every:K blocks
+  bool cpu_checkpointing = false;               ///< saved inputs in pinned host memory (DeepSpeed's key)
 };
 
 /// The flags as the DeepSpeed config a DeepSpeed user would have written.
@@ -93,8 +99,11 @@ std::string flags_to_deepspeed_json(const Options& o) {
   // Stage 3: this demo's parameters are all below DeepSpeed's persistence threshold (1e5) and would
   // stay gathered; fetch every one and release it after each layer, so sharding shows.
   if (o.stage == 3) j << ", \"stage3_param_persistence_threshold\": 0, \"stage3_max_reuse_distance\": 0";
-  j << "},\n"
-    << "  \"csv_monitor\": ";
+  j << "},\n";
+  if (o.checkpoint_activations != "none") {
+    j << "  \"activation_checkpointing\": {\"cpu_checkpointing\": " << (o.cpu_checkpointing ? "true" : "false") << "},\n";
+  }
+  j << "  \"csv_monitor\": ";
   if (o.csv_dir.empty()) {
     j << "{\"enabled\": false}\n";
   } else {
@@ -116,6 +125,8 @@ struct Summary {
   std::size_t psi = 0, padded = 0;
   double accuracy = 0, digit_accuracy = 0, seconds = 0, tokens_per_s = 0, overhead = 0;
   double final_loss = 0;
+  std::size_t activation_peak = 0;  ///< the largest rank's peak of activation bytes (this process's ranks)
+  std::size_t checkpointed_blocks = 0;
 };
 
 /// Prints rank memory by category beside the ZeRO formula for this stage (fp16/bf16 Adam, K = 12).
@@ -254,6 +265,31 @@ struct TimedScope {
   }
 };
 
+/// Activation checkpointing of the model's blocks for one rank: the meter reporting activation bytes
+/// to the engine's ledger, the Checkpointing state from the config's activation_checkpointing block,
+/// and the blocks --checkpoint-activations picks. Declared after the engine and destroyed before it
+/// (and before the model), taking the Recompute layers off the model first.
+struct Checkpointed {
+  gpt::Gpt& model;
+  zerotk::activation::Meter meter;
+  zerotk::activation::Checkpointing ckpt;
+  Checkpointed(gpt::Gpt& m, zerotk::MemoryLedger& ledger, const zerotk::config::Config& cfg,
+               const zerotk::activation::Select& select)
+      : model(m), meter(&ledger), ckpt(zerotk::activation::Options::from(cfg), &meter) {
+    model.set_meter(&meter);
+    model.checkpoint_blocks(ckpt, select);
+  }
+  Checkpointed(const Checkpointed&) = delete;
+  Checkpointed& operator=(const Checkpointed&) = delete;
+  ~Checkpointed() { detach(); }
+  /// Plain blocks again, nothing reported (what the meter counted is given back to the ledger).
+  void detach() {
+    model.checkpoint_blocks(ckpt, zerotk::activation::Select::none());
+    model.set_meter(nullptr);
+    meter.clear();
+  }
+};
+
 template <class Engine, class Data, class Comm, class Evaluate>
 void train_rank(Comm& comm, const TrainContext& ctx, const Data& data, Evaluate&& evaluate, Summary& summary,
                 std::mutex& mu) {
@@ -276,6 +312,9 @@ void train_rank(Comm& comm, const TrainContext& ctx, const Data& data, Evaluate&
   }
   engine.initialize_master();
   if (auto s = zerotk::lr_scheduler(ctx.cfg)) engine.set_scheduler(*s);
+  Checkpointed checkpointed(model, engine.memory(), ctx.cfg,
+                            zerotk::activation::Select::parse(o.checkpoint_activations, "--checkpoint-activations"));
+  const bool profile_recompute = ctx.cfg.activation_checkpointing.profile && model.checkpointed_blocks() > 0;
   const int start = resume(engine, comm, o);
 #if ZEROTK_HAS_XXHASH
   std::unique_ptr<zerotk::checkpoint::PendingSave<Comm>> pending;
@@ -309,12 +348,20 @@ void train_rank(Comm& comm, const TrainContext& ctx, const Data& data, Evaluate&
     log.on_boundary_loss(r.loss, samples - ctx.cfg.train_batch_size);
     log.on_step(r, samples);
     if (rank == 0) progress.update(step + 1, r.loss);
+    if (profile_recompute && rank == 0 && (step + 1) % ctx.cfg.steps_per_print == 0) {  // activation_checkpointing.profile
+      std::printf("[Rank 0] step=%d, %s\n", step + 1, checkpointed.ckpt.profile_report().c_str());
+      checkpointed.ckpt.clear_profile();
+    }
     if (!o.save_dir.empty() && (step + 1 == o.steps || (o.save_every > 0 && (step + 1) % o.save_every == 0))) {
       save(engine, comm, o, step + 1, pending);
     }
   }
   commit(comm, pending);
   if (rank == 0) progress.finish();
+  // Training's activation peak; evaluation below runs without checkpointing and without the meter.
+  const std::size_t activation_peak = engine.memory().peak(zerotk::MemoryCategory::activations);
+  const std::size_t checkpointed_blocks = model.checkpointed_blocks();
+  checkpointed.detach();
   // DeepSpeed's stage3_gather_16bit_weights_on_model_save: the full 16-bit weights beside the checkpoints.
   if (!o.save_dir.empty() && ctx.cfg.zero_optimization.stage3_gather_16bit_weights_on_model_save) {
     const std::filesystem::path file = std::filesystem::path(o.save_dir) / "model_16bit.safetensors";
@@ -337,6 +384,8 @@ void train_rank(Comm& comm, const TrainContext& ctx, const Data& data, Evaluate&
   comm.all_gather(mine.data(), rows.data(), sizeof(Row), zerotk::DType::uint8).wait();
   std::lock_guard lock(mu);
   summary.memory = rows;
+  summary.activation_peak = std::max(summary.activation_peak, activation_peak);
+  summary.checkpointed_blocks = checkpointed_blocks;
   if (rank == 0) {
     summary.psi = engine.parameter_count();
     summary.padded = engine.flat_numel();
@@ -400,6 +449,8 @@ int run(const Options& o, const gpt::Config& model_config, const Data& data, Eva
   if (!root) return 0;
   print_memory_table(summary, cfg.zero_optimization.stage, std::string(zerotk::to_string(cfg.precision())), world,
                                   static_cast<int>(cfg.gradient_accumulation_steps));
+  std::printf("activation peak per rank: %zu B (%zu of %d blocks checkpointed, --checkpoint-activations %s)\n",
+              summary.activation_peak, summary.checkpointed_blocks, model_config.n_layers, o.checkpoint_activations.c_str());
   std::printf("\ntrained %d steps in %.1f s: %.0f tokens/s; time outside the model's own forward/backward: %.1f%%\n",
               o.steps, summary.seconds, summary.tokens_per_s, 100.0 * summary.overhead);
   return 0;
@@ -462,7 +513,18 @@ int main(int argc, char** argv) {
   app.add_option("--load", o.load_dir, "checkpoint directory to resume from (its latest tag; any rank count)")
       ->check(CLI::ExistingDirectory);
   app.add_option("--tag", o.load_tag, "with --load: the checkpoint tag to load instead of the latest");
+  app.add_option("--checkpoint-activations", o.checkpoint_activations,
+                 "activation checkpointing (Recompute) of the blocks: none, all or every:K");
+  app.add_flag("--cpu-checkpointing", o.cpu_checkpointing,
+               "with --checkpoint-activations: keep the saved inputs in pinned host memory");
   CLI11_PARSE(app, argc, argv);
+#if defined(__GLIBC__)
+  // Activation buffers of checkpointed blocks are freed and allocated again every step. Keep freed
+  // memory in the heap for reuse instead of returning it to the kernel and faulting it back in (what
+  // PyTorch's caching allocator does for it); the ledger counts the bytes in use either way.
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 512 << 20);
+#endif
   try {
     gpt::Config config;
     config.n_layers = o.layers;

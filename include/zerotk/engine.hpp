@@ -439,6 +439,8 @@ class Engine {
   // ---- introspection -----------------------------------------------------------------------------
 
   const MemoryLedger& memory() const noexcept { return ledger_; }
+  /// The ledger, to record memory the trainer owns (its activations: activation::Meter).
+  MemoryLedger& memory() noexcept { return ledger_; }
   const comm::CommStats& comm_stats() const { return comm_.stats(); }
   /// Stage 3 with hpZ (`Stage3Options::reshard_after_forward` = group(g), g > 1): the byte counters
   /// of this rank's group communicator, which carries the backward's gathers; null without hpZ.

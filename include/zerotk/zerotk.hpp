@@ -3,6 +3,7 @@
 /// Umbrella header: every layer, the Engine included. Layers that need an optional package (Eigen,
 /// MPI, NCCL, nlohmann-json, ...) are included only when its feature macro is 1; the CUDA device
 /// backend only when nvcc compiles the including file.
+#include "zerotk/activation.hpp"
 #include "zerotk/comm.hpp"
 #include "zerotk/core.hpp"
 #if ZEROTK_HAS_EIGEN

@@ -190,10 +190,6 @@ TEST_CASE("check_buildable names what no engine of this version can run") {
        "/optimizer/type", "Lamb with optimizer offload", "\"Lamb\""},
       {R"({"optimizer": {"type": "OneBitAdam"}})", "/optimizer/type", "1-bit optimizers", "\"OneBitAdam\""},
       {R"({"optimizer": {"type": "OneBitLamb"}})", "/optimizer/type", "1-bit optimizers", "\"OneBitLamb\""},
-      {R"({"activation_checkpointing": {"partition_activations": true}})",
-       "/activation_checkpointing/partition_activations", "activation checkpointing", "true"},
-      {R"({"activation_checkpointing": {"number_checkpoints": 4}})", "/activation_checkpointing/number_checkpoints",
-       "activation checkpointing", "4"},
       {R"({"prescale_gradients": true})", "/prescale_gradients", "scaling gradients before the reduction", "true"},
       {R"({"gradient_predivide_factor": 2.0})", "/gradient_predivide_factor", "dividing gradients", "2"},
       {R"({"communication_data_type": "fp32", "bf16": {"enabled": true}})", "/communication_data_type",
@@ -221,7 +217,10 @@ TEST_CASE("check_buildable names what no engine of this version can run") {
                              "optimizer": {"type": "AdamW"}})", R"({"train_batch_size": 8, "zero_optimization": {"stage": 1},
                                         "optimizer": {"type": "Lamb"}, "bf16": {"enabled": true},
                                         "communication_data_type": "bf16"})",
-                         R"({"train_batch_size": 8, "activation_checkpointing": {"partition_activations": false}})"}) {
+                         R"({"train_batch_size": 8, "activation_checkpointing": {"partition_activations": false}})",
+                         R"({"train_batch_size": 8, "activation_checkpointing": {"partition_activations": true,
+                             "cpu_checkpointing": true, "contiguous_memory_optimization": true, "number_checkpoints": 4,
+                             "synchronize_checkpoint_boundary": true, "profile": true}})"}) {
     CAPTURE(std::string(ok));
     CHECK(check_buildable(config_of(ok)).empty());
   }
@@ -258,4 +257,24 @@ TEST_CASE("settings the engine does not act on are notes, and errors under stric
   CHECK_MESSAGE(r.ok(), error_lines(r));
   r = parse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 0, "reduce_scatter": false}})", ctx);
   CHECK_MESSAGE(r.ok(), error_lines(r));
+}
+
+TEST_CASE("activation_checkpointing: partition_activations is a note (no tensor parallelism), the rest is read") {
+  ResolveContext ctx;
+  const char* json = R"({"train_batch_size": 8, "activation_checkpointing": {"partition_activations": true,
+      "cpu_checkpointing": true, "contiguous_memory_optimization": true, "number_checkpoints": 6,
+      "synchronize_checkpoint_boundary": true, "profile": true}})";
+  ParseResult r = parse(json, ctx);
+  REQUIRE_MESSAGE(r.ok(), error_lines(r));
+  REQUIRE(r.notices.size() == 1);
+  CHECK(r.notices[0].path == "/activation_checkpointing/partition_activations");
+  CHECK(r.notices[0].kind == Notice::Kind::unsupported);
+  CHECK(r.notices[0].message.find("tensor parallelism") != std::string::npos);
+  const auto& a = r.config->activation_checkpointing;
+  CHECK(a.cpu_checkpointing);
+  CHECK(a.number_checkpoints == 6);
+  ctx.strict = true;
+  r = parse(json, ctx);
+  REQUIRE(r.errors.size() == 1);
+  CHECK(r.errors[0].where() == "/activation_checkpointing/partition_activations");
 }

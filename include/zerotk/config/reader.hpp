@@ -1178,6 +1178,12 @@ inline void Reader::read_monitor_and_checkpointing(Block& root, Config& c) {
     b.get_bool("synchronize_checkpoint_boundary", a.synchronize_checkpoint_boundary);
     b.get_bool("profile", a.profile);
     b.finish();
+    if (a.partition_activations) {
+      unsupported(b.path_of("partition_activations"),
+                  "has no effect in zerotk: it splits saved activations across the tensor-parallel group, and "
+                  "zerotk has no tensor parallelism (a group of one rank); ignored",
+                  "true");
+    }
     // DeepSpeed's checkpointing.configure() asserts these two (cpu_checkpointing alone is allowed).
     if (a.contiguous_memory_optimization && !a.partition_activations) {
       error(b.path_of("contiguous_memory_optimization"), "needs \"partition_activations\": true", "true");

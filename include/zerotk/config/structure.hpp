@@ -197,7 +197,7 @@ inline Ask ask(std::string path, std::string value) { return std::pair{std::move
 inline std::string quoted(std::string_view s) { return cat("\"", s, "\""); }
 }  // namespace detail
 
-/// The engine runs ZeRO stages 0-3, Offload<None> (and Offload<Cpu> at stages 1-3 with Adam/AdamW), Adam/AdamW/Lamb, no activation checkpointing,
+/// The engine runs ZeRO stages 0-3, Offload<None> (and Offload<Cpu> at stages 1-3 with Adam/AdamW), Adam/AdamW/Lamb (activation checkpointing is the trainer's: activation::Options::from),
 /// and averages gradients in the reduction in the training precision.
 inline constexpr Unbuildable kUnbuildable[] = {
     {[](const Config& c) -> detail::Ask {
@@ -229,18 +229,6 @@ inline constexpr Unbuildable kUnbuildable[] = {
      },
      "1-bit optimizers (Optimizer<OneBitAdam>, Optimizer<OneBitLamb>: compressed communication); the engine "
      "runs Adam, AdamW and Lamb"},
-    {[](const Config& c) -> detail::Ask {
-       const auto& a = c.activation_checkpointing;
-       const auto path = [](std::string_view key) { return detail::cat("/activation_checkpointing/", key); };
-       if (a.partition_activations) return detail::ask(path("partition_activations"), "true");
-       if (a.cpu_checkpointing) return detail::ask(path("cpu_checkpointing"), "true");
-       if (a.contiguous_memory_optimization) return detail::ask(path("contiguous_memory_optimization"), "true");
-       if (a.number_checkpoints) return detail::ask(path("number_checkpoints"), std::to_string(*a.number_checkpoints));
-       if (a.synchronize_checkpoint_boundary) return detail::ask(path("synchronize_checkpoint_boundary"), "true");
-       if (a.profile) return detail::ask(path("profile"), "true");
-       return std::nullopt;
-     },
-     "activation checkpointing (Recompute<L>)"},
     {[](const Config& c) -> detail::Ask {
        if (!c.prescale_gradients) return std::nullopt;
        return detail::ask("/prescale_gradients", "true");

@@ -6,7 +6,8 @@
 /// - Parameter: knows its element count and lets the engine bind its storage and its gradient, so the
 ///   engine can place it inside a flat buffer (ZeRO stages 1/2) or free and re-gather it (stage 3).
 /// - Module: visits its parameters with names.
-/// - Layer: a Module with forward/backward, so activation checkpointing can recompute it.
+/// - Layer: a Module with forward/backward; Recomputable adds release_activations(), so activation
+///   checkpointing (Recompute<L>) can drop what the forward saved and run the forward again.
 /// - Communicator: rank and size here; zerotk/comm/communicator.hpp refines it with the collectives.
 
 #include <concepts>
@@ -73,6 +74,26 @@ concept Layer = Module<L> && requires(L& l, const typename L::input_type& x, con
   { l.forward(x) } -> std::convertible_to<typename L::output_type>;
   { l.backward(dy) } -> std::convertible_to<typename L::input_type>;
 };
+
+/// A Layer that can drop what its forward saved, so Recompute<L> can run its forward again inside
+/// the backward instead of keeping it. Rule: after `l.release_activations()` the layer holds no
+/// activation memory; a later forward(x) followed by backward(dy) gives exactly what the first
+/// forward(x) and backward(dy) would have given.
+template <class L>
+concept Recomputable = Layer<L> && requires(L& l) { l.release_activations(); };
+
+/// Optional on a Layer: the bytes of activation memory it holds now, so they can be reported to a
+/// ledger (activation/meter.hpp).
+template <class L>
+concept HasActivationBytes = requires(const L& l) {
+  { l.activation_bytes() } -> std::convertible_to<std::size_t>;
+};
+
+/// Optional on a stochastic Layer (dropout, ...): its random state, so a recompute draws the same
+/// numbers as the forward it repeats. Rule: `l.set_rng_state(s)` with an `s` from `l.rng_state()`
+/// makes the following draws those that followed when `s` was taken.
+template <class L>
+concept HasRngState = requires(L& l) { l.set_rng_state(l.rng_state()); };
 
 /// The part of a communicator that every layer of zerotk may rely on. See
 /// zerotk/comm/communicator.hpp for the full concept with the collective operations.
