@@ -46,6 +46,7 @@ struct Choice {
     if (stage != 3 && param != OffloadTarget::none) return false;
     return true;
   }
+  friend bool operator==(const Choice&, const Choice&) = default;
 };
 
 /// The engine's settings that change per-rank memory. Defaults are EngineOptions' and DeepSpeed's.
