@@ -252,6 +252,7 @@ int plan_config(const plan::ModelDescription& m, const Args& a) {
   zerotk::config::ResolveContext ctx;
   ctx.world_size = a.world;
   ctx.micro_batch_size = static_cast<std::int64_t>(a.shape.micro_batch);
+  if (a.precisions.size() == 1) ctx.precision = a.precisions.front();  // fills fp16/bf16 "enabled": "auto"
   const zerotk::config::Config cfg = zerotk::config::load_file(a.config_file, ctx);
   const auto& z = cfg.zero_optimization;
   plan::Choice c;
