@@ -1,0 +1,84 @@
+#pragma once
+/// \file zerotk/plan/choice.hpp
+/// One configuration the planner evaluates (stage x offload x precision x checkpointing) and the
+/// engine's run-time settings that change its memory (EngineOptions' and DeepSpeed's keys).
+
+#include <cstddef>
+#include <limits>
+#include <string>
+#include <string_view>
+
+#include "zerotk/core/dtype.hpp"
+#include "zerotk/core/memory.hpp"
+#include "zerotk/plan/activations.hpp"
+
+namespace zerotk::plan {
+
+enum class OffloadTarget { none, cpu, nvme };
+
+constexpr std::string_view to_string(OffloadTarget t) noexcept {
+  switch (t) {
+    case OffloadTarget::none: return "none";
+    case OffloadTarget::cpu: return "cpu";
+    case OffloadTarget::nvme: return "nvme";
+  }
+  return "none";
+}
+
+struct Choice {
+  int stage = 0;
+  OffloadTarget optimizer = OffloadTarget::none;  ///< offload_optimizer.device (stages 1-3)
+  OffloadTarget param = OffloadTarget::none;      ///< offload_param.device (stage 3 only)
+  DType precision = DType::fp16;
+  Checkpointing checkpointing;
+
+  /// e.g. "stage 2, offload_optimizer cpu, bf16, checkpointing every:2".
+  std::string name() const {
+    std::string s = "stage " + std::to_string(stage) + ", offload_optimizer " + std::string(to_string(optimizer));
+    if (stage == 3) s += ", offload_param " + std::string(to_string(param));
+    s += ", " + std::string(zerotk::to_string(precision)) + ", checkpointing " + checkpointing.name();
+    return s;
+  }
+  /// Whether DeepSpeed (and zerotk's config reader) accept the combination at all.
+  bool valid() const noexcept {
+    if (stage < 0 || stage > 3) return false;
+    if (stage == 0 && optimizer != OffloadTarget::none) return false;
+    if (stage != 3 && param != OffloadTarget::none) return false;
+    return true;
+  }
+  friend bool operator==(const Choice&, const Choice&) = default;
+};
+
+/// The engine's settings that change per-rank memory. Defaults are EngineOptions' and DeepSpeed's.
+struct EngineSettings {
+  /// Bucket capacity in bytes of the working precision; 0: the engine's default, 5e8 elements
+  /// (DeepSpeed's reduce_bucket_size, which counts elements).
+  std::size_t bucket_bytes = 0;
+  int gradient_accumulation_steps = 1;
+  /// Stages 0/1 with when::every_micro_step (their default is at_boundary; 2 and 3 always reduce
+  /// every micro-step).
+  bool reduce_every_micro_step = false;
+  /// Reduced gradients accumulated in fp32 (EngineOptions' default) or in the working precision
+  /// (a DeepSpeed config without data_types.grad_accum_dtype, read by engine_options).
+  bool grad_accum_fp32 = true;
+  int bucket_buffers = 2;
+  std::size_t sub_group_size = 1'000'000'000;
+  // stage 3 (Stage3Options)
+  std::size_t prefetch_bucket_size = 50'000'000;
+  std::size_t param_persistence_threshold = 100'000;
+  std::size_t model_persistence_threshold = std::numeric_limits<std::size_t>::max();
+  std::size_t max_live_parameters = 1'000'000'000;
+  std::size_t max_reuse_distance = 1'000'000'000;
+  bool reshard_after_forward = true;
+  int hpz_partition_size = 1;  ///< zero_hpz_partition_size; 1: off
+  /// Float Params over 16-bit storage (the GPT example): the engine keeps float compute copies.
+  bool emulated = false;
+  /// Where the engine's buffers live: MemorySpace::device on Device<Cuda>, host on Device<Host>.
+  MemorySpace compute_space = MemorySpace::device;
+  // NVMe (DeepSpeed's semantics; zerotk does not run it yet)
+  std::size_t optimizer_buffer_count = 4;   ///< offload_optimizer.buffer_count
+  std::size_t param_buffer_count = 5;       ///< offload_param.buffer_count
+  std::size_t param_buffer_size = 100'000'000;  ///< offload_param.buffer_size, elements
+};
+
+}  // namespace zerotk::plan

@@ -1,0 +1,63 @@
+#pragma once
+/// \file zerotk/plan/deepspeed_config.hpp
+/// A planned configuration as a DeepSpeed config (config/writer.hpp's layout), ready for
+/// zerotk-config, the GPT example's --config, or DeepSpeed itself. Needs nlohmann-json.
+
+#include <cstdint>
+
+#include "zerotk/config/options.hpp"
+#include "zerotk/config/writer.hpp"
+#include "zerotk/plan/choice.hpp"
+
+namespace zerotk::plan {
+
+inline config::OffloadDevice to_config(OffloadTarget t) {
+  return t == OffloadTarget::none ? config::OffloadDevice::none
+         : t == OffloadTarget::cpu ? config::OffloadDevice::cpu
+                                   : config::OffloadDevice::nvme;
+}
+
+/// The config for `c`. Activation checkpointing has no per-layer key in DeepSpeed's JSON: the number
+/// of checkpointed layers goes to `activation_checkpointing.number_checkpoints` and the choice itself
+/// to the GPT example's --checkpoint-activations flag (docs/plan.md).
+inline config::Config deepspeed_config(const Choice& c, const EngineSettings& s, int world, std::int64_t micro_batch,
+                                       std::int64_t checkpointed_layers, const std::string& nvme_path = "/local_nvme") {
+  config::Config cfg;
+  cfg.world_size = world;
+  cfg.train_micro_batch_size_per_gpu = micro_batch;
+  cfg.gradient_accumulation_steps = s.gradient_accumulation_steps;
+  cfg.train_batch_size = micro_batch * s.gradient_accumulation_steps * world;
+  cfg.fp16.enabled = c.precision == DType::fp16;
+  cfg.bf16.enabled = c.precision == DType::bf16;
+  config::ZeroOptions& z = cfg.zero_optimization;
+  z.stage = c.stage;
+  z.overlap_comm = c.stage == 3;
+  if (s.bucket_bytes) {
+    z.reduce_bucket_size = static_cast<std::int64_t>(s.bucket_bytes / (c.precision == DType::fp32 ? 4 : 2));
+  }
+  z.sub_group_size = static_cast<std::int64_t>(s.sub_group_size);
+  z.offload_optimizer.device = to_config(c.optimizer);
+  if (c.optimizer == OffloadTarget::nvme) z.offload_optimizer.nvme_path = nvme_path;
+  z.offload_optimizer.buffer_count = static_cast<std::int64_t>(s.optimizer_buffer_count);
+  z.offload_param.device = to_config(c.param);
+  if (c.param == OffloadTarget::nvme) z.offload_param.nvme_path = nvme_path;
+  z.offload_param.buffer_count = static_cast<std::int64_t>(s.param_buffer_count);
+  z.offload_param.buffer_size = static_cast<std::int64_t>(s.param_buffer_size);
+  z.stage3_prefetch_bucket_size = static_cast<std::int64_t>(s.prefetch_bucket_size);
+  z.stage3_param_persistence_threshold = static_cast<std::int64_t>(s.param_persistence_threshold);
+  z.stage3_max_live_parameters = static_cast<std::int64_t>(s.max_live_parameters);
+  z.stage3_max_reuse_distance = static_cast<std::int64_t>(s.max_reuse_distance);
+  z.zero_hpz_partition_size = s.hpz_partition_size;
+  if (!s.grad_accum_fp32 || s.gradient_accumulation_steps > 1) {
+    cfg.data_types.grad_accum_dtype = s.grad_accum_fp32 ? DType::fp32 : c.precision;
+  }
+  if (checkpointed_layers > 0) cfg.activation_checkpointing.number_checkpoints = checkpointed_layers;
+  return cfg;
+}
+
+inline config::Json deepspeed_config_json(const Choice& c, const EngineSettings& s, int world, std::int64_t micro_batch,
+                                          std::int64_t checkpointed_layers) {
+  return config::to_json(deepspeed_config(c, s, world, micro_batch, checkpointed_layers));
+}
+
+}  // namespace zerotk::plan

@@ -1,0 +1,286 @@
+#pragma once
+/// \file zerotk/plan/model_states.hpp
+/// The bytes zerotk's engine allocates for one rank, by memory space and ledger category, computed
+/// from the engine's own bucket layout (zero::BucketLayout is called, not re-derived, so padding is
+/// the engine's). Each term names the engine part that allocates it:
+///
+///   params16        stages 0-2: the flat buffer (zero/params/replicated.hpp, bucket_gather.hpp);
+///                   stage 3: the shard (fetch_on_demand.hpp); Offload<Cpu>: + the pinned output staging
+///   grads           stages 0/1: the flat buffer (grads/context.hpp FlatGradBuffer); stages 2/3: the
+///                   reduced partition (pooled_buckets.hpp); + the accumulator over micro-steps
+///                   (grads/context.hpp Accumulator); Offload<Cpu>: + the pinned gradient staging
+///   master32, optimizer_state   the state store (offload/resident.hpp, host_pinned.hpp): fp32
+///                   master, m, v of the owned elements (the flat buffer at stage 0)
+///   comm_buffers    stages 2/3: the bucket pool (pooled_buckets.hpp)
+///   gathered        stage 3: persistent buckets' buffers and the pool of gathered buckets
+///   secondary       stage 3 hpZ: the secondary shard (params/secondary_shard.hpp)
+///   other           the scratch gradient of the largest parameter (engine/bindings.hpp); emulated
+///                   16-bit: float copies (zero/float_view.hpp, fetched_float_view.hpp)
+///
+/// NVMe offload and parameter offload are modelled from DeepSpeed's semantics (zerotk does not run
+/// them yet); the plan says so in `unmeasured`.
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "zerotk/core/dtype.hpp"
+#include "zerotk/core/memory.hpp"
+#include "zerotk/plan/choice.hpp"
+#include "zerotk/plan/model.hpp"
+#include "zerotk/zero/layout.hpp"
+
+namespace zerotk::plan {
+
+/// Predicted per-rank bytes, the ledger's shape.
+struct MemoryPlan {
+  std::array<std::array<std::size_t, kMemoryCategoryCount>, kMemorySpaceCount> bytes{};
+  std::size_t psi = 0;          ///< parameters
+  std::size_t psi_padded = 0;   ///< flat elements with the layout's padding
+  std::size_t partition = 0;    ///< elements each rank owns (stages 1-3)
+  std::size_t buckets = 0;
+  /// Terms modelled from DeepSpeed rather than from a running zerotk engine (NVMe, parameter
+  /// offload), and terms that are bounds rather than exact (the stage-3 pool under custom fetch
+  /// settings); empty when every figure is the engine's exact allocation.
+  std::vector<std::string> unmeasured;
+  std::vector<std::string> approximate;
+
+  std::size_t& at(MemorySpace s, MemoryCategory c) noexcept {
+    return bytes[static_cast<std::size_t>(s)][static_cast<std::size_t>(c)];
+  }
+  std::size_t at(MemorySpace s, MemoryCategory c) const noexcept {
+    return bytes[static_cast<std::size_t>(s)][static_cast<std::size_t>(c)];
+  }
+  std::size_t space_total(MemorySpace s) const noexcept {
+    std::size_t n = 0;
+    for (std::size_t b : bytes[static_cast<std::size_t>(s)]) n += b;
+    return n;
+  }
+  std::size_t category_total(MemoryCategory c) const noexcept {
+    std::size_t n = 0;
+    for (const auto& row : bytes) n += row[static_cast<std::size_t>(c)];
+    return n;
+  }
+  /// params16 + grads + master32 + optimizer_state, every space (the ZeRO paper's "model states").
+  std::size_t model_states() const noexcept {
+    return category_total(MemoryCategory::params16) + category_total(MemoryCategory::grads) +
+           category_total(MemoryCategory::master32) + category_total(MemoryCategory::optimizer_state);
+  }
+  std::size_t total() const noexcept {
+    std::size_t n = 0;
+    for (std::size_t s = 0; s < kMemorySpaceCount; ++s) n += space_total(static_cast<MemorySpace>(s));
+    return n;
+  }
+};
+
+namespace detail {
+
+/// The engine's bucket layout for this model (engine.hpp build(): one optimizer group, every
+/// parameter in the main group; stage 3: a bucket never spans two units, persistent parameters
+/// units of their own). `persistent` receives a flag per bucket.
+inline zero::BucketLayout engine_layout(const ModelDescription& m, int world, int stage, std::size_t elem_bytes,
+                                        const EngineSettings& s, std::vector<char>& persistent_buckets) {
+  std::vector<std::size_t> numels;
+  std::vector<std::uint32_t> groups, units;
+  std::vector<char> persistent;
+  std::size_t persistent_numel = 0;
+  for (std::size_t l = 0; l < m.layers.size(); ++l) {
+    for (std::size_t n : m.layers[l].params) {
+      numels.push_back(n);
+      groups.push_back(0);
+      if (stage == 3) {
+        const bool small = n <= s.param_persistence_threshold && persistent_numel + n <= s.model_persistence_threshold;
+        if (small) persistent_numel += n;
+        units.push_back(static_cast<std::uint32_t>(2 * l + (small ? 1 : 0)));
+        persistent.push_back(small ? 1 : 0);
+      }
+    }
+  }
+  const std::size_t bucket_bytes = s.bucket_bytes ? s.bucket_bytes : std::size_t{500'000'000} * elem_bytes;
+  zero::BucketLayout layout(numels, groups, world, std::max<std::size_t>(1, bucket_bytes / elem_bytes), units);
+  persistent_buckets.assign(layout.buckets().size(), 0);
+  if (stage == 3) {
+    for (std::size_t k = 0; k < layout.buckets().size(); ++k) {
+      persistent_buckets[k] = persistent[layout.buckets()[k].params.front()];
+    }
+  }
+  return layout;
+}
+
+inline std::size_t bytes_of(DType t) {
+  return t == DType::fp32 ? 4 : 2;
+}
+
+}  // namespace detail
+
+/// Per-rank bytes the engine allocates for `m` under `c` on `world` ranks (activations excluded:
+/// plan/activations.hpp). Throws config_error for a combination DeepSpeed refuses.
+inline MemoryPlan model_state_plan(const ModelDescription& m, int world, const Choice& c, const EngineSettings& s) {
+  if (world < 1) throw config_error("must be >= 1", "--world", std::to_string(world));
+  if (!c.valid()) throw config_error("not a valid combination (offload needs stage >= 1; offload_param stage 3)", "choice", c.name());
+  if (s.gradient_accumulation_steps < 1) {
+    throw config_error("must be >= 1", "gradient_accumulation_steps", std::to_string(s.gradient_accumulation_steps));
+  }
+  if (s.hpz_partition_size < 1 || world % s.hpz_partition_size != 0) {
+    throw config_error("must be >= 1 and divide the world size (" + std::to_string(world) + ")",
+                       "zero_optimization.zero_hpz_partition_size", std::to_string(s.hpz_partition_size));
+  }
+  if (s.sub_group_size < 1) throw config_error("must be >= 1", "zero_optimization.sub_group_size", "0");
+  using C = MemoryCategory;
+  const MemorySpace dev = s.compute_space;
+  const std::size_t S = detail::bytes_of(c.precision), F = sizeof(float);
+  MemoryPlan p;
+  std::vector<char> persistent;
+  const zero::BucketLayout L = detail::engine_layout(m, world, c.stage, S, s, persistent);
+  const std::size_t flat = L.flat_numel(), part = L.partition_numel();
+  p.psi = m.total_params();
+  p.psi_padded = flat;
+  p.partition = part;
+  p.buckets = L.buckets().size();
+  const bool partitioned = c.stage >= 1;
+  const std::size_t owned = partitioned ? part : flat;
+  const bool every_micro = c.stage >= 2 || s.reduce_every_micro_step;
+  const bool emulated = s.emulated && c.precision != DType::fp32;
+
+  // Working-precision parameters.
+  if (c.stage <= 2) {
+    p.at(dev, C::params16) += flat * S;
+  } else {
+    const MemorySpace shard_space = c.param == OffloadTarget::none  ? dev
+                                    : c.param == OffloadTarget::cpu ? MemorySpace::pinned_host
+                                                                    : MemorySpace::disk;
+    p.at(shard_space, C::params16) += part * S;
+    if (c.param == OffloadTarget::nvme) {
+      // DeepSpeed's parameter swapper: buffer_count pinned buffers of buffer_size elements.
+      p.at(MemorySpace::pinned_host, C::params16) += s.param_buffer_count * s.param_buffer_size * S;
+    }
+    if (c.param != OffloadTarget::none) {
+      p.unmeasured.push_back("offload_param " + std::string(to_string(c.param)) +
+                             ": modelled from DeepSpeed, zerotk does not offload parameters yet");
+    }
+  }
+
+  // Gradients: the flat buffer (stages 0/1) or the reduced partition (2/3), and the accumulator.
+  p.at(dev, C::grads) += (c.stage <= 1 ? flat : part) * S;
+  if (every_micro && s.gradient_accumulation_steps > 1) {
+    const std::size_t acc = c.stage == 0 ? flat : part;
+    p.at(dev, C::grads) += acc * (s.grad_accum_fp32 ? F : S);
+  }
+
+  // Master and optimizer state, and the staging of an offloading store.
+  const std::size_t staging = std::min(owned, s.sub_group_size) * F;
+  switch (c.optimizer) {
+    case OffloadTarget::none:
+      p.at(dev, C::master32) += owned * F;
+      p.at(dev, C::optimizer_state) += 2 * owned * F;
+      break;
+    case OffloadTarget::cpu:
+      p.at(MemorySpace::pinned_host, C::master32) += owned * F;
+      p.at(MemorySpace::pinned_host, C::optimizer_state) += 2 * owned * F;
+      p.at(MemorySpace::pinned_host, C::grads) += staging;
+      p.at(MemorySpace::pinned_host, C::params16) += staging;
+      break;
+    case OffloadTarget::nvme:
+      p.at(MemorySpace::disk, C::master32) += owned * F;
+      p.at(MemorySpace::disk, C::optimizer_state) += 2 * owned * F;
+      // DeepSpeed's optimizer swapper: buffer_count pinned buffers of one sub-group's fp32 tensor,
+      // plus the same gradient / output staging as Offload<Cpu>.
+      p.at(MemorySpace::pinned_host, C::optimizer_state) += s.optimizer_buffer_count * staging;
+      p.at(MemorySpace::pinned_host, C::grads) += staging;
+      p.at(MemorySpace::pinned_host, C::params16) += staging;
+      p.unmeasured.push_back("offload_optimizer nvme: modelled from DeepSpeed, not yet measured on zerotk's engine");
+      break;
+  }
+
+  // Bucket pool (stages 2/3): bucket_buffers buffers of the largest bucket; it grows when one
+  // layer's parameters span more buckets than the pool holds.
+  std::size_t biggest = 0, slot = 0, nonpersistent = 0, secondary = 0;
+  for (std::size_t k = 0; k < L.buckets().size(); ++k) {
+    const zero::Bucket& b = L.buckets()[k];
+    biggest = std::max(biggest, b.numel);
+    if (c.stage == 3 && persistent[k]) {
+      p.at(dev, C::gathered) += b.numel * S;
+    } else {
+      slot = std::max(slot, b.numel);
+      ++nonpersistent;
+      if (s.hpz_partition_size > 1) secondary += b.numel / static_cast<std::size_t>(s.hpz_partition_size);
+    }
+  }
+  if (c.stage >= 2) {
+    std::size_t most_per_layer = 0;
+    std::size_t first = 0;
+    for (const LayerDesc& l : m.layers) {
+      std::vector<std::uint32_t> seen;
+      for (std::size_t i = 0; i < l.params.size(); ++i) {
+        const std::uint32_t k = L.param(first + i).bucket;
+        if (std::find(seen.begin(), seen.end(), k) == seen.end()) seen.push_back(k);
+      }
+      first += l.params.size();
+      most_per_layer = std::max(most_per_layer, seen.size());
+    }
+    const std::size_t pool = std::max(std::min<std::size_t>(static_cast<std::size_t>(s.bucket_buffers), L.buckets().size()),
+                                      most_per_layer);
+    p.at(dev, C::comm_buffers) += pool * biggest * S;
+  }
+
+  // Stage 3: the pool of gathered buckets and the hpZ secondary shard.
+  std::size_t pool_buffers = 0;
+  if (c.stage == 3) {
+    const bool keeps_all = !s.reshard_after_forward ||
+                           (s.max_reuse_distance >= 2 * flat && s.max_live_parameters >= flat);
+    if (keeps_all) {
+      pool_buffers = nonpersistent;  // every bucket stays gathered after its first use
+    } else {
+      std::size_t per_unit = 0;
+      std::size_t first = 0;
+      for (const LayerDesc& l : m.layers) {
+        std::vector<std::uint32_t> seen;
+        for (std::size_t i = 0; i < l.params.size(); ++i) {
+          const std::uint32_t k = L.param(first + i).bucket;
+          if (!persistent[k] && std::find(seen.begin(), seen.end(), k) == seen.end()) seen.push_back(k);
+        }
+        first += l.params.size();
+        per_unit = std::max(per_unit, seen.size());
+      }
+      const std::size_t ahead = slot ? s.prefetch_bucket_size / slot + (s.prefetch_bucket_size % slot ? 1 : 0) : 0;
+      pool_buffers = std::min(nonpersistent, per_unit + ahead);
+      if (s.prefetch_bucket_size > 0 || s.max_reuse_distance > 0) {
+        p.approximate.push_back("stage-3 gathered pool: an upper bound under these prefetch / reuse settings");
+      }
+    }
+    p.at(dev, C::gathered) += pool_buffers * slot * S;
+    p.at(dev, C::secondary) += secondary * S;
+  }
+
+  // The scratch gradient of the largest parameter, and the float compute copies of emulated 16-bit.
+  p.at(dev, C::other) += std::max<std::size_t>(1, m.largest_param()) * F;
+  if (emulated) {
+    if (c.stage <= 2) {
+      p.at(dev, C::other) += 2 * flat * F;
+    } else {
+      for (std::size_t k = 0; k < L.buckets().size(); ++k) {
+        if (persistent[k]) p.at(dev, C::other) += L.buckets()[k].numel * F;
+      }
+      // Bound (docs/stage3.md): value buffers for the gathered buckets + gradient buffers for the
+      // buckets of one open backward (+1 for a tied head's external parameter).
+      std::size_t per_unit = 0, first = 0;
+      for (const LayerDesc& l : m.layers) {
+        std::vector<std::uint32_t> seen;
+        for (std::size_t i = 0; i < l.params.size(); ++i) {
+          const std::uint32_t k = L.param(first + i).bucket;
+          if (std::find(seen.begin(), seen.end(), k) == seen.end()) seen.push_back(k);
+        }
+        first += l.params.size();
+        per_unit = std::max(per_unit, seen.size());
+      }
+      p.at(dev, C::other) += (pool_buffers + per_unit + 1) * slot * F;
+      p.approximate.push_back("stage-3 emulated float copies: the documented bound");
+    }
+  }
+  return p;
+}
+
+}  // namespace zerotk::plan

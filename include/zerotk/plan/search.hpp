@@ -1,0 +1,127 @@
+#pragma once
+/// \file zerotk/plan/search.hpp
+/// Every configuration of the grid stage x offload x precision x checkpointing, evaluated against
+/// a per-rank budget, and the cheapest one that fits.
+///
+/// "Cheapest" is the least extra work per step, compared in this order (docs/plan.md):
+///   1. precision: bf16, then fp16 (loss scaling may skip steps), then fp32 (twice the bytes moved)
+///   2. offload: none, then cpu, then nvme, for the optimizer and the parameters together
+///      (cost none 0, cpu 1, nvme 3 each; ties: optimizer offload before parameter offload);
+///   3. stage: lower first (stage 3 moves 3 Psi per step instead of 2 Psi);
+///   4. activation checkpointing: none, then every:K for larger K first (fewer layers recomputed),
+///      then all.
+
+#include <algorithm>
+#include <cstddef>
+#include <optional>
+#include <tuple>
+#include <vector>
+
+#include "zerotk/plan/activations.hpp"
+#include "zerotk/plan/choice.hpp"
+#include "zerotk/plan/model.hpp"
+#include "zerotk/plan/model_states.hpp"
+
+namespace zerotk::plan {
+
+/// Per-rank memory available. Host covers pageable and pinned host memory; disk is not bounded.
+struct Budget {
+  std::size_t device_bytes = 0;
+  std::size_t host_bytes = 0;
+};
+
+struct Evaluation {
+  Choice choice;
+  MemoryPlan memory;         ///< model states, buffers and activations (category activations)
+  ActivationPeak activations;
+  bool fits = false;
+  std::size_t device() const noexcept { return memory.space_total(MemorySpace::device); }
+  std::size_t host() const noexcept {
+    return memory.space_total(MemorySpace::host) + memory.space_total(MemorySpace::pinned_host);
+  }
+};
+
+/// One configuration: the engine's allocations plus the activation peak in the compute space.
+inline Evaluation evaluate(const ModelDescription& m, int world, const Choice& c, const EngineSettings& s,
+                           const Budget& budget) {
+  Evaluation e;
+  e.choice = c;
+  e.memory = model_state_plan(m, world, c, s);
+  e.activations = activation_peak(m, checkpointed_layers(m, c.checkpointing));
+  e.memory.at(s.compute_space, MemoryCategory::activations) += e.activations.peak();
+  e.fits = e.device() <= budget.device_bytes && e.host() <= budget.host_bytes;
+  return e;
+}
+
+/// The grid the planner walks.
+struct Grid {
+  std::vector<int> stages = {0, 1, 2, 3};
+  std::vector<OffloadTarget> optimizer_offload = {OffloadTarget::none, OffloadTarget::cpu, OffloadTarget::nvme};
+  std::vector<OffloadTarget> param_offload = {OffloadTarget::none, OffloadTarget::cpu, OffloadTarget::nvme};
+  std::vector<DType> precisions = {DType::bf16, DType::fp16, DType::fp32};
+  std::vector<Checkpointing> checkpointing = {Checkpointing::none(), Checkpointing::every(2), Checkpointing::all()};
+
+  std::vector<Choice> choices(const ModelDescription& m) const {
+    bool any_checkpointable = false;
+    for (const auto& l : m.layers) any_checkpointable = any_checkpointable || l.checkpointable;
+    std::vector<Choice> out;
+    for (DType p : precisions)
+      for (int st : stages)
+        for (OffloadTarget o : optimizer_offload)
+          for (OffloadTarget q : param_offload)
+            for (const Checkpointing& ck : checkpointing) {
+              Choice c;
+              c.stage = st;
+              c.optimizer = o;
+              c.param = q;
+              c.precision = p;
+              c.checkpointing = ck;
+              if (!c.valid()) continue;
+              if (!any_checkpointable && ck.kind != Checkpointing::Kind::none) continue;
+              out.push_back(c);
+            }
+    return out;
+  }
+};
+
+namespace detail {
+inline int offload_cost(OffloadTarget t) { return t == OffloadTarget::none ? 0 : t == OffloadTarget::cpu ? 1 : 3; }
+inline int precision_rank(DType t) { return t == DType::bf16 ? 0 : t == DType::fp16 ? 1 : 2; }
+/// Fraction of checkpointable layers recomputed, as a sortable number: none 0, every:K 1/K, all 1.
+inline double recompute_rank(const Checkpointing& c) {
+  switch (c.kind) {
+    case Checkpointing::Kind::none: return 0.0;
+    case Checkpointing::Kind::every: return 1.0 / c.k;
+    case Checkpointing::Kind::all: return 1.0;
+  }
+  return 0.0;
+}
+}  // namespace detail
+
+/// The cost order of the file comment: true when a is cheaper than b.
+inline bool cheaper(const Choice& a, const Choice& b) {
+  auto key = [](const Choice& c) {
+    return std::make_tuple(detail::precision_rank(c.precision),
+                           detail::offload_cost(c.optimizer) + detail::offload_cost(c.param),
+                           detail::offload_cost(c.param), c.stage, detail::recompute_rank(c.checkpointing));
+  };
+  return key(a) < key(b);
+}
+
+/// Every configuration of the grid, in cost order.
+inline std::vector<Evaluation> plan_all(const ModelDescription& m, int world, const EngineSettings& s,
+                                        const Budget& budget, const Grid& grid = {}) {
+  std::vector<Evaluation> out;
+  for (const Choice& c : grid.choices(m)) out.push_back(evaluate(m, world, c, s, budget));
+  std::stable_sort(out.begin(), out.end(), [](const Evaluation& a, const Evaluation& b) { return cheaper(a.choice, b.choice); });
+  return out;
+}
+
+/// The cheapest configuration that fits, if any.
+inline std::optional<Evaluation> cheapest_fit(const std::vector<Evaluation>& all) {
+  for (const Evaluation& e : all)
+    if (e.fits) return e;
+  return std::nullopt;
+}
+
+}  // namespace zerotk::plan

@@ -1,0 +1,119 @@
+#pragma once
+/// \file zerotk/plan/transformer.hpp
+/// A GPT-2 shaped transformer as a ModelDescription: the parameter tensors and activation buffers
+/// of examples/02_gpt/gpt.hpp, which is the model the planner is validated on.
+///
+/// Parameters (visitation order, d = hidden, F = d_ff, V = vocab, C = context):
+///   embedding  wte [V][d], wpe [C][d]
+///   block      ln1 (d, d), qkv (3d d, 3d), proj (d d, d), ln2 (d, d), fc (F d, F), fc_proj (d F, d)
+///              = 12 d^2 + 13 d with F = 4d
+///   head       ln_f (d, d), head.weight [V][d] (absent when tied: the head reads wte)
+/// Activations (all fp32; R = micro_batch * sequence rows, H heads, T sequence):
+///   embedding  forward: ids R int32, out R d
+///   block      forward: xhat1, a, att, x1, xhat2, c, out (7d) + qkv (3d) + h, g (2F) + probs (H T)
+///              + rstd1, rstd2 (2), per row; scratch: dx1, dc, datt, da, dx (5d) + dqkv (3d) + dg (F)
+///              per row, dp [T][T] once, and the bias / LayerNorm row sums (7d + F)
+///   head       forward: xhat, xf (2d) + logits (V) + rstd (1) per row; scratch: dxf, dx (2d) per row
+///              and ln_f's row sum (d)
+///   loss       forward: probs (V) + targets (int32) per row; scratch: dlogits (V) per row
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "zerotk/core/error.hpp"
+#include "zerotk/plan/model.hpp"
+
+namespace zerotk::plan {
+
+struct TransformerShape {
+  std::size_t layers = 0;
+  std::size_t hidden = 0;
+  std::size_t heads = 0;
+  std::size_t sequence = 0;
+  std::size_t micro_batch = 1;
+  std::size_t vocab = 0;
+  std::size_t d_ff = 0;     ///< 0: 4 * hidden
+  std::size_t context = 0;  ///< rows of the position embedding; 0: sequence
+  bool tied_head = false;
+
+  std::size_t mlp_width() const noexcept { return d_ff ? d_ff : 4 * hidden; }
+  std::size_t positions() const noexcept { return context ? context : sequence; }
+
+  /// Throws config_error naming the flag of an impossible size.
+  void validate() const {
+    auto positive = [](std::size_t v, const char* flag) {
+      if (v == 0) throw config_error("must be > 0", flag, "0");
+    };
+    positive(layers, "--layers");
+    positive(hidden, "--hidden");
+    positive(heads, "--heads");
+    positive(sequence, "--seq");
+    positive(micro_batch, "--micro-batch");
+    positive(vocab, "--vocab");
+    if (hidden % heads != 0) {
+      throw config_error("hidden must be a multiple of heads", "--hidden",
+                         std::to_string(hidden) + " with " + std::to_string(heads) + " heads");
+    }
+    if (context != 0 && context < sequence) {
+      throw config_error("the position embedding must cover the sequence", "--context",
+                         std::to_string(context) + " < " + std::to_string(sequence));
+    }
+  }
+};
+
+/// Parameters of one block: 12 d^2 + 13 d when d_ff = 4d.
+inline std::size_t block_params(const TransformerShape& s) {
+  const std::size_t d = s.hidden, f = s.mlp_width();
+  return 2 * d + (3 * d * d + 3 * d) + (d * d + d) + 2 * d + (f * d + f) + (d * f + d);
+}
+
+/// The GPT example's layers: embedding, blocks (checkpointable), head, and the loss (no
+/// parameters; its buffers are the cross-entropy's).
+inline ModelDescription gpt_model(const TransformerShape& s) {
+  s.validate();
+  const std::size_t d = s.hidden, f = s.mlp_width(), V = s.vocab, T = s.sequence, H = s.heads;
+  const std::size_t R = s.micro_batch * T;
+  constexpr std::size_t kF = sizeof(float), kI = sizeof(std::int32_t);
+  ModelDescription m;
+
+  LayerDesc emb;
+  emb.name = "embedding";
+  emb.params = {V * d, s.positions() * d};
+  emb.activations.forward_bytes = R * kI + R * d * kF;
+  emb.activations.input_bytes = R * kI;
+  emb.activations.output_bytes = R * d * kF;
+  m.layers.push_back(emb);
+
+  for (std::size_t i = 0; i < s.layers; ++i) {
+    LayerDesc b;
+    b.name = "block" + std::to_string(i);
+    b.params = {d, d, 3 * d * d, 3 * d, d * d, d, d, d, f * d, f, d * f, d};
+    b.activations.forward_bytes = kF * R * (10 * d + 2 * f + H * T + 2);
+    b.activations.backward_scratch_bytes = kF * (R * (8 * d + f) + T * T + 7 * d + f);
+    b.activations.input_bytes = R * d * kF;
+    b.activations.output_bytes = R * d * kF;
+    b.checkpointable = true;
+    m.layers.push_back(b);
+  }
+
+  LayerDesc head;
+  head.name = "head";
+  head.params = {d, d};
+  if (!s.tied_head) head.params.push_back(V * d);
+  head.activations.forward_bytes = kF * R * (2 * d + V + 1);
+  head.activations.backward_scratch_bytes = kF * (R * 2 * d + d);
+  head.activations.input_bytes = R * d * kF;
+  head.activations.output_bytes = R * V * kF;
+  m.layers.push_back(head);
+
+  LayerDesc loss;
+  loss.name = "loss";
+  loss.activations.forward_bytes = R * V * kF + R * kI;
+  loss.activations.backward_scratch_bytes = R * V * kF;
+  loss.activations.input_bytes = R * V * kF;
+  m.layers.push_back(loss);
+  return m;
+}
+
+}  // namespace zerotk::plan

@@ -1,0 +1,302 @@
+// The memory planner (plan/): model states and buffers equal the ledger of real engines (threads
+// communicator, Device<Host>, W = 1..4, stages 0-3, fp32/fp16/bf16, Offload<Cpu>, accumulation,
+// hpZ); the ZeRO paper's table and DeepSpeed's estimators against their closed forms; the GPT
+// shape's parameter count; the activation peak model; sizes and errors; the search order.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstddef>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "engine_fixture.hpp"
+#include "zerotk/comm/threads.hpp"
+#include "zerotk/engine.hpp"
+#include "zerotk/plan.hpp"
+
+using namespace zerotk;
+using namespace zt_test;
+
+namespace {
+
+/// The fixture's Mlp as the planner sees it: each Dense layer {weight, bias}; at stage 3 (the Mlp
+/// lists no modules) every parameter is a fetch unit of its own.
+plan::ModelDescription mlp_description(int stage) {
+  plan::ModelDescription m;
+  for (std::size_t l = 0; l + 1 < kWidths.size(); ++l) {
+    const std::size_t in = static_cast<std::size_t>(kWidths[l]), out = static_cast<std::size_t>(kWidths[l + 1]);
+    if (stage == 3) {
+      for (std::size_t n : {out * in, out}) {
+        plan::LayerDesc d;
+        d.params = {n};
+        m.layers.push_back(d);
+      }
+    } else {
+      plan::LayerDesc d;
+      d.params = {out * in, out};
+      m.layers.push_back(d);
+    }
+  }
+  return m;
+}
+
+template <class Prec>
+DType dtype_of_precision() {
+  if constexpr (std::is_same_v<Prec, fp32>) return DType::fp32;
+  else if constexpr (std::is_same_v<Prec, fp16>) return DType::fp16;
+  else return DType::bf16;
+}
+
+/// Runs a few steps on `world` ranks and compares every rank's ledger (live bytes by space and
+/// category) with the plan.
+template <int S, class Prec, class Off>
+void check_ledger(int world, int gas, int hpz = 1, std::size_t sub_group = 1'000'000'000) {
+  CAPTURE(S);
+  CAPTURE(world);
+  CAPTURE(gas);
+  CAPTURE(hpz);
+  RunConfig cfg;
+  cfg.world = world;
+  cfg.gas = gas;
+  cfg.steps = 2;
+  if (hpz > 1) cfg.stage3.reshard_after_forward = ReshardAfterForward::group(hpz);
+  std::vector<std::array<std::array<std::size_t, kMemoryCategoryCount>, kMemorySpaceCount>> got(static_cast<std::size_t>(world));
+  comm::run_threads(world, [&](auto& comm) {
+    Mlp<typename Precision<Prec>::storage> model;
+    EngineOptions o = engine_options(cfg);
+    o.sub_group_size = sub_group;
+    Engine<Partitioner<zerotk::Stage<S>>, Optimizer<AdamW>, Precision<Prec>, Off> engine(comm, model, o);
+    {
+      auto g = engine.gather(model, 0);
+      model.init(42);
+    }
+    engine.initialize_master();
+    train_steps(engine, model, comm.rank(), cfg, 0, cfg.steps, nullptr);
+    auto& mine = got[static_cast<std::size_t>(comm.rank())];
+    for (std::size_t s = 0; s < kMemorySpaceCount; ++s)
+      for (std::size_t c = 0; c < kMemoryCategoryCount; ++c)
+        mine[s][c] = engine.memory().live(static_cast<MemorySpace>(s), static_cast<MemoryCategory>(c));
+  });
+  plan::Choice c;
+  c.stage = S;
+  c.precision = dtype_of_precision<Prec>();
+  c.optimizer = std::is_same_v<Off, Offload<Cpu>> ? plan::OffloadTarget::cpu : plan::OffloadTarget::none;
+  plan::EngineSettings s;
+  s.bucket_bytes = cfg.bucket_bytes;
+  s.gradient_accumulation_steps = gas;
+  s.compute_space = MemorySpace::host;
+  s.hpz_partition_size = hpz;
+  s.sub_group_size = sub_group;
+  const plan::MemoryPlan p = plan::model_state_plan(mlp_description(S), world, c, s);
+  CHECK(p.unmeasured.empty());
+  CHECK(p.approximate.empty());
+  for (int r = 0; r < world; ++r) {
+    for (std::size_t sp = 0; sp < kMemorySpaceCount; ++sp) {
+      for (std::size_t ca = 0; ca < kMemoryCategoryCount; ++ca) {
+        CAPTURE(r);
+        CAPTURE(to_string(static_cast<MemorySpace>(sp)));
+        CAPTURE(to_string(static_cast<MemoryCategory>(ca)));
+        CHECK(got[static_cast<std::size_t>(r)][sp][ca] == p.bytes[sp][ca]);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("plan: model states and buffers equal the engine's ledger, stages 0-3") {
+  for (int world = 1; world <= 4; ++world) {
+    for (int gas : {1, 2}) {
+      check_ledger<0, fp32, Offload<None>>(world, gas);
+      check_ledger<1, fp16, Offload<None>>(world, gas);
+      check_ledger<2, bf16, Offload<None>>(world, gas);
+      check_ledger<3, fp16, Offload<None>>(world, gas);
+      check_ledger<2, fp32, Offload<None>>(world, gas);
+      check_ledger<3, bf16, Offload<None>>(world, gas);
+    }
+  }
+}
+
+TEST_CASE("plan: Offload<Cpu> and hpZ equal the engine's ledger") {
+  for (int world : {2, 4}) {
+    check_ledger<1, fp16, Offload<Cpu>>(world, 1);
+    check_ledger<2, bf16, Offload<Cpu>>(world, 2);
+    check_ledger<3, fp16, Offload<Cpu>>(world, 2);
+    check_ledger<2, fp16, Offload<Cpu>>(world, 1, 1, 16);  // staging bounded by the sub-group
+    check_ledger<3, fp16, Offload<None>>(world, 1, 2);     // hpZ g = 2
+  }
+}
+
+TEST_CASE("plan: the ZeRO paper's table (Psi = 7.5e9, N = 64, fp16 Adam)") {
+  const double psi = 7.5e9, N = 64;
+  const plan::ModelDescription m = plan::from_total(static_cast<std::size_t>(psi));
+  const double expected[] = {16 * psi, 4 * psi + 12 * psi / N, 2 * psi + 14 * psi / N, 16 * psi / N};
+  const char* gb[] = {"120.0", "31.4", "16.6", "1.9"};
+  for (int stage = 0; stage <= 3; ++stage) {
+    plan::Choice c;
+    c.stage = stage;
+    c.precision = DType::fp16;
+    const plan::MemoryPlan p = plan::model_state_plan(m, 64, c, plan::EngineSettings{});
+    CHECK(static_cast<double>(p.model_states()) == expected[stage]);  // 7.5e9 is a multiple of 2N: no padding
+    char buf[16];
+    std::snprintf(buf, sizeof buf, "%.1f", static_cast<double>(p.model_states()) / 1e9);
+    CHECK(std::string(buf) == gb[stage]);
+  }
+}
+
+TEST_CASE("plan: fp32 keeps params 4 + grads 4 + master 4 + m, v 8 bytes per element") {
+  const plan::ModelDescription m = plan::from_total(1'000'000);  // a multiple of 2W for W = 4
+  plan::Choice c;
+  c.precision = DType::fp32;
+  CHECK(plan::model_state_plan(m, 4, c, {}).model_states() == 20u * 1'000'000);
+  c.stage = 3;
+  CHECK(plan::model_state_plan(m, 4, c, {}).model_states() == 20u * 1'000'000 / 4);
+}
+
+TEST_CASE("plan: DeepSpeed's estimators equal their closed forms") {
+  const double P = 1e9, L = 1e8, f = 1.5;
+  // one node of 8 GPUs
+  auto z2 = plan::deepspeed_zero2_table(P, 8, 1, f);
+  CHECK(z2[0].gpu_bytes == 2 * P);
+  CHECK(z2[0].cpu_bytes == P * 32 * f);  // max(4 x 8, 16) = 32
+  CHECK(z2[1].gpu_bytes == 4 * P + 2 * P);
+  CHECK(z2[1].cpu_bytes == P * 4 * 8 * f);
+  // 4 nodes of 2 GPUs: max(4 G, 16) with G = 8 total
+  CHECK(plan::deepspeed_zero2_estimate(P, 2, 4, true, f).cpu_bytes == P * 32 * f);
+  CHECK(plan::deepspeed_zero2_estimate(P, 1, 1, true, f).cpu_bytes == P * 16 * f);
+  auto z3 = plan::deepspeed_zero3_table(P, L, 8, 1, f);
+  REQUIRE(z3.size() == 6);
+  CHECK(z3[0].gpu_bytes == 4 * L);
+  CHECK(z3[0].cpu_bytes == P * 18 * f);
+  CHECK(z3[1].cpu_bytes == P * 32 * f);  // max(4 x 8, 18)
+  CHECK(z3[2].gpu_bytes == 4 * L + 2 * P / 8);
+  CHECK(z3[2].cpu_bytes == P * 16 * f);
+  CHECK(z3[4].gpu_bytes == 4 * L + 18 * P / 8);
+  CHECK(z3[4].cpu_bytes == L * 4 * 8 * f);
+  CHECK(z3[5].cpu_bytes == P * 4 * 8 * f);
+  // two nodes: the cpu figures are per node's share
+  CHECK(plan::deepspeed_zero3_estimate(P, L, 1, 2, true, true, true, f).cpu_bytes == P * 18 * 0.5 * f);
+  // int() truncation
+  CHECK(plan::deepspeed_zero2_estimate(1000, 3, 1, false, 1.0).gpu_bytes == 4000 + 5333);
+}
+
+TEST_CASE("plan: the GPT shape has examples/02_gpt's parameter count") {
+  plan::TransformerShape s;
+  s.layers = 3;
+  s.hidden = 64;
+  s.heads = 4;
+  s.sequence = 32;
+  s.vocab = 100;
+  const std::size_t d = 64;
+  CHECK(plan::block_params(s) == 12 * d * d + 13 * d);
+  CHECK(plan::gpt_model(s).total_params() == 100 * d + 32 * d + 3 * (12 * d * d + 13 * d) + 2 * d + 100 * d);
+  s.tied_head = true;
+  CHECK(plan::gpt_model(s).total_params() == 100 * d + 32 * d + 3 * (12 * d * d + 13 * d) + 2 * d);
+  s.d_ff = 100;
+  CHECK(plan::block_params(s) == 4 * d * d + 9 * d + 2 * 100 * d + 100);
+}
+
+TEST_CASE("plan: the activation peak model") {
+  plan::ModelDescription m;
+  for (int i = 0; i < 4; ++i) {
+    plan::LayerDesc l;
+    l.checkpointable = i > 0;
+    l.activations.forward_bytes = 100 + static_cast<std::size_t>(i);
+    l.activations.backward_scratch_bytes = 10;
+    l.activations.input_bytes = 3;
+    l.activations.output_bytes = 5;
+    m.layers.push_back(l);
+  }
+  const auto none = plan::activation_peak(m, plan::checkpointed_layers(m, plan::Checkpointing::none()));
+  CHECK(none.peak() == 100 + 101 + 102 + 103 + 4 * 10);
+  const auto flags = plan::checkpointed_layers(m, plan::Checkpointing::all());
+  CHECK(flags == std::vector<char>{0, 1, 1, 1});
+  const auto all = plan::activation_peak(m, flags);
+  CHECK(all.kept == 110 + 3 * 8);
+  CHECK(all.transient == 103 + 10 + 3);
+  CHECK(plan::checkpointed_layers(m, plan::Checkpointing::every(2)) == std::vector<char>{0, 1, 0, 1});
+  CHECK_THROWS_AS(plan::Checkpointing::every(0), config_error);
+}
+
+TEST_CASE("plan: sizes with suffixes") {
+  CHECK(plan::parse_count("--params", "7.5e9") == 7'500'000'000u);
+  CHECK(plan::parse_count("--params", "1.5B") == 1'500'000'000u);
+  CHECK(plan::parse_count("--params", "350M") == 350'000'000u);
+  CHECK(plan::parse_bytes("--device-mem", "80GB") == 80'000'000'000u);
+  CHECK(plan::parse_bytes("--device-mem", "80GiB") == 80ull << 30);
+  CHECK(plan::parse_bytes("--device-mem", "512MiB") == 512ull << 20);
+  CHECK(plan::parse_bytes("--device-mem", "1e9") == 1'000'000'000u);
+  for (const char* bad : {"", "-1", "abc", "1.5", "nan", "inf", "0x10", "7.5x", "1e30"}) {
+    CAPTURE(bad);
+    try {
+      (void)plan::parse_count("--params", bad);
+      FAIL("no error");
+    } catch (const config_error& e) {
+      CHECK(std::string(e.what()).find("--params") != std::string::npos);
+    }
+  }
+  CHECK_THROWS_AS((void)plan::parse_bytes("--host-mem", "80XB"), config_error);
+}
+
+TEST_CASE("plan: bad input names the key and the value") {
+  const plan::ModelDescription m = plan::from_total(1000);
+  plan::Choice c;
+  c.stage = 0;
+  c.optimizer = plan::OffloadTarget::cpu;
+  CHECK_THROWS_AS((void)plan::model_state_plan(m, 2, c, {}), config_error);
+  c.stage = 3;
+  plan::EngineSettings s;
+  s.hpz_partition_size = 3;
+  try {
+    (void)plan::model_state_plan(m, 4, c, s);
+    FAIL("no error");
+  } catch (const config_error& e) {
+    CHECK(std::string(e.what()).find("zero_hpz_partition_size") != std::string::npos);
+    CHECK(std::string(e.what()).find("3") != std::string::npos);
+  }
+  plan::TransformerShape t;
+  t.layers = 2;
+  t.hidden = 10;
+  t.heads = 3;
+  t.sequence = 4;
+  t.vocab = 5;
+  CHECK_THROWS_WITH_AS(plan::gpt_model(t), doctest::Contains("--hidden"), config_error);
+}
+
+TEST_CASE("plan: the cheapest fit is the first configuration in cost order that fits") {
+  plan::TransformerShape t;
+  t.layers = 4;
+  t.hidden = 64;
+  t.heads = 4;
+  t.sequence = 64;
+  t.vocab = 128;
+  t.micro_batch = 4;
+  const plan::ModelDescription m = plan::gpt_model(t);
+  plan::Grid g;
+  g.precisions = {DType::bf16};
+  // A budget between stage 0 without checkpointing and stage 3 with everything checkpointed.
+  plan::Choice small;
+  small.stage = 3;
+  small.precision = DType::bf16;
+  small.checkpointing = plan::Checkpointing::all();
+  plan::Choice big;
+  big.precision = DType::bf16;
+  plan::Budget huge;
+  huge.device_bytes = huge.host_bytes = static_cast<std::size_t>(-1);
+  const auto lo = plan::evaluate(m, 4, small, {}, huge), hi = plan::evaluate(m, 4, big, {}, huge);
+  REQUIRE(lo.device() < hi.device());
+  plan::Budget b;
+  b.device_bytes = (lo.device() + hi.device()) / 2;
+  b.host_bytes = 1ull << 40;
+  const auto all = plan::plan_all(m, 4, {}, b, g);
+  const auto best = plan::cheapest_fit(all);
+  REQUIRE(best);
+  CHECK(best->device() <= b.device_bytes);
+  for (const auto& e : all) {
+    if (!plan::cheaper(e.choice, best->choice)) break;
+    CHECK_FALSE(e.fits);
+  }
+  // With everything allowed, stage 0 without offload or checkpointing comes first.
+  CHECK(plan::cheapest_fit(plan::plan_all(m, 4, {}, huge, g))->choice == big);
+}

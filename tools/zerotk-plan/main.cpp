@@ -1,0 +1,376 @@
+// zerotk-plan: predict per-rank peak memory for every ZeRO stage x offload x precision x
+// activation-checkpointing choice, and print the cheapest configuration that fits.
+//
+//   zerotk-plan --params 7.5e9 --world 64                      the ZeRO paper's model-state table
+//   zerotk-plan --layers 24 --hidden 1024 --heads 16 --seq 1024 --vocab 50257 --micro-batch 4
+//               --world 8 --device-mem 24GB --host-mem 200GB   the grid, and the cheapest fit as DeepSpeed JSON
+//   zerotk-plan --params 1.3e9 --world 8 --deepspeed-estimate  DeepSpeed's own estimators
+//
+// Exit 0: printed (with a budget: a configuration fits). Exit 1: bad input (a config_error naming
+// the flag or key and the value) or nothing fits. Exit 2: bad command line.
+
+#include <cstdint>
+#include <cstdio>
+#include <exception>
+#include <iostream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "zerotk/config.hpp"
+#include "zerotk/plan.hpp"
+
+namespace {
+
+namespace plan = zerotk::plan;
+using zerotk::MemoryCategory;
+using zerotk::MemorySpace;
+
+constexpr std::string_view kUsage = R"usage(usage: zerotk-plan MODEL --world N [--device-mem SIZE --host-mem SIZE] [options]
+
+Predicts per-rank memory (bytes by space and category) of zerotk's engine for every ZeRO stage x
+optimizer offload x parameter offload x precision x activation checkpointing, and the cheapest
+configuration that fits, printed as a DeepSpeed config.
+
+MODEL, one of:
+  --params N             total parameters (7.5e9, 350M, 1.3B); one tensor, no activations
+  --layer-params A,B,..  parameters per layer (each layer one tensor and one ZeRO-3 fetch unit)
+  --layers L --hidden D --heads H --seq T --vocab V [--micro-batch B] [--d-ff F] [--context C]
+                         [--tied-head]   the GPT example's transformer (examples/02_gpt), with activations
+  --config FILE          a DeepSpeed JSON config: plan exactly that configuration (with a MODEL above)
+required:
+  --world N              data-parallel ranks
+budget (per rank; suffixes B, KB, MB, GB, TB = powers of 1000, KiB .. TiB = powers of 1024):
+  --device-mem SIZE      accelerator memory
+  --host-mem SIZE        host memory (pageable + pinned)
+engine settings:
+  --precision LIST       fp32,fp16,bf16 (default all three; the ZeRO table: fp16)
+  --gas N                gradient accumulation steps (default 1)
+  --bucket-elements N    reduce_bucket_size in elements (default 5e8)
+  --sub-group-size N     sub_group_size (default 1e9)
+  --hpz G                zero_hpz_partition_size (default 1)
+  --checkpoint-every K   also evaluate every:K checkpointing (default 2)
+  --host-engine          Device<Host>: the engine's buffers in host memory instead of the device
+  --emulated             float parameters over 16-bit storage (the GPT example)
+output:
+  --all                  every configuration of the grid, not only the first that fit
+  --deepspeed-estimate   DeepSpeed's estimate_zero2/zero3_model_states_mem_needs figures
+  --gpus-per-node G      for --deepspeed-estimate (default: --world, one node)
+  --buffer-factor F      DeepSpeed's additional_buffer_factor (default 1.5)
+  --help                 this text
+)usage";
+
+struct UsageError {
+  std::string message;
+};
+
+struct Args {
+  std::optional<std::size_t> params;
+  std::vector<std::size_t> layer_params;
+  plan::TransformerShape shape;
+  bool transformer = false;
+  std::string config_file;
+  int world = 0;
+  std::optional<std::size_t> device_mem, host_mem;
+  std::vector<zerotk::DType> precisions;
+  plan::EngineSettings settings;
+  int checkpoint_every = 2;
+  bool all = false, ds_estimate = false, help = false;
+  int gpus_per_node = 0;
+  double buffer_factor = 1.5;
+};
+
+int to_int(std::string_view flag, std::string_view text, int lo) {
+  const std::size_t v = plan::parse_count(flag, text);
+  if (v < static_cast<std::size_t>(lo) || v > 2147483647u) {
+    throw zerotk::config_error("must be an integer >= " + std::to_string(lo), std::string(flag), std::string(text));
+  }
+  return static_cast<int>(v);
+}
+
+std::vector<std::string> split(std::string_view s) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (char ch : s) {
+    if (ch == ',') {
+      out.push_back(cur);
+      cur.clear();
+    } else {
+      cur += ch;
+    }
+  }
+  out.push_back(cur);
+  return out;
+}
+
+zerotk::DType precision_of(std::string_view flag, std::string_view p) {
+  if (p == "fp32") return zerotk::DType::fp32;
+  if (p == "fp16") return zerotk::DType::fp16;
+  if (p == "bf16") return zerotk::DType::bf16;
+  throw zerotk::config_error("must be fp32, fp16 or bf16", std::string(flag), std::string(p));
+}
+
+Args parse_args(int argc, char** argv) {
+  Args a;
+  std::vector<std::string_view> rest(argv + 1, argv + argc);
+  for (std::size_t i = 0; i < rest.size(); ++i) {
+    const std::string_view arg = rest[i];
+    auto value = [&]() -> std::string_view {
+      if (i + 1 >= rest.size()) throw UsageError{std::string(arg) + " expects a value"};
+      return rest[++i];
+    };
+    if (arg == "--help" || arg == "-h") a.help = true;
+    else if (arg == "--params") a.params = plan::parse_count(arg, value());
+    else if (arg == "--layer-params") {
+      for (const std::string& s : split(value())) a.layer_params.push_back(plan::parse_count(arg, s));
+    } else if (arg == "--layers") { a.shape.layers = plan::parse_count(arg, value()); a.transformer = true; }
+    else if (arg == "--hidden") { a.shape.hidden = plan::parse_count(arg, value()); a.transformer = true; }
+    else if (arg == "--heads") { a.shape.heads = plan::parse_count(arg, value()); a.transformer = true; }
+    else if (arg == "--seq") { a.shape.sequence = plan::parse_count(arg, value()); a.transformer = true; }
+    else if (arg == "--vocab") { a.shape.vocab = plan::parse_count(arg, value()); a.transformer = true; }
+    else if (arg == "--micro-batch") a.shape.micro_batch = plan::parse_count(arg, value());
+    else if (arg == "--d-ff") a.shape.d_ff = plan::parse_count(arg, value());
+    else if (arg == "--context") a.shape.context = plan::parse_count(arg, value());
+    else if (arg == "--tied-head") a.shape.tied_head = true;
+    else if (arg == "--config") a.config_file = std::string(value());
+    else if (arg == "--world") a.world = to_int(arg, value(), 1);
+    else if (arg == "--device-mem") a.device_mem = plan::parse_bytes(arg, value());
+    else if (arg == "--host-mem") a.host_mem = plan::parse_bytes(arg, value());
+    else if (arg == "--precision") {
+      for (const std::string& s : split(value())) a.precisions.push_back(precision_of(arg, s));
+    } else if (arg == "--gas") a.settings.gradient_accumulation_steps = to_int(arg, value(), 1);
+    else if (arg == "--bucket-elements") {
+      const std::size_t n = plan::parse_count(arg, value());
+      if (n == 0) throw zerotk::config_error("must be >= 1", std::string(arg), "0");
+      a.settings.bucket_bytes = n;  // scaled by the element size per precision below
+    } else if (arg == "--sub-group-size") {
+      a.settings.sub_group_size = plan::parse_count(arg, value());
+      if (a.settings.sub_group_size == 0) throw zerotk::config_error("must be >= 1", std::string(arg), "0");
+    } else if (arg == "--hpz") a.settings.hpz_partition_size = to_int(arg, value(), 1);
+    else if (arg == "--checkpoint-every") a.checkpoint_every = to_int(arg, value(), 1);
+    else if (arg == "--host-engine") a.settings.compute_space = MemorySpace::host;
+    else if (arg == "--emulated") a.settings.emulated = true;
+    else if (arg == "--all") a.all = true;
+    else if (arg == "--deepspeed-estimate") a.ds_estimate = true;
+    else if (arg == "--gpus-per-node") a.gpus_per_node = to_int(arg, value(), 1);
+    else if (arg == "--buffer-factor") {
+      std::size_t used = 0;
+      a.buffer_factor = plan::detail::number_prefix(arg, value(), used);
+      if (used != rest[i].size()) throw zerotk::config_error("must be a number", std::string(arg), std::string(rest[i]));
+    } else throw UsageError{"unknown option " + std::string(arg)};
+  }
+  if (a.help) return a;
+  if (a.world == 0) throw UsageError{"--world N is required"};
+  const int models = (a.params ? 1 : 0) + (a.layer_params.empty() ? 0 : 1) + (a.transformer ? 1 : 0);
+  if (models == 0) throw UsageError{"no model given: --params, --layer-params or --layers/--hidden/..."};
+  if (models > 1) throw UsageError{"give one model: --params, --layer-params or the transformer shape"};
+  if (a.device_mem.has_value() != a.host_mem.has_value()) {
+    throw UsageError{"--device-mem and --host-mem go together (the budget per rank)"};
+  }
+  if (a.world % a.settings.hpz_partition_size != 0) {
+    throw zerotk::config_error("must divide --world (" + std::to_string(a.world) + ")", "--hpz",
+                               std::to_string(a.settings.hpz_partition_size));
+  }
+  return a;
+}
+
+std::string gb(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f", bytes / 1e9);
+  return buf;
+}
+std::string gb2(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", bytes / 1e9);
+  return buf;
+}
+
+plan::EngineSettings for_precision(plan::EngineSettings s, zerotk::DType p) {
+  if (s.bucket_bytes) s.bucket_bytes *= (p == zerotk::DType::fp32 ? 4 : 2);  // elements -> bytes
+  return s;
+}
+
+void print_breakdown(const plan::Evaluation& e) {
+  std::cout << "per-rank bytes of " << e.choice.name() << ":\n";
+  std::printf("  %-16s", "category");
+  for (std::size_t s = 0; s < zerotk::kMemorySpaceCount; ++s) {
+    std::printf(" %16s", std::string(zerotk::to_string(static_cast<MemorySpace>(s))).c_str());
+  }
+  std::printf("\n");
+  for (std::size_t c = 0; c < zerotk::kMemoryCategoryCount; ++c) {
+    std::printf("  %-16s", std::string(zerotk::to_string(static_cast<MemoryCategory>(c))).c_str());
+    for (std::size_t s = 0; s < zerotk::kMemorySpaceCount; ++s) {
+      std::printf(" %16zu", e.memory.at(static_cast<MemorySpace>(s), static_cast<MemoryCategory>(c)));
+    }
+    std::printf("\n");
+  }
+  std::printf("  %-16s", "total");
+  for (std::size_t s = 0; s < zerotk::kMemorySpaceCount; ++s) std::printf(" %16zu", e.memory.space_total(static_cast<MemorySpace>(s)));
+  std::printf("\n  Psi = %zu, padded %zu, %zu buckets, partition %zu elements per rank; activations kept %zu + transient %zu\n",
+              e.memory.psi, e.memory.psi_padded, e.memory.buckets, e.memory.partition, e.activations.kept,
+              e.activations.transient);
+  for (const auto& n : e.memory.unmeasured) std::cout << "  not yet measured: " << n << "\n";
+  for (const auto& n : e.memory.approximate) std::cout << "  approximate: " << n << "\n";
+}
+
+void print_zero_table(const plan::ModelDescription& m, const Args& a, zerotk::DType p) {
+  std::cout << "model states per rank (" << zerotk::to_string(p) << (p == zerotk::DType::fp32 ? "" : " mixed precision")
+            << ", Adam; Psi = " << m.total_params() << ", N = " << a.world << "; GB = 1e9 bytes):\n";
+  for (int stage = 0; stage <= 3; ++stage) {
+    plan::Choice c;
+    c.stage = stage;
+    c.precision = p;
+    const plan::MemoryPlan mp = plan::model_state_plan(m, a.world, c, for_precision(a.settings, p));
+    std::cout << "  stage " << stage << ": " << gb(static_cast<double>(mp.model_states())) << " GB  ("
+              << mp.model_states() << " B)\n";
+  }
+}
+
+void print_deepspeed_estimate(const plan::ModelDescription& m, const Args& a) {
+  const int g = a.gpus_per_node ? a.gpus_per_node : a.world;
+  if (a.world % g != 0) {
+    throw zerotk::config_error("must divide --world (" + std::to_string(a.world) + ")", "--gpus-per-node", std::to_string(g));
+  }
+  const int nodes = a.world / g;
+  const double P = static_cast<double>(m.total_params()), L = static_cast<double>(m.largest_layer_params());
+  std::cout << "DeepSpeed's estimators (" << nodes << " node(s) x " << g << " GPU(s); " << P << " params, largest layer "
+            << L << "; additional_buffer_factor " << a.buffer_factor << "; GB = 1e9 bytes):\n";
+  std::cout << "  estimate_zero2_model_states_mem_needs:\n     per CPU  |  per GPU  | options\n";
+  for (const auto& e : plan::deepspeed_zero2_table(P, g, nodes, a.buffer_factor)) {
+    std::printf("  %9s GB | %7s GB | %s\n", gb2(e.cpu_bytes).c_str(), gb2(e.gpu_bytes).c_str(), e.options.c_str());
+  }
+  std::cout << "  estimate_zero3_model_states_mem_needs:\n     per CPU  |  per GPU  | options\n";
+  for (const auto& e : plan::deepspeed_zero3_table(P, L, g, nodes, a.buffer_factor)) {
+    std::printf("  %9s GB | %7s GB | %s\n", gb2(e.cpu_bytes).c_str(), gb2(e.gpu_bytes).c_str(), e.options.c_str());
+  }
+}
+
+/// --config: the one configuration the DeepSpeed file asks for.
+int plan_config(const plan::ModelDescription& m, const Args& a) {
+  zerotk::config::ResolveContext ctx;
+  ctx.world_size = a.world;
+  ctx.micro_batch_size = static_cast<std::int64_t>(a.shape.micro_batch);
+  if (a.precisions.size() == 1) ctx.precision = a.precisions.front();  // fills fp16/bf16 "enabled": "auto"
+  const zerotk::config::Config cfg = zerotk::config::load_file(a.config_file, ctx);
+  const auto& z = cfg.zero_optimization;
+  plan::Choice c;
+  c.stage = z.stage;
+  c.precision = cfg.precision();
+  auto target = [](zerotk::config::OffloadDevice d) {
+    return d == zerotk::config::OffloadDevice::none  ? plan::OffloadTarget::none
+           : d == zerotk::config::OffloadDevice::cpu ? plan::OffloadTarget::cpu
+                                                     : plan::OffloadTarget::nvme;
+  };
+  c.optimizer = target(z.offload_optimizer.device);
+  c.param = z.stage == 3 ? target(z.offload_param.device) : plan::OffloadTarget::none;
+  plan::EngineSettings s = a.settings;
+  const std::size_t S = c.precision == zerotk::DType::fp32 ? 4 : 2;
+  s.bucket_bytes = static_cast<std::size_t>(z.reduce_bucket_size) * S;  // engine_options: elements x sizeof(S)
+  s.gradient_accumulation_steps = static_cast<int>(cfg.gradient_accumulation_steps);
+  s.grad_accum_fp32 = cfg.data_types.grad_accum_dtype.value_or(cfg.precision()) == zerotk::DType::fp32;
+  s.sub_group_size = static_cast<std::size_t>(z.sub_group_size);
+  s.prefetch_bucket_size = static_cast<std::size_t>(z.stage3_prefetch_bucket_size);
+  s.param_persistence_threshold = static_cast<std::size_t>(z.stage3_param_persistence_threshold);
+  s.model_persistence_threshold = static_cast<std::size_t>(z.stage3_model_persistence_threshold);
+  s.max_live_parameters = static_cast<std::size_t>(z.stage3_max_live_parameters);
+  s.max_reuse_distance = static_cast<std::size_t>(z.stage3_max_reuse_distance);
+  s.hpz_partition_size = static_cast<int>(z.zero_hpz_partition_size);
+  s.optimizer_buffer_count = static_cast<std::size_t>(z.offload_optimizer.buffer_count);
+  s.param_buffer_count = static_cast<std::size_t>(z.offload_param.buffer_count);
+  s.param_buffer_size = static_cast<std::size_t>(z.offload_param.buffer_size);
+  plan::Budget b;
+  b.device_bytes = a.device_mem.value_or(static_cast<std::size_t>(-1));
+  b.host_bytes = a.host_mem.value_or(static_cast<std::size_t>(-1));
+  const plan::Evaluation e = plan::evaluate(m, a.world, c, s, b);
+  print_breakdown(e);
+  if (a.device_mem) std::cout << (e.fits ? "fits" : "does NOT fit") << " in the budget\n";
+  return e.fits ? 0 : 1;
+}
+
+int run(int argc, char** argv) {
+  Args a;
+  try {
+    a = parse_args(argc, argv);
+  } catch (const UsageError& e) {
+    std::cerr << "zerotk-plan: " << e.message << "\n\n" << kUsage;
+    return 2;
+  }
+  if (a.help) {
+    std::cout << kUsage;
+    return 0;
+  }
+  plan::ModelDescription m;
+  if (a.params) m = plan::from_total(*a.params);
+  else if (!a.layer_params.empty()) m = plan::from_layer_counts(a.layer_params);
+  else m = plan::gpt_model(a.shape);
+
+  if (!a.config_file.empty()) return plan_config(m, a);
+  if (a.ds_estimate) {
+    print_deepspeed_estimate(m, a);
+    return 0;
+  }
+  if (!a.device_mem) {
+    if (a.precisions.empty()) a.precisions.push_back(zerotk::DType::fp16);
+    for (zerotk::DType p : a.precisions) print_zero_table(m, a, p);
+    return 0;
+  }
+
+  plan::Grid grid;
+  if (!a.precisions.empty()) grid.precisions = a.precisions;
+  grid.checkpointing = {plan::Checkpointing::none(), plan::Checkpointing::every(a.checkpoint_every), plan::Checkpointing::all()};
+  if (a.checkpoint_every == 1) grid.checkpointing = {plan::Checkpointing::none(), plan::Checkpointing::all()};
+  plan::Budget b;
+  b.device_bytes = *a.device_mem;
+  b.host_bytes = *a.host_mem;
+  std::vector<plan::Evaluation> all;
+  for (zerotk::DType p : grid.precisions) {
+    plan::Grid one = grid;
+    one.precisions = {p};
+    for (auto& e : plan::plan_all(m, a.world, for_precision(a.settings, p), b, one)) all.push_back(std::move(e));
+  }
+  std::stable_sort(all.begin(), all.end(), [](const auto& x, const auto& y) { return plan::cheaper(x.choice, y.choice); });
+  std::printf("%-78s %10s %10s %10s  %s\n", "configuration (cheapest first)", "device GB", "host GB", "disk GB", "fits");
+  const auto best = plan::cheapest_fit(all);
+  for (const auto& e : all) {
+    std::printf("%-78s %10s %10s %10s  %s%s\n", e.choice.name().c_str(), gb2(static_cast<double>(e.device())).c_str(),
+                gb2(static_cast<double>(e.host())).c_str(),
+                gb2(static_cast<double>(e.memory.space_total(MemorySpace::disk))).c_str(), e.fits ? "yes" : "no",
+                e.memory.unmeasured.empty() ? "" : "  (not yet measured)");
+    if (!a.all && e.fits) break;
+  }
+  if (!best) {
+    std::cout << "\nnothing fits in " << gb2(static_cast<double>(b.device_bytes)) << " GB device + "
+              << gb2(static_cast<double>(b.host_bytes)) << " GB host per rank\n";
+    return 1;
+  }
+  std::cout << "\ncheapest configuration that fits: " << best->choice.name() << "\n";
+  print_breakdown(*best);
+  const auto flags = plan::checkpointed_layers(m, best->choice.checkpointing);
+  std::int64_t n = 0;
+  for (char f : flags) n += f;
+  if (best->choice.checkpointing.kind != plan::Checkpointing::Kind::none) {
+    std::cout << "GPT example: --checkpoint-activations " << best->choice.checkpointing.name() << "\n";
+  }
+  std::cout << "DeepSpeed config:\n"
+            << plan::deepspeed_config_json(best->choice, for_precision(a.settings, best->choice.precision), a.world,
+                                           static_cast<std::int64_t>(a.shape.micro_batch), n)
+                   .dump(2)
+            << "\n";
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const zerotk::error& e) {
+    std::cerr << "zerotk-plan: " << e.what() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "zerotk-plan: internal error: " << e.what() << "\n";
+    return 3;
+  }
+}
