@@ -121,6 +121,7 @@ class Recompute final : public RecomputeBase {
       report_layer();
       forward_shape_ = shape_of(y);
       output_ = std::make_shared<output_type>(y);
+      report();  // beside the layer's buffers until they are released
       if (saving != 0) ckpt_->worker().wait(std::exchange(saving, 0));
     } catch (...) {  // nothing kept: the copy thread must be done with x before it goes
       if (saving != 0) ckpt_->worker().drain_quietly();
@@ -178,6 +179,7 @@ class Recompute final : public RecomputeBase {
     const input_type& dx = layer_->backward(dy);
     report_layer();
     grad_ = std::make_shared<input_type>(dx);
+    report();  // the copy exists beside the layer's buffers until they are released
     layer_->release_activations();
     report_layer();
     RecomputeBase* above = ckpt_->last_backward_;

@@ -3,14 +3,15 @@
 /// Activation memory: which layers are checkpointed, and the peak that follows from each layer's
 /// LayerActivations (plan/model.hpp).
 ///
-/// The peak model (`activation_peak`) is one small function on purpose: it states what the GPT
-/// example's layers do today and what `Recompute<L>` is expected to do, and is the one place to
-/// change when Recompute lands and is measured (docs/plan.md, "Activation model").
+/// The peak model (`activation_peak`) replays what `Recompute<L>` and the GPT example's layers hold
+/// at each point of a step (docs/plan.md, "Activation model"); tests/examples/test_gpt_plan.cpp
+/// checks it against the ledger.
 
 #include <algorithm>
 #include <cstddef>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "zerotk/core/error.hpp"
@@ -67,29 +68,76 @@ inline std::vector<char> checkpointed_layers(const ModelDescription& m, const Ch
 }
 
 struct ActivationPeak {
-  std::size_t kept = 0;       ///< held for the whole step
-  std::size_t transient = 0;  ///< the largest extra held during one checkpointed layer's backward
+  std::size_t kept = 0;       ///< held at the end of the forward (what the backward starts from)
+  std::size_t transient = 0;  ///< the largest extra over `kept` at any point of the step
   std::size_t peak() const noexcept { return kept + transient; }
 };
 
-/// The peak model (docs/plan.md):
-/// - a layer that is not checkpointed keeps its forward buffers and its backward scratch for the
-///   whole step (the GPT example's layers size their buffers on the first step and keep them);
-/// - a checkpointed layer keeps a copy of its input and its output between forward and backward,
-///   and holds its forward buffers, its scratch and the input copy only during its own backward
-///   (recompute + backward), after which it frees them;
-/// so peak = sum of what every layer keeps + the largest transient of one checkpointed layer.
+/// The peak, from the rules zerotk::Recompute<L> and the GPT example's layers follow
+/// (activation/recompute.hpp), replayed over two steps (the second is the steady state):
+/// - a layer that is not checkpointed keeps forward + scratch for the whole step (the example's
+///   layers size their buffers on the first step and keep them);
+/// - a checkpointed layer keeps its input: taken over from the checkpointed layer before it (which
+///   then holds nothing of it), or copied when the layer before is not checkpointed. It keeps a copy of
+///   its output until the next checkpointed layer takes it over, or until its own backward when the
+///   next layer is not checkpointed. Its forward buffers exist only while it runs forward;
+/// - its backward holds forward + scratch (recompute, then backward) and a copy of the input
+///   gradient, drops the output first, frees the buffers and the saved input after, and the gradient
+///   the checkpointed layer above gave it; its own gradient copy lives until the checkpointed layer
+///   below has used it, or until its next forward.
 inline ActivationPeak activation_peak(const ModelDescription& m, const std::vector<char>& checkpointed) {
-  ActivationPeak p;
-  for (std::size_t i = 0; i < m.layers.size(); ++i) {
-    const LayerActivations& a = m.layers[i].activations;
-    if (i < checkpointed.size() && checkpointed[i]) {
-      p.kept += a.input_bytes + a.output_bytes;
-      p.transient = std::max(p.transient, a.forward_bytes + a.backward_scratch_bytes + a.input_bytes);
-    } else {
-      p.kept += a.forward_bytes + a.backward_scratch_bytes;
+  const std::size_t n = m.layers.size();
+  auto ck = [&](std::size_t i) { return i < checkpointed.size() && checkpointed[i] != 0; };
+  std::vector<std::size_t> saved(n, 0), output(n, 0), grad(n, 0);
+  std::size_t plain = 0;  // what the plain layers hold (after their first forward/backward)
+  std::size_t peak = 0, kept = 0;
+  auto held = [&] {
+    std::size_t h = plain;
+    for (std::size_t i = 0; i < n; ++i) h += saved[i] + output[i] + grad[i];
+    return h;
+  };
+  auto at = [&](std::size_t extra) { peak = std::max(peak, held() + extra); };
+  for (int step = 0; step < 2; ++step) {
+    plain = 0;  // the first step's plain layers grow as they run; from then on they hold all
+    for (std::size_t i = 0; i < n; ++i) {
+      if (!ck(i) && step > 0) plain += m.layers[i].activations.total();
+    }
+    for (std::size_t i = 0; i < n; ++i) {  // forward
+      const LayerActivations& a = m.layers[i].activations;
+      if (!ck(i)) {
+        if (step == 0) plain += a.forward_bytes;
+        at(0);
+        continue;
+      }
+      grad[i] = 0;
+      const bool chained = i > 0 && ck(i - 1) && output[i - 1] != 0;
+      if (chained) {
+        saved[i] = std::exchange(output[i - 1], 0);
+      } else {
+        saved[i] = a.input_bytes;
+      }
+      at(a.forward_bytes + a.output_bytes);  // the layer's buffers and the output copy
+      output[i] = a.output_bytes;
+    }
+    if (step == 1) kept = held();
+    for (std::size_t i = n; i-- > 0;) {  // backward
+      const LayerActivations& a = m.layers[i].activations;
+      if (!ck(i)) {
+        if (step == 0) plain += a.backward_scratch_bytes;
+        at(0);
+        continue;
+      }
+      output[i] = 0;
+      at(a.total() + a.input_bytes);  // recompute + backward, then the gradient copy
+      saved[i] = 0;
+      if (i + 1 < n && ck(i + 1)) grad[i + 1] = 0;
+      grad[i] = a.input_bytes;
+      at(0);
     }
   }
+  ActivationPeak p;
+  p.kept = kept;
+  p.transient = peak - std::min(peak, kept);
   return p;
 }
 

@@ -12,9 +12,9 @@
 ///   embedding  forward: ids R int32, out R d
 ///   block      forward: xhat1, a, att, x1, xhat2, c, out (7d) + qkv (3d) + h, g (2F) + probs (H T)
 ///              + rstd1, rstd2 (2), per row; scratch: dx1, dc, datt, da, dx (5d) + dqkv (3d) + dg (F)
-///              per row, dp [T][T] once, and the bias / LayerNorm row sums (7d + F)
+///              per row, dp [T][T] once (the bias / LayerNorm row sums, a few d, are not counted: the
+///              example's activation_bytes() does not count them either)
 ///   head       forward: xhat, xf (2d) + logits (V) + rstd (1) per row; scratch: dxf, dx (2d) per row
-///              and ln_f's row sum (d)
 ///   loss       forward: probs (V) + targets (int32) per row; scratch: dlogits (V) per row
 
 #include <cstddef>
@@ -90,7 +90,7 @@ inline ModelDescription gpt_model(const TransformerShape& s) {
     b.name = "block" + std::to_string(i);
     b.params = {d, d, 3 * d * d, 3 * d, d * d, d, d, d, f * d, f, d * f, d};
     b.activations.forward_bytes = kF * R * (10 * d + 2 * f + H * T + 2);
-    b.activations.backward_scratch_bytes = kF * (R * (8 * d + f) + T * T + 7 * d + f);
+    b.activations.backward_scratch_bytes = kF * (R * (8 * d + f) + T * T);
     b.activations.input_bytes = R * d * kF;
     b.activations.output_bytes = R * d * kF;
     b.checkpointable = true;
@@ -102,7 +102,7 @@ inline ModelDescription gpt_model(const TransformerShape& s) {
   head.params = {d, d};
   if (!s.tied_head) head.params.push_back(V * d);
   head.activations.forward_bytes = kF * R * (2 * d + V + 1);
-  head.activations.backward_scratch_bytes = kF * (R * 2 * d + d);
+  head.activations.backward_scratch_bytes = kF * R * 2 * d;
   head.activations.input_bytes = R * d * kF;
   head.activations.output_bytes = R * V * kF;
   m.layers.push_back(head);
