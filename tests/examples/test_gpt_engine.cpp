@@ -4,20 +4,13 @@
 // into wte's gradient before the embedding's scope).
 #include <doctest/doctest.h>
 
-#include <mutex>
 #include <vector>
 
-#include "data.hpp"
-#include "gpt.hpp"
-#include "zerotk/comm/threads.hpp"
-#include "zerotk/engine.hpp"
+#include "gpt_engine_train.hpp"
 
 namespace {
 
-struct Trace {
-  std::vector<double> losses;
-  std::vector<float> params;  // rank 0's, after training
-};
+using gpt_test::Trace;
 
 template <int Stage, class Prec = zerotk::fp32>
 Trace train(bool tied, int world, int steps) {
@@ -28,41 +21,7 @@ Trace train(bool tied, int world, int steps) {
   c.n_heads = 2;
   c.n_layers = 2;
   c.tied_head = tied;
-  const gpt::DigitTask task(gpt::DigitTaskKind::sort, 4, 7);
-  Trace trace;
-  std::mutex mu;
-  zerotk::comm::run_threads(world, [&](zerotk::comm::ThreadsCommunicator& comm) {
-    gpt::Gpt model(c);
-    zerotk::EngineOptions o;
-    o.optimizer.lr = 3e-3f;
-    o.gradient_clipping = 1.0;
-    o.bucket_bytes = 4096;  // many buckets
-    o.stage3.param_persistence_threshold = 0;  // stage 3: every parameter fetched by its layer
-    zerotk::Engine<zerotk::Partitioner<zerotk::Stage<Stage>>, zerotk::Optimizer<zerotk::AdamW>,
-                   zerotk::Precision<Prec>>
-        engine(comm, model, o);
-    {
-      auto g = engine.gather(model, 0);  // stage 3: parameters have values only inside scopes
-      gpt::init_parameters(model, 11);
-    }
-    engine.initialize_master();
-    gpt::Batch batch;
-    std::vector<double> losses;
-    for (int s = 0; s < steps; ++s) {
-      task.fill_batch(static_cast<std::uint64_t>(s), comm.rank(), world, 4, batch);
-      const float loss = model.train_step(batch, engine, static_cast<float>(engine.loss_scale()));
-      losses.push_back(engine.step(loss).loss);
-    }
-    auto g = engine.gather(model);
-    if (comm.rank() == 0) {
-      std::lock_guard lock(mu);
-      trace.losses = losses;
-      model.parameters([&](std::string_view, gpt::Param& p) {
-        trace.params.insert(trace.params.end(), p.data(), p.data() + p.numel());
-      });
-    }
-  });
-  return trace;
+  return gpt_test::train_engine<Stage, Prec>(c, world, steps);
 }
 
 }  // namespace

@@ -5,13 +5,14 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "data.hpp"
 #include "gpt.hpp"
+#include "gpt_engine_train.hpp"
 #include "gpt_test_util.hpp"
 #include "zerotk/activation.hpp"
 #include "zerotk/comm/threads.hpp"
@@ -62,52 +63,25 @@ Grads grads_of(const std::optional<act::Select>& select, const act::Options& opt
   return out;
 }
 
-struct Trace {
-  std::vector<double> losses;
-  std::vector<float> params;
-};
+using gpt_test::Trace;
 
+// Each rank's blocks share one Checkpointing (made per rank, kept alive for the whole run).
 template <int Stage, class Prec = zerotk::fp32>
 Trace train(const std::optional<act::Select>& select, const act::Options& options, int world, int steps) {
-  const gpt::Config c = small_config(3);
-  const gpt::DigitTask task(gpt::DigitTaskKind::sort, 4, 7);
-  Trace trace;
   std::mutex mu;
-  zerotk::comm::run_threads(world, [&](zerotk::comm::ThreadsCommunicator& comm) {
-    act::Checkpointing ckpt(options);
-    gpt::Gpt model(c);
-    zerotk::EngineOptions o;
-    o.optimizer.lr = 3e-3f;
-    o.gradient_clipping = 1.0;
-    o.bucket_bytes = 4096;
-    o.stage3.param_persistence_threshold = 0;  // stage 3: the recompute runs on gathered parameters
-    zerotk::Engine<zerotk::Partitioner<zerotk::Stage<Stage>>, zerotk::Optimizer<zerotk::AdamW>,
-                   zerotk::Precision<Prec>>
-        engine(comm, model, o);
-    {
-      auto g = engine.gather(model, 0);
-      gpt::init_parameters(model, 11);
-    }
-    engine.initialize_master();
-    if (select) model.checkpoint_blocks(ckpt, *select);
-    gpt::Batch batch;
-    std::vector<double> losses;
-    for (int s = 0; s < steps; ++s) {
-      task.fill_batch(static_cast<std::uint64_t>(s), comm.rank(), world, 4, batch);
-      const float loss = model.train_step(batch, engine, static_cast<float>(engine.loss_scale()));
-      losses.push_back(engine.step(loss).loss);
-    }
-    model.checkpoint_blocks(ckpt, act::Select::none());
-    auto g = engine.gather(model);
-    if (comm.rank() == 0) {
-      std::lock_guard lock(mu);
-      trace.losses = losses;
-      model.parameters([&](std::string_view, gpt::Param& p) {
-        trace.params.insert(trace.params.end(), p.data(), p.data() + p.numel());
-      });
-    }
-  });
-  return trace;
+  std::vector<std::unique_ptr<act::Checkpointing>> per_rank;
+  auto attach = [&](gpt::Gpt& model) {
+    if (!select) return;
+    std::lock_guard lock(mu);
+    per_rank.push_back(std::make_unique<act::Checkpointing>(options));
+    model.checkpoint_blocks(*per_rank.back(), *select);
+  };
+  auto detach = [&](gpt::Gpt& model) {
+    if (!select) return;
+    std::lock_guard lock(mu);
+    model.checkpoint_blocks(*per_rank.front(), act::Select::none());  // any one: none makes nothing
+  };
+  return gpt_test::train_engine<Stage, Prec>(small_config(3), world, steps, attach, detach);
 }
 
 }  // namespace

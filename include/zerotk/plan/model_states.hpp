@@ -114,6 +114,20 @@ inline std::size_t bytes_of(DType t) {
   return t == DType::fp32 ? 4 : 2;
 }
 
+/// The most buckets any one layer's parameters touch (the engine's pool holds at least that many).
+inline std::size_t most_buckets_per_layer(const ModelDescription& m, const zero::BucketLayout& L) {
+  std::size_t most = 0, first = 0;
+  for (const LayerDesc& l : m.layers) {
+    std::vector<std::uint32_t> seen;
+    for (std::size_t i = 0; i < l.params.size(); ++i) {
+      const std::uint32_t k = L.param(first + i).bucket;
+      if (std::find(seen.begin(), seen.end(), k) == seen.end()) seen.push_back(k);
+    }
+    first += l.params.size();
+    most = std::max(most, seen.size());
+  }
+  return most;
+}
 }  // namespace detail
 
 /// Per-rank bytes the engine allocates for `m` under `c` on `world` ranks (activations excluded:
@@ -210,17 +224,7 @@ inline MemoryPlan model_state_plan(const ModelDescription& m, int world, const C
     }
   }
   if (c.stage >= 2) {
-    std::size_t most_per_layer = 0;
-    std::size_t first = 0;
-    for (const LayerDesc& l : m.layers) {
-      std::vector<std::uint32_t> seen;
-      for (std::size_t i = 0; i < l.params.size(); ++i) {
-        const std::uint32_t k = L.param(first + i).bucket;
-        if (std::find(seen.begin(), seen.end(), k) == seen.end()) seen.push_back(k);
-      }
-      first += l.params.size();
-      most_per_layer = std::max(most_per_layer, seen.size());
-    }
+    const std::size_t most_per_layer = detail::most_buckets_per_layer(m, L);
     const std::size_t pool = std::max(std::min<std::size_t>(static_cast<std::size_t>(s.bucket_buffers), L.buckets().size()),
                                       most_per_layer);
     p.at(dev, C::comm_buffers) += pool * biggest * S;
@@ -266,16 +270,7 @@ inline MemoryPlan model_state_plan(const ModelDescription& m, int world, const C
       }
       // Bound (docs/stage3.md): value buffers for the gathered buckets + gradient buffers for the
       // buckets of one open backward (+1 for a tied head's external parameter).
-      std::size_t per_unit = 0, first = 0;
-      for (const LayerDesc& l : m.layers) {
-        std::vector<std::uint32_t> seen;
-        for (std::size_t i = 0; i < l.params.size(); ++i) {
-          const std::uint32_t k = L.param(first + i).bucket;
-          if (std::find(seen.begin(), seen.end(), k) == seen.end()) seen.push_back(k);
-        }
-        first += l.params.size();
-        per_unit = std::max(per_unit, seen.size());
-      }
+      const std::size_t per_unit = detail::most_buckets_per_layer(m, L);
       p.at(dev, C::other) += (pool_buffers + per_unit + 1) * slot * F;
       p.approximate.push_back("stage-3 emulated float copies: the documented bound");
     }
