@@ -4,6 +4,7 @@
 //
 //   build/default/examples/02_gpt/zerotk_example_02_gpt                       # 4 ranks, ZeRO-2, bf16
 //   build/default/examples/02_gpt/zerotk_example_02_gpt --stage 0 --precision fp32
+//   build/default/examples/02_gpt/zerotk_example_02_gpt --stage 3 --offload-optimizer cpu --offload-param cpu
 //   build/default/examples/02_gpt/zerotk_example_02_gpt --config ds_config.json
 //   mpirun -np 2 build/default/examples/02_gpt/zerotk_example_02_gpt --mpi
 //
@@ -77,6 +78,8 @@ struct Options {
   bool save_async = false;         ///< write checkpoints while training goes on (commit at the next save)
   std::string checkpoint_activations = "none";  ///< --checkpoint-activations: none, all or every:K blocks
   bool cpu_checkpointing = false;               ///< saved inputs in pinned host memory (DeepSpeed's key)
+  std::string offload_optimizer = "none";       ///< offload_optimizer.device: none or cpu (stages 1-3)
+  std::string offload_param = "none";           ///< offload_param.device: none or cpu (stage 3)
 };
 
 /// The flags as the DeepSpeed config a DeepSpeed user would have written.
@@ -99,6 +102,8 @@ std::string flags_to_deepspeed_json(const Options& o) {
   // Stage 3: this demo's parameters are all below DeepSpeed's persistence threshold (1e5) and would
   // stay gathered; fetch every one and release it after each layer, so sharding shows.
   if (o.stage == 3) j << ", \"stage3_param_persistence_threshold\": 0, \"stage3_max_reuse_distance\": 0";
+  if (o.offload_optimizer != "none") j << ", \"offload_optimizer\": {\"device\": \"" << o.offload_optimizer << "\"}";
+  if (o.offload_param != "none") j << ", \"offload_param\": {\"device\": \"" << o.offload_param << "\"}";
   j << "},\n";
   if (o.checkpoint_activations != "none") {
     j << "  \"activation_checkpointing\": {\"cpu_checkpointing\": " << (o.cpu_checkpointing ? "true" : "false") << "},\n";
@@ -115,9 +120,16 @@ std::string flags_to_deepspeed_json(const Options& o) {
   return j.str();
 }
 
-// The engine types this binary is compiled with; dispatch picks the one the config asks for.
-template <int S, class P>
-using E = zerotk::Engine<zerotk::Partitioner<zerotk::Stage<S>>, zerotk::Optimizer<zerotk::AdamW>, zerotk::Precision<P>>;
+// The engine types this binary is compiled with; dispatch picks the one the config asks for. Each
+// engine type is compiled in full, so only what the flags reach is listed: every stage and precision
+// without offload; --offload-optimizer cpu at stages 1-3 in bf16; --offload-param cpu at stage 3 in
+// bf16 (alone or with the optimizer offloaded) and fp32 (with both). A config asking for another
+// combination gets dispatch's error naming every candidate.
+template <int S, class P, class... Offloads>
+using E = zerotk::Engine<zerotk::Partitioner<zerotk::Stage<S>>, zerotk::Optimizer<zerotk::AdamW>, zerotk::Precision<P>,
+                         Offloads...>;
+using OptCpu = zerotk::Offload<zerotk::Cpu>;
+using ParamCpu = zerotk::OffloadParams<zerotk::Cpu>;
 
 /// What rank 0 reports at the end (filled after training).
 struct Summary {
@@ -445,7 +457,10 @@ int run(const Options& o, const gpt::Config& model_config, const Data& data, Eva
   };
   zerotk::config::dispatch<E<0, zerotk::fp32>, E<1, zerotk::fp32>, E<2, zerotk::fp32>, E<3, zerotk::fp32>,
                            E<0, zerotk::bf16>, E<1, zerotk::bf16>, E<2, zerotk::bf16>, E<3, zerotk::bf16>,
-                           E<0, zerotk::fp16>, E<1, zerotk::fp16>, E<2, zerotk::fp16>, E<3, zerotk::fp16>>(cfg, launch);
+                           E<0, zerotk::fp16>, E<1, zerotk::fp16>, E<2, zerotk::fp16>, E<3, zerotk::fp16>,
+                           E<1, zerotk::bf16, OptCpu>, E<2, zerotk::bf16, OptCpu>, E<3, zerotk::bf16, OptCpu>,
+                           E<3, zerotk::bf16, ParamCpu>, E<3, zerotk::bf16, OptCpu, ParamCpu>,
+                           E<3, zerotk::fp32, OptCpu, ParamCpu>>(cfg, launch);
   if (!root) return 0;
   print_memory_table(summary, cfg.zero_optimization.stage, std::string(zerotk::to_string(cfg.precision())), world,
                                   static_cast<int>(cfg.gradient_accumulation_steps));
@@ -515,6 +530,13 @@ int main(int argc, char** argv) {
   app.add_option("--tag", o.load_tag, "with --load: the checkpoint tag to load instead of the latest");
   app.add_option("--checkpoint-activations", o.checkpoint_activations,
                  "activation checkpointing (Recompute) of the blocks: none, all or every:K");
+  app.add_option("--offload-optimizer", o.offload_optimizer,
+                 "offload_optimizer.device: fp32 master and Adam state in pinned host memory (stages 1-3; this binary: bf16)")
+      ->check(CLI::IsMember({"none", "cpu"}));
+  app.add_option("--offload-param", o.offload_param,
+                 "offload_param.device: stage 3's parameter shards in pinned host memory (this binary: bf16, or fp32 "
+                 "with --offload-optimizer cpu)")
+      ->check(CLI::IsMember({"none", "cpu"}));
   app.add_flag("--cpu-checkpointing", o.cpu_checkpointing,
                "with --checkpoint-activations: keep the saved inputs in pinned host memory");
   CLI11_PARSE(app, argc, argv);

@@ -99,6 +99,8 @@ class Engine {
   using loss_scaler_tag = policy_tag_t<loss_scaler>;
   using optimizer_tag = policy_tag_t<optimizer_policy>;
   using offload_tag = typename offload::tag;
+  using param_offload = typename R::param_offload;
+  using param_offload_tag = typename param_offload::tag;
   using device_tag = typename device::tag;
   using reduce_when = typename partitioner::when;
   /// Where the engine's buffers live and which kernels touch them (device/).
@@ -495,8 +497,8 @@ class Engine {
   using S = storage_type;
   using Opt = optimizer_policy;
   using Part = partitioner;
-  using MainGroup = engine::FlatGroup<S, Part, Opt, ops_type, typename R::store_tag>;
-  using Fp32Group = engine::FlatGroup<float, Part, Opt, ops_type, typename R::store_tag>;
+  using MainGroup = engine::FlatGroup<S, Part, Opt, ops_type, typename R::store_tag, typename R::shard_tag>;
+  using Fp32Group = engine::FlatGroup<float, Part, Opt, ops_type, typename R::store_tag, typename R::shard_tag>;
   using Bindings = engine::ParamBindings<MainGroup, Fp32Group, ops_type>;
   using Comm = ::zerotk::device::OrderedCommunicator<ops_type>;
   using FetchCtx = engine::FetchContext<Bindings, MainGroup, Fp32Group, Comm>;

@@ -44,9 +44,9 @@ struct every_micro_step {};
 
 struct Dynamic {};  ///< LossScaler<Dynamic>: DeepSpeed's dynamic loss scaling
 struct Static {};   ///< LossScaler<Static>: fixed scale, overflow still skips
-struct None {};     ///< LossScaler<None> (no scaling) or Offload<None> (no offload)
-struct Cpu {};      ///< Offload<Cpu>
-struct Nvme {};     ///< Offload<Nvme>
+struct None {};     ///< LossScaler<None> (no scaling), Offload<None> / OffloadParams<None> (no offload)
+struct Cpu {};      ///< Offload<Cpu>, OffloadParams<Cpu>
+struct Nvme {};     ///< Offload<Nvme>, OffloadParams<Nvme>
 struct Host {};     ///< Device<Host>: OpenMP/SIMD kernels
 struct Cuda {};     ///< Device<Cuda>: CUDA kernels
 
@@ -63,6 +63,7 @@ struct partitioner { static constexpr const char* name = "Partitioner"; };
 struct bucketer { static constexpr const char* name = "Bucketer"; };
 struct loss_scaler { static constexpr const char* name = "LossScaler"; };
 struct offload { static constexpr const char* name = "Offload"; };
+struct param_offload { static constexpr const char* name = "OffloadParams"; };
 struct optimizer { static constexpr const char* name = "Optimizer"; };
 struct precision { static constexpr const char* name = "Precision"; };
 struct device { static constexpr const char* name = "Device"; };
@@ -93,6 +94,19 @@ struct Offload {
 template <> struct Offload<None> { using policy_kind = policy::offload; using tag = None; };
 template <> struct Offload<Cpu> { using policy_kind = policy::offload; using tag = Cpu; };
 template <> struct Offload<Nvme> { using policy_kind = policy::offload; using tag = Nvme; };
+
+/// OffloadParams<None|Cpu|Nvme>: where ZeRO stage 3 keeps this rank's shard of the parameters
+/// (DeepSpeed `zero_optimization.offload_param.device`). A slot of its own beside Offload<>, as
+/// DeepSpeed has two blocks: the two combine freely (both: the compute space keeps no model state
+/// beyond the gathered buckets). Cpu: page-locked host memory, staged into a bucket's gather buffer
+/// just before its all-gather (offload/pinned_shard.hpp); needs Partitioner<Stage<3>>.
+template <class O>
+struct OffloadParams {
+  static_assert(dependent_false<O>, "OffloadParams: use OffloadParams<None>, OffloadParams<Cpu> or OffloadParams<Nvme>");
+};
+template <> struct OffloadParams<None> { using policy_kind = policy::param_offload; using tag = None; };
+template <> struct OffloadParams<Cpu> { using policy_kind = policy::param_offload; using tag = Cpu; };
+template <> struct OffloadParams<Nvme> { using policy_kind = policy::param_offload; using tag = Nvme; };
 
 /// The tag a single-argument policy was instantiated with: policy_tag_t<LossScaler<Dynamic>> is Dynamic.
 template <class P>
@@ -145,11 +159,12 @@ template <class... Ps>
 struct PolicyPackCheck {
   static_assert((Policy<Ps> && ...),
                 "Engine: every template argument must be a zerotk policy (Partitioner<...>, Bucketer<...>, "
-                "LossScaler<...>, Offload<...>, Optimizer<...>, Precision<...>, Device<...>)");
+                "LossScaler<...>, Offload<...>, OffloadParams<...>, Optimizer<...>, Precision<...>, Device<...>)");
   static_assert(policy_count_v<policy::partitioner, Ps...> <= 1, "Engine: Partitioner given more than once");
   static_assert(policy_count_v<policy::bucketer, Ps...> <= 1, "Engine: Bucketer given more than once");
   static_assert(policy_count_v<policy::loss_scaler, Ps...> <= 1, "Engine: LossScaler given more than once");
   static_assert(policy_count_v<policy::offload, Ps...> <= 1, "Engine: Offload given more than once");
+  static_assert(policy_count_v<policy::param_offload, Ps...> <= 1, "Engine: OffloadParams given more than once");
   static_assert(policy_count_v<policy::optimizer, Ps...> <= 1, "Engine: Optimizer given more than once");
   static_assert(policy_count_v<policy::precision, Ps...> <= 1, "Engine: Precision given more than once");
   static_assert(policy_count_v<policy::device, Ps...> <= 1, "Engine: Device given more than once");

@@ -27,6 +27,13 @@ using Z2Fp16Static = FakeEngine<2, fp16, Static, AdamW>;
 using Z3Bf16Cpu = FakeEngine<3, bf16, None, AdamW, Cpu, Cuda>;
 using Z1Fp32Lamb = FakeEngine<1, fp32, None, Lamb>;
 using Z2Fp16Adam = FakeEngine<2, fp16, Dynamic, Adam>;
+/// Both offload blocks: a structure with the optional param_offload_tag.
+struct Z3Bf16Both : FakeEngine<3, bf16, None, AdamW, Cpu> {
+  using param_offload_tag = Cpu;
+};
+struct Z3Bf16Params : FakeEngine<3, bf16, None, AdamW> {
+  using param_offload_tag = Cpu;
+};
 
 static_assert(EngineStructure<Z2Fp16>);
 static_assert(!EngineStructure<int>);
@@ -55,6 +62,54 @@ TEST_CASE("describe() spells an engine's policies") {
         "Stage<3>, Precision<bf16>, LossScaler<None>, Optimizer<AdamW>, Offload<Cpu>, Device<Cuda>");
   CHECK(describe(config_of(kZero2Fp16).structure()) ==
         "Stage<2>, Precision<fp16>, LossScaler<Dynamic>, Optimizer<AdamW>, Offload<None>");
+  CHECK(describe<Z3Bf16Both>() ==
+        "Stage<3>, Precision<bf16>, LossScaler<None>, Optimizer<AdamW>, Offload<Cpu>, OffloadParams<Cpu>, Device<Host>");
+  CHECK(describe(config_of(R"({"train_batch_size": 8, "bf16": {"enabled": true}, "zero_optimization": {"stage": 3,
+      "offload_param": {"device": "cpu"}}})").structure()) ==
+        "Stage<3>, Precision<bf16>, LossScaler<None>, Offload<None>, OffloadParams<Cpu>");
+}
+
+TEST_CASE("offload_param at stage 3 matches the engine's OffloadParams, each block on its own") {
+  const Config both = config_of(R"({"train_batch_size": 8, "bf16": {"enabled": true}, "zero_optimization": {"stage": 3,
+      "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu"}}})");
+  const Config params = config_of(R"({"train_batch_size": 8, "bf16": {"enabled": true}, "zero_optimization": {"stage": 3,
+      "offload_param": {"device": "cpu"}}})");
+  CHECK(check_structure<Z3Bf16Both>(both).empty());
+  CHECK(check_structure<Z3Bf16Params>(params).empty());
+  {
+    const auto e = check_structure<Z3Bf16Cpu>(both);  // Offload<Cpu> only
+    REQUIRE(e.size() == 1);
+    CHECK(e[0].where() == "/zero_optimization/offload_param/device");
+    CHECK(e[0].message() == "config asks for parameter offload to cpu, the engine was compiled with OffloadParams<None>");
+  }
+  {
+    const auto e = check_structure<Z3Bf16Both>(params);  // an engine with both: the optimizer block is missing
+    REQUIRE(e.size() == 1);
+    CHECK(e[0].where() == "/zero_optimization/offload_optimizer/device");
+  }
+  {
+    const auto e = check_structure<Z3Bf16Params>(config_of(R"({"train_batch_size": 8, "bf16": {"enabled": true},
+        "zero_optimization": {"stage": 3}})"));
+    REQUIRE(e.size() == 1);
+    CHECK(e[0].message() == "config asks for parameter offload to none, the engine was compiled with OffloadParams<Cpu>");
+  }
+  // Below stage 3 the reader drops offload_param (with its note), so an engine without it fits.
+  CHECK(check_structure<Z2Fp16>(config_of(R"({"train_batch_size": 8, "fp16": {"enabled": true},
+      "zero_optimization": {"stage": 2, "offload_param": {"device": "cpu"}}, "optimizer": {"type": "Adam"}})")).empty());
+  // dispatch picks the engine with both offloads, and lists the others' reasons when none fits.
+  CHECK(dispatch<Z3Bf16Cpu, Z3Bf16Params, Z3Bf16Both>(both, []<class E>(std::type_identity<E>) { return describe<E>(); }) ==
+        describe<Z3Bf16Both>());
+  CHECK(dispatch<Z3Bf16Cpu, Z3Bf16Both, Z3Bf16Params>(params, []<class E>(std::type_identity<E>) { return describe<E>(); }) ==
+        describe<Z3Bf16Params>());
+  try {
+    dispatch<Z3Bf16Cpu, Z2Fp16>(both, [](auto) { return 0; });
+    FAIL("dispatch must throw");
+  } catch (const config_error& e) {
+    CHECK(std::string(e.what()).find("(Stage<3>, Precision<bf16>, LossScaler<None>, Offload<Cpu>, OffloadParams<Cpu>)") !=
+          std::string::npos);
+    CHECK(std::string(e.what()).find("/zero_optimization/offload_param/device: config asks for parameter offload to cpu, "
+                                     "the engine was compiled with OffloadParams<None>") != std::string::npos);
+  }
 }
 
 TEST_CASE("a config that fits has no structural errors") {
@@ -128,7 +183,7 @@ TEST_CASE("each structural mismatch names the config's ask and the compiled poli
 TEST_CASE("dispatch calls f with the first engine that fits") {
   const Config z3 = config_of(R"({"train_batch_size": 8, "bf16": {"enabled": true},
       "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu"}}})");
-  const int picked = dispatch<Z2Fp16, Z1Fp32Lamb, Z3Bf16Cpu>(z3, []<class E>(std::type_identity<E>) {
+  const int picked = dispatch<Z2Fp16, Z1Fp32Lamb, Z3Bf16Both>(z3, []<class E>(std::type_identity<E>) {
     return E::kStage;
   });
   CHECK(picked == 3);
@@ -184,8 +239,8 @@ TEST_CASE("check_buildable names what no engine of this version can run") {
     const char* value;
   };
   const Case cases[] = {
-      {R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}}})", "/zero_optimization/offload_param/device",
-       "parameter offload", "\"cpu\""},
+      {R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/n"}}})",
+       "/zero_optimization/offload_param/device", "NVMe parameter offload", "\"nvme\""},
       {R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}, "optimizer": {"type": "Lamb"}})",
        "/optimizer/type", "Lamb with optimizer offload", "\"Lamb\""},
       {R"({"optimizer": {"type": "OneBitAdam"}})", "/optimizer/type", "1-bit optimizers", "\"OneBitAdam\""},
@@ -207,11 +262,14 @@ TEST_CASE("check_buildable names what no engine of this version can run") {
   }
   // Every missing piece at once.
   CHECK(check_buildable(config_of(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3,
-      "offload_optimizer": {"device": "nvme", "nvme_path": "/n"}, "offload_param": {"device": "cpu"}},
+      "offload_optimizer": {"device": "nvme", "nvme_path": "/n"}, "offload_param": {"device": "nvme", "nvme_path": "/n"}},
       "optimizer": {"type": "OneBitAdam"}})")).size() == 3);
   // What the engine runs today: stages 0-3, Adam/AdamW/Lamb, fp16/bf16/fp32, Offload<Cpu> at stages 1-3.
   for (const char* ok : {kZero2Fp16, R"({"train_batch_size": 8, "zero_optimization": {"stage": 3}})",
                          R"({"train_batch_size": 8, "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}})",
+                         R"({"train_batch_size": 8, "zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}}})",
+                         R"({"train_batch_size": 8, "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"},
+                             "offload_param": {"device": "cpu", "pin_memory": false}}})",
                          R"({"train_batch_size": 8, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}})",
                          R"({"train_batch_size": 8, "zero_optimization": {"stage": 1, "offload_optimizer": {"device": "cpu"}},
                              "optimizer": {"type": "AdamW"}})", R"({"train_batch_size": 8, "zero_optimization": {"stage": 1},
@@ -277,4 +335,19 @@ TEST_CASE("activation_checkpointing: partition_activations is a note (no tensor 
   r = parse(json, ctx);
   REQUIRE(r.errors.size() == 1);
   CHECK(r.errors[0].where() == "/activation_checkpointing/partition_activations");
+}
+
+TEST_CASE("offload_param.pin_memory false is a note (the shards are always page-locked); the NVMe keys say nothing for cpu") {
+  ResolveContext ctx;
+  ParseResult r = parse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3,
+      "offload_param": {"device": "cpu", "pin_memory": false, "buffer_count": 8, "buffer_size": 1e6, "max_in_cpu": 1e6}}})",
+                        ctx);
+  REQUIRE_MESSAGE(r.ok(), error_lines(r));
+  REQUIRE(r.notices.size() == 1);
+  CHECK(r.notices[0].path == "/zero_optimization/offload_param/pin_memory");
+  CHECK(r.notices[0].message.find("always page-locked") != std::string::npos);
+  CHECK(r.config->zero_optimization.offload_param.buffer_count == 8);  // read, validated, not used by cpu
+  r = parse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}}})", ctx);
+  REQUIRE_MESSAGE(r.ok(), error_lines(r));
+  CHECK(r.notices.empty());
 }

@@ -136,3 +136,17 @@ TEST_CASE("engine under MPI: stage 3 with hpZ (groups of 2 ranks, or the whole w
   CHECK(hpz.skipped == off.skipped);
   CHECK(hpz.params != hpz.initial);
 }
+
+TEST_CASE("engine under MPI: stage 3 with OffloadParams<Cpu> (shards in pinned host memory, gathered in place) is bitwise without") {
+  auto c = comm::MpiCommunicator::world();
+  RunConfig cfg = stage3_config(c.size());
+  const RunResult plain = train_rank<3, fp16>(c, cfg);
+  // The policy slot train_rank leaves for a Device takes any one extra policy.
+  const RunResult offloaded = train_rank<3, fp16, comm::MpiCommunicator, Mlp<half>, OffloadParams<Cpu>>(c, cfg);
+  CHECK(same_on_all_ranks(c, offloaded.params));
+  CHECK(offloaded.params == plain.params);
+  CHECK(offloaded.losses == plain.losses);
+  CHECK(offloaded.scales == plain.scales);
+  CHECK(offloaded.skipped == plain.skipped);
+  CHECK(offloaded.params != offloaded.initial);
+}

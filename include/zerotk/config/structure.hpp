@@ -39,9 +39,25 @@ concept EngineStructure = requires {
   typename E::precision_tag;    // zerotk::fp32 | fp16 | bf16
   typename E::loss_scaler_tag;  // zerotk::Dynamic | Static | None
   typename E::optimizer_tag;    // zerotk::Adam | AdamW | Lamb | OneBitAdam | OneBitLamb
-  typename E::offload_tag;      // zerotk::None | Cpu | Nvme
+  typename E::offload_tag;      // zerotk::None | Cpu | Nvme (offload_optimizer)
   typename E::device_tag;       // zerotk::Host | Cuda
+  // optional: typename E::param_offload_tag (offload_param; None when absent)
 };
+
+namespace detail {
+template <class E>
+struct param_offload_tag_of {
+  using type = None;
+};
+template <class E>
+  requires requires { typename E::param_offload_tag; }
+struct param_offload_tag_of<E> {
+  using type = typename E::param_offload_tag;
+};
+}  // namespace detail
+/// The engine's OffloadParams tag (offload_param.device), None for a structure that has none.
+template <class E>
+using param_offload_tag_t = typename detail::param_offload_tag_of<E>::type;
 
 // ---- tags -> option enums ---------------------------------------------------------------------------
 
@@ -97,19 +113,25 @@ constexpr std::string_view scaler_policy(ScalerKind k) {
 constexpr std::string_view offload_policy(OffloadDevice d) {
   return d == OffloadDevice::cpu ? "Offload<Cpu>" : d == OffloadDevice::nvme ? "Offload<Nvme>" : "Offload<None>";
 }
+constexpr std::string_view param_offload_policy(OffloadDevice d) {
+  return d == OffloadDevice::cpu ? "OffloadParams<Cpu>" : d == OffloadDevice::nvme ? "OffloadParams<Nvme>" : "OffloadParams<None>";
+}
 inline std::string optimizer_policy(OptimizerKind k) { return cat("Optimizer<", to_string(k), ">"); }
 }  // namespace detail
 
 /// The engine's policies in words: "Stage<2>, Precision<fp16>, LossScaler<Dynamic>,
-/// Optimizer<AdamW>, Offload<None>, Device<Host>".
+/// Optimizer<AdamW>, Offload<None>, Device<Host>" (", OffloadParams<Cpu>" after Offload<> when
+/// the parameters are offloaded).
 template <EngineStructure E>
 std::string describe() {
+  constexpr OffloadDevice params = offload_of<param_offload_tag_t<E>>();
   return detail::cat("Stage<", std::to_string(static_cast<int>(E::kStage)), ">, ",
                      detail::precision_policy(precision_of<typename E::precision_tag>()), ", ",
                      detail::scaler_policy(scaler_of<typename E::loss_scaler_tag>()), ", ",
                      detail::optimizer_policy(optimizer_of<typename E::optimizer_tag>()), ", ",
-                     detail::offload_policy(offload_of<typename E::offload_tag>()), ", Device<",
-                     device_name<typename E::device_tag>(), ">");
+                     detail::offload_policy(offload_of<typename E::offload_tag>()),
+                     params != OffloadDevice::none ? detail::cat(", ", detail::param_offload_policy(params)) : std::string(),
+                     ", Device<", device_name<typename E::device_tag>(), ">");
 }
 
 /// A config's structure in the same words (no device: a DeepSpeed JSON does not choose one).
@@ -117,14 +139,15 @@ inline std::string describe(const Structure& s) {
   std::string r = detail::cat("Stage<", std::to_string(s.stage), ">, ", detail::precision_policy(s.precision), ", ",
                               detail::scaler_policy(s.scaler));
   if (s.optimizer) r += detail::cat(", ", detail::optimizer_policy(*s.optimizer));
-  r += ", ";
-  // One Offload<> policy serves both blocks; show the device that needs the most.
-  r += detail::offload_policy(s.offload_optimizer != OffloadDevice::none ? s.offload_optimizer : s.offload_param);
+  r += detail::cat(", ", detail::offload_policy(s.offload_optimizer));
+  if (s.offload_param != OffloadDevice::none) r += detail::cat(", ", detail::param_offload_policy(s.offload_param));
   return r;
 }
 
 /// Every way `cfg` asks for something engine `E` was not compiled with; empty when E fits.
-/// Offload: E's Offload<X> serves offload_optimizer.device X, and offload_param.device none or X.
+/// Offload: E's Offload<X> serves offload_optimizer.device X, its OffloadParams<Y> (None when E
+/// has none) offload_param.device Y (the reader drops offload_param below stage 3, as DeepSpeed
+/// ignores it there).
 template <EngineStructure E>
 std::vector<config_error> check_structure(const Config& cfg) {
   std::vector<config_error> out;
@@ -134,6 +157,7 @@ std::vector<config_error> check_structure(const Config& cfg) {
   constexpr ScalerKind scaler = scaler_of<typename E::loss_scaler_tag>();
   constexpr OptimizerKind optimizer = optimizer_of<typename E::optimizer_tag>();
   constexpr OffloadDevice offload = offload_of<typename E::offload_tag>();
+  constexpr OffloadDevice param_offload = offload_of<param_offload_tag_t<E>>();
 
   if (s.stage != stage) {
     out.emplace_back(detail::cat("config asks for ZeRO stage ", std::to_string(s.stage),
@@ -169,9 +193,9 @@ std::vector<config_error> check_structure(const Config& cfg) {
                                  ", the engine was compiled with ", detail::offload_policy(offload)),
                      "/zero_optimization/offload_optimizer/device", detail::cat("\"", to_string(s.offload_optimizer), "\""));
   }
-  if (s.offload_param != OffloadDevice::none && s.offload_param != offload) {
+  if (s.offload_param != param_offload) {
     out.emplace_back(detail::cat("config asks for parameter offload to ", to_string(s.offload_param),
-                                 ", the engine was compiled with ", detail::offload_policy(offload)),
+                                 ", the engine was compiled with ", detail::param_offload_policy(param_offload)),
                      "/zero_optimization/offload_param/device", detail::cat("\"", to_string(s.offload_param), "\""));
   }
   return out;
@@ -197,7 +221,8 @@ inline Ask ask(std::string path, std::string value) { return std::pair{std::move
 inline std::string quoted(std::string_view s) { return cat("\"", s, "\""); }
 }  // namespace detail
 
-/// The engine runs ZeRO stages 0-3, Offload<None> (and Offload<Cpu> at stages 1-3 with Adam/AdamW), Adam/AdamW/Lamb (activation checkpointing is the trainer's: activation::Options::from),
+/// The engine runs ZeRO stages 0-3, Offload<None> (and Offload<Cpu> at stages 1-3 with Adam/AdamW),
+/// OffloadParams<None> (and OffloadParams<Cpu> at stage 3), Adam/AdamW/Lamb (activation checkpointing is the trainer's: activation::Options::from),
 /// and averages gradients in the reduction in the training precision.
 inline constexpr Unbuildable kUnbuildable[] = {
     {[](const Config& c) -> detail::Ask {
@@ -216,10 +241,11 @@ inline constexpr Unbuildable kUnbuildable[] = {
      "Lamb with optimizer offload; Offload<Cpu> runs Adam and AdamW"},
     {[](const Config& c) -> detail::Ask {
        const OffloadDevice d = c.zero_optimization.offload_param.device;
-       if (d == OffloadDevice::none) return std::nullopt;
+       if (d != OffloadDevice::nvme) return std::nullopt;
        return detail::ask("/zero_optimization/offload_param/device", detail::quoted(to_string(d)));
      },
-     "parameter offload (Offload<Cpu>, Offload<Nvme> with ZeRO stage 3); the engine runs Offload<None>"},
+     "NVMe parameter offload (OffloadParams<Nvme>); the engine runs OffloadParams<None> and OffloadParams<Cpu> "
+     "(ZeRO stage 3)"},
     {[](const Config& c) -> detail::Ask {
        if (!c.optimizer || (c.optimizer->kind != OptimizerKind::onebit_adam &&
                             c.optimizer->kind != OptimizerKind::onebit_lamb)) {
@@ -266,6 +292,14 @@ struct IgnoredSetting {
 };
 
 inline constexpr IgnoredSetting kIgnoredSettings[] = {
+    {"/zero_optimization/offload_param/pin_memory",
+     [](const Config& c) -> std::optional<std::string> {
+       const auto& p = c.zero_optimization.offload_param;
+       if (p.device != OffloadDevice::cpu || p.pin_memory) return std::nullopt;
+       return "false";
+     },
+     "has no effect in zerotk: offloaded parameter shards are always page-locked (OffloadParams<Cpu>); pageable "
+     "host memory on Device<Host> would be the compute space itself; ignored"},
     {"/zero_optimization/contiguous_gradients",
      [](const Config& c) -> std::optional<std::string> {
        if (c.zero_optimization.contiguous_gradients || c.zero_optimization.stage == 0) return std::nullopt;

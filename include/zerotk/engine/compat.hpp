@@ -10,7 +10,8 @@
 
 namespace zerotk::engine {
 
-template <class Partitioner, class Optimizer, class Precision, class Offload, class Device>
+template <class Partitioner, class Optimizer, class Precision, class Offload, class Device,
+          class OffloadParams = ::zerotk::OffloadParams<None>>
 struct Compat {
   static_assert(!std::is_same_v<typename Offload::tag, Nvme>,
                 "Engine: Offload<Nvme> is not available yet; use Offload<None> or Offload<Cpu>");
@@ -22,6 +23,13 @@ struct Compat {
   static_assert(!std::is_same_v<typename Offload::tag, Cpu> || !std::is_same_v<policy_tag_t<Optimizer>, Lamb>,
                 "Engine: Offload<Cpu> steps the optimizer sub-group by sub-group and supports Optimizer<Adam> and "
                 "Optimizer<AdamW>; Optimizer<Lamb> needs Offload<None>");
+  static_assert(!std::is_same_v<typename OffloadParams::tag, Nvme>,
+                "Engine: OffloadParams<Nvme> is not available yet; use OffloadParams<None> or OffloadParams<Cpu>");
+  static_assert(std::is_same_v<typename OffloadParams::tag, None> || Partitioner::stage == 3,
+                "Engine: OffloadParams<Cpu> (offload_param) offloads the parameter shards of Partitioner<Stage<3>>; "
+                "stages 0-2 keep every parameter in the compute space (DeepSpeed ignores offload_param there too)");
+  static_assert(!std::is_same_v<typename OffloadParams::tag, Cpu> || std::is_same_v<typename Device::tag, Host>,
+                "Engine: OffloadParams<Cpu> with Device<Cuda> is not available yet (Device<Host> only)");
   static constexpr bool value = true;
 };
 

@@ -14,6 +14,7 @@
 
 #include "zerotk/engine/registry.hpp"
 #include "zerotk/kernels/tensor_list.hpp"
+#include "zerotk/offload/pinned_shard.hpp"
 #include "zerotk/offload/store.hpp"
 #include "zerotk/optim/optimizer.hpp"
 #include "zerotk/zero/grads/context.hpp"
@@ -33,12 +34,26 @@ struct GroupMembers {
   std::vector<char> persistent;
 };
 
-template <class T, class Part, class Opt, class Ops, class OffloadTag = None>
+namespace detail {
+/// The stage's parameter path, with stage 3's shards in the home OffloadParams<Tag> selects.
+template <class Part, class T, class Ops, class ParamTag>
+struct ParamsOf {
+  using type = typename Part::template params<T, Ops, typename offload::ShardHomeOf<ParamTag>::template type<T, Ops>>;
+};
+template <class Part, class T, class Ops>
+struct ParamsOf<Part, T, Ops, None> {
+  using type = typename Part::template params<T, Ops>;
+};
+}  // namespace detail
+
+/// `OffloadTag` picks the state store (offload/store.hpp), `ParamOffloadTag` where stage 3's
+/// parameter shards live (offload/pinned_shard.hpp); neither is branched on.
+template <class T, class Part, class Opt, class Ops, class OffloadTag = None, class ParamOffloadTag = None>
 class FlatGroup {
  public:
   using value_type = T;
   using Grads = typename Part::template grads<T, Ops>;
-  using Params = typename Part::template params<T, Ops>;
+  using Params = typename detail::ParamsOf<Part, T, Ops, ParamOffloadTag>::type;
   using Store = typename offload::StoreOf<OffloadTag>::template type<Opt, Ops>;
   static constexpr bool kPartitioned = Part::partitions_optimizer_state;
   /// Stage 2: the reduced-gradient partition is also the all-gather source of the updated values

@@ -115,8 +115,10 @@ struct Partitioner<Stage<3>, When> {
   using layout = zero::BucketLayout;
   template <class T, class Ops>
   using grads = zero::PooledBuckets<T, Ops>;
-  template <class T, class Ops>
-  using params = zero::FetchOnDemand<T, Ops>;
+  /// `Home`: where the shards live (zero/params/compute_shard.hpp; OffloadParams<Cpu> gives
+  /// offload/pinned_shard.hpp's). Stages 0-2 have no shards and take two arguments.
+  template <class T, class Ops, class Home = zero::ComputeShard<T, Ops>>
+  using params = zero::FetchOnDemand<T, Ops, Home>;
 };
 
 /// Bucketer<Bytes<N>>: gradient buckets of N bytes (of the working precision). Overridable at run

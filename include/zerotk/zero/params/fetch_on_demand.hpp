@@ -18,6 +18,11 @@
 /// (owned-shaped), so publication only has to regather the persistent buckets: every other bucket
 /// is fetched fresh by the next scope that needs it.
 ///
+/// Where the shard lives is the `Home` parameter (compute_shard.hpp): the compute space
+/// (OffloadParams<None>), or page-locked host memory (offload/pinned_shard.hpp, OffloadParams<Cpu>),
+/// from which each gather first stages this rank's block into its own slot of the gather buffer and
+/// then gathers in place.
+///
 /// hpZ (`PathContext::group_comm` set, zero/params/secondary_shard.hpp): a bucket gathered over the
 /// world also refreshes this rank's secondary slice, and while that slice is current the next gather
 /// of the bucket (the backward's) runs on the group communicator instead. Every accessor through
@@ -31,20 +36,22 @@
 
 #include "zerotk/core/error.hpp"
 #include "zerotk/zero/grads/context.hpp"
+#include "zerotk/zero/params/compute_shard.hpp"
 #include "zerotk/zero/params/replicated.hpp"
 #include "zerotk/zero/params/secondary_shard.hpp"
 
 namespace zerotk::zero {
 
-template <class T, class Ops>
+template <class T, class Ops, class Home = ComputeShard<T, Ops>>
 class FetchOnDemand {
  public:
   /// Buckets live only while fetched: a parameter has no values outside its layer's scopes.
   static constexpr bool kResident = false;
+  using home_type = Home;
 
   FetchOnDemand(const PathContext<Ops>& c, const ParamPathOptions& o)
       : c_(c),
-        shard_(c.ops->template allocate<T>(c.layout->partition_numel(), MemoryCategory::params16, c.ledger)),
+        shard_(Home::allocate(*c.ops, c.layout->partition_numel(), c.ledger)),
         state_(c.layout->buckets().size()) {
     const auto buckets = c.layout->buckets();
     for (std::size_t k = 0; k < buckets.size(); ++k) {
@@ -201,14 +208,20 @@ class FetchOnDemand {
     const Bucket& b = c_.layout->buckets()[k];
     State& s = state_[k];
     s.from_world = !(secondary_ && secondary_->current(k));
-    s.work = s.from_world ? c_.comm->all_gather(shard_.data() + b.part_offset, buffer(k), b.block, dtype_of_v<T>)
-                          : secondary_->gather(k, buffer(k));
+    if (s.from_world) {
+      T* out = buffer(k);
+      T* slot = out + static_cast<std::size_t>(c_.rank()) * b.block;  // in place when the home stages
+      const T* send = Home::gather_source(*c_.ops, shard_.data() + b.part_offset, slot, b.block);
+      s.work = c_.comm->all_gather(send, out, b.block, dtype_of_v<T>);
+    } else {
+      s.work = secondary_->gather(k, buffer(k));
+    }
     s.gathering = true;
     ++pending_;
   }
 
   PathContext<Ops> c_;
-  typename Ops::template Buffer<T> shard_;                   // [partition_numel]
+  typename Home::Buffer shard_;                              // [partition_numel], where Home keeps it
   std::vector<typename Ops::template Buffer<T>> pool_;       // [pool buffers][slot_numel_]
   std::vector<typename Ops::template Buffer<T>> persistent_; // [persistent buckets][bucket numel]
   std::vector<int> free_;                                    // pool buffers holding no bucket
