@@ -1,5 +1,6 @@
 // zerotk-plan against the GPT example's ledger (issue 15's proof): the model trained under the
 // engine, its activation bytes reported through the Meter, over a grid of stage x optimizer offload x
+// parameter offload (stage 3) x
 // activation checkpointing x world size x precision. Model states must equal the plan exactly; the
 // activation peak and the per-rank total peak must be within 5% (the plan sums per-category peaks
 // that the ledger may see at different moments).
@@ -51,12 +52,14 @@ zerotk::DType dtype_of() {
                                                 : zerotk::DType::fp16;
 }
 
-template <int S, class Prec, class Off>
+template <int S, class Prec, class Off, class OffP = zerotk::OffloadParams<zerotk::None>>
 void check_plan(int world, const std::string& sel) {
   CAPTURE(S);
   CAPTURE(world);
   CAPTURE(sel);
   const bool offload = std::is_same_v<Off, zerotk::Offload<zerotk::Cpu>>;
+  const bool offload_params = std::is_same_v<OffP, zerotk::OffloadParams<zerotk::Cpu>>;
+  CAPTURE(offload_params);
   CAPTURE(std::string(zerotk::to_string(dtype_of<Prec>())));
   CAPTURE(offload);
   gpt::Config c;
@@ -71,7 +74,8 @@ void check_plan(int world, const std::string& sel) {
     zerotk::EngineOptions o;
     o.bucket_bytes = 4096;
     o.stage3.param_persistence_threshold = 0;
-    zerotk::Engine<zerotk::Partitioner<zerotk::Stage<S>>, zerotk::Optimizer<zerotk::AdamW>, zerotk::Precision<Prec>, Off>
+    zerotk::Engine<zerotk::Partitioner<zerotk::Stage<S>>, zerotk::Optimizer<zerotk::AdamW>, zerotk::Precision<Prec>, Off,
+                   OffP>
         engine(comm, model, o);
     {
       auto g = engine.gather(model, 0);
@@ -107,6 +111,7 @@ void check_plan(int world, const std::string& sel) {
   choice.stage = S;
   choice.precision = dtype_of<Prec>();
   choice.optimizer = offload ? plan::OffloadTarget::cpu : plan::OffloadTarget::none;
+  choice.param = offload_params ? plan::OffloadTarget::cpu : plan::OffloadTarget::none;
   choice.checkpointing = plan_choice(sel);
   plan::EngineSettings s;
   s.bucket_bytes = 4096;
@@ -131,8 +136,10 @@ void check_plan(int world, const std::string& sel) {
     CAPTURE(planned_total);
     CAPTURE(m.total_peak);
     CHECK(std::abs(ratio - 1.0) <= 0.05);
+    CHECK(e.memory.unmeasured.empty());
     if (r == 0) {
-      std::printf("plan vs ledger: stage %d %-5s %-4s W=%d %-8s activations %8zu / %8zu  total %9zu / %9zu  (%.3f)\n", S,
+      std::printf("plan vs ledger: stage %d%s %-5s %-4s W=%d %-8s activations %8zu / %8zu  total %9zu / %9zu  (%.3f)\n", S,
+                  offload_params ? " (params offloaded)" : "",
                   std::string(zerotk::to_string(choice.precision)).c_str(), std::string(plan::to_string(choice.optimizer)).c_str(),
                   world, sel.c_str(), e.activations.peak(), m.activation_peak, planned_total, m.total_peak, ratio);
     }
@@ -150,6 +157,7 @@ void grid() {
       check_plan<3, Prec, zerotk::Offload<zerotk::None>>(world, sel);
       check_plan<2, Prec, zerotk::Offload<zerotk::Cpu>>(world, sel);
       check_plan<3, Prec, zerotk::Offload<zerotk::Cpu>>(world, sel);
+      check_plan<3, Prec, zerotk::Offload<zerotk::Cpu>, zerotk::OffloadParams<zerotk::Cpu>>(world, sel);
     }
   }
 }
@@ -159,5 +167,5 @@ void grid() {
 TEST_CASE("zerotk-plan predicts the GPT example's ledger: model states exact, peaks within 5%") {
   grid<zerotk::fp32>();
   grid<zerotk::bf16>();
-  CHECK(rows_checked == 2 * 3 * 3 * 6);
+  CHECK(rows_checked == 2 * 3 * 3 * 7);
 }

@@ -171,9 +171,8 @@ inline MemoryPlan model_state_plan(const ModelDescription& m, int world, const C
       // DeepSpeed's parameter swapper: buffer_count pinned buffers of buffer_size elements.
       p.at(MemorySpace::pinned_host, C::params16) += s.param_buffer_count * s.param_buffer_size * S;
     }
-    if (c.param != OffloadTarget::none) {
-      p.unmeasured.push_back("offload_param " + std::string(to_string(c.param)) +
-                             ": modelled from DeepSpeed, zerotk does not offload parameters yet");
+    if (c.param == OffloadTarget::nvme) {
+      p.unmeasured.push_back("offload_param nvme: modelled from DeepSpeed, zerotk does not swap parameters yet");
     }
   }
 
