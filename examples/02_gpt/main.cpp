@@ -142,7 +142,10 @@ struct Summary {
 };
 
 /// Prints rank memory by category beside the ZeRO formula for this stage (fp16/bf16 Adam, K = 12).
-void print_memory_table(const Summary& s, int stage, const std::string& precision, int world, int gas) {
+/// `sub_group` > 0: optimizer offload, whose two pinned staging buffers of 4 B x min(sub_group, Psi/N)
+/// are recorded as gradients and parameters (docs/offload.md).
+void print_memory_table(const Summary& s, int stage, const std::string& precision, int world, int gas,
+                        std::int64_t sub_group) {
   const double pad = static_cast<double>(s.padded), N = world;
   const char* names[] = {"params (working precision)", "gradients", "fp32 master", "optimizer state (m, v)",
                          "bucket buffers", "gathered params (stage 3)", "hpZ secondary shard", "activations", "float compute copy (host)"};
@@ -180,6 +183,10 @@ void print_memory_table(const Summary& s, int stage, const std::string& precisio
                            : "16 Psi/N",
               formula);
   if (acc) std::printf(" + fp32 accumulator of GAS > 1 %s = %.0f B", stage == 0 ? "4 Psi" : "4 Psi/N", formula + extra);
+  if (sub_group > 0) {
+    const double staging = 2.0 * 4.0 * std::min(static_cast<double>(sub_group), pad / N);
+    std::printf(" + optimizer offload staging 2 x 4 B x min(sub_group_size, Psi/N) = %.0f B", formula + extra + staging);
+  }
   std::printf("\n");
 }
 
@@ -463,7 +470,10 @@ int run(const Options& o, const gpt::Config& model_config, const Data& data, Eva
                            E<3, zerotk::fp32, OptCpu, ParamCpu>>(cfg, launch);
   if (!root) return 0;
   print_memory_table(summary, cfg.zero_optimization.stage, std::string(zerotk::to_string(cfg.precision())), world,
-                                  static_cast<int>(cfg.gradient_accumulation_steps));
+                                  static_cast<int>(cfg.gradient_accumulation_steps),
+                     cfg.zero_optimization.offload_optimizer.device == zerotk::config::OffloadDevice::none
+                         ? 0
+                         : cfg.zero_optimization.sub_group_size);
   std::printf("activation peak per rank: %zu B (%zu of %d blocks checkpointed, --checkpoint-activations %s)\n",
               summary.activation_peak, summary.checkpointed_blocks, model_config.n_layers, o.checkpoint_activations.c_str());
   std::printf("\ntrained %d steps in %.1f s: %.0f tokens/s; time outside the model's own forward/backward: %.1f%%\n",
