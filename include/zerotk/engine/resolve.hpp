@@ -40,8 +40,8 @@ struct Resolved {
   using offload = find_policy_t<policy::offload, Offload<None>, Ps...>;
   using device = find_policy_t<policy::device, Device<Host>, Ps...>;
   static constexpr bool compatible = Compat<partitioner, optimizer, precision, offload, device>::value;
-  /// The Offload tag whose state store the groups use (None stands in for Nvme, which Compat reports).
-  using store_tag = std::conditional_t<std::is_same_v<typename offload::tag, Nvme>, None, typename offload::tag>;
+  /// The Offload tag whose state store the groups use (offload/store.hpp).
+  using store_tag = typename offload::tag;
 };
 }  // namespace engine
 
