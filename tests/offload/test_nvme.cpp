@@ -28,6 +28,7 @@
 
 #include "blob_model.hpp"
 #include "engine_fixture.hpp"
+#include "offload_runs.hpp"
 #include "zerotk/checkpoint.hpp"
 #include "zerotk/comm/threads.hpp"
 #include "zerotk/engine.hpp"
@@ -41,7 +42,7 @@ namespace {
 template <int S>
 using Part = Partitioner<zerotk::Stage<S>>;
 template <int S, class Prec, class Off>
-using E = Engine<Part<S>, Optimizer<AdamW>, Precision<Prec>, Off>;
+using E = OffloadEngine<S, Prec, Off>;
 
 /// A fresh directory on the build tree's file system (a real disk: O_DIRECT works there).
 fs::path scratch(const std::string& name) {
@@ -81,49 +82,19 @@ EngineOptions options_for(const RunConfig& cfg, const Swap& s, const fs::path& d
 
 template <int S, class Prec, class Off>
 RunResult train(const RunConfig& cfg, const Swap& swap, const fs::path& dir) {
-  RunResult result;
-  std::vector<std::vector<float>> finals(static_cast<std::size_t>(cfg.world));
-  std::mutex mu;
-  comm::run_threads(cfg.world, [&](auto& comm) {
-    RunResult mine;
-    Mlp<typename Precision<Prec>::storage> model;
-    E<S, Prec, Off> engine(comm, model, options_for(cfg, swap, dir));
-    {
-      auto g = engine.gather(model, 0);
-      model.init(42);
-      mine.initial = model.values();
-    }
-    engine.initialize_master();
-    train_steps(engine, model, comm.rank(), cfg, 0, cfg.steps, &mine);
-    {
-      auto g = engine.gather(model);
-      mine.params = model.values();
-    }
-    if constexpr (std::is_same_v<Off, Offload<Nvme>>) {
-      const MemoryLedger& m = engine.memory();
-      if (m.live(MemorySpace::host, MemoryCategory::master32) != 0 ||
-          m.live(MemorySpace::host, MemoryCategory::optimizer_state) != 0 ||
-          m.live(MemorySpace::pinned_host, MemoryCategory::master32) != 0 ||
-          m.live(MemorySpace::disk, MemoryCategory::master32) == 0) {
-        mine.ranks_agree = false;
-      }
-    }
-    std::lock_guard lock(mu);
-    finals[static_cast<std::size_t>(comm.rank())] = mine.params;
-    if (comm.rank() == 0) result = std::move(mine);
+  return train_with<S, Prec, Off>(cfg, options_for(cfg, swap, dir), [](const MemoryLedger& m) {
+    // The store really is the swapped one: master and optimizer state on disk only.
+    return !std::is_same_v<Off, Offload<Nvme>> || (m.live(MemorySpace::host, MemoryCategory::master32) == 0 &&
+                                                   m.live(MemorySpace::host, MemoryCategory::optimizer_state) == 0 &&
+                                                   m.live(MemorySpace::pinned_host, MemoryCategory::master32) == 0 &&
+                                                   m.live(MemorySpace::disk, MemoryCategory::master32) != 0);
   });
-  for (const auto& f : finals) result.ranks_agree = result.ranks_agree && f == finals[0];
-  return result;
 }
 
 template <int S, class Prec>
 void check_same_as_resident(const RunConfig& cfg, bool expect_skip, const fs::path& dir) {
   const RunResult ref = train<S, Prec, Offload<None>>(cfg, Swap{}, dir);
-  REQUIRE(ref.ranks_agree);
-  CHECK(ref.params != ref.initial);
-  bool skipped = false;
-  for (char s : ref.skipped) skipped = skipped || s;
-  CHECK(skipped == expect_skip);
+  check_reference(ref, expect_skip);
   std::vector<Swap> swaps;
   {
     Swap s;  // odd size, both pipelines, three buffers asked for by the pipelining (1 given)
@@ -149,13 +120,7 @@ void check_same_as_resident(const RunConfig& cfg, bool expect_skip, const fs::pa
     CAPTURE(s.pipeline_read);
     CAPTURE(s.pipeline_write);
     CAPTURE(s.uring);
-    const RunResult off = train<S, Prec, Offload<Nvme>>(cfg, s, dir);
-    CHECK(off.ranks_agree);
-    CHECK(off.params == ref.params);  // bitwise
-    CHECK(off.losses == ref.losses);
-    CHECK(off.scales == ref.scales);
-    CHECK(off.skipped == ref.skipped);
-    CHECK(off.norms == ref.norms);
+    check_same_run(train<S, Prec, Offload<Nvme>>(cfg, s, dir), ref);  // bitwise
   }
   CHECK(swap_files(dir).empty());  // removed with their engines
 }
@@ -563,13 +528,6 @@ std::string construct_error(const fs::path& dir, const Swap& swap = Swap{}) {
     }
   });
   return what;
-}
-bool drop_capability(int cap) {
-  __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
-  __user_cap_data_struct data[2] = {};
-  if (::syscall(SYS_capget, &hdr, data) != 0) return false;
-  data[cap / 32].effective &= ~(1u << (cap % 32));
-  return ::syscall(SYS_capset, &hdr, data) == 0;
 }
 }  // namespace
 
