@@ -344,22 +344,22 @@ TEST_CASE("an Offload<Nvme> checkpoint resumes bitwise, into Offload<Nvme> and O
 namespace {
 
 std::atomic<int> g_fail_errno{0};
-std::atomic<int> g_fail_writes_after{0};  // this many writes succeed first
-std::atomic<bool> g_fail_reads{false};
+std::atomic<int> g_fail_after{0};      // this many requests of the kind succeed first
+std::atomic<int> g_fail_count{0};      // then this many fail (the rest succeed again)
+std::atomic<bool> g_fail_reads{false};  // the kind: reads or writes
 int fault_hook(const io::FaultSite& s) {
   if (s.write == g_fail_reads.load()) return 0;
-  if (s.write && g_fail_writes_after.fetch_sub(1) > 0) return 0;
-  return g_fail_errno.load();
+  if (g_fail_after.fetch_sub(1) > 0) return 0;
+  return g_fail_count.fetch_sub(1) > 0 ? g_fail_errno.load() : 0;
 }
-struct HookGuard {
-  explicit HookGuard(int err, bool reads, int writes_after) {
-    g_fail_errno = err;
-    g_fail_reads = reads;
-    g_fail_writes_after = writes_after;
-    io::set_fault_hook(&fault_hook);
-  }
-  ~HookGuard() { io::set_fault_hook(nullptr); }
-};
+/// Requests of one kind fail with `err`: `count` of them, after `after` succeeded.
+void arm_faults(int err, bool reads, int after, int count = 1) {
+  g_fail_errno = err;
+  g_fail_reads = reads;
+  g_fail_after = after;
+  g_fail_count = count;
+  io::set_fault_hook(&fault_hook);
+}
 
 bool same_state(const EngineState& a, const EngineState& b) {
   if (a.groups.size() != b.groups.size() || a.global_steps != b.global_steps || a.skipped_steps != b.skipped_steps ||
@@ -465,17 +465,45 @@ TEST_CASE("Offload<Nvme> faults: injected write and read failures abandon the st
   for (bool uring : {true, false}) {
     swap.uring = uring;
     CAPTURE(uring);
-    // The first write of the step (disk full), on every rank.
-    fault_case<2>(2, swap, dir, [] { (void)new HookGuard(ENOSPC, false, 0); }, [] { io::set_fault_hook(nullptr); },
-                  "No space left on device");
-    // A later write: earlier sub-groups' values must be put back.
-    fault_case<2>(1, swap, dir, [] { (void)new HookGuard(EIO, false, 3); }, [] { io::set_fault_hook(nullptr); },
-                  "Input/output error");
-    fault_case<3>(1, swap, dir, [] { (void)new HookGuard(EIO, false, 2); }, [] { io::set_fault_hook(nullptr); },
-                  "Input/output error");
-    fault_case<1>(2, swap, dir, [] { (void)new HookGuard(EIO, true, 0); }, [] { io::set_fault_hook(nullptr); },
-                  "read failed");
+    const auto off = [] { io::set_fault_hook(nullptr); };
+    // Every write of the step (disk full), on every rank (a rank that succeeded would go on to publish).
+    fault_case<2>(2, swap, dir, [] { arm_faults(ENOSPC, false, 0, 1'000'000); }, off, "No space left on device");
+    // A later write or read: earlier sub-groups' values must be put back (stage 1: they are the
+    // parameters themselves; stage 3: the shard).
+    fault_case<2>(1, swap, dir, [] { arm_faults(EIO, false, 3); }, off, "Input/output error");
+    fault_case<3>(1, swap, dir, [] { arm_faults(EIO, false, 2); }, off, "Input/output error");
+    fault_case<1>(1, swap, dir, [] { arm_faults(EIO, false, 4); }, off, "write failed");
+    fault_case<1>(1, swap, dir, [] { arm_faults(EIO, true, 3); }, off, "read failed");
+    fault_case<1>(2, swap, dir, [] { arm_faults(EIO, true, 0, 1'000'000); }, off, "read failed");
   }
+  fs::remove_all(dir);
+}
+
+TEST_CASE("Offload<Nvme> faults: when putting the previous values back fails too, the error says so") {
+  const fs::path dir = scratch("inject2");
+  RunConfig cfg;
+  cfg.world = 1;
+  Swap swap;
+  swap.sub_group_size = 61;
+  std::string what;
+  comm::run_threads(1, [&](auto& comm) {
+    Mlp<half> model;
+    E<1, fp16, Offload<Nvme>> engine(comm, model, options_for(cfg, swap, dir));
+    model.init(42);
+    engine.initialize_master();
+    train_steps(engine, model, comm.rank(), cfg, 0, 2, nullptr);
+    arm_faults(EIO, true, 3, 1'000'000);  // every read after the third fails
+    try {
+      train_steps(engine, model, comm.rank(), cfg, 2, 3, nullptr);
+    } catch (const io_error& e) {
+      what = e.what();
+    }
+    io::set_fault_hook(nullptr);
+  });
+  CAPTURE(what);
+  CHECK(what.find("putting back the parameters' previous values failed too") != std::string::npos);
+  CHECK(what.find("load a checkpoint") != std::string::npos);
+  CHECK(what.find("read failed") != std::string::npos);
   fs::remove_all(dir);
 }
 

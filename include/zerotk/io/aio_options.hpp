@@ -36,9 +36,9 @@ struct AioOptions {
   bool use_uring = true;
 
   void check() const {
-    if (block_size == 0 || block_size % kDirectAlign != 0) {
-      throw config_error("must be a positive multiple of 4096 bytes (O_DIRECT alignment)", "aio.block_size",
-                         std::to_string(block_size));
+    if (block_size == 0 || block_size % kDirectAlign != 0 || block_size > (std::size_t{1} << 30)) {
+      throw config_error("must be a positive multiple of 4096 bytes (O_DIRECT alignment), at most 1 GiB",
+                         "aio.block_size", std::to_string(block_size));
     }
     if (queue_depth < 1 || queue_depth > 4096) {
       throw config_error("must be in [1, 4096]", "aio.queue_depth", std::to_string(queue_depth));
