@@ -107,6 +107,10 @@ class Engine {
   using ops_type = ::zerotk::device::Ops<device_tag>;
   template <class T>
   using Buffer = typename ops_type::template Buffer<T>;
+  /// Whether the state store keeps the master and the moments addressable in host memory (in-place
+  /// views for master() and state_views(); Offload<Nvme> keeps them in a file).
+  static constexpr bool kStateInHostMemory = ::zerotk::offload::StoreOf<typename R::store_tag>::template type<
+      optimizer_policy, ops_type>::kStateInHostMemory;
 
   // ---- scopes ----------------------------------------------------------------------------------
   class [[nodiscard]] ForwardScope {
@@ -273,7 +277,13 @@ class Engine {
     r.micro_steps = micro_steps_;
     if (boundary) {
       const auto ts = detail::Clock::now();
-      boundary_step(r);
+      try {
+        boundary_step(r);
+      } catch (...) {  // an abandoned update (boundary_step put the state back): the next step starts afresh
+        micro_in_accum_ = 0;
+        loss_sum_ = 0;
+        throw;
+      }
       timings_.step_ms += detail::ms_since(ts);
       r.timings = std::exchange(timings_, StepTimings{});
       r.timings_measured = true;
@@ -356,7 +366,7 @@ class Engine {
   /// The groups of state() viewed in place, without copies (host-accessible spaces): valid until the
   /// engine steps or loads. A synchronous checkpoint save writes from these.
   std::vector<EngineGroupView> state_views() const
-    requires ops_type::Space::host_accessible
+    requires ops_type::Space::host_accessible && kStateInHostMemory
   {
     require_boundary("state_views");
     std::vector<EngineGroupView> out;
@@ -488,7 +498,7 @@ class Engine {
   /// The fp32 master copy this rank owns (stage 0: everything, flat layout; 1/2: its partition), of
   /// the working-precision group. Host memory only.
   std::span<const float> master() const noexcept
-    requires ops_type::Space::host_accessible
+    requires ops_type::Space::host_accessible && kStateInHostMemory
   {
     return main_ ? std::span<const float>(main_->store().master(), main_->store().owned_numel()) : std::span<const float>();
   }
@@ -556,6 +566,15 @@ class Engine {
       visit(m.own);
       visit(m.external);
     });
+  }
+
+  ::zerotk::offload::StoreOptions store_options(const char* name) const {
+    ::zerotk::offload::StoreOptions s;
+    s.sub_group_size = options_.sub_group_size;
+    s.rank = comm_.rank();
+    s.name = name;
+    s.nvme = options_.nvme;
+    return s;
   }
 
   static EngineOptions checked(EngineOptions o) {
@@ -645,11 +664,11 @@ class Engine {
     const bool acc32 = !options_.grad_accum_dtype || *options_.grad_accum_dtype == DType::fp32;
     if (!main.ids.empty()) {
       main_ = std::make_unique<MainGroup>(path_context(acc32), std::move(main), bucket_numel(sizeof(S)), options_.groups,
-                                          options_.overlap_param_gather, options_.sub_group_size);
+                                          options_.overlap_param_gather, store_options("main"));
     }
     if (!f32.ids.empty()) {
       f32_ = std::make_unique<Fp32Group>(path_context(true), std::move(f32), bucket_numel(sizeof(float)),
-                                         options_.groups, options_.overlap_param_gather, options_.sub_group_size);
+                                         options_.groups, options_.overlap_param_gather, store_options("fp32"));
     }
     bindings_.emplace(registry_, main_.get(), f32_.get(), ops_, &ledger_);
     bindings_->adopt_and_bind(options_.adopt_initial_values);
@@ -698,6 +717,7 @@ class Engine {
     r.boundary = true;
     const double sumsq = norm.sum_squares / (gas * gas);  // of the scaled, GAS-averaged gradients
     const double scale = scaler_.scale();
+    const LossScalerState scaler_before = scaler_.state();  // an abandoned update puts it back
     const bool skip = scaler_.update(norm.nonfinite);
     ++global_steps_;
     r.lr = lr(0);
@@ -712,10 +732,19 @@ class Engine {
     const ClipResult clip = clip_factor(norm.nonfinite ? INFINITY : sumsq, scale, options_.gradient_clipping);
     r.grad_norm = clip.reported_norm;
     const float grad_scale = static_cast<float>(static_cast<double>(clip.grad_factor) / gas);
-    for_each_group([&](auto& g) {
-      g.update(grad_scale);
-      g.publish([this, &g](std::size_t k) { bindings_->on_bucket_published(g, k); });
-    });
+    // A store may fail its update (Offload<Nvme>: an I/O error) and then leaves its state as it was;
+    // the step is then not taken: the scaler and the step counter go back, the gradients are dropped.
+    try {
+      for_each_group([&](auto& g) {
+        g.update(grad_scale);
+        g.publish([this, &g](std::size_t k) { bindings_->on_bucket_published(g, k); });
+      });
+    } catch (...) {
+      for_each_group([](auto& g) { g.skip(); });
+      scaler_.load_state(scaler_before);
+      --global_steps_;
+      throw;
+    }
     if (scheduler_) {
       scheduler_->step();
       apply_schedule();

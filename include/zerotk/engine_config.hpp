@@ -33,6 +33,17 @@ EngineOptions engine_options(const config::Config& cfg) {
   for (config_error& e : config::check_buildable(cfg)) problems.push_back(std::move(e));
   // A Config may be built in code, so the narrowing conversions below are checked here too.
   using S = typename E::storage_type;
+  if (cfg.zero_optimization.offload_optimizer.device == config::OffloadDevice::nvme) {
+    const config::AioOptions& a = cfg.aio;
+    if (a.block_size % 4096 != 0 || a.block_size > (std::int64_t{1} << 30)) {
+      problems.emplace_back("must be a multiple of 4096 bytes up to 1 GiB (O_DIRECT alignment)", "/aio/block_size",
+                            std::to_string(a.block_size));
+    }
+    if (a.queue_depth > 4096) problems.emplace_back("must be <= 4096", "/aio/queue_depth", std::to_string(a.queue_depth));
+    if (a.intra_op_parallelism > 64) {
+      problems.emplace_back("must be <= 64", "/aio/intra_op_parallelism", std::to_string(a.intra_op_parallelism));
+    }
+  }
   const std::int64_t bucket = cfg.zero_optimization.reduce_bucket_size;  // elements, as in DeepSpeed
   if (bucket < 1) {
     problems.emplace_back("must be >= 1 (elements per bucket)", "/zero_optimization/reduce_bucket_size",
@@ -84,6 +95,17 @@ EngineOptions engine_options(const config::Config& cfg) {
   if (z.zero_hpz_partition_size > 1) {
     o.stage3.reshard_after_forward = ReshardAfterForward::group(static_cast<int>(z.zero_hpz_partition_size));
   }
+  // Offload<Nvme>: offload_optimizer's swap keys and the aio block (values the reader checked >= 1;
+  // the alignment and ranges the I/O layer needs were checked above).
+  o.nvme.path = z.offload_optimizer.nvme_path;
+  o.nvme.buffer_count = static_cast<std::size_t>(z.offload_optimizer.buffer_count);
+  o.nvme.pipeline_read = z.offload_optimizer.pipeline_read;
+  o.nvme.pipeline_write = z.offload_optimizer.pipeline_write;
+  o.nvme.aio.block_size = static_cast<std::size_t>(cfg.aio.block_size);
+  o.nvme.aio.queue_depth = static_cast<int>(cfg.aio.queue_depth);
+  o.nvme.aio.intra_op_parallelism = static_cast<int>(cfg.aio.intra_op_parallelism);
+  o.nvme.aio.single_submit = cfg.aio.single_submit;
+  o.nvme.aio.overlap_events = cfg.aio.overlap_events;
   return o;
 }
 

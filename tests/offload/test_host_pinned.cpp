@@ -23,6 +23,7 @@
 
 #include "blob_model.hpp"
 #include "engine_fixture.hpp"
+#include "offload_runs.hpp"
 #include "zerotk/comm/threads.hpp"
 #include "zerotk/engine.hpp"
 
@@ -35,66 +36,28 @@ template <int S>
 using Part = Partitioner<zerotk::Stage<S>>;
 
 template <int S, class Prec, class Off>
-using E = Engine<Part<S>, Optimizer<AdamW>, Precision<Prec>, Off>;
+using E = OffloadEngine<S, Prec, Off>;
 
-/// W ranks of `cfg`; rank 0's result, every rank's agreement.
 template <int S, class Prec, class Off>
 RunResult train(const RunConfig& cfg, std::size_t sub_group_size) {
-  RunResult result;
-  std::vector<std::vector<float>> finals(static_cast<std::size_t>(cfg.world));
-  std::mutex mu;
-  comm::run_threads(cfg.world, [&](auto& comm) {
-    RunResult mine;
-    Mlp<typename Precision<Prec>::storage> model;
-    EngineOptions o = engine_options(cfg);
-    o.sub_group_size = sub_group_size;
-    E<S, Prec, Off> engine(comm, model, o);
-    {
-      auto g = engine.gather(model, 0);
-      model.init(42);
-      mine.initial = model.values();
-    }
-    engine.initialize_master();
-    train_steps(engine, model, comm.rank(), cfg, 0, cfg.steps, &mine);
-    {
-      auto g = engine.gather(model);
-      mine.params = model.values();
-    }
-    if constexpr (std::is_same_v<Off, Offload<Cpu>>) {
-      // The store really is the pinned one: no master or optimizer state in the compute space.
-      const MemoryLedger& m = engine.memory();
-      if (m.live(MemorySpace::host, MemoryCategory::master32) != 0 ||
-          m.live(MemorySpace::host, MemoryCategory::optimizer_state) != 0 ||
-          m.live(MemorySpace::pinned_host, MemoryCategory::master32) == 0) {
-        mine.ranks_agree = false;
-      }
-    }
-    std::lock_guard lock(mu);
-    finals[static_cast<std::size_t>(comm.rank())] = mine.params;
-    if (comm.rank() == 0) result = std::move(mine);
+  EngineOptions o = engine_options(cfg);
+  o.sub_group_size = sub_group_size;
+  return train_with<S, Prec, Off>(cfg, o, [](const MemoryLedger& m) {
+    // The store really is the pinned one: no master or optimizer state in the compute space.
+    return !std::is_same_v<Off, Offload<Cpu>> || (m.live(MemorySpace::host, MemoryCategory::master32) == 0 &&
+                                                  m.live(MemorySpace::host, MemoryCategory::optimizer_state) == 0 &&
+                                                  m.live(MemorySpace::pinned_host, MemoryCategory::master32) != 0);
   });
-  for (const auto& f : finals) result.ranks_agree = result.ranks_agree && f == finals[0];
-  return result;
 }
 
 template <int S, class Prec>
 void check_same_as_resident(const RunConfig& cfg, bool expect_skip) {
   const RunResult ref = train<S, Prec, Offload<None>>(cfg, 1'000'000'000);
-  REQUIRE(ref.ranks_agree);
-  CHECK(ref.params != ref.initial);  // it trained
-  bool skipped = false;
-  for (char s : ref.skipped) skipped = skipped || s;
-  CHECK(skipped == expect_skip);
+  check_reference(ref, expect_skip);
   // 1 element, odd sizes, about a partition, larger than any partition.
   for (std::size_t sub : {std::size_t{1}, std::size_t{7}, std::size_t{61}, std::size_t{250}, std::size_t{1'000'000}}) {
     CAPTURE(sub);
-    const RunResult off = train<S, Prec, Offload<Cpu>>(cfg, sub);
-    CHECK(off.ranks_agree);
-    CHECK(off.params == ref.params);  // bitwise
-    CHECK(off.losses == ref.losses);
-    CHECK(off.scales == ref.scales);
-    CHECK(off.skipped == ref.skipped);
-    CHECK(off.norms == ref.norms);
+    check_same_run(train<S, Prec, Offload<Cpu>>(cfg, sub), ref);  // bitwise
   }
 }
 
@@ -316,17 +279,6 @@ TEST_CASE("Offload<Cpu>: sub_group_size 0 is a config_error") {
   });
 }
 
-namespace {
-/// Drops CAP_IPC_LOCK from this thread's effective set (threads it creates inherit it), so that
-/// RLIMIT_MEMLOCK applies even to root. False where the kernel refuses.
-bool drop_ipc_lock_capability() {
-  __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
-  __user_cap_data_struct data[2] = {};
-  if (::syscall(SYS_capget, &hdr, data) != 0) return false;
-  data[CAP_IPC_LOCK / 32].effective &= ~(1u << (CAP_IPC_LOCK % 32));
-  return ::syscall(SYS_capset, &hdr, data) == 0;
-}
-}  // namespace
 
 TEST_CASE("Offload<Cpu>: a refused page lock names RLIMIT_MEMLOCK and the bytes asked") {
   rlimit saved{};
@@ -334,7 +286,7 @@ TEST_CASE("Offload<Cpu>: a refused page lock names RLIMIT_MEMLOCK and the bytes 
   std::string what;
   bool threw_usage = false, could_restrict = false;
   std::thread t([&] {
-    could_restrict = drop_ipc_lock_capability() || ::geteuid() != 0;
+    could_restrict = drop_capability(CAP_IPC_LOCK) || ::geteuid() != 0;
     rlimit tiny = saved;
     tiny.rlim_cur = 0;  // the soft limit may always be lowered
     if (::setrlimit(RLIMIT_MEMLOCK, &tiny) != 0) could_restrict = false;

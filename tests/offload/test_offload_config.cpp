@@ -76,5 +76,65 @@ TEST_CASE("optimizer offload the engine cannot run is refused naming the key") {
             "zero_optimization": {"stage": 1, "offload_optimizer": {"device": "cpu"}}})",
         ctx));
   });
-  CHECK(lamb.find("Offload<Cpu> runs Adam and AdamW") != std::string::npos);
+  CHECK(lamb.find("Offload<Cpu> and Offload<Nvme> run Adam and AdamW") != std::string::npos);
+}
+
+TEST_CASE("offload_optimizer.device nvme maps to Offload<Nvme> with its swap keys and the aio block") {
+  const std::string dir = std::string(ZEROTK_TEST_BINARY_DIR);
+  using NvmeStage3 = Engine<Partitioner<Stage<3>>, Optimizer<AdamW>, Precision<fp16>, Offload<Nvme>>;
+  using CpuStage3 = Engine<Partitioner<Stage<3>>, Optimizer<AdamW>, Precision<fp16>, Offload<Cpu>>;
+  config::ResolveContext ctx;
+  ctx.world_size = 2;
+  auto with_aio = [&](const std::string& aio) {
+    return config::load(R"({"train_batch_size": 8, "fp16": {"enabled": true, "initial_scale_power": 8},
+        "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+        "zero_optimization": {"stage": 3, "sub_group_size": 100, "offload_optimizer": {"device": "nvme",
+            "nvme_path": ")" + dir + R"(", "buffer_count": 5, "pipeline_read": true, "pipeline_write": true,
+            "fast_init": false}},
+        "aio": )" + aio + "}",
+                        ctx);
+  };
+  const config::Config cfg =
+      with_aio(R"({"block_size": 262144, "queue_depth": 16, "intra_op_parallelism": 2, "single_submit": true,
+                   "overlap_events": false})");
+  const EngineOptions o = engine_options<NvmeStage3>(cfg);
+  CHECK(o.sub_group_size == 100);
+  CHECK(o.nvme.path == dir);
+  CHECK(o.nvme.buffer_count == 5);
+  CHECK(o.nvme.pipeline_read);
+  CHECK(o.nvme.pipeline_write);
+  CHECK(o.nvme.aio.block_size == 262144);
+  CHECK(o.nvme.aio.queue_depth == 16);
+  CHECK(o.nvme.aio.intra_op_parallelism == 2);
+  CHECK(o.nvme.aio.single_submit);
+  CHECK(!o.nvme.aio.overlap_events);
+  const int picked = config::dispatch<CpuStage3, NvmeStage3>(cfg, [&]<class E>(std::type_identity<E>) {
+    return std::is_same_v<E, NvmeStage3> ? 1 : 0;
+  });
+  CHECK(picked == 1);
+  comm::run_threads(2, [&](auto& comm) {
+    zt_test::Mlp<half> model;
+    NvmeStage3 engine(comm, model, o);
+    {
+      auto g = engine.gather(model, 0);
+      model.init(42);
+    }
+    engine.initialize_master();
+    zt_test::RunConfig rc;
+    zt_test::train_steps(engine, model, comm.rank(), rc, 0, 3, nullptr);
+    CHECK(engine.memory().live(MemorySpace::disk, MemoryCategory::optimizer_state) > 0);
+    CHECK(engine.memory().live(MemorySpace::pinned_host, MemoryCategory::optimizer_state) == 0);
+  });
+  // A block size O_DIRECT cannot use is refused naming the key.
+  const std::string bad = error_of([&] { (void)engine_options<NvmeStage3>(with_aio(R"({"block_size": 1000})")); });
+  CAPTURE(bad);
+  CHECK(bad.find("/aio/block_size") != std::string::npos);
+  // Parameter offload stays refused.
+  const std::string param = error_of([&] {
+    (void)engine_options<NvmeStage3>(config::load(
+        R"({"train_batch_size": 8, "fp16": {"enabled": true}, "zero_optimization": {"stage": 3,
+            "offload_optimizer": {"device": "nvme", "nvme_path": "/n"}, "offload_param": {"device": "nvme", "nvme_path": "/n"}}})",
+        ctx));
+  });
+  CHECK(param.find("/zero_optimization/offload_param/device") != std::string::npos);
 }

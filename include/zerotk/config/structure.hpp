@@ -221,24 +221,19 @@ inline Ask ask(std::string path, std::string value) { return std::pair{std::move
 inline std::string quoted(std::string_view s) { return cat("\"", s, "\""); }
 }  // namespace detail
 
-/// The engine runs ZeRO stages 0-3, Offload<None> (and Offload<Cpu> at stages 1-3 with Adam/AdamW),
-/// OffloadParams<None> (and OffloadParams<Cpu> at stage 3), Adam/AdamW/Lamb (activation checkpointing is the trainer's: activation::Options::from),
+/// The engine runs ZeRO stages 0-3, Offload<None> (and Offload<Cpu> / Offload<Nvme> of the optimizer
+/// state at stages 1-3 with Adam/AdamW), OffloadParams<None> (and OffloadParams<Cpu> at stage 3),
+/// Adam/AdamW/Lamb (activation checkpointing is the trainer's: activation::Options::from),
 /// and averages gradients in the reduction in the training precision.
 inline constexpr Unbuildable kUnbuildable[] = {
     {[](const Config& c) -> detail::Ask {
-       const OffloadDevice d = c.zero_optimization.offload_optimizer.device;
-       if (d != OffloadDevice::nvme) return std::nullopt;
-       return detail::ask("/zero_optimization/offload_optimizer/device", detail::quoted(to_string(d)));
-     },
-     "NVMe optimizer offload (Offload<Nvme>); the engine runs Offload<None> and Offload<Cpu>"},
-    {[](const Config& c) -> detail::Ask {
-       if (c.zero_optimization.offload_optimizer.device != OffloadDevice::cpu || !c.optimizer ||
+       if (c.zero_optimization.offload_optimizer.device == OffloadDevice::none || !c.optimizer ||
            c.optimizer->kind != OptimizerKind::lamb) {
          return std::nullopt;
        }
        return detail::ask("/optimizer/type", detail::quoted(to_string(c.optimizer->kind)));
      },
-     "Lamb with optimizer offload; Offload<Cpu> runs Adam and AdamW"},
+     "Lamb with optimizer offload; Offload<Cpu> and Offload<Nvme> run Adam and AdamW"},
     {[](const Config& c) -> detail::Ask {
        const OffloadDevice d = c.zero_optimization.offload_param.device;
        if (d != OffloadDevice::nvme) return std::nullopt;

@@ -13,16 +13,21 @@ namespace zerotk::engine {
 template <class Partitioner, class Optimizer, class Precision, class Offload, class Device,
           class OffloadParams = ::zerotk::OffloadParams<None>>
 struct Compat {
-  static_assert(!std::is_same_v<typename Offload::tag, Nvme>,
-                "Engine: Offload<Nvme> is not available yet; use Offload<None> or Offload<Cpu>");
-  static_assert(!std::is_same_v<typename Offload::tag, Cpu> || Partitioner::stage >= 1,
+  static constexpr bool kCpu = std::is_same_v<typename Offload::tag, Cpu>;
+  static constexpr bool kNvme = std::is_same_v<typename Offload::tag, Nvme>;
+  static_assert(!kCpu || Partitioner::stage >= 1,
                 "Engine: Offload<Cpu> (offload_optimizer) needs a partitioned optimizer state: use "
-                "Partitioner<Stage<1>> or Partitioner<Stage<2>> (DeepSpeed: ZeRO stage >= 1)");
-  static_assert(!std::is_same_v<typename Offload::tag, Cpu> || std::is_same_v<typename Device::tag, Host>,
+                "Partitioner<Stage<1>>, <2> or <3> (DeepSpeed: ZeRO stage >= 1)");
+  static_assert(!kNvme || Partitioner::stage >= 1,
+                "Engine: Offload<Nvme> (offload_optimizer) needs a partitioned optimizer state: use "
+                "Partitioner<Stage<1>>, <2> or <3> (DeepSpeed: ZeRO stage >= 1)");
+  static_assert(!kCpu || std::is_same_v<typename Device::tag, Host>,
                 "Engine: Offload<Cpu> with Device<Cuda> is not available yet (Device<Host> only)");
-  static_assert(!std::is_same_v<typename Offload::tag, Cpu> || !std::is_same_v<policy_tag_t<Optimizer>, Lamb>,
-                "Engine: Offload<Cpu> steps the optimizer sub-group by sub-group and supports Optimizer<Adam> and "
-                "Optimizer<AdamW>; Optimizer<Lamb> needs Offload<None>");
+  static_assert(!kNvme || std::is_same_v<typename Device::tag, Host>,
+                "Engine: Offload<Nvme> with Device<Cuda> is not available yet (Device<Host> only)");
+  static_assert(!(kCpu || kNvme) || !std::is_same_v<policy_tag_t<Optimizer>, Lamb>,
+                "Engine: Offload<Cpu> and Offload<Nvme> step the optimizer sub-group by sub-group and support "
+                "Optimizer<Adam> and Optimizer<AdamW>; Optimizer<Lamb> needs Offload<None>");
   static_assert(!std::is_same_v<typename OffloadParams::tag, Nvme>,
                 "Engine: OffloadParams<Nvme> is not available yet; use OffloadParams<None> or OffloadParams<Cpu>");
   static_assert(std::is_same_v<typename OffloadParams::tag, None> || Partitioner::stage == 3,

@@ -62,16 +62,17 @@ class FlatGroup {
       requires(Grads& g, Params& p) { p.set_partition_source(g.gather_source()); };
 
   /// `ctx.layout` is ignored (the group owns its layout); `bucket_numel` is the bucket capacity;
-  /// `sub_group_size` bounds what an offloading store stages at once (elements).
+  /// `store` configures the state store (sub_group_size bounds what an offloading store stages at
+  /// once; Offload<Nvme>'s swap file).
   FlatGroup(zero::PathContext<Ops> ctx, GroupMembers m, std::size_t bucket_numel, const std::vector<ParamGroup>& groups,
-            bool overlap_param_gather, std::size_t sub_group_size)
+            bool overlap_param_gather, const offload::StoreOptions& store)
       : members_(std::move(m.ids)),
         layout_(m.numels, m.opt_groups, ctx.world(), bucket_numel, m.units),
         ctx_(with_layout(ctx, &layout_)),
         grads_(ctx_),
         params_(ctx_, param_options(overlap_param_gather, m.persistent)),
         store_(*ctx.ops, ctx.ledger, kPartitioned ? layout_.partition_numel() : layout_.flat_numel(), groups,
-               m.numels.size(), sub_group_size),
+               m.numels.size(), store),
         opened_(layout_.buckets().size(), 0),
         launched_(layout_.buckets().size(), 0),
         ready_(layout_.buckets().size(), 0) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "zerotk/core/dtype.hpp"
+#include "zerotk/offload/options.hpp"
 #include "zerotk/optim/optimizer.hpp"
 #include "zerotk/precision/loss_scaler.hpp"
 
@@ -131,6 +132,9 @@ struct EngineOptions {
   /// `zero_optimization.sub_group_size`); bounds the pinned staging buffers. Must be >= 1.
   /// Offload<None> steps the partition in one piece and ignores it.
   std::size_t sub_group_size = 1'000'000'000;
+  /// Offload<Nvme>: where and how the optimizer state is swapped (offload/options.hpp; DeepSpeed's
+  /// `offload_optimizer.nvme_path`, `buffer_count`, `pipeline_read`, `pipeline_write` and `aio`).
+  offload::NvmeOptions nvme;
   /// Partitioner<Stage<3>>: fetching, prefetching, persistence (docs/stage3.md).
   Stage3Options stage3;
 };

@@ -41,8 +41,8 @@ struct Resolved {
   using device = find_policy_t<policy::device, Device<Host>, Ps...>;
   using param_offload = find_policy_t<policy::param_offload, OffloadParams<None>, Ps...>;
   static constexpr bool compatible = Compat<partitioner, optimizer, precision, offload, device, param_offload>::value;
-  /// The Offload tag whose state store the groups use (None stands in for Nvme, which Compat reports).
-  using store_tag = std::conditional_t<std::is_same_v<typename offload::tag, Nvme>, None, typename offload::tag>;
+  /// The Offload tag whose state store the groups use (offload/store.hpp).
+  using store_tag = typename offload::tag;
   /// The OffloadParams tag whose shard home the groups use: None below stage 3 and for Nvme (Compat
   /// reports both), so the first error is Compat's sentence.
   using shard_tag = std::conditional_t<std::is_same_v<typename param_offload::tag, Cpu> && partitioner::stage == 3, Cpu, None>;

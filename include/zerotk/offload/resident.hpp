@@ -27,6 +27,7 @@
 
 #include "zerotk/core/memory.hpp"
 #include "zerotk/kernels/tensor_list.hpp"
+#include "zerotk/offload/options.hpp"
 #include "zerotk/optim/optimizer.hpp"
 
 namespace zerotk::offload {
@@ -36,9 +37,11 @@ class Resident {
  public:
   using optimizer_type = Opt;
   using space = typename Ops::Space;
+  /// master(), exp_avg(), exp_avg_sq() are the state itself (in the compute space).
+  static constexpr bool kStateInHostMemory = Ops::Space::host_accessible;
 
   Resident(Ops& ops, MemoryLedger* ledger, std::size_t owned_numel, const std::vector<ParamGroup>& groups,
-           std::size_t tensor_count, std::size_t /*sub_group_size: one sub-group here*/ = 0)
+           std::size_t tensor_count, const StoreOptions& /*one sub-group here*/ = {})
       : ops_(&ops),
         master_(ops.template allocate<float>(owned_numel, MemoryCategory::master32, ledger)),
         m_(ops.template allocate<float>(owned_numel, MemoryCategory::optimizer_state, ledger)),

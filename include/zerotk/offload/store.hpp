@@ -6,9 +6,11 @@
 ///   Offload<None>  Resident     fp32 master, m, v in the compute space (offload/resident.hpp)
 ///   Offload<Cpu>   HostPinned   in page-locked host memory, stepped on the host sub-group by
 ///                               sub-group (offload/host_pinned.hpp)
-///   Offload<Nvme>  not available yet (engine/compat.hpp says so)
+///   Offload<Nvme>  NvmeSwapped  in a swap file per rank, swapped through pinned buffers sub-group
+///                               by sub-group (offload/nvme.hpp)
 
 #include "zerotk/offload/host_pinned.hpp"
+#include "zerotk/offload/nvme.hpp"
 #include "zerotk/offload/resident.hpp"
 #include "zerotk/policies.hpp"
 
@@ -27,6 +29,11 @@ template <>
 struct StoreOf<Cpu> {
   template <class Opt, class Ops>
   using type = HostPinned<Opt, Ops>;
+};
+template <>
+struct StoreOf<Nvme> {
+  template <class Opt, class Ops>
+  using type = NvmeSwapped<Opt, Ops>;
 };
 
 }  // namespace zerotk::offload

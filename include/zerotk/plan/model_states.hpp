@@ -204,7 +204,9 @@ inline MemoryPlan model_state_plan(const ModelDescription& m, int world, const C
       p.at(MemorySpace::pinned_host, C::optimizer_state) += s.optimizer_buffer_count * staging;
       p.at(MemorySpace::pinned_host, C::grads) += staging;
       p.at(MemorySpace::pinned_host, C::params16) += staging;
-      p.unmeasured.push_back("offload_optimizer nvme: modelled from DeepSpeed, not yet measured on zerotk's engine");
+      p.unmeasured.push_back(
+          "offload_optimizer nvme: modelled from DeepSpeed's swapper; zerotk's Offload<Nvme> keeps two slots "
+          "on disk (24 Psi/N) and pads swap buffers to 4 KiB (docs/offload.md), not yet matched here");
       break;
   }
 

@@ -1,0 +1,160 @@
+#pragma once
+/// \file zerotk/offload/sub_group_steps.hpp
+/// SubGroupSteps: the sub-group loop the offloading stores share (offload/host_pinned.hpp,
+/// offload/nvme.hpp). It splits the owned range into sub-groups of sub_group_size elements, maps
+/// the optimizer's segments onto them, and steps one sub-group whose master, m and v the caller
+/// has in host memory:
+///
+///   gradients of its elements: compute space -> pinned staging buffer   [S] of the gradient type
+///   optim::Run<Opt, HostSpace>::step over (master, m, v) of the sub-group -> pinned output staging
+///   working-precision values: pinned output staging -> compute space    [S] of the parameter type
+///
+/// Stores differ only in where (master, m, v) of a sub-group come from and go to: HostPinned
+/// points into its pinned arrays, Nvme into a buffer swapped in from the file.
+///
+/// Every sub-group takes the constants of the same step t (Run counts one step per call): the
+/// step count is rewound before each sub-group after the first. Adam and AdamW are elementwise, so stepping sub-group by
+/// sub-group gives the bits of one fused step.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "zerotk/core/error.hpp"
+#include "zerotk/core/memory.hpp"
+#include "zerotk/core/pinned_host_space.hpp"
+#include "zerotk/kernels/host/cast.hpp"
+#include "zerotk/kernels/tensor_list.hpp"
+#include "zerotk/optim/optimizer.hpp"
+#include "zerotk/optim/run.hpp"
+
+namespace zerotk::offload {
+
+template <class Ops>
+class SubGroupSteps {
+ public:
+  /// The largest gradient or parameter element a staging buffer holds (fp32).
+  static constexpr std::size_t kStagingElementBytes = sizeof(float);
+
+  SubGroupSteps(Ops& ops, MemoryLedger* ledger, std::size_t owned_numel, std::size_t sub_group_size)
+      : ops_(&ops),
+        owned_numel_(owned_numel),
+        sub_group_numel_(checked(sub_group_size)),
+        grads_staging_(std::min(owned_numel, sub_group_numel_) * kStagingElementBytes, MemoryCategory::grads, ledger),
+        out_staging_(std::min(owned_numel, sub_group_numel_) * kStagingElementBytes, MemoryCategory::params16, ledger) {}
+
+  std::size_t owned_numel() const noexcept { return owned_numel_; }
+  std::size_t sub_group_numel() const noexcept { return sub_group_numel_; }
+  /// ceil(owned / sub_group_size), at least 1 (an empty partition still counts the step).
+  std::size_t count() const noexcept { return std::max<std::size_t>(1, (owned_numel_ + sub_group_numel_ - 1) / sub_group_numel_); }
+  /// Sub-group i is [begin(i), end(i)) of the owned range.
+  std::size_t begin(std::size_t i) const noexcept { return std::min(owned_numel_, i * sub_group_numel_); }
+  std::size_t end(std::size_t i) const noexcept { return std::min(owned_numel_, (i + 1) * sub_group_numel_); }
+  std::size_t numel(std::size_t i) const noexcept { return end(i) - begin(i); }
+
+  /// One fused step of sub-group i over `master`, `m`, `v` (its elements, from its first):
+  /// stage its gradients, Run, write the working-precision values to `out` (null: none).
+  /// Segments as for Resident::step. Call with i = 0 .. count() - 1 in order.
+  template <class Opt, class G, class P, class Reduce>
+  void step(Opt& opt, std::size_t i, std::span<const kernels::Segment> segments, const G* grads, P* out,
+            float grad_scale, Reduce&& reduce, float* master, float* m, float* v) {
+    static_assert(sizeof(G) <= kStagingElementBytes && sizeof(P) <= kStagingElementBytes,
+                  "offload: staging buffers hold elements of at most 4 bytes");
+    if (i == 0) {
+      step_before_ = opt.step_count();
+    } else {
+      opt.set_step_count(step_before_);  // every sub-group takes step t's constants
+    }
+    const std::span<const Piece> ps = pieces(segments, i);
+    G* g_stage = reinterpret_cast<G*>(grads_staging_.data());
+    P* p_stage = out != nullptr ? reinterpret_cast<P*>(out_staging_.data()) : nullptr;
+    local_.clear();
+    for (const Piece& p : ps) {
+      ops_->copy_to_host(grads + p.grad_at, g_stage + p.local.offset, p.local.numel);
+      local_.push_back(p.local);
+    }
+    const optim::Moments mv{m, v, numel(i)};
+    optim::Run<Opt, HostSpace>::template step<G, P>(opt, std::span<const kernels::Segment>(local_), master, mv, g_stage,
+                                                   p_stage, grad_scale,
+                                                   [&](std::span<double> s) { reduce(s.data(), s.size()); });
+    if (out == nullptr) return;
+    for (const Piece& p : ps) ops_->copy_from_host(p_stage + p.local.offset, out + p.out_at, p.local.numel);
+  }
+
+  /// out := P(master) over sub-group i's pieces (`master` from the sub-group's first element): puts
+  /// back the working-precision values of an abandoned step.
+  template <class P>
+  void write_out(std::span<const kernels::Segment> segments, std::size_t i, const float* master, P* out) {
+    P* p_stage = reinterpret_cast<P*>(out_staging_.data());
+    for (const Piece& p : pieces(segments, i)) {
+      kernels::host::cast(master + p.local.offset, p_stage + p.local.offset, p.local.numel);
+      ops_->copy_from_host(p_stage + p.local.offset, out + p.out_at, p.local.numel);
+    }
+  }
+
+ private:
+  static std::size_t checked(std::size_t n) {
+    if (n == 0) throw config_error("must be >= 1", "zero_optimization.sub_group_size", "0");
+    return n;
+  }
+
+  /// A segment's piece inside one sub-group: `local` in sub-group coordinates (master, m, v and both
+  /// stagings are indexed from the sub-group's first element), where its gradients are read and its
+  /// output written in the compute space.
+  struct Piece {
+    kernels::Segment local;
+    std::size_t grad_at = 0, out_at = 0;
+  };
+  /// Every sub-group's pieces: pieces[first[i], first[i + 1]) belong to sub-group i.
+  struct Plan {
+    const kernels::Segment* key = nullptr;
+    std::size_t key_size = 0;
+    std::vector<Piece> pieces;
+    std::vector<std::size_t> first;
+  };
+
+  std::span<const Piece> pieces(std::span<const kernels::Segment> segments, std::size_t i) {
+    const Plan& plan = plan_for(segments);
+    return {plan.pieces.data() + plan.first[i], plan.first[i + 1] - plan.first[i]};
+  }
+
+  /// The plan for these segments, built on first use (a group's segments never change) in
+  /// O(segments + sub-groups).
+  const Plan& plan_for(std::span<const kernels::Segment> segments) {
+    if (plan_.key == segments.data() && plan_.key_size == segments.size() && !plan_.first.empty()) return plan_;
+    const std::size_t n = count(), S = sub_group_numel_;
+    std::vector<std::vector<Piece>> by_group(n);
+    for (const kernels::Segment& s : segments) {
+      if (s.offset + s.numel > owned_numel_) {
+        throw usage_error("a segment reaches past the owned range", "offload::SubGroupSteps::step",
+                          std::to_string(s.offset + s.numel) + " > " + std::to_string(owned_numel_));
+      }
+      for (std::size_t a = s.offset, e = s.offset + s.numel; a < e;) {
+        const std::size_t i = a / S, b = std::min(e, (i + 1) * S);
+        by_group[i].push_back(Piece{kernels::Segment{a - i * S, b - a, s.group, s.tensor}, s.grad_at() + (a - s.offset),
+                                    s.out_at() + (a - s.offset)});
+        a = b;
+      }
+    }
+    plan_ = Plan{segments.data(), segments.size(), {}, {0}};
+    for (auto& g : by_group) {
+      plan_.pieces.insert(plan_.pieces.end(), g.begin(), g.end());
+      plan_.first.push_back(plan_.pieces.size());
+    }
+    return plan_;
+  }
+
+  Ops* ops_;
+  std::size_t owned_numel_;
+  std::size_t sub_group_numel_;
+  PinnedTrackedBuffer<std::byte> grads_staging_;  // [min(owned, S)] gradients, <= 4 B each
+  PinnedTrackedBuffer<std::byte> out_staging_;    // [min(owned, S)] working-precision values
+  Plan plan_;
+  std::vector<kernels::Segment> local_;           // this sub-group's pieces, for Run
+  std::int64_t step_before_ = 0;
+};
+
+}  // namespace zerotk::offload

@@ -1,0 +1,83 @@
+#pragma once
+// What the offload tests share: W ranks of a training run on the threads communicator with a given
+// state store (rank 0's result, every rank's agreement, a check of each rank's ledger), the comparison
+// of a run with its Offload<None> reference, and dropping one capability from the calling thread.
+#include <doctest/doctest.h>
+
+#include <linux/capability.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <mutex>
+#include <vector>
+
+#include "engine_fixture.hpp"
+#include "zerotk/comm/threads.hpp"
+#include "zerotk/engine.hpp"
+
+namespace zt_test {
+
+template <int S, class Prec, class Off>
+using OffloadEngine = zerotk::Engine<zerotk::Partitioner<zerotk::Stage<S>>, zerotk::Optimizer<zerotk::AdamW>,
+                                     zerotk::Precision<Prec>, Off>;
+
+/// `cfg.steps` steps of the MLP from seed 42 with options `o`; `ledger_ok(memory)` on every rank.
+template <int S, class Prec, class Off, class LedgerOk>
+RunResult train_with(const RunConfig& cfg, const zerotk::EngineOptions& o, LedgerOk&& ledger_ok) {
+  RunResult result;
+  std::vector<std::vector<float>> finals(static_cast<std::size_t>(cfg.world));
+  std::mutex mu;
+  zerotk::comm::run_threads(cfg.world, [&](auto& comm) {
+    RunResult mine;
+    Mlp<typename zerotk::Precision<Prec>::storage> model;
+    OffloadEngine<S, Prec, Off> engine(comm, model, o);
+    {
+      auto g = engine.gather(model, 0);
+      model.init(42);
+      mine.initial = model.values();
+    }
+    engine.initialize_master();
+    train_steps(engine, model, comm.rank(), cfg, 0, cfg.steps, &mine);
+    {
+      auto g = engine.gather(model);
+      mine.params = model.values();
+    }
+    if (!ledger_ok(engine.memory())) mine.ranks_agree = false;
+    std::lock_guard lock(mu);
+    finals[static_cast<std::size_t>(comm.rank())] = mine.params;
+    if (comm.rank() == 0) result = std::move(mine);
+  });
+  for (const auto& f : finals) result.ranks_agree = result.ranks_agree && f == finals[0];
+  return result;
+}
+
+/// Bit for bit the reference's run: parameters, losses, scales, skips and norms.
+inline void check_same_run(const RunResult& off, const RunResult& ref) {
+  CHECK(off.ranks_agree);
+  CHECK(off.params == ref.params);
+  CHECK(off.losses == ref.losses);
+  CHECK(off.scales == ref.scales);
+  CHECK(off.skipped == ref.skipped);
+  CHECK(off.norms == ref.norms);
+}
+
+/// The reference itself trained, agreed across ranks, and skipped a step exactly when expected.
+inline void check_reference(const RunResult& ref, bool expect_skip) {
+  REQUIRE(ref.ranks_agree);
+  CHECK(ref.params != ref.initial);
+  bool skipped = false;
+  for (char s : ref.skipped) skipped = skipped || s;
+  CHECK(skipped == expect_skip);
+}
+
+/// Drops capability `cap` from this thread's effective set (threads it creates inherit it). False
+/// where the kernel refuses.
+inline bool drop_capability(int cap) {
+  __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2] = {};
+  if (::syscall(SYS_capget, &hdr, data) != 0) return false;
+  data[cap / 32].effective &= ~(1u << (cap % 32));
+  return ::syscall(SYS_capset, &hdr, data) == 0;
+}
+
+}  // namespace zt_test
