@@ -37,10 +37,10 @@ struct Measured {
   std::size_t activation_peak = 0, total_peak = 0;
 };
 
-plan::Checkpointing plan_choice(const std::string& sel) {
-  if (sel == "all") return plan::Checkpointing::all();
-  if (sel == "every:2") return plan::Checkpointing::every(2);
-  return plan::Checkpointing::none();
+plan::CheckpointChoice plan_choice(const std::string& sel) {
+  if (sel == "all") return plan::CheckpointChoice::all();
+  if (sel == "every:2") return plan::CheckpointChoice::every(2);
+  return plan::CheckpointChoice::none();
 }
 
 int rows_checked = 0;

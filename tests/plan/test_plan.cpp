@@ -208,9 +208,9 @@ TEST_CASE("plan: the activation peak model") {
     l.activations.output_bytes = 5;
     m.layers.push_back(l);
   }
-  const auto none = plan::activation_peak(m, plan::checkpointed_layers(m, plan::Checkpointing::none()));
+  const auto none = plan::activation_peak(m, plan::checkpointed_layers(m, plan::CheckpointChoice::none()));
   CHECK(none.peak() == 100 + 101 + 102 + 103 + 4 * 10);
-  const auto flags = plan::checkpointed_layers(m, plan::Checkpointing::all());
+  const auto flags = plan::checkpointed_layers(m, plan::CheckpointChoice::all());
   CHECK(flags == std::vector<char>{0, 1, 1, 1});
   const auto all = plan::activation_peak(m, flags);
   // layer 0 plain (110); layers 1-3 checkpointed in a chain: at the end of the forward layer 1 keeps
@@ -219,8 +219,8 @@ TEST_CASE("plan: the activation peak model") {
   // the peak is layer 3's backward: layer 0's 110, the saved inputs of 1, 2, 3 (3 + 5 + 5; its output
   // dropped first), its recompute and scratch (103 + 10) and its input-gradient copy (3)
   CHECK(all.peak() == 110 + 3 + 5 + 5 + 103 + 10 + 3);
-  CHECK(plan::checkpointed_layers(m, plan::Checkpointing::every(2)) == std::vector<char>{0, 1, 0, 1});
-  CHECK_THROWS_AS(plan::Checkpointing::every(0), config_error);
+  CHECK(plan::checkpointed_layers(m, plan::CheckpointChoice::every(2)) == std::vector<char>{0, 1, 0, 1});
+  CHECK_THROWS_AS(plan::CheckpointChoice::every(0), config_error);
 }
 
 TEST_CASE("plan: sizes with suffixes") {
@@ -283,7 +283,7 @@ TEST_CASE("plan: the cheapest fit is the first configuration in cost order that 
   plan::Choice small;
   small.stage = 3;
   small.precision = DType::bf16;
-  small.checkpointing = plan::Checkpointing::all();
+  small.checkpointing = plan::CheckpointChoice::all();
   plan::Choice big;
   big.precision = DType::bf16;
   plan::Budget huge;

@@ -319,8 +319,8 @@ int run(int argc, char** argv) {
 
   plan::Grid grid;
   if (!a.precisions.empty()) grid.precisions = a.precisions;
-  grid.checkpointing = {plan::Checkpointing::none(), plan::Checkpointing::every(a.checkpoint_every), plan::Checkpointing::all()};
-  if (a.checkpoint_every == 1) grid.checkpointing = {plan::Checkpointing::none(), plan::Checkpointing::all()};
+  grid.checkpointing = {plan::CheckpointChoice::none(), plan::CheckpointChoice::every(a.checkpoint_every), plan::CheckpointChoice::all()};
+  if (a.checkpoint_every == 1) grid.checkpointing = {plan::CheckpointChoice::none(), plan::CheckpointChoice::all()};
   plan::Budget b;
   b.device_bytes = *a.device_mem;
   b.host_bytes = *a.host_mem;
@@ -350,7 +350,7 @@ int run(int argc, char** argv) {
   const auto flags = plan::checkpointed_layers(m, best->choice.checkpointing);
   std::int64_t n = 0;
   for (char f : flags) n += f;
-  if (best->choice.checkpointing.kind != plan::Checkpointing::Kind::none) {
+  if (best->choice.checkpointing.kind != plan::CheckpointChoice::Kind::none) {
     std::cout << "GPT example: --checkpoint-activations " << best->choice.checkpointing.name() << "\n";
   }
   std::cout << "DeepSpeed config:\n"

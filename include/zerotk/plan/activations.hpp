@@ -21,20 +21,20 @@ namespace zerotk::plan {
 
 /// Activation checkpointing: none, every checkpointable layer, or every k-th of them
 /// (checkpointable layers 0, k, 2k, ... in forward order; k = 1 is `all`).
-struct Checkpointing {
+struct CheckpointChoice {
   enum class Kind { none, all, every };
   Kind kind = Kind::none;
   int k = 1;
 
-  static Checkpointing none() { return {}; }
-  static Checkpointing all() {
-    Checkpointing c;
+  static CheckpointChoice none() { return {}; }
+  static CheckpointChoice all() {
+    CheckpointChoice c;
     c.kind = Kind::all;
     return c;
   }
-  static Checkpointing every(int k) {
+  static CheckpointChoice every(int k) {
     if (k < 1) throw config_error("must be >= 1", "--checkpoint every:K", std::to_string(k));
-    Checkpointing c;
+    CheckpointChoice c;
     c.kind = k == 1 ? Kind::all : Kind::every;
     c.k = k;
     return c;
@@ -48,19 +48,19 @@ struct Checkpointing {
     }
     return "none";
   }
-  friend bool operator==(const Checkpointing&, const Checkpointing&) = default;
+  friend bool operator==(const CheckpointChoice&, const CheckpointChoice&) = default;
 };
 
 /// Which layers `c` checkpoints: a flag per layer.
-inline std::vector<char> checkpointed_layers(const ModelDescription& m, const Checkpointing& c) {
+inline std::vector<char> checkpointed_layers(const ModelDescription& m, const CheckpointChoice& c) {
   std::vector<char> out(m.layers.size(), 0);
   int index = 0;  // among checkpointable layers
   for (std::size_t i = 0; i < m.layers.size(); ++i) {
     if (!m.layers[i].checkpointable) continue;
     switch (c.kind) {
-      case Checkpointing::Kind::none: break;
-      case Checkpointing::Kind::all: out[i] = 1; break;
-      case Checkpointing::Kind::every: out[i] = index % c.k == 0 ? 1 : 0; break;
+      case CheckpointChoice::Kind::none: break;
+      case CheckpointChoice::Kind::all: out[i] = 1; break;
+      case CheckpointChoice::Kind::every: out[i] = index % c.k == 0 ? 1 : 0; break;
     }
     ++index;
   }

@@ -30,7 +30,7 @@ struct Choice {
   OffloadTarget optimizer = OffloadTarget::none;  ///< offload_optimizer.device (stages 1-3)
   OffloadTarget param = OffloadTarget::none;      ///< offload_param.device (stage 3 only)
   DType precision = DType::fp16;
-  Checkpointing checkpointing;
+  CheckpointChoice checkpointing;
 
   /// e.g. "stage 2, offload_optimizer cpu, bf16, checkpointing every:2".
   std::string name() const {

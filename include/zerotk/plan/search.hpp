@@ -59,7 +59,7 @@ struct Grid {
   std::vector<OffloadTarget> optimizer_offload = {OffloadTarget::none, OffloadTarget::cpu, OffloadTarget::nvme};
   std::vector<OffloadTarget> param_offload = {OffloadTarget::none, OffloadTarget::cpu, OffloadTarget::nvme};
   std::vector<DType> precisions = {DType::bf16, DType::fp16, DType::fp32};
-  std::vector<Checkpointing> checkpointing = {Checkpointing::none(), Checkpointing::every(2), Checkpointing::all()};
+  std::vector<CheckpointChoice> checkpointing = {CheckpointChoice::none(), CheckpointChoice::every(2), CheckpointChoice::all()};
 
   std::vector<Choice> choices(const ModelDescription& m) const {
     bool any_checkpointable = false;
@@ -69,7 +69,7 @@ struct Grid {
       for (int st : stages)
         for (OffloadTarget o : optimizer_offload)
           for (OffloadTarget q : param_offload)
-            for (const Checkpointing& ck : checkpointing) {
+            for (const CheckpointChoice& ck : checkpointing) {
               Choice c;
               c.stage = st;
               c.optimizer = o;
@@ -77,7 +77,7 @@ struct Grid {
               c.precision = p;
               c.checkpointing = ck;
               if (!c.valid()) continue;
-              if (!any_checkpointable && ck.kind != Checkpointing::Kind::none) continue;
+              if (!any_checkpointable && ck.kind != CheckpointChoice::Kind::none) continue;
               out.push_back(c);
             }
     return out;
@@ -88,11 +88,11 @@ namespace detail {
 inline int offload_cost(OffloadTarget t) { return t == OffloadTarget::none ? 0 : t == OffloadTarget::cpu ? 1 : 3; }
 inline int precision_rank(DType t) { return t == DType::bf16 ? 0 : t == DType::fp16 ? 1 : 2; }
 /// Fraction of checkpointable layers recomputed, as a sortable number: none 0, every:K 1/K, all 1.
-inline double recompute_rank(const Checkpointing& c) {
+inline double recompute_rank(const CheckpointChoice& c) {
   switch (c.kind) {
-    case Checkpointing::Kind::none: return 0.0;
-    case Checkpointing::Kind::every: return 1.0 / c.k;
-    case Checkpointing::Kind::all: return 1.0;
+    case CheckpointChoice::Kind::none: return 0.0;
+    case CheckpointChoice::Kind::every: return 1.0 / c.k;
+    case CheckpointChoice::Kind::all: return 1.0;
   }
   return 0.0;
 }
