@@ -45,6 +45,8 @@ act::Options options_named(const std::string& how) {
 struct Grads {
   std::vector<float> grads;
   std::vector<float> loss;
+  std::size_t checkpointed = 0;    // blocks run through Recompute
+  std::size_t released_bytes = 0;  // what those blocks held after the last backward (0: released)
 };
 
 // Two micro-steps of forward/backward on flat storage (gradients accumulate), no engine.
@@ -60,6 +62,10 @@ Grads grads_of(const std::optional<act::Select>& select, const act::Options& opt
     out.loss.push_back(model.train_step(b));
   }
   out.grads = storage.grads;
+  out.checkpointed = model.checkpointed_blocks();
+  for (std::size_t i = 0; i < model.blocks.size(); ++i) {
+    if (select && (*select)(i)) out.released_bytes += model.blocks[i].activation_bytes();
+  }
   return out;
 }
 
@@ -93,6 +99,8 @@ TEST_CASE("GPT gradients with Recompute<Block> are bitwise those without, howeve
       CAPTURE(how);
       CAPTURE(which);
       const Grads g = grads_of(act::Select::parse(which, "test"), options_named(how), 4);
+      CHECK(g.checkpointed == (std::string(which) == "all" ? 4u : 2u));  // every:2 -> 0, 2; every:3 -> 0, 3
+      CHECK(g.released_bytes == 0);  // the checkpointed blocks really dropped their buffers
       CHECK(g.loss == plain.loss);
       CHECK(g.grads == plain.grads);
     }

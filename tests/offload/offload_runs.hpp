@@ -17,22 +17,24 @@
 
 namespace zt_test {
 
-template <int S, class Prec, class Off>
+template <int S, class Prec, class Off, class ParamOff = zerotk::OffloadParams<zerotk::None>>
 using OffloadEngine = zerotk::Engine<zerotk::Partitioner<zerotk::Stage<S>>, zerotk::Optimizer<zerotk::AdamW>,
-                                     zerotk::Precision<Prec>, Off>;
+                                     zerotk::Precision<Prec>, Off, ParamOff>;
 
 /// `cfg.steps` steps of the MLP from seed 42 with options `o`; `ledger_ok(memory)` on every rank.
-template <int S, class Prec, class Off, class LedgerOk>
+/// `Model` = Mlp<float> over a 16-bit Precision is emulated 16-bit.
+template <int S, class Prec, class Off, class ParamOff = zerotk::OffloadParams<zerotk::None>,
+          class Model = Mlp<typename zerotk::Precision<Prec>::storage>, class LedgerOk>
 RunResult train_with(const RunConfig& cfg, const zerotk::EngineOptions& o, LedgerOk&& ledger_ok) {
   RunResult result;
   std::vector<std::vector<float>> finals(static_cast<std::size_t>(cfg.world));
   std::mutex mu;
   zerotk::comm::run_threads(cfg.world, [&](auto& comm) {
     RunResult mine;
-    Mlp<typename zerotk::Precision<Prec>::storage> model;
-    OffloadEngine<S, Prec, Off> engine(comm, model, o);
+    Model model;
+    OffloadEngine<S, Prec, Off, ParamOff> engine(comm, model, o);
     {
-      auto g = engine.gather(model, 0);
+      auto g = engine.gather(model, 0);  // stage 3: rank 0's writes go into every rank's shard
       model.init(42);
       mine.initial = model.values();
     }
@@ -59,6 +61,21 @@ inline void check_same_run(const RunResult& off, const RunResult& ref) {
   CHECK(off.scales == ref.scales);
   CHECK(off.skipped == ref.skipped);
   CHECK(off.norms == ref.norms);
+}
+
+/// Two states hold the same master, moments and step count, group by group, on every rank.
+inline void check_same_states(const std::vector<zerotk::EngineState>& a, const std::vector<zerotk::EngineState>& b) {
+  REQUIRE(a.size() == b.size());
+  for (std::size_t r = 0; r < a.size(); ++r) {
+    CAPTURE(r);
+    REQUIRE(a[r].groups.size() == b[r].groups.size());
+    for (std::size_t g = 0; g < a[r].groups.size(); ++g) {
+      CHECK(a[r].groups[g].master == b[r].groups[g].master);
+      CHECK(a[r].groups[g].optimizer.m == b[r].groups[g].optimizer.m);
+      CHECK(a[r].groups[g].optimizer.v == b[r].groups[g].optimizer.v);
+      CHECK(a[r].groups[g].optimizer.step == b[r].groups[g].optimizer.step);
+    }
+  }
 }
 
 /// The reference itself trained, agreed across ranks, and skipped a step exactly when expected.

@@ -213,17 +213,7 @@ void round_trip(int world, std::size_t sub) {
     other.synchronize();
     if (r == 0) resumed = model2.values();
   });
-  for (int r = 0; r < world; ++r) {
-    const EngineState& a = states[static_cast<std::size_t>(r)];
-    const EngineState& b = states_other[static_cast<std::size_t>(r)];
-    REQUIRE(a.groups.size() == b.groups.size());
-    for (std::size_t g = 0; g < a.groups.size(); ++g) {
-      CHECK(a.groups[g].master == b.groups[g].master);
-      CHECK(a.groups[g].optimizer.m == b.groups[g].optimizer.m);
-      CHECK(a.groups[g].optimizer.v == b.groups[g].optimizer.v);
-      CHECK(a.groups[g].optimizer.step == b.groups[g].optimizer.step);
-    }
-  }
+  check_same_states(states, states_other);
   CHECK(!straight.empty());
   CHECK(resumed == straight);
 }

@@ -18,6 +18,7 @@
 
 #include "blob_model.hpp"
 #include "engine_fixture.hpp"
+#include "offload_runs.hpp"
 #include "zerotk/comm/threads.hpp"
 #include "zerotk/engine.hpp"
 
@@ -26,55 +27,22 @@ using namespace zt_test;
 
 namespace {
 
-template <class Prec, class Off, class ParamOff, class Model = Mlp<typename Precision<Prec>::storage>>
-using E3 = Engine<Partitioner<Stage<3>>, Optimizer<AdamW>, Precision<Prec>, Off, ParamOff>;
+template <class Prec, class Off, class ParamOff>
+using E3 = OffloadEngine<3, Prec, Off, ParamOff>;
 
-/// W ranks of `cfg` at stage 3; rank 0's result, every rank's agreement, and (with OffloadParams<Cpu>)
-/// whether the ledger showed the shards in pinned host memory and none in the compute space.
+/// W ranks of `cfg` at stage 3 (offload_runs.hpp); with OffloadParams<Cpu> every rank's ledger must
+/// show the shards in pinned host memory and none in the compute space.
 template <class Prec, class Off, class ParamOff, class Model = Mlp<typename Precision<Prec>::storage>>
 RunResult train3(const RunConfig& cfg, std::size_t sub_group_size = 1'000'000'000) {
-  RunResult result;
-  std::vector<std::vector<float>> finals(static_cast<std::size_t>(cfg.world));
-  std::mutex mu;
-  comm::run_threads(cfg.world, [&](auto& comm) {
-    RunResult mine;
-    Model model;
-    EngineOptions o = engine_options(cfg);
-    o.sub_group_size = sub_group_size;
-    E3<Prec, Off, ParamOff> engine(comm, model, o);
-    {
-      auto g = engine.gather(model, 0);  // rank 0's writes go into every rank's (pinned) shard
-      model.init(42);
-      mine.initial = model.values();
-    }
-    engine.initialize_master();
-    train_steps(engine, model, comm.rank(), cfg, 0, cfg.steps, &mine);
-    {
-      auto g = engine.gather(model);
-      mine.params = model.values();
-    }
+  EngineOptions o = engine_options(cfg);
+  o.sub_group_size = sub_group_size;
+  return train_with<3, Prec, Off, ParamOff, Model>(cfg, o, [](const MemoryLedger& m) {
     if constexpr (std::is_same_v<ParamOff, OffloadParams<Cpu>>) {
-      const MemoryLedger& m = engine.memory();
-      if (m.live(MemorySpace::host, MemoryCategory::params16) != 0 ||
-          m.live(MemorySpace::pinned_host, MemoryCategory::params16) == 0) {
-        mine.ranks_agree = false;
-      }
+      return m.live(MemorySpace::host, MemoryCategory::params16) == 0 &&
+             m.live(MemorySpace::pinned_host, MemoryCategory::params16) != 0;
     }
-    std::lock_guard lock(mu);
-    finals[static_cast<std::size_t>(comm.rank())] = mine.params;
-    if (comm.rank() == 0) result = std::move(mine);
+    return true;
   });
-  for (const auto& f : finals) result.ranks_agree = result.ranks_agree && f == finals[0];
-  return result;
-}
-
-void check_same(const RunResult& a, const RunResult& ref) {
-  CHECK(a.ranks_agree);
-  CHECK(a.params == ref.params);  // bitwise
-  CHECK(a.losses == ref.losses);
-  CHECK(a.scales == ref.scales);
-  CHECK(a.skipped == ref.skipped);
-  CHECK(a.norms == ref.norms);
 }
 
 template <class Prec>
@@ -96,11 +64,11 @@ void sweep(bool fp16) {
       const RunResult ref = train3<Prec, Offload<None>, OffloadParams<None>>(cfg);
       REQUIRE(ref.ranks_agree);
       CHECK(ref.params != ref.initial);  // it trained
-      check_same(train3<Prec, Offload<None>, OffloadParams<Cpu>>(cfg), ref);
+      check_same_run(train3<Prec, Offload<None>, OffloadParams<Cpu>>(cfg), ref);
       // Both offloads: the optimizer writes the updated values from its pinned staging into the
       // pinned shard.
-      check_same(train3<Prec, Offload<Cpu>, OffloadParams<Cpu>>(cfg, 7), ref);
-      check_same(train3<Prec, Offload<Cpu>, OffloadParams<Cpu>>(cfg), ref);
+      check_same_run(train3<Prec, Offload<Cpu>, OffloadParams<Cpu>>(cfg, 7), ref);
+      check_same_run(train3<Prec, Offload<Cpu>, OffloadParams<Cpu>>(cfg), ref);
     }
   }
 }
@@ -126,15 +94,15 @@ TEST_CASE("OffloadParams<Cpu> with hpZ (g = 2, W = 4) and with emulated bf16 kee
   {
     const RunResult ref = train3<fp16, Offload<None>, OffloadParams<None>>(cfg);
     REQUIRE(ref.ranks_agree);
-    check_same(train3<fp16, Offload<None>, OffloadParams<Cpu>>(cfg), ref);
-    check_same(train3<fp16, Offload<Cpu>, OffloadParams<Cpu>>(cfg, 11), ref);
+    check_same_run(train3<fp16, Offload<None>, OffloadParams<Cpu>>(cfg), ref);
+    check_same_run(train3<fp16, Offload<Cpu>, OffloadParams<Cpu>>(cfg, 11), ref);
   }
   cfg.stage3.reshard_after_forward = true;
   {  // float Params over bf16 storage: the shard is bf16, in pinned memory; float copies of gathered buckets
     const RunResult ref = train3<bf16, Offload<None>, OffloadParams<None>, Mlp<float>>(cfg);
     REQUIRE(ref.ranks_agree);
-    check_same(train3<bf16, Offload<None>, OffloadParams<Cpu>, Mlp<float>>(cfg), ref);
-    check_same(train3<bf16, Offload<Cpu>, OffloadParams<Cpu>, Mlp<float>>(cfg), ref);
+    check_same_run(train3<bf16, Offload<None>, OffloadParams<Cpu>, Mlp<float>>(cfg), ref);
+    check_same_run(train3<bf16, Offload<Cpu>, OffloadParams<Cpu>, Mlp<float>>(cfg), ref);
   }
 }
 
