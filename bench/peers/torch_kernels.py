@@ -32,13 +32,16 @@ def median_time(fn, reps):
     return statistics.median(times)
 
 
-def bench_adamw(reps, foreach, tensors):
+def bench_adamw(reps, foreach, tensors, fused=False):
     sizes = [PARAMS // tensors] * tensors
     sizes[-1] += PARAMS - sum(sizes)
     params = [torch.full((n,), 0.5).requires_grad_(True) for n in sizes]
     for p in params:
         p.grad = torch.full_like(p, 0.01)
-    opt = torch.optim.AdamW(params, lr=1e-3, weight_decay=0.01, foreach=foreach)
+    if fused:  # torch >= 2.4 has a fused AdamW for CPU tensors
+        opt = torch.optim.AdamW(params, lr=1e-3, weight_decay=0.01, fused=True)
+    else:
+        opt = torch.optim.AdamW(params, lr=1e-3, weight_decay=0.01, foreach=foreach)
     opt.step()  # allocate the state outside the timing
     with torch.no_grad():
         t = median_time(opt.step, reps)
@@ -67,6 +70,15 @@ def bench_flatten(reps, count, each):
     t_copy = median_time(lambda: dst.copy_(src), reps)
     return {"GB_per_s": 8.0 * total / t / 1e9, "unflatten_GB_per_s": 8.0 * total / t_un / 1e9,
             "overhead_us_per_tensor": (t - t_copy) * 1e6 / count, "ms": t * 1e3}
+
+
+def has_fused_cpu_adamw():
+    try:
+        torch.optim.AdamW([torch.zeros(1, requires_grad=True)], fused=True)
+        return True
+    except (RuntimeError, TypeError, ValueError):
+        print("torch %s has no fused AdamW for CPU tensors: that peer is left out" % torch.__version__)
+        return False
 
 
 def run_zerotk(binary, reps):
@@ -99,6 +111,7 @@ def main():
     peers = {
         "adamw_foreach_1": bench_adamw(a.reps, True, 1),
         "adamw_foreach_1000": bench_adamw(a.reps, True, 1000),
+        **({"adamw_fused_1": bench_adamw(a.reps, False, 1, fused=True)} if has_fused_cpu_adamw() else {}),
         "adamw_loop_1000": bench_adamw(a.reps, False, 1000),
         "cast_fp32_to_fp16": bench_cast(a.reps, torch.float32, torch.float16),
         "cast_fp32_to_bf16": bench_cast(a.reps, torch.float32, torch.bfloat16),
@@ -112,6 +125,7 @@ def main():
     if z:
         print("ratios zerotk / torch")
         pairs = [("BM_fused_adamw_fp32", "G_items_per_s", "adamw_foreach_1", "G_params_per_s"),
+                 ("BM_fused_adamw_fp32", "G_items_per_s", "adamw_fused_1", "G_params_per_s"),
                  ("BM_multi_tensor_adamw_1000", "G_items_per_s", "adamw_foreach_1000", "G_params_per_s"),
                  ("BM_cast_fp32_to_fp16", "GB_per_s", "cast_fp32_to_fp16", "GB_per_s"),
                  ("BM_cast_fp32_to_bf16", "GB_per_s", "cast_fp32_to_bf16", "GB_per_s"),
@@ -119,7 +133,7 @@ def main():
                  ("BM_flatten_large", "GB_per_s", "flatten_large_16", "GB_per_s"),
                  ("BM_flatten_small_10000", "GB_per_s", "flatten_small_10000", "GB_per_s")]
         for zn, zk, pn, pk in pairs:
-            if zn in z:
+            if zn in z and pn in peers:
                 print("  %-40s %.2fx" % (zn + " / " + pn, z[zn][zk] / peers[pn][pk]))
     return 0
 

@@ -94,10 +94,14 @@ inline ncclDataType_t datatype(DType dt) {
   return ncclFloat32;
 }
 
-inline ncclRedOp_t reduction(ReduceOp op) {
+/// On one rank an average is the identity, and so is a sum; `ncclAvg` there runs NCCL's one-rank
+/// scaling kernel, which before NCCL 2.29.7 left the tail of counts not divisible by its block count
+/// unwritten (NVIDIA/nccl#1950; seen on an H100 with 2.28.9: the last 3 of 2^20 + 3 elements stayed
+/// 0). `ncclSum` on one rank is a copy, bitwise the same average.
+inline ncclRedOp_t reduction(ReduceOp op, int nranks) {
   switch (op) {
     case ReduceOp::sum: return ncclSum;
-    case ReduceOp::avg: return ncclAvg;
+    case ReduceOp::avg: return nranks == 1 ? ncclSum : ncclAvg;
     case ReduceOp::max: return ncclMax;
     case ReduceOp::min: return ncclMin;
   }
@@ -269,7 +273,7 @@ class NcclCommunicator {
     check_buffers(OpKind::all_reduce, send, count, recv, count);
     detail::record_ring(stats_, OpKind::all_reduce, count * size_of(dt), size());
     return launch("ncclAllReduce", [&] {
-      return ncclAllReduce(send, recv, count, detail::nccl::datatype(dt), detail::nccl::reduction(op), s_->comm,
+      return ncclAllReduce(send, recv, count, detail::nccl::datatype(dt), detail::nccl::reduction(op, size()), s_->comm,
                            s_->stream);
     });
   }
@@ -280,7 +284,7 @@ class NcclCommunicator {
     check_buffers(OpKind::reduce_scatter, send, total(recv_count), recv, recv_count);
     detail::record_ring(stats_, OpKind::reduce_scatter, total(recv_count) * size_of(dt), size());
     return launch("ncclReduceScatter", [&] {
-      return ncclReduceScatter(send, recv, recv_count, detail::nccl::datatype(dt), detail::nccl::reduction(op),
+      return ncclReduceScatter(send, recv, recv_count, detail::nccl::datatype(dt), detail::nccl::reduction(op, size()),
                                s_->comm, s_->stream);
     });
   }
@@ -332,7 +336,7 @@ class NcclCommunicator {
     check_buffers(OpKind::reduce, send, count, rank() == root ? recv : send, count);
     detail::record_ring(stats_, OpKind::reduce, count * size_of(dt), size());
     return launch("ncclReduce", [&] {
-      return ncclReduce(send, recv, count, detail::nccl::datatype(dt), detail::nccl::reduction(op), root, s_->comm,
+      return ncclReduce(send, recv, count, detail::nccl::datatype(dt), detail::nccl::reduction(op, size()), root, s_->comm,
                         s_->stream);
     });
   }
