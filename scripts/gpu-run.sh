@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
-# Runs zerotk's CUDA tests, the GPU example and the GPU kernel benchmark from a cuda-compile build, on a
+# Runs zerotk's CUDA tests, the GPU example and the GPU kernel benchmark from a CUDA build, on a
 # machine with a GPU, and prints one PASS/FAIL line per program. Usage:
 #
-#   cmake --workflow --preset cuda-compile          # where nvcc is (the binaries need not be built here)
-#   scripts/gpu-run.sh [build/cuda-compile] [--sanitize] [--no-bench]
+#   cmake --preset gpu && cmake --build --preset gpu   # where nvcc is (need not be the GPU machine)
+#   scripts/gpu-run.sh [build/gpu] [--sanitize] [--no-bench]
 #
-# --sanitize also runs the kernel, cast and engine tests under compute-sanitizer (memcheck, racecheck).
+# The cuda-compile preset (CI's) builds the tests only; the gpu preset adds the example and benchmark.
+# Binaries built elsewhere may be copied to the GPU machine: run this script from the repository root
+# there, so the tests find their fixtures (ZEROTK_TEST_SOURCE_DIR is set to ./tests).
+# --sanitize also runs the cast, kernel and engine tests under compute-sanitizer (memcheck, racecheck).
 # The test binaries need libnccl.so.2 at run time: found on the loader path, or in the pip package
 # nvidia-nccl-cu* of the python3 on PATH. Exit status: the number of programs that failed.
 set -uo pipefail
-B=build/cuda-compile
+B=build/gpu
 sanitize=0
 bench=1
 for a in "$@"; do
@@ -21,6 +24,7 @@ for a in "$@"; do
   esac
 done
 [[ -d "$B/tests/cuda" ]] || { echo "gpu-run: no $B/tests/cuda: build the cuda-compile preset first" >&2; exit 2; }
+[[ -d tests/golden ]] && export ZEROTK_TEST_SOURCE_DIR="${ZEROTK_TEST_SOURCE_DIR:-$PWD/tests}"
 nvidia-smi -L || { echo "gpu-run: nvidia-smi lists no GPU" >&2; exit 2; }
 if ! ldconfig -p 2>/dev/null | grep -q libnccl.so.2; then
   nccl_lib=$(python3 - 2>/dev/null <<'PY'

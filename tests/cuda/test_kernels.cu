@@ -337,6 +337,69 @@ TEST_CASE("cuda sums of squares equal the host's bit for bit; the inf/NaN flag")
 
 namespace {
 
+/// has_nonfinite<T> over n elements starting `offset` elements into a 16-byte aligned buffer: each
+/// position of the vector words and of the scalar head/tail, for +inf, -inf and NaN; 0 for the largest
+/// finite values (all exponent bits but one set).
+template <class T>
+void nonfinite_positions(T largest, std::initializer_list<T> bad_values) {
+  constexpr std::size_t n = 37;
+  for (std::size_t offset : {std::size_t{0}, std::size_t{1}}) {
+    std::vector<T> base(n + offset, largest);
+    Dev<T> d(base);
+    Dev<int> flag(std::vector<int>{0});
+    kc::has_nonfinite(d.get_ptr() + offset, n, flag.get_ptr());
+    CHECK_MESSAGE(flag.get()[0] == 0, "largest finite values flagged, offset " << offset);
+    for (T bad : bad_values) {
+      for (std::size_t at = 0; at < n; ++at) {
+        auto y = base;
+        y[offset + at] = bad;
+        d.put(y);
+        flag.put({0});
+        kc::has_nonfinite(d.get_ptr() + offset, n, flag.get_ptr());
+        CHECK_MESSAGE(flag.get()[0] == 1, "bits 0x" << std::hex << bad.bits << std::dec << " at " << at
+                                                    << " (offset " << offset << ") not flagged");
+      }
+    }
+  }
+}
+
+float float_from_bits(std::uint32_t b) {
+  float f;
+  std::memcpy(&f, &b, 4);
+  return f;
+}
+
+}  // namespace
+
+TEST_CASE("cuda has_nonfinite finds inf and NaN at every position, vector path and scalar head/tail") {
+  require_gpu();
+  nonfinite_positions<half16>(half16::from_bits(0x7bffu),
+                              {half16::from_bits(0x7c00u), half16::from_bits(0xfc00u), half16::from_bits(0x7e01u)});
+  nonfinite_positions<bfloat16>(bfloat16::from_bits(0x7f7fu), {bfloat16::from_bits(0x7f80u),
+                                                               bfloat16::from_bits(0xff80u), bfloat16::from_bits(0x7fc1u)});
+  // float: the same walk (float has no .bits member).
+  constexpr std::size_t n = 37;
+  for (std::size_t offset : {std::size_t{0}, std::size_t{1}}) {
+    std::vector<float> base(n + offset, std::numeric_limits<float>::max());
+    Dev<float> d(base);
+    Dev<int> flag(std::vector<int>{0});
+    kc::has_nonfinite(d.get_ptr() + offset, n, flag.get_ptr());
+    CHECK(flag.get()[0] == 0);
+    for (std::uint32_t bad : {0x7f800000u, 0xff800000u, 0x7fc00001u}) {
+      for (std::size_t at = 0; at < n; ++at) {
+        auto y = base;
+        y[offset + at] = float_from_bits(bad);
+        d.put(y);
+        flag.put({0});
+        kc::has_nonfinite(d.get_ptr() + offset, n, flag.get_ptr());
+        CHECK_MESSAGE(flag.get()[0] == 1, "float bits 0x" << std::hex << bad << std::dec << " at " << at << " not flagged");
+      }
+    }
+  }
+}
+
+namespace {
+
 /// Values over many binades (subnormals, zeros, large values) as T.
 template <class T>
 std::vector<T> norm_data(std::size_t n, std::uint64_t seed) {

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -35,8 +36,11 @@ struct GoldenCase {
   }
 };
 
+/// The fixtures live in the source tree named at configure time; the environment variable of the same
+/// name overrides it for binaries carried to another machine (scripts/gpu-run.sh sets it).
 inline std::string golden_path(const std::string& name) {
-  return std::string(ZEROTK_TEST_SOURCE_DIR) + "/golden/optim_" + name + ".golden";
+  const char* dir = std::getenv("ZEROTK_TEST_SOURCE_DIR");
+  return std::string(dir && *dir ? dir : ZEROTK_TEST_SOURCE_DIR) + "/golden/optim_" + name + ".golden";
 }
 
 inline GoldenCase load_golden(const std::string& name) {

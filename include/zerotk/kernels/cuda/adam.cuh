@@ -38,31 +38,13 @@ struct AdamTensor {
 
 namespace detail {
 
-/// The block's threads update n elements (one chunk).
+/// The block's threads update n elements (one chunk). A chunk whose pointers share one misalignment
+/// (a segment starting at an element offset not divisible by 4) does its first elements one at a time
+/// and the rest 4-wide; pointers misaligned differently take the scalar path throughout.
 template <class G, class P>
 __device__ __forceinline__ void adam_chunk(float* p, float* m, float* v, const G* g, P* out, std::uint32_t n,
                                            const AdamStepConsts& k, float scale) {
-  std::uint32_t done = 0;
-  if (aligned<16>(p) && aligned<16>(m) && aligned<16>(v) && vec4_ok(g) && vec4_ok(out)) {
-    const std::uint32_t n4 = n / 4;
-    for (std::uint32_t j = threadIdx.x; j < n4; j += blockDim.x) {
-      float pp[4], mm[4], vv[4], gg[4];
-      load4(p + 4 * j, pp);
-      load4(m + 4 * j, mm);
-      load4(v + 4 * j, vv);
-      load4(g + 4 * j, gg);
-#pragma unroll
-      for (int q = 0; q < 4; ++q) adam_update(pp[q], mm[q], vv[q], unscale(gg[q], scale), k);
-      store4(p + 4 * j, pp);
-      store4(m + 4 * j, mm);
-      store4(v + 4 * j, vv);
-      if constexpr (!std::is_void_v<P>) {
-        if (out) store4(out + 4 * j, pp);
-      }
-    }
-    done = 4 * n4;
-  }
-  for (std::uint32_t i = done + threadIdx.x; i < n; i += blockDim.x) {
+  const auto scalar = [&](std::uint32_t i) {
     float pp = p[i], mm = m[i], vv = v[i];
     adam_update(pp, mm, vv, unscale(to_float(g[i]), scale), k);
     p[i] = pp;
@@ -71,7 +53,34 @@ __device__ __forceinline__ void adam_chunk(float* p, float* m, float* v, const G
     if constexpr (!std::is_void_v<P>) {
       if (out) out[i] = from_float<P>(pp);
     }
+  };
+  std::uint32_t head = static_cast<std::uint32_t>((16 - reinterpret_cast<std::uintptr_t>(p) % 16) % 16 / sizeof(float));
+  head = head < n ? head : n;
+  P* out_h = nullptr;
+  if constexpr (!std::is_void_v<P>) out_h = out ? out + head : nullptr;
+  if (!(aligned<16>(m + head) && aligned<16>(v + head) && vec4_ok(g + head) && vec4_ok(out_h))) {
+    for (std::uint32_t i = threadIdx.x; i < n; i += blockDim.x) scalar(i);
+    return;
   }
+  if (threadIdx.x < head) scalar(threadIdx.x);
+  const std::uint32_t n4 = (n - head) / 4;
+  for (std::uint32_t j = threadIdx.x; j < n4; j += blockDim.x) {
+    const std::uint32_t i = head + 4 * j;
+    float pp[4], mm[4], vv[4], gg[4];
+    load4(p + i, pp);
+    load4(m + i, mm);
+    load4(v + i, vv);
+    load4(g + i, gg);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) adam_update(pp[q], mm[q], vv[q], unscale(gg[q], scale), k);
+    store4(p + i, pp);
+    store4(m + i, mm);
+    store4(v + i, vv);
+    if constexpr (!std::is_void_v<P>) {
+      if (out) store4(out + i, pp);
+    }
+  }
+  for (std::uint32_t i = head + 4 * n4 + threadIdx.x; i < n; i += blockDim.x) scalar(i);
 }
 
 }  // namespace detail
