@@ -12,7 +12,7 @@
 // The flags are turned into a DeepSpeed config (printed with --print-config), so both paths go
 // through the same reader, validation and engine dispatch.
 #include <CLI/CLI.hpp>
-#include <unistd.h>
+#include <unistd.h>  // access(): is --nvme-path writable
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif

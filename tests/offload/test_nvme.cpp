@@ -13,6 +13,7 @@
 //    the step; training goes on once the cause is gone.
 #include <doctest/doctest.h>
 
+#include <fcntl.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -21,7 +22,6 @@
 #include <sys/syscall.h>
 
 #include <atomic>
-#include <fcntl.h>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
