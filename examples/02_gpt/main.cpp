@@ -5,17 +5,20 @@
 //   build/default/examples/02_gpt/zerotk_example_02_gpt                       # 4 ranks, ZeRO-2, bf16
 //   build/default/examples/02_gpt/zerotk_example_02_gpt --stage 0 --precision fp32
 //   build/default/examples/02_gpt/zerotk_example_02_gpt --stage 3 --offload-optimizer cpu --offload-param cpu
+//   build/default/examples/02_gpt/zerotk_example_02_gpt --stage 3 --offload-optimizer nvme --nvme-path /local_nvme
 //   build/default/examples/02_gpt/zerotk_example_02_gpt --config ds_config.json
 //   mpirun -np 2 build/default/examples/02_gpt/zerotk_example_02_gpt --mpi
 //
 // The flags are turned into a DeepSpeed config (printed with --print-config), so both paths go
 // through the same reader, validation and engine dispatch.
 #include <CLI/CLI.hpp>
+#include <unistd.h>  // access(): is --nvme-path writable
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -78,9 +81,62 @@ struct Options {
   bool save_async = false;         ///< write checkpoints while training goes on (commit at the next save)
   std::string checkpoint_activations = "none";  ///< --checkpoint-activations: none, all or every:K blocks
   bool cpu_checkpointing = false;               ///< saved inputs in pinned host memory (DeepSpeed's key)
-  std::string offload_optimizer = "none";       ///< offload_optimizer.device: none or cpu (stages 1-3)
-  std::string offload_param = "none";           ///< offload_param.device: none or cpu (stage 3)
+  std::string offload_optimizer = "none";       ///< offload_optimizer.device: none, cpu (stages 1-3) or nvme (stage 3)
+  std::string offload_param = "none";           ///< offload_param.device: none or cpu (stage 3); nvme is refused
+  std::string nvme_path;                        ///< offload_optimizer.nvme_path: the swap files' directory
 };
+
+/// A JSON string literal of `s` (paths may hold quotes or backslashes).
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (const char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) {
+      char esc[8];
+      std::snprintf(esc, sizeof esc, "\\u%04x", static_cast<unsigned>(static_cast<unsigned char>(c)));
+      out += esc;
+      continue;
+    }
+    out += c;
+  }
+  return out + "\"";
+}
+
+/// The flags' offload choices, checked before they become a config, so that errors name the flag.
+void check_offload_flags(const Options& o) {
+  if (o.offload_param == "nvme") {
+    throw zerotk::usage_error("NVMe parameter offload (OffloadParams<Nvme>) is not implemented in this version; "
+                              "use --offload-param cpu (parameter shards in pinned host memory)",
+                              "--offload-param", "nvme");
+  }
+  if (o.offload_optimizer == "nvme" && o.nvme_path.empty()) {
+    throw zerotk::usage_error("needs --nvme-path DIR, the existing writable directory of the swap files "
+                              "(offload_optimizer.nvme_path)",
+                              "--offload-optimizer", "nvme");
+  }
+  if (!o.nvme_path.empty() && o.offload_optimizer != "nvme") {
+    throw zerotk::usage_error("is the swap directory of --offload-optimizer nvme, which is not asked for (--offload-optimizer " +
+                                  o.offload_optimizer + ")",
+                              "--nvme-path", o.nvme_path);
+  }
+}
+
+/// The swap directory must exist, be a directory and be writable: said here, naming where the path came
+/// from, rather than as the swap file's creation error on every rank.
+void check_swap_directory(const std::string& dir, const std::string& where) {
+  std::error_code ec;
+  const auto st = std::filesystem::status(dir, ec);
+  if (!std::filesystem::exists(st)) {
+    throw zerotk::usage_error("the NVMe swap directory does not exist (it is not created: a typo must not put the "
+                              "optimizer state on another disk)",
+                              where, dir);
+  }
+  if (!std::filesystem::is_directory(st)) throw zerotk::usage_error("the NVMe swap directory is not a directory", where, dir);
+  if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+    throw zerotk::usage_error(std::string("the NVMe swap directory is not writable (") + std::strerror(errno) + ")", where,
+                              dir);
+  }
+}
 
 /// The flags as the DeepSpeed config a DeepSpeed user would have written.
 std::string flags_to_deepspeed_json(const Options& o) {
@@ -102,7 +158,11 @@ std::string flags_to_deepspeed_json(const Options& o) {
   // Stage 3: this demo's parameters are all below DeepSpeed's persistence threshold (1e5) and would
   // stay gathered; fetch every one and release it after each layer, so sharding shows.
   if (o.stage == 3) j << ", \"stage3_param_persistence_threshold\": 0, \"stage3_max_reuse_distance\": 0";
-  if (o.offload_optimizer != "none") j << ", \"offload_optimizer\": {\"device\": \"" << o.offload_optimizer << "\"}";
+  if (o.offload_optimizer != "none") {
+    j << ", \"offload_optimizer\": {\"device\": \"" << o.offload_optimizer << "\"";
+    if (!o.nvme_path.empty()) j << ", \"nvme_path\": " << json_string(o.nvme_path);
+    j << "}";
+  }
   if (o.offload_param != "none") j << ", \"offload_param\": {\"device\": \"" << o.offload_param << "\"}";
   j << "},\n";
   if (o.checkpoint_activations != "none") {
@@ -123,12 +183,14 @@ std::string flags_to_deepspeed_json(const Options& o) {
 // The engine types this binary is compiled with; dispatch picks the one the config asks for. Each
 // engine type is compiled in full, so only what the flags reach is listed: every stage and precision
 // without offload; --offload-optimizer cpu at stages 1-3 in bf16; --offload-param cpu at stage 3 in
-// bf16 (alone or with the optimizer offloaded) and fp32 (with both). A config asking for another
+// bf16 (alone or with the optimizer offloaded) and fp32 (with both); --offload-optimizer nvme at stage 3
+// in bf16 (alone or with --offload-param cpu). A config asking for another
 // combination gets dispatch's error naming every candidate.
 template <int S, class P, class... Offloads>
 using E = zerotk::Engine<zerotk::Partitioner<zerotk::Stage<S>>, zerotk::Optimizer<zerotk::AdamW>, zerotk::Precision<P>,
                          Offloads...>;
 using OptCpu = zerotk::Offload<zerotk::Cpu>;
+using OptNvme = zerotk::Offload<zerotk::Nvme>;
 using ParamCpu = zerotk::OffloadParams<zerotk::Cpu>;
 
 /// What rank 0 reports at the end (filled after training).
@@ -139,13 +201,16 @@ struct Summary {
   double final_loss = 0;
   std::size_t activation_peak = 0;  ///< the largest rank's peak of activation bytes (this process's ranks)
   std::size_t checkpointed_blocks = 0;
+  std::size_t disk = 0;          ///< rank 0's bytes on disk (Offload<Nvme>'s swap files)
+  std::size_t pinned_other = 0;  ///< rank 0's pinned host bytes of category `other` (Offload<Nvme>'s swap buffers)
 };
 
 /// Prints rank memory by category beside the ZeRO formula for this stage (fp16/bf16 Adam, K = 12).
 /// `sub_group` > 0: optimizer offload, whose two pinned staging buffers of 4 B x min(sub_group, Psi/N)
-/// are recorded as gradients and parameters (docs/offload.md).
+/// are recorded as gradients and parameters (docs/offload.md). `nvme`: Offload<Nvme>, whose master, m and v
+/// rows count the two slots in the swap file (24 Psi/N on disk instead of 12 Psi/N in memory).
 void print_memory_table(const Summary& s, int stage, const std::string& precision, int world, int gas,
-                        std::int64_t sub_group) {
+                        std::int64_t sub_group, bool nvme) {
   const double pad = static_cast<double>(s.padded), N = world;
   const char* names[] = {"params (working precision)", "gradients", "fp32 master", "optimizer state (m, v)",
                          "bucket buffers", "gathered params (stage 3)", "hpZ secondary shard", "activations", "float compute copy (host)"};
@@ -186,8 +251,16 @@ void print_memory_table(const Summary& s, int stage, const std::string& precisio
   if (sub_group > 0) {
     const double staging = 2.0 * 4.0 * std::min(static_cast<double>(sub_group), pad / N);
     std::printf(" + optimizer offload staging 2 x 4 B x min(sub_group_size, Psi/N) = %.0f B", formula + extra + staging);
+    // Offload<Nvme> keeps a second slot of master, m and v on disk (a failed step leaves the state as it was).
+    if (nvme) std::printf(" + NVMe's second slot 12 Psi/N = %.0f B", formula + extra + staging + 12 * pad / N);
   }
   std::printf("\n");
+  if (nvme) {
+    std::printf("  NVMe (rank 0): %zu B on disk (two slots of master, m, v: 24 Psi/N = %.0f B); %zu B of pinned swap\n"
+                "  buffers (in the last row; per group and buffer 3 x 4 B x min(sub_group_size, group's Psi/N), each part\n"
+                "  padded to 4096 B)\n",
+                s.disk, 24 * pad / N, s.pinned_other);
+  }
 }
 
 struct TrainContext {
@@ -416,6 +489,8 @@ void train_rank(Comm& comm, const TrainContext& ctx, const Data& data, Evaluate&
     const double total_ms = seconds * 1e3;
     summary.overhead = std::max(0.0, 1.0 - (user_ms - scope_ms) / total_ms);
     summary.final_loss = last_loss;
+    summary.disk = engine.memory().live_total(zerotk::MemorySpace::disk);
+    summary.pinned_other = engine.memory().live(zerotk::MemorySpace::pinned_host, zerotk::MemoryCategory::other);
   }
   (void)step_ms_total;
 }
@@ -438,6 +513,11 @@ int run(const Options& o, const gpt::Config& model_config, const Data& data, Eva
   const zerotk::config::Config cfg = zerotk::config::load(text, rc, o.config_file.empty() ? "flags" : o.config_file);
   const bool root = !o.mpi || mpi_world->rank() == 0;
   if (o.print_config && root) std::printf("%s", text.c_str());
+  if (cfg.zero_optimization.offload_optimizer.device == zerotk::config::OffloadDevice::nvme) {
+    check_swap_directory(cfg.zero_optimization.offload_optimizer.nvme_path,
+                         o.config_file.empty() ? "--nvme-path"
+                                               : o.config_file + ": /zero_optimization/offload_optimizer/nvme_path");
+  }
   if (root) {
     std::printf("zerotk %s: %d ranks (%s), ZeRO stage %d, %s, batch %lld = %lld micro x %lld accumulation x %d ranks\n",
                 zerotk::kVersionString, world, o.mpi ? "MPI" : "threads", cfg.zero_optimization.stage,
@@ -467,13 +547,15 @@ int run(const Options& o, const gpt::Config& model_config, const Data& data, Eva
                            E<0, zerotk::fp16>, E<1, zerotk::fp16>, E<2, zerotk::fp16>, E<3, zerotk::fp16>,
                            E<1, zerotk::bf16, OptCpu>, E<2, zerotk::bf16, OptCpu>, E<3, zerotk::bf16, OptCpu>,
                            E<3, zerotk::bf16, ParamCpu>, E<3, zerotk::bf16, OptCpu, ParamCpu>,
-                           E<3, zerotk::fp32, OptCpu, ParamCpu>>(cfg, launch);
+                           E<3, zerotk::fp32, OptCpu, ParamCpu>, E<3, zerotk::bf16, OptNvme>,
+                           E<3, zerotk::bf16, OptNvme, ParamCpu>>(cfg, launch);
   if (!root) return 0;
   print_memory_table(summary, cfg.zero_optimization.stage, std::string(zerotk::to_string(cfg.precision())), world,
                                   static_cast<int>(cfg.gradient_accumulation_steps),
                      cfg.zero_optimization.offload_optimizer.device == zerotk::config::OffloadDevice::none
                          ? 0
-                         : cfg.zero_optimization.sub_group_size);
+                         : cfg.zero_optimization.sub_group_size,
+                     cfg.zero_optimization.offload_optimizer.device == zerotk::config::OffloadDevice::nvme);
   std::printf("activation peak per rank: %zu B (%zu of %d blocks checkpointed, --checkpoint-activations %s)\n",
               summary.activation_peak, summary.checkpointed_blocks, model_config.n_layers, o.checkpoint_activations.c_str());
   std::printf("\ntrained %d steps in %.1f s: %.0f tokens/s; time outside the model's own forward/backward: %.1f%%\n",
@@ -541,12 +623,16 @@ int main(int argc, char** argv) {
   app.add_option("--checkpoint-activations", o.checkpoint_activations,
                  "activation checkpointing (Recompute) of the blocks: none, all or every:K");
   app.add_option("--offload-optimizer", o.offload_optimizer,
-                 "offload_optimizer.device: fp32 master and Adam state in pinned host memory (stages 1-3; this binary: bf16)")
-      ->check(CLI::IsMember({"none", "cpu"}));
+                 "offload_optimizer.device: fp32 master and Adam state in pinned host memory (cpu: stages 1-3) or in "
+                 "swap files under --nvme-path (nvme: stage 3); this binary: bf16")
+      ->check(CLI::IsMember({"none", "cpu", "nvme"}));
+  app.add_option("--nvme-path", o.nvme_path,
+                 "offload_optimizer.nvme_path: existing writable directory of the swap files of --offload-optimizer nvme "
+                 "(one per rank and parameter group, removed at exit)");
   app.add_option("--offload-param", o.offload_param,
                  "offload_param.device: stage 3's parameter shards in pinned host memory (this binary: bf16, or fp32 "
-                 "with --offload-optimizer cpu)")
-      ->check(CLI::IsMember({"none", "cpu"}));
+                 "with --offload-optimizer cpu); nvme is refused: OffloadParams<Nvme> does not exist yet")
+      ->check(CLI::IsMember({"none", "cpu", "nvme"}));
   app.add_flag("--cpu-checkpointing", o.cpu_checkpointing,
                "with --checkpoint-activations: keep the saved inputs in pinned host memory");
   CLI11_PARSE(app, argc, argv);
@@ -558,6 +644,7 @@ int main(int argc, char** argv) {
   mallopt(M_TRIM_THRESHOLD, 512 << 20);
 #endif
   try {
+    if (o.config_file.empty()) check_offload_flags(o);
     gpt::Config config;
     config.n_layers = o.layers;
     config.d_model = o.d_model;

@@ -502,6 +502,15 @@ class Engine {
   {
     return main_ ? std::span<const float>(main_->store().master(), main_->store().owned_numel()) : std::span<const float>();
   }
+  /// Offload<Nvme>: how each group's swap file is read and written (its path, O_DIRECT or buffered,
+  /// io_uring or the pread/pwrite pool), the working-precision group first.
+  std::vector<::zerotk::io::SwapFileInfo> swap_files() const
+    requires std::is_same_v<offload_tag, Nvme>
+  {
+    std::vector<::zerotk::io::SwapFileInfo> out;
+    for_each_group([&](const auto& g) { out.push_back(g.store().swap_file().info()); });
+    return out;
+  }
 
  private:
   using S = storage_type;

@@ -3,7 +3,10 @@
 // every rank must hold the same bits after the all-gather, and an overflow must skip on every rank.
 #include <doctest/doctest.h>
 
+#include <array>
 #include <cmath>
+#include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -149,4 +152,54 @@ TEST_CASE("engine under MPI: stage 3 with OffloadParams<Cpu> (shards in pinned h
   CHECK(offloaded.scales == plain.scales);
   CHECK(offloaded.skipped == plain.skipped);
   CHECK(offloaded.params != offloaded.initial);
+}
+
+TEST_CASE("engine under MPI: stage 3 with Offload<Nvme> (each rank its own swap file, pipelined sub-groups) is bitwise Offload<None>") {
+  namespace fs = std::filesystem;
+  auto c = comm::MpiCommunicator::world();
+  // One directory for the job (as nvme_path is in a DeepSpeed config); each rank creates its own file in it.
+  const fs::path dir = fs::path(ZEROTK_TEST_BINARY_DIR) / "scratch" / ("nvme.np" + std::to_string(c.size()));
+  if (c.rank() == 0) {
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+  }
+  c.barrier().wait();
+  RunConfig cfg = stage3_config(c.size());
+  const RunResult plain = train_rank<3, fp16>(c, cfg);
+  cfg.nvme.path = dir;
+  cfg.nvme.pipeline_read = cfg.nvme.pipeline_write = true;
+  cfg.sub_group_size = 61;  // several sub-groups per rank, not dividing the partition
+  const RunResult swapped = train_rank<3, fp16, comm::MpiCommunicator, Mlp<half>, Offload<Nvme>>(c, cfg);
+  CHECK(same_on_all_ranks(c, swapped.params));
+  CHECK(swapped.params == plain.params);
+  CHECK(swapped.losses == plain.losses);
+  CHECK(swapped.scales == plain.scales);
+  CHECK(swapped.skipped == plain.skipped);
+  CHECK(swapped.norms == plain.norms);
+  CHECK(swapped.params != swapped.initial);
+
+  {  // each rank's file: in the directory, named by its rank, and no other rank's
+    Mlp<half> model;
+    Engine<Partitioner<zerotk::Stage<3>>, Optimizer<AdamW>, Precision<fp16>, Offload<Nvme>> engine(c, model,
+                                                                                                   engine_options(cfg));
+    const std::vector<io::SwapFileInfo> files = engine.swap_files();
+    REQUIRE(files.size() == 1);
+    CHECK(fs::exists(files[0].path));
+    CHECK(files[0].path.parent_path() == dir);
+    const std::string name = files[0].path.filename().string();
+    CHECK(name.starts_with("zerotk_optim.r" + std::to_string(c.rank()) + "."));
+    std::array<char, 256> mine{};
+    REQUIRE(name.size() < mine.size());
+    std::memcpy(mine.data(), name.data(), name.size());
+    std::vector<std::array<char, 256>> all(static_cast<std::size_t>(c.size()));
+    c.all_gather(mine.data(), all.data(), mine.size(), DType::uint8).wait();
+    for (int r = 0; r < c.size(); ++r) {
+      CHECK((r == c.rank()) == (all[static_cast<std::size_t>(r)] == mine));
+    }
+  }
+  c.barrier().wait();
+  if (c.rank() == 0) {
+    CHECK(fs::is_empty(dir));  // every rank's file removed with its engine
+    fs::remove_all(dir);
+  }
 }

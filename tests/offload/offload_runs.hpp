@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include <mutex>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "engine_fixture.hpp"
@@ -21,7 +23,8 @@ template <int S, class Prec, class Off, class ParamOff = zerotk::OffloadParams<z
 using OffloadEngine = zerotk::Engine<zerotk::Partitioner<zerotk::Stage<S>>, zerotk::Optimizer<zerotk::AdamW>,
                                      zerotk::Precision<Prec>, Off, ParamOff>;
 
-/// `cfg.steps` steps of the MLP from seed 42 with options `o`; `ledger_ok(memory)` on every rank.
+/// `cfg.steps` steps of the MLP from seed 42 with options `o`; `ledger_ok(memory)` on every rank
+/// after training (or `ledger_ok(engine)`, where the check needs more of the engine than its ledger).
 /// `Model` = Mlp<float> over a 16-bit Precision is emulated 16-bit.
 template <int S, class Prec, class Off, class ParamOff = zerotk::OffloadParams<zerotk::None>,
           class Model = Mlp<typename zerotk::Precision<Prec>::storage>, class LedgerOk>
@@ -44,7 +47,13 @@ RunResult train_with(const RunConfig& cfg, const zerotk::EngineOptions& o, Ledge
       auto g = engine.gather(model);
       mine.params = model.values();
     }
-    if (!ledger_ok(engine.memory())) mine.ranks_agree = false;
+    bool ok;
+    if constexpr (std::is_invocable_v<LedgerOk&, const decltype(engine)&>) {
+      ok = ledger_ok(std::as_const(engine));
+    } else {
+      ok = ledger_ok(engine.memory());
+    }
+    if (!ok) mine.ranks_agree = false;
     std::lock_guard lock(mu);
     finals[static_cast<std::size_t>(comm.rank())] = mine.params;
     if (comm.rank() == 0) result = std::move(mine);

@@ -7,11 +7,13 @@
 //    disk holds both slots, 2 x 12 Psi / N;
 //  - state() / load_state() across Offload<Nvme> and Offload<None>; checkpoints;
 //  - faults: injected write and read failures (first and later sub-groups), a full file system, a
-//    missing and an unwritable directory, tmpfs (no O_DIRECT), a swap file truncated or removed
-//    under the run. An io_error names the file, offset and errno text; the state is the one before
+//    missing and an unwritable directory, tmpfs, a swap file truncated or removed under the run;
+//  - the buffered path (aio.use_direct = false, as where a file system refuses O_DIRECT) bitwise,
+//    with the path the engine reports checked against the descriptor's flags in /proc/self/fdinfo. An io_error names the file, offset and errno text; the state is the one before
 //    the step; training goes on once the cause is gone.
 #include <doctest/doctest.h>
 
+#include <fcntl.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -21,7 +23,9 @@
 
 #include <atomic>
 #include <filesystem>
+#include <fstream>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -64,6 +68,7 @@ struct Swap {
   bool pipeline_read = false, pipeline_write = false;
   std::size_t buffer_count = 4;
   bool uring = true;
+  bool direct = true;  // aio.use_direct: false forces buffered I/O
   std::size_t block_size = std::size_t{1} << 20;
 };
 
@@ -75,6 +80,7 @@ EngineOptions options_for(const RunConfig& cfg, const Swap& s, const fs::path& d
   o.nvme.pipeline_write = s.pipeline_write;
   o.nvme.buffer_count = s.buffer_count;
   o.nvme.aio.use_uring = s.uring;
+  o.nvme.aio.use_direct = s.direct;
   o.nvme.aio.block_size = s.block_size;
   o.nvme.aio.queue_depth = 4;
   return o;
@@ -616,4 +622,86 @@ TEST_CASE("Offload<Nvme> faults: a full file system (small tmpfs); on tmpfs it t
   const RunResult ref = train<2, fp16, Offload<None>>(cfg, s, big.dir);
   const RunResult off = train<2, fp16, Offload<Nvme>>(cfg, s, big.dir);
   CHECK(off.params == ref.params);
+}
+
+// ---- the buffered path -----------------------------------------------------------------------------
+
+namespace {
+/// Whether this process's open descriptor of `path` has O_DIRECT set, as the kernel says
+/// (/proc/self/fdinfo/<fd>, "flags:" in octal): a check of the engine's own report. nullopt when no
+/// descriptor of this process is open on that file.
+std::optional<bool> kernel_says_direct(const fs::path& path) {
+  std::error_code ec;
+  for (fs::directory_iterator it("/proc/self/fd", ec), end; !ec && it != end; it.increment(ec)) {
+    std::error_code ec2;
+    const fs::path target = fs::read_symlink(it->path(), ec2);
+    if (ec2 || !fs::equivalent(target, path, ec2) || ec2) continue;
+    std::ifstream info("/proc/self/fdinfo/" + it->path().filename().string());
+    for (std::string key; info >> key;) {
+      if (key == "flags:") {
+        std::string octal;
+        info >> octal;
+        return (std::stoul(octal, nullptr, 8) & static_cast<unsigned long>(O_DIRECT)) != 0;
+      }
+    }
+  }
+  return std::nullopt;
+}
+}  // namespace
+
+TEST_CASE("Offload<Nvme> through buffered I/O (aio.use_direct = false) equals Offload<None> bitwise; the path is reported") {
+  // The build tree's disk accepts O_DIRECT (and so does tmpfs on recent kernels), so without the
+  // option nothing runs the buffered path a file system refusing O_DIRECT gets.
+  const fs::path dir = scratch("buffered");
+  for (int world : {1, 2}) {
+    RunConfig cfg;
+    cfg.world = world;
+    cfg.steps = 8;
+    cfg.gas = 2;
+    cfg.clip = 0.5;
+    cfg.poison_steps = {3};
+    cfg.stage3.param_persistence_threshold = 0;
+    const RunResult ref = train<3, fp16, Offload<None>>(cfg, Swap{}, dir);
+    check_reference(ref, true);
+    for (bool direct : {false, true}) {  // true: the control, the same check on the O_DIRECT path
+      for (bool uring : {true, false}) {
+        CAPTURE(world);
+        CAPTURE(direct);
+        CAPTURE(uring);
+        Swap s;
+        s.sub_group_size = 61;
+        s.pipeline_read = s.pipeline_write = true;
+        s.uring = uring;
+        s.direct = direct;
+        std::mutex mu;
+        std::vector<io::SwapFileInfo> reported;
+        std::vector<std::optional<bool>> kernel;
+        const RunResult off =
+            train_with<3, fp16, Offload<Nvme>>(cfg, options_for(cfg, s, dir), [&](const auto& engine) {
+              std::lock_guard lock(mu);
+              for (const io::SwapFileInfo& f : engine.swap_files()) {
+                reported.push_back(f);
+                kernel.push_back(kernel_says_direct(f.path));
+              }
+              return true;
+            });
+        check_same_run(off, ref);  // bitwise
+        REQUIRE(reported.size() == static_cast<std::size_t>(world));  // one group: one file per rank
+        for (std::size_t r = 0; r < reported.size(); ++r) {
+          CAPTURE(reported[r].path);
+          CHECK(reported[r].direct == direct);
+          REQUIRE(kernel[r].has_value());  // the file is open in this process
+          CHECK(*kernel[r] == direct);     // ... with the flags the engine reports
+          if (!uring) CHECK(reported[r].backend == "pread/pwrite thread pool");
+#if ZEROTK_HAS_URING
+          if (uring && reported[r].backend != "io_uring") MESSAGE("io_uring refused by the kernel here");
+#else
+          CHECK(reported[r].backend == "pread/pwrite thread pool");
+#endif
+        }
+        CHECK(swap_files(dir).empty());  // removed with their engines
+      }
+    }
+  }
+  fs::remove_all(dir);
 }

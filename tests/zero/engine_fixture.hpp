@@ -210,6 +210,8 @@ struct RunConfig {
   bool overlap_gather = false;  // EngineOptions::overlap_param_gather
   void* stream = nullptr;  // Device<Cuda>: the compute stream (EngineOptions::stream)
   zerotk::Stage3Options stage3;  // Partitioner<Stage<3>> only
+  zerotk::offload::NvmeOptions nvme;  // Offload<Nvme> only (its swap directory, buffers, aio)
+  std::size_t sub_group_size = 1'000'000'000;  // Offload<Cpu> and Offload<Nvme>: elements stepped at once
 };
 
 struct RunResult {
@@ -247,6 +249,8 @@ inline zerotk::EngineOptions engine_options(const RunConfig& cfg) {
   o.overlap_comm = cfg.overlap;
   o.overlap_param_gather = cfg.overlap_gather;
   o.stage3 = cfg.stage3;
+  o.nvme = cfg.nvme;
+  o.sub_group_size = cfg.sub_group_size;
   return o;
 }
 

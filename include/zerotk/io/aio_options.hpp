@@ -11,6 +11,7 @@
 ///   single_submit         io_uring: one io_uring_submit per request instead of one per batch
 ///   overlap_events        io_uring: top the ring up as completions arrive instead of waiting for
 ///                         the whole batch before submitting the next
+///   use_uring, use_direct zerotk extensions (no DeepSpeed keys): the I/O back end and O_DIRECT
 ///
 /// check() validates them up front (config_error naming the key), so the I/O path has no checks.
 
@@ -34,6 +35,11 @@ struct AioOptions {
   /// Use io_uring where the build has liburing and the kernel allows it; false forces the
   /// pread/pwrite thread pool (tests, comparisons).
   bool use_uring = true;
+  /// Open swap files with O_DIRECT (past the page cache, as DeepSpeed's aio does) where the file
+  /// system accepts it; false opens them buffered. A zerotk extension with no DeepSpeed key (set it
+  /// in C++): for file systems whose O_DIRECT is refused or slow, and so that tests can run the
+  /// buffered path on a disk that accepts O_DIRECT. SwapFile::direct() reports which path runs.
+  bool use_direct = true;
 
   void check() const {
     if (block_size == 0 || block_size % kDirectAlign != 0 || block_size > (std::size_t{1} << 30)) {

@@ -11,9 +11,10 @@
 /// Opening: the file is created (O_CREAT | O_EXCL, under a name unique to this process) in `dir`,
 /// which must exist and be writable (a missing or unwritable directory is an io_error naming it:
 /// a typo must not put the state on another disk). It is opened with O_DIRECT (past the page
-/// cache, as DeepSpeed's aio does); where the file system refuses O_DIRECT (tmpfs and some network
-/// file systems: EINVAL) it is opened buffered instead and a line on stderr says so, once per
-/// process. Its whole size is reserved with fallocate, so a disk too small fails here, with
+/// cache, as DeepSpeed's aio does); where the file system refuses O_DIRECT (older tmpfs and some
+/// network file systems: EINVAL) it is opened buffered instead and a line on stderr says so, once
+/// per process. aio.use_direct = false opens it buffered without trying. direct() and backend()
+/// (together: info()) report which path runs. Its whole size is reserved with fallocate, so a disk too small fails here, with
 /// ENOSPC, instead of in the middle of a step; where fallocate is unsupported the file is sized
 /// with ftruncate (sparse). The file is removed when the SwapFile is destroyed.
 ///
@@ -49,6 +50,14 @@
 #include "zerotk/io/uring_queue.hpp"
 
 namespace zerotk::io {
+
+/// How one swap file is read and written: its path, O_DIRECT or buffered, and the I/O back end
+/// ("io_uring" or "pread/pwrite thread pool").
+struct SwapFileInfo {
+  std::filesystem::path path;
+  bool direct = false;
+  std::string backend;
+};
 
 namespace detail {
 inline std::string errno_text(int err) { return std::strerror(err) + std::string(" (errno ") + std::to_string(err) + ")"; }
@@ -86,11 +95,15 @@ class SwapFile {
       throw io_error("the swap directory (nvme_path) is not a directory", dir.string());
     }
     path_ = dir / (stem + "." + detail::unique_suffix() + ".swap");
-    fd_ = open(O_DIRECT);
-    direct_ = fd_ >= 0;
-    if (fd_ < 0 && errno == EINVAL) {
-      fd_ = open(0);
-      if (fd_ >= 0) detail::say_buffered_once(dir);
+    if (aio_.use_direct) {
+      fd_ = open(O_DIRECT);
+      direct_ = fd_ >= 0;
+      if (fd_ < 0 && errno == EINVAL) {
+        fd_ = open(0);
+        if (fd_ >= 0) detail::say_buffered_once(dir);
+      }
+    } else {
+      fd_ = open(0);  // asked for: nothing to say
     }
     if (fd_ < 0) {
       const int err = errno;
@@ -158,6 +171,7 @@ class SwapFile {
   std::uint64_t bytes() const noexcept { return bytes_; }
   bool direct() const noexcept { return direct_; }
   const char* backend() const noexcept { return queue_->backend(); }
+  SwapFileInfo info() const { return {path_, direct_, backend()}; }
   const AioOptions& aio() const noexcept { return aio_; }
 
  private:

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Offload<Nvme> end to end (CTest example.02_gpt_nvme): the demo at ZeRO stage 3 with the optimizer
+# state in swap files under --nvme-path ends with the same loss at every step (csv_monitor's values,
+# printed as Python's str(): every bit), the same final loss and the same held-out accuracy as with
+# the state in pinned host memory (--offload-optimizer cpu): docs/offload.md promises bitwise
+# equality. The same through --config (the printed DeepSpeed JSON). The memory line's formula equals
+# the ledger, the disk holds 24 Psi/N, the swap files are gone afterwards, and what cannot run is
+# refused with an error naming the flag (or the config key) and the value.
+#   nvme_test.sh <zerotk_example_02_gpt> <work dir>
+set -euo pipefail
+bin=$1
+dir=$2
+rm -rf "$dir" && mkdir -p "$dir/swap"
+trap 'rm -rf "$dir"' EXIT
+fail() { echo "FAIL: $1"; shift; for x in "$@"; do echo "$x"; done; exit 1; }
+
+common=(--ranks 2 --stage 3 --layers 2 --steps 20 --eval-size 50 --steps-per-print 10)
+cpu=$("$bin" "${common[@]}" --offload-optimizer cpu --csv "$dir/csv/cpu" 2>&1 | tr '\r' '\n')
+nvme=$("$bin" "${common[@]}" --offload-optimizer nvme --nvme-path "$dir/swap" --csv "$dir/csv/nvme" --print-config 2>&1 |
+  tr '\r' '\n')
+summary() { grep -E "step 20/20|held-out" <<<"$1" | sed 's/|.*it\/s//; s/ETA [0-9:]*//'; }
+[[ -n "$(summary "$cpu")" ]] || fail "the cpu-offload run printed no summary" "$cpu"
+[[ "$(summary "$cpu")" == "$(summary "$nvme")" ]] ||
+  fail "nvme run differs from cpu offload" "--- cpu:" "$(summary "$cpu")" "--- nvme:" "$(summary "$nvme")"
+loss=Train_Samples_train_loss.csv
+[[ $(grep -c "^[0-9]*,[0-9]" "$dir/csv/cpu/$loss") -eq 20 ]] || fail "expected 20 losses in $dir/csv/cpu/$loss" "$(cat "$dir/csv/cpu/$loss")"
+cmp -s "$dir/csv/cpu/$loss" "$dir/csv/nvme/$loss" ||
+  fail "per-step losses differ" "$(diff "$dir/csv/cpu/$loss" "$dir/csv/nvme/$loss" | head -5)"
+[[ -z "$(ls -A "$dir/swap")" ]] || fail "swap files left behind" "$(ls -l "$dir/swap")"
+
+# The memory lines: model states equal the formula's last term; the disk holds two slots (24 Psi/N).
+states=$(grep "model states (rank 0)" <<<"$nvme") || fail "no memory line" "$nvme"
+measured=$(sed -E 's/.*model states \(rank 0\) ([0-9]+) B.*/\1/' <<<"$states")
+formula=$(sed -E 's/.* = ([0-9]+) B$/\1/' <<<"$states")
+grep -q "NVMe's second slot 12 Psi/N" <<<"$states" || fail "the formula line omits NVMe's second slot" "$states"
+[[ "$measured" == "$formula" ]] || fail "model states $measured B, formula $formula B" "$states"
+disk=$(grep -E "NVMe \(rank 0\)" <<<"$nvme") || fail "no NVMe memory line" "$nvme"
+[[ "$(sed -E 's/.*: ([0-9]+) B on disk.*/\1/' <<<"$disk")" == "$(sed -E 's/.*24 Psi\/N = ([0-9]+) B.*/\1/' <<<"$disk")" ]] ||
+  fail "disk bytes differ from 24 Psi/N" "$disk"
+
+# The same run from the DeepSpeed config the flags stand for (its csv_monitor directory moved).
+awk '{ print } /^}$/ { exit }' <<<"$nvme" | sed "s#\"job_name\": \"nvme\"#\"job_name\": \"config\"#" >"$dir/ds.json"
+grep -q '"nvme_path": ' "$dir/ds.json" || fail "the printed config has no nvme_path" "$(cat "$dir/ds.json")"
+conf=$("$bin" --ranks 2 --layers 2 --steps 20 --eval-size 50 --config "$dir/ds.json" 2>&1 | tr '\r' '\n')
+[[ "$(summary "$conf")" == "$(summary "$cpu")" ]] || fail "the --config run differs" "$(summary "$conf")"
+cmp -s "$dir/csv/cpu/$loss" "$dir/csv/config/$loss" || fail "per-step losses of the --config run differ"
+
+# Refusals: each exits non-zero and names the flag (or the config key) and the value.
+refused() {  # refused <expected text>... -- <args>
+  local expect=()
+  while [[ $1 != -- ]]; do expect+=("$1"); shift; done
+  shift
+  local out
+  if out=$("$bin" --ranks 2 --steps 2 --csv "" "$@" 2>&1); then fail "ran, should be refused: $*" "$out"; fi
+  for e in "${expect[@]}"; do grep -qF -- "$e" <<<"$out" || fail "'$*': the error lacks '$e'" "$out"; done
+}
+refused "--offload-optimizer" "nvme" "--nvme-path DIR" -- --stage 3 --offload-optimizer nvme
+refused "--nvme-path" "$dir/no_such_dir" "does not exist" -- --stage 3 --offload-optimizer nvme --nvme-path "$dir/no_such_dir"
+touch "$dir/a_file"
+refused "--nvme-path" "$dir/a_file" "not a directory" -- --stage 3 --offload-optimizer nvme --nvme-path "$dir/a_file"
+refused "--offload-param" "nvme" "not implemented" -- --stage 3 --offload-param nvme
+refused "--nvme-path" "--offload-optimizer cpu" -- --stage 3 --offload-optimizer cpu --nvme-path "$dir/swap"
+sed "s#\"nvme_path\": \"[^\"]*\"#\"nvme_path\": \"$dir/gone\"#" "$dir/ds.json" >"$dir/gone.json"
+refused "$dir/gone.json: /zero_optimization/offload_optimizer/nvme_path" "$dir/gone" -- --config "$dir/gone.json"
+if [[ $(id -u) -ne 0 ]]; then  # root writes anywhere: the check is then the swap file's creation
+  mkdir -p "$dir/ro" && chmod 500 "$dir/ro"
+  refused "--nvme-path" "$dir/ro" "not writable" -- --stage 3 --offload-optimizer nvme --nvme-path "$dir/ro"
+fi
+echo "PASS: Offload<Nvme> gives the cpu-offload run's losses (every step, bitwise) and accuracy, by flags and by --config; memory formula exact; refusals name their flag"
