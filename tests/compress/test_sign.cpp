@@ -167,3 +167,32 @@ TEST_CASE("sign: sizes that do not match are usage errors carrying the size") {
   CHECK_THROWS_WITH_AS((void)c.encode(x, err, small), doctest::Contains("(got 5)"), usage_error);
   CHECK_THROWS_WITH_AS(c.decode(small, dec), doctest::Contains("(got 5)"), usage_error);
 }
+
+TEST_CASE("sign: the host drivers (vector paths and tails) equal the per-element functions bit for bit") {
+  for (std::size_t n : {0u, 1u, 7u, 8u, 9u, 31u, 1000u, 40003u}) {
+    for (float scale : {0.0f, 0.75f}) {
+      CAPTURE(n);
+      CAPTURE(scale);
+      std::vector<float> y = test::normal(n + 5, n);
+      for (std::size_t i = 0; i < n; i += 5) y[i] = (i % 10 == 0) ? 0.0f : -0.0f;  // signed zeros throughout
+      std::vector<std::uint8_t> bits(compress::sign::packed_bytes(n), 0xa5), want(compress::sign::packed_bytes(n), 0);
+      for (std::size_t b = 0; b * 8 < n; ++b) {
+        want[b] = compress::sign::pack_byte(y.data() + 8 * b, static_cast<unsigned>(std::min<std::size_t>(8, n - 8 * b)));
+      }
+      compress::sign::pack(y.data(), n, bits.data());
+      CHECK(bits == want);
+      std::vector<float> fed = y;
+      std::vector<std::uint8_t> bits2(bits.size(), 0x5a);
+      compress::sign::pack_with_feedback(fed.data(), n, scale, bits2.data());
+      CHECK(bits2 == want);
+      std::vector<float> out(n), out_want(n);
+      compress::sign::unpack(want.data(), n, scale, out.data());
+      std::size_t bad = 0;
+      for (std::size_t i = 0; i < n; ++i) {
+        const float r = compress::sign::residual(y[i], scale), v = compress::sign::value(want.data(), i, scale);
+        if (std::memcmp(&fed[i], &r, 4) != 0 || std::memcmp(&out[i], &v, 4) != 0) ++bad;
+      }
+      CHECK(bad == 0);
+    }
+  }
+}

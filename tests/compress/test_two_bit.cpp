@@ -144,3 +144,35 @@ TEST_CASE("two_bit: inf/NaN is an error naming the index; error buffer and outpu
   CHECK(std::memcmp(err.data(), before.data(), err.size() * sizeof(float)) == 0);
   for (std::uint8_t v : out) CHECK(v == 0x5a);
 }
+
+TEST_CASE("two_bit: the host drivers (vector paths and tails) equal the per-element functions bit for bit") {
+  for (std::size_t n : {0u, 1u, 3u, 4u, 5u, 31u, 1000u, 40003u}) {
+    for (float step : {0.0f, 0.8f}) {
+      CAPTURE(n);
+      CAPTURE(step);
+      std::vector<float> y = test::normal(n + 7, n);
+      // Boundaries and signed zeros throughout: -step, 0, -0, +step hit exactly.
+      const float special[] = {-step, 0.0f, -0.0f, step, 1.5f * step, -1.5f * step};
+      for (std::size_t i = 0; i < n; i += 3) y[i] = special[(i / 3) % 6];
+      std::vector<std::uint8_t> codes(compress::two_bit::packed_bytes(n), 0xa5), want(compress::two_bit::packed_bytes(n), 0);
+      for (std::size_t b = 0; b * 4 < n; ++b) {
+        want[b] = compress::two_bit::pack_byte(y.data() + 4 * b, static_cast<unsigned>(std::min<std::size_t>(4, n - 4 * b)), step);
+      }
+      compress::two_bit::pack(y.data(), n, step, codes.data());
+      CHECK(codes == want);
+      std::vector<float> fed = y;
+      std::vector<std::uint8_t> codes2(codes.size(), 0x5a);
+      compress::two_bit::pack_with_feedback(fed.data(), n, step, codes2.data());
+      CHECK(codes2 == want);
+      std::vector<float> out(n);
+      compress::two_bit::unpack(want.data(), n, step, out.data());
+      std::size_t bad = 0;
+      for (std::size_t i = 0; i < n; ++i) {
+        const float lv = compress::two_bit::level(compress::two_bit::code_at(want.data(), i), step);
+        const float r = y[i] - compress::two_bit::level(compress::two_bit::code_of(y[i], step), step);
+        if (std::memcmp(&fed[i], &r, 4) != 0 || std::memcmp(&out[i], &lv, 4) != 0) ++bad;
+      }
+      CHECK(bad == 0);
+    }
+  }
+}

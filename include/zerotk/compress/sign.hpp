@@ -19,6 +19,7 @@
 /// host drivers below; the scale is the reproducible sum of squares of kernels/host/reduce.hpp,
 /// whose CUDA twin (kernels/cuda/reduce.cuh) gives the same bits.
 
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -29,6 +30,7 @@
 #include "zerotk/core/error.hpp"
 #include "zerotk/core/macros.hpp"
 #include "zerotk/kernels/host/reduce.hpp"
+#include "zerotk/kernels/host/simd.hpp"  // ZEROTK_HOST_X86_SIMD and <immintrin.h>
 
 namespace zerotk::compress {
 
@@ -71,10 +73,42 @@ inline float scale_of(const float* y, std::size_t n) {
   return n == 0 ? 0.0f : scale_from_sum_squares(kernels::host::sum_squares(y, n), n);
 }
 
+namespace detail {
+inline constexpr auto kReverseBits = [] {  // m with its 8 bits in reverse order
+  std::array<std::uint8_t, 256> t{};
+  for (unsigned m = 0; m < 256; ++m) {
+    unsigned r = 0;
+    for (unsigned i = 0; i < 8; ++i) r |= ((m >> i) & 1u) << (7u - i);
+    t[m] = static_cast<std::uint8_t>(r);
+  }
+  return t;
+}();
+#if ZEROTK_HOST_X86_SIMD
+/// 4 values: the mask of y >= 0 and, in place, residual(y, scale): +scale where the mask is set,
+/// -scale elsewhere, subtracted once (the same single rounding as residual).
+inline int residual4(float* p, __m128 zero, __m128 plus, __m128 minus) {
+  const __m128 v = _mm_loadu_ps(p);
+  const __m128 ge = _mm_cmpge_ps(v, zero);
+  _mm_storeu_ps(p, _mm_sub_ps(v, _mm_or_ps(_mm_and_ps(ge, plus), _mm_andnot_ps(ge, minus))));
+  return _mm_movemask_ps(ge);
+}
+#endif
+}  // namespace detail
+
 /// bits = signs of y[0..n); y[j] becomes residual(y[j], scale) (y is the error buffer in place).
+/// On x86-64 8 values at a time through SSE2 (baseline), bit for bit the per-element functions.
 inline void pack_with_feedback(float* y, std::size_t n, float scale, std::uint8_t* bits) {
   const std::size_t full = n / 8;
-  for (std::size_t b = 0; b < full; ++b) {
+  std::size_t b = 0;
+#if ZEROTK_HOST_X86_SIMD
+  const __m128 zero = _mm_setzero_ps(), plus = _mm_set1_ps(scale), minus = _mm_set1_ps(-scale);
+  for (; b < full; ++b) {
+    const int lo = detail::residual4(y + 8 * b, zero, plus, minus);
+    const int hi = detail::residual4(y + 8 * b + 4, zero, plus, minus);
+    bits[b] = detail::kReverseBits[static_cast<unsigned>(lo | (hi << 4))];
+  }
+#endif
+  for (; b < full; ++b) {
     float* p = y + 8 * b;
     bits[b] = pack_byte(p, 8);
     for (unsigned j = 0; j < 8; ++j) p[j] = residual(p[j], scale);
@@ -86,16 +120,46 @@ inline void pack_with_feedback(float* y, std::size_t n, float scale, std::uint8_
   }
 }
 
-/// bits = signs of y[0..n), no feedback (the packing alone; benchmarked against memcpy).
+/// bits = signs of y[0..n), no feedback (the packing alone; benchmarked against memcpy). On x86-64,
+/// 8 values per byte through SSE2 (baseline: no dispatch needed): compare y >= 0 (so -0 gives 1 and
+/// NaN 0, as bit_of), movemask, reverse the byte. Elsewhere, and for the tail, pack_byte.
 inline void pack(const float* y, std::size_t n, std::uint8_t* bits) {
   const std::size_t full = n / 8;
-  for (std::size_t b = 0; b < full; ++b) bits[b] = pack_byte(y + 8 * b, 8);
+  std::size_t b = 0;
+#if ZEROTK_HOST_X86_SIMD
+  const __m128 zero = _mm_setzero_ps();
+  for (; b < full; ++b) {
+    const float* p = y + 8 * b;
+    const int lo = _mm_movemask_ps(_mm_cmpge_ps(_mm_loadu_ps(p), zero));
+    const int hi = _mm_movemask_ps(_mm_cmpge_ps(_mm_loadu_ps(p + 4), zero));
+    bits[b] = detail::kReverseBits[static_cast<unsigned>(lo | (hi << 4))];
+  }
+#endif
+  for (; b < full; ++b) bits[b] = pack_byte(y + 8 * b, 8);
   if (const unsigned rest = static_cast<unsigned>(n - 8 * full); rest != 0) bits[full] = pack_byte(y + 8 * full, rest);
 }
 
-/// out[j] = +-scale from the packed bits of n values.
+/// out[j] = +-scale from the packed bits of n values: sign::value for every j, bit for bit. Large n
+/// go through a table of the 256 bytes' 8 values (8 KiB, built per call), so each byte is one
+/// 32-byte copy the compiler vectorizes; the per-element loop handles small n and the tail.
 inline void unpack(const std::uint8_t* bits, std::size_t n, float scale, float* out) {
-  for (std::size_t j = 0; j < n; ++j) out[j] = value(bits, j, scale);
+  constexpr std::size_t kTableMinValues = 8 * 4096;
+  std::size_t j = 0;
+  if (n >= kTableMinValues) {
+    alignas(64) static thread_local float table[256][8];
+    const std::uint32_t magnitude = zerotk::detail::float_bits(scale), negative = zerotk::detail::float_bits(-scale);
+    for (unsigned b = 0; b < 256; ++b) {
+      for (unsigned k = 0; k < 8; ++k) table[b][k] = zerotk::detail::bits_float(((b >> (7u - k)) & 1u) ? magnitude : negative);
+    }
+    const std::size_t full = n / 8;
+    for (std::size_t b = 0; b < full; ++b) {
+      const float* row = table[bits[b]];
+      float* o = out + 8 * b;
+      for (unsigned k = 0; k < 8; ++k) o[k] = row[k];
+    }
+    j = 8 * full;
+  }
+  for (; j < n; ++j) out[j] = value(bits, j, scale);
 }
 
 }  // namespace sign
