@@ -19,7 +19,7 @@
 ///
 /// Byte order: every multi-byte field of a payload is little-endian, whatever the host. Bit order:
 /// element j of a packed field sits in byte j / (8 / bits), most significant bits first (numpy's
-/// packbits order, which DeepSpeed's compressed all-reduce uses).
+/// packbits order, which DeepSpeed's NCCL backend gets from cupy.packbits).
 
 #include <concepts>
 #include <cstddef>
