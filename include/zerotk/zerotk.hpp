@@ -5,6 +5,7 @@
 /// backend only when nvcc compiles the including file.
 #include "zerotk/activation.hpp"
 #include "zerotk/comm.hpp"
+#include "zerotk/compress.hpp"
 #include "zerotk/core.hpp"
 #if ZEROTK_HAS_EIGEN
 #include "zerotk/core/eigen.hpp"

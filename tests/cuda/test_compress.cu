@@ -1,0 +1,145 @@
+// The per-element definitions of zerotk/compress run on the GPU and agree with the host drivers bit
+// for bit: sign and 2-bit packing with error feedback, unpacking, and the 1-bit all-reduce's server
+// sum. The kernels are this test's own (one byte or one value per thread), written only with the
+// ZEROTK_HD functions: proof that CUDA kernels can share the definitions, before the library has any.
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "zerotk/compress/onebit_allreduce.hpp"
+#include "zerotk/compress/sign.hpp"
+#include "zerotk/compress/two_bit.hpp"
+#include "zerotk/core/cuda.hpp"
+
+using namespace zerotk;
+namespace zc = zerotk::compress;
+
+namespace {
+
+__global__ void sign_pack_feedback(float* y, std::size_t n, float scale, std::uint8_t* bits) {
+  const std::size_t b = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (8 * b >= n) return;
+  const unsigned count = n - 8 * b < 8 ? static_cast<unsigned>(n - 8 * b) : 8u;
+  bits[b] = zc::sign::pack_byte(y + 8 * b, count);
+  for (unsigned j = 0; j < count; ++j) y[8 * b + j] = zc::sign::residual(y[8 * b + j], scale);
+}
+
+__global__ void two_bit_pack_feedback(float* y, std::size_t n, float step, std::uint8_t* codes) {
+  const std::size_t b = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (4 * b >= n) return;
+  const unsigned count = n - 4 * b < 4 ? static_cast<unsigned>(n - 4 * b) : 4u;
+  codes[b] = zc::two_bit::pack_byte(y + 4 * b, count, step);
+  for (unsigned j = 0; j < count; ++j) {
+    float& v = y[4 * b + j];
+    v = v - zc::two_bit::level(zc::two_bit::code_of(v, step), step);
+  }
+}
+
+__global__ void unpack_both(const std::uint8_t* bits, const std::uint8_t* codes, std::size_t n, float scale,
+                            float step, float* out_sign, float* out_two) {
+  const std::size_t j = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (j >= n) return;
+  out_sign[j] = zc::sign::value(bits, j, scale);
+  out_two[j] = zc::two_bit::level(zc::two_bit::code_at(codes, j), step);
+}
+
+__global__ void server_sum(const std::uint8_t* received, std::size_t chunk_bytes, const float* terms, int world,
+                           float* server_error) {
+  const std::size_t j = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (j >= 8 * chunk_bytes) return;
+  server_error[j] = zc::onebit::server_value(received, chunk_bytes, terms, world, j, server_error[j]);
+}
+
+template <class T>
+T* to_device(const std::vector<T>& v) {
+  T* d = nullptr;
+  ZEROTK_CUDA_CHECK(cudaMalloc(&d, v.size() * sizeof(T) + 1));
+  if (!v.empty()) ZEROTK_CUDA_CHECK(cudaMemcpy(d, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return d;
+}
+template <class T>
+std::vector<T> to_host(const T* d, std::size_t n) {
+  std::vector<T> v(n);
+  if (n != 0) ZEROTK_CUDA_CHECK(cudaMemcpy(v.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
+  return v;
+}
+unsigned blocks(std::size_t items) { return static_cast<unsigned>((items + 255) / 256 + 1); }
+
+template <class T>
+bool same_bytes(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("cuda compress: packing, feedback, unpacking and the server sum match the host bit for bit") {
+  REQUIRE_MESSAGE(zerotk::cuda::device_usable(), "this test binary needs a usable CUDA device");
+  for (std::size_t n : {std::size_t{1}, std::size_t{13}, (std::size_t{1} << 20) + 13}) {
+    CAPTURE(n);
+    std::mt19937_64 rng(n);
+    std::normal_distribution<float> d(0.0f, 1.0f);
+    std::vector<float> y(n);
+    for (auto& v : y) v = d(rng);
+    const float scale = zc::sign::scale_of(y.data(), n), step = zc::two_bit::step_of_max(2.5f);
+    const float special[] = {0.0f, -0.0f, step, -step, 1.5f * step, -1.5f * step};
+    for (std::size_t i = 0; i < n; i += 7) y[i] = special[(i / 7) % 6];
+
+    std::vector<float> host_sign = y, host_two = y;
+    std::vector<std::uint8_t> host_bits(zc::sign::packed_bytes(n)), host_codes(zc::two_bit::packed_bytes(n));
+    zc::sign::pack_with_feedback(host_sign.data(), n, scale, host_bits.data());
+    zc::two_bit::pack_with_feedback(host_two.data(), n, step, host_codes.data());
+    std::vector<float> host_out_sign(n), host_out_two(n);
+    zc::sign::unpack(host_bits.data(), n, scale, host_out_sign.data());
+    zc::two_bit::unpack(host_codes.data(), n, step, host_out_two.data());
+
+    float* dy1 = to_device(y);
+    float* dy2 = to_device(y);
+    std::uint8_t* dbits = to_device(std::vector<std::uint8_t>(host_bits.size()));
+    std::uint8_t* dcodes = to_device(std::vector<std::uint8_t>(host_codes.size()));
+    float* dout1 = to_device(std::vector<float>(n));
+    float* dout2 = to_device(std::vector<float>(n));
+    sign_pack_feedback<<<blocks(host_bits.size()), 256>>>(dy1, n, scale, dbits);
+    two_bit_pack_feedback<<<blocks(host_codes.size()), 256>>>(dy2, n, step, dcodes);
+    unpack_both<<<blocks(n), 256>>>(dbits, dcodes, n, scale, step, dout1, dout2);
+    ZEROTK_CUDA_CHECK(cudaGetLastError());
+    ZEROTK_CUDA_CHECK(cudaDeviceSynchronize());
+    CHECK(same_bytes(to_host(dbits, host_bits.size()), host_bits));
+    CHECK(same_bytes(to_host(dcodes, host_codes.size()), host_codes));
+    CHECK(same_bytes(to_host(dy1, n), host_sign));
+    CHECK(same_bytes(to_host(dy2, n), host_two));
+    CHECK(same_bytes(to_host(dout1, n), host_out_sign));
+    CHECK(same_bytes(to_host(dout2, n), host_out_two));
+    for (void* p : {static_cast<void*>(dy1), static_cast<void*>(dy2), static_cast<void*>(dbits),
+                    static_cast<void*>(dcodes), static_cast<void*>(dout1), static_cast<void*>(dout2)}) {
+      cudaFree(p);
+    }
+  }
+
+  // The server's rank-ordered sum of +-s_k / W plus its error, W = 3, 4,096 elements.
+  const int world = 3;
+  const std::size_t chunk_bytes = 512;
+  std::mt19937_64 rng(7);
+  std::vector<std::uint8_t> received(world * chunk_bytes);
+  for (auto& b : received) b = static_cast<std::uint8_t>(rng());
+  const std::vector<float> terms = {0.3f / 3.0f, 1.7f / 3.0f, 0.01f / 3.0f};
+  std::normal_distribution<float> d(0.0f, 0.1f);
+  std::vector<float> err(8 * chunk_bytes);
+  for (auto& e : err) e = d(rng);
+  std::vector<float> host = err;
+  for (std::size_t j = 0; j < host.size(); ++j) {
+    host[j] = zc::onebit::server_value(received.data(), chunk_bytes, terms.data(), world, j, host[j]);
+  }
+  std::uint8_t* drecv = to_device(received);
+  float* dterms = to_device(terms);
+  float* derr = to_device(err);
+  server_sum<<<blocks(err.size()), 256>>>(drecv, chunk_bytes, dterms, world, derr);
+  ZEROTK_CUDA_CHECK(cudaGetLastError());
+  ZEROTK_CUDA_CHECK(cudaDeviceSynchronize());
+  CHECK(same_bytes(to_host(derr, err.size()), host));
+  cudaFree(drecv);
+  cudaFree(dterms);
+  cudaFree(derr);
+}
