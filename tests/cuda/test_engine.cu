@@ -18,11 +18,13 @@
 
 #include <cmath>
 #include <cstddef>
+#include <filesystem>
 #include <mutex>
 #include <string>
 #include <vector>
 
 #include <cuda_runtime.h>
+#include <unistd.h>
 
 #include "../zero/engine_fixture.hpp"
 #include "zerotk/comm/nccl.hpp"
@@ -145,7 +147,7 @@ int gpu_count() {
 }
 
 /// Trains on `world` GPUs (one thread each, NCCL bootstrapped through the threads communicator).
-template <int Stage, class Prec, class T = typename Prec::storage>
+template <int Stage, class Prec, class T = typename Prec::storage, class... Extra>
 RunResult train_gpu(int world, RunConfig cfg, MemoryLedger* ledger = nullptr) {
   cfg.world = world;
   RunResult result;
@@ -160,7 +162,7 @@ RunResult train_gpu(int world, RunConfig cfg, MemoryLedger* ledger = nullptr) {
       auto gpu = comm::NcclCommunicator::bootstrap(boot, boot.rank());
       RunConfig c = cfg;
       c.stream = stream;
-      mine = train_rank<Stage, Prec, comm::NcclCommunicator, GpuMlp<T>, Device<Cuda>>(
+      mine = train_rank<Stage, Prec, comm::NcclCommunicator, GpuMlp<T>, Device<Cuda>, Extra...>(
           gpu, c, boot.rank() == 0 ? ledger : nullptr);
     }
     ZEROTK_CUDA_CHECK(cudaStreamDestroy(stream));
@@ -225,6 +227,27 @@ void check_all_stages(const RunConfig& cfg) {
   RunConfig fetched = cfg;  // stage 3 fetching every parameter
   fetched.stage3.param_persistence_threshold = 0;
   check_one_gpu_equals_host<3, Prec>(fetched);
+}
+
+/// Device<Cuda> with an optimizer offload (Extra: Offload<Cpu> or Offload<Nvme>) against the same run
+/// without: bitwise, and the master and moments are out of device memory.
+template <int Stage, class Prec, class... Extra>
+void check_offload_on_gpu(RunConfig cfg) {
+  CAPTURE(Stage);
+  CAPTURE(cfg.sub_group_size);
+  MemoryLedger plain_mem, off_mem;
+  const RunResult plain = train_gpu<Stage, Prec>(1, cfg, &plain_mem);
+  const RunResult off = train_gpu<Stage, Prec, typename Prec::storage, Extra...>(1, cfg, &off_mem);
+  CHECK(off.initial == plain.initial);
+  CHECK(off.params == plain.params);  // bitwise
+  CHECK(off.losses == plain.losses);
+  CHECK(off.scales == plain.scales);
+  CHECK(off.skipped == plain.skipped);
+  CHECK(off.norms == plain.norms);
+  CHECK(off.params != off.initial);  // it trained
+  CHECK(plain_mem.live(MemorySpace::device, MemoryCategory::master32) > 0);
+  CHECK(off_mem.live(MemorySpace::device, MemoryCategory::master32) == 0);
+  CHECK(off_mem.live(MemorySpace::device, MemoryCategory::optimizer_state) == 0);
 }
 
 }  // namespace
@@ -305,6 +328,42 @@ TEST_CASE("Device<Cuda> engine on every GPU (NCCL) agrees with the host engine a
     CHECK(g0.params[i] == doctest::Approx(h.params[i]).epsilon(1e-4).scale(1.0));
     CHECK(g2.params[i] == doctest::Approx(h.params[i]).epsilon(1e-4).scale(1.0));
   }
+}
+
+TEST_CASE("Device<Cuda> with Offload<Cpu> equals the same run without offload bit for bit (stages 1-3)") {
+  gpu_count();
+  RunConfig cfg;
+  cfg.steps = 12;
+  cfg.sub_group_size = 97;  // several sub-groups, not aligned to tensors
+  check_offload_on_gpu<1, fp32, Offload<Cpu>>(cfg);
+  check_offload_on_gpu<2, bf16, Offload<Cpu>>(cfg);
+  cfg.poison_steps = {3, 4};
+  check_offload_on_gpu<2, fp16, Offload<Cpu>>(cfg);
+  RunConfig fetched = cfg;
+  fetched.stage3.param_persistence_threshold = 0;
+  check_offload_on_gpu<3, fp16, Offload<Cpu>>(fetched);
+  fetched.gas = 2;
+  fetched.clip = 0.5f;
+  check_offload_on_gpu<3, fp32, Offload<Cpu>>(fetched);
+}
+
+TEST_CASE("Device<Cuda> with Offload<Nvme> equals the same run without offload bit for bit") {
+  gpu_count();
+  const auto dir = std::filesystem::temp_directory_path() / ("zerotk_cuda_nvme_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  RunConfig cfg;
+  cfg.steps = 12;
+  cfg.sub_group_size = 97;
+  cfg.nvme.path = dir.string();
+  check_offload_on_gpu<1, bf16, Offload<Nvme>>(cfg);
+  cfg.poison_steps = {3, 4};
+  RunConfig fetched = cfg;
+  fetched.stage3.param_persistence_threshold = 0;
+  check_offload_on_gpu<3, fp16, Offload<Nvme>>(fetched);
+  fetched.nvme.pipeline_read = fetched.nvme.pipeline_write = true;
+  check_offload_on_gpu<3, fp16, Offload<Nvme>>(fetched);
+  CHECK(std::filesystem::is_empty(dir));  // swap files removed with their engines
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("Device<Cuda> engine refuses bad set-ups with the offending value") {

@@ -285,10 +285,10 @@ void train_steps(E& engine, Model& model, int rank, const RunConfig& cfg, int fr
   }
 }
 
-template <class Part, class Prec, class Comm, class Model, class Dev>
+template <class Part, class Prec, class Comm, class Model, class... Policies>
 RunResult train_rank_with(Comm& comm, const RunConfig& cfg, zerotk::MemoryLedger* ledger_out) {
   using namespace zerotk;
-  using E = Engine<Part, Optimizer<AdamW>, Precision<Prec>, Dev>;
+  using E = Engine<Part, Optimizer<AdamW>, Precision<Prec>, Policies...>;
   RunResult result;
   {
     Model model = make_model<Model>(cfg);
@@ -304,10 +304,13 @@ RunResult train_rank_with(Comm& comm, const RunConfig& cfg, zerotk::MemoryLedger
       auto g = engine.gather(model);  // values() reads parameters outside the layers' scopes
       result.params = model.values();
     }
-    if (ledger_out) {
-      for (std::size_t c = 0; c < kMemoryCategoryCount; ++c) {
-        const auto cat = static_cast<MemoryCategory>(c);
-        ledger_out->add(cat, engine.memory().live(cat));
+    if (ledger_out) {  // by space and category
+      for (std::size_t sp = 0; sp < kMemorySpaceCount; ++sp) {
+        for (std::size_t c = 0; c < kMemoryCategoryCount; ++c) {
+          const auto space = static_cast<MemorySpace>(sp);
+          const auto cat = static_cast<MemoryCategory>(c);
+          ledger_out->add(space, cat, engine.memory().live(space, cat));
+        }
       }
     }
   }
@@ -316,22 +319,22 @@ RunResult train_rank_with(Comm& comm, const RunConfig& cfg, zerotk::MemoryLedger
 
 /// One rank's training run: `cfg.steps` boundaries of `cfg.gas` micro-steps on this rank's data.
 /// Returns this rank's final values and (rank 0 or not) the per-boundary reports. Model has Mlp's
-/// interface (layers with poison_next_backward, init, values); Dev is the Engine's Device policy.
-template <int Stage, class Prec, class Comm, class Model = Mlp<typename Prec::storage>,
-          class Dev = zerotk::Device<zerotk::Host>>
+/// interface (layers with poison_next_backward, init, values); Policies are the Engine's further
+/// policies (Device, Offload, OffloadParams; none: the Engine's defaults, Device<Host>).
+template <int Stage, class Prec, class Comm, class Model = Mlp<typename Prec::storage>, class... Policies>
 RunResult train_rank(Comm& comm, const RunConfig& cfg, zerotk::MemoryLedger* ledger_out = nullptr) {
   using zerotk::Partitioner;
   if constexpr (Stage < 2) {
     if (cfg.reduce_every_micro_step.has_value()) {
       if (*cfg.reduce_every_micro_step) {
-        return train_rank_with<Partitioner<zerotk::Stage<Stage>, zerotk::when::every_micro_step>, Prec, Comm, Model, Dev>(
-            comm, cfg, ledger_out);
+        return train_rank_with<Partitioner<zerotk::Stage<Stage>, zerotk::when::every_micro_step>, Prec, Comm, Model,
+                               Policies...>(comm, cfg, ledger_out);
       }
-      return train_rank_with<Partitioner<zerotk::Stage<Stage>, zerotk::when::at_boundary>, Prec, Comm, Model, Dev>(
-          comm, cfg, ledger_out);
+      return train_rank_with<Partitioner<zerotk::Stage<Stage>, zerotk::when::at_boundary>, Prec, Comm, Model,
+                             Policies...>(comm, cfg, ledger_out);
     }
   }
-  return train_rank_with<Partitioner<zerotk::Stage<Stage>>, Prec, Comm, Model, Dev>(comm, cfg, ledger_out);
+  return train_rank_with<Partitioner<zerotk::Stage<Stage>>, Prec, Comm, Model, Policies...>(comm, cfg, ledger_out);
 }
 
 }  // namespace zt_test

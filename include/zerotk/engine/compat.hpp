@@ -21,10 +21,6 @@ struct Compat {
   static_assert(!kNvme || Partitioner::stage >= 1,
                 "Engine: Offload<Nvme> (offload_optimizer) needs a partitioned optimizer state: use "
                 "Partitioner<Stage<1>>, <2> or <3> (DeepSpeed: ZeRO stage >= 1)");
-  static_assert(!kCpu || std::is_same_v<typename Device::tag, Host>,
-                "Engine: Offload<Cpu> with Device<Cuda> is not available yet (Device<Host> only)");
-  static_assert(!kNvme || std::is_same_v<typename Device::tag, Host>,
-                "Engine: Offload<Nvme> with Device<Cuda> is not available yet (Device<Host> only)");
   static_assert(!(kCpu || kNvme) || !std::is_same_v<policy_tag_t<Optimizer>, Lamb>,
                 "Engine: Offload<Cpu> and Offload<Nvme> step the optimizer sub-group by sub-group and support "
                 "Optimizer<Adam> and Optimizer<AdamW>; Optimizer<Lamb> needs Offload<None>");
