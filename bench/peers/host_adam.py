@@ -26,7 +26,7 @@ PARAMS = 64 << 20
 
 
 def zerotk_round(binary):
-    out = subprocess.run([binary, "--benchmark_filter=^BM_fused_adamw_fp32$", "--benchmark_repetitions=1",
+    out = subprocess.run([binary, "--benchmark_filter=^BM_fused_adamw_fp32/", "--benchmark_repetitions=1",
                           "--benchmark_format=json"], check=True, capture_output=True, text=True).stdout
     b = [x for x in json.loads(out)["benchmarks"] if x.get("run_type") == "iteration"][0]
     return b["G_items_per_s"], b.get("vs_bound", float("nan"))
