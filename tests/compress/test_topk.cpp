@@ -55,7 +55,7 @@ std::vector<float> tied(std::uint64_t seed, std::size_t n) {
 
 }  // namespace
 
-TEST_CASE("topk: k = ceil(ratio n), products within 1e-9 of an integer taken as it, clamped to [1, n]") {
+TEST_CASE("topk: k = ceil(ratio n), products within 4 ulp of an integer taken as it, clamped to [1, n]") {
   CHECK(compress::topk_count(0.01, 100) == 1);
   CHECK(compress::topk_count(0.07, 100) == 7);  // fp64 product 7.000000000000001
   CHECK(compress::topk_count(0.3, 10) == 3);    // fp64 product 3.0000000000000004
@@ -65,6 +65,8 @@ TEST_CASE("topk: k = ceil(ratio n), products within 1e-9 of an integer taken as 
   CHECK(compress::topk_count(1e-12, 10) == 1);
   CHECK(compress::topk_count(0.5, 1) == 1);
   CHECK(compress::topk_count(0.5, 0) == 0);
+  // Large n: 0.5000001 * 2^30 = 536871019.374...; an integer within 4 ulp only counts, so this rounds up.
+  CHECK(compress::topk_count(0.5000001, std::size_t{1} << 30) == 536871020);
 }
 
 TEST_CASE("topk: payload is an 8-byte header + 8 bytes per kept value, exactly") {
@@ -209,13 +211,15 @@ TEST_CASE("topk: inf/NaN is an error naming the index, nothing changed; corrupt 
 
   x[6] = 1.0f;
   (void)c.encode(x, err, out);
-  std::vector<float> d(8);
+  std::vector<float> d(8, 7.0f);
   std::vector<std::uint8_t> bad = out;
-  compress::detail::store_le32(bad.data() + 8, 8);  // index 8 of n = 8
+  compress::detail::store_le32(bad.data() + 8 + 4 * 3, 8);  // the last index (k = 4) out of range
   CHECK_THROWS_WITH_AS(c.decode(bad, d), doctest::Contains("(got 8)"), usage_error);
+  for (float v : d) CHECK(v == 7.0f);  // checked before any write
   bad = out;
   compress::detail::store_le32(bad.data() + 12, compress::detail::load_le32(out.data() + 8));  // repeated index
   CHECK_THROWS_AS(c.decode(bad, d), usage_error);
+  for (float v : d) CHECK(v == 7.0f);
   std::vector<float> d9(9);
   CHECK_THROWS_AS(c.decode(out, d9), usage_error);  // payload of n = 8 read as n = 9
 }

@@ -3,6 +3,7 @@
 // every rank must hold the same bits after the all-gather, and an overflow must skip on every rank.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstring>
@@ -182,15 +183,18 @@ TEST_CASE("engine under MPI: stage 3 with Offload<Nvme> (each rank its own swap 
     Mlp<half> model;
     Engine<Partitioner<zerotk::Stage<3>>, Optimizer<AdamW>, Precision<fp16>, Offload<Nvme>> engine(c, model,
                                                                                                    engine_options(cfg));
+    // CHECKs only until the all_gather: a REQUIRE failing on one rank would leave the others waiting.
     const std::vector<io::SwapFileInfo> files = engine.swap_files();
-    REQUIRE(files.size() == 1);
-    CHECK(fs::exists(files[0].path));
-    CHECK(files[0].path.parent_path() == dir);
-    const std::string name = files[0].path.filename().string();
+    CHECK(files.size() == 1);
+    const std::string name = files.empty() ? std::string() : files[0].path.filename().string();
+    if (!files.empty()) {
+      CHECK(fs::exists(files[0].path));
+      CHECK(files[0].path.parent_path() == dir);
+    }
     CHECK(name.starts_with("zerotk_optim.r" + std::to_string(c.rank()) + "."));
     std::array<char, 256> mine{};
-    REQUIRE(name.size() < mine.size());
-    std::memcpy(mine.data(), name.data(), name.size());
+    CHECK(name.size() < mine.size());
+    std::memcpy(mine.data(), name.data(), std::min(name.size(), mine.size() - 1));
     std::vector<std::array<char, 256>> all(static_cast<std::size_t>(c.size()));
     c.all_gather(mine.data(), all.data(), mine.size(), DType::uint8).wait();
     for (int r = 0; r < c.size(); ++r) {

@@ -79,6 +79,30 @@ inline std::string float_text(float v) { return to_text(v); }
   throw numerics_error("input + error feedback is inf or NaN", where);  // not reached
 }
 
+/// err[i] := x[i] + err[i] for i < n, after checking that none of the sums is inf or NaN (the check
+/// comes first, so on the error nothing has changed). Returns the largest |x[i] + err[i]| as its
+/// magnitude bits (abs_key), which the codecs turn into their scale or step.
+inline std::uint32_t add_feedback_checked(const char* where, std::span<const float> x, float* err) {
+  const std::size_t n = x.size();
+  std::uint32_t max_key = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint32_t k = abs_key(x[i] + err[i]);
+    max_key = k > max_key ? k : max_key;
+  }
+  if (max_key >= kNonfiniteKey) throw_nonfinite(where, x, std::span<const float>(err, n));
+  for (std::size_t i = 0; i < n; ++i) err[i] = x[i] + err[i];
+  return max_key;
+}
+
+/// A decode's payload must be exactly payload_bytes(n) long.
+inline void check_payload_size(const char* where, std::size_t got, std::size_t need, std::size_t n) {
+  if (got != need) {
+    throw usage_error("payload must have payload_bytes(n) = " + std::to_string(need) + " bytes for n = " +
+                          std::to_string(n),
+                      where, std::to_string(got));
+  }
+}
+
 /// The size checks every encode does before touching anything.
 inline void check_encode_sizes(const char* where, std::size_t n, std::size_t err_n, std::size_t out_bytes,
                                std::size_t need_bytes) {

@@ -123,15 +123,7 @@ class OneBitAllReduce {
     const std::size_t w = static_cast<std::size_t>(layout_.world);
 
     // Worker: y = pad(x) + worker_error (the padding's x is 0), checked before anything changes.
-    std::uint32_t max_key = 0;
-    for (std::size_t i = 0; i < n; ++i) {
-      const std::uint32_t k = detail::abs_key(x[i] + worker_error_[i]);
-      max_key = k > max_key ? k : max_key;
-    }
-    if (max_key >= detail::kNonfiniteKey) {
-      detail::throw_nonfinite(kWhere, std::span<const float>(x.data(), n), std::span<const float>(worker_error_.data(), n));
-    }
-    for (std::size_t i = 0; i < n; ++i) worker_error_[i] = x[i] + worker_error_[i];
+    (void)detail::add_feedback_checked(kWhere, std::span<const float>(x.data(), n), worker_error_.data());
     float s = sign::scale_of(worker_error_.data(), np);
     sign::pack_with_feedback(worker_error_.data(), np, s, send_bits_.data());
 

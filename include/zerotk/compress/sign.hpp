@@ -177,13 +177,7 @@ class SignCodec {
   std::size_t encode(std::span<const float> x, std::span<float> err, std::span<std::uint8_t> out) const {
     const std::size_t n = x.size();
     detail::check_encode_sizes("compress::SignCodec::encode", n, err.size(), out.size(), payload_bytes(n));
-    std::uint32_t max_key = 0;
-    for (std::size_t i = 0; i < n; ++i) {
-      const std::uint32_t k = detail::abs_key(x[i] + err[i]);
-      max_key = k > max_key ? k : max_key;
-    }
-    if (max_key >= detail::kNonfiniteKey) detail::throw_nonfinite("compress::SignCodec::encode", x, err);
-    for (std::size_t i = 0; i < n; ++i) err[i] = x[i] + err[i];
+    (void)detail::add_feedback_checked("compress::SignCodec::encode", x, err.data());
     const float scale = sign::scale_of(err.data(), n);
     detail::store_le_f32(out.data(), scale);
     sign::pack_with_feedback(err.data(), n, scale, out.data() + kHeaderBytes);
@@ -193,11 +187,7 @@ class SignCodec {
   /// decoded[j] = +-scale. `in` must hold payload_bytes(decoded.size()) bytes.
   void decode(std::span<const std::uint8_t> in, std::span<float> decoded) const {
     const std::size_t n = decoded.size();
-    if (in.size() != payload_bytes(n)) {
-      throw usage_error("payload must have payload_bytes(n) = " + std::to_string(payload_bytes(n)) + " bytes for n = " +
-                            std::to_string(n),
-                        "compress::SignCodec::decode", std::to_string(in.size()));
-    }
+    detail::check_payload_size("compress::SignCodec::decode", in.size(), payload_bytes(n), n);
     sign::unpack(in.data() + kHeaderBytes, n, detail::load_le_f32(in.data()), decoded.data());
   }
 };

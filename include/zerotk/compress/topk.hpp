@@ -37,14 +37,15 @@
 
 namespace zerotk::compress {
 
-/// k for a ratio and n: ceil(ratio * n) with the product in fp64, where a product within 1e-9
-/// (relative) of an integer counts as that integer (so 0.07 * 100 keeps 7, although the fp64 product
-/// is 7.000000000000001); then clamped to [1, n]. 0 for n = 0. `ratio` must be in (0, 1].
+/// k for a ratio and n: ceil(ratio * n) with the product in fp64, where a product within 4 ulp of an
+/// integer counts as that integer (so 0.07 * 100 keeps 7, although the fp64 product is
+/// 7.000000000000001, while 0.5000001 * 2^30 still rounds up); then clamped to [1, n]. 0 for n = 0.
+/// `ratio` must be in (0, 1].
 inline std::size_t topk_count(double ratio, std::size_t n) {
   if (n == 0) return 0;
   const double p = ratio * static_cast<double>(n);
   const double r = std::nearbyint(p);
-  const double k = std::fabs(p - r) <= 1e-9 * std::max(1.0, p) ? r : std::ceil(p);
+  const double k = std::fabs(p - r) <= 4 * std::numeric_limits<double>::epsilon() * std::max(1.0, p) ? r : std::ceil(p);
   if (k < 1.0) return 1;
   if (k >= static_cast<double>(n)) return n;
   return static_cast<std::size_t>(k);
@@ -255,29 +256,24 @@ class TopKCodec {
     constexpr const char* kWhere = "compress::TopKCodec::decode";
     const std::size_t n = decoded.size();
     check_n(n, kWhere);
-    if (in.size() != payload_bytes(n)) {
-      throw usage_error("payload must have payload_bytes(n) = " + std::to_string(payload_bytes(n)) + " bytes for n = " +
-                            std::to_string(n),
-                        kWhere, std::to_string(in.size()));
-    }
+    detail::check_payload_size(kWhere, in.size(), payload_bytes(n), n);
     const std::size_t hn = detail::load_le32(in.data()), k = detail::load_le32(in.data() + 4);
     if (hn != n || k != kept(n)) {
       throw usage_error("payload header (n, k) does not match n = " + std::to_string(n) + ", k = " + std::to_string(kept(n)),
                         kWhere, std::to_string(hn) + ", " + std::to_string(k));
     }
-    std::fill(decoded.begin(), decoded.end(), 0.0f);
     const std::uint8_t* idx = in.data() + kHeaderBytes;
     const std::uint8_t* val = idx + 4 * k;
-    std::size_t prev = 0;
-    for (std::size_t j = 0; j < k; ++j) {
+    for (std::size_t j = 0, prev = 0; j < k; ++j) {  // every check before the first write
       const std::size_t i = detail::load_le32(idx + 4 * j);
       if (i >= n || (j > 0 && i <= prev)) {
         throw usage_error("payload index out of range or not ascending at entry " + std::to_string(j), kWhere,
                           std::to_string(i));
       }
-      decoded[i] = detail::load_le_f32(val + 4 * j);
       prev = i;
     }
+    std::fill(decoded.begin(), decoded.end(), 0.0f);
+    for (std::size_t j = 0; j < k; ++j) decoded[detail::load_le32(idx + 4 * j)] = detail::load_le_f32(val + 4 * j);
   }
 
  private:

@@ -14,10 +14,10 @@
 /// fall-back to pageable memory: Offload<Cpu> promises page-locked state, and a run that quietly
 /// lost it would be slower and would not say why.
 ///
-/// Built with CUDA (ZEROTK_HAS_CUDA) and with a usable device, each mapping is also registered with
-/// the CUDA driver (cudaHostRegister), so copies between it and device memory are direct DMA rather
-/// than staged through the driver's own bounce buffer; a refused registration is an error like a
-/// refused lock. Without a device (a CUDA build running host-only) nothing is registered.
+/// This space knows nothing of devices. The buffers a device copies to and from (the offload
+/// stagings) are registered with it by their owner through Ops::register_host (device/cuda_ops.cuh:
+/// cudaHostRegister, so the copies are direct DMA; device/host_ops.hpp: nothing), so that the engine's
+/// Device decides, not how a translation unit was compiled.
 
 #include <cerrno>
 #include <cstddef>
@@ -31,10 +31,6 @@
 
 #include "zerotk/core/error.hpp"
 #include "zerotk/core/memory.hpp"
-
-#if ZEROTK_HAS_CUDA
-#include "zerotk/core/cuda.hpp"
-#endif
 
 namespace zerotk {
 
@@ -80,28 +76,11 @@ struct PinnedHostSpace {
                             "container's --ulimit memlock=-1) or use Offload<None>",
                         "PinnedHostSpace::allocate", std::to_string(bytes) + " bytes asked");
     }
-#if ZEROTK_HAS_CUDA
-    if (cuda::device_usable()) {
-      const cudaError_t e = cudaHostRegister(p, mapped, cudaHostRegisterPortable);
-      if (e != cudaSuccess) {
-        (void)cudaGetLastError();
-        ::munmap(p, mapped);
-        throw usage_error("page-locked host memory for Offload<Cpu> (" + std::string(to_string(category)) +
-                              "): cudaHostRegister of " + std::to_string(mapped) + " bytes failed: " +
-                              cudaGetErrorString(e),
-                          "PinnedHostSpace::allocate", std::to_string(bytes) + " bytes asked");
-      }
-    }
-#endif
     return static_cast<T*>(p);  // zero-filled by the kernel; T is trivial (float, half, bfloat16, bytes)
   }
   template <class T>
   static void deallocate(T* p, std::size_t n) noexcept {
     if (n == 0 || p == nullptr) return;
-#if ZEROTK_HAS_CUDA
-    // Unregistered when no device was usable at allocation: the call then fails, harmlessly.
-    if (cudaHostUnregister(static_cast<void*>(p)) != cudaSuccess) (void)cudaGetLastError();
-#endif
     ::munmap(static_cast<void*>(p), detail::round_to_pages(n * sizeof(T)));  // also unlocks
   }
 };

@@ -115,6 +115,15 @@ class Ops<Cuda> {
     ZEROTK_CUDA_CHECK(cudaStreamWaitEvent(s_->comm_stream, s_->event, 0));
   }
 
+  /// Page-locked host memory that copies go to and from (the offload stagings): registered with
+  /// the driver, so cudaMemcpy moves it by DMA without a bounce buffer. Throws on refusal.
+  void register_host(void* p, std::size_t bytes) const {
+    if (bytes) ZEROTK_CUDA_CHECK(cudaHostRegister(p, bytes, cudaHostRegisterPortable));
+  }
+  void unregister_host(void* p) const noexcept {
+    if (p && cudaHostUnregister(p) != cudaSuccess) (void)cudaGetLastError();
+  }
+
   /// Copies between device memory and the host (state snapshots); synchronous.
   template <class T>
   void copy_to_host(const T* src, T* dst, std::size_t n) const {

@@ -86,6 +86,10 @@ class Ops<Host> {
 
   void fence() noexcept {}
 
+  /// Host memory this space copies to and from directly: nothing to register.
+  void register_host(void*, std::size_t) const noexcept {}
+  void unregister_host(void*) const noexcept {}
+
   /// Copies between this space and host memory (state snapshots).
   template <class T>
   void copy_to_host(const T* src, T* dst, std::size_t n) const {

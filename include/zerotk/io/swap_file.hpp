@@ -95,21 +95,24 @@ class SwapFile {
       throw io_error("the swap directory (nvme_path) is not a directory", dir.string());
     }
     path_ = dir / (stem + "." + detail::unique_suffix() + ".swap");
-    if (aio_.use_direct) {
-      fd_ = open(O_DIRECT);
-      direct_ = fd_ >= 0;
-      if (fd_ < 0 && errno == EINVAL) {
-        fd_ = open(0);
-        if (fd_ >= 0) detail::say_buffered_once(dir);
-      }
-    } else {
-      fd_ = open(0);  // asked for: nothing to say
-    }
+    // Created buffered, then switched to O_DIRECT: an open(O_CREAT | O_DIRECT) that the file system
+    // refuses with EINVAL has already created the file (ramfs does this), while F_SETFL fails with
+    // nothing to undo.
+    fd_ = open(0);
     if (fd_ < 0) {
       const int err = errno;
       throw io_error("cannot create the swap file", path_.string(), detail::errno_text(err));
     }
     try {
+      if (aio_.use_direct) {  // (use_direct = false: buffered as asked, nothing to say)
+        const int flags = ::fcntl(fd_, F_GETFL);
+        direct_ = flags >= 0 && ::fcntl(fd_, F_SETFL, flags | O_DIRECT) == 0;
+        if (!direct_) {
+          const int err = errno;
+          if (err != EINVAL) throw io_error("cannot open the swap file for O_DIRECT", path_.string(), detail::errno_text(err));
+          detail::say_buffered_once(dir);
+        }
+      }
       reserve();
       if (aio_.use_uring) queue_ = make_uring_queue(fd_, path_.string(), aio_);
       if (!queue_) {

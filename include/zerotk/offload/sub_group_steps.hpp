@@ -44,7 +44,9 @@ class SubGroupSteps {
         owned_numel_(owned_numel),
         sub_group_numel_(checked(sub_group_size)),
         grads_staging_(std::min(owned_numel, sub_group_numel_) * kStagingElementBytes, MemoryCategory::grads, ledger),
-        out_staging_(std::min(owned_numel, sub_group_numel_) * kStagingElementBytes, MemoryCategory::params16, ledger) {}
+        out_staging_(std::min(owned_numel, sub_group_numel_) * kStagingElementBytes, MemoryCategory::params16, ledger),
+        grads_registered_(ops, grads_staging_.data(), grads_staging_.size()),
+        out_registered_(ops, out_staging_.data(), out_staging_.size()) {}
 
   std::size_t owned_numel() const noexcept { return owned_numel_; }
   std::size_t sub_group_numel() const noexcept { return sub_group_numel_; }
@@ -147,11 +149,30 @@ class SubGroupSteps {
     return plan_;
   }
 
+  /// The registration of one staging buffer with the compute space (Ops::register_host), for the
+  /// buffer's lifetime: declared after the buffer, so it is undone before the buffer is freed.
+  class Registered {
+   public:
+    Registered(Ops& ops, void* p, std::size_t bytes) : ops_(&ops), p_(bytes ? p : nullptr) {
+      if (p_) ops_->register_host(p_, bytes);
+    }
+    Registered(const Registered&) = delete;
+    Registered& operator=(const Registered&) = delete;
+    ~Registered() {
+      if (p_) ops_->unregister_host(p_);
+    }
+
+   private:
+    Ops* ops_;
+    void* p_;
+  };
+
   Ops* ops_;
   std::size_t owned_numel_;
   std::size_t sub_group_numel_;
   PinnedTrackedBuffer<std::byte> grads_staging_;  // [min(owned, S)] gradients, <= 4 B each
   PinnedTrackedBuffer<std::byte> out_staging_;    // [min(owned, S)] working-precision values
+  Registered grads_registered_, out_registered_;  // with the compute space, while the stagings live
   Plan plan_;
   std::vector<kernels::Segment> local_;           // this sub-group's pieces, for Run
   std::int64_t step_before_ = 0;
