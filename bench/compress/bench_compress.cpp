@@ -10,6 +10,8 @@
 //     memcpy, for the record (they read x and err and write err: 3x memcpy's traffic and more).
 // 256 Mi fp32 values = 1 GiB per buffer (BENCH.md: working sets >= 1 GiB). N(0, 1) values, seeded.
 // The compress bench does not link OpenMP, so every contender runs on the calling thread.
+// The same binary also runs bench_onebit_link.cpp: the 1-bit all-reduce against an fp32 all-reduce on
+// a modelled link (filter OneBit).
 //
 //   build/default/bench/compress/zerotk_bench_compress --benchmark_repetitions=5 \
 //       --benchmark_report_aggregates_only=true

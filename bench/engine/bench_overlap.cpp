@@ -3,7 +3,8 @@
 //
 // The threads back end moves bytes at memory speed, so to see scheduling this benchmark wraps it in a
 // communicator whose operations complete no sooner than a modelled network would deliver them
-// (latency + bytes / bandwidth, counted from the moment the operation is issued). Each layer's
+// (latency + bytes / bandwidth, counted from the moment the operation is issued; ModelledLink in
+// bench/common/modelled_link.hpp, shared with bench/compress). Each layer's
 // forward and backward spins for a fixed time. With overlap the step should take about
 // max(compute, communication); without it, compute + communication.
 //
@@ -17,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/modelled_link.hpp"
 #include "zerotk/comm/threads.hpp"
 #include "zerotk/engine.hpp"
 
@@ -30,72 +32,7 @@ void spin_for(std::chrono::microseconds d) {
   }
 }
 
-/// A communicator that completes each operation no sooner than a modelled link would.
-template <class Inner>
-class ModelledLink {
- public:
-  ModelledLink(Inner& inner, double gbytes_per_s, std::chrono::microseconds latency)
-      : inner_(&inner), bytes_per_us_(gbytes_per_s * 1e3), latency_(latency) {}
-  int rank() const { return inner_->rank(); }
-  int size() const { return inner_->size(); }
-  const zerotk::comm::CommStats& stats() const { return inner_->stats(); }
-
-#define ZT_FORWARD(name)                                      \
-  template <class... A>                                                        \
-  zerotk::comm::Work name(A&&... a) {                                          \
-    const std::uint64_t before = inner_->stats().total_wire_bytes();           \
-    zerotk::comm::Work w = inner_->name(std::forward<A>(a)...);                \
-    const std::uint64_t bytes = inner_->stats().total_wire_bytes() - before;   \
-    return delayed(std::move(w), bytes);                                       \
-  }
-  ZT_FORWARD(all_reduce)
-  ZT_FORWARD(reduce_scatter)
-  ZT_FORWARD(all_gather)
-  ZT_FORWARD(all_gatherv)
-  ZT_FORWARD(broadcast)
-  ZT_FORWARD(reduce)
-  ZT_FORWARD(all_to_all)
-  ZT_FORWARD(send)
-  ZT_FORWARD(recv)
-  ZT_FORWARD(barrier)
-#undef ZT_FORWARD
-  ModelledLink split(int, int) { throw zerotk::usage_error("ModelledLink cannot split"); }
-  /// Time the link has been busy so far (what the operations cost by the model, queueing aside).
-  std::chrono::microseconds busy() const { return busy_; }
-
- private:
-  struct State final : zerotk::comm::WorkState {
-    zerotk::comm::Work inner;
-    Clock::time_point done_at;
-    void wait() override {
-      inner.wait();
-      // Sleep for most of the remaining time, spin for the rest: a sleep overshoots by the timer
-      // slack (~50-100 us here), which at 20 us of modelled latency per operation would add up to
-      // more than the link itself when many small operations are waited for.
-      const auto spin = std::chrono::microseconds(200);
-      if (Clock::now() + spin < done_at) std::this_thread::sleep_until(done_at - spin);
-      while (Clock::now() < done_at) {
-      }
-    }
-    bool test() override { return Clock::now() >= done_at && inner.test(); }
-  };
-  zerotk::comm::Work delayed(zerotk::comm::Work w, std::uint64_t bytes) {
-    // The link is busy with earlier operations first: operations queue behind each other.
-    const auto start = std::max(Clock::now(), link_free_);
-    const auto busy = latency_ + std::chrono::microseconds(static_cast<long long>(double(bytes) / bytes_per_us_));
-    link_free_ = start + busy;
-    busy_ += busy;
-    auto s = std::make_unique<State>();
-    s->inner = std::move(w);
-    s->done_at = link_free_;
-    return zerotk::comm::Work(std::move(s));
-  }
-  Inner* inner_;
-  double bytes_per_us_;
-  std::chrono::microseconds latency_;
-  Clock::time_point link_free_{};
-  std::chrono::microseconds busy_{0};
-};
+using zerotk::bench::ModelledLink;
 
 struct Layer {
   zerotk::Param<zerotk::half> w;
