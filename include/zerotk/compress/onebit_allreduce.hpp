@@ -76,6 +76,37 @@ ZEROTK_HD ZEROTK_FORCEINLINE float server_value(const std::uint8_t* received, st
   return acc + server_error;
 }
 
+/// server_error[j] := server_value(..., j, server_error[j]) for every j < chunk: the host driver.
+/// Eight elements (one byte of each rank's signs) at a time through a table of every byte's eight
+/// +-term[k] per rank, built from sign::value, and added in the same order (rank 0, 1, ..., then the
+/// error) as server_value: the same bits, and the eight sums vectorize. `table` is scratch.
+inline void server_chunk(const std::uint8_t* received, std::size_t chunk_bytes, const float* term, int world,
+                         std::size_t chunk, float* server_error, std::vector<float>& table) {
+  const std::size_t w = static_cast<std::size_t>(world);
+  table.resize(w * 256 * 8);
+  for (std::size_t k = 0; k < w; ++k) {
+    for (unsigned b = 0; b < 256; ++b) {
+      const std::uint8_t byte = static_cast<std::uint8_t>(b);
+      for (std::size_t i = 0; i < 8; ++i) table[(k * 256 + b) * 8 + i] = sign::value(&byte, i, term[k]);
+    }
+  }
+  const std::size_t full = chunk / 8;
+  for (std::size_t q = 0; q < full; ++q) {
+    float acc[8];
+    const float* t0 = table.data() + static_cast<std::size_t>(received[q]) * 8;
+    for (std::size_t i = 0; i < 8; ++i) acc[i] = t0[i];
+    for (std::size_t k = 1; k < w; ++k) {
+      const float* tk = table.data() + (k * 256 + received[k * chunk_bytes + q]) * 8;
+      for (std::size_t i = 0; i < 8; ++i) acc[i] = acc[i] + tk[i];
+    }
+    float* e = server_error + 8 * q;
+    for (std::size_t i = 0; i < 8; ++i) e[i] = acc[i] + e[i];
+  }
+  for (std::size_t j = 8 * full; j < chunk; ++j) {
+    server_error[j] = server_value(received, chunk_bytes, term, world, j, server_error[j]);
+  }
+}
+
 }  // namespace onebit
 
 /// One compressed all-reduce with its two error buffers (one per tensor or flat buffer: the errors
@@ -136,9 +167,7 @@ class OneBitAllReduce {
     // Server of chunk `rank`.
     const float inv_w = static_cast<float>(1.0 / static_cast<double>(w));
     for (std::size_t k = 0; k < w; ++k) terms_[k] = scales_[k] * inv_w;
-    for (std::size_t j = 0; j < layout_.chunk; ++j) {
-      server_error_[j] = onebit::server_value(recv_bits_.data(), cb, terms_.data(), layout_.world, j, server_error_[j]);
-    }
+    onebit::server_chunk(recv_bits_.data(), cb, terms_.data(), layout_.world, layout_.chunk, server_error_.data(), table_);
     float s2 = sign::scale_of(server_error_.data(), layout_.chunk);
     sign::pack_with_feedback(server_error_.data(), layout_.chunk, s2, server_bits_.data());
 
@@ -159,6 +188,7 @@ class OneBitAllReduce {
   std::vector<float> worker_error_, server_error_;
   std::vector<std::uint8_t> send_bits_, recv_bits_, server_bits_, gathered_bits_;  // packed signs
   std::vector<float> scales_, server_scales_, terms_;  // [W]
+  std::vector<float> table_;                           // [W][256][8], onebit::server_chunk's
 };
 
 }  // namespace zerotk::compress
