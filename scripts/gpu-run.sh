@@ -47,7 +47,7 @@ run() {  # run <label> <command...>
   if "$@"; then echo "gpu-run: PASS $label ($(( $(date +%s) - t0 )) s)"
   else echo "gpu-run: FAIL $label (exit $?)"; failed=$((failed + 1)); fi
 }
-for t in cast kernels compress nccl engine; do
+for t in cast kernels compress nccl engine engine_offload; do
   [[ -x "$B/tests/cuda/zerotk_cuda_test_$t" ]] && run "cuda.$t" "$B/tests/cuda/zerotk_cuda_test_$t"
 done
 run cuda.host_memory "$B/tests/cuda/zerotk_cuda_host_memory"
@@ -60,9 +60,11 @@ if (( sanitize )); then
   # NCCL's communicator set-up probes kernels its library may lack for this GPU and handles the
   # cudaErrorNoKernelImageForDevice it gets; memcheck would count each probe as an error. zerotk checks
   # the status of every CUDA call it makes, so API-error reports add nothing here; memory errors still fail.
-  [[ -x "$B/tests/cuda/zerotk_cuda_test_engine" ]] &&
-    run "memcheck cuda.engine" compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 \
-      "$B/tests/cuda/zerotk_cuda_test_engine"
+  for t in engine engine_offload; do
+    [[ -x "$B/tests/cuda/zerotk_cuda_test_$t" ]] &&
+      run "memcheck cuda.$t" compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 \
+        "$B/tests/cuda/zerotk_cuda_test_$t"
+  done
   run "racecheck cuda.cast" compute-sanitizer --tool racecheck --error-exitcode 1 "$B/tests/cuda/zerotk_cuda_test_cast"
 fi
 (( bench )) && [[ -x "$B/bench/cuda/zerotk_bench_kernels_cuda" ]] &&
