@@ -1,5 +1,7 @@
 #pragma once
 // Seeded test data and the error-feedback bound shared by the compress tests.
+#include <doctest/doctest.h>
+
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -28,6 +30,22 @@ inline FeedbackGap feedback_gap(float x, float e_old, float d, float e_new) {
                                (static_cast<double>(x) + static_cast<double>(e_old)));
   const double bound = std::ldexp(1.0, -24) * (std::fabs(static_cast<double>(y)) + std::fabs(static_cast<double>(e_new)));
   return {gap, bound};
+}
+
+/// A codec's payload and its decode, from fresh buffers filled with markers (0xff bytes, 123.0f) so a
+/// value left unwritten shows; checks that encode returns payload_bytes(n).
+struct Encoded {
+  std::vector<std::uint8_t> payload;
+  std::vector<float> decoded;
+};
+template <class Codec>
+Encoded encode_decode(const std::vector<float>& x, std::vector<float>& err, const Codec& c = Codec()) {
+  Encoded e;
+  e.payload.assign(Codec::payload_bytes(x.size()), 0xff);
+  CHECK(c.encode(x, err, e.payload) == Codec::payload_bytes(x.size()));
+  e.decoded.assign(x.size(), 123.0f);
+  c.decode(e.payload, e.decoded);
+  return e;
 }
 
 }  // namespace zerotk::test

@@ -19,22 +19,8 @@ using compress::SignCodec;
 static_assert(compress::ErrorFeedbackCodec<SignCodec>);
 
 namespace {
-
-struct Encoded {
-  std::vector<std::uint8_t> payload;
-  std::vector<float> decoded;
-};
-
-Encoded encode_decode(const std::vector<float>& x, std::vector<float>& err) {
-  SignCodec c;
-  Encoded e;
-  e.payload.assign(SignCodec::payload_bytes(x.size()), 0xff);
-  CHECK(c.encode(x, err, e.payload) == SignCodec::payload_bytes(x.size()));
-  e.decoded.assign(x.size(), 123.0f);
-  c.decode(e.payload, e.decoded);
-  return e;
-}
-
+using test::Encoded;
+Encoded encode_decode(const std::vector<float>& x, std::vector<float>& err) { return test::encode_decode<SignCodec>(x, err); }
 }  // namespace
 
 TEST_CASE("sign: payload is 4 bytes of scale + 1 bit per value, rounded up to a byte") {

@@ -19,22 +19,8 @@ using compress::TwoBitCodec;
 static_assert(compress::ErrorFeedbackCodec<TwoBitCodec>);
 
 namespace {
-
-struct Encoded {
-  std::vector<std::uint8_t> payload;
-  std::vector<float> decoded;
-};
-
-Encoded encode_decode(const std::vector<float>& x, std::vector<float>& err) {
-  TwoBitCodec c;
-  Encoded e;
-  e.payload.assign(TwoBitCodec::payload_bytes(x.size()), 0xff);
-  CHECK(c.encode(x, err, e.payload) == TwoBitCodec::payload_bytes(x.size()));
-  e.decoded.assign(x.size(), 123.0f);
-  c.decode(e.payload, e.decoded);
-  return e;
-}
-
+using test::Encoded;
+Encoded encode_decode(const std::vector<float>& x, std::vector<float>& err) { return test::encode_decode<TwoBitCodec>(x, err); }
 }  // namespace
 
 TEST_CASE("two_bit: payload is 4 bytes of step + 2 bits per value, rounded up to a byte") {

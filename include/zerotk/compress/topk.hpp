@@ -141,17 +141,20 @@ inline void select(const float* y, std::size_t n, std::size_t k, std::uint32_t* 
   emit(y, n, threshold(y, n, k), idx, nullptr);
 }
 
-/// In place on a payload: the index field becomes first index, then differences (>= 1).
-inline void indices_to_gaps(std::span<std::uint8_t> payload) {
-  if (payload.size() < 8) {
-    throw usage_error("top-k payload shorter than its 8-byte header", "compress::topk::indices_to_gaps",
-                      std::to_string(payload.size()));
-  }
+/// k from a payload's header, after checking that the payload is 8 + 8 k bytes long.
+inline std::size_t kept_of(std::span<const std::uint8_t> payload, const char* where) {
+  if (payload.size() < 8) throw usage_error("top-k payload shorter than its 8-byte header", where, std::to_string(payload.size()));
   const std::size_t k = compress::detail::load_le32(payload.data() + 4);
   if (payload.size() != 8 + 8 * k) {
-    throw usage_error("top-k payload size is not 8 + 8 k for k = " + std::to_string(k), "compress::topk::indices_to_gaps",
+    throw usage_error("top-k payload size is not 8 + 8 k for k = " + std::to_string(k), where,
                       std::to_string(payload.size()));
   }
+  return k;
+}
+
+/// In place on a payload: the index field becomes first index, then differences (>= 1).
+inline void indices_to_gaps(std::span<std::uint8_t> payload) {
+  const std::size_t k = kept_of(payload, "compress::topk::indices_to_gaps");
   std::uint32_t prev = 0;
   for (std::size_t j = 0; j < k; ++j) {
     std::uint8_t* p = payload.data() + 8 + 4 * j;
@@ -163,15 +166,7 @@ inline void indices_to_gaps(std::span<std::uint8_t> payload) {
 
 /// The inverse of indices_to_gaps.
 inline void gaps_to_indices(std::span<std::uint8_t> payload) {
-  if (payload.size() < 8) {
-    throw usage_error("top-k payload shorter than its 8-byte header", "compress::topk::gaps_to_indices",
-                      std::to_string(payload.size()));
-  }
-  const std::size_t k = compress::detail::load_le32(payload.data() + 4);
-  if (payload.size() != 8 + 8 * k) {
-    throw usage_error("top-k payload size is not 8 + 8 k for k = " + std::to_string(k), "compress::topk::gaps_to_indices",
-                      std::to_string(payload.size()));
-  }
+  const std::size_t k = kept_of(payload, "compress::topk::gaps_to_indices");
   std::uint32_t acc = 0;
   for (std::size_t j = 0; j < k; ++j) {
     std::uint8_t* p = payload.data() + 8 + 4 * j;
