@@ -6,6 +6,7 @@
 //   build/default/examples/02_gpt/zerotk_example_02_gpt --stage 0 --precision fp32
 //   build/default/examples/02_gpt/zerotk_example_02_gpt --stage 3 --offload-optimizer cpu --offload-param cpu
 //   build/default/examples/02_gpt/zerotk_example_02_gpt --stage 3 --offload-optimizer nvme --nvme-path /local_nvme
+//   build/default/examples/02_gpt/zerotk_example_02_gpt --stage 0 --optimizer onebitadam --freeze-step 20
 //   build/default/examples/02_gpt/zerotk_example_02_gpt --config ds_config.json
 //   mpirun -np 2 build/default/examples/02_gpt/zerotk_example_02_gpt --mpi
 //
@@ -84,6 +85,8 @@ struct Options {
   std::string offload_optimizer = "none";       ///< offload_optimizer.device: none, cpu (stages 1-3) or nvme (stage 3)
   std::string offload_param = "none";           ///< offload_param.device: none or cpu (stage 3); nvme is refused
   std::string nvme_path;                        ///< offload_optimizer.nvme_path: the swap files' directory
+  std::string optimizer = "adamw";              ///< adamw, or onebitadam (1-bit Adam, stage 0)
+  int freeze_step = 20;                         ///< onebitadam: warm-up steps before compression
 };
 
 /// A JSON string literal of `s` (paths may hold quotes or backslashes).
@@ -104,6 +107,15 @@ std::string json_string(const std::string& s) {
 
 /// The flags' offload choices, checked before they become a config, so that errors name the flag.
 void check_offload_flags(const Options& o) {
+  if (o.optimizer == "onebitadam" && o.stage != 0) {
+    throw zerotk::usage_error("1-bit Adam runs at ZeRO stage 0 (it compresses the momentum every rank holds in full, in "
+                              "place of stage 0's gradient all-reduce); add --stage 0",
+                              "--optimizer onebitadam", "--stage " + std::to_string(o.stage));
+  }
+  if (o.optimizer == "onebitadam" && o.precision == "fp16") {
+    throw zerotk::usage_error("this binary builds 1-bit Adam in fp32 and bf16; use --precision fp32 or bf16",
+                              "--optimizer onebitadam", "--precision fp16");
+  }
   if (o.offload_param == "nvme") {
     throw zerotk::usage_error("NVMe parameter offload (OffloadParams<Nvme>) is not implemented in this version; "
                               "use --offload-param cpu (parameter shards in pinned host memory)",
@@ -141,6 +153,7 @@ void check_swap_directory(const std::string& dir, const std::string& where) {
 /// The flags as the DeepSpeed config a DeepSpeed user would have written.
 std::string flags_to_deepspeed_json(const Options& o) {
   const bool fp16 = o.precision == "fp16", bf16 = o.precision == "bf16";
+  const bool onebit = o.optimizer == "onebitadam";
   std::ostringstream j;
   j << "{\n"
     << "  \"train_batch_size\": " << o.batch << ",\n"
@@ -149,8 +162,10 @@ std::string flags_to_deepspeed_json(const Options& o) {
     << "  \"steps_per_print\": " << o.steps_per_print << ",\n"
     << "  \"fp16\": {\"enabled\": " << (fp16 ? "true" : "false") << ", \"initial_scale_power\": 12},\n"
     << "  \"bf16\": {\"enabled\": " << (bf16 ? "true" : "false") << "},\n"
-    << "  \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": " << o.lr
-    << ", \"betas\": [0.9, 0.95], \"eps\": 1e-8, \"weight_decay\": " << o.weight_decay << "}},\n"
+    << "  \"optimizer\": {\"type\": \"" << (onebit ? "OneBitAdam" : "AdamW") << "\", \"params\": {\"lr\": " << o.lr
+    << ", \"betas\": [0.9, 0.95], \"eps\": 1e-8, \"weight_decay\": " << o.weight_decay;
+  if (onebit) j << ", \"freeze_step\": " << o.freeze_step;
+  j << "}},\n"
     << "  \"scheduler\": {\"type\": \"WarmupCosineLR\", \"params\": {\"total_num_steps\": " << o.steps
     << ", \"warmup_num_steps\": " << o.warmup << ", \"warmup_type\": \"linear\", \"cos_min_ratio\": 0.1}},\n"
     << "  \"zero_optimization\": {\"stage\": " << o.stage << ", \"reduce_bucket_size\": " << o.bucket_elements
@@ -189,6 +204,10 @@ std::string flags_to_deepspeed_json(const Options& o) {
 template <int S, class P, class... Offloads>
 using E = zerotk::Engine<zerotk::Partitioner<zerotk::Stage<S>>, zerotk::Optimizer<zerotk::AdamW>, zerotk::Precision<P>,
                          Offloads...>;
+/// --optimizer onebitadam: 1-bit Adam runs at stage 0 (DeepSpeed's rule too).
+template <class P>
+using OneBit = zerotk::Engine<zerotk::Partitioner<zerotk::Stage<0>>, zerotk::Optimizer<zerotk::OneBitAdam>,
+                              zerotk::Precision<P>>;
 using OptCpu = zerotk::Offload<zerotk::Cpu>;
 using OptNvme = zerotk::Offload<zerotk::Nvme>;
 using ParamCpu = zerotk::OffloadParams<zerotk::Cpu>;
@@ -203,6 +222,8 @@ struct Summary {
   std::size_t checkpointed_blocks = 0;
   std::size_t disk = 0;          ///< rank 0's bytes on disk (Offload<Nvme>'s swap files)
   std::size_t pinned_other = 0;  ///< rank 0's pinned host bytes of category `other` (Offload<Nvme>'s swap buffers)
+  std::uint64_t wire_bytes = 0;   ///< rank 0's bytes sent over the run (StepReport::comm_wire_bytes, summed)
+  std::uint64_t dense_bytes = 0;  ///< ... and what it would have sent without compression (comm_dense_bytes)
 };
 
 /// Prints rank memory by category beside the ZeRO formula for this stage (fp16/bf16 Adam, K = 12).
@@ -424,6 +445,7 @@ void train_rank(Comm& comm, const TrainContext& ctx, const Data& data, Evaluate&
   double user_ms = 0, scope_ms = 0, step_ms_total = 0;  // user_ms includes scope_ms
   std::int64_t samples = static_cast<std::int64_t>(start) * ctx.cfg.train_batch_size;
   double last_loss = 0;
+  std::uint64_t wire_bytes = 0, dense_bytes = 0;
   for (int step = start; step < o.steps; ++step) {
     zerotk::StepReport r;
     for (int m = 0; m < gas; ++m) {
@@ -435,6 +457,8 @@ void train_rank(Comm& comm, const TrainContext& ctx, const Data& data, Evaluate&
       r = engine.step(loss);
     }
     samples += ctx.cfg.train_batch_size;
+    wire_bytes += r.comm_wire_bytes;
+    dense_bytes += r.comm_dense_bytes;
     step_ms_total += r.timings.forward_ms + r.timings.backward_ms + r.timings.backward_allreduce_ms + r.timings.step_ms;
     last_loss = r.loss;
     log.on_boundary_loss(r.loss, samples - ctx.cfg.train_batch_size);
@@ -489,6 +513,8 @@ void train_rank(Comm& comm, const TrainContext& ctx, const Data& data, Evaluate&
     const double total_ms = seconds * 1e3;
     summary.overhead = std::max(0.0, 1.0 - (user_ms - scope_ms) / total_ms);
     summary.final_loss = last_loss;
+    summary.wire_bytes = wire_bytes;
+    summary.dense_bytes = dense_bytes;
     summary.disk = engine.memory().live_total(zerotk::MemorySpace::disk);
     summary.pinned_other = engine.memory().live(zerotk::MemorySpace::pinned_host, zerotk::MemoryCategory::other);
   }
@@ -548,7 +574,7 @@ int run(const Options& o, const gpt::Config& model_config, const Data& data, Eva
                            E<1, zerotk::bf16, OptCpu>, E<2, zerotk::bf16, OptCpu>, E<3, zerotk::bf16, OptCpu>,
                            E<3, zerotk::bf16, ParamCpu>, E<3, zerotk::bf16, OptCpu, ParamCpu>,
                            E<3, zerotk::fp32, OptCpu, ParamCpu>, E<3, zerotk::bf16, OptNvme>,
-                           E<3, zerotk::bf16, OptNvme, ParamCpu>>(cfg, launch);
+                           E<3, zerotk::bf16, OptNvme, ParamCpu>, OneBit<zerotk::fp32>, OneBit<zerotk::bf16>>(cfg, launch);
   if (!root) return 0;
   print_memory_table(summary, cfg.zero_optimization.stage, std::string(zerotk::to_string(cfg.precision())), world,
                                   static_cast<int>(cfg.gradient_accumulation_steps),
@@ -560,6 +586,10 @@ int run(const Options& o, const gpt::Config& model_config, const Data& data, Eva
               summary.activation_peak, summary.checkpointed_blocks, model_config.n_layers, o.checkpoint_activations.c_str());
   std::printf("\ntrained %d steps in %.1f s: %.0f tokens/s; time outside the model's own forward/backward: %.1f%%\n",
               o.steps, summary.seconds, summary.tokens_per_s, 100.0 * summary.overhead);
+  // Counted by the communicator (ring convention), every collective of the run included.
+  std::printf("communication (rank 0, whole run): %llu B sent; %llu B without compression (ratio %.2f)\n",
+              static_cast<unsigned long long>(summary.wire_bytes), static_cast<unsigned long long>(summary.dense_bytes),
+              summary.wire_bytes ? static_cast<double>(summary.dense_bytes) / static_cast<double>(summary.wire_bytes) : 1.0);
   return 0;
 }
 
@@ -633,6 +663,13 @@ int main(int argc, char** argv) {
                  "offload_param.device: stage 3's parameter shards in pinned host memory (this binary: bf16, or fp32 "
                  "with --offload-optimizer cpu); nvme is refused: OffloadParams<Nvme> does not exist yet")
       ->check(CLI::IsMember({"none", "cpu", "nvme"}));
+  app.add_option("--optimizer", o.optimizer,
+                 "adamw, or onebitadam: DeepSpeed's 1-bit Adam (stage 0, fp32 or bf16 in this binary): Adam without "
+                 "bias correction for --freeze-step steps, then each rank's momentum is exchanged 1-bit compressed "
+                 "with error feedback and the variance frozen")
+      ->check(CLI::IsMember({"adamw", "onebitadam"}));
+  app.add_option("--freeze-step", o.freeze_step, "with --optimizer onebitadam: warm-up steps before compression")
+      ->check(CLI::Range(0, 1 << 30));
   app.add_flag("--cpu-checkpointing", o.cpu_checkpointing,
                "with --checkpoint-activations: keep the saved inputs in pinned host memory");
   CLI11_PARSE(app, argc, argv);

@@ -289,8 +289,12 @@ class Engine {
       r.timings_measured = true;
       const std::uint64_t wire =
           comm_.stats().total_wire_bytes() + (group_comm_ ? group_comm_->stats().total_wire_bytes() : 0);
+      std::uint64_t dense = wire;
+      for_each_group([&](const auto& g) { dense += g.skipped_wire_bytes() - g.optimizer_wire_bytes(); });
       r.comm_wire_bytes = wire - wire_mark_;
+      r.comm_dense_bytes = dense - dense_mark_;
       wire_mark_ = wire;
+      dense_mark_ = dense;
       micro_in_accum_ = 0;
       loss_sum_ = 0;
     }
@@ -406,6 +410,7 @@ class Engine {
     for_each_group([&](auto& g) {
       const EngineGroupState& gs = s.groups[i++];
       g.store().load_optimizer_state(gs.optimizer);
+      g.after_state_loaded();
       g.store().master_from_host(gs.master.data());
       g.restore_params_from_master([&](std::size_t k) { bindings_->on_bucket_published(g, k); });
     });
@@ -673,11 +678,12 @@ class Engine {
     const bool acc32 = !options_.grad_accum_dtype || *options_.grad_accum_dtype == DType::fp32;
     if (!main.ids.empty()) {
       main_ = std::make_unique<MainGroup>(path_context(acc32), std::move(main), bucket_numel(sizeof(S)), options_.groups,
-                                          options_.overlap_param_gather, store_options("main"));
+                                          options_.overlap_param_gather, store_options("main"), options_.onebit);
     }
     if (!f32.ids.empty()) {
       f32_ = std::make_unique<Fp32Group>(path_context(true), std::move(f32), bucket_numel(sizeof(float)),
-                                         options_.groups, options_.overlap_param_gather, store_options("fp32"));
+                                         options_.groups, options_.overlap_param_gather, store_options("fp32"),
+                                         options_.onebit);
     }
     bindings_.emplace(registry_, main_.get(), f32_.get(), ops_, &ledger_);
     bindings_->adopt_and_bind(options_.adopt_initial_values);
@@ -720,8 +726,10 @@ class Engine {
 
   void boundary_step(StepReport& r) {
     const double gas = options_.gradient_accumulation_steps;
+    bool local = false;  // 1-bit Adam's compressed phase: each rank clips by its own gradients' norm
+    for_each_group([&](const auto& g) { local = local || g.gradients_local(); });
     const engine::GlobalNorm norm =
-        engine::global_norm(comm_, ops_, flat_numel(), loss_sum_ / gas, [&](auto&& f) { for_each_group(f); });
+        engine::global_norm(comm_, ops_, flat_numel(), loss_sum_ / gas, [&](auto&& f) { for_each_group(f); }, local);
     r.loss = norm.loss_sum / comm_.size();
     r.boundary = true;
     const double sumsq = norm.sum_squares / (gas * gas);  // of the scaled, GAS-averaged gradients
@@ -809,7 +817,7 @@ class Engine {
   std::int64_t micro_steps_ = 0, global_steps_ = 0, skipped_steps_ = 0;
   double loss_sum_ = 0;
   StepTimings timings_;
-  std::uint64_t wire_mark_ = 0;
+  std::uint64_t wire_mark_ = 0, dense_mark_ = 0;
 };
 
 }  // namespace zerotk

@@ -74,7 +74,10 @@ EngineOptions engine_options(const config::Config& cfg) {
   o.gradient_accumulation_steps = static_cast<int>(cfg.gradient_accumulation_steps);
   o.gradient_clipping = cfg.gradient_clipping;
   o.overlap_comm = cfg.zero_optimization.overlap_comm;
-  if (cfg.optimizer) o.optimizer = cfg.optimizer->params;
+  if (cfg.optimizer) {
+    o.optimizer = cfg.optimizer->params;
+    o.onebit.freeze_step = cfg.optimizer->freeze_step;  // OneBitAdam's; the reader checked it >= 0
+  }
   // The fp16 block is the scaler's own options plus `enabled` (config/options.hpp).
   o.loss_scaler = static_cast<const LossScalerOptions&>(cfg.fp16);
   // DeepSpeed adds micro-steps' gradients in the training precision unless told otherwise: a

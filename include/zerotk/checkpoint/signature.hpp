@@ -35,6 +35,8 @@ constexpr std::string_view optimizer_name() {
     return "AdamW";
   } else if constexpr (std::is_same_v<Tag, Lamb>) {
     return "Lamb";
+  } else if constexpr (std::is_same_v<Tag, OneBitAdam>) {
+    return "OneBitAdam";  // m and v as Adam's; the compression errors are not saved (zeroed on load, as DeepSpeed)
   } else {
     static_assert(dependent_false<Tag>, "checkpoint: no name for this optimizer tag (add it to optimizer_name)");
   }

@@ -29,6 +29,7 @@
 /// against 2 (W-1)/W * 4 n for an fp32 all-reduce: about 32x less for large n.
 
 #include <algorithm>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <numeric>
@@ -109,6 +110,15 @@ inline void server_chunk(const std::uint8_t* received, std::size_t chunk_bytes, 
 
 }  // namespace onebit
 
+/// What the compressed all-reduce needs of a communicator: a comm::Communicator has it, and so has
+/// the engine's device::OrderedCommunicator.
+template <class C>
+concept OneBitTransport = requires(C& c, const void* s, void* r, std::size_t n, DType dt) {
+  { c.size() } -> std::convertible_to<int>;
+  { c.all_to_all(s, r, n, dt) } -> std::same_as<comm::Work>;
+  { c.all_gather(s, r, n, dt) } -> std::same_as<comm::Work>;
+};
+
 /// One compressed all-reduce with its two error buffers (one per tensor or flat buffer: the errors
 /// belong to the values they compress). Not thread-safe; one per rank.
 class OneBitAllReduce {
@@ -137,7 +147,7 @@ class OneBitAllReduce {
   }
 
   /// In place: x (n values) becomes the compressed average over the ranks of `c`.
-  template <comm::Communicator C>
+  template <OneBitTransport C>
   void run(C& c, std::span<float> x) {
     constexpr const char* kWhere = "compress::OneBitAllReduce::run";
     if (x.size() != layout_.numel) {

@@ -242,14 +242,18 @@ inline constexpr Unbuildable kUnbuildable[] = {
      "NVMe parameter offload (OffloadParams<Nvme>); the engine runs OffloadParams<None> and OffloadParams<Cpu> "
      "(ZeRO stage 3)"},
     {[](const Config& c) -> detail::Ask {
-       if (!c.optimizer || (c.optimizer->kind != OptimizerKind::onebit_adam &&
-                            c.optimizer->kind != OptimizerKind::onebit_lamb)) {
-         return std::nullopt;
-       }
+       if (!c.optimizer || c.optimizer->kind != OptimizerKind::onebit_lamb) return std::nullopt;
        return detail::ask("/optimizer/type", detail::quoted(to_string(c.optimizer->kind)));
      },
-     "1-bit optimizers (Optimizer<OneBitAdam>, Optimizer<OneBitLamb>: compressed communication); the engine "
-     "runs Adam, AdamW and Lamb"},
+     "1-bit LAMB (Optimizer<OneBitLamb>); the engine runs Adam, AdamW, Lamb and OneBitAdam"},
+    {[](const Config& c) -> detail::Ask {
+       if (!c.optimizer || c.optimizer->kind != OptimizerKind::onebit_adam || c.zero_optimization.stage == 0) {
+         return std::nullopt;
+       }
+       return detail::ask("/zero_optimization/stage", std::to_string(c.zero_optimization.stage));
+     },
+     "OneBitAdam with ZeRO stage 1, 2 or 3; 1-bit Adam compresses the momentum every rank holds in full, in "
+     "place of stage 0's gradient all-reduce (DeepSpeed asserts stage 0 too)"},
     {[](const Config& c) -> detail::Ask {
        if (!c.prescale_gradients) return std::nullopt;
        return detail::ask("/prescale_gradients", "true");

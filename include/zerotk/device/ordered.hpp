@@ -43,6 +43,10 @@ class OrderedCommunicator {
     ops_->fence();
     return comm_.all_gather(send, recv, count_per_rank, dt);
   }
+  [[nodiscard]] comm::Work all_to_all(const void* send, void* recv, std::size_t count_per_rank, DType dt) {
+    ops_->fence();
+    return comm_.all_to_all(send, recv, count_per_rank, dt);
+  }
   [[nodiscard]] comm::Work broadcast(void* buf, std::size_t count, DType dt, int root) {
     ops_->fence();
     return comm_.broadcast(buf, count, dt, root);

@@ -32,8 +32,12 @@ struct GlobalNorm {
 /// `each_group(f)` calls f(group) for each flat group; a group offers
 /// `with_norm_blocks(g)` calling g(std::span<const kernels::TensorRef<const E>>).
 /// `count_bound`: an upper bound on the number of elements added over all ranks, equal on every rank.
+/// `rank_local`: the gradients differ by rank (1-bit Adam's compressed phase) and each rank's share is its
+/// whole buffer: the sum of squares is then this rank's own (not summed over ranks), while the
+/// non-finite flag is still agreed by all (so every rank skips the same steps).
 template <class Comm, class Ops, class EachGroup>
-GlobalNorm global_norm(Comm& comm, Ops& ops, std::size_t count_bound, double loss, EachGroup&& each_group) {
+GlobalNorm global_norm(Comm& comm, Ops& ops, std::size_t count_bound, double loss, EachGroup&& each_group,
+                       bool rank_local = false) {
   zero::SquareBound local;
   each_group([&](auto& g) { g.with_norm_blocks([&](auto blocks) { local = zero::combine(local, ops.square_bound(blocks)); }); });
   double bound[2] = {local.nonfinite ? 0.0 : local.max_square, local.nonfinite ? 1.0 : 0.0};
@@ -50,7 +54,11 @@ GlobalNorm global_norm(Comm& comm, Ops& ops, std::size_t count_bound, double los
   double sums[kFolds + 1];
   for (std::size_t i = 0; i < kFolds; ++i) sums[i] = folds.fold[i];
   sums[kFolds] = loss;
-  comm.all_reduce_host(sums, sums, kFolds + 1, comm::ReduceOp::sum);
+  if (rank_local) {
+    comm.all_reduce_host(sums + kFolds, sums + kFolds, 1, comm::ReduceOp::sum);
+  } else {
+    comm.all_reduce_host(sums, sums, kFolds + 1, comm::ReduceOp::sum);
+  }
   for (std::size_t i = 0; i < kFolds; ++i) folds.fold[i] = sums[i];
   r.sum_squares = r.nonfinite ? 0.0 : zero::finish(folds);
   r.loss_sum = sums[kFolds];

@@ -31,6 +31,13 @@ struct Compat {
                 "stages 0-2 keep every parameter in the compute space (DeepSpeed ignores offload_param there too)");
   static_assert(!std::is_same_v<typename OffloadParams::tag, Cpu> || std::is_same_v<typename Device::tag, Host>,
                 "Engine: OffloadParams<Cpu> with Device<Cuda> is not available yet (Device<Host> only)");
+  static constexpr bool kOneBit = std::is_same_v<policy_tag_t<Optimizer>, OneBitAdam>;
+  static_assert(!kOneBit || Partitioner::stage == 0,
+                "Engine: Optimizer<OneBitAdam> compresses the momentum every rank holds in full, which replaces stage "
+                "0's gradient all-reduce; use Partitioner<Stage<0>> (DeepSpeed asserts ZeRO stage 0 for 1-bit Adam too)");
+  static_assert(!kOneBit || std::is_same_v<typename Device::tag, Host>,
+                "Engine: Optimizer<OneBitAdam> with Device<Cuda> is not available yet (its compressed exchange runs on "
+                "host memory); use Device<Host>");
   static constexpr bool value = true;
 };
 

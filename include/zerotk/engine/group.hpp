@@ -9,9 +9,12 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "zerotk/engine/optimizer_comm.hpp"
+#include "zerotk/engine/options.hpp"
 #include "zerotk/engine/registry.hpp"
 #include "zerotk/kernels/tensor_list.hpp"
 #include "zerotk/offload/pinned_shard.hpp"
@@ -55,6 +58,8 @@ class FlatGroup {
   using Grads = typename Part::template grads<T, Ops>;
   using Params = typename detail::ParamsOf<Part, T, Ops, ParamOffloadTag>::type;
   using Store = typename offload::StoreOf<OffloadTag>::template type<Opt, Ops>;
+  /// The optimizer's own communication (engine/optimizer_comm.hpp): 1-bit Adam's momentum exchange.
+  using OptComm = typename OptimizerCommOf<Opt, std::remove_pointer_t<decltype(zero::PathContext<Ops>::comm)>>::type;
   static constexpr bool kPartitioned = Part::partitions_optimizer_state;
   /// Stage 2: the reduced-gradient partition is also the all-gather source of the updated values
   /// (a named alias), so a bucket's next reduction waits for its gather.
@@ -65,10 +70,10 @@ class FlatGroup {
   /// `store` configures the state store (sub_group_size bounds what an offloading store stages at
   /// once; Offload<Nvme>'s swap file).
   FlatGroup(zero::PathContext<Ops> ctx, GroupMembers m, std::size_t bucket_numel, const std::vector<ParamGroup>& groups,
-            bool overlap_param_gather, const offload::StoreOptions& store)
+            bool overlap_param_gather, const offload::StoreOptions& store, const OneBitOptions& onebit = {})
       : members_(std::move(m.ids)),
         layout_(m.numels, m.opt_groups, ctx.world(), bucket_numel, m.units),
-        ctx_(with_layout(ctx, &layout_)),
+        ctx_(with_layout(ctx, &layout_, &local_)),
         grads_(ctx_),
         params_(ctx_, param_options(overlap_param_gather, m.persistent)),
         store_(*ctx.ops, ctx.ledger, kPartitioned ? layout_.partition_numel() : layout_.flat_numel(), groups,
@@ -78,6 +83,7 @@ class FlatGroup {
         ready_(layout_.buckets().size(), 0) {
     if constexpr (kSharedGatherSource) params_.set_partition_source(grads_.gather_source());
     build_segments();
+    opt_comm_.emplace(store_.optimizer(), *ctx_.comm, segments_, ctx_.ledger, &local_, onebit);
   }
   FlatGroup(const FlatGroup&) = delete;
   FlatGroup& operator=(const FlatGroup&) = delete;
@@ -130,6 +136,9 @@ class FlatGroup {
   /// Calls f(std::span<const kernels::TensorRef<const E>>) with this rank's share of the gradients the
   /// norm adds up, block by block (E: the owned gradients' element type). Over all ranks the shares
   /// cover every element once.
+  /// While the gradients are local (gradients_local()) a rank's share is its whole flat buffer: the
+  /// norm is then this rank's own, as DeepSpeed clips each rank's local gradients in 1-bit Adam's
+  /// compressed phase.
   template <class F>
   void with_norm_blocks(F&& f) const {
     const zero::OwnedGrads<T> owned = grads_.owned();
@@ -141,6 +150,10 @@ class FlatGroup {
       for (std::size_t k = layout_.buckets().size(); k-- > 0;) {
         const zero::Bucket& b = layout_.buckets()[k];
         const bool partition = owned.owned_shaped && kPartitioned;
+        if (local_.on) {
+          blocks.emplace_back(base + b.flat_offset, b.numel);
+          continue;
+        }
         blocks.emplace_back(base + (partition ? b.part_offset : layout_.block_flat_offset(k, rank)), b.block);
       }
       f(std::span<const kernels::TensorRef<const E>>(blocks));
@@ -163,7 +176,22 @@ class FlatGroup {
       for (std::size_t i = 0; i < store_.sub_groups(); ++i) store_.step(i, segments_, g, out.base, grad_scale, reduce_tensor_sums);
     });
     grads_.clear_accumulated();
+    opt_comm_->sync(store_.optimizer());
   }
+
+  /// After the optimizer's state was replaced (Engine::load_state): compression errors start from
+  /// zero (DeepSpeed's rule) and the gradient switch follows the restored step count.
+  void after_state_loaded() {
+    opt_comm_->reset();
+    opt_comm_->sync(store_.optimizer());
+  }
+
+  /// Whether the next step's gradients stay on their rank (1-bit Adam's compressed phase).
+  bool gradients_local() const noexcept { return local_.on; }
+  /// Bytes the gradient all-reduces skipped while the gradients were local would have sent, and what
+  /// the optimizer's own exchanges sent instead (both since construction).
+  std::uint64_t skipped_wire_bytes() const noexcept { return local_.skipped_wire_bytes; }
+  std::uint64_t optimizer_wire_bytes() const noexcept { return opt_comm_->wire_bytes(); }
 
   /// A skipped update: the accumulated (non-finite) gradients are dropped.
   void skip() { grads_.clear_accumulated(); }
@@ -201,8 +229,10 @@ class FlatGroup {
   }
 
  private:
-  static zero::PathContext<Ops> with_layout(zero::PathContext<Ops> c, const zero::BucketLayout* l) {
+  static zero::PathContext<Ops> with_layout(zero::PathContext<Ops> c, const zero::BucketLayout* l,
+                                           zero::LocalGradients* local) {
     c.layout = l;
+    c.local_gradients = local;
     return c;
   }
   zero::ParamPathOptions param_options(bool overlap_param_gather, const std::vector<char>& persistent) const {
@@ -244,11 +274,13 @@ class FlatGroup {
 
   std::vector<ParamId> members_;
   zero::BucketLayout layout_;
+  zero::LocalGradients local_;  // the paths' switch of the gradient reduction (1-bit Adam)
   zero::PathContext<Ops> ctx_;
   Grads grads_;
   Params params_;
   Store store_;
   std::vector<kernels::Segment> segments_;
+  std::optional<OptComm> opt_comm_;  // made once the segments are known
   // per bucket, this micro-step
   std::vector<char> opened_, launched_;
   std::vector<std::size_t> ready_;

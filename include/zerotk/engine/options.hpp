@@ -84,6 +84,12 @@ struct Stage3Options {
   std::vector<std::string> replicated_module_types;
 };
 
+/// Optimizer<OneBitAdam> (optim/onebit_adam.hpp): its optimizer-wide keys.
+struct OneBitOptions {
+  /// Steps before the compressed phase (DeepSpeed `optimizer.params.freeze_step`); must be >= 0.
+  std::int64_t freeze_step = 100'000;
+};
+
 /// Run-time settings. Defaults follow DeepSpeed where it has one.
 struct EngineOptions {
   /// Bucket capacity in bytes of the working precision; 0 takes the Bucketer policy's.
@@ -137,6 +143,8 @@ struct EngineOptions {
   offload::NvmeOptions nvme;
   /// Partitioner<Stage<3>>: fetching, prefetching, persistence (docs/stage3.md).
   Stage3Options stage3;
+  /// Optimizer<OneBitAdam>: freeze_step (ignored by the other optimizers).
+  OneBitOptions onebit;
 };
 
 }  // namespace zerotk

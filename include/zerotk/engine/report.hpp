@@ -35,6 +35,15 @@ struct StepReport {
   /// sets it at boundaries). false: `timings` means nothing, and a monitor reads its own timers.
   bool timings_measured = false;
   std::uint64_t comm_wire_bytes = 0;  ///< sent by this rank since the previous boundary (ring convention)
+  /// What this rank would have sent without compression since the previous boundary: comm_wire_bytes
+  /// with 1-bit Adam's momentum exchanges replaced by the gradient all-reduces they stand in for.
+  /// Equal to comm_wire_bytes when nothing was compressed.
+  std::uint64_t comm_dense_bytes = 0;
+
+  /// comm_dense_bytes / comm_wire_bytes (1 when nothing was sent).
+  double compression_ratio() const noexcept {
+    return comm_wire_bytes == 0 ? 1.0 : static_cast<double>(comm_dense_bytes) / static_cast<double>(comm_wire_bytes);
+  }
 };
 
 namespace detail {

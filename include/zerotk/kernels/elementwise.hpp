@@ -139,6 +139,25 @@ struct AdamStepConsts {
   }
 };
 
+/// Adam's first moment: m = beta1 m + (1 - beta1) g. (1-bit Adam's compressed phase runs it alone,
+/// before the momentum is exchanged.)
+ZEROTK_HD_TEMPLATE
+template <class F>
+ZEROTK_HD ZEROTK_FORCEINLINE void adam_momentum(F& m, const F& g, const AdamStepConsts& k) {
+  m = fma(F(k.beta1), m, F(k.one_minus_beta1) * g);
+}
+
+/// Adam's parameter step from the moments: p -= lr * ((m / bc1) / (sqrt(v / bc2) + eps) + [AdamW] wd * p).
+/// (1-bit Adam's compressed phase runs it alone, with the second moment frozen.)
+ZEROTK_HD_TEMPLATE
+template <class F>
+ZEROTK_HD ZEROTK_FORCEINLINE void adam_apply(F& p, const F& m, const F& v, const AdamStepConsts& k) {
+  const F denom = sqrt(v * F(k.inv_bc2)) + F(k.eps);
+  F update = (m * F(k.inv_bc1)) / denom;
+  if (k.adamw_mode) update = fma(F(k.weight_decay), p, update);
+  p = fma(F(-k.lr), update, p);
+}
+
 /// One Adam/AdamW update of one element (or one SIMD vector of elements). `g` is already unscaled.
 /// p: fp32 master value, m/v: first and second moments.
 ZEROTK_HD_TEMPLATE
@@ -146,12 +165,9 @@ template <class F>
 ZEROTK_HD ZEROTK_FORCEINLINE void adam_update(F& p, F& m, F& v, const F& g, const AdamStepConsts& k) {
   F grad = g;
   if (!k.adamw_mode) grad = fma(F(k.weight_decay), p, grad);
-  m = fma(F(k.beta1), m, F(k.one_minus_beta1) * grad);
+  adam_momentum(m, grad, k);
   v = fma(F(k.beta2), v, (F(k.one_minus_beta2) * grad) * grad);
-  const F denom = sqrt(v * F(k.inv_bc2)) + F(k.eps);
-  F update = (m * F(k.inv_bc1)) / denom;
-  if (k.adamw_mode) update = fma(F(k.weight_decay), p, update);
-  p = fma(F(-k.lr), update, p);
+  adam_apply(p, m, v, k);
 }
 
 // ---- LAMB -----------------------------------------------------------------------------------------

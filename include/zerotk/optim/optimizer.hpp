@@ -1,7 +1,8 @@
 #pragma once
 /// \file zerotk/optim/optimizer.hpp
-/// The optimizer policy: `zerotk::Optimizer<Adam>`, `Optimizer<AdamW>` (optim/adam.hpp) and
-/// `Optimizer<Lamb>` (optim/lamb.hpp). Including this header gives all three.
+/// The optimizer policy: `zerotk::Optimizer<Adam>`, `Optimizer<AdamW>` (optim/adam.hpp),
+/// `Optimizer<Lamb>` (optim/lamb.hpp) and `Optimizer<OneBitAdam>` (optim/onebit_adam.hpp). Including
+/// this header gives all four.
 ///
 /// An optimizer is math, parameter groups and a step count; it holds no buffers. Its per-element
 /// state (Adam's and LAMB's first and second moments over one rank's fp32 partition) lives wherever
@@ -60,7 +61,8 @@ concept TensorSumReducer = std::invocable<F&, std::span<double>>;
 template <class Tag>
 class Optimizer {
   static_assert(dependent_false<Tag>,
-                "Optimizer: no specialization for this tag; use Optimizer<Adam>, Optimizer<AdamW> or Optimizer<Lamb>");
+                "Optimizer: no specialization for this tag; use Optimizer<Adam>, Optimizer<AdamW>, Optimizer<Lamb> or "
+                "Optimizer<OneBitAdam> (Optimizer<OneBitLamb> is not available yet)");
 };
 
 namespace optim {
@@ -159,3 +161,4 @@ class OptimizerCore {
 // The specializations; each includes this header first, so any include order works.
 #include "zerotk/optim/adam.hpp"
 #include "zerotk/optim/lamb.hpp"
+#include "zerotk/optim/onebit_adam.hpp"

@@ -26,6 +26,7 @@
 #include "zerotk/core/memory.hpp"
 #include "zerotk/kernels/host/adam.hpp"
 #include "zerotk/kernels/host/lamb.hpp"
+#include "zerotk/kernels/host/onebit_adam.hpp"
 #include "zerotk/optim/optimizer.hpp"
 
 namespace zerotk::optim {
@@ -65,6 +66,32 @@ struct Run<Optimizer<Lamb>, HostSpace> {
     kernels::host::lamb_phase1<G>(segments, consts, master, st.m, st.v, grads, grad_scale, sums);
     reduce(std::span<double>(sums));
     kernels::host::lamb_phase2<P>(segments, consts, master, st.m, st.v, param_out, sums);
+  }
+};
+
+/// 1-bit Adam on host memory: its phase picks the pass (optim/onebit_adam.hpp). The step is counted
+/// after the momentum exchange, so a failed exchange (comm_error) leaves the count as it was.
+template <>
+struct Run<Optimizer<OneBitAdam>, HostSpace> {
+  using Opt = Optimizer<OneBitAdam>;
+  template <FloatingElement G, class P, TensorSumReducer ReduceFn>
+  static void step(Opt& opt, std::span<const Segment> segments, float* master, const Moments& st, const G* grads,
+                   P* param_out, float grad_scale, ReduceFn&& /*reduce: no per-tensor sums*/) {
+    opt.check_step(segments, master, st, grads);
+    const std::vector<kernels::AdamStepConsts> consts = opt.step_consts();
+    switch (opt.next_phase()) {
+      case Opt::Phase::first:  // DeepSpeed's initialisation step: counted, nothing changes
+        break;
+      case Opt::Phase::warmup:
+        kernels::host::fused_adam<G, P>(segments, consts, master, st.m, st.v, grads, param_out, grad_scale);
+        break;
+      case Opt::Phase::compressed:
+        kernels::host::momentum_update<G>(segments, consts, st.m, grads, grad_scale);
+        opt.exchange_momentum(segments, st.m);
+        kernels::host::frozen_variance_step<P>(segments, consts, master, st.m, st.v, param_out);
+        break;
+    }
+    opt.advance();
   }
 };
 

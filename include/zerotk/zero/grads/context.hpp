@@ -15,6 +15,7 @@
 ///   clear_accumulated()         after an update (or a skipped one)
 
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <utility>
 #include <vector>
@@ -27,6 +28,14 @@
 
 namespace zerotk::zero {
 
+/// 1-bit optimizers' compressed phase (optim/onebit_adam.hpp): while `on`, stage 0's gradient
+/// all-reduce is skipped, each rank keeps its own gradients, and the bytes it would have sent are
+/// counted (the uncompressed traffic the report compares against). Owned by the flat group.
+struct LocalGradients {
+  bool on = false;
+  std::uint64_t skipped_wire_bytes = 0;
+};
+
 /// Construction arguments of a gradient or parameter path.
 template <class Ops>
 struct PathContext {
@@ -38,6 +47,8 @@ struct PathContext {
   /// Null: no secondary shard.
   device::OrderedCommunicator<Ops>* group_comm = nullptr;
   MemoryLedger* ledger = nullptr;
+  /// Stage 0 with a 1-bit optimizer: the switch of the gradient all-reduce; null: always reduce.
+  LocalGradients* local_gradients = nullptr;
   int gradient_accumulation_steps = 1;
   bool overlap_comm = true;
   int bucket_buffers = 2;

@@ -1,0 +1,101 @@
+#pragma once
+/// \file zerotk/optim/onebit_adam.hpp
+/// `Optimizer<OneBitAdam>`: DeepSpeed's 1-bit Adam (SEMANTICS.md section 9). Three phases, chosen by
+/// the step count t of the step being taken:
+///
+///   t = 1                   DeepSpeed's initialisation step: counted (the scheduler steps too), and
+///                           nothing else changes: no parameter, no moment
+///   warm-up                 Adam over the all-reduced (averaged) gradients, without bias correction
+///                           and with decoupled decay: m = b1 m + (1 - b1) g, v = b2 v + (1 - b2) g^2,
+///                           p -= lr (m / (sqrt(v) + eps) + wd p)
+///   compressed              from the step after the first t >= max(2, freeze_step): the gradient
+///                           all-reduce is off, m = b1 m + (1 - b1) g_local, then every tensor's m is
+///                           replaced by its 1-bit compressed average over the ranks (compress/
+///                           onebit_allreduce.hpp, worker and server error feedback per tensor), v is
+///                           frozen, and p steps as above
+///
+/// The per-element math is Adam's (kernels/elementwise.hpp: adam_update with bias correction off,
+/// adam_momentum, adam_apply), so the warm-up equals Optimizer<AdamW> with bias_correction = false
+/// bit for bit. One world rank (W = 1) compresses nothing: DeepSpeed skips the exchange there too.
+///
+/// The optimizer holds no buffers. The exchange is a hook the engine sets
+/// (`set_momentum_exchange`, engine/onebit_momentum.hpp keeps the error buffers); without one the
+/// momentum stays local, which is the W = 1 behaviour. The engine also asks `gradients_local()`
+/// after each step: true switches the stage-0 gradient all-reduce off for the next step's backward
+/// (DeepSpeed's enable_backward_allreduce = False).
+///
+/// Deliberate differences: DeepSpeed decides the phase after loading a checkpoint by t >= freeze_step
+/// alone; here the rule is the same at every step (after a load with t = 1 and freeze_step <= 1 the
+/// next step is a warm-up step, in DeepSpeed compressed). DeepSpeed's `exp_avg_mask` (a per-group
+/// tensor set from Python) has no equivalent.
+
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "zerotk/optim/optimizer.hpp"
+
+namespace zerotk {
+
+template <>
+class Optimizer<OneBitAdam> : public optim::detail::OptimizerCore {
+ public:
+  using policy_kind = policy::optimizer;
+  using tag = OneBitAdam;
+  using State = OptimizerState;
+  using consts_type = kernels::AdamStepConsts;
+  /// What the step about to be taken does.
+  enum class Phase : std::uint8_t { first, warmup, compressed };
+  /// Replaces the local momentum of each segment (m at segment.offset, segment.numel values) by its
+  /// compressed average over the ranks. Called once per compressed step, by every rank.
+  using MomentumExchange = std::function<void(std::span<const Segment> segments, float* m)>;
+
+  using OptimizerCore::OptimizerCore;
+
+  /// Warm-up steps before compression (DeepSpeed `freeze_step`, default 100000).
+  void set_freeze_step(std::int64_t steps) {
+    if (steps < 0) throw config_error("must be >= 0", "optimizer.params.freeze_step", std::to_string(steps));
+    freeze_step_ = steps;
+  }
+  std::int64_t freeze_step() const noexcept { return freeze_step_; }
+
+  /// The phase of the next step (t = step_count() + 1).
+  Phase next_phase() const noexcept {
+    if (step_ == 0) return Phase::first;
+    return step_ >= std::max<std::int64_t>(2, freeze_step_) ? Phase::compressed : Phase::warmup;
+  }
+  /// Whether the next step reads each rank's own gradients (no gradient all-reduce before it).
+  bool gradients_local() const noexcept { return next_phase() == Phase::compressed; }
+
+  void set_momentum_exchange(MomentumExchange f) { exchange_ = std::move(f); }
+  /// Runs the exchange (none set: the momentum stays local).
+  void exchange_momentum(std::span<const Segment> segments, float* m) const {
+    if (exchange_) exchange_(segments, m);
+  }
+
+  /// The kernel constants of the step about to be taken, one per group: Adam's with decoupled decay
+  /// and no bias correction (each double rounded to float once, here).
+  std::vector<kernels::AdamStepConsts> step_consts() const {
+    std::vector<kernels::AdamStepConsts> k;
+    k.reserve(groups_.size());
+    for (const ParamGroup& g : groups_) {
+      const OptimizerOptions& o = g.options;
+      k.push_back(kernels::AdamStepConsts::make(
+          {static_cast<float>(o.lr), static_cast<float>(o.beta1), static_cast<float>(o.beta2),
+           static_cast<float>(o.eps), static_cast<float>(o.weight_decay), /*adamw_mode=*/true,
+           /*bias_correction=*/false},
+          step_ + 1));
+    }
+    return k;
+  }
+
+ private:
+  std::int64_t freeze_step_ = 100'000;
+  MomentumExchange exchange_;
+};
+
+}  // namespace zerotk

@@ -1,0 +1,349 @@
+// Optimizer<OneBitAdam> in the engine (stage 0, threads communicator): DeepSpeed's phases against
+// independent references, bit for bit. The first step changes nothing; the warm-up equals AdamW
+// without bias correction; the whole run (warm-up, then the per-tensor compressed momentum with
+// worker and server errors, frozen v, local gradients) equals a serial reference of all W ranks
+// written from SEMANTICS.md section 9 (W = 1..4, tensors whose sizes nothing divides); wire bytes
+// per step; clipping by each rank's own norm; errors reset by load_state.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "../compress/onebit_reference.hpp"
+#include "engine_fixture.hpp"
+#include "zerotk/comm/accounting.hpp"
+#include "zerotk/comm/threads.hpp"
+#include "zerotk/engine.hpp"
+
+using namespace zerotk;
+using zt_test::Mlp;
+
+namespace {
+
+using OneBitEngine = Engine<Partitioner<Stage<0>>, Optimizer<OneBitAdam>, Precision<fp32>>;
+
+EngineOptions options(std::int64_t freeze_step, double clip = 0.0, std::size_t bucket_bytes = 256) {
+  EngineOptions o;
+  o.bucket_bytes = bucket_bytes;
+  o.gradient_clipping = clip;
+  // A short warm-up freezes v near zero wherever the gradient was (about) zero so far, and the
+  // compressed phase then divides by sqrt(v) + eps: eps = 1e-2 keeps these short runs finite, with
+  // no step skipped (which the serial reference does not model). Real runs warm up for thousands of
+  // steps (DeepSpeed's freeze_step default is 100000).
+  o.optimizer.lr = 1e-3;
+  o.optimizer.beta2 = 0.95;
+  o.optimizer.eps = 1e-2;
+  o.optimizer.weight_decay = 0.01;
+  o.onebit.freeze_step = freeze_step;
+  return o;
+}
+
+/// One micro-step per boundary of batches first_batch, first_batch + 1, ... on this rank's data.
+template <class E, class Model>
+std::vector<StepReport> train(E& engine, Model& model, int rank, int first_batch, int steps) {
+  std::vector<StepReport> reports;
+  for (int s = first_batch; s < first_batch + steps; ++s) {
+    const zt_test::Batch b = zt_test::make_batch(s, 0, rank);
+    std::vector<float> x = b.x;
+    for (auto& l : model.layers) {
+      auto scope = engine.forward(l);
+      x = l.forward(x);
+    }
+    std::vector<float> dy;
+    const float loss = zt_test::mse(x, b.t, static_cast<float>(engine.loss_scale()), dy);
+    for (auto it = model.layers.rbegin(); it != model.layers.rend(); ++it) {
+      auto scope = engine.backward(*it);
+      dy = it->backward(dy);
+    }
+    reports.push_back(engine.step(loss));
+  }
+  return reports;
+}
+
+/// Parameters have storage once the engine binds them: rank 0 writes the initial values.
+template <class E, class Model>
+void init_model(E& engine, Model& model, std::uint32_t seed) {
+  {
+    auto g = engine.gather(model, 0);
+    model.init(seed);
+  }
+  engine.initialize_master();
+}
+
+struct Run {
+  std::vector<std::vector<float>> finals;  // per rank
+  std::vector<StepReport> reports;         // rank 0's
+  std::vector<float> initial;
+  std::size_t flat_numel = 0;  // the engine's padded flat buffer
+};
+
+/// `steps` boundaries of engine type E on `world` threads, from batch `first_batch`.
+template <class E>
+Run run(int world, int steps, const EngineOptions& o, int first_batch = 0) {
+  Run r;
+  r.finals.resize(static_cast<std::size_t>(world));
+  std::mutex mu;
+  comm::run_threads(world, [&](comm::ThreadsCommunicator& c) {
+    Mlp<float> model;
+    E engine(c, model, o);
+    init_model(engine, model, 42);
+    std::vector<float> initial = model.values();
+    std::vector<StepReport> reports = train(engine, model, c.rank(), first_batch, steps);
+    std::lock_guard lock(mu);
+    r.finals[static_cast<std::size_t>(c.rank())] = model.values();
+    if (c.rank() == 0) {
+      r.flat_numel = engine.flat_numel();
+      r.reports = std::move(reports);
+      r.initial = std::move(initial);
+    }
+  });
+  return r;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+/// The serial reference of 1-bit Adam over all W ranks (SEMANTICS.md section 9, fp32, no clipping,
+/// one micro-step): per tensor p, m, v; each rank's gradient from the fixture's own backward on that
+/// rank's batch; the warm-up averages gradients (float sum in rank order / W, the threads
+/// communicator's avg) and steps Adam without bias correction; from the step after the first
+/// t >= max(2, freeze_step) each rank updates m from its own gradient, every tensor's m goes through
+/// the 1-bit reference all-reduce (W > 1), v stays frozen.
+std::vector<float> reference(int world, int steps, std::int64_t freeze_step, const OptimizerOptions& h) {
+  Mlp<float> model;
+  std::vector<float> vals(4096), grads(4096);
+  std::vector<std::pair<std::size_t, std::size_t>> tensors;  // offset, numel
+  std::size_t off = 0;
+  model.parameters([&](std::string_view, auto& p) {
+    p.bind(vals.data() + off, grads.data() + off);
+    tensors.emplace_back(off, p.numel());
+    off += p.numel();
+  });
+  const std::size_t n = off;
+  model.init(42);
+  const float lr = static_cast<float>(h.lr), b1 = static_cast<float>(h.beta1), b2 = static_cast<float>(h.beta2);
+  const float omb1 = static_cast<float>(1.0 - static_cast<double>(b1));
+  const float omb2 = static_cast<float>(1.0 - static_cast<double>(b2));
+  const float eps = static_cast<float>(h.eps), wd = static_cast<float>(h.weight_decay);
+  std::vector<float> m(n, 0.0f), v(n, 0.0f);
+  std::vector<test::OneBitReference> exchange;
+  for (const auto& t : tensors) exchange.emplace_back(t.second, world);
+  auto apply = [&](std::size_t i) {
+    const float u = std::fma(wd, vals[i], m[i] / (std::sqrt(v[i]) + eps));
+    vals[i] = std::fma(-lr, u, vals[i]);
+  };
+  bool compressed = false;
+  for (int s = 0; s < steps; ++s) {
+    const std::int64_t t = s + 1;
+    std::vector<std::vector<float>> g(static_cast<std::size_t>(world));
+    for (int r = 0; r < world; ++r) {
+      std::fill(grads.begin(), grads.end(), 0.0f);
+      const zt_test::Batch b = zt_test::make_batch(s, 0, r);
+      std::vector<float> x = b.x, dy;
+      for (auto& l : model.layers) x = l.forward(x);
+      (void)zt_test::mse(x, b.t, 1.0f, dy);
+      for (auto it = model.layers.rbegin(); it != model.layers.rend(); ++it) dy = it->backward(dy);
+      g[static_cast<std::size_t>(r)].assign(grads.begin(), grads.begin() + static_cast<long>(n));
+    }
+    if (t == 1) continue;  // DeepSpeed's initialisation step: nothing changes
+    if (!compressed) {
+      for (std::size_t i = 0; i < n; ++i) {
+        float a = g[0][i];
+        for (int r = 1; r < world; ++r) a += g[static_cast<std::size_t>(r)][i];
+        a = a / static_cast<float>(world);
+        m[i] = std::fma(b1, m[i], omb1 * a);
+        v[i] = std::fma(b2, v[i], (omb2 * a) * a);
+        apply(i);
+      }
+    } else {
+      for (std::size_t k = 0; k < tensors.size(); ++k) {
+        const auto [o, len] = tensors[k];
+        std::vector<std::vector<float>> local(static_cast<std::size_t>(world), std::vector<float>(len));
+        for (int r = 0; r < world; ++r) {
+          for (std::size_t j = 0; j < len; ++j) {
+            local[static_cast<std::size_t>(r)][j] = std::fma(b1, m[o + j], omb1 * g[static_cast<std::size_t>(r)][o + j]);
+          }
+        }
+        const std::vector<float> avg = world > 1 ? exchange[k].step(local) : local[0];
+        for (std::size_t j = 0; j < len; ++j) m[o + j] = avg[j];
+      }
+      for (std::size_t i = 0; i < n; ++i) apply(i);
+    }
+    if (t >= std::max<std::int64_t>(2, freeze_step)) compressed = true;
+  }
+  return std::vector<float>(vals.begin(), vals.begin() + static_cast<long>(n));
+}
+
+}  // namespace
+
+TEST_CASE("OneBitAdam: the first step changes nothing; the warm-up equals AdamW without bias correction, bit for bit") {
+  const EngineOptions o = options(/*freeze_step=*/1000);
+  const Run first = run<OneBitEngine>(2, 1, o);
+  CHECK(same_bits(first.finals[0], first.initial));
+  CHECK(first.reports[0].boundary);
+  CHECK(first.reports[0].global_steps == 1);
+
+  const Run onebit = run<OneBitEngine>(2, 7, o);
+  EngineOptions adam = o;
+  adam.optimizer.bias_correction = false;
+  // AdamW over batches 1..6: 1-bit Adam spent batch 0 on its initialisation step.
+  const Run adamw = run<Engine<Partitioner<Stage<0>>, Optimizer<AdamW>, Precision<fp32>>>(2, 6, adam, 1);
+  CHECK_FALSE(same_bits(onebit.finals[0], onebit.initial));
+  for (int r = 0; r < 2; ++r) CHECK(same_bits(onebit.finals[static_cast<std::size_t>(r)], adamw.finals[0]));
+}
+
+TEST_CASE("OneBitAdam: warm-up and compressed phase equal the serial reference bit for bit, W = 1..4") {
+  for (int w = 1; w <= 4; ++w) {
+    for (std::int64_t freeze : {0, 3}) {
+      CAPTURE(w);
+      CAPTURE(freeze);
+      const int steps = 9;
+      EngineOptions o = options(freeze);
+      const Run got = run<OneBitEngine>(w, steps, o);
+      for (const StepReport& rep : got.reports) REQUIRE_FALSE(rep.skipped);
+      const std::vector<float> want = reference(w, steps, freeze, o.optimizer);
+      for (float x : want) REQUIRE(std::isfinite(x));
+      for (int r = 0; r < w; ++r) {
+        CAPTURE(r);
+        CHECK(same_bits(got.finals[static_cast<std::size_t>(r)], want));
+      }
+      // The compressed phase really ran: a run that stays in the warm-up ends elsewhere.
+      o.onebit.freeze_step = 1000;
+      if (w > 1) CHECK_FALSE(same_bits(run<OneBitEngine>(w, steps, o).finals[0], want));
+    }
+  }
+}
+
+TEST_CASE("OneBitAdam: wire bytes per step: the gradient all-reduce in the warm-up, the 1-bit exchange after it") {
+  using comm::OpKind;
+  using comm::ring_wire_bytes;
+  for (int w : {2, 3}) {
+    CAPTURE(w);
+    const std::size_t one_bucket = 1 << 20;  // the whole model in one bucket: one all-reduce per step
+    const Run got = run<OneBitEngine>(w, 6, options(/*freeze_step=*/3, 0.0, one_bucket));
+    // Tensors and the padded flat buffer, as the engine lays them out.
+    std::vector<std::size_t> tensors;
+    Mlp<float> model;
+    model.parameters([&](std::string_view, auto& p) { tensors.push_back(p.numel()); });
+    std::uint64_t exchange = 0;
+    for (std::size_t n : tensors) {
+      const compress::OneBitLayout l = compress::OneBitLayout::make(n, w);
+      exchange += ring_wire_bytes(OpKind::all_to_all, l.padded / 8, w) +
+                  2 * ring_wire_bytes(OpKind::all_gather, 4 * static_cast<std::uint64_t>(w), w) +
+                  ring_wire_bytes(OpKind::all_gather, l.padded / 8, w);
+    }
+    REQUIRE(got.flat_numel > 0);
+    const std::size_t padded_flat = got.flat_numel;
+    constexpr std::uint64_t kFolds = std::size(zero::FoldSums{}.fold);
+    const std::uint64_t bound = ring_wire_bytes(OpKind::all_reduce, 16, w);
+    const std::uint64_t grads = ring_wire_bytes(OpKind::all_reduce, 4 * padded_flat, w);
+    const std::uint64_t norm_and_loss = ring_wire_bytes(OpKind::all_reduce, 8 * (kFolds + 1), w);
+    const std::uint64_t loss = ring_wire_bytes(OpKind::all_reduce, 8, w);
+    // Steps 1-3: warm-up (the first step all-reduces too); steps 4-6: compressed.
+    for (int s = 0; s < 3; ++s) {  // step 1's report also counts the broadcast of the initial values
+      CAPTURE(s);
+      if (s > 0) CHECK(got.reports[s].comm_wire_bytes == grads + bound + norm_and_loss);
+      CHECK(got.reports[s].comm_dense_bytes == got.reports[s].comm_wire_bytes);
+      CHECK(got.reports[s].compression_ratio() == 1.0);
+    }
+    for (int s = 3; s < 6; ++s) {
+      CAPTURE(s);
+      CHECK(got.reports[s].comm_wire_bytes == exchange + bound + loss);
+      CHECK(got.reports[s].comm_dense_bytes == grads + bound + loss);
+      CHECK(got.reports[s].compression_ratio() > 1.0);
+    }
+  }
+}
+
+TEST_CASE("OneBitAdam: in the compressed phase each rank clips by its own gradients' norm; overflow still agreed") {
+  // With a clip far below every norm, each rank's update uses its own clip factor (DeepSpeed's
+  // local clipping): the reported norm differs by rank, and ranks still agree on the values
+  // (the momentum is exchanged, the step is the same everywhere).
+  std::vector<double> norms(2);
+  std::vector<std::vector<float>> finals(2);
+  comm::run_threads(2, [&](comm::ThreadsCommunicator& c) {
+    Mlp<float> model;
+    OneBitEngine engine(c, model, options(/*freeze_step=*/2, /*clip=*/1e-3));
+    init_model(engine, model, 42);
+    const std::vector<StepReport> reps = train(engine, model, c.rank(), 0, 4);
+    norms[static_cast<std::size_t>(c.rank())] = reps.back().grad_norm;
+    CHECK(reps[1].grad_norm > 0);
+    finals[static_cast<std::size_t>(c.rank())] = model.values();
+  });
+  CHECK(norms[0] > 0);
+  CHECK(norms[1] > 0);
+  CHECK(norms[0] != norms[1]);
+  CHECK(same_bits(finals[0], finals[1]));
+}
+
+TEST_CASE("OneBitAdam: load_state restores the phase from the step count and zeroes the compression errors") {
+  // A: 8 steps straight. B: 5 steps, state(), load_state(it), 3 more. C: a fresh engine loads B's
+  // state and trains the same 3 steps. B and C equal each other (the errors start from zero in
+  // both) and differ from A (whose errors carried on).
+  const int world = 2;
+  const EngineOptions o = options(/*freeze_step=*/2);
+  std::vector<std::vector<float>> a(world), b(world), c_(world);
+  std::vector<char> local_after_load(world, 0);
+  comm::run_threads(world, [&](comm::ThreadsCommunicator& c) {
+    const auto r = static_cast<std::size_t>(c.rank());
+    {
+      Mlp<float> model;
+      OneBitEngine e(c, model, o);
+      init_model(e, model, 42);
+      (void)train(e, model, c.rank(), 0, 8);
+      a[r] = model.values();
+    }
+    EngineState saved;
+    {
+      Mlp<float> model;
+      OneBitEngine e(c, model, o);
+      init_model(e, model, 42);
+      (void)train(e, model, c.rank(), 0, 5);
+      saved = e.state();
+      e.load_state(saved);
+      (void)train(e, model, c.rank(), 5, 3);
+      b[r] = model.values();
+    }
+    {
+      Mlp<float> model;
+      OneBitEngine e(c, model, o);
+      init_model(e, model, 7);  // other values: load_state replaces them
+      e.load_state(saved);
+      const std::vector<StepReport> reps = train(e, model, c.rank(), 5, 3);
+      local_after_load[r] = reps.front().comm_dense_bytes > reps.front().comm_wire_bytes;
+      c_[r] = model.values();
+    }
+  });
+  for (std::size_t r = 0; r < world; ++r) {
+    CAPTURE(r);
+    CHECK(same_bits(b[r], c_[r]));
+    CHECK_FALSE(same_bits(a[r], b[r]));
+    CHECK(local_after_load[r]);  // step 6 after the load is compressed: the state said so
+  }
+}
+
+TEST_CASE("OneBitAdam: freeze_step must be >= 0; bf16 runs both phases with every rank in step") {
+  comm::run_threads(1, [&](comm::ThreadsCommunicator& c) {
+    Mlp<float> model;
+    CHECK_THROWS_AS(OneBitEngine(c, model, options(-1)), config_error);
+  });
+  std::vector<std::vector<float>> finals(2), initial(2);
+  comm::run_threads(2, [&](comm::ThreadsCommunicator& c) {
+    Mlp<bfloat16> model;
+    Engine<Partitioner<Stage<0>>, Optimizer<OneBitAdam>, Precision<bf16>> e(c, model, options(3));
+    init_model(e, model, 42);
+    initial[static_cast<std::size_t>(c.rank())] = model.values();
+    const std::vector<StepReport> reps = train(e, model, c.rank(), 0, 10);
+    CHECK(reps[2].comm_dense_bytes == reps[2].comm_wire_bytes);
+    CHECK(reps.back().comm_dense_bytes > reps.back().comm_wire_bytes);
+    finals[static_cast<std::size_t>(c.rank())] = model.values();
+  });
+  CHECK(same_bits(finals[0], finals[1]));
+  CHECK_FALSE(same_bits(finals[0], initial[0]));
+}
