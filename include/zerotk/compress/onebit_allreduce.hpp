@@ -135,11 +135,18 @@ class OneBitAllReduce {
     scales_.assign(w, 0.0f);
     server_scales_.assign(w, 0.0f);
     terms_.assign(w, 0.0f);
+    table_.assign(w * 256 * 8, 0.0f);  // server_chunk's scratch, sized here so scratch_bytes() is final
   }
 
   const OneBitLayout& layout() const noexcept { return layout_; }
   std::span<const float> worker_error() const noexcept { return worker_error_; }  ///< [padded]
   std::span<const float> server_error() const noexcept { return server_error_; }  ///< [chunk]
+  /// Bytes of the two error buffers (the state), and of the packed signs and scales (scratch).
+  std::size_t error_bytes() const noexcept { return sizeof(float) * (worker_error_.size() + server_error_.size()); }
+  std::size_t scratch_bytes() const noexcept {
+    return send_bits_.size() + recv_bits_.size() + server_bits_.size() + gathered_bits_.size() +
+           sizeof(float) * (scales_.size() + server_scales_.size() + terms_.size() + table_.size());
+  }
   /// Zeroes both error buffers (DeepSpeed resets them when a checkpoint is loaded).
   void reset() {
     std::fill(worker_error_.begin(), worker_error_.end(), 0.0f);

@@ -150,11 +150,11 @@ class FlatGroup {
       for (std::size_t k = layout_.buckets().size(); k-- > 0;) {
         const zero::Bucket& b = layout_.buckets()[k];
         const bool partition = owned.owned_shaped && kPartitioned;
-        if (local_.on) {
+        if (local_.on) {  // stage 0, owned = the whole flat buffer: all of bucket k
           blocks.emplace_back(base + b.flat_offset, b.numel);
-          continue;
+        } else {
+          blocks.emplace_back(base + (partition ? b.part_offset : layout_.block_flat_offset(k, rank)), b.block);
         }
-        blocks.emplace_back(base + (partition ? b.part_offset : layout_.block_flat_offset(k, rank)), b.block);
       }
       f(std::span<const kernels::TensorRef<const E>>(blocks));
     });

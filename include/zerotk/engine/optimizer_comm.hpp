@@ -55,9 +55,8 @@ class OneBitMomentum {
       reducers_.reserve(segments.size());
       for (const kernels::Segment& s : segments) {
         reducers_.emplace_back(s.numel, comm.size());
-        const compress::OneBitLayout& l = reducers_.back().layout();
-        state_bytes_ += 4 * (l.padded + l.chunk);
-        buffer_bytes_ += 3 * (l.padded / 8) + l.chunk_bytes();
+        state_bytes_ += reducers_.back().error_bytes();
+        buffer_bytes_ += reducers_.back().scratch_bytes();
       }
       opt.set_momentum_exchange([this](std::span<const kernels::Segment> segs, float* m) { run(segs, m); });
     }

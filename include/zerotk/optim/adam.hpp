@@ -15,12 +15,31 @@
 /// The classes hold the groups and the step count; the kernels that apply the step are chosen by
 /// memory space in optim/run.hpp (host) and optim/run_cuda.cuh (CUDA).
 
+#include <cstdint>
 #include <vector>
 
 #include "zerotk/optim/optimizer.hpp"
 
 namespace zerotk {
 namespace optim::detail {
+
+/// The kernel constants of step `t` (1-based), one per group. The kernel boundary: each (validated)
+/// double is rounded to float once, here. `allow_bias_correction` false ignores the groups'
+/// bias_correction (1-bit Adam never corrects).
+inline std::vector<kernels::AdamStepConsts> adam_step_consts(const std::vector<ParamGroup>& groups, std::int64_t t,
+                                                             bool adamw_mode, bool allow_bias_correction = true) {
+  std::vector<kernels::AdamStepConsts> k;
+  k.reserve(groups.size());
+  for (const ParamGroup& g : groups) {
+    const OptimizerOptions& o = g.options;
+    k.push_back(kernels::AdamStepConsts::make(
+        {static_cast<float>(o.lr), static_cast<float>(o.beta1), static_cast<float>(o.beta2),
+         static_cast<float>(o.eps), static_cast<float>(o.weight_decay), adamw_mode,
+         allow_bias_correction && o.bias_correction},
+        t));
+  }
+  return k;
+}
 
 template <bool AdamWMode>
 class AdamOptimizer : public OptimizerCore {
@@ -31,19 +50,7 @@ class AdamOptimizer : public OptimizerCore {
   using OptimizerCore::OptimizerCore;
 
   /// The kernel constants of the step about to be taken (step_count() + 1), one per group.
-  std::vector<kernels::AdamStepConsts> step_consts() const {
-    std::vector<kernels::AdamStepConsts> k;
-    k.reserve(groups_.size());
-    for (const ParamGroup& g : groups_) {
-      const OptimizerOptions& o = g.options;
-      // The kernel boundary: each (validated) double is rounded to float once, here.
-      k.push_back(kernels::AdamStepConsts::make(
-          {static_cast<float>(o.lr), static_cast<float>(o.beta1), static_cast<float>(o.beta2),
-           static_cast<float>(o.eps), static_cast<float>(o.weight_decay), AdamWMode, o.bias_correction},
-          step_ + 1));
-    }
-    return k;
-  }
+  std::vector<kernels::AdamStepConsts> step_consts() const { return adam_step_consts(groups_, step_ + 1, AdamWMode); }
 };
 
 }  // namespace optim::detail

@@ -78,19 +78,9 @@ class Optimizer<OneBitAdam> : public optim::detail::OptimizerCore {
   }
 
   /// The kernel constants of the step about to be taken, one per group: Adam's with decoupled decay
-  /// and no bias correction (each double rounded to float once, here).
+  /// and no bias correction.
   std::vector<kernels::AdamStepConsts> step_consts() const {
-    std::vector<kernels::AdamStepConsts> k;
-    k.reserve(groups_.size());
-    for (const ParamGroup& g : groups_) {
-      const OptimizerOptions& o = g.options;
-      k.push_back(kernels::AdamStepConsts::make(
-          {static_cast<float>(o.lr), static_cast<float>(o.beta1), static_cast<float>(o.beta2),
-           static_cast<float>(o.eps), static_cast<float>(o.weight_decay), /*adamw_mode=*/true,
-           /*bias_correction=*/false},
-          step_ + 1));
-    }
-    return k;
+    return optim::detail::adam_step_consts(groups_, step_ + 1, /*adamw_mode=*/true, /*allow_bias_correction=*/false);
   }
 
  private:

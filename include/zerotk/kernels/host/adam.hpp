@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <span>
+#include <string>
 #include <type_traits>
 
 #include "zerotk/core/dtype.hpp"
@@ -38,6 +39,16 @@ struct AdamTensor {
 };
 
 namespace detail {
+
+/// Every segment's group has step constants (`groups` of them); `where` names the kernel.
+inline void check_segment_groups(std::span<const Segment> segments, std::size_t groups, const char* where) {
+  for (const Segment& s : segments) {
+    if (s.group >= groups) {
+      throw usage_error("segment names a group without step constants", where,
+                        std::to_string(s.group) + " >= " + std::to_string(groups));
+    }
+  }
+}
 
 struct AdamSpanKernel {
   template <class S, class G, class P>
@@ -108,12 +119,7 @@ void fused_adam(float* master, float* m, float* v, const G* grad, std::nullptr_t
 template <FloatingElement G, ParamOutElement P>
 void fused_adam(std::span<const Segment> segments, std::span<const AdamStepConsts> group_consts, float* master,
                 float* m, float* v, const G* grads, P* param_out, float grad_scale) {
-  for (const Segment& s : segments) {
-    if (s.group >= group_consts.size()) {
-      throw usage_error("segment names a group without step constants", "kernels::host::fused_adam",
-                        std::to_string(s.group) + " >= " + std::to_string(group_consts.size()));
-    }
-  }
+  detail::check_segment_groups(segments, group_consts.size(), "kernels::host::fused_adam");
   const simd::Isa isa = simd::active_isa();
   for_each_piece(
       segments.size(), [&](std::size_t i) { return segments[i].numel; },

@@ -12,7 +12,6 @@
 
 #include <cstddef>
 #include <span>
-#include <string>
 #include <type_traits>
 
 #include "zerotk/core/dtype.hpp"
@@ -24,23 +23,12 @@
 
 namespace zerotk::kernels::host {
 
-namespace detail {
-inline void check_groups(std::span<const Segment> segments, std::size_t groups, const char* where) {
-  for (const Segment& s : segments) {
-    if (s.group >= groups) {
-      throw usage_error("segment names a group without step constants", where,
-                        std::to_string(s.group) + " >= " + std::to_string(groups));
-    }
-  }
-}
-}  // namespace detail
-
 /// m[i] = beta1 m[i] + (1 - beta1) grads[i] * grad_scale over every segment (m by partition offset,
 /// grads by grad_at()); segment s uses group_consts[s.group].
 template <FloatingElement G>
 void momentum_update(std::span<const Segment> segments, std::span<const AdamStepConsts> group_consts, float* m,
                      const G* grads, float grad_scale) {
-  detail::check_groups(segments, group_consts.size(), "kernels::host::momentum_update");
+  detail::check_segment_groups(segments, group_consts.size(), "kernels::host::momentum_update");
   for_each_piece(
       segments.size(), [&](std::size_t i) { return segments[i].numel; },
       [&](std::size_t i, std::size_t b, std::size_t e) {
@@ -57,7 +45,7 @@ void momentum_update(std::span<const Segment> segments, std::span<const AdamStep
 template <ParamOutElement P>
 void frozen_variance_step(std::span<const Segment> segments, std::span<const AdamStepConsts> group_consts,
                           float* master, const float* m, const float* v, P* param_out) {
-  detail::check_groups(segments, group_consts.size(), "kernels::host::frozen_variance_step");
+  detail::check_segment_groups(segments, group_consts.size(), "kernels::host::frozen_variance_step");
   for_each_piece(
       segments.size(), [&](std::size_t i) { return segments[i].numel; },
       [&](std::size_t i, std::size_t b, std::size_t e) {
