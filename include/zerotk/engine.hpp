@@ -102,6 +102,9 @@ class Engine {
   using param_offload = typename R::param_offload;
   using param_offload_tag = typename param_offload::tag;
   using device_tag = typename device::tag;
+  using gradient_compression = typename R::gradient_compression;
+  /// None | TopK | TwoBit | Sign (config: gradient_compression.algorithm).
+  using compression_tag = typename gradient_compression::tag;
   using reduce_when = typename partitioner::when;
   /// Where the engine's buffers live and which kernels touch them (device/).
   using ops_type = ::zerotk::device::Ops<device_tag>;

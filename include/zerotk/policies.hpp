@@ -56,6 +56,10 @@ struct Lamb {};        ///< LAMB (layer-wise trust ratio)
 struct OneBitAdam {};  ///< 1-bit Adam (compressed momentum all-reduce after warm-up)
 struct OneBitLamb {};  ///< 1-bit LAMB
 
+struct TopK {};    ///< GradientCompression<TopK>: the k largest |g| with error feedback (compress/topk.hpp)
+struct TwoBit {};  ///< GradientCompression<TwoBit>: 4 levels with error feedback (compress/two_bit.hpp)
+struct Sign {};    ///< GradientCompression<Sign>: signs and one scale with error feedback (compress/sign.hpp)
+
 // ---- policy slots ---------------------------------------------------------------------------------
 
 namespace policy {
@@ -67,6 +71,7 @@ struct param_offload { static constexpr const char* name = "OffloadParams"; };
 struct optimizer { static constexpr const char* name = "Optimizer"; };
 struct precision { static constexpr const char* name = "Precision"; };
 struct device { static constexpr const char* name = "Device"; };
+struct gradient_compression { static constexpr const char* name = "GradientCompression"; };
 }  // namespace policy
 
 /// Precision<fp32|fp16|bf16>: the dtype of parameters and gradients the model computes with.
@@ -107,6 +112,20 @@ struct OffloadParams {
 template <> struct OffloadParams<None> { using policy_kind = policy::param_offload; using tag = None; };
 template <> struct OffloadParams<Cpu> { using policy_kind = policy::param_offload; using tag = Cpu; };
 template <> struct OffloadParams<Nvme> { using policy_kind = policy::param_offload; using tag = Nvme; };
+
+/// GradientCompression<None|TopK|TwoBit|Sign>: the codec stage 0's gradient reduction sends instead of
+/// the dense all-reduce (DeepSpeed config block `gradient_compression`, `algorithm: topk | 2bit | 1bit`;
+/// zero/grads/compressed_all_reduce.hpp). Run-time knobs (topk_ratio, huffman_coding) are
+/// EngineOptions::compression. Needs Partitioner<Stage<0>> (engine/compat.hpp).
+template <class C>
+struct GradientCompression {
+  static_assert(dependent_false<C>,
+                "GradientCompression: use GradientCompression<None>, <TopK>, <TwoBit> or <Sign>");
+};
+template <> struct GradientCompression<None> { using policy_kind = policy::gradient_compression; using tag = None; };
+template <> struct GradientCompression<TopK> { using policy_kind = policy::gradient_compression; using tag = TopK; };
+template <> struct GradientCompression<TwoBit> { using policy_kind = policy::gradient_compression; using tag = TwoBit; };
+template <> struct GradientCompression<Sign> { using policy_kind = policy::gradient_compression; using tag = Sign; };
 
 /// The tag a single-argument policy was instantiated with: policy_tag_t<LossScaler<Dynamic>> is Dynamic.
 template <class P>
@@ -159,7 +178,8 @@ template <class... Ps>
 struct PolicyPackCheck {
   static_assert((Policy<Ps> && ...),
                 "Engine: every template argument must be a zerotk policy (Partitioner<...>, Bucketer<...>, "
-                "LossScaler<...>, Offload<...>, OffloadParams<...>, Optimizer<...>, Precision<...>, Device<...>)");
+                "LossScaler<...>, Offload<...>, OffloadParams<...>, Optimizer<...>, Precision<...>, Device<...>, "
+                "GradientCompression<...>)");
   static_assert(policy_count_v<policy::partitioner, Ps...> <= 1, "Engine: Partitioner given more than once");
   static_assert(policy_count_v<policy::bucketer, Ps...> <= 1, "Engine: Bucketer given more than once");
   static_assert(policy_count_v<policy::loss_scaler, Ps...> <= 1, "Engine: LossScaler given more than once");
@@ -168,6 +188,8 @@ struct PolicyPackCheck {
   static_assert(policy_count_v<policy::optimizer, Ps...> <= 1, "Engine: Optimizer given more than once");
   static_assert(policy_count_v<policy::precision, Ps...> <= 1, "Engine: Precision given more than once");
   static_assert(policy_count_v<policy::device, Ps...> <= 1, "Engine: Device given more than once");
+  static_assert(policy_count_v<policy::gradient_compression, Ps...> <= 1,
+                "Engine: GradientCompression given more than once");
   static constexpr bool value = true;
 };
 

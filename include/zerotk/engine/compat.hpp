@@ -11,7 +11,8 @@
 namespace zerotk::engine {
 
 template <class Partitioner, class Optimizer, class Precision, class Offload, class Device,
-          class OffloadParams = ::zerotk::OffloadParams<None>>
+          class OffloadParams = ::zerotk::OffloadParams<None>,
+          class GradientCompression = ::zerotk::GradientCompression<None>>
 struct Compat {
   static constexpr bool kCpu = std::is_same_v<typename Offload::tag, Cpu>;
   static constexpr bool kNvme = std::is_same_v<typename Offload::tag, Nvme>;
@@ -38,6 +39,19 @@ struct Compat {
   static_assert(!kOneBit || std::is_same_v<typename Device::tag, Host>,
                 "Engine: Optimizer<OneBitAdam> with Device<Cuda> is not available yet (its compressed exchange runs on "
                 "host memory); use Device<Host>");
+  static constexpr bool kCompressed = !std::is_same_v<typename GradientCompression::tag, None>;
+  static_assert(!kCompressed || Partitioner::stage == 0,
+                "Engine: GradientCompression<TopK|TwoBit|Sign> replaces stage 0's gradient all-reduce; use "
+                "Partitioner<Stage<0>> (stages 1-3 reduce-scatter into partitions, which no codec does yet)");
+  static_assert(!kCompressed || std::is_same_v<typename Partitioner::when, when::at_boundary>,
+                "Engine: GradientCompression compresses the accumulated gradient once per optimizer step; use "
+                "Partitioner<Stage<0>> with when::at_boundary (its default)");
+  static_assert(!kCompressed || !kOneBit,
+                "Engine: Optimizer<OneBitAdam> already compresses its momentum exchange; use GradientCompression<None> "
+                "with it");
+  static_assert(!kCompressed || std::is_same_v<typename Device::tag, Host>,
+                "Engine: GradientCompression with Device<Cuda> is not available yet (its codecs run on host memory); "
+                "use Device<Host>");
   static constexpr bool value = true;
 };
 

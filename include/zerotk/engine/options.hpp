@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "zerotk/compress/gradient_options.hpp"
 #include "zerotk/core/dtype.hpp"
 #include "zerotk/offload/options.hpp"
 #include "zerotk/optim/optimizer.hpp"
@@ -145,6 +146,8 @@ struct EngineOptions {
   Stage3Options stage3;
   /// Optimizer<OneBitAdam>: freeze_step (ignored by the other optimizers).
   OneBitOptions onebit;
+  /// GradientCompression<TopK|TwoBit|Sign>: topk_ratio and huffman_coding (ignored without one).
+  compress::GradientCompressionOptions compression;
 };
 
 }  // namespace zerotk

@@ -40,7 +40,9 @@ struct Resolved {
   using offload = find_policy_t<policy::offload, Offload<None>, Ps...>;
   using device = find_policy_t<policy::device, Device<Host>, Ps...>;
   using param_offload = find_policy_t<policy::param_offload, OffloadParams<None>, Ps...>;
-  static constexpr bool compatible = Compat<partitioner, optimizer, precision, offload, device, param_offload>::value;
+  using gradient_compression = find_policy_t<policy::gradient_compression, GradientCompression<None>, Ps...>;
+  static constexpr bool compatible =
+      Compat<partitioner, optimizer, precision, offload, device, param_offload, gradient_compression>::value;
   /// The Offload tag whose state store the groups use (offload/store.hpp).
   using store_tag = typename offload::tag;
   /// The OffloadParams tag whose shard home the groups use: None below stage 3 and for Nvme (Compat

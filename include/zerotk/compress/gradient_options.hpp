@@ -1,0 +1,15 @@
+#pragma once
+/// \file zerotk/compress/gradient_options.hpp
+/// The run-time knobs of gradient compression (GradientCompression<TopK|TwoBit|Sign>; the DeepSpeed
+/// config block `gradient_compression`). The codec itself is the policy's tag.
+
+namespace zerotk::compress {
+
+struct GradientCompressionOptions {
+  /// GradientCompression<TopK>: the share of each bucket's values sent, in (0, 1] (`topk_ratio`).
+  double topk_ratio = 0.01;
+  /// Every payload is Huffman-coded before it is sent (`huffman_coding`; top-k's indices as gaps).
+  bool huffman_coding = false;
+};
+
+}  // namespace zerotk::compress
