@@ -293,7 +293,7 @@ class Engine {
       const std::uint64_t wire =
           comm_.stats().total_wire_bytes() + (group_comm_ ? group_comm_->stats().total_wire_bytes() : 0);
       std::uint64_t dense = wire;
-      for_each_group([&](const auto& g) { dense += g.skipped_wire_bytes() - g.optimizer_wire_bytes(); });
+      for_each_group([&](const auto& g) { dense += g.replaced_dense_bytes() - g.replacement_wire_bytes(); });
       r.comm_wire_bytes = wire - wire_mark_;
       r.comm_dense_bytes = dense - dense_mark_;
       wire_mark_ = wire;
@@ -524,8 +524,10 @@ class Engine {
   using S = storage_type;
   using Opt = optimizer_policy;
   using Part = partitioner;
-  using MainGroup = engine::FlatGroup<S, Part, Opt, ops_type, typename R::store_tag, typename R::shard_tag>;
-  using Fp32Group = engine::FlatGroup<float, Part, Opt, ops_type, typename R::store_tag, typename R::shard_tag>;
+  using MainGroup =
+      engine::FlatGroup<S, Part, Opt, ops_type, typename R::store_tag, typename R::shard_tag, compression_tag>;
+  using Fp32Group =
+      engine::FlatGroup<float, Part, Opt, ops_type, typename R::store_tag, typename R::shard_tag, compression_tag>;
   using Bindings = engine::ParamBindings<MainGroup, Fp32Group, ops_type>;
   using Comm = ::zerotk::device::OrderedCommunicator<ops_type>;
   using FetchCtx = engine::FetchContext<Bindings, MainGroup, Fp32Group, Comm>;
@@ -648,6 +650,7 @@ class Engine {
     c.overlap_comm = options_.overlap_comm;
     c.bucket_buffers = options_.bucket_buffers;
     c.accumulate_fp32 = accumulate_fp32;
+    c.compression = &options_.compression;
     return c;
   }
 

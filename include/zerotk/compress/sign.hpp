@@ -190,6 +190,14 @@ class SignCodec {
     detail::check_payload_size("compress::SignCodec::decode", in.size(), payload_bytes(n), n);
     sign::unpack(in.data() + kHeaderBytes, n, detail::load_le_f32(in.data()), decoded.data());
   }
+
+  /// sum[j] += sign::value(j): sum + decode(in), element by element.
+  void decode_add(std::span<const std::uint8_t> in, std::span<float> sum) const {
+    const std::size_t n = sum.size();
+    detail::check_payload_size("compress::SignCodec::decode_add", in.size(), payload_bytes(n), n);
+    const float scale = detail::load_le_f32(in.data());
+    for (std::size_t j = 0; j < n; ++j) sum[j] += sign::value(in.data() + kHeaderBytes, j, scale);
+  }
 };
 
 }  // namespace zerotk::compress

@@ -248,30 +248,44 @@ class TopKCodec {
   /// decoded = 0 except the kept values. Rejects a payload whose header, size or indices (in range,
   /// strictly ascending) do not fit decoded.size().
   void decode(std::span<const std::uint8_t> in, std::span<float> decoded) const {
-    constexpr const char* kWhere = "compress::TopKCodec::decode";
-    const std::size_t n = decoded.size();
-    check_n(n, kWhere);
-    detail::check_payload_size(kWhere, in.size(), payload_bytes(n), n);
+    const std::size_t k = checked_kept(in, decoded.size(), "compress::TopKCodec::decode");
+    std::fill(decoded.begin(), decoded.end(), 0.0f);
+    const std::uint8_t* idx = in.data() + kHeaderBytes;
+    const std::uint8_t* val = idx + 4 * k;
+    for (std::size_t j = 0; j < k; ++j) decoded[detail::load_le32(idx + 4 * j)] = detail::load_le_f32(val + 4 * j);
+  }
+
+  /// sum[i] += v for each kept (i, v); the other entries of sum are left as they are (so a -0 stays
+  /// -0 where decode + add would give +0). The same checks as decode, all before the first write.
+  void decode_add(std::span<const std::uint8_t> in, std::span<float> sum) const {
+    const std::size_t k = checked_kept(in, sum.size(), "compress::TopKCodec::decode_add");
+    const std::uint8_t* idx = in.data() + kHeaderBytes;
+    const std::uint8_t* val = idx + 4 * k;
+    for (std::size_t j = 0; j < k; ++j) sum[detail::load_le32(idx + 4 * j)] += detail::load_le_f32(val + 4 * j);
+  }
+
+ private:
+  /// k of a payload for n values, after checking its size, header and indices.
+  std::size_t checked_kept(std::span<const std::uint8_t> in, std::size_t n, const char* where) const {
+    check_n(n, where);
+    detail::check_payload_size(where, in.size(), payload_bytes(n), n);
     const std::size_t hn = detail::load_le32(in.data()), k = detail::load_le32(in.data() + 4);
     if (hn != n || k != kept(n)) {
       throw usage_error("payload header (n, k) does not match n = " + std::to_string(n) + ", k = " + std::to_string(kept(n)),
-                        kWhere, std::to_string(hn) + ", " + std::to_string(k));
+                        where, std::to_string(hn) + ", " + std::to_string(k));
     }
     const std::uint8_t* idx = in.data() + kHeaderBytes;
-    const std::uint8_t* val = idx + 4 * k;
-    for (std::size_t j = 0, prev = 0; j < k; ++j) {  // every check before the first write
+    for (std::size_t j = 0, prev = 0; j < k; ++j) {
       const std::size_t i = detail::load_le32(idx + 4 * j);
       if (i >= n || (j > 0 && i <= prev)) {
-        throw usage_error("payload index out of range or not ascending at entry " + std::to_string(j), kWhere,
+        throw usage_error("payload index out of range or not ascending at entry " + std::to_string(j), where,
                           std::to_string(i));
       }
       prev = i;
     }
-    std::fill(decoded.begin(), decoded.end(), 0.0f);
-    for (std::size_t j = 0; j < k; ++j) decoded[detail::load_le32(idx + 4 * j)] = detail::load_le_f32(val + 4 * j);
+    return k;
   }
 
- private:
   static void check_n(std::size_t n, const char* where) {
     if (n > std::numeric_limits<std::uint32_t>::max()) {
       throw usage_error("top-k indices are u32: n must be < 2^32", where, std::to_string(n));

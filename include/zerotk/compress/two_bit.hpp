@@ -198,6 +198,14 @@ class TwoBitCodec {
     detail::check_payload_size("compress::TwoBitCodec::decode", in.size(), payload_bytes(n), n);
     two_bit::unpack(in.data() + kHeaderBytes, n, detail::load_le_f32(in.data()), decoded.data());
   }
+
+  /// sum[j] += two_bit::level(code j): sum + decode(in), element by element.
+  void decode_add(std::span<const std::uint8_t> in, std::span<float> sum) const {
+    const std::size_t n = sum.size();
+    detail::check_payload_size("compress::TwoBitCodec::decode_add", in.size(), payload_bytes(n), n);
+    const float step = detail::load_le_f32(in.data());
+    for (std::size_t j = 0; j < n; ++j) sum[j] += two_bit::level(two_bit::code_at(in.data() + kHeaderBytes, j), step);
+  }
 };
 
 }  // namespace zerotk::compress

@@ -5,6 +5,7 @@
 /// so far; on the host nothing to do), so no part of the engine places ordering calls by hand.
 
 #include <cstddef>
+#include <span>
 #include <utility>
 
 #include "zerotk/comm/any.hpp"
@@ -42,6 +43,11 @@ class OrderedCommunicator {
   [[nodiscard]] comm::Work all_gather(const void* send, void* recv, std::size_t count_per_rank, DType dt) {
     ops_->fence();
     return comm_.all_gather(send, recv, count_per_rank, dt);
+  }
+  [[nodiscard]] comm::Work all_gatherv(const void* send, std::size_t send_count, void* recv,
+                                       std::span<const std::size_t> recv_counts, DType dt) {
+    ops_->fence();
+    return comm_.all_gatherv(send, send_count, recv, recv_counts, dt);
   }
   [[nodiscard]] comm::Work all_to_all(const void* send, void* recv, std::size_t count_per_rank, DType dt) {
     ops_->fence();

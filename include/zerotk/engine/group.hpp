@@ -20,6 +20,7 @@
 #include "zerotk/offload/pinned_shard.hpp"
 #include "zerotk/offload/store.hpp"
 #include "zerotk/optim/optimizer.hpp"
+#include "zerotk/zero/grads/compressed_all_reduce.hpp"
 #include "zerotk/zero/grads/context.hpp"
 #include "zerotk/zero/layout.hpp"
 #include "zerotk/zero/params/replicated.hpp"
@@ -47,15 +48,27 @@ template <class Part, class T, class Ops>
 struct ParamsOf<Part, T, Ops, None> {
   using type = typename Part::template params<T, Ops>;
 };
+/// The stage's gradient path, or with GradientCompression<Tag> the compressed one (stage 0 only:
+/// engine/compat.hpp).
+template <class Part, class T, class Ops, class CompressTag>
+struct GradsOf {
+  using type = zero::CompressedAllReduce<T, Ops, CompressTag>;
+};
+template <class Part, class T, class Ops>
+struct GradsOf<Part, T, Ops, None> {
+  using type = typename Part::template grads<T, Ops>;
+};
 }  // namespace detail
 
 /// `OffloadTag` picks the state store (offload/store.hpp), `ParamOffloadTag` where stage 3's
-/// parameter shards live (offload/pinned_shard.hpp); neither is branched on.
-template <class T, class Part, class Opt, class Ops, class OffloadTag = None, class ParamOffloadTag = None>
+/// parameter shards live (offload/pinned_shard.hpp), `CompressTag` the gradient codec
+/// (GradientCompression); none is branched on.
+template <class T, class Part, class Opt, class Ops, class OffloadTag = None, class ParamOffloadTag = None,
+          class CompressTag = None>
 class FlatGroup {
  public:
   using value_type = T;
-  using Grads = typename Part::template grads<T, Ops>;
+  using Grads = typename detail::GradsOf<Part, T, Ops, CompressTag>::type;
   using Params = typename detail::ParamsOf<Part, T, Ops, ParamOffloadTag>::type;
   using Store = typename offload::StoreOf<OffloadTag>::template type<Opt, Ops>;
   /// The optimizer's own communication (engine/optimizer_comm.hpp): 1-bit Adam's momentum exchange.
@@ -182,16 +195,26 @@ class FlatGroup {
   /// After the optimizer's state was replaced (Engine::load_state): compression errors start from
   /// zero (DeepSpeed's rule) and the gradient switch follows the restored step count.
   void after_state_loaded() {
+    if constexpr (requires { grads_.reset(); }) grads_.reset();
     opt_comm_->reset();
     opt_comm_->sync(store_.optimizer());
   }
 
   /// Whether the next step's gradients stay on their rank (1-bit Adam's compressed phase).
   bool gradients_local() const noexcept { return local_.on; }
-  /// Bytes the gradient all-reduces skipped while the gradients were local would have sent, and what
-  /// the optimizer's own exchanges sent instead (both since construction).
-  std::uint64_t skipped_wire_bytes() const noexcept { return local_.skipped_wire_bytes; }
-  std::uint64_t optimizer_wire_bytes() const noexcept { return opt_comm_->wire_bytes(); }
+  /// Bytes of dense gradient all-reduces that were replaced (skipped while the gradients were local,
+  /// or compressed), and what was sent instead (the optimizer's own exchanges, the compressed
+  /// gradient frames); both since construction.
+  std::uint64_t replaced_dense_bytes() const noexcept {
+    std::uint64_t b = local_.skipped_wire_bytes;
+    if constexpr (requires { grads_.dense_bytes(); }) b += grads_.dense_bytes();
+    return b;
+  }
+  std::uint64_t replacement_wire_bytes() const noexcept {
+    std::uint64_t b = opt_comm_->wire_bytes();
+    if constexpr (requires { grads_.wire_bytes(); }) b += grads_.wire_bytes();
+    return b;
+  }
 
   /// A skipped update: the accumulated (non-finite) gradients are dropped.
   void skip() { grads_.clear_accumulated(); }

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "zerotk/comm/communicator.hpp"
+#include "zerotk/compress/gradient_options.hpp"
 #include "zerotk/core/dtype.hpp"
 #include "zerotk/core/memory.hpp"
 #include "zerotk/device/ordered.hpp"
@@ -49,6 +50,9 @@ struct PathContext {
   MemoryLedger* ledger = nullptr;
   /// Stage 0 with a 1-bit optimizer: the switch of the gradient all-reduce; null: always reduce.
   LocalGradients* local_gradients = nullptr;
+  /// GradientCompression's topk_ratio and huffman_coding (zero/grads/compressed_all_reduce.hpp);
+  /// null: the defaults.
+  const compress::GradientCompressionOptions* compression = nullptr;
   int gradient_accumulation_steps = 1;
   bool overlap_comm = true;
   int bucket_buffers = 2;
