@@ -7,6 +7,7 @@
 //   build/default/examples/02_gpt/zerotk_example_02_gpt --stage 3 --offload-optimizer cpu --offload-param cpu
 //   build/default/examples/02_gpt/zerotk_example_02_gpt --stage 3 --offload-optimizer nvme --nvme-path /local_nvme
 //   build/default/examples/02_gpt/zerotk_example_02_gpt --stage 0 --optimizer onebitadam --freeze-step 20
+//   build/default/examples/02_gpt/zerotk_example_02_gpt --stage 0 --precision fp32 --compress topk:0.01 --huffman
 //   build/default/examples/02_gpt/zerotk_example_02_gpt --config ds_config.json
 //   mpirun -np 2 build/default/examples/02_gpt/zerotk_example_02_gpt --mpi
 //
@@ -87,7 +88,27 @@ struct Options {
   std::string nvme_path;                        ///< offload_optimizer.nvme_path: the swap files' directory
   std::string optimizer = "adamw";              ///< adamw, or onebitadam (1-bit Adam, stage 0)
   int freeze_step = 20;                         ///< onebitadam: warm-up steps before compression
+  std::string compress = "none";                ///< gradient_compression: none, topk:RATIO, 2bit or 1bit (stage 0)
+  bool huffman = false;                         ///< gradient_compression.huffman_coding
 };
+
+/// --compress as gradient_compression's algorithm and topk_ratio ({"", 0} for none).
+struct CompressFlag {
+  std::string algorithm;
+  double topk_ratio = 0.01;
+};
+CompressFlag parse_compress(const std::string& flag) {
+  if (flag == "none") return {};
+  if (flag == "2bit" || flag == "1bit") return {flag, 0.01};
+  if (flag.rfind("topk:", 0) == 0) {
+    const std::string ratio = flag.substr(5);
+    char* end = nullptr;
+    const double r = std::strtod(ratio.c_str(), &end);
+    if (!ratio.empty() && end == ratio.c_str() + ratio.size() && r > 0.0 && r <= 1.0) return {"topk", r};
+  }
+  throw zerotk::usage_error("must be none, topk:RATIO with RATIO in (0, 1] (e.g. topk:0.01), 2bit or 1bit", "--compress",
+                            flag);
+}
 
 /// A JSON string literal of `s` (paths may hold quotes or backslashes).
 std::string json_string(const std::string& s) {
@@ -115,6 +136,27 @@ void check_offload_flags(const Options& o) {
   if (o.optimizer == "onebitadam" && o.precision == "fp16") {
     throw zerotk::usage_error("this binary builds 1-bit Adam in fp32 and bf16; use --precision fp32 or bf16",
                               "--optimizer onebitadam", "--precision fp16");
+  }
+  if (o.compress != "none") {
+    (void)parse_compress(o.compress);
+    if (o.stage != 0) {
+      throw zerotk::usage_error("gradient compression replaces ZeRO stage 0's gradient all-reduce (stages 1-3 "
+                                "reduce-scatter into partitions, which no codec does yet); add --stage 0",
+                                "--compress " + o.compress, "--stage " + std::to_string(o.stage));
+    }
+    if (o.precision != "fp32") {
+      throw zerotk::usage_error("this binary builds gradient compression in fp32 (the library also takes bf16 and "
+                                "fp16); add --precision fp32",
+                                "--compress " + o.compress, "--precision " + o.precision);
+    }
+    if (o.optimizer != "adamw") {
+      throw zerotk::usage_error("1-bit Adam compresses its momentum exchange already; use --optimizer adamw",
+                                "--compress " + o.compress, "--optimizer " + o.optimizer);
+    }
+  }
+  if (o.huffman && o.compress == "none") {
+    throw zerotk::usage_error("Huffman-codes the payloads of --compress, which is not asked for", "--huffman",
+                              "--compress none");
   }
   if (o.offload_param == "nvme") {
     throw zerotk::usage_error("NVMe parameter offload (OffloadParams<Nvme>) is not implemented in this version; "
@@ -180,6 +222,12 @@ std::string flags_to_deepspeed_json(const Options& o) {
   }
   if (o.offload_param != "none") j << ", \"offload_param\": {\"device\": \"" << o.offload_param << "\"}";
   j << "},\n";
+  if (o.compress != "none") {
+    const CompressFlag c = parse_compress(o.compress);
+    j << "  \"gradient_compression\": {\"algorithm\": \"" << c.algorithm << "\"";
+    if (c.algorithm == "topk") j << ", \"topk_ratio\": " << c.topk_ratio;
+    j << ", \"huffman_coding\": " << (o.huffman ? "true" : "false") << "},\n";
+  }
   if (o.checkpoint_activations != "none") {
     j << "  \"activation_checkpointing\": {\"cpu_checkpointing\": " << (o.cpu_checkpointing ? "true" : "false") << "},\n";
   }
@@ -208,6 +256,10 @@ using E = zerotk::Engine<zerotk::Partitioner<zerotk::Stage<S>>, zerotk::Optimize
 template <class P>
 using OneBit = zerotk::Engine<zerotk::Partitioner<zerotk::Stage<0>>, zerotk::Optimizer<zerotk::OneBitAdam>,
                               zerotk::Precision<P>>;
+/// --compress: gradient compression at stage 0, in fp32 in this binary.
+template <class Codec>
+using Compressed = zerotk::Engine<zerotk::Partitioner<zerotk::Stage<0>>, zerotk::Optimizer<zerotk::AdamW>,
+                                  zerotk::Precision<zerotk::fp32>, zerotk::GradientCompression<Codec>>;
 using OptCpu = zerotk::Offload<zerotk::Cpu>;
 using OptNvme = zerotk::Offload<zerotk::Nvme>;
 using ParamCpu = zerotk::OffloadParams<zerotk::Cpu>;
@@ -574,7 +626,8 @@ int run(const Options& o, const gpt::Config& model_config, const Data& data, Eva
                            E<1, zerotk::bf16, OptCpu>, E<2, zerotk::bf16, OptCpu>, E<3, zerotk::bf16, OptCpu>,
                            E<3, zerotk::bf16, ParamCpu>, E<3, zerotk::bf16, OptCpu, ParamCpu>,
                            E<3, zerotk::fp32, OptCpu, ParamCpu>, E<3, zerotk::bf16, OptNvme>,
-                           E<3, zerotk::bf16, OptNvme, ParamCpu>, OneBit<zerotk::fp32>, OneBit<zerotk::bf16>>(cfg, launch);
+                           E<3, zerotk::bf16, OptNvme, ParamCpu>, OneBit<zerotk::fp32>, OneBit<zerotk::bf16>,
+                           Compressed<zerotk::TopK>, Compressed<zerotk::TwoBit>, Compressed<zerotk::Sign>>(cfg, launch);
   if (!root) return 0;
   print_memory_table(summary, cfg.zero_optimization.stage, std::string(zerotk::to_string(cfg.precision())), world,
                                   static_cast<int>(cfg.gradient_accumulation_steps),
@@ -670,6 +723,10 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"adamw", "onebitadam"}));
   app.add_option("--freeze-step", o.freeze_step, "with --optimizer onebitadam: warm-up steps before compression")
       ->check(CLI::Range(0, 1 << 30));
+  app.add_option("--compress", o.compress,
+                 "gradient_compression at stage 0 (fp32 in this binary): topk:RATIO (the largest RATIO of each bucket's "
+                 "values), 2bit or 1bit, each with error feedback; every rank gathers the others' payloads");
+  app.add_flag("--huffman", o.huffman, "with --compress: Huffman-code every payload (lossless; sent raw where smaller)");
   app.add_flag("--cpu-checkpointing", o.cpu_checkpointing,
                "with --checkpoint-activations: keep the saved inputs in pinned host memory");
   CLI11_PARSE(app, argc, argv);

@@ -25,7 +25,7 @@
 /// threads communicator's dense average bit for bit (tests/zero/test_gradient_compression.cpp).
 ///
 /// Wire bytes (what this rank sends, ring convention, counted by the communicator and mirrored by
-/// `wire_bytes()`): the flag all-reduce (8 (W-1)/W bytes), then per bucket (W-1)/W x W x frame bytes
+/// `wire_bytes()`): the flag all-reduce (16 (W-1)/W bytes), then per bucket (W-1)/W x W x frame bytes
 /// (an all_gather of equal frames), or with Huffman 8 (W-1) for the sizes plus all_gatherv's ring
 /// count of the frames. `dense_bytes()` is what the dense all-reduce would have sent.
 /// Memory (ledger): the fp32 error buffer [flat numel] under `grads`; with 16-bit gradients an fp32
@@ -115,7 +115,7 @@ class CompressedAllReduce {
   void ready(std::size_t) {}  // everything happens at the boundary
 
   void end_micro_step(bool boundary) {
-    if (!boundary) return;
+    if (!boundary || c_.layout->buckets().empty()) return;  // the same on every rank: no flag exchanged
     if (!all_finite()) {
       poison();
       return;
