@@ -67,6 +67,11 @@ EngineOptions engine_options(const config::Config& cfg) {
       problems.emplace_back(rule, "/optimizer/params/" + key, optim::detail::double_text(p.value));
     }
   }
+  // A Config may be built in code: the reader's (0, 1] check again (NaN fails both comparisons).
+  if (const double r = cfg.gradient_compression.topk_ratio; !(r > 0.0 && r <= 1.0)) {
+    problems.emplace_back("must be a finite number in (0, 1]", "/gradient_compression/topk_ratio",
+                          config::detail::num_text(r));
+  }
   if (!problems.empty()) throw config::summarize(problems);
 
   EngineOptions o;
@@ -109,6 +114,10 @@ EngineOptions engine_options(const config::Config& cfg) {
   o.nvme.aio.intra_op_parallelism = static_cast<int>(cfg.aio.intra_op_parallelism);
   o.nvme.aio.single_submit = cfg.aio.single_submit;
   o.nvme.aio.overlap_events = cfg.aio.overlap_events;
+  // The algorithm is E's GradientCompression tag (check_structure matched it); these are its knobs,
+  // copied even for GradientCompression<None>, which reads neither.
+  o.compression.topk_ratio = cfg.gradient_compression.topk_ratio;
+  o.compression.huffman_coding = cfg.gradient_compression.huffman_coding;
   return o;
 }
 

@@ -439,13 +439,62 @@ TEST_CASE("load() throws one config_error listing every problem; validate() retu
   CHECK_THROWS_AS(load_file(zerotk_test::fixture_path("no_such_file.json"), ctx), io_error);
 }
 
+TEST_CASE("gradient_compression: each algorithm, its knobs, and no block meaning no compression") {
+  ResolveContext ctx;
+  ctx.world_size = 4;
+  {
+    const ParseResult r = parse(fixture("ds_gradient_compression.json"), ctx);
+    REQUIRE_MESSAGE(r.ok(), error_lines(r));
+    const GradientCompressionConfig& g = r.config->gradient_compression;
+    REQUIRE(g.algorithm.has_value());
+    CHECK(*g.algorithm == CompressionAlgorithm::topk);
+    CHECK(g.topk_ratio == 0.01);
+    CHECK(g.huffman_coding);
+    CHECK(r.config->structure().compression == CompressionAlgorithm::topk);
+    CHECK(r.notices.empty());  // every key of the block is honoured
+  }
+  struct Case {
+    const char* name;
+    CompressionAlgorithm algorithm;
+  };
+  for (const Case& k : {Case{"topk", CompressionAlgorithm::topk}, Case{"2bit", CompressionAlgorithm::two_bit},
+                        Case{"1bit", CompressionAlgorithm::one_bit}, Case{"TopK", CompressionAlgorithm::topk}}) {
+    CAPTURE(std::string(k.name));
+    const Config c = load(std::string(R"({"train_batch_size": 8, "gradient_compression": {"algorithm": ")") + k.name +
+                              R"(", "topk_ratio": 0.25}})",
+                          ctx);
+    REQUIRE(c.gradient_compression.algorithm.has_value());
+    CHECK(*c.gradient_compression.algorithm == k.algorithm);
+    CHECK(c.gradient_compression.topk_ratio == 0.25);  // read for every algorithm; only top-k uses it
+    CHECK_FALSE(c.gradient_compression.huffman_coding);
+  }
+  CHECK(to_string(CompressionAlgorithm::two_bit) == "2bit");
+  // No block, an empty block, a null algorithm, or knobs alone: no compression.
+  for (const char* json : {R"({"train_batch_size": 8})", R"({"train_batch_size": 8, "gradient_compression": {}})",
+                           R"({"train_batch_size": 8, "gradient_compression": {"algorithm": null}})",
+                           R"({"train_batch_size": 8, "gradient_compression": {"topk_ratio": 1, "huffman_coding": true}})"}) {
+    CAPTURE(std::string(json));
+    const ParseResult r = parse(json, ctx);
+    REQUIRE_MESSAGE(r.ok(), error_lines(r));
+    CHECK_FALSE(r.config->gradient_compression.algorithm.has_value());
+    CHECK_FALSE(r.config->structure().compression.has_value());
+  }
+  // The knobs reach EngineOptions::compression unchanged (config/engine_config.hpp maps them).
+  const Config knobs = load(R"({"train_batch_size": 8, "gradient_compression": {"topk_ratio": 1, "huffman_coding": true}})", ctx);
+  CHECK(knobs.gradient_compression.topk_ratio == 1.0);
+  CHECK(knobs.gradient_compression.huffman_coding);
+  // Without the block, to_json writes none (resolved configs of older files are unchanged).
+  CHECK_FALSE(to_json(load(R"({"train_batch_size": 8})", ctx)).contains("gradient_compression"));
+}
+
 TEST_CASE("to_json writes a config that reads back to the same options") {
   struct Case {
     const char* file;
     int world;
   };
   for (const Case& k : {Case{"ds_zero3_nvme.json", 8}, Case{"ds_onecycle_lamb.json", 2},
-                        Case{"ds_onebit_rangetest.json", 16}, Case{"ds_minimal.json", 4}}) {
+                        Case{"ds_onebit_rangetest.json", 16}, Case{"ds_minimal.json", 4},
+                        Case{"ds_gradient_compression.json", 4}}) {
     CAPTURE(k.file);
     ResolveContext ctx;
     ctx.world_size = k.world;

@@ -35,7 +35,18 @@ struct Z3Bf16Params : FakeEngine<3, bf16, None, AdamW> {
   using param_offload_tag = Cpu;
 };
 
+/// Gradient compression: a structure with the optional compression_tag (absent: None).
+struct Z0TopK : FakeEngine<0, fp32, None, AdamW> {
+  using compression_tag = TopK;
+};
+struct Z0Sign : FakeEngine<0, fp32, None, AdamW> {
+  using compression_tag = Sign;
+};
+using Z0Plain = FakeEngine<0, fp32, None, AdamW>;
+
 static_assert(EngineStructure<Z2Fp16>);
+static_assert(std::is_same_v<compression_tag_t<Z0Plain>, None>);
+static_assert(std::is_same_v<compression_tag_t<Z0TopK>, TopK>);
 static_assert(!EngineStructure<int>);
 struct NoDevice {
   static constexpr int kStage = 1;
@@ -231,6 +242,52 @@ TEST_CASE("with_engine resolves fp16/bf16 \"auto\" from the engine's precision")
 
 // ---- what this version of zerotk can build and act on -------------------------------------------------
 
+TEST_CASE("gradient_compression.algorithm matches the engine's GradientCompression, both sides named") {
+  const Config topk = config_of(R"({"train_batch_size": 8, "zero_optimization": {"stage": 0},
+      "optimizer": {"type": "AdamW"}, "gradient_compression": {"algorithm": "topk"}})");
+  const Config plain = config_of(R"({"train_batch_size": 8, "zero_optimization": {"stage": 0},
+      "optimizer": {"type": "AdamW"}})");
+  CHECK(check_structure<Z0TopK>(topk).empty());
+  CHECK(check_structure<Z0Plain>(plain).empty());
+  {
+    INFO("config asks for topk, the engine has none (no compression_tag at all)");
+    const auto e = check_structure<Z0Plain>(topk);
+    REQUIRE(e.size() == 1);
+    CHECK(e[0].where() == "/gradient_compression/algorithm");
+    CHECK(e[0].value() == "\"topk\"");
+    CHECK(e[0].message() == "gradient_compression.algorithm \"topk\" needs GradientCompression<TopK>, the engine was "
+                            "compiled with GradientCompression<None>");
+  }
+  {
+    INFO("the engine compresses, the config does not");
+    const auto e = check_structure<Z0TopK>(plain);
+    REQUIRE(e.size() == 1);
+    CHECK(e[0].where() == "/gradient_compression/algorithm");
+    CHECK(e[0].message().find("config asks for no gradient compression") == 0);
+    CHECK(e[0].message().find("the engine was compiled with GradientCompression<TopK> (\"algorithm\": \"topk\")") !=
+          std::string::npos);
+  }
+  {
+    INFO("another algorithm: \"1bit\" is GradientCompression<Sign>");
+    const Config one_bit = config_of(R"({"train_batch_size": 8, "gradient_compression": {"algorithm": "1bit"}})");
+    CHECK(check_structure<Z0Sign>(one_bit).empty());
+    const auto e = check_structure<Z0TopK>(one_bit);
+    REQUIRE(e.size() == 1);
+    CHECK(e[0].message() == "gradient_compression.algorithm \"1bit\" needs GradientCompression<Sign>, the engine was "
+                            "compiled with GradientCompression<TopK>");
+  }
+  CHECK(describe<Z0TopK>() ==
+        "Stage<0>, Precision<fp32>, LossScaler<None>, Optimizer<AdamW>, Offload<None>, GradientCompression<TopK>, "
+        "Device<Host>");
+  CHECK(describe(topk.structure()) ==
+        "Stage<0>, Precision<fp32>, LossScaler<None>, Optimizer<AdamW>, Offload<None>, GradientCompression<TopK>");
+  // dispatch picks the engine whose codec the config names.
+  CHECK(dispatch<Z0Plain, Z0TopK>(topk, []<class E>(std::type_identity<E>) { return describe<E>(); }) ==
+        describe<Z0TopK>());
+  CHECK(dispatch<Z0TopK, Z0Plain>(plain, []<class E>(std::type_identity<E>) { return describe<E>(); }) ==
+        describe<Z0Plain>());
+}
+
 TEST_CASE("check_buildable names what no engine of this version can run") {
   struct Case {
     const char* json;
@@ -248,6 +305,12 @@ TEST_CASE("check_buildable names what no engine of this version can run") {
       {R"({"optimizer": {"type": "OneBitAdam"}, "zero_optimization": {"stage": 1}})", "/zero_optimization/stage",
        "OneBitAdam with ZeRO stage 1, 2 or 3", "1"},
       {R"({"optimizer": {"type": "OneBitLamb"}})", "/optimizer/type", "1-bit LAMB", "\"OneBitLamb\""},
+      {R"({"gradient_compression": {"algorithm": "topk"}, "zero_optimization": {"stage": 1}})",
+       "/zero_optimization/stage", "gradient_compression with ZeRO stage 1, 2 or 3", "1"},
+      {R"({"gradient_compression": {"algorithm": "2bit"}, "zero_optimization": {"stage": 3}})",
+       "/zero_optimization/stage", "gradient_compression with ZeRO stage 1, 2 or 3", "3"},
+      {R"({"gradient_compression": {"algorithm": "1bit"}, "optimizer": {"type": "OneBitAdam"}})", "/optimizer/type",
+       "gradient_compression with OneBitAdam", "\"OneBitAdam\""},
       {R"({"prescale_gradients": true})", "/prescale_gradients", "scaling gradients before the reduction", "true"},
       {R"({"gradient_predivide_factor": 2.0})", "/gradient_predivide_factor", "dividing gradients", "2"},
       {R"({"communication_data_type": "fp32", "bf16": {"enabled": true}})", "/communication_data_type",
@@ -284,6 +347,13 @@ TEST_CASE("check_buildable names what no engine of this version can run") {
                                         "optimizer": {"type": "Lamb"}, "bf16": {"enabled": true},
                                         "communication_data_type": "bf16"})",
                          R"({"train_batch_size": 8, "activation_checkpointing": {"partition_activations": false}})",
+                         R"({"train_batch_size": 8, "gradient_compression": {"algorithm": "topk", "topk_ratio": 0.05}})",
+                         R"({"train_batch_size": 8, "gradient_compression": {"algorithm": "2bit", "huffman_coding": true},
+                             "optimizer": {"type": "Lamb"}})",
+                         // Knobs without an algorithm: no compression, buildable at any stage and with 1-bit Adam.
+                         R"({"train_batch_size": 8, "gradient_compression": {"topk_ratio": 0.05}, "zero_optimization": {"stage": 2}})",
+                         R"({"train_batch_size": 8, "gradient_compression": {"huffman_coding": true},
+                             "optimizer": {"type": "OneBitAdam"}})",
                          R"({"train_batch_size": 8, "activation_checkpointing": {"partition_activations": true,
                              "cpu_checkpointing": true, "contiguous_memory_optimization": true, "number_checkpoints": 4,
                              "synchronize_checkpoint_boundary": true, "profile": true}})"}) {

@@ -45,6 +45,9 @@ enum class OptimizerKind : std::uint8_t { adam, adamw, lamb, onebit_adam, onebit
 /// Where offloaded state lives (`offload_optimizer.device`, `offload_param.device`).
 enum class OffloadDevice : std::uint8_t { none, cpu, nvme };
 
+/// `gradient_compression.algorithm`: "topk", "2bit", "1bit" (GradientCompression<TopK|TwoBit|Sign>).
+enum class CompressionAlgorithm : std::uint8_t { topk, two_bit, one_bit };
+
 /// The schedules, in the order of optim::LrSchedulerOptions' alternatives.
 enum class SchedulerKind : std::uint8_t { warmup_lr, warmup_decay_lr, warmup_cosine_lr, one_cycle, lr_range_test };
 
@@ -74,6 +77,16 @@ constexpr std::string_view to_string(OffloadDevice d) noexcept {
     case OffloadDevice::none: return "none";
     case OffloadDevice::cpu: return "cpu";
     case OffloadDevice::nvme: return "nvme";
+  }
+  return "unknown";
+}
+
+/// The config's spelling of the algorithm ("topk", "2bit", "1bit").
+constexpr std::string_view to_string(CompressionAlgorithm a) noexcept {
+  switch (a) {
+    case CompressionAlgorithm::topk: return "topk";
+    case CompressionAlgorithm::two_bit: return "2bit";
+    case CompressionAlgorithm::one_bit: return "1bit";
   }
   return "unknown";
 }
@@ -220,6 +233,16 @@ struct CsvMonitorOptions {
   std::string job_name = "DeepSpeedJobName";
 };
 
+/// `gradient_compression` block (SEMANTICS.md section 9b): stage 0's gradient all-reduce sends a
+/// compressed payload with error feedback. No algorithm (block or key absent): no compression.
+/// `topk_ratio` is used by "topk" only and `huffman_coding` by every algorithm; both are accepted
+/// without an algorithm (published configs carry them) and then do nothing.
+struct GradientCompressionConfig {
+  std::optional<CompressionAlgorithm> algorithm;
+  double topk_ratio = 0.01;     ///< fraction of entries top-k keeps, in (0, 1]
+  bool huffman_coding = false;  ///< entropy-code the payload (lossless)
+};
+
 /// `activation_checkpointing` block.
 struct ActivationCheckpointingOptions {
   bool partition_activations = false;
@@ -238,6 +261,7 @@ struct Structure {
   std::optional<OptimizerKind> optimizer;  ///< empty: no optimizer block (the engine's own is used)
   OffloadDevice offload_optimizer = OffloadDevice::none;
   OffloadDevice offload_param = OffloadDevice::none;
+  std::optional<CompressionAlgorithm> compression;  ///< empty: GradientCompression<None>
 
   friend bool operator==(const Structure&, const Structure&) = default;
 };
@@ -272,6 +296,7 @@ struct Config {
   std::optional<OptimizerBlock> optimizer;
   std::optional<SchedulerOptions> scheduler;
   CsvMonitorOptions csv_monitor;
+  GradientCompressionConfig gradient_compression;
   ActivationCheckpointingOptions activation_checkpointing;
 
   /// Compute precision: fp16 or bf16 when that block is enabled, else fp32.
@@ -291,6 +316,7 @@ struct Config {
     if (optimizer) s.optimizer = optimizer->kind;
     s.offload_optimizer = zero_optimization.offload_optimizer.device;
     s.offload_param = zero_optimization.offload_param.device;
+    s.compression = gradient_compression.algorithm;
     return s;
   }
 };

@@ -189,6 +189,7 @@ class Reader {
   void read_batch(Block& root, Config& c);
   void read_scalars(Block& root, Config& c);
   void read_monitor_and_checkpointing(Block& root, Config& c);
+  void read_gradient_compression(Block& root, Config& c);
   void cross_check(Config& c);
 
   std::vector<Unknown> unknown_;
@@ -1194,6 +1195,21 @@ inline void Reader::read_monitor_and_checkpointing(Block& root, Config& c) {
   }
 }
 
+inline void Reader::read_gradient_compression(Block& root, Config& c) {
+  // SEMANTICS.md section 9b. topk_ratio and huffman_coding are accepted without an algorithm (published
+  // configs carry them): no algorithm means no compression, and they do nothing.
+  Block b(*this, root.get_object("gradient_compression"), root.path_of("gradient_compression"));
+  auto& g = c.gradient_compression;
+  constexpr std::array<std::string_view, 3> kAlgorithms{"topk", "2bit", "1bit"};  // CompressionAlgorithm's order
+  std::size_t a = 0;
+  if (b.get_choice("algorithm", a, kAlgorithms, /*nullable=*/true) == Got::value) {
+    g.algorithm = static_cast<CompressionAlgorithm>(a);
+  }
+  b.get_number("topk_ratio", g.topk_ratio, 0.0, /*lo_open=*/true, 1.0);
+  b.get_bool("huffman_coding", g.huffman_coding);
+  b.finish();
+}
+
 inline void Reader::cross_check(Config& c) {
   auto& z = c.zero_optimization;
   if (c.fp16.enabled && c.bf16.enabled) {
@@ -1244,6 +1260,7 @@ inline Config Reader::read(const Json& doc) {
   read_batch(root, c);
   read_scalars(root, c);
   read_monitor_and_checkpointing(root, c);
+  read_gradient_compression(root, c);
   root.finish({{"amp"},
                {"tensorboard"},
                {"wandb"},

@@ -42,6 +42,7 @@ concept EngineStructure = requires {
   typename E::offload_tag;      // zerotk::None | Cpu | Nvme (offload_optimizer)
   typename E::device_tag;       // zerotk::Host | Cuda
   // optional: typename E::param_offload_tag (offload_param; None when absent)
+  // optional: typename E::compression_tag (gradient_compression.algorithm; None when absent)
 };
 
 namespace detail {
@@ -54,10 +55,22 @@ template <class E>
 struct param_offload_tag_of<E> {
   using type = typename E::param_offload_tag;
 };
+template <class E>
+struct compression_tag_of {
+  using type = None;
+};
+template <class E>
+  requires requires { typename E::compression_tag; }
+struct compression_tag_of<E> {
+  using type = typename E::compression_tag;
+};
 }  // namespace detail
 /// The engine's OffloadParams tag (offload_param.device), None for a structure that has none.
 template <class E>
 using param_offload_tag_t = typename detail::param_offload_tag_of<E>::type;
+/// The engine's GradientCompression tag (gradient_compression.algorithm), None for a structure that has none.
+template <class E>
+using compression_tag_t = typename detail::compression_tag_of<E>::type;
 
 // ---- tags -> option enums ---------------------------------------------------------------------------
 
@@ -95,6 +108,16 @@ constexpr OffloadDevice offload_of() {
   else static_assert(dependent_false<T>, "offload_tag must be zerotk::None, zerotk::Cpu or zerotk::Nvme");
 }
 
+/// GradientCompression<None|TopK|TwoBit|Sign> as the config's algorithm (empty: None).
+template <class T>
+constexpr std::optional<CompressionAlgorithm> compression_of() {
+  if constexpr (std::is_same_v<T, None>) return std::nullopt;
+  else if constexpr (std::is_same_v<T, TopK>) return CompressionAlgorithm::topk;
+  else if constexpr (std::is_same_v<T, TwoBit>) return CompressionAlgorithm::two_bit;
+  else if constexpr (std::is_same_v<T, Sign>) return CompressionAlgorithm::one_bit;
+  else static_assert(dependent_false<T>, "compression_tag must be zerotk::None, TopK, TwoBit or Sign");
+}
+
 template <class T>
 constexpr std::string_view device_name() {
   if constexpr (std::is_same_v<T, Host>) return "Host";
@@ -117,20 +140,32 @@ constexpr std::string_view param_offload_policy(OffloadDevice d) {
   return d == OffloadDevice::cpu ? "OffloadParams<Cpu>" : d == OffloadDevice::nvme ? "OffloadParams<Nvme>" : "OffloadParams<None>";
 }
 inline std::string optimizer_policy(OptimizerKind k) { return cat("Optimizer<", to_string(k), ">"); }
+constexpr std::string_view compression_policy(std::optional<CompressionAlgorithm> a) {
+  if (!a) return "GradientCompression<None>";
+  switch (*a) {
+    case CompressionAlgorithm::topk: return "GradientCompression<TopK>";
+    case CompressionAlgorithm::two_bit: return "GradientCompression<TwoBit>";
+    case CompressionAlgorithm::one_bit: return "GradientCompression<Sign>";
+  }
+  return "GradientCompression<?>";
+}
 }  // namespace detail
 
 /// The engine's policies in words: "Stage<2>, Precision<fp16>, LossScaler<Dynamic>,
 /// Optimizer<AdamW>, Offload<None>, Device<Host>" (", OffloadParams<Cpu>" after Offload<> when
-/// the parameters are offloaded).
+/// the parameters are offloaded, ", GradientCompression<TopK>" before Device<> when gradients are
+/// compressed).
 template <EngineStructure E>
 std::string describe() {
   constexpr OffloadDevice params = offload_of<param_offload_tag_t<E>>();
+  constexpr std::optional<CompressionAlgorithm> compression = compression_of<compression_tag_t<E>>();
   return detail::cat("Stage<", std::to_string(static_cast<int>(E::kStage)), ">, ",
                      detail::precision_policy(precision_of<typename E::precision_tag>()), ", ",
                      detail::scaler_policy(scaler_of<typename E::loss_scaler_tag>()), ", ",
                      detail::optimizer_policy(optimizer_of<typename E::optimizer_tag>()), ", ",
                      detail::offload_policy(offload_of<typename E::offload_tag>()),
                      params != OffloadDevice::none ? detail::cat(", ", detail::param_offload_policy(params)) : std::string(),
+                     compression ? detail::cat(", ", detail::compression_policy(compression)) : std::string(),
                      ", Device<", device_name<typename E::device_tag>(), ">");
 }
 
@@ -141,13 +176,15 @@ inline std::string describe(const Structure& s) {
   if (s.optimizer) r += detail::cat(", ", detail::optimizer_policy(*s.optimizer));
   r += detail::cat(", ", detail::offload_policy(s.offload_optimizer));
   if (s.offload_param != OffloadDevice::none) r += detail::cat(", ", detail::param_offload_policy(s.offload_param));
+  if (s.compression) r += detail::cat(", ", detail::compression_policy(s.compression));
   return r;
 }
 
 /// Every way `cfg` asks for something engine `E` was not compiled with; empty when E fits.
 /// Offload: E's Offload<X> serves offload_optimizer.device X, its OffloadParams<Y> (None when E
 /// has none) offload_param.device Y (the reader drops offload_param below stage 3, as DeepSpeed
-/// ignores it there).
+/// ignores it there). Compression: E's GradientCompression<T> (None when E has none) serves
+/// gradient_compression.algorithm "topk" (TopK), "2bit" (TwoBit), "1bit" (Sign) or no algorithm (None).
 template <EngineStructure E>
 std::vector<config_error> check_structure(const Config& cfg) {
   std::vector<config_error> out;
@@ -158,6 +195,7 @@ std::vector<config_error> check_structure(const Config& cfg) {
   constexpr OptimizerKind optimizer = optimizer_of<typename E::optimizer_tag>();
   constexpr OffloadDevice offload = offload_of<typename E::offload_tag>();
   constexpr OffloadDevice param_offload = offload_of<param_offload_tag_t<E>>();
+  constexpr std::optional<CompressionAlgorithm> compression = compression_of<compression_tag_t<E>>();
 
   if (s.stage != stage) {
     out.emplace_back(detail::cat("config asks for ZeRO stage ", std::to_string(s.stage),
@@ -198,6 +236,20 @@ std::vector<config_error> check_structure(const Config& cfg) {
                                  ", the engine was compiled with ", detail::param_offload_policy(param_offload)),
                      "/zero_optimization/offload_param/device", detail::cat("\"", to_string(s.offload_param), "\""));
   }
+  if (s.compression != compression) {
+    if (s.compression) {
+      out.emplace_back(detail::cat("gradient_compression.algorithm \"", to_string(*s.compression), "\" needs ",
+                                   detail::compression_policy(s.compression), ", the engine was compiled with ",
+                                   detail::compression_policy(compression)),
+                       "/gradient_compression/algorithm", detail::cat("\"", to_string(*s.compression), "\""));
+    } else {
+      out.emplace_back(detail::cat("config asks for no gradient compression (no gradient_compression.algorithm), the "
+                                   "engine was compiled with ",
+                                   detail::compression_policy(compression), " (\"algorithm\": \"",
+                                   to_string(*compression), "\")"),
+                       "/gradient_compression/algorithm");
+    }
+  }
   return out;
 }
 
@@ -224,7 +276,7 @@ inline std::string quoted(std::string_view s) { return cat("\"", s, "\""); }
 /// The engine runs ZeRO stages 0-3, Offload<None> (and Offload<Cpu> / Offload<Nvme> of the optimizer
 /// state at stages 1-3 with Adam/AdamW), OffloadParams<None> (and OffloadParams<Cpu> at stage 3),
 /// Adam/AdamW/Lamb (activation checkpointing is the trainer's: activation::Options::from),
-/// and averages gradients in the reduction in the training precision.
+/// gradient compression at stage 0 with an optimizer other than OneBitAdam, and averages gradients in the reduction in the training precision.
 inline constexpr Unbuildable kUnbuildable[] = {
     {[](const Config& c) -> detail::Ask {
        if (c.zero_optimization.offload_optimizer.device == OffloadDevice::none || !c.optimizer ||
@@ -254,6 +306,20 @@ inline constexpr Unbuildable kUnbuildable[] = {
      },
      "OneBitAdam with ZeRO stage 1, 2 or 3; 1-bit Adam compresses the momentum every rank holds in full, in "
      "place of stage 0's gradient all-reduce (DeepSpeed asserts stage 0 too)"},
+    {[](const Config& c) -> detail::Ask {
+       if (!c.gradient_compression.algorithm || c.zero_optimization.stage == 0) return std::nullopt;
+       return detail::ask("/zero_optimization/stage", std::to_string(c.zero_optimization.stage));
+     },
+     "gradient_compression with ZeRO stage 1, 2 or 3; GradientCompression<TopK|TwoBit|Sign> replaces stage 0's "
+     "gradient all-reduce, and stages 1-3 reduce-scatter into partitions, which no codec does yet (use stage 0)"},
+    {[](const Config& c) -> detail::Ask {
+       if (!c.gradient_compression.algorithm || !c.optimizer || c.optimizer->kind != OptimizerKind::onebit_adam) {
+         return std::nullopt;
+       }
+       return detail::ask("/optimizer/type", detail::quoted(to_string(c.optimizer->kind)));
+     },
+     "gradient_compression with OneBitAdam; 1-bit Adam already compresses its momentum exchange in place of the "
+     "gradient all-reduce (remove the gradient_compression block or its algorithm)"},
     {[](const Config& c) -> detail::Ask {
        if (!c.prescale_gradients) return std::nullopt;
        return detail::ask("/prescale_gradients", "true");

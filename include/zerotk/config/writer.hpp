@@ -216,6 +216,15 @@ inline Json to_json(const Config& c) {
   m["output_path"] = c.csv_monitor.output_path;
   m["job_name"] = c.csv_monitor.job_name;
 
+  // Only when set: a config without the block resolves to the same JSON as before the block existed.
+  const GradientCompressionConfig& gc = c.gradient_compression;
+  if (gc.algorithm || gc.topk_ratio != GradientCompressionConfig{}.topk_ratio || gc.huffman_coding) {
+    Json& g = j["gradient_compression"];
+    g["algorithm"] = gc.algorithm ? Json(std::string(to_string(*gc.algorithm))) : Json(nullptr);
+    g["topk_ratio"] = gc.topk_ratio;
+    g["huffman_coding"] = gc.huffman_coding;
+  }
+
   const auto& ac = c.activation_checkpointing;
   Json& acj = j["activation_checkpointing"];
   acj["partition_activations"] = ac.partition_activations;
