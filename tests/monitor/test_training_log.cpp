@@ -89,6 +89,8 @@ void replay(TrainingLog& log, ManualClock& clock, int first, int last, RunState&
       r.lr = 1e-4 * std::min(scheduler_steps, 4) / 4;  // group_lr left empty: the log reads {lr}
       r.loss_scale = st.scale;
       r.grad_norm = overflow ? -1 : 0.5 * step;
+      r.comm_wire_bytes = 100 * static_cast<std::uint64_t>(step);  // as golden/make_short_run.py
+      r.comm_dense_bytes = 1000;
       log.on_step(r, step * kTrainBatch);
     }
   }
@@ -118,8 +120,41 @@ TEST_CASE("csv_monitor files of a short run match DeepSpeed's byte for byte") {
     CHECK(read_bytes(mine) == read_bytes(entry.path()));
     ++files;
   }
-  CHECK(files == 8);
+  CHECK(files == 11);  // DeepSpeed's eight and zerotk's three comm rows
   CHECK(std::distance(std::filesystem::directory_iterator(tmp.path() / "short_run"), {}) == files);
+}
+
+TEST_CASE("comm rows: a boundary's wire and dense bytes and their ratio, at every boundary, nothing else") {
+  ScratchDir tmp("comm_rows");
+  TrainingLogOptions o;
+  o.csv_monitor.enabled = true;
+  o.csv_monitor.output_path = tmp.path().string();
+  o.csv_monitor.job_name = "comm";
+  std::ostringstream out;
+  ManualClock clock;
+  {
+    TrainingLog log(o, out, clock.fn());
+    StepReport r;
+    r.boundary = true;
+    r.global_steps = 1;
+    r.lr = 0.5;
+    r.comm_wire_bytes = 123'456;  // top-k's payload
+    r.comm_dense_bytes = 4'000'000;
+    log.on_step(r, 32);
+    r.global_steps = 2;
+    r.comm_wire_bytes = 0;  // nothing sent (one rank): the ratio is 1
+    r.comm_dense_bytes = 0;
+    log.on_step(r, 64);
+  }
+  const auto dir = tmp.path() / "comm";
+  // bf16/fp32 (no loss_scale), no wall_clock_breakdown: lr and the three comm files only.
+  CHECK(std::distance(std::filesystem::directory_iterator(dir), {}) == 4);
+  CHECK(read_bytes(dir / "Train_Samples_comm_wire_bytes.csv") == "step,comm_wire_bytes\r\n32,123456\r\n64,0\r\n");
+  CHECK(read_bytes(dir / "Train_Samples_comm_dense_bytes.csv") == "step,comm_dense_bytes\r\n32,4000000\r\n64,0\r\n");
+  // 4000000 / 123456 as a Python float repr
+  CHECK(read_bytes(dir / "Train_Samples_compression_ratio.csv") ==
+        "step,compression_ratio\r\n32,32.40020736132711\r\n64,1.0\r\n");
+  CHECK(read_bytes(dir / "Train_Samples_lr.csv") == "step,lr\r\n32,0.5\r\n64,0.5\r\n");
 }
 
 TEST_CASE("printed lines: progress every steps_per_print, micro and boundary timers like DeepSpeed") {

@@ -8,6 +8,10 @@
 ///                                             -> Train/Samples/train_loss row
 ///   step() at a boundary, after the update    on_step(report, global_samples after the step)
 ///                                             -> Train/Samples/lr, Train/Samples/loss_scale (fp16) rows;
+///                                                zerotk's own comm_wire_bytes, comm_dense_bytes,
+///                                                compression_ratio rows (bytes this rank sent since
+///                                                the previous boundary, what it would have sent
+///                                                uncompressed, their ratio; DeepSpeed has none);
 ///                                                every steps_per_print steps the progress line
 ///                                                `[Rank 0] step=20, skipped=1, lr=[0.0001], loss_scale=32768.0,
 ///                                                grad_norm=0.8125, samples/s=1234.56`;
@@ -26,6 +30,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <iostream>
+#include <limits>
 #include <ostream>
 #include <span>
 #include <string>
@@ -123,6 +128,11 @@ class TrainingLog {
     if (options_.scaler != config::ScalerKind::none) {
       csv_.write("Train/Samples/loss_scale", scale_value(r.loss_scale), global_samples);
     }
+    // zerotk's own rows, at every boundary so a plot of a compressed and an uncompressed run lines up:
+    // integers (a byte count past 2^63 - 1 would be 8 EiB in one step), the ratio as a Python float.
+    csv_.write("Train/Samples/comm_wire_bytes", byte_count(r.comm_wire_bytes), global_samples);
+    csv_.write("Train/Samples/comm_dense_bytes", byte_count(r.comm_dense_bytes), global_samples);
+    csv_.write("Train/Samples/compression_ratio", MetricValue(r.compression_ratio()), global_samples);
 
     if (options_.wall_clock_breakdown) {
       on_micro_step();
@@ -179,6 +189,11 @@ class TrainingLog {
   }
 
  private:
+  static MetricValue byte_count(std::uint64_t bytes) noexcept {
+    constexpr auto kMax = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+    return MetricValue(static_cast<std::int64_t>(bytes < kMax ? bytes : kMax));
+  }
+
   /// Prints `time (ms) | ...` for those of `names` that were used (nothing when none was).
   void print_timers(std::span<const std::string_view> names) {
     bool any = false;

@@ -11,6 +11,8 @@ The run: world size 1, micro batch 2, 2 accumulation steps (4 samples per step),
 dynamic loss scale starting at the int 2**16, an overflow at step 3 (hysteresis 1: the scale
 halves and the step is skipped), wall_clock_breakdown on. Durations are multiples of 1/1024 s so
 the milliseconds are exact. Steps 1-5 are one run; steps 6-7 a restarted run (a new monitor).
+The comm_wire_bytes, comm_dense_bytes and compression_ratio files are zerotk's own, written in
+DeepSpeed's format; the other eight are what DeepSpeed writes.
 """
 import csv
 import os
@@ -21,6 +23,7 @@ TICK = 1.0 / 1024  # seconds
 FWD, BWD_INNER, BWD_REDUCE = 3 * TICK, 4 * TICK, 1 * TICK
 STEP_MICRO, STEP_BOUNDARY = 1 * TICK, 2 * TICK
 TRAIN_BATCH = 4
+WIRE_BYTES_PER_STEP, DENSE_BYTES = 100, 1000  # step s sends 100 * s bytes in place of 1000
 
 
 def f32(x):
@@ -58,6 +61,12 @@ def run(files, first_step, last_step, scale, changed):
         samples = step * TRAIN_BATCH
         files.write("Train/Samples/lr", lr, samples)
         files.write("Train/Samples/loss_scale", scale, samples)
+        # zerotk's own rows (DeepSpeed's csv monitor has none): bytes this rank sent since the previous
+        # boundary, what it would have sent uncompressed, and their ratio (a float).
+        wire, dense = WIRE_BYTES_PER_STEP * step, DENSE_BYTES
+        files.write("Train/Samples/comm_wire_bytes", wire, samples)
+        files.write("Train/Samples/comm_dense_bytes", dense, samples)
+        files.write("Train/Samples/compression_ratio", dense / wire, samples)
         # Boundary timers: the sums of the step's two micro-steps, in milliseconds.
         timers = {
             "forward": [FWD, FWD],
