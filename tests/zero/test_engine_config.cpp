@@ -176,3 +176,23 @@ TEST_CASE("zero_hpz_partition_size becomes Stage3Options::reshard_after_forward 
   o = engine_options<Stage3>(cfg);
   CHECK(o.stage3.reshard_after_forward == ReshardAfterForward(true));  // absent: 1, hpZ off
 }
+
+TEST_CASE("gradient_compression: the engine's codec matches the algorithm, its knobs reach EngineOptions::compression") {
+  using TopKEngine = Engine<Partitioner<Stage<0>>, Optimizer<AdamW>, Precision<fp32>, GradientCompression<TopK>>;
+  using PlainEngine = Engine<Partitioner<Stage<0>>, Optimizer<AdamW>, Precision<fp32>>;
+  config::ResolveContext ctx;
+  const config::Config cfg = config::load(R"({"train_batch_size": 1, "zero_optimization": {"stage": 0},
+      "gradient_compression": {"algorithm": "topk", "topk_ratio": 0.05, "huffman_coding": true}})", ctx);
+  const EngineOptions o = engine_options<TopKEngine>(cfg);
+  CHECK(o.compression.topk_ratio == 0.05);
+  CHECK(o.compression.huffman_coding);
+  CHECK_THROWS_WITH_AS(engine_options<PlainEngine>(cfg),
+                       doctest::Contains("gradient_compression.algorithm \"topk\" needs GradientCompression<TopK>, the "
+                                         "engine was compiled with GradientCompression<None>"),
+                       config_error);
+  // A Config built in code is checked again: a ratio the reader would refuse.
+  config::Config bad = cfg;
+  bad.gradient_compression.topk_ratio = 0;
+  CHECK_THROWS_WITH_AS(engine_options<TopKEngine>(bad), doctest::Contains("/gradient_compression/topk_ratio"),
+                       config_error);
+}
