@@ -1,7 +1,7 @@
 #pragma once
 /// \file zerotk/config/structure.hpp
 /// Matching a config against compiled engines. An Engine's structure (stage, precision, loss
-/// scaler, optimizer, offload, device) is fixed at compile time by its policies; a DeepSpeed JSON
+/// scaler, optimizer, offload, gradient compression, device) is fixed at compile time by its policies; a DeepSpeed JSON
 /// that asks for another structure cannot be served by it. check_structure<E>() says exactly what
 /// differs, naming both sides; dispatch<E1, E2, ...>() lets one trainer binary serve several
 /// configs by picking the first compiled engine that fits.
