@@ -285,6 +285,40 @@ void train_steps(E& engine, Model& model, int rank, const RunConfig& cfg, int fr
   }
 }
 
+/// One micro-step per boundary of batches first_batch, first_batch + 1, ... on this rank's data
+/// (one micro-step each, MSE loss); the reports of every step.
+template <class E, class Model>
+std::vector<zerotk::StepReport> train_boundaries(E& engine, Model& model, int rank, int first_batch, int steps) {
+  std::vector<zerotk::StepReport> reports;
+  for (int s = first_batch; s < first_batch + steps; ++s) {
+    const Batch b = make_batch(s, 0, rank);
+    std::vector<float> x = b.x;
+    for (auto& l : model.layers) {
+      auto scope = engine.forward(l);
+      x = l.forward(x);
+    }
+    std::vector<float> dy;
+    const float loss = mse(x, b.t, static_cast<float>(engine.loss_scale()), dy);
+    for (auto it = model.layers.rbegin(); it != model.layers.rend(); ++it) {
+      auto scope = engine.backward(*it);
+      dy = it->backward(dy);
+    }
+    reports.push_back(engine.step(loss));
+  }
+  return reports;
+}
+
+/// Parameters have storage once the engine binds them: rank 0 writes the initial values.
+template <class E, class Model>
+void init_model(E& engine, Model& model, std::uint32_t seed) {
+  {
+    auto g = engine.gather(model, 0);
+    model.init(seed);
+  }
+  engine.initialize_master();
+}
+
+
 template <class Part, class Prec, class Comm, class Model, class... Policies>
 RunResult train_rank_with(Comm& comm, const RunConfig& cfg, zerotk::MemoryLedger* ledger_out) {
   using namespace zerotk;

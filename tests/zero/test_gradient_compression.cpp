@@ -266,36 +266,6 @@ struct EngineRun {
 };
 
 template <class E>
-std::vector<StepReport> train(E& engine, Mlp<float>& model, int rank, int first_batch, int steps) {
-  std::vector<StepReport> reports;
-  for (int s = first_batch; s < first_batch + steps; ++s) {
-    const zt_test::Batch b = zt_test::make_batch(s, 0, rank);
-    std::vector<float> x = b.x;
-    for (auto& l : model.layers) {
-      auto scope = engine.forward(l);
-      x = l.forward(x);
-    }
-    std::vector<float> dy;
-    const float loss = zt_test::mse(x, b.t, static_cast<float>(engine.loss_scale()), dy);
-    for (auto it = model.layers.rbegin(); it != model.layers.rend(); ++it) {
-      auto scope = engine.backward(*it);
-      dy = it->backward(dy);
-    }
-    reports.push_back(engine.step(loss));
-  }
-  return reports;
-}
-
-template <class E>
-void init_model(E& engine, Mlp<float>& model, std::uint32_t seed) {
-  {
-    auto g = engine.gather(model, 0);
-    model.init(seed);
-  }
-  engine.initialize_master();
-}
-
-template <class E>
 EngineRun train_engine(int world, int steps, const EngineOptions& o) {
   EngineRun out;
   out.finals.resize(static_cast<std::size_t>(world));
@@ -303,8 +273,8 @@ EngineRun train_engine(int world, int steps, const EngineOptions& o) {
   comm::run_threads(world, [&](comm::ThreadsCommunicator& c) {
     Mlp<float> model;
     E engine(c, model, o);
-    init_model(engine, model, 42);
-    std::vector<StepReport> reports = train(engine, model, c.rank(), 0, steps);
+    zt_test::init_model(engine, model, 42);
+    std::vector<StepReport> reports = zt_test::train_boundaries(engine, model, c.rank(), 0, steps);
     std::lock_guard lock(mu);
     out.finals[static_cast<std::size_t>(c.rank())] = model.values();
     if (c.rank() == 0) out.reports = std::move(reports);
@@ -380,27 +350,27 @@ TEST_CASE("GradientCompression in the engine: load_state zeroes the error feedba
     {
       Mlp<float> model;
       E e(c, model, o);
-      init_model(e, model, 42);
-      (void)train(e, model, c.rank(), 0, 6);
+      zt_test::init_model(e, model, 42);
+      (void)zt_test::train_boundaries(e, model, c.rank(), 0, 6);
       a[r] = model.values();
     }
     EngineState saved;
     {
       Mlp<float> model;
       E e(c, model, o);
-      init_model(e, model, 42);
-      (void)train(e, model, c.rank(), 0, 3);
+      zt_test::init_model(e, model, 42);
+      (void)zt_test::train_boundaries(e, model, c.rank(), 0, 3);
       saved = e.state();
       e.load_state(saved);
-      (void)train(e, model, c.rank(), 3, 3);
+      (void)zt_test::train_boundaries(e, model, c.rank(), 3, 3);
       b[r] = model.values();
     }
     {
       Mlp<float> model;
       E e(c, model, o);
-      init_model(e, model, 7);  // other values: load_state replaces them
+      zt_test::init_model(e, model, 7);  // other values: load_state replaces them
       e.load_state(saved);
-      (void)train(e, model, c.rank(), 3, 3);
+      (void)zt_test::train_boundaries(e, model, c.rank(), 3, 3);
       c_[r] = model.values();
     }
   });

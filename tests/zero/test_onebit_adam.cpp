@@ -43,38 +43,6 @@ EngineOptions options(std::int64_t freeze_step, double clip = 0.0, std::size_t b
   return o;
 }
 
-/// One micro-step per boundary of batches first_batch, first_batch + 1, ... on this rank's data.
-template <class E, class Model>
-std::vector<StepReport> train(E& engine, Model& model, int rank, int first_batch, int steps) {
-  std::vector<StepReport> reports;
-  for (int s = first_batch; s < first_batch + steps; ++s) {
-    const zt_test::Batch b = zt_test::make_batch(s, 0, rank);
-    std::vector<float> x = b.x;
-    for (auto& l : model.layers) {
-      auto scope = engine.forward(l);
-      x = l.forward(x);
-    }
-    std::vector<float> dy;
-    const float loss = zt_test::mse(x, b.t, static_cast<float>(engine.loss_scale()), dy);
-    for (auto it = model.layers.rbegin(); it != model.layers.rend(); ++it) {
-      auto scope = engine.backward(*it);
-      dy = it->backward(dy);
-    }
-    reports.push_back(engine.step(loss));
-  }
-  return reports;
-}
-
-/// Parameters have storage once the engine binds them: rank 0 writes the initial values.
-template <class E, class Model>
-void init_model(E& engine, Model& model, std::uint32_t seed) {
-  {
-    auto g = engine.gather(model, 0);
-    model.init(seed);
-  }
-  engine.initialize_master();
-}
-
 struct Run {
   std::vector<std::vector<float>> finals;  // per rank
   std::vector<StepReport> reports;         // rank 0's
@@ -91,9 +59,9 @@ Run run(int world, int steps, const EngineOptions& o, int first_batch = 0) {
   comm::run_threads(world, [&](comm::ThreadsCommunicator& c) {
     Mlp<float> model;
     E engine(c, model, o);
-    init_model(engine, model, 42);
+    zt_test::init_model(engine, model, 42);
     std::vector<float> initial = model.values();
-    std::vector<StepReport> reports = train(engine, model, c.rank(), first_batch, steps);
+    std::vector<StepReport> reports = zt_test::train_boundaries(engine, model, c.rank(), first_batch, steps);
     std::lock_guard lock(mu);
     r.finals[static_cast<std::size_t>(c.rank())] = model.values();
     if (c.rank() == 0) {
@@ -270,8 +238,8 @@ TEST_CASE("OneBitAdam: in the compressed phase each rank clips by its own gradie
   comm::run_threads(2, [&](comm::ThreadsCommunicator& c) {
     Mlp<float> model;
     OneBitEngine engine(c, model, options(/*freeze_step=*/2, /*clip=*/1e-3));
-    init_model(engine, model, 42);
-    const std::vector<StepReport> reps = train(engine, model, c.rank(), 0, 4);
+    zt_test::init_model(engine, model, 42);
+    const std::vector<StepReport> reps = zt_test::train_boundaries(engine, model, c.rank(), 0, 4);
     norms[static_cast<std::size_t>(c.rank())] = reps.back().grad_norm;
     CHECK(reps[1].grad_norm > 0);
     finals[static_cast<std::size_t>(c.rank())] = model.values();
@@ -295,27 +263,27 @@ TEST_CASE("OneBitAdam: load_state restores the phase from the step count and zer
     {
       Mlp<float> model;
       OneBitEngine e(c, model, o);
-      init_model(e, model, 42);
-      (void)train(e, model, c.rank(), 0, 8);
+      zt_test::init_model(e, model, 42);
+      (void)zt_test::train_boundaries(e, model, c.rank(), 0, 8);
       a[r] = model.values();
     }
     EngineState saved;
     {
       Mlp<float> model;
       OneBitEngine e(c, model, o);
-      init_model(e, model, 42);
-      (void)train(e, model, c.rank(), 0, 5);
+      zt_test::init_model(e, model, 42);
+      (void)zt_test::train_boundaries(e, model, c.rank(), 0, 5);
       saved = e.state();
       e.load_state(saved);
-      (void)train(e, model, c.rank(), 5, 3);
+      (void)zt_test::train_boundaries(e, model, c.rank(), 5, 3);
       b[r] = model.values();
     }
     {
       Mlp<float> model;
       OneBitEngine e(c, model, o);
-      init_model(e, model, 7);  // other values: load_state replaces them
+      zt_test::init_model(e, model, 7);  // other values: load_state replaces them
       e.load_state(saved);
-      const std::vector<StepReport> reps = train(e, model, c.rank(), 5, 3);
+      const std::vector<StepReport> reps = zt_test::train_boundaries(e, model, c.rank(), 5, 3);
       local_after_load[r] = reps.front().comm_dense_bytes > reps.front().comm_wire_bytes;
       c_[r] = model.values();
     }
@@ -337,9 +305,9 @@ TEST_CASE("OneBitAdam: freeze_step must be >= 0; bf16 runs both phases with ever
   comm::run_threads(2, [&](comm::ThreadsCommunicator& c) {
     Mlp<bfloat16> model;
     Engine<Partitioner<Stage<0>>, Optimizer<OneBitAdam>, Precision<bf16>> e(c, model, options(3));
-    init_model(e, model, 42);
+    zt_test::init_model(e, model, 42);
     initial[static_cast<std::size_t>(c.rank())] = model.values();
-    const std::vector<StepReport> reps = train(e, model, c.rank(), 0, 10);
+    const std::vector<StepReport> reps = zt_test::train_boundaries(e, model, c.rank(), 0, 10);
     CHECK(reps[2].comm_dense_bytes == reps[2].comm_wire_bytes);
     CHECK(reps.back().comm_dense_bytes > reps.back().comm_wire_bytes);
     finals[static_cast<std::size_t>(c.rank())] = model.values();

@@ -36,7 +36,8 @@ struct StepReport {
   bool timings_measured = false;
   std::uint64_t comm_wire_bytes = 0;  ///< sent by this rank since the previous boundary (ring convention)
   /// What this rank would have sent without compression since the previous boundary: comm_wire_bytes
-  /// with 1-bit Adam's momentum exchanges replaced by the gradient all-reduces they stand in for.
+  /// with 1-bit Adam's momentum exchanges and GradientCompression's frames replaced by the gradient
+  /// all-reduces they stand in for.
   /// Equal to comm_wire_bytes when nothing was compressed.
   std::uint64_t comm_dense_bytes = 0;
 
