@@ -36,9 +36,8 @@
 #include <random>
 #include <vector>
 
-#include <time.h>
-
 #include "common/modelled_link.hpp"
+#include "common/thread_cpu.hpp"
 #include "zerotk/comm/threads.hpp"
 #include "zerotk/compress.hpp"
 
@@ -46,6 +45,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using zerotk::bench::ModelledLink;
+using zerotk::bench::thread_cpu_ms;
 using zerotk::comm::ThreadsCommunicator;
 
 constexpr int kMaxWorld = 4;
@@ -74,13 +74,6 @@ const std::vector<std::vector<float>>& inputs(std::size_t n) {
 }
 
 double ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
-
-/// CPU time of the calling thread, ms.
-double thread_cpu_ms() {
-  timespec t{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return static_cast<double>(t.tv_sec) * 1e3 + static_cast<double>(t.tv_nsec) * 1e-6;
-}
 
 /// args: W ranks, n in Mi fp32 values, link MB/s (0: no link model).
 void BM_OneBitAllReduce_vs_Fp32(benchmark::State& state) {

@@ -173,10 +173,13 @@ TEST_CASE("sign: the host drivers (vector paths and tails) equal the per-element
       CHECK(bits2 == want);
       std::vector<float> out(n), out_want(n);
       compress::sign::unpack(want.data(), n, scale, out.data());
+      std::vector<float> sum(y.begin(), y.begin() + static_cast<std::ptrdiff_t>(n));  // unpack_add onto y
+      compress::sign::unpack_add(want.data(), n, scale, sum.data());
       std::size_t bad = 0;
       for (std::size_t i = 0; i < n; ++i) {
         const float r = compress::sign::residual(y[i], scale), v = compress::sign::value(want.data(), i, scale);
-        if (std::memcmp(&fed[i], &r, 4) != 0 || std::memcmp(&out[i], &v, 4) != 0) ++bad;
+        const float s = y[i] + v;
+        if (std::memcmp(&fed[i], &r, 4) != 0 || std::memcmp(&out[i], &v, 4) != 0 || std::memcmp(&sum[i], &s, 4) != 0) ++bad;
       }
       CHECK(bad == 0);
     }

@@ -152,11 +152,14 @@ TEST_CASE("two_bit: the host drivers (vector paths and tails) equal the per-elem
       CHECK(codes2 == want);
       std::vector<float> out(n);
       compress::two_bit::unpack(want.data(), n, step, out.data());
+      std::vector<float> sum(y.begin(), y.begin() + static_cast<std::ptrdiff_t>(n));  // unpack_add onto y
+      compress::two_bit::unpack_add(want.data(), n, step, sum.data());
       std::size_t bad = 0;
       for (std::size_t i = 0; i < n; ++i) {
         const float lv = compress::two_bit::level(compress::two_bit::code_at(want.data(), i), step);
         const float r = y[i] - compress::two_bit::level(compress::two_bit::code_of(y[i], step), step);
-        if (std::memcmp(&fed[i], &r, 4) != 0 || std::memcmp(&out[i], &lv, 4) != 0) ++bad;
+        const float s = y[i] + lv;
+        if (std::memcmp(&fed[i], &r, 4) != 0 || std::memcmp(&out[i], &lv, 4) != 0 || std::memcmp(&sum[i], &s, 4) != 0) ++bad;
       }
       CHECK(bad == 0);
     }

@@ -214,14 +214,43 @@ inline void decode(std::span<const std::uint8_t> in, std::span<std::uint8_t> out
       }
     }
   }
+  // A table of every code up to kLookBits long, indexed by the next kLookBits bits of the stream:
+  // (byte << 8) | length, 0 where the next code is longer. Longer codes, and codes that would run
+  // past the payload's end, take the bit-at-a-time loop (which reports corrupt input).
+  constexpr unsigned kLookBits = 11;
+  std::array<std::uint16_t, std::size_t{1} << kLookBits> fast{};
+  for (unsigned b = 0; b < 256; ++b) {
+    if (len[b] == 0 || len[b] > kLookBits) continue;
+    const unsigned spare = kLookBits - len[b];
+    const std::size_t base = static_cast<std::size_t>(codes[b]) << spare;
+    for (std::size_t s = 0; s < (std::size_t{1} << spare); ++s) fast[base | s] = static_cast<std::uint16_t>((b << 8) | len[b]);
+  }
   const std::uint8_t* p = in.data() + kHeaderBytes;
   const std::size_t bytes = in.size() - kHeaderBytes;
+  const std::size_t total_bits = 8 * bytes;
+  // The kLookBits bits from `bit` on, zeros past the end.
+  auto peek = [&](std::size_t at) {
+    const std::size_t byte = at >> 3;
+    std::uint32_t w = 0;
+    if (byte + 3 <= bytes) {
+      w = (std::uint32_t{p[byte]} << 16) | (std::uint32_t{p[byte + 1]} << 8) | p[byte + 2];
+    } else {
+      for (std::size_t k = 0; k < 3; ++k) w = (w << 8) | (byte + k < bytes ? p[byte + k] : 0u);
+    }
+    return (w >> (24 - kLookBits - (at & 7))) & ((1u << kLookBits) - 1);
+  };
   std::size_t bit = 0;  // next bit to read
   for (std::size_t i = 0; i < n; ++i) {
+    const std::uint16_t hit = fast[peek(bit)];
+    if (hit != 0 && bit + (hit & 0xffu) <= total_bits) {
+      out[i] = static_cast<std::uint8_t>(hit >> 8);
+      bit += hit & 0xffu;
+      continue;
+    }
     std::uint64_t code = 0;
     for (unsigned l = 1;; ++l) {
       if (l > kMaxCodeBits) throw usage_error("invalid code", kWhere, "bit offset " + std::to_string(bit));
-      if (bit >= 8 * bytes) throw usage_error("payload truncated", kWhere, "bit offset " + std::to_string(bit));
+      if (bit >= total_bits) throw usage_error("payload truncated", kWhere, "bit offset " + std::to_string(bit));
       code = (code << 1) | ((p[bit >> 3] >> (7 - (bit & 7))) & 1u);
       ++bit;
       if (count[l] != 0 && code - first[l] < count[l]) {

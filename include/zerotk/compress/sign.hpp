@@ -139,10 +139,11 @@ inline void pack(const float* y, std::size_t n, std::uint8_t* bits) {
   if (const unsigned rest = static_cast<unsigned>(n - 8 * full); rest != 0) bits[full] = pack_byte(y + 8 * full, rest);
 }
 
-/// out[j] = +-scale from the packed bits of n values: sign::value for every j, bit for bit. Large n
-/// go through a table of the 256 bytes' 8 values (8 KiB, built per call), so each byte is one
-/// 32-byte copy the compiler vectorizes; the per-element loop handles small n and the tail.
-inline void unpack(const std::uint8_t* bits, std::size_t n, float scale, float* out) {
+namespace detail {
+/// put(out[j], value(j)) for every j. Large n go through a table of the 256 bytes' 8 values (8 KiB,
+/// built per call): one 32-byte row per byte.
+template <class Put>
+void unpack_each(const std::uint8_t* bits, std::size_t n, float scale, float* out, Put put) {
   constexpr std::size_t kTableMinValues = 8 * 4096;
   std::size_t j = 0;
   if (n >= kTableMinValues) {
@@ -155,11 +156,24 @@ inline void unpack(const std::uint8_t* bits, std::size_t n, float scale, float* 
     for (std::size_t b = 0; b < full; ++b) {
       const float* row = table[bits[b]];
       float* o = out + 8 * b;
-      for (unsigned k = 0; k < 8; ++k) o[k] = row[k];
+      for (unsigned k = 0; k < 8; ++k) put(o[k], row[k]);
     }
     j = 8 * full;
   }
-  for (; j < n; ++j) out[j] = value(bits, j, scale);
+  for (; j < n; ++j) put(out[j], value(bits, j, scale));
+}
+}  // namespace detail
+
+/// out[j] = +-scale from the packed bits of n values: sign::value for every j, bit for bit. Large n
+/// go through a table of the 256 bytes' 8 values (8 KiB, built per call), so each byte is one
+/// 32-byte copy the compiler vectorizes; the per-element loop handles small n and the tail.
+inline void unpack(const std::uint8_t* bits, std::size_t n, float scale, float* out) {
+  detail::unpack_each(bits, n, scale, out, [](float& o, float v) { o = v; });
+}
+
+/// sum[j] += value(j): the same values as unpack, added in place.
+inline void unpack_add(const std::uint8_t* bits, std::size_t n, float scale, float* sum) {
+  detail::unpack_each(bits, n, scale, sum, [](float& o, float v) { o += v; });
 }
 
 }  // namespace sign
@@ -195,8 +209,7 @@ class SignCodec {
   void decode_add(std::span<const std::uint8_t> in, std::span<float> sum) const {
     const std::size_t n = sum.size();
     detail::check_payload_size("compress::SignCodec::decode_add", in.size(), payload_bytes(n), n);
-    const float scale = detail::load_le_f32(in.data());
-    for (std::size_t j = 0; j < n; ++j) sum[j] += sign::value(in.data() + kHeaderBytes, j, scale);
+    sign::unpack_add(in.data() + kHeaderBytes, n, detail::load_le_f32(in.data()), sum.data());
   }
 };
 

@@ -152,9 +152,11 @@ inline void pack(const float* y, std::size_t n, float step, std::uint8_t* codes)
   if (const unsigned rest = static_cast<unsigned>(n - 4 * full); rest != 0) codes[full] = pack_byte(y + 4 * full, rest, step);
 }
 
-/// out[j] = level(code j): two_bit::level for every j, bit for bit. Large n go through a table of the
-/// 256 bytes' 4 levels (4 KiB, built per call): one 16-byte copy per byte.
-inline void unpack(const std::uint8_t* codes, std::size_t n, float step, float* out) {
+namespace detail {
+/// put(out[j], level(code j)) for every j. Large n go through a table of the 256 bytes' 4 levels
+/// (4 KiB, built per call): one 16-byte row per byte.
+template <class Put>
+void unpack_each(const std::uint8_t* codes, std::size_t n, float step, float* out, Put put) {
   constexpr std::size_t kTableMinValues = 4 * 4096;
   std::size_t j = 0;
   if (n >= kTableMinValues) {
@@ -166,11 +168,23 @@ inline void unpack(const std::uint8_t* codes, std::size_t n, float step, float* 
     for (std::size_t b = 0; b < full; ++b) {
       const float* row = table[codes[b]];
       float* o = out + 4 * b;
-      for (unsigned k = 0; k < 4; ++k) o[k] = row[k];
+      for (unsigned k = 0; k < 4; ++k) put(o[k], row[k]);
     }
     j = 4 * full;
   }
-  for (; j < n; ++j) out[j] = level(code_at(codes, j), step);
+  for (; j < n; ++j) put(out[j], level(code_at(codes, j), step));
+}
+}  // namespace detail
+
+/// out[j] = level(code j): two_bit::level for every j, bit for bit.
+inline void unpack(const std::uint8_t* codes, std::size_t n, float step, float* out) {
+  detail::unpack_each(codes, n, step, out, [](float& o, float v) { o = v; });
+}
+
+/// sum[j] += level(code j): the same values as unpack, added in place (a gathered payload summed
+/// into a running total without a decoded copy).
+inline void unpack_add(const std::uint8_t* codes, std::size_t n, float step, float* sum) {
+  detail::unpack_each(codes, n, step, sum, [](float& o, float v) { o += v; });
 }
 
 }  // namespace two_bit
@@ -203,8 +217,7 @@ class TwoBitCodec {
   void decode_add(std::span<const std::uint8_t> in, std::span<float> sum) const {
     const std::size_t n = sum.size();
     detail::check_payload_size("compress::TwoBitCodec::decode_add", in.size(), payload_bytes(n), n);
-    const float step = detail::load_le_f32(in.data());
-    for (std::size_t j = 0; j < n; ++j) sum[j] += two_bit::level(two_bit::code_at(in.data() + kHeaderBytes, j), step);
+    two_bit::unpack_add(in.data() + kHeaderBytes, n, detail::load_le_f32(in.data()), sum.data());
   }
 };
 

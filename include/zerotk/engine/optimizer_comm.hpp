@@ -6,9 +6,10 @@
 ///                                               store's reducer)
 ///   OneBitAdam             OneBitMomentum       the compressed momentum exchange, one
 ///                                               compress::OneBitAllReduce (with its worker and
-///                                               server errors) per tensor, as DeepSpeed compresses
-///                                               each parameter's exp_avg on its own; and the switch
-///                                               of the stage-0 gradient all-reduce
+///                                               server errors) per tensor, as DeepSpeed's fp32
+///                                               path compresses each parameter's exp_avg (its fp16
+///                                               wrapper flattens each param group into one); and
+///                                               the switch of the stage-0 gradient all-reduce
 ///
 /// A part offers: sync(opt) after every step and load (sets the gradient switch for the next
 /// step), reset() (zeroes compression errors: DeepSpeed does it when a checkpoint is loaded), and
