@@ -11,6 +11,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "zerotk/comm/threads.hpp"
 #include "zerotk/core/concepts.hpp"
 #include "zerotk/core/param.hpp"
 #include "zerotk/engine.hpp"
@@ -254,26 +255,33 @@ inline zerotk::EngineOptions engine_options(const RunConfig& cfg) {
   return o;
 }
 
+/// One micro-step of batch `b` (forward, MSE loss, backward); returns the loss for engine.step.
+/// `poison`: layer 1's next backward writes an inf (an overflow on this rank).
+template <class E, class Model>
+float micro_step(E& engine, Model& model, const Batch& b, bool poison = false) {
+  std::vector<float> x = b.x;
+  for (auto& l : model.layers) {
+    auto scope = engine.forward(l);
+    x = l.forward(x);
+  }
+  std::vector<float> dy;
+  const float loss = mse(x, b.t, static_cast<float>(engine.loss_scale()), dy);
+  if (poison) model.layers[1].poison_next_backward = true;
+  for (auto it = model.layers.rbegin(); it != model.layers.rend(); ++it) {
+    auto scope = engine.backward(*it);
+    dy = it->backward(dy);
+  }
+  return loss;
+}
+
 /// Global steps [from, to) of a run on this rank's data; each boundary's report goes into `result`.
 template <class E, class Model>
 void train_steps(E& engine, Model& model, int rank, const RunConfig& cfg, int from, int to, RunResult* result) {
   for (int s = from; s < to; ++s) {
     zerotk::StepReport rep;
     for (int m = 0; m < cfg.gas; ++m) {
-      const Batch b = make_batch(s, m, rank);
-      std::vector<float> x = b.x;
-      for (auto& l : model.layers) {
-        auto scope = engine.forward(l);
-        x = l.forward(x);
-      }
-      std::vector<float> dy;
-      const float loss = mse(x, b.t, static_cast<float>(engine.loss_scale()), dy);
-      if (m == 0 && cfg.poison_steps.count(s) && rank == s % cfg.world) model.layers[1].poison_next_backward = true;
-      for (auto it = model.layers.rbegin(); it != model.layers.rend(); ++it) {
-        auto scope = engine.backward(*it);
-        dy = it->backward(dy);
-      }
-      rep = engine.step(loss);
+      const bool poison = m == 0 && cfg.poison_steps.count(s) && rank == s % cfg.world;
+      rep = engine.step(micro_step(engine, model, make_batch(s, m, rank), poison));
       if (rep.boundary != (m + 1 == cfg.gas)) throw std::logic_error("boundary flag wrong");
     }
     if (result) {
@@ -290,21 +298,7 @@ void train_steps(E& engine, Model& model, int rank, const RunConfig& cfg, int fr
 template <class E, class Model>
 std::vector<zerotk::StepReport> train_boundaries(E& engine, Model& model, int rank, int first_batch, int steps) {
   std::vector<zerotk::StepReport> reports;
-  for (int s = first_batch; s < first_batch + steps; ++s) {
-    const Batch b = make_batch(s, 0, rank);
-    std::vector<float> x = b.x;
-    for (auto& l : model.layers) {
-      auto scope = engine.forward(l);
-      x = l.forward(x);
-    }
-    std::vector<float> dy;
-    const float loss = mse(x, b.t, static_cast<float>(engine.loss_scale()), dy);
-    for (auto it = model.layers.rbegin(); it != model.layers.rend(); ++it) {
-      auto scope = engine.backward(*it);
-      dy = it->backward(dy);
-    }
-    reports.push_back(engine.step(loss));
-  }
+  for (int s = first_batch; s < first_batch + steps; ++s) reports.push_back(engine.step(micro_step(engine, model, make_batch(s, 0, rank))));
   return reports;
 }
 
@@ -316,6 +310,54 @@ void init_model(E& engine, Model& model, std::uint32_t seed) {
     model.init(seed);
   }
   engine.initialize_master();
+}
+
+/// The three runs of a "load_state resets what a checkpoint does not hold" test, on `world` threads
+/// with Mlp<float> and one micro-step per boundary (init seed 42):
+///   A: before + after steps straight;
+///   B: before steps, state(), load_state(that state), after more steps;
+///   C: a fresh engine (initial values from seed 7, which the load replaces) loads B's state and
+///      trains the same after steps.
+/// Every rank's final parameters of each, and C's reports after the load.
+struct ResumeRuns {
+  std::vector<std::vector<float>> a, b, c;
+  std::vector<std::vector<zerotk::StepReport>> c_reports;
+};
+template <class E, class Comm = zerotk::comm::ThreadsCommunicator>
+ResumeRuns resume_runs(int world, const zerotk::EngineOptions& o, int before, int after) {
+  const auto w = static_cast<std::size_t>(world);
+  ResumeRuns out{std::vector<std::vector<float>>(w), std::vector<std::vector<float>>(w),
+                 std::vector<std::vector<float>>(w), std::vector<std::vector<zerotk::StepReport>>(w)};
+  zerotk::comm::run_threads(world, [&](Comm& c) {
+    const auto r = static_cast<std::size_t>(c.rank());
+    {
+      Mlp<float> model;
+      E e(c, model, o);
+      init_model(e, model, 42);
+      (void)train_boundaries(e, model, c.rank(), 0, before + after);
+      out.a[r] = model.values();
+    }
+    zerotk::EngineState saved;
+    {
+      Mlp<float> model;
+      E e(c, model, o);
+      init_model(e, model, 42);
+      (void)train_boundaries(e, model, c.rank(), 0, before);
+      saved = e.state();
+      e.load_state(saved);
+      (void)train_boundaries(e, model, c.rank(), before, after);
+      out.b[r] = model.values();
+    }
+    {
+      Mlp<float> model;
+      E e(c, model, o);
+      init_model(e, model, 7);
+      e.load_state(saved);
+      out.c_reports[r] = train_boundaries(e, model, c.rank(), before, after);
+      out.c[r] = model.values();
+    }
+  });
+  return out;
 }
 
 

@@ -344,39 +344,10 @@ TEST_CASE("GradientCompression in the engine: load_state zeroes the error feedba
   using E = FlatEngine<GradientCompression<TopK>>;
   const int world = 2;
   const EngineOptions o = engine_options(0.05, true);
-  std::vector<std::vector<float>> a(world), b(world), c_(world);
-  comm::run_threads(world, [&](comm::ThreadsCommunicator& c) {
-    const auto r = static_cast<std::size_t>(c.rank());
-    {
-      Mlp<float> model;
-      E e(c, model, o);
-      zt_test::init_model(e, model, 42);
-      (void)zt_test::train_boundaries(e, model, c.rank(), 0, 6);
-      a[r] = model.values();
-    }
-    EngineState saved;
-    {
-      Mlp<float> model;
-      E e(c, model, o);
-      zt_test::init_model(e, model, 42);
-      (void)zt_test::train_boundaries(e, model, c.rank(), 0, 3);
-      saved = e.state();
-      e.load_state(saved);
-      (void)zt_test::train_boundaries(e, model, c.rank(), 3, 3);
-      b[r] = model.values();
-    }
-    {
-      Mlp<float> model;
-      E e(c, model, o);
-      zt_test::init_model(e, model, 7);  // other values: load_state replaces them
-      e.load_state(saved);
-      (void)zt_test::train_boundaries(e, model, c.rank(), 3, 3);
-      c_[r] = model.values();
-    }
-  });
+  const zt_test::ResumeRuns runs = zt_test::resume_runs<E>(world, o, 3, 3);
   for (std::size_t r = 0; r < world; ++r) {
     CAPTURE(r);
-    CHECK(same_bits(b[r], c_[r]));
-    CHECK_FALSE(same_bits(a[r], b[r]));
+    CHECK(same_bits(runs.b[r], runs.c[r]));
+    CHECK_FALSE(same_bits(runs.a[r], runs.b[r]));
   }
 }

@@ -256,43 +256,14 @@ TEST_CASE("OneBitAdam: load_state restores the phase from the step count and zer
   // both) and differ from A (whose errors carried on).
   const int world = 2;
   const EngineOptions o = options(/*freeze_step=*/2);
-  std::vector<std::vector<float>> a(world), b(world), c_(world);
-  std::vector<char> local_after_load(world, 0);
-  comm::run_threads(world, [&](comm::ThreadsCommunicator& c) {
-    const auto r = static_cast<std::size_t>(c.rank());
-    {
-      Mlp<float> model;
-      OneBitEngine e(c, model, o);
-      zt_test::init_model(e, model, 42);
-      (void)zt_test::train_boundaries(e, model, c.rank(), 0, 8);
-      a[r] = model.values();
-    }
-    EngineState saved;
-    {
-      Mlp<float> model;
-      OneBitEngine e(c, model, o);
-      zt_test::init_model(e, model, 42);
-      (void)zt_test::train_boundaries(e, model, c.rank(), 0, 5);
-      saved = e.state();
-      e.load_state(saved);
-      (void)zt_test::train_boundaries(e, model, c.rank(), 5, 3);
-      b[r] = model.values();
-    }
-    {
-      Mlp<float> model;
-      OneBitEngine e(c, model, o);
-      zt_test::init_model(e, model, 7);  // other values: load_state replaces them
-      e.load_state(saved);
-      const std::vector<StepReport> reps = zt_test::train_boundaries(e, model, c.rank(), 5, 3);
-      local_after_load[r] = reps.front().comm_dense_bytes > reps.front().comm_wire_bytes;
-      c_[r] = model.values();
-    }
-  });
+  const zt_test::ResumeRuns runs = zt_test::resume_runs<OneBitEngine>(world, o, 5, 3);
   for (std::size_t r = 0; r < world; ++r) {
     CAPTURE(r);
-    CHECK(same_bits(b[r], c_[r]));
-    CHECK_FALSE(same_bits(a[r], b[r]));
-    CHECK(local_after_load[r]);  // step 6 after the load is compressed: the state said so
+    CHECK(same_bits(runs.b[r], runs.c[r]));
+    CHECK_FALSE(same_bits(runs.a[r], runs.b[r]));
+    // Step 6, the first after the load, is compressed (the state said so): its gradients stayed local.
+    const StepReport& first = runs.c_reports[r].front();
+    CHECK(first.comm_dense_bytes > first.comm_wire_bytes);
   }
 }
 

@@ -156,47 +156,75 @@ class OneBitAllReduce {
   /// In place: x (n values) becomes the compressed average over the ranks of `c`.
   template <OneBitTransport C>
   void run(C& c, std::span<float> x) {
-    constexpr const char* kWhere = "compress::OneBitAllReduce::run";
-    if (x.size() != layout_.numel) {
-      throw usage_error("input must have the n = " + std::to_string(layout_.numel) + " values the buffers were made for",
-                        kWhere, std::to_string(x.size()));
-    }
-    if (c.size() != layout_.world) {
-      throw usage_error("communicator size must be the world size " + std::to_string(layout_.world) +
-                            " the buffers were made for",
-                        kWhere, std::to_string(c.size()));
-    }
+    check_world(c.size(), "compress::OneBitAllReduce::run");
+    const float s = encode(x);
     if (layout_.numel == 0) return;
-    const std::size_t n = layout_.numel, np = layout_.padded, cb = layout_.chunk_bytes();
-    const std::size_t w = static_cast<std::size_t>(layout_.world);
-
-    // Worker: y = pad(x) + worker_error (the padding's x is 0), checked before anything changes.
-    (void)detail::add_feedback_checked(kWhere, std::span<const float>(x.data(), n), worker_error_.data());
-    float s = sign::scale_of(worker_error_.data(), np);
-    sign::pack_with_feedback(worker_error_.data(), np, s, send_bits_.data());
-
+    const std::size_t cb = layout_.chunk_bytes();
     // Phase 1: chunk k of the signs to rank k; every rank's scale to all.
     comm::Work a = c.all_to_all(send_bits_.data(), recv_bits_.data(), cb, DType::uint8);
     comm::Work b = c.all_gather(&s, scales_.data(), 1, DType::fp32);
     a.wait();
     b.wait();
-
-    // Server of chunk `rank`.
-    const float inv_w = static_cast<float>(1.0 / static_cast<double>(w));
-    for (std::size_t k = 0; k < w; ++k) terms_[k] = scales_[k] * inv_w;
-    onebit::server_chunk(recv_bits_.data(), cb, terms_.data(), layout_.world, layout_.chunk, server_error_.data(), table_);
-    float s2 = sign::scale_of(server_error_.data(), layout_.chunk);
-    sign::pack_with_feedback(server_error_.data(), layout_.chunk, s2, server_bits_.data());
-
+    const float s2 = serve();
     // Phase 2: every server's signs and scale to all.
     comm::Work d = c.all_gather(server_bits_.data(), gathered_bits_.data(), cb, DType::uint8);
     comm::Work e = c.all_gather(&s2, server_scales_.data(), 1, DType::fp32);
     d.wait();
     e.wait();
+    decode(gathered_bits_.data(), cb, server_scales_.data(), 1, x);
+  }
 
+  // The three local parts of `run`, for running several reducers' collectives together
+  // (compress/onebit_batch.hpp). Each rank calls encode, moves send_bits() chunk k to rank k's
+  // recv_bits() and every scale into scales(), calls serve, gathers every rank's server_bits() and
+  // server scale, and calls decode.
+
+  /// Worker: y = pad(x) + worker_error (the padding's x is 0), checked before anything changes; its
+  /// packed signs into send_bits() ([W][chunk_bytes]), worker_error = y - s sign(y). Returns s.
+  float encode(std::span<const float> x) {
+    constexpr const char* kWhere = "compress::OneBitAllReduce::encode";
+    if (x.size() != layout_.numel) {
+      throw usage_error("input must have the n = " + std::to_string(layout_.numel) + " values the buffers were made for",
+                        kWhere, std::to_string(x.size()));
+    }
+    if (layout_.numel == 0) return 0.0f;
+    (void)detail::add_feedback_checked(kWhere, x, worker_error_.data());
+    const float s = sign::scale_of(worker_error_.data(), layout_.padded);
+    sign::pack_with_feedback(worker_error_.data(), layout_.padded, s, send_bits_.data());
+    return s;
+  }
+  /// Server of chunk `rank`, from recv_bits() ([W][chunk_bytes], rank order) and scales() ([W]):
+  /// server_error = z - s' sign(z), z's packed signs into server_bits(). Returns s'.
+  float serve() {
+    const std::size_t w = static_cast<std::size_t>(layout_.world);
+    const float inv_w = static_cast<float>(1.0 / static_cast<double>(w));
+    for (std::size_t k = 0; k < w; ++k) terms_[k] = scales_[k] * inv_w;
+    onebit::server_chunk(recv_bits_.data(), layout_.chunk_bytes(), terms_.data(), layout_.world, layout_.chunk,
+                         server_error_.data(), table_);
+    const float s2 = sign::scale_of(server_error_.data(), layout_.chunk);
+    sign::pack_with_feedback(server_error_.data(), layout_.chunk, s2, server_bits_.data());
+    return s2;
+  }
+  /// x_i = s'_r sign(z)_i for i < n, from rank r's server signs at gathered + r * stride and its
+  /// scale at server_scales[r * scale_stride].
+  void decode(const std::uint8_t* gathered, std::size_t stride, const float* server_scales, std::size_t scale_stride,
+              std::span<float> x) const {
+    const std::size_t n = layout_.numel, w = static_cast<std::size_t>(layout_.world);
     for (std::size_t r = 0; r < w && r * layout_.chunk < n; ++r) {
       const std::size_t begin = r * layout_.chunk, count = std::min(layout_.chunk, n - begin);
-      sign::unpack(gathered_bits_.data() + r * cb, count, server_scales_[r], x.data() + begin);
+      sign::unpack(gathered + r * stride, count, server_scales[r * scale_stride], x.data() + begin);
+    }
+  }
+  std::span<const std::uint8_t> send_bits() const noexcept { return send_bits_; }
+  std::span<std::uint8_t> recv_bits() noexcept { return recv_bits_; }
+  std::span<float> scales() noexcept { return scales_; }
+  std::span<const std::uint8_t> server_bits() const noexcept { return server_bits_; }
+  /// A usage_error unless `world` is the size the buffers were made for.
+  void check_world(int world, const char* where) const {
+    if (world != layout_.world) {
+      throw usage_error("communicator size must be the world size " + std::to_string(layout_.world) +
+                            " the buffers were made for",
+                        where, std::to_string(world));
     }
   }
 
