@@ -323,12 +323,12 @@ struct ResumeRuns {
   std::vector<std::vector<float>> a, b, c;
   std::vector<std::vector<zerotk::StepReport>> c_reports;
 };
-template <class E, class Comm = zerotk::comm::ThreadsCommunicator>
+template <class E>
 ResumeRuns resume_runs(int world, const zerotk::EngineOptions& o, int before, int after) {
   const auto w = static_cast<std::size_t>(world);
   ResumeRuns out{std::vector<std::vector<float>>(w), std::vector<std::vector<float>>(w),
                  std::vector<std::vector<float>>(w), std::vector<std::vector<zerotk::StepReport>>(w)};
-  zerotk::comm::run_threads(world, [&](Comm& c) {
+  zerotk::comm::run_threads(world, [&](zerotk::comm::ThreadsCommunicator& c) {
     const auto r = static_cast<std::size_t>(c.rank());
     {
       Mlp<float> model;

@@ -68,6 +68,14 @@ struct OneBitLayout {
 
 namespace onebit {
 
+/// A usage_error unless the communicator's size `world` is the `expected` one the buffers were made for.
+inline void check_world(int expected, int world, const char* where) {
+  if (world != expected) {
+    throw usage_error("communicator size must be the world size " + std::to_string(expected) + " the buffers were made for",
+                      where, std::to_string(world));
+  }
+}
+
 /// Per element of the server's chunk (host and device): the average of the W ranks' +-s_k / W for
 /// element j of the received packed chunks ([W][chunk_bytes]), in rank order, plus the server error.
 ZEROTK_HD ZEROTK_FORCEINLINE float server_value(const std::uint8_t* received, std::size_t chunk_bytes, const float* term,
@@ -156,7 +164,7 @@ class OneBitAllReduce {
   /// In place: x (n values) becomes the compressed average over the ranks of `c`.
   template <OneBitTransport C>
   void run(C& c, std::span<float> x) {
-    check_world(c.size(), "compress::OneBitAllReduce::run");
+    onebit::check_world(layout_.world, c.size(), "compress::OneBitAllReduce::run");
     const float s = encode(x);
     if (layout_.numel == 0) return;
     const std::size_t cb = layout_.chunk_bytes();
@@ -219,14 +227,6 @@ class OneBitAllReduce {
   std::span<std::uint8_t> recv_bits() noexcept { return recv_bits_; }
   std::span<float> scales() noexcept { return scales_; }
   std::span<const std::uint8_t> server_bits() const noexcept { return server_bits_; }
-  /// A usage_error unless `world` is the size the buffers were made for.
-  void check_world(int world, const char* where) const {
-    if (world != layout_.world) {
-      throw usage_error("communicator size must be the world size " + std::to_string(layout_.world) +
-                            " the buffers were made for",
-                        where, std::to_string(world));
-    }
-  }
 
  private:
   OneBitLayout layout_;

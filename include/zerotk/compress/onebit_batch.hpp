@@ -79,10 +79,7 @@ class OneBitBatch {
       throw usage_error("expected one input per tensor: " + std::to_string(reducers_.size()), kWhere,
                         std::to_string(xs.size()));
     }
-    if (c.size() != world_) {
-      throw usage_error("communicator size must be the world size " + std::to_string(world_) + " the buffers were made for",
-                        kWhere, std::to_string(c.size()));
-    }
+    onebit::check_world(world_, c.size(), kWhere);
     for (std::size_t i = 0; i < xs.size(); ++i) {  // the empty ones too: their sizes must match
       if (reducers_[i].layout().numel == 0) (void)reducers_[i].encode(xs[i]);
     }
