@@ -55,6 +55,7 @@ struct AdamW {};       ///< Adam with decoupled weight decay
 struct Lamb {};        ///< LAMB (layer-wise trust ratio)
 struct OneBitAdam {};  ///< 1-bit Adam (compressed momentum all-reduce after warm-up)
 struct OneBitLamb {};  ///< 1-bit LAMB
+struct ZeroOneAdam {}; ///< 0/1 Adam (variance freezing with 1-bit gradients, then local steps with 1-bit syncs)
 
 struct TopK {};    ///< GradientCompression<TopK>: the k largest |g| with error feedback (compress/topk.hpp)
 struct TwoBit {};  ///< GradientCompression<TwoBit>: 4 levels with error feedback (compress/two_bit.hpp)

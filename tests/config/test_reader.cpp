@@ -305,6 +305,27 @@ TEST_CASE("1-bit Adam with a static fp16 scale and LRRangeTest") {
   CHECK(c.zero_optimization.stage == 0);
 }
 
+TEST_CASE("0/1 Adam: its schedule keys with DeepSpeed's defaults, and back out through the writer") {
+  ResolveContext ctx;
+  ctx.world_size = 2;
+  const ParseResult d = parse(R"({"train_batch_size": 8, "optimizer": {"type": "zerooneadam"}})", ctx);
+  REQUIRE_MESSAGE(d.ok(), error_lines(d));
+  CHECK(d.config->optimizer->kind == OptimizerKind::zero_one_adam);  // types are case-insensitive
+  CHECK(d.config->optimizer->zero_one == zerotk::optim::ZeroOneOptions{});
+  CHECK(d.config->optimizer->zero_one.local_step_scaler == 32678);  // DeepSpeed's default, as it is spelled there
+  const ParseResult r = parse(R"({"train_batch_size": 8, "optimizer": {"type": "ZeroOneAdam", "params": {"lr": 1e-3,
+      "var_freeze_step": 400, "var_update_scaler": 8, "local_step_scaler": 1000, "local_step_clipper": 4,
+      "comm_backend_name": "mpi", "cuda_aware": false}}})", ctx);
+  REQUIRE_MESSAGE(r.ok(), error_lines(r));
+  const zerotk::optim::ZeroOneOptions want{400, 8, 1000, 4};
+  CHECK(r.config->optimizer->zero_one == want);
+  CHECK(r.config->optimizer->comm_backend_name == "mpi");
+  const ParseResult back = parse(to_json(*r.config).dump(), ctx);
+  REQUIRE_MESSAGE(back.ok(), error_lines(back));
+  CHECK(back.config->optimizer->kind == OptimizerKind::zero_one_adam);
+  CHECK(back.config->optimizer->zero_one == want);
+}
+
 TEST_CASE("a minimal config gets DeepSpeed's defaults") {
   ResolveContext ctx;
   ctx.world_size = 4;

@@ -37,6 +37,8 @@ constexpr std::string_view optimizer_name() {
     return "Lamb";
   } else if constexpr (std::is_same_v<Tag, OneBitAdam>) {
     return "OneBitAdam";  // m and v as Adam's; the compression errors are not saved (zeroed on load, as DeepSpeed)
+  } else if constexpr (std::is_same_v<Tag, ZeroOneAdam>) {
+    return "ZeroOneAdam";  // m and v; the accumulator, its lr sum and the errors are not saved (zero after a load)
   } else {
     static_assert(dependent_false<Tag>, "checkpoint: no name for this optimizer tag (add it to optimizer_name)");
   }

@@ -30,6 +30,7 @@
 #include "zerotk/core/dtype.hpp"
 #include "zerotk/optim/options.hpp"
 #include "zerotk/optim/schedulers.hpp"
+#include "zerotk/optim/zero_one_schedule.hpp"
 #include "zerotk/precision/loss_scaler.hpp"
 
 namespace zerotk::config {
@@ -40,7 +41,7 @@ namespace zerotk::config {
 enum class ScalerKind : std::uint8_t { none, static_scale, dynamic };
 
 /// Optimizers zerotk implements. JSON "Adam" maps to adamw unless `"adam_w_mode": false`.
-enum class OptimizerKind : std::uint8_t { adam, adamw, lamb, onebit_adam, onebit_lamb };
+enum class OptimizerKind : std::uint8_t { adam, adamw, lamb, onebit_adam, onebit_lamb, zero_one_adam };
 
 /// Where offloaded state lives (`offload_optimizer.device`, `offload_param.device`).
 enum class OffloadDevice : std::uint8_t { none, cpu, nvme };
@@ -60,7 +61,8 @@ constexpr std::string_view to_string(ScalerKind k) noexcept {
   return "unknown";
 }
 
-/// The DeepSpeed spelling of the optimizer type ("Adam", "AdamW", "Lamb", "OneBitAdam", "OneBitLamb").
+/// The DeepSpeed spelling of the optimizer type ("Adam", "AdamW", "Lamb", "OneBitAdam", "OneBitLamb",
+/// "ZeroOneAdam").
 constexpr std::string_view to_string(OptimizerKind k) noexcept {
   switch (k) {
     case OptimizerKind::adam: return "Adam";
@@ -68,6 +70,7 @@ constexpr std::string_view to_string(OptimizerKind k) noexcept {
     case OptimizerKind::lamb: return "Lamb";
     case OptimizerKind::onebit_adam: return "OneBitAdam";
     case OptimizerKind::onebit_lamb: return "OneBitLamb";
+    case OptimizerKind::zero_one_adam: return "ZeroOneAdam";
   }
   return "unknown";
 }
@@ -189,7 +192,8 @@ struct OptimizerBlock {
   OptimizerKind kind = OptimizerKind::adamw;
   zerotk::OptimizerOptions params;  ///< what EngineOptions::optimizer receives
   bool adam_w_mode = true;          ///< decoupled weight decay (Adam/AdamW/1-bit Adam)
-  std::int64_t freeze_step = 100'000;  ///< 1-bit: warm-up steps before compression
+  std::int64_t freeze_step = 100'000;  ///< OneBitAdam, OneBitLamb: warm-up steps before compression
+  optim::ZeroOneOptions zero_one;   ///< ZeroOneAdam: var_freeze_step, var_update_scaler, local_step_*
   bool cuda_aware = false;          ///< 1-bit: communication back end may use device buffers
   std::string comm_backend_name = "nccl";
   double coeff_beta = 0.9;          ///< 1-bit LAMB

@@ -760,16 +760,16 @@ inline void Reader::read_optimizer(Block& root, Config& c) {
   const Json* oj = root.get_object("optimizer");
   if (!oj) return;
   Block b(*this, oj, root.path_of("optimizer"));
-  // DeepSpeed's names, lower-cased; the first five are the ones zerotk implements.
-  constexpr std::array<std::string_view, 5> kTypes{"Adam", "AdamW", "Lamb", "OneBitAdam", "OneBitLamb"};
-  constexpr std::array<std::string_view, 12> kNotYet{"ZeroOneAdam", "Adagrad", "Lion", "MuAdam", "MuAdamW", "MuSGD",
-                                                     "Muon", "SGD", "RMSprop", "Adamax", "CPUAdam", "FusedAdam"};
+  // DeepSpeed's names (matched case-insensitively), in OptimizerKind's order.
+  constexpr std::array<std::string_view, 6> kTypes{"Adam", "AdamW", "Lamb", "OneBitAdam", "OneBitLamb", "ZeroOneAdam"};
+  constexpr std::array<std::string_view, 11> kNotYet{"Adagrad", "Lion", "MuAdam", "MuAdamW", "MuSGD", "Muon",
+                                                     "SGD", "RMSprop", "Adamax", "CPUAdam", "FusedAdam"};
   std::string type;
   const Json* params_json = b.get_object("params");
   Got got_type = b.get_string("type", type);
   b.finish({{"legacy_fusion", "false"}});
   if (got_type == Got::absent) {
-    error(b.path_of("type"), "required: the optimizer type (Adam, AdamW, Lamb, OneBitAdam or OneBitLamb)");
+    error(b.path_of("type"), "required: the optimizer type (Adam, AdamW, Lamb, OneBitAdam, OneBitLamb or ZeroOneAdam)");
     return;
   }
   if (got_type != Got::value) return;
@@ -781,12 +781,12 @@ inline void Reader::read_optimizer(Block& root, Config& c) {
     for (auto n : kNotYet) {
       if (iequals(type, n)) {
         error(b.path_of("type"),
-              "optimizer not supported by zerotk yet (supported: Adam, AdamW, Lamb, OneBitAdam, OneBitLamb)",
+              "optimizer not supported by zerotk yet (supported: Adam, AdamW, Lamb, OneBitAdam, OneBitLamb, ZeroOneAdam)",
               show_string(type));
         return;
       }
     }
-    std::string rule = "unknown optimizer type (supported: Adam, AdamW, Lamb, OneBitAdam, OneBitLamb)";
+    std::string rule = "unknown optimizer type (supported: Adam, AdamW, Lamb, OneBitAdam, OneBitLamb, ZeroOneAdam)";
     if (auto m = closest_match(type, kTypes)) rule += "; did you mean \"" + *m + "\"?";
     error(b.path_of("type"), std::move(rule), show_string(type));
     return;
@@ -822,7 +822,8 @@ inline void Reader::read_optimizer(Block& root, Config& c) {
   p.get_bool("bias_correction", h.bias_correction);
   const bool adam_like = o.kind == OptimizerKind::adam || o.kind == OptimizerKind::adamw;
   const bool lamb_like = o.kind == OptimizerKind::lamb || o.kind == OptimizerKind::onebit_lamb;
-  const bool onebit = o.kind == OptimizerKind::onebit_adam || o.kind == OptimizerKind::onebit_lamb;
+  const bool zero_one = o.kind == OptimizerKind::zero_one_adam;
+  const bool onebit = o.kind == OptimizerKind::onebit_adam || o.kind == OptimizerKind::onebit_lamb || zero_one;
   if (adam_like) {
     bool w = true;
     if (p.get_bool("adam_w_mode", w) == Got::value && o.kind == OptimizerKind::adamw && !w) {
@@ -840,8 +841,16 @@ inline void Reader::read_optimizer(Block& root, Config& c) {
             num_text(h.lamb_min_coeff));
     }
   }
+  constexpr std::int64_t kMaxInt = std::numeric_limits<std::int64_t>::max();
+  if (onebit && !zero_one) p.get_int("freeze_step", o.freeze_step, 0, kMaxInt);
+  if (zero_one) {  // 0/1 Adam has no freeze_step: its variance phase ends at var_freeze_step
+    optim::ZeroOneOptions& z = o.zero_one;
+    p.get_int("var_freeze_step", z.var_freeze_step, 0, kMaxInt);
+    p.get_int("var_update_scaler", z.var_update_scaler, 1, kMaxInt);
+    p.get_int("local_step_scaler", z.local_step_scaler, 1, kMaxInt);
+    p.get_int("local_step_clipper", z.local_step_clipper, 1, kMaxInt);
+  }
   if (onebit) {
-    p.get_int("freeze_step", o.freeze_step, 0, std::numeric_limits<std::int64_t>::max());
     p.get_bool("cuda_aware", o.cuda_aware);
     p.get_string("comm_backend_name", o.comm_backend_name);
   }

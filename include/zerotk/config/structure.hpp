@@ -38,7 +38,7 @@ concept EngineStructure = requires {
   { E::kStage } -> std::convertible_to<int>;
   typename E::precision_tag;    // zerotk::fp32 | fp16 | bf16
   typename E::loss_scaler_tag;  // zerotk::Dynamic | Static | None
-  typename E::optimizer_tag;    // zerotk::Adam | AdamW | Lamb | OneBitAdam | OneBitLamb
+  typename E::optimizer_tag;    // zerotk::Adam | AdamW | Lamb | OneBitAdam | OneBitLamb | ZeroOneAdam
   typename E::offload_tag;      // zerotk::None | Cpu | Nvme (offload_optimizer)
   typename E::device_tag;       // zerotk::Host | Cuda
   // optional: typename E::param_offload_tag (offload_param; None when absent)
@@ -97,7 +97,9 @@ constexpr OptimizerKind optimizer_of() {
   else if constexpr (std::is_same_v<T, Lamb>) return OptimizerKind::lamb;
   else if constexpr (std::is_same_v<T, OneBitAdam>) return OptimizerKind::onebit_adam;
   else if constexpr (std::is_same_v<T, OneBitLamb>) return OptimizerKind::onebit_lamb;
-  else static_assert(dependent_false<T>, "optimizer_tag must be zerotk::Adam, AdamW, Lamb, OneBitAdam or OneBitLamb");
+  else if constexpr (std::is_same_v<T, ZeroOneAdam>) return OptimizerKind::zero_one_adam;
+  else static_assert(dependent_false<T>,
+                     "optimizer_tag must be zerotk::Adam, AdamW, Lamb, OneBitAdam, OneBitLamb or ZeroOneAdam");
 }
 
 template <class T>
@@ -276,7 +278,8 @@ inline std::string quoted(std::string_view s) { return cat("\"", s, "\""); }
 /// The engine runs ZeRO stages 0-3, Offload<None> (and Offload<Cpu> / Offload<Nvme> of the optimizer
 /// state at stages 1-3 with Adam/AdamW), OffloadParams<None> (and OffloadParams<Cpu> at stage 3),
 /// Adam/AdamW/Lamb (activation checkpointing is the trainer's: activation::Options::from),
-/// gradient compression at stage 0 with an optimizer other than OneBitAdam, and averages gradients in the reduction in the training precision.
+/// OneBitAdam and ZeroOneAdam at stage 0, gradient compression at stage 0 with an optimizer other
+/// than those two, and averages gradients in the reduction in the training precision.
 inline constexpr Unbuildable kUnbuildable[] = {
     {[](const Config& c) -> detail::Ask {
        if (c.zero_optimization.offload_optimizer.device == OffloadDevice::none || !c.optimizer ||
@@ -297,7 +300,7 @@ inline constexpr Unbuildable kUnbuildable[] = {
        if (!c.optimizer || c.optimizer->kind != OptimizerKind::onebit_lamb) return std::nullopt;
        return detail::ask("/optimizer/type", detail::quoted(to_string(c.optimizer->kind)));
      },
-     "1-bit LAMB (Optimizer<OneBitLamb>); the engine runs Adam, AdamW, Lamb and OneBitAdam"},
+     "1-bit LAMB (Optimizer<OneBitLamb>); the engine runs Adam, AdamW, Lamb, OneBitAdam and ZeroOneAdam"},
     {[](const Config& c) -> detail::Ask {
        if (!c.optimizer || c.optimizer->kind != OptimizerKind::onebit_adam || c.zero_optimization.stage == 0) {
          return std::nullopt;
@@ -307,19 +310,28 @@ inline constexpr Unbuildable kUnbuildable[] = {
      "OneBitAdam with ZeRO stage 1, 2 or 3; 1-bit Adam compresses the momentum every rank holds in full, in "
      "place of stage 0's gradient all-reduce (DeepSpeed asserts stage 0 too)"},
     {[](const Config& c) -> detail::Ask {
+       if (!c.optimizer || c.optimizer->kind != OptimizerKind::zero_one_adam || c.zero_optimization.stage == 0) {
+         return std::nullopt;
+       }
+       return detail::ask("/zero_optimization/stage", std::to_string(c.zero_optimization.stage));
+     },
+     "ZeroOneAdam with ZeRO stage 1, 2 or 3; 0/1 Adam all-reduces (1-bit) gradients and accumulated updates "
+     "every rank holds in full, in place of stage 0's gradient all-reduce (DeepSpeed asserts stage 0 too)"},
+    {[](const Config& c) -> detail::Ask {
        if (!c.gradient_compression.algorithm || c.zero_optimization.stage == 0) return std::nullopt;
        return detail::ask("/zero_optimization/stage", std::to_string(c.zero_optimization.stage));
      },
      "gradient_compression with ZeRO stage 1, 2 or 3; GradientCompression<TopK|TwoBit|Sign> replaces stage 0's "
      "gradient all-reduce, and stages 1-3 reduce-scatter into partitions, which no codec does yet (use stage 0)"},
     {[](const Config& c) -> detail::Ask {
-       if (!c.gradient_compression.algorithm || !c.optimizer || c.optimizer->kind != OptimizerKind::onebit_adam) {
+       if (!c.gradient_compression.algorithm || !c.optimizer ||
+           (c.optimizer->kind != OptimizerKind::onebit_adam && c.optimizer->kind != OptimizerKind::zero_one_adam)) {
          return std::nullopt;
        }
        return detail::ask("/optimizer/type", detail::quoted(to_string(c.optimizer->kind)));
      },
-     "gradient_compression with OneBitAdam; 1-bit Adam already compresses its momentum exchange in place of the "
-     "gradient all-reduce (remove the gradient_compression block or its algorithm)"},
+     "gradient_compression with OneBitAdam or ZeroOneAdam; both already compress their own exchanges in place of "
+     "the gradient all-reduce (remove the gradient_compression block or its algorithm)"},
     {[](const Config& c) -> detail::Ask {
        if (!c.prescale_gradients) return std::nullopt;
        return detail::ask("/prescale_gradients", "true");

@@ -120,7 +120,15 @@ inline Json optimizer_json(const OptimizerBlock& o) {
       break;
     case OptimizerKind::onebit_adam:
     case OptimizerKind::onebit_lamb:
-      p["freeze_step"] = o.freeze_step;
+    case OptimizerKind::zero_one_adam:
+      if (o.kind == OptimizerKind::zero_one_adam) {
+        p["var_freeze_step"] = o.zero_one.var_freeze_step;
+        p["var_update_scaler"] = o.zero_one.var_update_scaler;
+        p["local_step_scaler"] = o.zero_one.local_step_scaler;
+        p["local_step_clipper"] = o.zero_one.local_step_clipper;
+      } else {
+        p["freeze_step"] = o.freeze_step;
+      }
       p["cuda_aware"] = o.cuda_aware;
       p["comm_backend_name"] = o.comm_backend_name;
       if (o.kind == OptimizerKind::onebit_lamb) {

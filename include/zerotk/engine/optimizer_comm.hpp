@@ -12,15 +12,20 @@
 ///                                               path compresses each parameter's exp_avg (its fp16
 ///                                               wrapper flattens each param group into one); and
 ///                                               the switch of the stage-0 gradient all-reduce
+///   ZeroOneAdam            ZeroOneExchange      the same per-tensor 1-bit all-reduce, of the
+///                                               gradient in grad steps and of the accumulator in
+///                                               syncs; the accumulator; the switch
 ///
 /// A part offers: sync(opt) after every step and load (sets the gradient switch for the next
 /// step), reset() (zeroes compression errors: DeepSpeed does it when a checkpoint is loaded), and
 /// wire_bytes() (what its exchanges sent, counted by the communicator).
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "zerotk/compress/onebit_batch.hpp"
@@ -44,17 +49,17 @@ class PlainOptimizerComm {
   std::uint64_t wire_bytes() const noexcept { return 0; }
 };
 
-/// 1-bit Adam's momentum exchange over the engine's communicator (optim/onebit_adam.hpp).
+namespace detail {
+
+/// The 1-bit all-reduce of every segment of a flat buffer over `comm`'s world: one
+/// compress::OneBitAllReduce (worker and server errors) per segment, the segments' collectives
+/// batched (compress::OneBitBatch). Error buffers (optimizer_state) and scratch (comm_buffers) are
+/// in the ledger from construction on; one rank has neither and `active()` is false.
 template <class Comm>
-class OneBitMomentum {
+class SegmentExchange {
  public:
-  /// Error buffers for every segment (one per tensor at stage 0) on `comm`'s world, recorded in the
-  /// ledger from construction on (DeepSpeed allocates them at the first compressed step; here the
-  /// memory a run needs is there from the start). One rank: no buffers, no exchange.
-  OneBitMomentum(Optimizer<OneBitAdam>& opt, Comm& comm, std::span<const kernels::Segment> segments,
-                 MemoryLedger* ledger, zero::LocalGradients* local, const OneBitOptions& options)
-      : comm_(&comm), local_(local), ledger_(ledger) {
-    opt.set_freeze_step(options.freeze_step);
+  SegmentExchange(Comm& comm, std::span<const kernels::Segment> segments, MemoryLedger* ledger)
+      : comm_(&comm), ledger_(ledger) {
     if (comm.size() > 1) {
       std::vector<std::size_t> numels;
       numels.reserve(segments.size());
@@ -63,49 +68,112 @@ class OneBitMomentum {
       state_bytes_ = batch_->error_bytes();
       buffer_bytes_ = batch_->scratch_bytes();
       views_.resize(segments.size());
-      opt.set_momentum_exchange([this](std::span<const kernels::Segment> segs, float* m) { run(segs, m); });
     }
     if (ledger_) {
       ledger_->add(MemoryCategory::optimizer_state, state_bytes_);
       ledger_->add(MemoryCategory::comm_buffers, buffer_bytes_);
     }
-    sync(opt);
   }
-  OneBitMomentum(const OneBitMomentum&) = delete;
-  OneBitMomentum& operator=(const OneBitMomentum&) = delete;
-  ~OneBitMomentum() {
+  SegmentExchange(const SegmentExchange&) = delete;
+  SegmentExchange& operator=(const SegmentExchange&) = delete;
+  ~SegmentExchange() {
     if (ledger_) {
       ledger_->sub(MemoryCategory::optimizer_state, state_bytes_);
       ledger_->sub(MemoryCategory::comm_buffers, buffer_bytes_);
     }
   }
 
-  /// The gradient all-reduce of the next step is off in the compressed phase.
-  void sync(const Optimizer<OneBitAdam>& opt) noexcept { local_->on = opt.gradients_local(); }
+  bool active() const noexcept { return batch_.has_value(); }
+  /// Replaces each segment of x (x + offset, numel values) by its compressed average over the ranks.
+  void run(std::span<const kernels::Segment> segments, float* x) {
+    if (segments.size() != views_.size()) {
+      throw usage_error("the 1-bit exchange was built for another number of segments", "engine::SegmentExchange",
+                        std::to_string(segments.size()) + " for " + std::to_string(views_.size()));
+    }
+    for (std::size_t i = 0; i < segments.size(); ++i) views_[i] = std::span<float>(x + segments[i].offset, segments[i].numel);
+    const std::uint64_t before = comm_->stats().total_wire_bytes();
+    batch_->run(*comm_, std::span<const std::span<float>>(views_));
+    wire_bytes_ += comm_->stats().total_wire_bytes() - before;
+  }
+  /// Zeroes every worker and server error.
   void reset() {
     if (batch_) batch_->reset();
   }
   std::uint64_t wire_bytes() const noexcept { return wire_bytes_; }
 
  private:
-  void run(std::span<const kernels::Segment> segments, float* m) {
-    if (segments.size() != views_.size()) {
-      throw usage_error("the momentum exchange was built for another number of segments", "engine::OneBitMomentum",
-                        std::to_string(segments.size()) + " for " + std::to_string(views_.size()));
-    }
-    for (std::size_t i = 0; i < segments.size(); ++i) views_[i] = std::span<float>(m + segments[i].offset, segments[i].numel);
-    const std::uint64_t before = comm_->stats().total_wire_bytes();
-    batch_->run(*comm_, std::span<const std::span<float>>(views_));
-    wire_bytes_ += comm_->stats().total_wire_bytes() - before;
-  }
-
   Comm* comm_;
-  zero::LocalGradients* local_;
   MemoryLedger* ledger_;
   std::optional<compress::OneBitBatch> batch_;  // one reducer per segment; none on one rank
-  std::vector<std::span<float>> views_;          // each segment's momentum, per call
+  std::vector<std::span<float>> views_;          // each segment's values, per call
   std::size_t state_bytes_ = 0, buffer_bytes_ = 0;
   std::uint64_t wire_bytes_ = 0;
+};
+
+}  // namespace detail
+
+/// 1-bit Adam's momentum exchange over the engine's communicator (optim/onebit_adam.hpp).
+template <class Comm>
+class OneBitMomentum {
+ public:
+  /// Error buffers for every segment (one per tensor at stage 0) on `comm`'s world (DeepSpeed
+  /// allocates them at the first compressed step; here the memory a run needs is there from the
+  /// start). One rank: no buffers, no exchange.
+  OneBitMomentum(Optimizer<OneBitAdam>& opt, Comm& comm, std::span<const kernels::Segment> segments,
+                 MemoryLedger* ledger, zero::LocalGradients* local, const OneBitOptions& options)
+      : local_(local), exchange_(comm, segments, ledger) {
+    opt.set_freeze_step(options.freeze_step);
+    if (exchange_.active()) {
+      opt.set_momentum_exchange([this](std::span<const kernels::Segment> segs, float* m) { exchange_.run(segs, m); });
+    }
+    sync(opt);
+  }
+
+  /// The gradient all-reduce of the next step is off in the compressed phase.
+  void sync(const Optimizer<OneBitAdam>& opt) noexcept { local_->on = opt.gradients_local(); }
+  void reset() { exchange_.reset(); }
+  std::uint64_t wire_bytes() const noexcept { return exchange_.wire_bytes(); }
+
+ private:
+  zero::LocalGradients* local_;
+  detail::SegmentExchange<Comm> exchange_;
+};
+
+/// 0/1 Adam's exchanges over the engine's communicator (optim/zero_one_adam.hpp): the 1-bit
+/// all-reduce of the gradient (grad steps) and of the accumulator (syncs), one error pair per
+/// segment shared by both (zeroed before the first frozen step), and the accumulator u itself
+/// ([partition] fp32 in host memory, optimizer_state in the ledger; needed on one rank too).
+template <class Comm>
+class ZeroOneExchange {
+ public:
+  ZeroOneExchange(Optimizer<ZeroOneAdam>& opt, Comm& comm, std::span<const kernels::Segment> segments,
+                  MemoryLedger* ledger, zero::LocalGradients* local, const OneBitOptions& options)
+      : local_(local), exchange_(comm, segments, ledger), u_(extent(segments), MemoryCategory::optimizer_state, ledger) {
+    opt.set_schedule(options.zero_one);
+    opt.set_accumulator(u_.data(), u_.size());
+    if (exchange_.active()) {
+      opt.set_exchange([this](std::span<const kernels::Segment> segs, float* x) { exchange_.run(segs, x); },
+                       [this] { exchange_.reset(); });
+    }
+    sync(opt);
+  }
+
+  /// The gradient all-reduce of the next step runs before var steps only.
+  void sync(const Optimizer<ZeroOneAdam>& opt) { local_->on = opt.gradients_local(); }
+  /// After a load: the errors start from zero (the optimizer's set_step_count zeroed u and L).
+  void reset() { exchange_.reset(); }
+  std::uint64_t wire_bytes() const noexcept { return exchange_.wire_bytes(); }
+
+ private:
+  static std::size_t extent(std::span<const kernels::Segment> segments) noexcept {
+    std::size_t n = 0;
+    for (const kernels::Segment& s : segments) n = std::max(n, s.offset + s.numel);
+    return n;
+  }
+
+  zero::LocalGradients* local_;
+  detail::SegmentExchange<Comm> exchange_;
+  TrackedBuffer<float> u_;  // zeros
 };
 
 template <class Opt, class Comm>
@@ -115,6 +183,10 @@ struct OptimizerCommOf {
 template <class Comm>
 struct OptimizerCommOf<Optimizer<OneBitAdam>, Comm> {
   using type = OneBitMomentum<Comm>;
+};
+template <class Comm>
+struct OptimizerCommOf<Optimizer<ZeroOneAdam>, Comm> {
+  using type = ZeroOneExchange<Comm>;
 };
 
 }  // namespace zerotk::engine

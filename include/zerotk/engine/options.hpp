@@ -85,10 +85,13 @@ struct Stage3Options {
   std::vector<std::string> replicated_module_types;
 };
 
-/// Optimizer<OneBitAdam> (optim/onebit_adam.hpp): its optimizer-wide keys.
+/// The 1-bit optimizers' optimizer-wide keys: Optimizer<OneBitAdam> (optim/onebit_adam.hpp) and
+/// Optimizer<ZeroOneAdam> (optim/zero_one_adam.hpp).
 struct OneBitOptions {
-  /// Steps before the compressed phase (DeepSpeed `optimizer.params.freeze_step`); must be >= 0.
+  /// OneBitAdam: steps before the compressed phase (DeepSpeed `optimizer.params.freeze_step`); >= 0.
   std::int64_t freeze_step = 100'000;
+  /// ZeroOneAdam: var_freeze_step, var_update_scaler, local_step_scaler, local_step_clipper.
+  optim::ZeroOneOptions zero_one;
 };
 
 /// Run-time settings. Defaults follow DeepSpeed where it has one.
@@ -144,7 +147,7 @@ struct EngineOptions {
   offload::NvmeOptions nvme;
   /// Partitioner<Stage<3>>: fetching, prefetching, persistence (docs/stage3.md).
   Stage3Options stage3;
-  /// Optimizer<OneBitAdam>: freeze_step (ignored by the other optimizers).
+  /// Optimizer<OneBitAdam>: freeze_step; Optimizer<ZeroOneAdam>: zero_one (ignored by the others).
   OneBitOptions onebit;
   /// GradientCompression<TopK|TwoBit|Sign>: topk_ratio and huffman_coding (ignored without one).
   compress::GradientCompressionOptions compression;

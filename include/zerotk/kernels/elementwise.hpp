@@ -170,6 +170,43 @@ ZEROTK_HD ZEROTK_FORCEINLINE void adam_update(F& p, F& m, F& v, const F& g, cons
   adam_apply(p, m, v, k);
 }
 
+// ---- 0/1 Adam's frozen phase (optim/zero_one_adam.hpp) -------------------------------------------
+
+/// A local step of 0/1 Adam's frozen phase: m = b1 m + (1 - b1) g; d = (-lr) (m / (sqrt(v) + eps)
+/// [+ wd p]), rounded once; p += d and the accumulator u += d (the same d in both, as DeepSpeed).
+/// Bias correction and adamw_mode as in adam_apply (the constants carry none and true).
+ZEROTK_HD_TEMPLATE
+template <class F>
+ZEROTK_HD ZEROTK_FORCEINLINE void zero_one_local(F& p, F& m, F& u, const F& v, const F& g, const AdamStepConsts& k) {
+  adam_momentum(m, g, k);
+  const F denom = sqrt(v * F(k.inv_bc2)) + F(k.eps);
+  F update = (m * F(k.inv_bc1)) / denom;
+  if (k.adamw_mode) update = fma(F(k.weight_decay), p, update);
+  const F d = F(-k.lr) * update;
+  p = p + d;
+  u = u + d;
+}
+
+/// The first half of a sync, before u is all-reduced: the local steps since the last sync are taken
+/// back (p -= u, exact only up to rounding, as DeepSpeed) and u is weighted by sqrt(v) + eps.
+ZEROTK_HD_TEMPLATE
+template <class F>
+ZEROTK_HD ZEROTK_FORCEINLINE void zero_one_sync_out(F& p, F& u, const F& v, const AdamStepConsts& k) {
+  p = p - u;
+  u = u * (sqrt(v * F(k.inv_bc2)) + F(k.eps));
+}
+
+/// The second half, after the all-reduce: m = -(u / L) (L: the sum of lr over the interval, rounded
+/// to float), p += u / (sqrt(v) + eps), u = 0.
+ZEROTK_HD_TEMPLATE
+template <class F>
+ZEROTK_HD ZEROTK_FORCEINLINE void zero_one_sync_in(F& p, F& m, F& u, const F& v, const F& lr_sum,
+                                                   const AdamStepConsts& k) {
+  m = -(u / lr_sum);
+  p = p + u / (sqrt(v * F(k.inv_bc2)) + F(k.eps));
+  u = F(0.0f);
+}
+
 // ---- LAMB -----------------------------------------------------------------------------------------
 
 /// Hyper-parameters of one LAMB step (one parameter group).

@@ -1,8 +1,8 @@
 #pragma once
 /// \file zerotk/optim/optimizer.hpp
 /// The optimizer policy: `zerotk::Optimizer<Adam>`, `Optimizer<AdamW>` (optim/adam.hpp),
-/// `Optimizer<Lamb>` (optim/lamb.hpp) and `Optimizer<OneBitAdam>` (optim/onebit_adam.hpp). Including
-/// this header gives all four.
+/// `Optimizer<Lamb>` (optim/lamb.hpp), `Optimizer<OneBitAdam>` (optim/onebit_adam.hpp) and
+/// `Optimizer<ZeroOneAdam>` (optim/zero_one_adam.hpp). Including this header gives all five.
 ///
 /// An optimizer is math, parameter groups and a step count; it holds no buffers. Its per-element
 /// state (Adam's and LAMB's first and second moments over one rank's fp32 partition) lives wherever
@@ -62,7 +62,7 @@ template <class Tag>
 class Optimizer {
   static_assert(dependent_false<Tag>,
                 "Optimizer: no specialization for this tag; use Optimizer<Adam>, Optimizer<AdamW>, Optimizer<Lamb> or "
-                "Optimizer<OneBitAdam> (Optimizer<OneBitLamb> is not available yet)");
+                "Optimizer<OneBitAdam> or Optimizer<ZeroOneAdam> (Optimizer<OneBitLamb> is not available yet)");
 };
 
 namespace optim {
@@ -162,3 +162,4 @@ class OptimizerCore {
 #include "zerotk/optim/adam.hpp"
 #include "zerotk/optim/lamb.hpp"
 #include "zerotk/optim/onebit_adam.hpp"
+#include "zerotk/optim/zero_one_adam.hpp"

@@ -17,6 +17,7 @@
 /// calls it).
 
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <type_traits>
 #include <utility>
@@ -27,6 +28,7 @@
 #include "zerotk/kernels/host/adam.hpp"
 #include "zerotk/kernels/host/lamb.hpp"
 #include "zerotk/kernels/host/onebit_adam.hpp"
+#include "zerotk/kernels/host/zero_one_adam.hpp"
 #include "zerotk/optim/optimizer.hpp"
 
 namespace zerotk::optim {
@@ -95,6 +97,59 @@ struct Run<Optimizer<OneBitAdam>, HostSpace> {
   }
 };
 
+/// 0/1 Adam on host memory: the schedule's kind picks the passes (optim/zero_one_adam.hpp). The step
+/// is counted last, so a failed exchange (comm_error) leaves the count, and with it the schedule, as
+/// it was.
+template <>
+struct Run<Optimizer<ZeroOneAdam>, HostSpace> {
+  using Opt = Optimizer<ZeroOneAdam>;
+  using Kind = Opt::Kind;
+  template <FloatingElement G, class P, TensorSumReducer ReduceFn>
+  static void step(Opt& opt, std::span<const Segment> segments, float* master, const Moments& st, const G* grads,
+                   P* param_out, float grad_scale, ReduceFn&& /*reduce: no per-tensor sums*/) {
+    namespace zo = kernels::host::zero_one;
+    opt.check_step(segments, master, st, grads);
+    opt.check_accumulator(segments);
+    const std::vector<kernels::AdamStepConsts> consts = opt.step_consts();
+    const std::int64_t t = opt.step_count() + 1;
+    float* u = opt.accumulator();
+    const Kind kind = opt.next_kind();
+    switch (kind) {
+      case Kind::init:  // DeepSpeed's set-up step: counted, nothing changes
+        break;
+      case Kind::var:
+        kernels::host::fused_adam<G, P>(segments, consts, master, st.m, st.v, grads, param_out, grad_scale);
+        break;
+      case Kind::grad:
+        if (opt.has_exchange()) {
+          zo::scaled_gradient<G>(segments, u, grads, grad_scale);
+          opt.all_reduce(segments, u);
+          zo::momentum_from(segments, consts, st.m, u);
+          zo::zero(segments, u);
+        } else {  // one rank: the local gradient is the average
+          kernels::host::momentum_update<G>(segments, consts, st.m, grads, grad_scale);
+        }
+        kernels::host::frozen_variance_step<P>(segments, consts, master, st.m, st.v, param_out);
+        break;
+      case Kind::local:
+      case Kind::sync: {
+        if (t == opt.schedule().last_variance_step() + 1) opt.reset_errors();  // they held gradient errors
+        opt.add_lr_sums();
+        const bool sync = kind == Kind::sync;
+        zo::frozen_local<G, P>(segments, consts, master, st.m, st.v, u, grads, grad_scale, sync, param_out);
+        if (sync) {
+          opt.all_reduce(segments, u);
+          const std::vector<float> lr_sums = opt.lr_sums_float();
+          zo::sync_finish<P>(segments, consts, lr_sums, master, st.m, st.v, u, param_out);
+          opt.clear_lr_sums();
+        }
+        break;
+      }
+    }
+    opt.advance();
+  }
+};
+
 /// An optimizer with its moments in host memory: the standalone form, for a trainer or a research
 /// prototype that steps its own fp32 buffers without an engine (the engine keeps its moments in a
 /// state store, offload/resident.hpp).
@@ -107,11 +162,15 @@ class Standalone : public Opt {
  public:
   using Opt::Opt;
 
-  /// Allocates m and v (zeros) for a partition of `partition_numel` fp32 elements, recorded in the
-  /// ledger's optimizer_state category. Resets the step count.
+  /// Allocates m and v (zeros) for a partition of `partition_numel` fp32 elements, and 0/1 Adam's
+  /// accumulator u, recorded in the ledger's optimizer_state category. Resets the step count.
   void init_state(std::size_t partition_numel, MemoryLedger* ledger = nullptr) {
     m_ = TrackedBuffer<float>(partition_numel, MemoryCategory::optimizer_state, ledger);
     v_ = TrackedBuffer<float>(partition_numel, MemoryCategory::optimizer_state, ledger);
+    if constexpr (requires(Opt& o, float* p, std::size_t n) { o.set_accumulator(p, n); }) {
+      u_ = TrackedBuffer<float>(partition_numel, MemoryCategory::optimizer_state, ledger);
+      this->set_accumulator(u_.data(), u_.size());
+    }
     this->set_step_count(0);
     initialized_ = true;
   }
@@ -157,6 +216,7 @@ class Standalone : public Opt {
   }
 
   TrackedBuffer<float> m_, v_;  // [partition_numel] fp32 each
+  TrackedBuffer<float> u_;      // 0/1 Adam's accumulator; empty for the others
   bool initialized_ = false;
 };
 
