@@ -7,6 +7,7 @@
 //   build/default/examples/02_gpt/zerotk_example_02_gpt --stage 3 --offload-optimizer cpu --offload-param cpu
 //   build/default/examples/02_gpt/zerotk_example_02_gpt --stage 3 --offload-optimizer nvme --nvme-path /local_nvme
 //   build/default/examples/02_gpt/zerotk_example_02_gpt --stage 0 --optimizer onebitadam --freeze-step 20
+//   build/default/examples/02_gpt/zerotk_example_02_gpt --stage 0 --precision fp32 --optimizer zerooneadam
 //   build/default/examples/02_gpt/zerotk_example_02_gpt --stage 0 --precision fp32 --compress topk:0.01 --huffman
 //   build/default/examples/02_gpt/zerotk_example_02_gpt --config ds_config.json
 //   mpirun -np 2 build/default/examples/02_gpt/zerotk_example_02_gpt --mpi
@@ -86,8 +87,12 @@ struct Options {
   std::string offload_optimizer = "none";       ///< offload_optimizer.device: none, cpu (stages 1-3) or nvme (stage 3)
   std::string offload_param = "none";           ///< offload_param.device: none or cpu (stage 3); nvme is refused
   std::string nvme_path;                        ///< offload_optimizer.nvme_path: the swap files' directory
-  std::string optimizer = "adamw";              ///< adamw, or onebitadam (1-bit Adam, stage 0)
+  std::string optimizer = "adamw";              ///< adamw, onebitadam (1-bit Adam) or zerooneadam (0/1 Adam), stage 0
   int freeze_step = 20;                         ///< onebitadam: warm-up steps before compression
+  int var_freeze_step = 30;                     ///< zerooneadam: last step of the variance phase
+  int var_update_scaler = 16;                   ///< zerooneadam: var steps per doubling of the variance interval
+  int local_step_scaler = 30;                   ///< zerooneadam: frozen steps per doubling of the sync interval
+  int local_step_clipper = 4;                   ///< zerooneadam: longest sync interval
   std::string compress = "none";                ///< gradient_compression: none, topk:RATIO, 2bit or 1bit (stage 0)
   bool huffman = false;                         ///< gradient_compression.huffman_coding
 };
@@ -137,6 +142,15 @@ void check_offload_flags(const Options& o) {
     throw zerotk::usage_error("this binary builds 1-bit Adam in fp32 and bf16; use --precision fp32 or bf16",
                               "--optimizer onebitadam", "--precision fp16");
   }
+  if (o.optimizer == "zerooneadam" && o.stage != 0) {
+    throw zerotk::usage_error("0/1 Adam runs at ZeRO stage 0 (it all-reduces gradients and updates every rank holds in "
+                              "full, in place of stage 0's gradient all-reduce); add --stage 0",
+                              "--optimizer zerooneadam", "--stage " + std::to_string(o.stage));
+  }
+  if (o.optimizer == "zerooneadam" && o.precision != "fp32") {
+    throw zerotk::usage_error("this binary builds 0/1 Adam in fp32; use --precision fp32", "--optimizer zerooneadam",
+                              "--precision " + o.precision);
+  }
   if (o.compress != "none") {
     (void)parse_compress(o.compress);
     if (o.stage != 0) {
@@ -150,7 +164,7 @@ void check_offload_flags(const Options& o) {
                                 "--compress " + o.compress, "--precision " + o.precision);
     }
     if (o.optimizer != "adamw") {
-      throw zerotk::usage_error("1-bit Adam compresses its momentum exchange already; use --optimizer adamw",
+      throw zerotk::usage_error("1-bit Adam and 0/1 Adam compress their own exchanges already; use --optimizer adamw",
                                 "--compress " + o.compress, "--optimizer " + o.optimizer);
     }
   }
@@ -195,7 +209,7 @@ void check_swap_directory(const std::string& dir, const std::string& where) {
 /// The flags as the DeepSpeed config a DeepSpeed user would have written.
 std::string flags_to_deepspeed_json(const Options& o) {
   const bool fp16 = o.precision == "fp16", bf16 = o.precision == "bf16";
-  const bool onebit = o.optimizer == "onebitadam";
+  const bool onebit = o.optimizer == "onebitadam", zero_one = o.optimizer == "zerooneadam";
   std::ostringstream j;
   j << "{\n"
     << "  \"train_batch_size\": " << o.batch << ",\n"
@@ -204,9 +218,14 @@ std::string flags_to_deepspeed_json(const Options& o) {
     << "  \"steps_per_print\": " << o.steps_per_print << ",\n"
     << "  \"fp16\": {\"enabled\": " << (fp16 ? "true" : "false") << ", \"initial_scale_power\": 12},\n"
     << "  \"bf16\": {\"enabled\": " << (bf16 ? "true" : "false") << "},\n"
-    << "  \"optimizer\": {\"type\": \"" << (onebit ? "OneBitAdam" : "AdamW") << "\", \"params\": {\"lr\": " << o.lr
+    << "  \"optimizer\": {\"type\": \"" << (onebit ? "OneBitAdam" : zero_one ? "ZeroOneAdam" : "AdamW")
+    << "\", \"params\": {\"lr\": " << o.lr
     << ", \"betas\": [0.9, 0.95], \"eps\": 1e-8, \"weight_decay\": " << o.weight_decay;
   if (onebit) j << ", \"freeze_step\": " << o.freeze_step;
+  if (zero_one) {
+    j << ", \"var_freeze_step\": " << o.var_freeze_step << ", \"var_update_scaler\": " << o.var_update_scaler
+      << ", \"local_step_scaler\": " << o.local_step_scaler << ", \"local_step_clipper\": " << o.local_step_clipper;
+  }
   j << "}},\n"
     << "  \"scheduler\": {\"type\": \"WarmupCosineLR\", \"params\": {\"total_num_steps\": " << o.steps
     << ", \"warmup_num_steps\": " << o.warmup << ", \"warmup_type\": \"linear\", \"cos_min_ratio\": 0.1}},\n"
@@ -256,6 +275,9 @@ using E = zerotk::Engine<zerotk::Partitioner<zerotk::Stage<S>>, zerotk::Optimize
 template <class P>
 using OneBit = zerotk::Engine<zerotk::Partitioner<zerotk::Stage<0>>, zerotk::Optimizer<zerotk::OneBitAdam>,
                               zerotk::Precision<P>>;
+/// --optimizer zerooneadam: 0/1 Adam at stage 0, in fp32 in this binary.
+using ZeroOne = zerotk::Engine<zerotk::Partitioner<zerotk::Stage<0>>, zerotk::Optimizer<zerotk::ZeroOneAdam>,
+                               zerotk::Precision<zerotk::fp32>>;
 /// --compress: gradient compression at stage 0, in fp32 in this binary.
 template <class Codec>
 using Compressed = zerotk::Engine<zerotk::Partitioner<zerotk::Stage<0>>, zerotk::Optimizer<zerotk::AdamW>,
@@ -626,7 +648,7 @@ int run(const Options& o, const gpt::Config& model_config, const Data& data, Eva
                            E<1, zerotk::bf16, OptCpu>, E<2, zerotk::bf16, OptCpu>, E<3, zerotk::bf16, OptCpu>,
                            E<3, zerotk::bf16, ParamCpu>, E<3, zerotk::bf16, OptCpu, ParamCpu>,
                            E<3, zerotk::fp32, OptCpu, ParamCpu>, E<3, zerotk::bf16, OptNvme>,
-                           E<3, zerotk::bf16, OptNvme, ParamCpu>, OneBit<zerotk::fp32>, OneBit<zerotk::bf16>,
+                           E<3, zerotk::bf16, OptNvme, ParamCpu>, OneBit<zerotk::fp32>, OneBit<zerotk::bf16>, ZeroOne,
                            Compressed<zerotk::TopK>, Compressed<zerotk::TwoBit>, Compressed<zerotk::Sign>>(cfg, launch);
   if (!root) return 0;
   print_memory_table(summary, cfg.zero_optimization.stage, std::string(zerotk::to_string(cfg.precision())), world,
@@ -717,12 +739,25 @@ int main(int argc, char** argv) {
                  "with --offload-optimizer cpu); nvme is refused: OffloadParams<Nvme> does not exist yet")
       ->check(CLI::IsMember({"none", "cpu", "nvme"}));
   app.add_option("--optimizer", o.optimizer,
-                 "adamw, or onebitadam: DeepSpeed's 1-bit Adam (stage 0, fp32 or bf16 in this binary): Adam without "
+                 "adamw; onebitadam: DeepSpeed's 1-bit Adam (stage 0, fp32 or bf16 in this binary): Adam without "
                  "bias correction for --freeze-step steps, then each rank's momentum is exchanged 1-bit compressed "
-                 "with error feedback and the variance frozen")
-      ->check(CLI::IsMember({"adamw", "onebitadam"}));
+                 "with error feedback and the variance frozen; zerooneadam: DeepSpeed's 0/1 Adam (stage 0, fp32): "
+                 "variance updates at doubling intervals with 1-bit gradients between them, then local steps with "
+                 "1-bit syncs of the accumulated update (--var-freeze-step, --local-step-scaler, ...)")
+      ->check(CLI::IsMember({"adamw", "onebitadam", "zerooneadam"}));
   app.add_option("--freeze-step", o.freeze_step, "with --optimizer onebitadam: warm-up steps before compression")
       ->check(CLI::Range(0, 1 << 30));
+  app.add_option("--var-freeze-step", o.var_freeze_step,
+                 "with --optimizer zerooneadam: last step of the variance phase (then local steps and 1-bit syncs)")
+      ->check(CLI::Range(0, 1 << 30));
+  app.add_option("--var-update-scaler", o.var_update_scaler,
+                 "with --optimizer zerooneadam: variance updates before their interval doubles")
+      ->check(CLI::Range(1, 1 << 30));
+  app.add_option("--local-step-scaler", o.local_step_scaler,
+                 "with --optimizer zerooneadam: frozen steps before the sync interval doubles")
+      ->check(CLI::Range(1, 1 << 30));
+  app.add_option("--local-step-clipper", o.local_step_clipper, "with --optimizer zerooneadam: longest sync interval")
+      ->check(CLI::Range(1, 1 << 30));
   app.add_option("--compress", o.compress,
                  "gradient_compression at stage 0 (fp32 in this binary): topk:RATIO (the largest RATIO of each bucket's "
                  "values), 2bit or 1bit, each with error feedback; every rank gathers the others' payloads");
