@@ -3,6 +3,8 @@
 // trainer, shared by the engine tests (threads) and the MPI engine test.
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <mutex>
 #include <optional>
 #include <random>
 #include <set>
@@ -310,6 +312,43 @@ void init_model(E& engine, Model& model, std::uint32_t seed) {
     model.init(seed);
   }
   engine.initialize_master();
+}
+
+/// `steps` boundaries of engine E on `world` threads with Mlp<float> (init seed 42), from batch
+/// `first_batch`: every rank's final parameters, and rank 0's reports, initial values and padded
+/// flat buffer length.
+struct ThreadsRun {
+  std::vector<std::vector<float>> finals;  // per rank
+  std::vector<zerotk::StepReport> reports;  // rank 0's
+  std::vector<float> initial;               // rank 0's
+  std::size_t flat_numel = 0;
+};
+template <class E>
+ThreadsRun train_threads(int world, int steps, const zerotk::EngineOptions& o, int first_batch = 0) {
+  ThreadsRun r;
+  r.finals.resize(static_cast<std::size_t>(world));
+  std::mutex mu;
+  zerotk::comm::run_threads(world, [&](zerotk::comm::ThreadsCommunicator& c) {
+    Mlp<float> model;
+    E engine(c, model, o);
+    init_model(engine, model, 42);
+    std::vector<float> initial = model.values();
+    std::vector<zerotk::StepReport> reports = train_boundaries(engine, model, c.rank(), first_batch, steps);
+    std::lock_guard lock(mu);
+    r.finals[static_cast<std::size_t>(c.rank())] = model.values();
+    if (c.rank() == 0) {
+      r.flat_numel = engine.flat_numel();
+      r.reports = std::move(reports);
+      r.initial = std::move(initial);
+    }
+  });
+  return r;
+}
+
+/// Equal sizes and equal bits.
+template <class T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
 }
 
 /// The three runs of a "load_state resets what a checkpoint does not hold" test, on `world` threads

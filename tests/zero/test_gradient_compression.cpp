@@ -28,6 +28,7 @@
 
 using namespace zerotk;
 using HostOps = device::Ops<Host>;
+using zt_test::same_bits;
 
 namespace {
 
@@ -148,11 +149,6 @@ PathRun<T> reference(int world, int boundaries, compress::GradientCompressionOpt
   return out;
 }
 
-template <class T>
-bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
-}
-
 template <class T, class Tag>
 void check_against_reference(compress::GradientCompressionOptions o) {
   for (int world = 1; world <= 4; ++world) {
@@ -260,28 +256,6 @@ using zt_test::Mlp;
 template <class... Extra>
 using FlatEngine = Engine<Partitioner<Stage<0>>, Optimizer<AdamW>, Precision<fp32>, Extra...>;
 
-struct EngineRun {
-  std::vector<std::vector<float>> finals;
-  std::vector<StepReport> reports;  // rank 0's
-};
-
-template <class E>
-EngineRun train_engine(int world, int steps, const EngineOptions& o) {
-  EngineRun out;
-  out.finals.resize(static_cast<std::size_t>(world));
-  std::mutex mu;
-  comm::run_threads(world, [&](comm::ThreadsCommunicator& c) {
-    Mlp<float> model;
-    E engine(c, model, o);
-    zt_test::init_model(engine, model, 42);
-    std::vector<StepReport> reports = zt_test::train_boundaries(engine, model, c.rank(), 0, steps);
-    std::lock_guard lock(mu);
-    out.finals[static_cast<std::size_t>(c.rank())] = model.values();
-    if (c.rank() == 0) out.reports = std::move(reports);
-  });
-  return out;
-}
-
 EngineOptions engine_options(double ratio, bool huffman) {
   EngineOptions o;
   o.bucket_bytes = 256;
@@ -296,14 +270,14 @@ EngineOptions engine_options(double ratio, bool huffman) {
 TEST_CASE("GradientCompression in the engine: top-k at ratio 1 is lossless and equals the dense all-reduce bit for bit") {
   for (int world = 1; world <= 4; ++world) {
     CAPTURE(world);
-    const EngineRun dense = train_engine<FlatEngine<>>(world, 5, engine_options(1.0, false));
-    const EngineRun topk = train_engine<FlatEngine<GradientCompression<TopK>>>(world, 5, engine_options(1.0, false));
-    const EngineRun huff = train_engine<FlatEngine<GradientCompression<TopK>>>(world, 5, engine_options(1.0, true));
+    const zt_test::ThreadsRun dense = zt_test::train_threads<FlatEngine<>>(world, 5, engine_options(1.0, false));
+    const zt_test::ThreadsRun topk = zt_test::train_threads<FlatEngine<GradientCompression<TopK>>>(world, 5, engine_options(1.0, false));
+    const zt_test::ThreadsRun huff = zt_test::train_threads<FlatEngine<GradientCompression<TopK>>>(world, 5, engine_options(1.0, true));
     for (int r = 0; r < world; ++r) {
       CHECK(same_bits(topk.finals[static_cast<std::size_t>(r)], dense.finals[0]));
       CHECK(same_bits(huff.finals[static_cast<std::size_t>(r)], dense.finals[0]));
     }
-    CHECK(!same_bits(dense.finals[0], train_engine<FlatEngine<>>(world, 4, engine_options(1.0, false)).finals[0]));
+    CHECK(!same_bits(dense.finals[0], zt_test::train_threads<FlatEngine<>>(world, 4, engine_options(1.0, false)).finals[0]));
     for (std::size_t s = 0; s < dense.reports.size(); ++s) {
       // The dense run sends what it would send; the compressed one reports the same dense count.
       CHECK(dense.reports[s].comm_dense_bytes == dense.reports[s].comm_wire_bytes);
@@ -316,15 +290,15 @@ TEST_CASE("GradientCompression in the engine: top-k at ratio 1 is lossless and e
 
 TEST_CASE("GradientCompression in the engine: top-k 5% trains, every rank agrees, and sends fewer bytes") {
   const int world = 4;
-  const EngineRun dense = train_engine<FlatEngine<>>(world, 6, engine_options(1.0, false));
-  const EngineRun topk = train_engine<FlatEngine<GradientCompression<TopK>>>(world, 6, engine_options(0.05, false));
-  const EngineRun sign = train_engine<FlatEngine<GradientCompression<Sign>>>(world, 6, engine_options(0.05, false));
+  const zt_test::ThreadsRun dense = zt_test::train_threads<FlatEngine<>>(world, 6, engine_options(1.0, false));
+  const zt_test::ThreadsRun topk = zt_test::train_threads<FlatEngine<GradientCompression<TopK>>>(world, 6, engine_options(0.05, false));
+  const zt_test::ThreadsRun sign = zt_test::train_threads<FlatEngine<GradientCompression<Sign>>>(world, 6, engine_options(0.05, false));
   for (int r = 1; r < world; ++r) {
     CHECK(same_bits(topk.finals[static_cast<std::size_t>(r)], topk.finals[0]));
     CHECK(same_bits(sign.finals[static_cast<std::size_t>(r)], sign.finals[0]));
   }
   CHECK(!same_bits(topk.finals[0], dense.finals[0]));
-  for (const EngineRun* run : {&topk, &sign}) {
+  for (const zt_test::ThreadsRun* run : {&topk, &sign}) {
     for (const StepReport& rep : run->reports) {
       CHECK(rep.comm_wire_bytes < rep.comm_dense_bytes);
       CHECK(rep.compression_ratio() > 1.0);

@@ -8,8 +8,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -22,6 +20,8 @@
 
 using namespace zerotk;
 using zt_test::Mlp;
+using zt_test::same_bits;
+using Run = zt_test::ThreadsRun;
 
 namespace {
 
@@ -41,40 +41,6 @@ EngineOptions options(std::int64_t freeze_step, double clip = 0.0, std::size_t b
   o.optimizer.weight_decay = 0.01;
   o.onebit.freeze_step = freeze_step;
   return o;
-}
-
-struct Run {
-  std::vector<std::vector<float>> finals;  // per rank
-  std::vector<StepReport> reports;         // rank 0's
-  std::vector<float> initial;
-  std::size_t flat_numel = 0;  // the engine's padded flat buffer
-};
-
-/// `steps` boundaries of engine type E on `world` threads, from batch `first_batch`.
-template <class E>
-Run run(int world, int steps, const EngineOptions& o, int first_batch = 0) {
-  Run r;
-  r.finals.resize(static_cast<std::size_t>(world));
-  std::mutex mu;
-  comm::run_threads(world, [&](comm::ThreadsCommunicator& c) {
-    Mlp<float> model;
-    E engine(c, model, o);
-    zt_test::init_model(engine, model, 42);
-    std::vector<float> initial = model.values();
-    std::vector<StepReport> reports = zt_test::train_boundaries(engine, model, c.rank(), first_batch, steps);
-    std::lock_guard lock(mu);
-    r.finals[static_cast<std::size_t>(c.rank())] = model.values();
-    if (c.rank() == 0) {
-      r.flat_numel = engine.flat_numel();
-      r.reports = std::move(reports);
-      r.initial = std::move(initial);
-    }
-  });
-  return r;
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 /// The serial reference of 1-bit Adam over all W ranks (SEMANTICS.md section 9, fp32, no clipping,
@@ -152,16 +118,16 @@ std::vector<float> reference(int world, int steps, std::int64_t freeze_step, con
 
 TEST_CASE("OneBitAdam: the first step changes nothing; the warm-up equals AdamW without bias correction, bit for bit") {
   const EngineOptions o = options(/*freeze_step=*/1000);
-  const Run first = run<OneBitEngine>(2, 1, o);
+  const Run first = zt_test::train_threads<OneBitEngine>(2, 1, o);
   CHECK(same_bits(first.finals[0], first.initial));
   CHECK(first.reports[0].boundary);
   CHECK(first.reports[0].global_steps == 1);
 
-  const Run onebit = run<OneBitEngine>(2, 7, o);
+  const Run onebit = zt_test::train_threads<OneBitEngine>(2, 7, o);
   EngineOptions adam = o;
   adam.optimizer.bias_correction = false;
   // AdamW over batches 1..6: 1-bit Adam spent batch 0 on its initialisation step.
-  const Run adamw = run<Engine<Partitioner<Stage<0>>, Optimizer<AdamW>, Precision<fp32>>>(2, 6, adam, 1);
+  const Run adamw = zt_test::train_threads<Engine<Partitioner<Stage<0>>, Optimizer<AdamW>, Precision<fp32>>>(2, 6, adam, 1);
   CHECK_FALSE(same_bits(onebit.finals[0], onebit.initial));
   for (int r = 0; r < 2; ++r) CHECK(same_bits(onebit.finals[static_cast<std::size_t>(r)], adamw.finals[0]));
 }
@@ -173,7 +139,7 @@ TEST_CASE("OneBitAdam: warm-up and compressed phase equal the serial reference b
       CAPTURE(freeze);
       const int steps = 9;
       EngineOptions o = options(freeze);
-      const Run got = run<OneBitEngine>(w, steps, o);
+      const Run got = zt_test::train_threads<OneBitEngine>(w, steps, o);
       for (const StepReport& rep : got.reports) REQUIRE_FALSE(rep.skipped);
       const std::vector<float> want = reference(w, steps, freeze, o.optimizer);
       for (float x : want) REQUIRE(std::isfinite(x));
@@ -183,7 +149,7 @@ TEST_CASE("OneBitAdam: warm-up and compressed phase equal the serial reference b
       }
       // The compressed phase really ran: a run that stays in the warm-up ends elsewhere.
       o.onebit.freeze_step = 1000;
-      if (w > 1) CHECK_FALSE(same_bits(run<OneBitEngine>(w, steps, o).finals[0], want));
+      if (w > 1) CHECK_FALSE(same_bits(zt_test::train_threads<OneBitEngine>(w, steps, o).finals[0], want));
     }
   }
 }
@@ -194,7 +160,7 @@ TEST_CASE("OneBitAdam: wire bytes per step: the gradient all-reduce in the warm-
   for (int w : {2, 3}) {
     CAPTURE(w);
     const std::size_t one_bucket = 1 << 20;  // the whole model in one bucket: one all-reduce per step
-    const Run got = run<OneBitEngine>(w, 6, options(/*freeze_step=*/3, 0.0, one_bucket));
+    const Run got = zt_test::train_threads<OneBitEngine>(w, 6, options(/*freeze_step=*/3, 0.0, one_bucket));
     // Tensors and the padded flat buffer, as the engine lays them out.
     std::vector<std::size_t> tensors;
     Mlp<float> model;

@@ -9,9 +9,7 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <limits>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -24,6 +22,8 @@
 
 using namespace zerotk;
 using zt_test::Mlp;
+using zt_test::same_bits;
+using Run = zt_test::ThreadsRun;
 using Kind = optim::ZeroOneSchedule::Kind;
 
 namespace {
@@ -45,39 +45,6 @@ EngineOptions options(const optim::ZeroOneOptions& z, double wd = 0.01, std::siz
   o.optimizer.weight_decay = wd;
   o.onebit.zero_one = z;
   return o;
-}
-
-struct Run {
-  std::vector<std::vector<float>> finals;  // per rank
-  std::vector<StepReport> reports;         // rank 0's
-  std::vector<float> initial;
-  std::size_t flat_numel = 0;
-};
-
-template <class E>
-Run run(int world, int steps, const EngineOptions& o, int first_batch = 0) {
-  Run r;
-  r.finals.resize(static_cast<std::size_t>(world));
-  std::mutex mu;
-  comm::run_threads(world, [&](comm::ThreadsCommunicator& c) {
-    Mlp<float> model;
-    E engine(c, model, o);
-    zt_test::init_model(engine, model, 42);
-    std::vector<float> initial = model.values();
-    std::vector<StepReport> reports = zt_test::train_boundaries(engine, model, c.rank(), first_batch, steps);
-    std::lock_guard lock(mu);
-    r.finals[static_cast<std::size_t>(c.rank())] = model.values();
-    if (c.rank() == 0) {
-      r.flat_numel = engine.flat_numel();
-      r.reports = std::move(reports);
-      r.initial = std::move(initial);
-    }
-  });
-  return r;
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
 /// The serial reference of 0/1 Adam over all W ranks (fp32, no clipping, one micro-step), written from
@@ -258,14 +225,14 @@ TEST_CASE("ZeroOneSchedule: the worked 28-step table, intervals, replay after a 
 TEST_CASE("ZeroOneAdam: the first step changes nothing; a variance phase of var steps only equals AdamW") {
   // var_update_scaler beyond the run: I_v stays 1, every step is a var step.
   const EngineOptions o = options({.var_freeze_step = 1000, .var_update_scaler = 1000});
-  const Run first = run<ZeroOneEngine>(2, 1, o);
+  const Run first = zt_test::train_threads<ZeroOneEngine>(2, 1, o);
   CHECK(same_bits(first.finals[0], first.initial));
   CHECK(first.reports[0].global_steps == 1);
 
-  const Run zo = run<ZeroOneEngine>(2, 7, o);
+  const Run zo = zt_test::train_threads<ZeroOneEngine>(2, 7, o);
   EngineOptions adam = o;
   adam.optimizer.bias_correction = false;
-  const Run adamw = run<Engine<Partitioner<Stage<0>>, Optimizer<AdamW>, Precision<fp32>>>(2, 6, adam, 1);
+  const Run adamw = zt_test::train_threads<Engine<Partitioner<Stage<0>>, Optimizer<AdamW>, Precision<fp32>>>(2, 6, adam, 1);
   CHECK_FALSE(same_bits(zo.finals[0], zo.initial));
   for (int r = 0; r < 2; ++r) CHECK(same_bits(zo.finals[static_cast<std::size_t>(r)], adamw.finals[0]));
 }
@@ -277,7 +244,7 @@ TEST_CASE("ZeroOneAdam: var, grad, sync and local steps equal the serial referen
       CAPTURE(w);
       CAPTURE(wd);
       const EngineOptions o = options(kTable, wd);
-      const Run got = run<ZeroOneEngine>(w, steps, o);
+      const Run got = zt_test::train_threads<ZeroOneEngine>(w, steps, o);
       for (const StepReport& rep : got.reports) REQUIRE_FALSE(rep.skipped);
       const std::vector<std::vector<float>> want = reference(w, steps, kTable, o.optimizer);
       for (int r = 0; r < w; ++r) {
@@ -301,7 +268,7 @@ TEST_CASE("ZeroOneAdam: wire bytes per step kind: dense in var steps, one 1-bit 
   using comm::ring_wire_bytes;
   for (int w : {2, 3}) {
     CAPTURE(w);
-    const Run got = run<ZeroOneEngine>(w, 24, options(kTable, 0.01, /*one bucket*/ 1 << 20));
+    const Run got = zt_test::train_threads<ZeroOneEngine>(w, 24, options(kTable, 0.01, /*one bucket*/ 1 << 20));
     std::vector<std::size_t> tensors;
     Mlp<float> model;
     model.parameters([&](std::string_view, auto& p) { tensors.push_back(p.numel()); });
