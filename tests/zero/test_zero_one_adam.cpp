@@ -4,7 +4,7 @@
 // local steps equals a serial reference of all W ranks written from docs/design/onebit_next.md
 // section A (W = 1..4, weight decay 0 and 0.01; each rank's p on its own in the frozen phase); the
 // errors are reset before the first frozen step (a reference without the reset ends elsewhere); wire
-// bytes per step kind; a load in the middle of a local interval.
+// bytes per step kind; overflow on grad and local steps; a load in the middle of a local interval.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -307,6 +307,54 @@ TEST_CASE("ZeroOneAdam: wire bytes per step kind: dense in var steps, one 1-bit 
           FAIL("t >= 2 is never init");
       }
     }
+  }
+}
+
+TEST_CASE("ZeroOneAdam: an overflow on a grad and on a local step is skipped by every rank and advances nothing") {
+  // Rank 0's gradient is poisoned at batch 4 (the step would be t = 5, a grad step: gradients local)
+  // and at batch 17 (t = 17 after the skip, a local step). Both ranks skip both; every later step
+  // still does what the schedule says for the count of steps taken (its bytes show the kind).
+  using comm::OpKind;
+  using comm::ring_wire_bytes;
+  const int world = 2;
+  const optim::ZeroOneSchedule s(kTable);
+  REQUIRE(s.kind(5) == Kind::grad);
+  REQUIRE(s.kind(17) == Kind::local);
+  const std::uint64_t local_wire = ring_wire_bytes(OpKind::all_reduce, 16, world) + ring_wire_bytes(OpKind::all_reduce, 8, world);
+  std::vector<std::vector<StepReport>> reports(world);
+  comm::run_threads(world, [&](comm::ThreadsCommunicator& c) {
+    Mlp<float> model;
+    ZeroOneEngine engine(c, model, options(kTable, 0.01, 1 << 20));
+    zt_test::init_model(engine, model, 42);
+    for (int b = 0; b < 26; ++b) {
+      const bool poison = c.rank() == 0 && (b == 4 || b == 17);
+      reports[static_cast<std::size_t>(c.rank())].push_back(
+          engine.step(zt_test::micro_step(engine, model, zt_test::make_batch(b, 0, c.rank()), poison)));
+    }
+  });
+  for (std::size_t r = 0; r < world; ++r) {
+    CAPTURE(r);
+    std::int64_t taken = 0;
+    for (std::size_t b = 0; b < reports[r].size(); ++b) {
+      CAPTURE(b);
+      const StepReport& rep = reports[r][b];
+      CHECK(rep.skipped == (b == 4 || b == 17));
+      if (rep.skipped) continue;
+      const std::int64_t t = ++taken;
+      CAPTURE(t);
+      if (t == 1) continue;  // its report also counts the initial broadcast
+      switch (s.kind(t)) {
+        case Kind::var: CHECK(rep.comm_dense_bytes == rep.comm_wire_bytes); break;
+        case Kind::grad:
+        case Kind::sync:
+          CHECK(rep.comm_dense_bytes > rep.comm_wire_bytes);
+          CHECK(rep.comm_wire_bytes > local_wire);
+          break;
+        case Kind::local: CHECK(rep.comm_wire_bytes == local_wire); break;
+        case Kind::init: FAIL("t >= 2 is never init");
+      }
+    }
+    CHECK(taken == 24);
   }
 }
 
