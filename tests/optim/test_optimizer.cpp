@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "zerotk/kernels/host/adam.hpp"
+#include "../kernels/kernel_test_util.hpp"
 #include "zerotk/optim/optimizer.hpp"
 #include "zerotk/optim/run.hpp"
 
@@ -29,13 +30,7 @@ static_assert(HoldsMoments<optim::Standalone<Optimizer<AdamW>>>);
 
 namespace {
 
-std::vector<float> randn(std::size_t n, std::uint64_t seed, float scale = 1.0f) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
+using zerotk::test::randn;
 
 template <class T>
 bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "../kernels/kernel_test_util.hpp"
 #include "zerotk/optim/optimizer.hpp"
 #include "zerotk/optim/run.hpp"
 
@@ -18,13 +19,7 @@ using Kind = optim::ZeroOneSchedule::Kind;
 
 namespace {
 
-std::vector<float> randn(std::size_t n, std::uint64_t seed, float scale = 1.0f) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
+using zerotk::test::randn;
 
 bool same_bits(const float* a, const float* b, std::size_t n) { return n == 0 || std::memcmp(a, b, n * sizeof(float)) == 0; }
 
@@ -84,8 +79,8 @@ TEST_CASE("ZeroOneAdam (standalone): set-up step, a var step, then a sync at W =
 TEST_CASE("ZeroOneAdam (standalone): the rebuilt momentum is weighted by the interval's lr sum, in double") {
   Fixture f;
   f.opt.set_schedule({.var_freeze_step = 0, .local_step_scaler = 1, .local_step_clipper = 2});
-  // t = 1 set-up, t = 2 var, t = 3 sync (I_l = 1, doubles to 2 after it), t = 4 sync? 4 % 2 == 0: with
-  // I_l = 2 from t = 4, t = 4 syncs and t = 5 is local, t = 6 syncs.
+  // t = 1 set-up, t = 2 var, t = 3 sync (then I_l = 2), t = 4 sync (a multiple of 2), t = 5 local,
+  // t = 6 sync: one interval with a local step before its sync.
   const optim::ZeroOneSchedule& s = f.opt.schedule();
   REQUIRE(s.kind(3) == Kind::sync);
   REQUIRE(s.kind(4) == Kind::sync);

@@ -1,6 +1,7 @@
 #pragma once
 // A small MLP with hand-written forward/backward, deterministic data, and a serial fp64 reference
 // trainer, shared by the engine tests (threads) and the MPI engine test.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -10,7 +11,9 @@
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "zerotk/comm/threads.hpp"
@@ -313,6 +316,41 @@ void init_model(E& engine, Model& model, std::uint32_t seed) {
   }
   engine.initialize_master();
 }
+
+/// The serial references' model: Mlp<float> (init seed 42) bound to one flat fp32 buffer, its
+/// tensors (offset, numel) in the engine's order, and the gradient of one rank's batch at given
+/// values (the fixture's own forward/backward, one micro-step, loss scale 1).
+struct SerialMlp {
+  Mlp<float> model;
+  std::vector<float> vals = std::vector<float>(4096), grads = std::vector<float>(4096);
+  std::vector<std::pair<std::size_t, std::size_t>> tensors;  // offset, numel
+  std::size_t n = 0;
+
+  SerialMlp() {
+    model.parameters([&](std::string_view, auto& p) {
+      p.bind(vals.data() + n, grads.data() + n);
+      tensors.emplace_back(n, p.numel());
+      n += p.numel();
+    });
+    model.init(42);
+  }
+  SerialMlp(const SerialMlp&) = delete;
+  SerialMlp& operator=(const SerialMlp&) = delete;
+
+  /// The initial values, n of them.
+  std::vector<float> values() const { return {vals.begin(), vals.begin() + static_cast<long>(n)}; }
+  /// The gradient of batch (step, micro-step 0, rank) at `at` (n values).
+  std::vector<float> gradient(int step, int rank, const std::vector<float>& at) {
+    std::copy(at.begin(), at.end(), vals.begin());
+    std::fill(grads.begin(), grads.end(), 0.0f);
+    const Batch b = make_batch(step, 0, rank);
+    std::vector<float> x = b.x, dy;
+    for (auto& l : model.layers) x = l.forward(x);
+    (void)mse(x, b.t, 1.0f, dy);
+    for (auto it = model.layers.rbegin(); it != model.layers.rend(); ++it) dy = it->backward(dy);
+    return {grads.begin(), grads.begin() + static_cast<long>(n)};
+  }
+};
 
 /// `steps` boundaries of engine E on `world` threads with Mlp<float> (init seed 42), from batch
 /// `first_batch`: every rank's final parameters, and rank 0's reports, initial values and padded

@@ -50,17 +50,10 @@ EngineOptions options(std::int64_t freeze_step, double clip = 0.0, std::size_t b
 /// t >= max(2, freeze_step) each rank updates m from its own gradient, every tensor's m goes through
 /// the 1-bit reference all-reduce (W > 1), v stays frozen.
 std::vector<float> reference(int world, int steps, std::int64_t freeze_step, const OptimizerOptions& h) {
-  Mlp<float> model;
-  std::vector<float> vals(4096), grads(4096);
-  std::vector<std::pair<std::size_t, std::size_t>> tensors;  // offset, numel
-  std::size_t off = 0;
-  model.parameters([&](std::string_view, auto& p) {
-    p.bind(vals.data() + off, grads.data() + off);
-    tensors.emplace_back(off, p.numel());
-    off += p.numel();
-  });
-  const std::size_t n = off;
-  model.init(42);
+  zt_test::SerialMlp net;
+  const auto& tensors = net.tensors;
+  const std::size_t n = net.n;
+  std::vector<float> vals = net.values();
   const float lr = static_cast<float>(h.lr), b1 = static_cast<float>(h.beta1), b2 = static_cast<float>(h.beta2);
   const float omb1 = static_cast<float>(1.0 - static_cast<double>(b1));
   const float omb2 = static_cast<float>(1.0 - static_cast<double>(b2));
@@ -76,15 +69,7 @@ std::vector<float> reference(int world, int steps, std::int64_t freeze_step, con
   for (int s = 0; s < steps; ++s) {
     const std::int64_t t = s + 1;
     std::vector<std::vector<float>> g(static_cast<std::size_t>(world));
-    for (int r = 0; r < world; ++r) {
-      std::fill(grads.begin(), grads.end(), 0.0f);
-      const zt_test::Batch b = zt_test::make_batch(s, 0, r);
-      std::vector<float> x = b.x, dy;
-      for (auto& l : model.layers) x = l.forward(x);
-      (void)zt_test::mse(x, b.t, 1.0f, dy);
-      for (auto it = model.layers.rbegin(); it != model.layers.rend(); ++it) dy = it->backward(dy);
-      g[static_cast<std::size_t>(r)].assign(grads.begin(), grads.begin() + static_cast<long>(n));
-    }
+    for (int r = 0; r < world; ++r) g[static_cast<std::size_t>(r)] = net.gradient(s, r, vals);
     if (t == 1) continue;  // DeepSpeed's initialisation step: nothing changes
     if (!compressed) {
       for (std::size_t i = 0; i < n; ++i) {
@@ -111,7 +96,7 @@ std::vector<float> reference(int world, int steps, std::int64_t freeze_step, con
     }
     if (t >= std::max<std::int64_t>(2, freeze_step)) compressed = true;
   }
-  return std::vector<float>(vals.begin(), vals.begin() + static_cast<long>(n));
+  return vals;
 }
 
 }  // namespace

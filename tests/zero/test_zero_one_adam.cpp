@@ -55,22 +55,14 @@ EngineOptions options(const optim::ZeroOneOptions& z, double wd = 0.01, std::siz
 std::vector<std::vector<float>> reference(int world, int steps, const optim::ZeroOneOptions& z,
                                           const OptimizerOptions& h, bool reset_errors = true) {
   const auto uw = static_cast<std::size_t>(world);
-  Mlp<float> model;
-  std::vector<float> vals(4096), grads(4096);
-  std::vector<std::pair<std::size_t, std::size_t>> tensors;  // offset, numel
-  std::size_t off = 0;
-  model.parameters([&](std::string_view, auto& p) {
-    p.bind(vals.data() + off, grads.data() + off);
-    tensors.emplace_back(off, p.numel());
-    off += p.numel();
-  });
-  const std::size_t n = off;
-  model.init(42);
+  zt_test::SerialMlp net;
+  const auto& tensors = net.tensors;
+  const std::size_t n = net.n;
   const float lr = static_cast<float>(h.lr), b1 = static_cast<float>(h.beta1), b2 = static_cast<float>(h.beta2);
   const float omb1 = static_cast<float>(1.0 - static_cast<double>(b1));
   const float omb2 = static_cast<float>(1.0 - static_cast<double>(b2));
   const float eps = static_cast<float>(h.eps), wd = static_cast<float>(h.weight_decay);
-  std::vector<std::vector<float>> p(uw, std::vector<float>(vals.begin(), vals.begin() + static_cast<long>(n)));
+  std::vector<std::vector<float>> p(uw, net.values());
   std::vector<std::vector<float>> m(uw, std::vector<float>(n, 0.0f)), u(uw, std::vector<float>(n, 0.0f));
   std::vector<float> v(n, 0.0f);
   double lr_sum = 0.0;
@@ -100,16 +92,7 @@ std::vector<std::vector<float>> reference(int world, int steps, const optim::Zer
   for (int s = 0; s < steps; ++s) {
     const std::int64_t t = s + 1;
     std::vector<std::vector<float>> g(uw);
-    for (std::size_t r = 0; r < uw; ++r) {
-      std::copy(p[r].begin(), p[r].end(), vals.begin());
-      std::fill(grads.begin(), grads.end(), 0.0f);
-      const zt_test::Batch b = zt_test::make_batch(s, 0, static_cast<int>(r));
-      std::vector<float> x = b.x, dy;
-      for (auto& l : model.layers) x = l.forward(x);
-      (void)zt_test::mse(x, b.t, 1.0f, dy);
-      for (auto it = model.layers.rbegin(); it != model.layers.rend(); ++it) dy = it->backward(dy);
-      g[r].assign(grads.begin(), grads.begin() + static_cast<long>(n));
-    }
+    for (std::size_t r = 0; r < uw; ++r) g[r] = net.gradient(s, static_cast<int>(r), p[r]);
     if (t == 1) continue;  // the set-up step
     if (!frozen) {
       if (t % var_interval == 0) {  // var: averaged gradient, Adam without bias correction

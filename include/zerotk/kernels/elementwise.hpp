@@ -147,15 +147,26 @@ ZEROTK_HD ZEROTK_FORCEINLINE void adam_momentum(F& m, const F& g, const AdamStep
   m = fma(F(k.beta1), m, F(k.one_minus_beta1) * g);
 }
 
+/// Adam's denominator sqrt(v / bc2) + eps (0/1 Adam's sync weights its accumulator by it).
+ZEROTK_HD_TEMPLATE
+template <class F>
+ZEROTK_HD ZEROTK_FORCEINLINE F adam_denom(const F& v, const AdamStepConsts& k) {
+  return sqrt(v * F(k.inv_bc2)) + F(k.eps);
+}
+/// The step direction before the learning rate: (m / bc1) / (sqrt(v / bc2) + eps) [+ AdamW wd * p].
+ZEROTK_HD_TEMPLATE
+template <class F>
+ZEROTK_HD ZEROTK_FORCEINLINE F adam_direction(const F& p, const F& m, const F& v, const AdamStepConsts& k) {
+  F update = (m * F(k.inv_bc1)) / adam_denom(v, k);
+  if (k.adamw_mode) update = fma(F(k.weight_decay), p, update);
+  return update;
+}
 /// Adam's parameter step from the moments: p -= lr * ((m / bc1) / (sqrt(v / bc2) + eps) + [AdamW] wd * p).
 /// (1-bit Adam's compressed phase runs it alone, with the second moment frozen.)
 ZEROTK_HD_TEMPLATE
 template <class F>
 ZEROTK_HD ZEROTK_FORCEINLINE void adam_apply(F& p, const F& m, const F& v, const AdamStepConsts& k) {
-  const F denom = sqrt(v * F(k.inv_bc2)) + F(k.eps);
-  F update = (m * F(k.inv_bc1)) / denom;
-  if (k.adamw_mode) update = fma(F(k.weight_decay), p, update);
-  p = fma(F(-k.lr), update, p);
+  p = fma(F(-k.lr), adam_direction(p, m, v, k), p);
 }
 
 /// One Adam/AdamW update of one element (or one SIMD vector of elements). `g` is already unscaled.
@@ -179,10 +190,7 @@ ZEROTK_HD_TEMPLATE
 template <class F>
 ZEROTK_HD ZEROTK_FORCEINLINE void zero_one_local(F& p, F& m, F& u, const F& v, const F& g, const AdamStepConsts& k) {
   adam_momentum(m, g, k);
-  const F denom = sqrt(v * F(k.inv_bc2)) + F(k.eps);
-  F update = (m * F(k.inv_bc1)) / denom;
-  if (k.adamw_mode) update = fma(F(k.weight_decay), p, update);
-  const F d = F(-k.lr) * update;
+  const F d = F(-k.lr) * adam_direction(p, m, v, k);
   p = p + d;
   u = u + d;
 }
@@ -193,7 +201,7 @@ ZEROTK_HD_TEMPLATE
 template <class F>
 ZEROTK_HD ZEROTK_FORCEINLINE void zero_one_sync_out(F& p, F& u, const F& v, const AdamStepConsts& k) {
   p = p - u;
-  u = u * (sqrt(v * F(k.inv_bc2)) + F(k.eps));
+  u = u * adam_denom(v, k);
 }
 
 /// The second half, after the all-reduce: m = -(u / L) (L: the sum of lr over the interval, rounded
@@ -203,7 +211,7 @@ template <class F>
 ZEROTK_HD ZEROTK_FORCEINLINE void zero_one_sync_in(F& p, F& m, F& u, const F& v, const F& lr_sum,
                                                    const AdamStepConsts& k) {
   m = -(u / lr_sum);
-  p = p + u / (sqrt(v * F(k.inv_bc2)) + F(k.eps));
+  p = p + u / adam_denom(v, k);
   u = F(0.0f);
 }
 
