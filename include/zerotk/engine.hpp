@@ -379,8 +379,15 @@ class Engine {
     std::vector<EngineGroupView> out;
     for_each_group([&](const auto& g) {
       const auto& st = g.store();
-      out.push_back({st.optimizer().step_count(), std::span<const float>(st.master(), st.owned_numel()), st.exp_avg(),
-                     st.exp_avg_sq()});
+      EngineGroupView view{st.optimizer().step_count(), std::span<const float>(st.master(), st.owned_numel()),
+                           st.exp_avg(), st.exp_avg_sq(), false, {}, {}};
+      if constexpr (requires { st.optimizer().fresh_variance(); }) {  // 1-bit LAMB: v_f and its scalars
+        const auto& opt = st.optimizer();
+        view.fresh = true;
+        view.v_fresh = std::span<const float>(opt.fresh_variance(), opt.buffer_numel());
+        view.tensor_scalars = opt.encoded_tensor_states();
+      }
+      out.push_back(std::move(view));
     });
     return out;
   }
@@ -408,6 +415,7 @@ class Engine {
                                                     std::to_string(g.store().owned_numel()) + " elements");
       }
       optim::check_state(gs.optimizer, g.store().owned_numel(), "Engine::load_state");
+      optim::check_extra(g.store().optimizer(), gs.optimizer, "Engine::load_state");
     });
     i = 0;
     for_each_group([&](auto& g) {
@@ -682,6 +690,17 @@ class Engine {
       }
     }
     const bool acc32 = !options_.grad_accum_dtype || *options_.grad_accum_dtype == DType::fp32;
+    if constexpr (std::is_same_v<optimizer_tag, OneBitLamb>) {
+      // 1-bit LAMB's scaling coefficients average over the whole model, and it exchanges the whole
+      // model's momentum at once: one flat group, one optimizer.
+      if (!main.ids.empty() && !f32.ids.empty()) {
+        throw config_error("Optimizer<OneBitLamb> steps the whole model as one flat vector; parameters kept in fp32 "
+                           "(keep_fp32, fp32_module_types) would form a second one. Train them in the working "
+                           "precision, or use another optimizer",
+                           "EngineOptions.keep_fp32 / fp32_module_types",
+                           std::to_string(f32.ids.size()) + " fp32-kept parameters");
+      }
+    }
     if (!main.ids.empty()) {
       main_ = std::make_unique<MainGroup>(path_context(acc32), std::move(main), bucket_numel(sizeof(S)), options_.groups,
                                           options_.overlap_param_gather, store_options("main"), options_.onebit);

@@ -83,6 +83,8 @@ EngineOptions engine_options(const config::Config& cfg) {
     o.optimizer = cfg.optimizer->params;
     o.onebit.freeze_step = cfg.optimizer->freeze_step;  // OneBitAdam's; the reader checked it >= 0
     o.onebit.zero_one = cfg.optimizer->zero_one;        // ZeroOneAdam's; checked again when the engine is built
+    o.onebit.lamb = {cfg.optimizer->coeff_beta, cfg.optimizer->factor_max, cfg.optimizer->factor_min,
+                     cfg.optimizer->factor_threshold};  // OneBitLamb's
   }
   // The fp16 block is the scaler's own options plus `enabled` (config/options.hpp).
   o.loss_scaler = static_cast<const LossScalerOptions&>(cfg.fp16);

@@ -49,7 +49,11 @@ inline bool same_state(const zerotk::EngineState& a, const zerotk::EngineState& 
   for (std::size_t g = 0; g < a.groups.size(); ++g) {
     const auto &x = a.groups[g], &y = b.groups[g];
     if (x.optimizer.step != y.optimizer.step || !same_bits(x.master, y.master) || !same_bits(x.optimizer.m, y.optimizer.m) ||
-        !same_bits(x.optimizer.v, y.optimizer.v)) {
+        !same_bits(x.optimizer.v, y.optimizer.v) || !same_bits(x.optimizer.v_fresh, y.optimizer.v_fresh) ||
+        x.optimizer.tensor_scalars.size() != y.optimizer.tensor_scalars.size() ||
+        (!x.optimizer.tensor_scalars.empty() &&
+         std::memcmp(x.optimizer.tensor_scalars.data(), y.optimizer.tensor_scalars.data(),
+                     x.optimizer.tensor_scalars.size() * sizeof(double)) != 0)) {
       return false;
     }
   }

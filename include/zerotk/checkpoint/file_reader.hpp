@@ -38,13 +38,16 @@ struct SectionInfo {
   std::uint64_t offset = 0;  ///< of the section's first element in the file
 };
 
-/// The element type a C++ type reads as: float fp32, std::int64_t int64, std::byte byte.
+/// The element type a C++ type reads as: float fp32, double fp64, std::int64_t int64, std::byte byte.
 template <class T>
-concept SectionElement = std::is_same_v<T, float> || std::is_same_v<T, std::int64_t> || std::is_same_v<T, std::byte>;
+concept SectionElement = std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, std::int64_t> ||
+                         std::is_same_v<T, std::byte>;
 
 template <SectionElement T>
-inline constexpr ElementType element_type_of =
-    std::is_same_v<T, float> ? ElementType::fp32 : std::is_same_v<T, std::int64_t> ? ElementType::int64 : ElementType::byte;
+inline constexpr ElementType element_type_of = std::is_same_v<T, float>          ? ElementType::fp32
+                                               : std::is_same_v<T, double>       ? ElementType::fp64
+                                               : std::is_same_v<T, std::int64_t> ? ElementType::int64
+                                                                                 : ElementType::byte;
 
 /// A data file opened, verified and indexed; memory use does not depend on the file's size.
 class DataFileReader {

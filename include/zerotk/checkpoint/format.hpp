@@ -35,13 +35,14 @@ namespace zerotk::checkpoint {
 inline constexpr std::array<char, 8> kFileMagic = {'Z', 'T', 'K', 'C', 'K', 'P', 'T', '\0'};
 inline constexpr std::uint32_t kFileVersion = 1;
 
-enum class ElementType : std::uint8_t { fp32 = 1, int64 = 2, byte = 3 };
+/// fp64 holds 1-bit LAMB's per-tensor scalars (Python floats in DeepSpeed).
+enum class ElementType : std::uint8_t { fp32 = 1, int64 = 2, byte = 3, fp64 = 4 };
 
 constexpr std::size_t size_of(ElementType t) noexcept {
-  return t == ElementType::fp32 ? 4 : t == ElementType::int64 ? 8 : 1;
+  return t == ElementType::fp32 ? 4 : t == ElementType::int64 || t == ElementType::fp64 ? 8 : 1;
 }
 constexpr std::string_view to_string(ElementType t) noexcept {
-  return t == ElementType::fp32 ? "fp32" : t == ElementType::int64 ? "int64" : "byte";
+  return t == ElementType::fp32 ? "fp32" : t == ElementType::int64 ? "int64" : t == ElementType::fp64 ? "fp64" : "byte";
 }
 
 namespace detail {
@@ -74,6 +75,7 @@ class DataFileWriter {
   void add(std::string_view name, std::span<const float> v) { add_raw(name, ElementType::fp32, v); }
   void add(std::string_view name, std::span<const std::int64_t> v) { add_raw(name, ElementType::int64, v); }
   void add(std::string_view name, std::span<const std::byte> v) { add_raw(name, ElementType::byte, v); }
+  void add(std::string_view name, std::span<const double> v) { add_raw(name, ElementType::fp64, v); }
 
   std::vector<std::byte> finish() && {
     std::vector<std::byte>& b = w_.bytes();
@@ -164,7 +166,7 @@ inline SectionHeader read_section_header(io::ByteReader& r, std::uint64_t bytes_
   const std::uint16_t len = r.get_u16("section name length");
   s.name = r.get_text(len, "section name");
   const auto type = r.get<std::uint8_t>("element type");
-  if (type < 1 || type > 3) throw io_error("unknown element type in section \"" + s.name + "\"", r.where(), std::to_string(type));
+  if (type < 1 || type > 4) throw io_error("unknown element type in section \"" + s.name + "\"", r.where(), std::to_string(type));
   s.type = static_cast<ElementType>(type);
   s.numel = r.get<std::uint64_t>("element count");
   const std::uint64_t left = r.remaining() + bytes_beyond;

@@ -38,7 +38,7 @@ inline Manifest make_manifest(const EngineSignature& sig, const EngineState& s, 
   m.stage = sig.stage;
   m.precision = sig.precision;
   m.optimizer = sig.optimizer;
-  m.optimizer_states = optimizer_state_names();
+  m.optimizer_states = optimizer_state_names(sig.optimizer);
   m.parameter_count = sig.parameter_count;
   m.flat_numel = sig.flat_numel;
   m.shards = sig.shards;

@@ -6,11 +6,15 @@
 ///   group<g>.master       fp32[owned]     the fp32 master partition (padding included, as owned)
 ///   group<g>.exp_avg      fp32[owned]     Adam's m
 ///   group<g>.exp_avg_sq   fp32[owned]     Adam's v
+/// and two more for 1-bit LAMB (the manifest's optimizer_states end in exp_avg_sq_fresh):
+///   group<g>.exp_avg_sq_fresh    fp32[owned]    its fresh variance v_f
+///   group<g>.lamb_tensor_states  fp64[4 T]      per tensor c_f, F, k, k set (T tensors)
 /// Counters, scaler and scheduler are the same on every rank and live in the manifest.
 ///
 /// Written streamed (file_writer.hpp) and read through a verified DataFileReader (file_reader.hpp):
 /// neither side holds the file in memory, only the state it is made of.
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -31,6 +35,17 @@
 namespace zerotk::checkpoint {
 
 inline constexpr std::size_t kSectionsPerGroup = 4;
+inline constexpr std::string_view kFreshState = "exp_avg_sq_fresh";
+inline constexpr std::string_view kLambTensorStates = "lamb_tensor_states";
+
+/// Whether the optimizer states named in a manifest include 1-bit LAMB's.
+inline bool has_fresh_state(const std::vector<std::string>& states) {
+  return std::find(states.begin(), states.end(), kFreshState) != states.end();
+}
+/// Sections per group of a checkpoint whose manifest names `states`.
+inline std::size_t sections_per_group(const std::vector<std::string>& states) {
+  return kSectionsPerGroup + (has_fresh_state(states) ? 2 : 0);
+}
 
 inline std::string section_name(std::size_t group, std::string_view what) {
   return "group" + std::to_string(group) + "." + std::string(what);
@@ -39,13 +54,16 @@ inline std::string section_name(std::size_t group, std::string_view what) {
 /// Calls `add(name, span)` for every section of the rank file of groups `groups`, in file order.
 template <class Add>
 void for_each_rank_section(std::span<const EngineGroupView> groups, Add&& add) {
-  const std::vector<std::string>& states = optimizer_state_names();
   for (std::size_t g = 0; g < groups.size(); ++g) {
     const EngineGroupView& gs = groups[g];
     add(section_name(g, "step"), std::span<const std::int64_t>(&gs.step, 1));
     add(section_name(g, "master"), gs.master);
-    add(section_name(g, states[0]), gs.m);
-    add(section_name(g, states[1]), gs.v);
+    add(section_name(g, "exp_avg"), gs.m);
+    add(section_name(g, "exp_avg_sq"), gs.v);
+    if (gs.fresh) {
+      add(section_name(g, kFreshState), gs.v_fresh);
+      add(section_name(g, kLambTensorStates), std::span<const double>(gs.tensor_scalars));
+    }
   }
 }
 
@@ -56,7 +74,7 @@ inline FileRecord write_rank_file(const std::filesystem::path& dir, std::span<co
   const std::string name = rank_file_name(rank);
   std::vector<std::pair<std::string, std::uint64_t>> sizes;
   for_each_rank_section(groups, [&](const std::string& section, auto span) { sizes.emplace_back(section, span.size_bytes()); });
-  DataFileStreamWriter w(dir / name, rank, world_size, static_cast<std::uint32_t>(kSectionsPerGroup * groups.size()),
+  DataFileStreamWriter w(dir / name, rank, world_size, static_cast<std::uint32_t>(sizes.size()),
                          DataFileStreamWriter::file_size(sizes));
   for_each_rank_section(groups, [&](const std::string& section, auto span) { w.add(section, span); });
   FileRecord rec = w.finish(name);
@@ -74,15 +92,22 @@ inline void check_rank_file(const DataFileReader& f, const Manifest& m, int rank
                        std::to_string(rank) + " of " + std::to_string(m.world_size));
   }
   const std::size_t groups = m.shards.owned_numel.size();
-  if (f.sections().size() != kSectionsPerGroup * groups) {
+  const std::size_t per_group = sections_per_group(m.optimizer_states);
+  if (f.sections().size() != per_group * groups) {
     throw io_error("unexpected number of sections", f.path(),
-                   std::to_string(f.sections().size()) + ", expected " + std::to_string(kSectionsPerGroup * groups));
+                   std::to_string(f.sections().size()) + ", expected " + std::to_string(per_group * groups));
   }
   for (std::size_t g = 0; g < groups; ++g) {
     const std::uint64_t n = m.shards.owned_numel[g][static_cast<std::size_t>(rank)];
     f.section(section_name(g, "step"), ElementType::int64, 1);
-    for (const std::string& what : {std::string("master"), optimizer_state_names()[0], optimizer_state_names()[1]}) {
-      f.section(section_name(g, what), ElementType::fp32, n);
+    f.section(section_name(g, "master"), ElementType::fp32, n);
+    for (const std::string& what : m.optimizer_states) f.section(section_name(g, what), ElementType::fp32, n);
+    if (has_fresh_state(m.optimizer_states)) {
+      const std::uint64_t k = f.section(section_name(g, kLambTensorStates), ElementType::fp64).numel;
+      if (k % 4 != 0) {
+        throw io_error("1-bit LAMB's per-tensor states are not whole records of 4", f.path(),
+                       section_name(g, kLambTensorStates) + ": " + std::to_string(k) + " values");
+      }
     }
     std::int64_t step = 0;
     f.read(section_name(g, "step"), ElementType::int64, 0, std::span<std::int64_t>(&step, 1));
@@ -91,6 +116,23 @@ inline void check_rank_file(const DataFileReader& f, const Manifest& m, int rank
                      std::to_string(step) + ", manifest says " + std::to_string(m.optimizer_steps[g]));
     }
   }
+}
+
+/// The per-element sections of one group, by name, and the state's vector each is read into:
+/// master, m, v and, for 1-bit LAMB, v_f.
+inline std::vector<std::pair<std::string, std::vector<float>*>> element_sections(EngineGroupState& gs,
+                                                                                const std::vector<std::string>& states) {
+  std::vector<std::pair<std::string, std::vector<float>*>> out = {
+      {"master", &gs.master}, {"exp_avg", &gs.optimizer.m}, {"exp_avg_sq", &gs.optimizer.v}};
+  if (has_fresh_state(states)) out.emplace_back(std::string(kFreshState), &gs.optimizer.v_fresh);
+  return out;
+}
+
+/// Group g's 1-bit LAMB per-tensor states from `f` (checked with check_rank_file first).
+inline void read_tensor_states(const DataFileReader& f, std::size_t g, std::vector<double>& out) {
+  const std::string name = section_name(g, kLambTensorStates);
+  out.resize(f.section(name, ElementType::fp64).numel);
+  f.read(name, ElementType::fp64, 0, std::span<double>(out));
 }
 
 /// Rank `rank`'s groups from its file `f` (checked with check_rank_file first), each section read
@@ -102,12 +144,11 @@ inline std::vector<EngineGroupState> read_rank_file(const DataFileReader& f, con
     const std::size_t n = m.shards.owned_numel[g][static_cast<std::size_t>(rank)];
     EngineGroupState& gs = groups[g];
     gs.optimizer.step = m.optimizer_steps[g];
-    std::vector<float>* into[3] = {&gs.master, &gs.optimizer.m, &gs.optimizer.v};
-    const std::string names[3] = {"master", optimizer_state_names()[0], optimizer_state_names()[1]};
-    for (int k = 0; k < 3; ++k) {
-      into[k]->resize(n);
-      f.read(section_name(g, names[k]), ElementType::fp32, 0, std::span<float>(*into[k]));
+    for (const auto& [what, into] : element_sections(gs, m.optimizer_states)) {
+      into->resize(n);
+      f.read(section_name(g, what), ElementType::fp32, 0, std::span<float>(*into));
     }
+    if (has_fresh_state(m.optimizer_states)) read_tensor_states(f, g, gs.optimizer.tensor_scalars);
   }
   return groups;
 }

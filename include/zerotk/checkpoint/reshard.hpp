@@ -101,21 +101,24 @@ inline std::vector<EngineGroupState> reshard(const std::filesystem::path& tdir, 
   for (std::size_t g = 0; g < groups.size(); ++g) {
     want.push_back(sig.shards.fragments[g][static_cast<std::size_t>(sig.rank)]);
     const std::size_t n = sig.shards.owned_numel[g][static_cast<std::size_t>(sig.rank)];
-    groups[g].master.assign(n, 0.0f);
-    groups[g].optimizer.m.assign(n, 0.0f);
-    groups[g].optimizer.v.assign(n, 0.0f);
+    for (const auto& [what, into] : element_sections(groups[g], m.optimizer_states)) into->assign(n, 0.0f);
     groups[g].optimizer.step = m.optimizer_steps[g];
+  }
+  // 1-bit LAMB's per-tensor states do not depend on the world size and every rank saved the same:
+  // rank 0's.
+  if (has_fresh_state(m.optimizer_states)) {
+    const DataFileReader f = open_rank_file(tdir, m, 0);
+    check_rank_file(f, m, 0);
+    for (std::size_t g = 0; g < groups.size(); ++g) read_tensor_states(f, g, groups[g].optimizer.tensor_scalars);
   }
   for (const auto& [src, copies] : plan_reshard(m, want, sig.rank, manifest_path)) {
     const DataFileReader f = open_rank_file(tdir, m, src);
     check_rank_file(f, m, src);
-    const std::string names[3] = {"master", optimizer_state_names()[0], optimizer_state_names()[1]};
     for (const PieceCopy& c : copies) {
       EngineGroupState& to = groups[c.group];
-      std::vector<float>* into[3] = {&to.master, &to.optimizer.m, &to.optimizer.v};
-      for (int k = 0; k < 3; ++k) {
-        f.read(section_name(c.group, names[k]), ElementType::fp32, c.src_offset,
-               std::span<float>(*into[k]).subspan(static_cast<std::size_t>(c.dst_offset), static_cast<std::size_t>(c.numel)));
+      for (const auto& [what, into] : element_sections(to, m.optimizer_states)) {
+        f.read(section_name(c.group, what), ElementType::fp32, c.src_offset,
+               std::span<float>(*into).subspan(static_cast<std::size_t>(c.dst_offset), static_cast<std::size_t>(c.numel)));
       }
     }
   }

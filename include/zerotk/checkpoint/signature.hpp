@@ -21,10 +21,11 @@
 
 namespace zerotk::checkpoint {
 
-/// The per-element optimizer states every zerotk optimizer keeps, in file order (DeepSpeed's names).
-inline const std::vector<std::string>& optimizer_state_names() {
-  static const std::vector<std::string> names = {"exp_avg", "exp_avg_sq"};
-  return names;
+/// The per-element optimizer states of the optimizer named `optimizer` (optimizer_name), in file
+/// order (DeepSpeed's names): m and v, and 1-bit LAMB's fresh variance.
+inline std::vector<std::string> optimizer_state_names(std::string_view optimizer) {
+  if (optimizer == "OneBitLamb") return {"exp_avg", "exp_avg_sq", "exp_avg_sq_fresh"};
+  return {"exp_avg", "exp_avg_sq"};
 }
 
 template <class Tag>
@@ -39,6 +40,8 @@ constexpr std::string_view optimizer_name() {
     return "OneBitAdam";  // m and v as Adam's; the compression errors are not saved (zeroed on load, as DeepSpeed)
   } else if constexpr (std::is_same_v<Tag, ZeroOneAdam>) {
     return "ZeroOneAdam";  // m and v; the accumulator, its lr sum and the errors are not saved (zero after a load)
+  } else if constexpr (std::is_same_v<Tag, OneBitLamb>) {
+    return "OneBitLamb";  // m, v, v_f and per tensor c_f, F, k; the errors and the flat tail are not saved
   } else {
     static_assert(dependent_false<Tag>, "checkpoint: no name for this optimizer tag (add it to optimizer_name)");
   }
@@ -108,7 +111,7 @@ inline void check_compatible(const Manifest& m, const EngineSignature& sig, cons
   require_same(manifest_path, "optimizer", "another optimizer", m.optimizer, sig.optimizer);
   std::string saved_states, here_states;
   for (const auto& s : m.optimizer_states) saved_states += (saved_states.empty() ? "" : " ") + s;
-  for (const auto& s : optimizer_state_names()) here_states += (here_states.empty() ? "" : " ") + s;
+  for (const auto& s : optimizer_state_names(sig.optimizer)) here_states += (here_states.empty() ? "" : " ") + s;
   require_same(manifest_path, "optimizer_states", "other optimizer states", saved_states, here_states);
   require_same(manifest_path, "parameter_count", "another model", m.parameter_count, sig.parameter_count);
   require_same(manifest_path, "parameters", "another model", m.shards.params.size(), sig.shards.params.size());

@@ -297,10 +297,13 @@ inline constexpr Unbuildable kUnbuildable[] = {
      "NVMe parameter offload (OffloadParams<Nvme>); the engine runs OffloadParams<None> and OffloadParams<Cpu> "
      "(ZeRO stage 3)"},
     {[](const Config& c) -> detail::Ask {
-       if (!c.optimizer || c.optimizer->kind != OptimizerKind::onebit_lamb) return std::nullopt;
-       return detail::ask("/optimizer/type", detail::quoted(to_string(c.optimizer->kind)));
+       if (!c.optimizer || c.optimizer->kind != OptimizerKind::onebit_lamb || c.zero_optimization.stage == 0) {
+         return std::nullopt;
+       }
+       return detail::ask("/zero_optimization/stage", std::to_string(c.zero_optimization.stage));
      },
-     "1-bit LAMB (Optimizer<OneBitLamb>); the engine runs Adam, AdamW, Lamb, OneBitAdam and ZeroOneAdam"},
+     "OneBitLamb with ZeRO stage 1, 2 or 3; 1-bit LAMB compresses the momentum every rank holds in full, in "
+     "place of stage 0's gradient all-reduce (DeepSpeed asserts stage 0 too)"},
     {[](const Config& c) -> detail::Ask {
        if (!c.optimizer || c.optimizer->kind != OptimizerKind::onebit_adam || c.zero_optimization.stage == 0) {
          return std::nullopt;
@@ -325,12 +328,13 @@ inline constexpr Unbuildable kUnbuildable[] = {
      "gradient all-reduce, and stages 1-3 reduce-scatter into partitions, which no codec does yet (use stage 0)"},
     {[](const Config& c) -> detail::Ask {
        if (!c.gradient_compression.algorithm || !c.optimizer ||
-           (c.optimizer->kind != OptimizerKind::onebit_adam && c.optimizer->kind != OptimizerKind::zero_one_adam)) {
+           (c.optimizer->kind != OptimizerKind::onebit_adam && c.optimizer->kind != OptimizerKind::zero_one_adam &&
+            c.optimizer->kind != OptimizerKind::onebit_lamb)) {
          return std::nullopt;
        }
        return detail::ask("/optimizer/type", detail::quoted(to_string(c.optimizer->kind)));
      },
-     "gradient_compression with OneBitAdam or ZeroOneAdam; both already compress their own exchanges in place of "
+     "gradient_compression with OneBitAdam, ZeroOneAdam or OneBitLamb; they already compress their own exchanges in place of "
      "the gradient all-reduce (remove the gradient_compression block or its algorithm)"},
     {[](const Config& c) -> detail::Ask {
        if (!c.prescale_gradients) return std::nullopt;

@@ -32,15 +32,16 @@ struct Compat {
                 "stages 0-2 keep every parameter in the compute space (DeepSpeed ignores offload_param there too)");
   static_assert(!std::is_same_v<typename OffloadParams::tag, Cpu> || std::is_same_v<typename Device::tag, Host>,
                 "Engine: OffloadParams<Cpu> with Device<Cuda> is not available yet (Device<Host> only)");
-  // The 1-bit optimizers: 1-bit Adam and 0/1 Adam.
+  // The 1-bit optimizers: 1-bit Adam, 0/1 Adam and 1-bit LAMB.
   static constexpr bool kOneBit = std::is_same_v<policy_tag_t<Optimizer>, OneBitAdam> ||
-                                  std::is_same_v<policy_tag_t<Optimizer>, ZeroOneAdam>;
+                                  std::is_same_v<policy_tag_t<Optimizer>, ZeroOneAdam> ||
+                                  std::is_same_v<policy_tag_t<Optimizer>, OneBitLamb>;
   static_assert(!kOneBit || Partitioner::stage == 0,
-                "Engine: Optimizer<OneBitAdam> and Optimizer<ZeroOneAdam> compress what every rank holds in full "
+                "Engine: Optimizer<OneBitAdam>, Optimizer<ZeroOneAdam> and Optimizer<OneBitLamb> compress what every rank holds in full "
                 "(momentum, gradient, accumulated update) in place of stage 0's gradient all-reduce; use "
-                "Partitioner<Stage<0>> (DeepSpeed asserts ZeRO stage 0 for both too)");
+                "Partitioner<Stage<0>> (DeepSpeed asserts ZeRO stage 0 for all three too)");
   static_assert(!kOneBit || std::is_same_v<typename Device::tag, Host>,
-                "Engine: Optimizer<OneBitAdam> and Optimizer<ZeroOneAdam> with Device<Cuda> are not available yet "
+                "Engine: Optimizer<OneBitAdam>, Optimizer<ZeroOneAdam> and Optimizer<OneBitLamb> with Device<Cuda> are not available yet "
                 "(their compressed exchange runs on host memory); use Device<Host>");
   static constexpr bool kCompressed = !std::is_same_v<typename GradientCompression::tag, None>;
   static_assert(!kCompressed || Partitioner::stage == 0,
@@ -50,7 +51,7 @@ struct Compat {
                 "Engine: GradientCompression compresses the accumulated gradient once per optimizer step; use "
                 "Partitioner<Stage<0>> with when::at_boundary (its default)");
   static_assert(!kCompressed || !kOneBit,
-                "Engine: Optimizer<OneBitAdam> and Optimizer<ZeroOneAdam> already compress their own exchanges; use "
+                "Engine: Optimizer<OneBitAdam>, Optimizer<ZeroOneAdam> and Optimizer<OneBitLamb> already compress their own exchanges; use "
                 "GradientCompression<None> with them");
   static_assert(!kCompressed || std::is_same_v<typename Device::tag, Host>,
                 "Engine: GradientCompression with Device<Cuda> is not available yet (its codecs run on host memory); "

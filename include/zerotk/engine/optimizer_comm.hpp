@@ -15,6 +15,10 @@
 ///   ZeroOneAdam            ZeroOneExchange      the same per-tensor 1-bit all-reduce, of the
 ///                                               gradient in grad steps and of the accumulator in
 ///                                               syncs; the accumulator; the switch
+///   OneBitLamb             OneBitLambExchange   ONE 1-bit all-reduce of the whole model's (scaled)
+///                                               momentum as a flat vector with a persistent tail,
+///                                               as DeepSpeed; the fresh variance and scratch; the
+///                                               switch
 ///
 /// A part offers: sync(opt) after every step and load (sets the gradient switch for the next
 /// step), reset() (zeroes compression errors: DeepSpeed does it when a checkpoint is loaded), and
@@ -28,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "zerotk/compress/onebit_allreduce.hpp"
 #include "zerotk/compress/onebit_batch.hpp"
 #include "zerotk/core/memory.hpp"
 #include "zerotk/engine/options.hpp"
@@ -176,6 +181,100 @@ class ZeroOneExchange {
   TrackedBuffer<float> u_;  // zeros
 };
 
+/// 1-bit LAMB's exchange over the engine's communicator (optim/onebit_lamb.hpp): the momentum of
+/// every segment, laid end to end in segment order in a flat buffer of N values (n rounded up as
+/// the all-reduce pads, compress/onebit_allreduce.hpp), goes through one 1-bit all-reduce with one
+/// worker and one server error for the whole model. The N - n tail values are not re-zeroed: each
+/// call starts from what the last one left there, as DeepSpeed's flat buffer. A load zeroes the
+/// errors and the tail (DeepSpeed rebuilds both). The part also owns the optimizer's fresh variance
+/// v_f ([partition] fp32, saved by checkpoints) and its scratch ([2 partition] fp32), needed on one
+/// rank too; all in the ledger (optimizer_state; the flat buffer and the all-reduce's scratch under
+/// comm_buffers).
+template <class Comm>
+class OneBitLambExchange {
+ public:
+  OneBitLambExchange(Optimizer<OneBitLamb>& opt, Comm& comm, std::span<const kernels::Segment> segments,
+                     MemoryLedger* ledger, zero::LocalGradients* local, const OneBitOptions& options)
+      : comm_(&comm),
+        ledger_(ledger),
+        local_(local),
+        v_fresh_(extent(segments), MemoryCategory::optimizer_state, ledger),
+        scratch_(2 * extent(segments), MemoryCategory::optimizer_state, ledger) {
+    opt.set_freeze_step(options.freeze_step);
+    opt.set_lamb_options(options.lamb);
+    opt.set_buffers(v_fresh_.data(), scratch_.data(), v_fresh_.size());
+    if (comm.size() > 1) {
+      std::size_t n = 0;
+      for (const kernels::Segment& s : segments) n += s.numel;
+      const std::size_t padded = compress::OneBitLayout::make(n, comm.size()).padded;
+      reducer_.emplace(padded, comm.size());
+      flat_ = TrackedBuffer<float>(padded, MemoryCategory::comm_buffers, ledger);
+      state_bytes_ = reducer_->error_bytes();
+      buffer_bytes_ = reducer_->scratch_bytes();
+      if (ledger_) {
+        ledger_->add(MemoryCategory::optimizer_state, state_bytes_);
+        ledger_->add(MemoryCategory::comm_buffers, buffer_bytes_);
+      }
+      opt.set_momentum_exchange([this](std::span<const kernels::Segment> segs, float* m) { run(segs, m); });
+    }
+    sync(opt);
+  }
+  OneBitLambExchange(const OneBitLambExchange&) = delete;
+  OneBitLambExchange& operator=(const OneBitLambExchange&) = delete;
+  ~OneBitLambExchange() {
+    if (ledger_) {
+      ledger_->sub(MemoryCategory::optimizer_state, state_bytes_);
+      ledger_->sub(MemoryCategory::comm_buffers, buffer_bytes_);
+    }
+  }
+
+  /// The gradient all-reduce of the next step is off in the compression phase.
+  void sync(const Optimizer<OneBitLamb>& opt) noexcept { local_->on = opt.gradients_local(); }
+  /// After a load: the errors and the flat buffer's tail start from zero.
+  void reset() {
+    if (reducer_) reducer_->reset();
+    std::fill(flat_.begin(), flat_.end(), 0.0f);
+  }
+  std::uint64_t wire_bytes() const noexcept { return wire_bytes_; }
+
+ private:
+  static std::size_t extent(std::span<const kernels::Segment> segments) noexcept {
+    std::size_t n = 0;
+    for (const kernels::Segment& s : segments) n = std::max(n, s.offset + s.numel);
+    return n;
+  }
+
+  void run(std::span<const kernels::Segment> segments, float* m) {
+    std::size_t at = 0;
+    for (const kernels::Segment& s : segments) {
+      if (at + s.numel > flat_.size()) {
+        throw usage_error("the 1-bit LAMB exchange was built for fewer elements", "engine::OneBitLambExchange",
+                          std::to_string(at + s.numel) + " > " + std::to_string(flat_.size()));
+      }
+      std::copy(m + s.offset, m + s.offset + s.numel, flat_.data() + at);
+      at += s.numel;
+    }
+    const std::uint64_t before = comm_->stats().total_wire_bytes();
+    reducer_->run(*comm_, std::span<float>(flat_.data(), flat_.size()));
+    wire_bytes_ += comm_->stats().total_wire_bytes() - before;
+    at = 0;
+    for (const kernels::Segment& s : segments) {
+      std::copy(flat_.data() + at, flat_.data() + at + s.numel, m + s.offset);
+      at += s.numel;
+    }
+  }
+
+  Comm* comm_;
+  MemoryLedger* ledger_;
+  zero::LocalGradients* local_;
+  TrackedBuffer<float> v_fresh_;  // zeros
+  TrackedBuffer<float> scratch_;
+  std::optional<compress::OneBitAllReduce> reducer_;  // none on one rank
+  TrackedBuffer<float> flat_;                         // [N]: the momentum, then the tail
+  std::size_t state_bytes_ = 0, buffer_bytes_ = 0;
+  std::uint64_t wire_bytes_ = 0;
+};
+
 template <class Opt, class Comm>
 struct OptimizerCommOf {
   using type = PlainOptimizerComm;
@@ -187,6 +286,10 @@ struct OptimizerCommOf<Optimizer<OneBitAdam>, Comm> {
 template <class Comm>
 struct OptimizerCommOf<Optimizer<ZeroOneAdam>, Comm> {
   using type = ZeroOneExchange<Comm>;
+};
+template <class Comm>
+struct OptimizerCommOf<Optimizer<OneBitLamb>, Comm> {
+  using type = OneBitLambExchange<Comm>;
 };
 
 }  // namespace zerotk::engine

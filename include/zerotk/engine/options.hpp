@@ -85,11 +85,13 @@ struct Stage3Options {
   std::vector<std::string> replicated_module_types;
 };
 
-/// The 1-bit optimizers' optimizer-wide keys: Optimizer<OneBitAdam> (optim/onebit_adam.hpp) and
-/// Optimizer<ZeroOneAdam> (optim/zero_one_adam.hpp).
+/// The 1-bit optimizers' optimizer-wide keys: Optimizer<OneBitAdam> (optim/onebit_adam.hpp),
+/// Optimizer<ZeroOneAdam> (optim/zero_one_adam.hpp) and Optimizer<OneBitLamb> (optim/onebit_lamb.hpp).
 struct OneBitOptions {
-  /// OneBitAdam: steps before the compressed phase (DeepSpeed `optimizer.params.freeze_step`); >= 0.
+  /// OneBitAdam, OneBitLamb: steps before the compressed phase (DeepSpeed `optimizer.params.freeze_step`); >= 0.
   std::int64_t freeze_step = 100'000;
+  /// OneBitLamb: coeff_beta, factor_max, factor_min, factor_threshold.
+  OneBitLambOptions lamb;
   /// ZeroOneAdam: var_freeze_step, var_update_scaler, local_step_scaler, local_step_clipper.
   optim::ZeroOneOptions zero_one;
 };

@@ -28,6 +28,9 @@ struct EngineGroupState {
 struct EngineGroupView {
   std::int64_t step = 0;
   std::span<const float> master, m, v;
+  bool fresh = false;                  ///< 1-bit LAMB: v_fresh and tensor_scalars are part of the state
+  std::span<const float> v_fresh;      ///< 1-bit LAMB's exp_avg_sq_fresh
+  std::vector<double> tensor_scalars;  ///< 1-bit LAMB's per-tensor c_f, F, k, k set (a copy: small)
 };
 
 struct EngineState {
@@ -42,7 +45,11 @@ struct EngineState {
 /// Views of a state's own groups.
 inline std::vector<EngineGroupView> views_of(const EngineState& s) {
   std::vector<EngineGroupView> out;
-  for (const EngineGroupState& g : s.groups) out.push_back({g.optimizer.step, g.master, g.optimizer.m, g.optimizer.v});
+  for (const EngineGroupState& g : s.groups) {
+    const bool fresh = !g.optimizer.tensor_scalars.empty() || !g.optimizer.v_fresh.empty();
+    out.push_back({g.optimizer.step, g.master, g.optimizer.m, g.optimizer.v, fresh, g.optimizer.v_fresh,
+                   g.optimizer.tensor_scalars});
+  }
   return out;
 }
 

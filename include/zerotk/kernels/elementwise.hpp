@@ -292,6 +292,35 @@ ZEROTK_HD ZEROTK_FORCEINLINE void lamb_apply(F& p, const F& u, float scaled_step
   p = fma(F(-scaled_step), u, p);
 }
 
+// ---- 1-bit LAMB's compression phase (optim/onebit_lamb.hpp) ---------------------------------------
+
+/// Before the exchange: m = b1 m + (1 - b1) g from the local gradient, then m *= the tensor's scaling
+/// coefficient (rounded to float once per tensor), so every tensor enters the 1-bit all-reduce at
+/// about the same magnitude.
+ZEROTK_HD_TEMPLATE
+template <class F>
+ZEROTK_HD ZEROTK_FORCEINLINE void onebit_lamb_momentum(F& m, const F& g, const F& scaling, const LambStepConsts& k) {
+  m = fma(F(k.beta1), m, F(k.one_minus_beta1) * g);
+  m = m * scaling;
+}
+
+/// After the exchange: m /= the scaling coefficient; the gradient the averaged momentum implies,
+/// gh = (m - b1 m_prev) / (1 - b1), feeds the fresh second moment v_f = b2 v_f + (1 - b2) gh^2
+/// (v stays frozen). Sets u0 = m / (sqrt(v) + eps) and upd = u0 [+ wd p] (= lamb_direction's bits)
+/// and returns (sqrt(v) + eps) / (sqrt(v_f) + eps), whose maximum over the tensor is its factor.
+ZEROTK_HD_TEMPLATE
+template <class F>
+ZEROTK_HD ZEROTK_FORCEINLINE F onebit_lamb_fresh(const F& p, F& m, F& vf, const F& m_prev, const F& v, const F& scaling,
+                                                 const LambStepConsts& k, F& u0, F& upd) {
+  m = m / scaling;
+  const F gh = (m - m_prev * F(k.beta1)) / F(k.one_minus_beta1);
+  vf = fma(F(k.beta2), vf, (F(k.one_minus_beta2) * gh) * gh);
+  const F den = sqrt(v) + F(k.eps);
+  u0 = m / den;
+  upd = fma(F(k.weight_decay), p, u0);
+  return den / (sqrt(vf) + F(k.eps));
+}
+
 // ---- reproducible sum of squares (the global gradient norm) --------------------------------------
 //
 // One fp64 sum of squares whose bits depend only on the multiset of values: not on their order, on how

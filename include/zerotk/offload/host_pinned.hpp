@@ -105,10 +105,11 @@ class HostPinned {
   void master_from_host(const float* src) { std::copy_n(src, master_.size(), master_.data()); }
 
   OptimizerState optimizer_state() const {
-    return {opt_->step_count(), std::vector<float>(m_.begin(), m_.end()), std::vector<float>(v_.begin(), v_.end())};
+    return {opt_->step_count(), std::vector<float>(m_.begin(), m_.end()), std::vector<float>(v_.begin(), v_.end()), {}, {}};
   }
   void load_optimizer_state(const OptimizerState& s) {
     optim::check_state(s, m_.size(), "Engine::load_state");
+    optim::check_extra(*opt_, s, "Engine::load_state");
     std::copy(s.m.begin(), s.m.end(), m_.begin());
     std::copy(s.v.begin(), s.v.end(), v_.begin());
     opt_->set_step_count(s.step);

@@ -164,7 +164,7 @@ class NvmeSwapped {
   }
 
   OptimizerState optimizer_state() const {
-    OptimizerState s{opt_->step_count(), std::vector<float>(owned_numel()), std::vector<float>(owned_numel())};
+    OptimizerState s{opt_->step_count(), std::vector<float>(owned_numel()), std::vector<float>(owned_numel()), {}, {}};
     for (std::size_t j = 0; j < sub_groups(); ++j) {
       std::memcpy(s.m.data() + steps_.begin(j), read_part(j, 1), steps_.numel(j) * sizeof(float));
       std::memcpy(s.v.data() + steps_.begin(j), read_part(j, 2), steps_.numel(j) * sizeof(float));
@@ -173,6 +173,7 @@ class NvmeSwapped {
   }
   void load_optimizer_state(const OptimizerState& s) {
     optim::check_state(s, owned_numel(), "Engine::load_state");
+    optim::check_extra(*opt_, s, "Engine::load_state");
     file_.ensure_size();
     for (std::size_t j = 0; j < sub_groups(); ++j) {
       std::memcpy(buffer(0), s.m.data() + steps_.begin(j), steps_.numel(j) * sizeof(float));

@@ -84,17 +84,20 @@ class Resident {
 
   /// The optimizer's exact state (step count, m, v), copied to host memory.
   OptimizerState optimizer_state() const {
-    OptimizerState s{opt_->step_count(), std::vector<float>(m_.size()), std::vector<float>(v_.size())};
+    OptimizerState s{opt_->step_count(), std::vector<float>(m_.size()), std::vector<float>(v_.size()), {}, {}};
     ops_->copy_to_host(m_.data(), s.m.data(), s.m.size());
     ops_->copy_to_host(v_.data(), s.v.data(), s.v.size());
+    optim::save_extra(*opt_, s);  // 1-bit LAMB's v_f (host memory: Device<Host> only) and scalars
     return s;
   }
   /// Restores a state taken from a store over the same owned range (bit-exact); nothing changes
   /// when `s` does not fit.
   void load_optimizer_state(const OptimizerState& s) {
     optim::check_state(s, m_.size(), "Engine::load_state");
+    optim::check_extra(*opt_, s, "Engine::load_state");
     ops_->copy_from_host(s.m.data(), m_.data(), s.m.size());
     ops_->copy_from_host(s.v.data(), v_.data(), s.v.size());
+    optim::load_extra(*opt_, s);
     opt_->set_step_count(s.step);
   }
 

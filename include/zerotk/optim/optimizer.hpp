@@ -1,8 +1,9 @@
 #pragma once
 /// \file zerotk/optim/optimizer.hpp
 /// The optimizer policy: `zerotk::Optimizer<Adam>`, `Optimizer<AdamW>` (optim/adam.hpp),
-/// `Optimizer<Lamb>` (optim/lamb.hpp), `Optimizer<OneBitAdam>` (optim/onebit_adam.hpp) and
-/// `Optimizer<ZeroOneAdam>` (optim/zero_one_adam.hpp). Including this header gives all five.
+/// `Optimizer<Lamb>` (optim/lamb.hpp), `Optimizer<OneBitAdam>` (optim/onebit_adam.hpp),
+/// `Optimizer<ZeroOneAdam>` (optim/zero_one_adam.hpp) and `Optimizer<OneBitLamb>`
+/// (optim/onebit_lamb.hpp). Including this header gives all six.
 ///
 /// An optimizer is math, parameter groups and a step count; it holds no buffers. Its per-element
 /// state (Adam's and LAMB's first and second moments over one rank's fp32 partition) lives wherever
@@ -47,22 +48,26 @@ struct ParamGroup {
 /// (offset/numel in partition elements; group indexes groups(); tensor is a global tensor id).
 using Segment = kernels::Segment;
 
-/// Exact optimizer state of one partition: step count, first and second moments.
+/// Exact optimizer state of one partition: step count, first and second moments, and what only
+/// 1-bit LAMB keeps (empty for every other optimizer).
 struct OptimizerState {
   std::int64_t step = 0;
   std::vector<float> m, v;
+  std::vector<float> v_fresh;          ///< 1-bit LAMB's exp_avg_sq_fresh, over the same elements
+  std::vector<double> tensor_scalars;  ///< 1-bit LAMB: per tensor c_f, F, k, k set (optim/onebit_lamb.hpp)
 };
 
 /// The reduction LAMB asks for: sums per-tensor partial sums over all ranks, in place.
 template <class F>
 concept TensorSumReducer = std::invocable<F&, std::span<double>>;
 
-/// The optimizer policy. Use Optimizer<Adam>, Optimizer<AdamW> or Optimizer<Lamb>.
+/// The optimizer policy. Use Optimizer<Adam>, Optimizer<AdamW>, Optimizer<Lamb>, Optimizer<OneBitAdam>,
+/// Optimizer<ZeroOneAdam> or Optimizer<OneBitLamb>.
 template <class Tag>
 class Optimizer {
   static_assert(dependent_false<Tag>,
                 "Optimizer: no specialization for this tag; use Optimizer<Adam>, Optimizer<AdamW>, Optimizer<Lamb> or "
-                "Optimizer<OneBitAdam> or Optimizer<ZeroOneAdam> (Optimizer<OneBitLamb> is not available yet)");
+                "Optimizer<OneBitAdam>, Optimizer<ZeroOneAdam> or Optimizer<OneBitLamb>");
 };
 
 namespace optim {
@@ -83,6 +88,27 @@ inline void check_state(const OptimizerState& s, std::size_t numel, const char* 
                           std::to_string(numel) + " elements");
   }
   if (s.step < 0) throw usage_error("negative step count", where, std::to_string(s.step));
+}
+
+/// The state an optimizer keeps beside m and v (1-bit LAMB's v_f and per-tensor scalars), for the
+/// stores: save_extra fills `s`, check_extra rejects a state that does not fit (for the others: one
+/// that carries any), load_extra restores it. No-ops for optimizers without one.
+template <class Opt>
+void save_extra(const Opt& opt, OptimizerState& s) {
+  if constexpr (requires { opt.save_extra(s); }) opt.save_extra(s);
+}
+template <class Opt>
+void check_extra(const Opt& opt, const OptimizerState& s, const char* where) {
+  if constexpr (requires { opt.check_extra(s, where); }) {
+    opt.check_extra(s, where);
+  } else if (!s.v_fresh.empty() || !s.tensor_scalars.empty()) {
+    throw usage_error("state carries 1-bit LAMB's fresh variance or per-tensor scalars, which this optimizer does not keep",
+                      where, std::to_string(s.v_fresh.size()) + " + " + std::to_string(s.tensor_scalars.size()) + " values");
+  }
+}
+template <class Opt>
+void load_extra(Opt& opt, const OptimizerState& s) {
+  if constexpr (requires { opt.load_extra(s); }) opt.load_extra(s);
 }
 
 namespace detail {
@@ -163,3 +189,4 @@ class OptimizerCore {
 #include "zerotk/optim/lamb.hpp"
 #include "zerotk/optim/onebit_adam.hpp"
 #include "zerotk/optim/zero_one_adam.hpp"
+#include "zerotk/optim/onebit_lamb.hpp"

@@ -35,6 +35,15 @@ struct OptimizerOptions {
   double lamb_max_coeff = 10.0;
 };
 
+/// 1-bit LAMB's optimizer-wide keys with DeepSpeed's defaults (JSON `optimizer.params`; the trust
+/// ratio's clamp max_coeff/min_coeff is per group, in OptimizerOptions). optim/onebit_lamb.hpp.
+struct OneBitLambOptions {
+  double coeff_beta = 0.9;        ///< EMA rate of the warm-up trust ratio, in [0, 1]
+  double factor_max = 4.0;        ///< upper bound of the compression-phase factor, >= 0
+  double factor_min = 0.5;        ///< lower bound, >= 0 (applied after factor_max: it wins when larger)
+  double factor_threshold = 0.1;  ///< largest relative change of the factor per step, >= 0
+};
+
 namespace optim {
 
 /// One rule of OptimizerOptions that a value breaks. `field` is the member's name.
@@ -106,6 +115,19 @@ inline void validate(const OptimizerOptions& o, std::string_view prefix = "Optim
     throw config_error(p.front().rule, std::string(prefix) + std::string(p.front().field),
                        detail::double_text(p.front().value));
   }
+}
+
+/// \throws config_error naming `prefix` + the key (e.g. "optimizer.params.coeff_beta") for the first
+/// value of `o` out of range: every value finite, coeff_beta in [0, 1], the others >= 0.
+inline void validate(const OneBitLambOptions& o, std::string_view prefix = "optimizer.params.") {
+  auto bad = [&](std::string_view key, double v, bool ok, const char* rule) {
+    if (!ok) throw config_error(rule, std::string(prefix) + std::string(key), detail::double_text(v));
+  };
+  bad("coeff_beta", o.coeff_beta, o.coeff_beta >= 0 && o.coeff_beta <= 1, "must be in [0, 1]");
+  bad("factor_max", o.factor_max, std::isfinite(o.factor_max) && o.factor_max >= 0, "must be finite and >= 0");
+  bad("factor_min", o.factor_min, std::isfinite(o.factor_min) && o.factor_min >= 0, "must be finite and >= 0");
+  bad("factor_threshold", o.factor_threshold, std::isfinite(o.factor_threshold) && o.factor_threshold >= 0,
+      "must be finite and >= 0");
 }
 
 }  // namespace optim

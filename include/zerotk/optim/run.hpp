@@ -28,6 +28,7 @@
 #include "zerotk/kernels/host/adam.hpp"
 #include "zerotk/kernels/host/lamb.hpp"
 #include "zerotk/kernels/host/onebit_adam.hpp"
+#include "zerotk/kernels/host/onebit_lamb.hpp"
 #include "zerotk/kernels/host/zero_one_adam.hpp"
 #include "zerotk/optim/optimizer.hpp"
 
@@ -150,6 +151,65 @@ struct Run<Optimizer<ZeroOneAdam>, HostSpace> {
   }
 };
 
+/// 1-bit LAMB on host memory: its phase picks the passes (optim/onebit_lamb.hpp). The step is counted
+/// last, so an exchange that fails (comm_error) or a tensor that cannot be scaled (numerics_error,
+/// thrown before anything changes) leaves the count as it was.
+template <>
+struct Run<Optimizer<OneBitLamb>, HostSpace> {
+  using Opt = Optimizer<OneBitLamb>;
+  template <FloatingElement G, class P, TensorSumReducer ReduceFn>
+  static void step(Opt& opt, std::span<const Segment> segments, float* master, const Moments& st, const G* grads,
+                   P* param_out, float grad_scale, ReduceFn&& reduce) {
+    namespace ob = kernels::host::onebit_lamb;
+    const std::size_t tensors = opt.check_step(segments, master, st, grads);
+    opt.check_buffers(segments);
+    opt.reserve_tensors(tensors);
+    const std::vector<kernels::LambStepConsts> consts = opt.step_consts();
+    const std::int64_t t = opt.step_count() + 1;
+    float* vf = opt.fresh_variance();
+    switch (opt.next_phase()) {
+      case Opt::Phase::first:  // DeepSpeed's set-up step: counted, nothing changes
+        break;
+      case Opt::Phase::warmup: {
+        std::vector<double> sums(2 * tensors, 0.0);
+        kernels::host::lamb_phase1<G>(segments, consts, master, st.m, st.v, grads, grad_scale, sums);
+        reduce(std::span<double>(sums));
+        if (t == opt.freeze_step()) ob::copy(segments, st.v, vf);  // the fresh variance starts from v
+        const std::vector<float> steps = opt.warmup_steps(segments, sums);
+        kernels::host::lamb_apply_steps<P>(segments, consts, master, st.m, st.v, param_out, steps);
+        break;
+      }
+      case Opt::Phase::compressed: {
+        float* a = opt.scratch();                       // m_prev, then u0
+        float* b = opt.scratch() + opt.buffer_numel();  // upd
+        std::vector<double> sums(tensors, 0.0), sums2(tensors, 0.0), fmax(tensors, 0.0);
+        if (opt.needs_scaling(segments)) {
+          ob::tensor_sumsq(segments, st.m, sums);
+          reduce(std::span<double>(sums));
+          opt.set_scaling(segments, sums);
+        }
+        const std::vector<float> k = opt.scaling_of(segments);
+        ob::copy(segments, st.m, a);
+        ob::scaled_momentum<G>(segments, consts, k, st.m, grads, grad_scale);
+        opt.exchange_momentum(segments, st.m);
+        ob::fresh(segments, consts, k, master, st.m, st.v, vf, a, b, fmax);
+        bool decay = false;
+        for (const Segment& s : segments) decay = decay || opt.groups()[s.group].options.weight_decay > 0;
+        if (decay) {
+          ob::tensor_sumsq(segments, a, sums);
+          ob::tensor_sumsq(segments, b, sums2);
+          reduce(std::span<double>(sums));
+          reduce(std::span<double>(sums2));
+        }
+        const std::vector<float> steps = opt.compression_steps(segments, fmax, sums, sums2);
+        ob::apply<P>(segments, steps, master, b, param_out);
+        break;
+      }
+    }
+    opt.advance();
+  }
+};
+
 /// An optimizer with its moments in host memory: the standalone form, for a trainer or a research
 /// prototype that steps its own fp32 buffers without an engine (the engine keeps its moments in a
 /// state store, offload/resident.hpp).
@@ -162,14 +222,20 @@ class Standalone : public Opt {
  public:
   using Opt::Opt;
 
-  /// Allocates m and v (zeros) for a partition of `partition_numel` fp32 elements, and 0/1 Adam's
-  /// accumulator u, recorded in the ledger's optimizer_state category. Resets the step count.
+  /// Allocates m and v (zeros) for a partition of `partition_numel` fp32 elements, 0/1 Adam's
+  /// accumulator u and 1-bit LAMB's fresh variance and scratch, recorded in the ledger's
+  /// optimizer_state category. Resets the step count.
   void init_state(std::size_t partition_numel, MemoryLedger* ledger = nullptr) {
     m_ = TrackedBuffer<float>(partition_numel, MemoryCategory::optimizer_state, ledger);
     v_ = TrackedBuffer<float>(partition_numel, MemoryCategory::optimizer_state, ledger);
     if constexpr (requires(Opt& o, float* p, std::size_t n) { o.set_accumulator(p, n); }) {
       u_ = TrackedBuffer<float>(partition_numel, MemoryCategory::optimizer_state, ledger);
       this->set_accumulator(u_.data(), u_.size());
+    }
+    if constexpr (requires(Opt& o, float* p, std::size_t n) { o.set_buffers(p, p, n); }) {
+      u_ = TrackedBuffer<float>(partition_numel, MemoryCategory::optimizer_state, ledger);
+      scratch_ = TrackedBuffer<float>(2 * partition_numel, MemoryCategory::optimizer_state, ledger);
+      this->set_buffers(u_.data(), scratch_.data(), partition_numel);
     }
     this->set_step_count(0);
     initialized_ = true;
@@ -198,15 +264,19 @@ class Standalone : public Opt {
   std::span<const float> exp_avg_sq() const noexcept { return {v_.data(), v_.size()}; }
 
   OptimizerState state() const {
-    return OptimizerState{this->step_count(), std::vector<float>(m_.begin(), m_.end()),
-                          std::vector<float>(v_.begin(), v_.end())};
+    OptimizerState s{this->step_count(), std::vector<float>(m_.begin(), m_.end()),
+                     std::vector<float>(v_.begin(), v_.end()), {}, {}};
+    optim::save_extra(static_cast<const Opt&>(*this), s);
+    return s;
   }
   /// Restores a state taken from an optimizer over a partition of the same size (bit-exact).
   void load_state(const OptimizerState& s) {
     require_state("load_state");
     check_state(s, m_.size(), "Optimizer::load_state");
+    optim::check_extra(static_cast<const Opt&>(*this), s, "Optimizer::load_state");
     std::copy(s.m.begin(), s.m.end(), m_.begin());
     std::copy(s.v.begin(), s.v.end(), v_.begin());
+    optim::load_extra(static_cast<Opt&>(*this), s);
     this->set_step_count(s.step);
   }
 
@@ -216,7 +286,8 @@ class Standalone : public Opt {
   }
 
   TrackedBuffer<float> m_, v_;  // [partition_numel] fp32 each
-  TrackedBuffer<float> u_;      // 0/1 Adam's accumulator; empty for the others
+  TrackedBuffer<float> u_;        // 0/1 Adam's accumulator, 1-bit LAMB's fresh variance; empty for the others
+  TrackedBuffer<float> scratch_;  // 1-bit LAMB's [2 partition_numel]
   bool initialized_ = false;
 };
 

@@ -138,19 +138,18 @@ void lamb_phase1(std::span<const Segment> segments, std::span<const LambStepCons
   }
 }
 
-/// LAMB phase 2 over segments: with the tensor sums complete (all ranks), p -= step_size *
-/// trust_ratio(tensor) * u and param_out (if not null) = P(p).
+/// LAMB's parameter step over segments with each segment's scaled step given (scaled[i] for
+/// segments[i]): p -= scaled * u, u recomputed from p, m, v (lamb_direction), and param_out (if not
+/// null) = P(p). 1-bit LAMB's warm-up forms its own scaled steps (optim/onebit_lamb.hpp).
 template <ParamOutElement P>
-void lamb_phase2(std::span<const Segment> segments, std::span<const LambStepConsts> group_consts, float* master,
-                 const float* m, const float* v, P* param_out, std::span<const double> tensor_sums) {
-  detail::check_segments(segments, group_consts.size(), tensor_sums.size() / 2, "kernels::host::lamb_phase2");
-  const simd::Isa isa = simd::active_isa();
-  std::vector<float> scaled(segments.size());
-  for (std::size_t i = 0; i < segments.size(); ++i) {
-    const LambStepConsts& k = group_consts[segments[i].group];
-    const std::size_t t = segments[i].tensor;
-    scaled[i] = k.step_size * lamb_trust_ratio(tensor_sums[2 * t], tensor_sums[2 * t + 1], k);
+void lamb_apply_steps(std::span<const Segment> segments, std::span<const LambStepConsts> group_consts, float* master,
+                      const float* m, const float* v, P* param_out, std::span<const float> scaled) {
+  detail::check_segment_groups(segments, group_consts.size(), "kernels::host::lamb_apply_steps");
+  if (scaled.size() != segments.size()) {
+    throw usage_error("one scaled step per segment is required", "kernels::host::lamb_apply_steps",
+                      std::to_string(scaled.size()) + " for " + std::to_string(segments.size()) + " segments");
   }
+  const simd::Isa isa = simd::active_isa();
   for_each_piece(
       segments.size(), [&](std::size_t i) { return segments[i].numel; },
       [&](std::size_t i, std::size_t b, std::size_t e) {
@@ -167,6 +166,21 @@ void lamb_phase2(std::span<const Segment> segments, std::span<const LambStepCons
                                                   e - b, k, scaled[i]);
         }
       });
+}
+
+/// LAMB phase 2 over segments: with the tensor sums complete (all ranks), p -= step_size *
+/// trust_ratio(tensor) * u and param_out (if not null) = P(p).
+template <ParamOutElement P>
+void lamb_phase2(std::span<const Segment> segments, std::span<const LambStepConsts> group_consts, float* master,
+                 const float* m, const float* v, P* param_out, std::span<const double> tensor_sums) {
+  detail::check_segments(segments, group_consts.size(), tensor_sums.size() / 2, "kernels::host::lamb_phase2");
+  std::vector<float> scaled(segments.size());
+  for (std::size_t i = 0; i < segments.size(); ++i) {
+    const LambStepConsts& k = group_consts[segments[i].group];
+    const std::size_t t = segments[i].tensor;
+    scaled[i] = k.step_size * lamb_trust_ratio(tensor_sums[2 * t], tensor_sums[2 * t + 1], k);
+  }
+  lamb_apply_steps<P>(segments, group_consts, master, m, v, param_out, scaled);
 }
 
 /// nullptr working copy.
