@@ -199,9 +199,11 @@ TEST_CASE("gradient_compression: the engine's codec matches the algorithm, its k
 
 TEST_CASE("the 1-bit optimizers' keys reach EngineOptions::onebit (OneBitLamb, ZeroOneAdam)") {
   using LambEngine = Engine<Partitioner<Stage<0>>, Optimizer<OneBitLamb>, Precision<fp32>>;
+  const config::ResolveContext ctx;
   const config::Config lamb = config::load(R"({"train_batch_size": 8, "zero_optimization": {"stage": 0},
       "optimizer": {"type": "OneBitLamb", "params": {"lr": 1e-3, "freeze_step": 23, "max_coeff": 0.5, "min_coeff": 0.25,
-      "coeff_beta": 0.75, "factor_max": 3.5, "factor_min": 0.125, "factor_threshold": 0.0625}}})");
+      "coeff_beta": 0.75, "factor_max": 3.5, "factor_min": 0.125, "factor_threshold": 0.0625}}})",
+                                           ctx);
   const EngineOptions o = engine_options<LambEngine>(lamb);
   CHECK(o.onebit.freeze_step == 23);
   CHECK(o.optimizer.lamb_max_coeff == 0.5);
@@ -214,7 +216,8 @@ TEST_CASE("the 1-bit optimizers' keys reach EngineOptions::onebit (OneBitLamb, Z
   using ZeroOneEngine = Engine<Partitioner<Stage<0>>, Optimizer<ZeroOneAdam>, Precision<fp32>>;
   const config::Config zo = config::load(R"({"train_batch_size": 8, "zero_optimization": {"stage": 0},
       "optimizer": {"type": "ZeroOneAdam", "params": {"var_freeze_step": 7, "var_update_scaler": 3,
-      "local_step_scaler": 9, "local_step_clipper": 2}}})");
+      "local_step_scaler": 9, "local_step_clipper": 2}}})",
+                                         ctx);
   const EngineOptions z = engine_options<ZeroOneEngine>(zo);
   CHECK(z.onebit.zero_one.var_freeze_step == 7);
   CHECK(z.onebit.zero_one.var_update_scaler == 3);

@@ -11,11 +11,33 @@
 /// (fp64), the engine's reducer adds the partial sums over ranks, then every rank applies the update.
 /// The kernels of both phases are chosen by memory space in optim/run.hpp and optim/run_cuda.cuh.
 
+#include <cstdint>
 #include <vector>
 
 #include "zerotk/optim/optimizer.hpp"
 
 namespace zerotk {
+
+namespace optim::detail {
+
+/// LAMB's kernel constants of step t, one per group (1-bit LAMB passes allow_bias_correction = false).
+inline std::vector<kernels::LambStepConsts> lamb_step_consts(const std::vector<ParamGroup>& groups, std::int64_t t,
+                                                             bool allow_bias_correction = true) {
+  std::vector<kernels::LambStepConsts> k;
+  k.reserve(groups.size());
+  for (const ParamGroup& g : groups) {
+    const OptimizerOptions& o = g.options;
+    // The kernel boundary: each (validated) double is rounded to float once, here.
+    k.push_back(kernels::LambStepConsts::make(
+        {static_cast<float>(o.lr), static_cast<float>(o.beta1), static_cast<float>(o.beta2),
+         static_cast<float>(o.eps), static_cast<float>(o.weight_decay), allow_bias_correction && o.bias_correction,
+         static_cast<float>(o.lamb_min_coeff), static_cast<float>(o.lamb_max_coeff)},
+        t));
+  }
+  return k;
+}
+
+}  // namespace optim::detail
 
 /// LAMB (layer-wise adaptive moments, trust ratio per tensor).
 template <>
@@ -29,18 +51,7 @@ class Optimizer<Lamb> : public optim::detail::OptimizerCore {
 
   /// The kernel constants of the step about to be taken (step_count() + 1), one per group.
   std::vector<kernels::LambStepConsts> step_consts() const {
-    std::vector<kernels::LambStepConsts> k;
-    k.reserve(groups_.size());
-    for (const ParamGroup& g : groups_) {
-      const OptimizerOptions& o = g.options;
-      // The kernel boundary: each (validated) double is rounded to float once, here.
-      k.push_back(kernels::LambStepConsts::make(
-          {static_cast<float>(o.lr), static_cast<float>(o.beta1), static_cast<float>(o.beta2),
-           static_cast<float>(o.eps), static_cast<float>(o.weight_decay), o.bias_correction,
-           static_cast<float>(o.lamb_min_coeff), static_cast<float>(o.lamb_max_coeff)},
-          step_ + 1));
-    }
-    return k;
+    return optim::detail::lamb_step_consts(groups_, step_ + 1);
   }
 };
 

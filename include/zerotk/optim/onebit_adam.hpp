@@ -42,50 +42,22 @@
 namespace zerotk {
 
 template <>
-class Optimizer<OneBitAdam> : public optim::detail::OptimizerCore {
+class Optimizer<OneBitAdam> : public optim::detail::FreezePhaseCore {
  public:
   using policy_kind = policy::optimizer;
   using tag = OneBitAdam;
   using State = OptimizerState;
   using consts_type = kernels::AdamStepConsts;
-  /// What the step about to be taken does.
-  enum class Phase : std::uint8_t { first, warmup, compressed };
-  /// Replaces the local momentum of each segment (m at segment.offset, segment.numel values) by its
-  /// compressed average over the ranks. Called once per compressed step, by every rank.
-  using MomentumExchange = std::function<void(std::span<const Segment> segments, float* m)>;
 
-  using OptimizerCore::OptimizerCore;
-
-  /// Warm-up steps before compression (DeepSpeed `freeze_step`, default 100000).
-  void set_freeze_step(std::int64_t steps) {
-    if (steps < 0) throw config_error("must be >= 0", "optimizer.params.freeze_step", std::to_string(steps));
-    freeze_step_ = steps;
-  }
-  std::int64_t freeze_step() const noexcept { return freeze_step_; }
-
-  /// The phase of the next step (t = step_count() + 1).
-  Phase next_phase() const noexcept {
-    if (step_ == 0) return Phase::first;
-    return step_ >= std::max<std::int64_t>(2, freeze_step_) ? Phase::compressed : Phase::warmup;
-  }
-  /// Whether the next step reads each rank's own gradients (no gradient all-reduce before it).
-  bool gradients_local() const noexcept { return next_phase() == Phase::compressed; }
-
-  void set_momentum_exchange(MomentumExchange f) { exchange_ = std::move(f); }
-  /// Runs the exchange (none set: the momentum stays local).
-  void exchange_momentum(std::span<const Segment> segments, float* m) const {
-    if (exchange_) exchange_(segments, m);
-  }
+  // Phase, next_phase(), gradients_local(), set_freeze_step() and the momentum exchange (each
+  // segment's m exchanged on its own): optim::detail::FreezePhaseCore.
+  using FreezePhaseCore::FreezePhaseCore;
 
   /// The kernel constants of the step about to be taken, one per group: Adam's with decoupled decay
   /// and no bias correction.
   std::vector<kernels::AdamStepConsts> step_consts() const {
     return optim::detail::adam_step_consts(groups_, step_ + 1, /*adamw_mode=*/true, /*allow_bias_correction=*/false);
   }
-
- private:
-  std::int64_t freeze_step_ = 100'000;
-  MomentumExchange exchange_;
 };
 
 }  // namespace zerotk

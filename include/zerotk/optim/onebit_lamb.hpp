@@ -48,6 +48,7 @@
 #include <vector>
 
 #include "zerotk/optim/optimizer.hpp"
+#include "zerotk/optim/lamb.hpp"  // optim::detail::lamb_step_consts
 
 namespace zerotk {
 
@@ -67,46 +68,23 @@ inline constexpr std::size_t kLambScalarsPerTensor = 4;
 }  // namespace optim
 
 template <>
-class Optimizer<OneBitLamb> : public optim::detail::OptimizerCore {
+class Optimizer<OneBitLamb> : public optim::detail::FreezePhaseCore {
  public:
   using policy_kind = policy::optimizer;
   using tag = OneBitLamb;
   using State = OptimizerState;
   using consts_type = kernels::LambStepConsts;
-  /// What the step about to be taken does.
-  enum class Phase : std::uint8_t { first, warmup, compressed };
-  /// Replaces the local (scaled) momentum of all segments, taken together in segment order, by its
-  /// compressed average over the ranks. Called once per compressed step, by every rank.
-  using MomentumExchange = std::function<void(std::span<const Segment> segments, float* m)>;
 
-  using OptimizerCore::OptimizerCore;
+  // Phase, next_phase(), gradients_local(), set_freeze_step() and the momentum exchange (all
+  // segments' scaled m end to end, as one vector): optim::detail::FreezePhaseCore.
+  using FreezePhaseCore::FreezePhaseCore;
 
-  /// Warm-up steps before compression (DeepSpeed `freeze_step`, default 100000).
-  void set_freeze_step(std::int64_t steps) {
-    if (steps < 0) throw config_error("must be >= 0", "optimizer.params.freeze_step", std::to_string(steps));
-    freeze_step_ = steps;
-  }
-  std::int64_t freeze_step() const noexcept { return freeze_step_; }
   /// coeff_beta, factor_max, factor_min, factor_threshold (config_error when out of range).
   void set_lamb_options(const OneBitLambOptions& o) {
     optim::validate(o);
     lamb_ = o;
   }
   const OneBitLambOptions& lamb_options() const noexcept { return lamb_; }
-
-  /// The phase of the next step (t = step_count() + 1).
-  Phase next_phase() const noexcept {
-    if (step_ == 0) return Phase::first;
-    return step_ >= std::max<std::int64_t>(2, freeze_step_) ? Phase::compressed : Phase::warmup;
-  }
-  /// Whether the next step reads each rank's own gradients (no gradient all-reduce before it).
-  bool gradients_local() const noexcept { return next_phase() == Phase::compressed; }
-
-  void set_momentum_exchange(MomentumExchange f) { exchange_ = std::move(f); }
-  /// Runs the exchange (none set: the momentum stays local).
-  void exchange_momentum(std::span<const Segment> segments, float* m) const {
-    if (exchange_) exchange_(segments, m);
-  }
 
   /// The fresh second moment v_f ([n] fp32, zeros at first) and [2n] fp32 of scratch, both indexed
   /// like m and v (n: the partition). Not owned.
@@ -132,7 +110,7 @@ class Optimizer<OneBitLamb> : public optim::detail::OptimizerCore {
 
   /// Sizes the per-tensor scalars too (every rank holds the same number).
   void set_tensor_count(std::size_t n) {
-    OptimizerCore::set_tensor_count(n);
+    FreezePhaseCore::set_tensor_count(n);
     if (tensors_.size() < n) tensors_.resize(n);
   }
   /// c_f, F and k per tensor id.
@@ -144,17 +122,7 @@ class Optimizer<OneBitLamb> : public optim::detail::OptimizerCore {
   /// The kernel constants of the step about to be taken, one per group: LAMB's without bias
   /// correction (step_size = lr).
   std::vector<kernels::LambStepConsts> step_consts() const {
-    std::vector<kernels::LambStepConsts> k;
-    k.reserve(groups_.size());
-    for (const ParamGroup& g : groups_) {
-      const OptimizerOptions& o = g.options;
-      k.push_back(kernels::LambStepConsts::make(
-          {static_cast<float>(o.lr), static_cast<float>(o.beta1), static_cast<float>(o.beta2),
-           static_cast<float>(o.eps), static_cast<float>(o.weight_decay), /*bias_correction=*/false,
-           static_cast<float>(o.lamb_min_coeff), static_cast<float>(o.lamb_max_coeff)},
-          step_ + 1));
-    }
-    return k;
+    return optim::detail::lamb_step_consts(groups_, step_ + 1, /*allow_bias_correction=*/false);
   }
 
   // ---- the host-side scalars of one step (optim/run.hpp calls these) -----------------------------
@@ -319,9 +287,7 @@ class Optimizer<OneBitLamb> : public optim::detail::OptimizerCore {
   }
 
  private:
-  std::int64_t freeze_step_ = 100'000;
   OneBitLambOptions lamb_;
-  MomentumExchange exchange_;
   float* v_fresh_ = nullptr;  // [buffer_numel_]
   float* scratch_ = nullptr;  // [2 buffer_numel_]
   std::size_t buffer_numel_ = 0;

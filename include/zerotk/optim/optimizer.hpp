@@ -24,6 +24,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <utility>
@@ -178,6 +179,45 @@ class OptimizerCore {
   std::vector<ParamGroup> groups_;
   std::int64_t step_ = 0;
   std::size_t tensor_count_ = 0;
+};
+
+/// What 1-bit Adam and 1-bit LAMB share: the phase by the step count (t = 1 set-up, warm-up up to
+/// max(2, freeze_step), compressed after it) and the momentum exchange hook the engine sets.
+class FreezePhaseCore : public OptimizerCore {
+ public:
+  /// What the step about to be taken does.
+  enum class Phase : std::uint8_t { first, warmup, compressed };
+  /// Replaces the local momentum of the segments by its compressed average over the ranks (1-bit
+  /// Adam: per segment; 1-bit LAMB: all segments end to end as one vector). Called once per
+  /// compressed step, by every rank.
+  using MomentumExchange = std::function<void(std::span<const Segment> segments, float* m)>;
+
+  using OptimizerCore::OptimizerCore;
+
+  /// Warm-up steps before compression (DeepSpeed `freeze_step`, default 100000).
+  void set_freeze_step(std::int64_t steps) {
+    if (steps < 0) throw config_error("must be >= 0", "optimizer.params.freeze_step", std::to_string(steps));
+    freeze_step_ = steps;
+  }
+  std::int64_t freeze_step() const noexcept { return freeze_step_; }
+
+  /// The phase of the next step (t = step_count() + 1).
+  Phase next_phase() const noexcept {
+    if (step_ == 0) return Phase::first;
+    return step_ >= std::max<std::int64_t>(2, freeze_step_) ? Phase::compressed : Phase::warmup;
+  }
+  /// Whether the next step reads each rank's own gradients (no gradient all-reduce before it).
+  bool gradients_local() const noexcept { return next_phase() == Phase::compressed; }
+
+  void set_momentum_exchange(MomentumExchange f) { exchange_ = std::move(f); }
+  /// Runs the exchange (none set: the momentum stays local).
+  void exchange_momentum(std::span<const Segment> segments, float* m) const {
+    if (exchange_) exchange_(segments, m);
+  }
+
+ private:
+  std::int64_t freeze_step_ = 100'000;
+  MomentumExchange exchange_;
 };
 
 }  // namespace detail
