@@ -1,7 +1,6 @@
-// The per-element definitions of zerotk/compress run on the GPU and agree with the host drivers bit
-// for bit: sign and 2-bit packing with error feedback, unpacking, and the 1-bit all-reduce's server
-// sum. The kernels are this test's own (one byte or one value per thread), written only with the
-// ZEROTK_HD functions: proof that CUDA kernels can share the definitions, before the library has any.
+// The GPU packing of zerotk/compress (compress/cuda/packing.cuh) agrees with the host drivers bit for
+// bit: sign and 2-bit packing with error feedback, unpacking, and the 1-bit all-reduce's server sum;
+// both sides are grid-stride loops over the same ZEROTK_HD per-element definitions.
 #include <doctest/doctest.h>
 
 #include <cstdint>
@@ -9,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "zerotk/compress/cuda/packing.cuh"
 #include "zerotk/compress/onebit_allreduce.hpp"
 #include "zerotk/compress/sign.hpp"
 #include "zerotk/compress/two_bit.hpp"
@@ -18,40 +18,6 @@ using namespace zerotk;
 namespace zc = zerotk::compress;
 
 namespace {
-
-__global__ void sign_pack_feedback(float* y, std::size_t n, float scale, std::uint8_t* bits) {
-  const std::size_t b = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (8 * b >= n) return;
-  const unsigned count = n - 8 * b < 8 ? static_cast<unsigned>(n - 8 * b) : 8u;
-  bits[b] = zc::sign::pack_byte(y + 8 * b, count);
-  for (unsigned j = 0; j < count; ++j) y[8 * b + j] = zc::sign::residual(y[8 * b + j], scale);
-}
-
-__global__ void two_bit_pack_feedback(float* y, std::size_t n, float step, std::uint8_t* codes) {
-  const std::size_t b = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (4 * b >= n) return;
-  const unsigned count = n - 4 * b < 4 ? static_cast<unsigned>(n - 4 * b) : 4u;
-  codes[b] = zc::two_bit::pack_byte(y + 4 * b, count, step);
-  for (unsigned j = 0; j < count; ++j) {
-    float& v = y[4 * b + j];
-    v = v - zc::two_bit::level(zc::two_bit::code_of(v, step), step);
-  }
-}
-
-__global__ void unpack_both(const std::uint8_t* bits, const std::uint8_t* codes, std::size_t n, float scale,
-                            float step, float* out_sign, float* out_two) {
-  const std::size_t j = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (j >= n) return;
-  out_sign[j] = zc::sign::value(bits, j, scale);
-  out_two[j] = zc::two_bit::level(zc::two_bit::code_at(codes, j), step);
-}
-
-__global__ void server_sum(const std::uint8_t* received, std::size_t chunk_bytes, const float* terms, int world,
-                           float* server_error) {
-  const std::size_t j = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (j >= 8 * chunk_bytes) return;
-  server_error[j] = zc::onebit::server_value(received, chunk_bytes, terms, world, j, server_error[j]);
-}
 
 template <class T>
 T* to_device(const std::vector<T>& v) {
@@ -66,8 +32,6 @@ std::vector<T> to_host(const T* d, std::size_t n) {
   if (n != 0) ZEROTK_CUDA_CHECK(cudaMemcpy(v.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
   return v;
 }
-unsigned blocks(std::size_t items) { return static_cast<unsigned>((items + 255) / 256 + 1); }
-
 template <class T>
 bool same_bytes(const std::vector<T>& a, const std::vector<T>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
@@ -101,10 +65,10 @@ TEST_CASE("cuda compress: packing, feedback, unpacking and the server sum match 
     std::uint8_t* dcodes = to_device(std::vector<std::uint8_t>(host_codes.size()));
     float* dout1 = to_device(std::vector<float>(n));
     float* dout2 = to_device(std::vector<float>(n));
-    sign_pack_feedback<<<blocks(host_bits.size()), 256>>>(dy1, n, scale, dbits);
-    two_bit_pack_feedback<<<blocks(host_codes.size()), 256>>>(dy2, n, step, dcodes);
-    unpack_both<<<blocks(n), 256>>>(dbits, dcodes, n, scale, step, dout1, dout2);
-    ZEROTK_CUDA_CHECK(cudaGetLastError());
+    zc::cuda::sign_pack_with_feedback(dy1, n, scale, dbits);
+    zc::cuda::two_bit_pack_with_feedback(dy2, n, step, dcodes);
+    zc::cuda::sign_unpack(dbits, n, scale, dout1);
+    zc::cuda::two_bit_unpack(dcodes, n, step, dout2);
     ZEROTK_CUDA_CHECK(cudaDeviceSynchronize());
     CHECK(same_bytes(to_host(dbits, host_bits.size()), host_bits));
     CHECK(same_bytes(to_host(dcodes, host_codes.size()), host_codes));
@@ -135,8 +99,7 @@ TEST_CASE("cuda compress: packing, feedback, unpacking and the server sum match 
   std::uint8_t* drecv = to_device(received);
   float* dterms = to_device(terms);
   float* derr = to_device(err);
-  server_sum<<<blocks(err.size()), 256>>>(drecv, chunk_bytes, dterms, world, derr);
-  ZEROTK_CUDA_CHECK(cudaGetLastError());
+  zc::cuda::server_sum(drecv, chunk_bytes, dterms, world, derr);
   ZEROTK_CUDA_CHECK(cudaDeviceSynchronize());
   CHECK(same_bytes(to_host(derr, err.size()), host));
   cudaFree(drecv);
