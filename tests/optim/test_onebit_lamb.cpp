@@ -58,7 +58,7 @@ TEST_CASE("OneBitLamb (standalone): phases, v_f = v at freeze_step, scaling coef
   CHECK(f.opt.gradients_local());
   for (const optim::LambTensorState& t : f.opt.tensor_states()) {
     CHECK(t.coeff_freeze > 0.0);  // two warm-up steps moved the EMA off 0
-    CHECK_FALSE(t.scaled);
+    CHECK_FALSE(t.scaled());
   }
   // The first compression step sets k from the momentum before it: U / (||m_t|| / sqrt(n_t)).
   double rms[2];
@@ -71,7 +71,7 @@ TEST_CASE("OneBitLamb (standalone): phases, v_f = v at freeze_step, scaling coef
   f.step(13);
   const double U = (rms[0] + rms[1]) / 2;
   for (int t = 0; t < 2; ++t) {
-    CHECK(f.opt.tensor_states()[static_cast<std::size_t>(t)].scaled);
+    CHECK(f.opt.tensor_states()[static_cast<std::size_t>(t)].scaled());
     CHECK(f.opt.tensor_states()[static_cast<std::size_t>(t)].scaling == doctest::Approx(U / rms[t]).epsilon(1e-12));
   }
   // W = 1: m is the local momentum (scaled, then unscaled) and the step used c_f * f.
@@ -102,7 +102,7 @@ TEST_CASE("OneBitLamb: the factor is clamped to [factor_min, factor_max], then t
   opt.reserve_tensors(3);
   OptimizerState s;
   s.v_fresh = {};
-  s.tensor_scalars = {2.0, 1.0, 1.0, 1.0, 2.0, 1.0, 1.0, 1.0, 2.0, 1.0, 1.0, 1.0};  // c_f 2, F 1
+  s.tensor_scalars = {2.0, 1.0, 1.0, 2.0, 1.0, 1.0, 2.0, 1.0, 1.0};  // c_f 2, F 1, k 1
   opt.load_extra(s);
   const std::vector<Segment> segs{{0, 1, 0, 0}, {1, 1, 0, 1}, {2, 1, 0, 2}};
   // Tensor 0: f = 9 -> 4 -> 1.1 (threshold). Tensor 1: f = 0.95, rho = 0.5 -> 0.975 (inside both).

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -220,12 +221,13 @@ TEST_CASE("OneBitLamb: the optimizer's per-tensor scalars equal the reference's 
       const EngineState s = e.state();
       REQUIRE(s.groups.size() == 1);
       const std::vector<double>& x = s.groups[0].optimizer.tensor_scalars;
-      REQUIRE(x.size() == 4 * want.scaling.size());
-      for (std::size_t t = 0; 4 * t < x.size(); ++t) {
-        cf.push_back(x[4 * t]);
-        F.push_back(x[4 * t + 1]);
-        k.push_back(x[4 * t + 2]);
-        CHECK(x[4 * t + 3] == 1.0);
+      constexpr std::size_t R = optim::kLambScalarsPerTensor;
+      REQUIRE(x.size() == R * want.scaling.size());
+      for (std::size_t t = 0; R * t < x.size(); ++t) {
+        cf.push_back(x[R * t]);
+        F.push_back(x[R * t + 1]);
+        k.push_back(x[R * t + 2]);
+        CHECK(x[R * t + 2] > 0.0);  // k is set
       }
       CHECK(s.groups[0].optimizer.v_fresh.size() == s.groups[0].optimizer.m.size());
     }
@@ -310,8 +312,11 @@ TEST_CASE("OneBitLamb: bad options, bad states and fp32-kept parameters are refu
     bad.groups[0].optimizer.tensor_scalars.resize(3);
     CHECK_THROWS_WITH_AS(e.load_state(bad), doctest::Contains("per-tensor scalars"), usage_error);
     bad = good;
-    bad.groups[0].optimizer.tensor_scalars[3] = 0.5;
-    CHECK_THROWS_WITH_AS(e.load_state(bad), doctest::Contains("scaling flag"), usage_error);
+    bad.groups[0].optimizer.tensor_scalars[2] = -0.5;  // tensor 0's k
+    CHECK_THROWS_WITH_AS(e.load_state(bad), doctest::Contains("scaling coefficient >= 0"), usage_error);
+    bad = good;
+    bad.groups[0].optimizer.tensor_scalars[0] = std::numeric_limits<double>::quiet_NaN();
+    CHECK_THROWS_WITH_AS(e.load_state(bad), doctest::Contains("must be finite"), usage_error);
     CHECK(same_bits(model.values(), before));
     CHECK(same_bits(e.state().groups[0].optimizer.v_fresh, good.groups[0].optimizer.v_fresh));
   });

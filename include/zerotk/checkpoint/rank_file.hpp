@@ -8,7 +8,7 @@
 ///   group<g>.exp_avg_sq   fp32[owned]     Adam's v
 /// and two more for 1-bit LAMB (the manifest's optimizer_states end in exp_avg_sq_fresh):
 ///   group<g>.exp_avg_sq_fresh    fp32[owned]    its fresh variance v_f
-///   group<g>.lamb_tensor_states  fp64[4 T]      per tensor c_f, F, k, k set (T tensors)
+///   group<g>.lamb_tensor_states  fp64[3 T]      per tensor c_f, F, k (T tensors; k = 0 while unset)
 /// Counters, scaler and scheduler are the same on every rank and live in the manifest.
 ///
 /// Written streamed (file_writer.hpp) and read through a verified DataFileReader (file_reader.hpp):
@@ -104,8 +104,10 @@ inline void check_rank_file(const DataFileReader& f, const Manifest& m, int rank
     for (const std::string& what : m.optimizer_states) f.section(section_name(g, what), ElementType::fp32, n);
     if (has_fresh_state(m.optimizer_states)) {
       const std::uint64_t k = f.section(section_name(g, kLambTensorStates), ElementType::fp64).numel;
-      if (k % 4 != 0) {
-        throw io_error("1-bit LAMB's per-tensor states are not whole records of 4", f.path(),
+      if (k % optim::kLambScalarsPerTensor != 0) {
+        throw io_error("1-bit LAMB's per-tensor states are not whole records of " +
+                           std::to_string(optim::kLambScalarsPerTensor),
+                       f.path(),
                        section_name(g, kLambTensorStates) + ": " + std::to_string(k) + " values");
       }
     }

@@ -273,13 +273,19 @@ namespace detail {
 using Ask = std::optional<std::pair<std::string, std::string>>;
 inline Ask ask(std::string path, std::string value) { return std::pair{std::move(path), std::move(value)}; }
 inline std::string quoted(std::string_view s) { return cat("\"", s, "\""); }
+/// The 1-bit optimizers: their own compressed exchanges replace stage 0's gradient all-reduce.
+inline bool one_bit(const Config& c) {
+  return c.optimizer && (c.optimizer->kind == OptimizerKind::onebit_adam ||
+                         c.optimizer->kind == OptimizerKind::zero_one_adam ||
+                         c.optimizer->kind == OptimizerKind::onebit_lamb);
+}
 }  // namespace detail
 
 /// The engine runs ZeRO stages 0-3, Offload<None> (and Offload<Cpu> / Offload<Nvme> of the optimizer
 /// state at stages 1-3 with Adam/AdamW), OffloadParams<None> (and OffloadParams<Cpu> at stage 3),
 /// Adam/AdamW/Lamb (activation checkpointing is the trainer's: activation::Options::from),
-/// OneBitAdam and ZeroOneAdam at stage 0, gradient compression at stage 0 with an optimizer other
-/// than those two, and averages gradients in the reduction in the training precision.
+/// OneBitAdam, ZeroOneAdam and OneBitLamb at stage 0, gradient compression at stage 0 with an
+/// optimizer other than those three, and averages gradients in the reduction in the training precision.
 inline constexpr Unbuildable kUnbuildable[] = {
     {[](const Config& c) -> detail::Ask {
        if (c.zero_optimization.offload_optimizer.device == OffloadDevice::none || !c.optimizer ||
@@ -297,29 +303,12 @@ inline constexpr Unbuildable kUnbuildable[] = {
      "NVMe parameter offload (OffloadParams<Nvme>); the engine runs OffloadParams<None> and OffloadParams<Cpu> "
      "(ZeRO stage 3)"},
     {[](const Config& c) -> detail::Ask {
-       if (!c.optimizer || c.optimizer->kind != OptimizerKind::onebit_lamb || c.zero_optimization.stage == 0) {
-         return std::nullopt;
-       }
+       if (!detail::one_bit(c) || c.zero_optimization.stage == 0) return std::nullopt;
        return detail::ask("/zero_optimization/stage", std::to_string(c.zero_optimization.stage));
      },
-     "OneBitLamb with ZeRO stage 1, 2 or 3; 1-bit LAMB compresses the momentum every rank holds in full, in "
-     "place of stage 0's gradient all-reduce (DeepSpeed asserts stage 0 too)"},
-    {[](const Config& c) -> detail::Ask {
-       if (!c.optimizer || c.optimizer->kind != OptimizerKind::onebit_adam || c.zero_optimization.stage == 0) {
-         return std::nullopt;
-       }
-       return detail::ask("/zero_optimization/stage", std::to_string(c.zero_optimization.stage));
-     },
-     "OneBitAdam with ZeRO stage 1, 2 or 3; 1-bit Adam compresses the momentum every rank holds in full, in "
-     "place of stage 0's gradient all-reduce (DeepSpeed asserts stage 0 too)"},
-    {[](const Config& c) -> detail::Ask {
-       if (!c.optimizer || c.optimizer->kind != OptimizerKind::zero_one_adam || c.zero_optimization.stage == 0) {
-         return std::nullopt;
-       }
-       return detail::ask("/zero_optimization/stage", std::to_string(c.zero_optimization.stage));
-     },
-     "ZeroOneAdam with ZeRO stage 1, 2 or 3; 0/1 Adam all-reduces (1-bit) gradients and accumulated updates "
-     "every rank holds in full, in place of stage 0's gradient all-reduce (DeepSpeed asserts stage 0 too)"},
+     "OneBitAdam, ZeroOneAdam or OneBitLamb with ZeRO stage 1, 2 or 3; the 1-bit optimizers all-reduce (1-bit) "
+     "what every rank holds in full (momentum, gradients, accumulated updates) in place of stage 0's gradient "
+     "all-reduce (DeepSpeed asserts stage 0 too)"},
     {[](const Config& c) -> detail::Ask {
        if (!c.gradient_compression.algorithm || c.zero_optimization.stage == 0) return std::nullopt;
        return detail::ask("/zero_optimization/stage", std::to_string(c.zero_optimization.stage));
@@ -327,11 +316,7 @@ inline constexpr Unbuildable kUnbuildable[] = {
      "gradient_compression with ZeRO stage 1, 2 or 3; GradientCompression<TopK|TwoBit|Sign> replaces stage 0's "
      "gradient all-reduce, and stages 1-3 reduce-scatter into partitions, which no codec does yet (use stage 0)"},
     {[](const Config& c) -> detail::Ask {
-       if (!c.gradient_compression.algorithm || !c.optimizer ||
-           (c.optimizer->kind != OptimizerKind::onebit_adam && c.optimizer->kind != OptimizerKind::zero_one_adam &&
-            c.optimizer->kind != OptimizerKind::onebit_lamb)) {
-         return std::nullopt;
-       }
+       if (!c.gradient_compression.algorithm || !detail::one_bit(c)) return std::nullopt;
        return detail::ask("/optimizer/type", detail::quoted(to_string(c.optimizer->kind)));
      },
      "gradient_compression with OneBitAdam, ZeroOneAdam or OneBitLamb; they already compress their own exchanges in place of "

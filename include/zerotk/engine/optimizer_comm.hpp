@@ -153,7 +153,7 @@ class ZeroOneExchange {
  public:
   ZeroOneExchange(Optimizer<ZeroOneAdam>& opt, Comm& comm, std::span<const kernels::Segment> segments,
                   MemoryLedger* ledger, zero::LocalGradients* local, const OneBitOptions& options)
-      : local_(local), exchange_(comm, segments, ledger), u_(extent(segments), MemoryCategory::optimizer_state, ledger) {
+      : local_(local), exchange_(comm, segments, ledger), u_(kernels::segments_extent(segments), MemoryCategory::optimizer_state, ledger) {
     opt.set_schedule(options.zero_one);
     opt.set_accumulator(u_.data(), u_.size());
     if (exchange_.active()) {
@@ -170,12 +170,6 @@ class ZeroOneExchange {
   std::uint64_t wire_bytes() const noexcept { return exchange_.wire_bytes(); }
 
  private:
-  static std::size_t extent(std::span<const kernels::Segment> segments) noexcept {
-    std::size_t n = 0;
-    for (const kernels::Segment& s : segments) n = std::max(n, s.offset + s.numel);
-    return n;
-  }
-
   zero::LocalGradients* local_;
   detail::SegmentExchange<Comm> exchange_;
   TrackedBuffer<float> u_;  // zeros
@@ -198,8 +192,8 @@ class OneBitLambExchange {
       : comm_(&comm),
         ledger_(ledger),
         local_(local),
-        v_fresh_(extent(segments), MemoryCategory::optimizer_state, ledger),
-        scratch_(2 * extent(segments), MemoryCategory::optimizer_state, ledger) {
+        v_fresh_(kernels::segments_extent(segments), MemoryCategory::optimizer_state, ledger),
+        scratch_(2 * kernels::segments_extent(segments), MemoryCategory::optimizer_state, ledger) {
     opt.set_freeze_step(options.freeze_step);
     opt.set_lamb_options(options.lamb);
     opt.set_buffers(v_fresh_.data(), scratch_.data(), v_fresh_.size());
@@ -238,12 +232,6 @@ class OneBitLambExchange {
   std::uint64_t wire_bytes() const noexcept { return wire_bytes_; }
 
  private:
-  static std::size_t extent(std::span<const kernels::Segment> segments) noexcept {
-    std::size_t n = 0;
-    for (const kernels::Segment& s : segments) n = std::max(n, s.offset + s.numel);
-    return n;
-  }
-
   void run(std::span<const kernels::Segment> segments, float* m) {
     std::size_t at = 0;
     for (const kernels::Segment& s : segments) {

@@ -30,7 +30,7 @@ struct EngineGroupView {
   std::span<const float> master, m, v;
   bool fresh = false;                  ///< 1-bit LAMB: v_fresh and tensor_scalars are part of the state
   std::span<const float> v_fresh;      ///< 1-bit LAMB's exp_avg_sq_fresh
-  std::vector<double> tensor_scalars;  ///< 1-bit LAMB's per-tensor c_f, F, k, k set (a copy: small)
+  std::vector<double> tensor_scalars;  ///< 1-bit LAMB's per-tensor c_f, F, k (a copy: small)
 };
 
 struct EngineState {

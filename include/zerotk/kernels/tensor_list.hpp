@@ -47,6 +47,14 @@ struct Segment {
   std::size_t out_at() const noexcept { return out_offset == same ? offset : out_offset; }
 };
 
+/// One past the last partition element any of `segments` covers (0 for none): how long a buffer
+/// indexed like the partition must be to hold them all.
+inline std::size_t segments_extent(std::span<const Segment> segments) noexcept {
+  std::size_t n = 0;
+  for (const Segment& s : segments) n = s.offset + s.numel > n ? s.offset + s.numel : n;
+  return n;
+}
+
 /// Where each tensor of a list starts in one flat buffer. Each offset is a multiple of the
 /// alignment (elements); `numel` is the buffer length, rounded up to `pad_to`. Gaps are padding.
 struct FlatLayout {

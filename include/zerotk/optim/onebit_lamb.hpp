@@ -58,12 +58,12 @@ namespace optim {
 struct LambTensorState {
   double coeff_freeze = 0.0;  ///< c_f: EMA of the warm-up trust ratio (no bias correction, from 0)
   double last_factor = 1.0;   ///< F: the compression phase's factor of the last step
-  double scaling = 0.0;       ///< k: the momentum's scaling coefficient, set at the first compression step
-  bool scaled = false;        ///< k is set
+  double scaling = 0.0;       ///< k: the momentum's scaling coefficient, > 0 once set (first compression step)
+  bool scaled() const noexcept { return scaling != 0.0; }
 };
 
-/// Doubles per tensor in OptimizerState::tensor_scalars: c_f, F, k, k set (0 or 1).
-inline constexpr std::size_t kLambScalarsPerTensor = 4;
+/// Doubles per tensor in OptimizerState::tensor_scalars: c_f, F, k (0 while unset).
+inline constexpr std::size_t kLambScalarsPerTensor = 3;
 
 }  // namespace optim
 
@@ -98,20 +98,18 @@ class Optimizer<OneBitLamb> : public optim::detail::FreezePhaseCore {
   std::size_t buffer_numel() const noexcept { return buffer_numel_; }
   /// usage_error (nothing changed) unless the buffers cover every segment.
   void check_buffers(std::span<const Segment> segments) const {
-    for (const Segment& s : segments) {
-      if (v_fresh_ == nullptr || scratch_ == nullptr || s.offset + s.numel > buffer_numel_) {
-        throw usage_error("1-bit LAMB's fresh variance and scratch do not cover the partition (set_buffers)",
-                          "Optimizer<OneBitLamb>::step",
-                          std::to_string(buffer_numel_) + " elements for a segment ending at " +
-                              std::to_string(s.offset + s.numel));
-      }
+    const std::size_t need = kernels::segments_extent(segments);
+    if (need > 0 && (v_fresh_ == nullptr || scratch_ == nullptr || need > buffer_numel_)) {
+      throw usage_error("1-bit LAMB's fresh variance and scratch do not cover the partition (set_buffers)",
+                        "Optimizer<OneBitLamb>::step",
+                        std::to_string(buffer_numel_) + " elements, segments end at " + std::to_string(need));
     }
   }
 
   /// Sizes the per-tensor scalars too (every rank holds the same number).
   void set_tensor_count(std::size_t n) {
     FreezePhaseCore::set_tensor_count(n);
-    if (tensors_.size() < n) tensors_.resize(n);
+    reserve_tensors(n);
   }
   /// c_f, F and k per tensor id.
   std::span<const optim::LambTensorState> tensor_states() const noexcept { return tensors_; }
@@ -162,7 +160,7 @@ class Optimizer<OneBitLamb> : public optim::detail::FreezePhaseCore {
   /// Whether any tensor of `segments` has no scaling coefficient yet (the first compression step).
   bool needs_scaling(std::span<const Segment> segments) const {
     for (const Segment& s : segments) {
-      if (!tensors_[s.tensor].scaled) return true;
+      if (!tensors_[s.tensor].scaled()) return true;
     }
     return false;
   }
@@ -191,7 +189,6 @@ class Optimizer<OneBitLamb> : public optim::detail::FreezePhaseCore {
     for (std::size_t t = 0; t < tensors_.size(); ++t) {
       if (numel[t] == 0.0) continue;
       tensors_[t].scaling = mean / rms[t];
-      tensors_[t].scaled = true;
     }
   }
   /// float(k) per segment.
@@ -238,13 +235,11 @@ class Optimizer<OneBitLamb> : public optim::detail::FreezePhaseCore {
 
   // ---- checkpoint -------------------------------------------------------------------------------
 
-  /// The per-tensor scalars as saved: c_f, F, k, k set (0 or 1) per tensor id.
+  /// The per-tensor scalars as saved: c_f, F, k per tensor id.
   std::vector<double> encoded_tensor_states() const {
     std::vector<double> out;
     out.reserve(optim::kLambScalarsPerTensor * tensors_.size());
-    for (const optim::LambTensorState& t : tensors_) {
-      out.insert(out.end(), {t.coeff_freeze, t.last_factor, t.scaling, t.scaled ? 1.0 : 0.0});
-    }
+    for (const optim::LambTensorState& t : tensors_) out.insert(out.end(), {t.coeff_freeze, t.last_factor, t.scaling});
     return out;
   }
   /// v_f and the per-tensor scalars into `s` (its m, v and step are the store's).
@@ -264,12 +259,13 @@ class Optimizer<OneBitLamb> : public optim::detail::FreezePhaseCore {
                         std::to_string(n) + " values for " + std::to_string(tensor_count()) + " tensors (" +
                             std::to_string(optim::kLambScalarsPerTensor) + " each)");
     }
-    for (std::size_t i = 0; i < n; i += optim::kLambScalarsPerTensor) {
-      const double flag = s.tensor_scalars[i + 3];
-      if (flag != 0.0 && flag != 1.0) {
-        throw usage_error("1-bit LAMB state's scaling flag must be 0 or 1", where,
+    for (std::size_t i = 0; i < n; ++i) {
+      const double x = s.tensor_scalars[i];
+      if (!std::isfinite(x) || (i % optim::kLambScalarsPerTensor == 2 && x < 0.0)) {
+        throw usage_error("1-bit LAMB state's per-tensor scalars must be finite and its scaling coefficient >= 0",
+                          where,
                           "tensor " + std::to_string(i / optim::kLambScalarsPerTensor) + ": " +
-                              optim::detail::double_text(flag));
+                              optim::detail::double_text(x));
       }
     }
   }
@@ -281,7 +277,7 @@ class Optimizer<OneBitLamb> : public optim::detail::FreezePhaseCore {
     tensors_.assign(s.tensor_scalars.size() / optim::kLambScalarsPerTensor, {});
     for (std::size_t t = 0; t < tensors_.size(); ++t) {
       const double* x = s.tensor_scalars.data() + optim::kLambScalarsPerTensor * t;
-      tensors_[t] = {x[0], x[1], x[2], x[3] == 1.0};
+      tensors_[t] = {x[0], x[1], x[2]};
     }
     last_coeffs_.assign(tensors_.size(), 0.0);
   }

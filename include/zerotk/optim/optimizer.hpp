@@ -55,7 +55,7 @@ struct OptimizerState {
   std::int64_t step = 0;
   std::vector<float> m, v;
   std::vector<float> v_fresh;          ///< 1-bit LAMB's exp_avg_sq_fresh, over the same elements
-  std::vector<double> tensor_scalars;  ///< 1-bit LAMB: per tensor c_f, F, k, k set (optim/onebit_lamb.hpp)
+  std::vector<double> tensor_scalars;  ///< 1-bit LAMB: per tensor c_f, F, k (optim/onebit_lamb.hpp)
 };
 
 /// The reduction LAMB asks for: sums per-tensor partial sums over all ranks, in place.

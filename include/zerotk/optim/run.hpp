@@ -189,8 +189,7 @@ struct Run<Optimizer<OneBitLamb>, HostSpace> {
           opt.set_scaling(segments, sums);
         }
         const std::vector<float> k = opt.scaling_of(segments);
-        ob::copy(segments, st.m, a);
-        ob::scaled_momentum<G>(segments, consts, k, st.m, grads, grad_scale);
+        ob::scaled_momentum<G>(segments, consts, k, st.m, a, grads, grad_scale);
         opt.exchange_momentum(segments, st.m);
         ob::fresh(segments, consts, k, master, st.m, st.v, vf, a, b, fmax);
         bool decay = false;

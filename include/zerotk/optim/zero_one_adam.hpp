@@ -96,8 +96,7 @@ class Optimizer<ZeroOneAdam> : public optim::detail::OptimizerCore {
   void check_accumulator(std::span<const Segment> segments) const {
     const Kind k = next_kind();
     if (k == Kind::init || k == Kind::var) return;
-    std::size_t need = 0;
-    for (const Segment& s : segments) need = std::max(need, s.offset + s.numel);
+    const std::size_t need = kernels::segments_extent(segments);
     if (need > 0 && (u_ == nullptr || u_numel_ < need)) {
       throw usage_error("0/1 Adam's " + std::string(optim::ZeroOneSchedule::name(k)) +
                             " step needs the accumulator under every segment: call set_accumulator(u, numel)",

@@ -29,15 +29,12 @@ template <FloatingElement G>
 void momentum_update(std::span<const Segment> segments, std::span<const AdamStepConsts> group_consts, float* m,
                      const G* grads, float grad_scale) {
   detail::check_segment_groups(segments, group_consts.size(), "kernels::host::momentum_update");
-  for_each_piece(
-      segments.size(), [&](std::size_t i) { return segments[i].numel; },
-      [&](std::size_t i, std::size_t b, std::size_t e) {
-        const Segment& s = segments[i];
-        const AdamStepConsts& k = group_consts[s.group];
-        float* mm = m + s.offset;
-        const G* g = grads + s.grad_at();
-        for (std::size_t j = b; j < e; ++j) adam_momentum(mm[j], unscale(to_float(g[j]), grad_scale), k);
-      });
+  for_each_segment_piece(segments, [&](const Segment& s, std::size_t b, std::size_t e) {
+    const AdamStepConsts& k = group_consts[s.group];
+    float* mm = m + s.offset;
+    const G* g = grads + s.grad_at();
+    for (std::size_t j = b; j < e; ++j) adam_momentum(mm[j], unscale(to_float(g[j]), grad_scale), k);
+  });
 }
 
 /// master[i] -= lr (m[i] / (sqrt(v[i]) + eps) + wd master[i]) (the constants' bias correction and
@@ -46,23 +43,20 @@ template <ParamOutElement P>
 void frozen_variance_step(std::span<const Segment> segments, std::span<const AdamStepConsts> group_consts,
                           float* master, const float* m, const float* v, P* param_out) {
   detail::check_segment_groups(segments, group_consts.size(), "kernels::host::frozen_variance_step");
-  for_each_piece(
-      segments.size(), [&](std::size_t i) { return segments[i].numel; },
-      [&](std::size_t i, std::size_t b, std::size_t e) {
-        const Segment& s = segments[i];
-        const AdamStepConsts& k = group_consts[s.group];
-        float* p = master + s.offset;
-        const float* mm = m + s.offset;
-        const float* vv = v + s.offset;
-        for (std::size_t j = b; j < e; ++j) {
-          float x = p[j];
-          adam_apply(x, mm[j], vv[j], k);
-          p[j] = x;
-          if constexpr (!std::is_void_v<P>) {
-            if (param_out != nullptr) param_out[s.out_at() + j] = from_float<P>(x);
-          }
-        }
-      });
+  for_each_segment_piece(segments, [&](const Segment& s, std::size_t b, std::size_t e) {
+    const AdamStepConsts& k = group_consts[s.group];
+    float* p = master + s.offset;
+    const float* mm = m + s.offset;
+    const float* vv = v + s.offset;
+    for (std::size_t j = b; j < e; ++j) {
+      float x = p[j];
+      adam_apply(x, mm[j], vv[j], k);
+      p[j] = x;
+      if constexpr (!std::is_void_v<P>) {
+        if (param_out != nullptr) param_out[s.out_at() + j] = from_float<P>(x);
+      }
+    }
+  });
 }
 
 }  // namespace zerotk::kernels::host

@@ -3,9 +3,8 @@
 /// The passes of a 1-bit LAMB step in its compression phase on the host (optim/onebit_lamb.hpp),
 /// over segments of flat buffers. The warm-up phase is LAMB's own passes (kernels/host/lamb.hpp).
 ///
-///   copy(segments, m, m_prev)                        m_prev = m
 ///   tensor_sumsq(segments, m, sums)                  per tensor ||m||^2 (the scaling coefficients)
-///   scaled_momentum(segments, consts, k, m, g, s)    m = (b1 m + (1 - b1) g) * k
+///   scaled_momentum(segments, consts, k, m, a, g, s) a = m_prev = m, then m = (b1 m + (1 - b1) g) * k
 ///   ... the 1-bit all-reduce of the flat momentum ...
 ///   fresh(segments, consts, k, p, m, v, v_f, a, b, fmax)
 ///                                                    m /= k; v_f from the implied gradient; a = u0
@@ -56,13 +55,11 @@ inline void check_tensor_slots(std::span<const Segment> segments, std::size_t sl
 
 }  // namespace detail
 
-/// dst = src over every segment (both indexed by partition offset).
+/// dst = src over every segment (both indexed by partition offset): v_f = v at freeze_step.
 inline void copy(std::span<const Segment> segments, const float* src, float* dst) {
-  for_each_piece(
-      segments.size(), [&](std::size_t i) { return segments[i].numel; },
-      [&](std::size_t i, std::size_t b, std::size_t e) {
-        std::copy(src + segments[i].offset + b, src + segments[i].offset + e, dst + segments[i].offset + b);
-      });
+  for_each_segment_piece(segments, [&](const Segment& s, std::size_t b, std::size_t e) {
+    std::copy(src + s.offset + b, src + s.offset + e, dst + s.offset + b);
+  });
 }
 
 /// sums[t] = the sum of squares of x over tensor t's segments (reproducible; +inf when one is inf or
@@ -76,10 +73,11 @@ inline void tensor_sumsq(std::span<const Segment> segments, const float* x, std:
       sums.size(), sums.data(), /*add=*/false);
 }
 
-/// m = (b1 m + (1 - b1) g * grad_scale) * scaling[i] over segment i (g by grad_at()).
+/// m_prev = m, then m = (b1 m + (1 - b1) g * grad_scale) * scaling[i] over segment i (m and m_prev
+/// by partition offset, g by grad_at()): one pass over m.
 template <FloatingElement G>
 void scaled_momentum(std::span<const Segment> segments, std::span<const LambStepConsts> group_consts,
-                     std::span<const float> scaling, float* m, const G* grads, float grad_scale) {
+                     std::span<const float> scaling, float* m, float* m_prev, const G* grads, float grad_scale) {
   constexpr const char* kWhere = "kernels::host::onebit_lamb::scaled_momentum";
   host::detail::check_segment_groups(segments, group_consts.size(), kWhere);
   detail::check_per_segment(segments, scaling.size(), kWhere);
@@ -90,8 +88,12 @@ void scaled_momentum(std::span<const Segment> segments, std::span<const LambStep
         const LambStepConsts& k = group_consts[s.group];
         const float kf = scaling[i];
         float* mm = m + s.offset;
+        float* prev = m_prev + s.offset;
         const G* g = grads + s.grad_at();
-        for (std::size_t j = b; j < e; ++j) onebit_lamb_momentum(mm[j], unscale(to_float(g[j]), grad_scale), kf, k);
+        for (std::size_t j = b; j < e; ++j) {
+          prev[j] = mm[j];
+          onebit_lamb_momentum(mm[j], unscale(to_float(g[j]), grad_scale), kf, k);
+        }
       });
 }
 

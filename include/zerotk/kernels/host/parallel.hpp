@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "zerotk/core/macros.hpp"
+#include "zerotk/kernels/tensor_list.hpp"
 
 #if ZEROTK_HAS_OPENMP
 #include <omp.h>
@@ -115,6 +116,15 @@ void for_each_piece(std::size_t count, NumelOf&& numel_of, Fn&& fn) {
     detail::walk(prefix, detail::share_begin(total, threads, tid), detail::share_begin(total, threads, tid + 1), fn);
   }
 #endif
+}
+
+/// for_each_piece over the segments of a flat buffer: fn(segment, begin, end) with [begin, end) a
+/// piece of that segment's elements (offsets within it).
+template <class Fn>
+void for_each_segment_piece(std::span<const Segment> segments, Fn&& fn) {
+  for_each_piece(
+      segments.size(), [&](std::size_t i) { return segments[i].numel; },
+      [&](std::size_t i, std::size_t b, std::size_t e) { fn(segments[i], b, e); });
 }
 
 /// A fixed block of one tensor, for deterministic reductions.

@@ -26,20 +26,11 @@
 
 namespace zerotk::kernels::host::zero_one {
 
-namespace detail {
-template <class Fn>
-void each_element(std::span<const Segment> segments, Fn&& fn) {
-  for_each_piece(
-      segments.size(), [&](std::size_t i) { return segments[i].numel; },
-      [&](std::size_t i, std::size_t b, std::size_t e) { fn(segments[i], b, e); });
-}
-}  // namespace detail
-
 /// u[i] = grads[i] * grad_scale (fp32): the gradient the grad step all-reduces, in u's storage
 /// (u is zero throughout the variance phase).
 template <FloatingElement G>
 void scaled_gradient(std::span<const Segment> segments, float* u, const G* grads, float grad_scale) {
-  detail::each_element(segments, [&](const Segment& s, std::size_t b, std::size_t e) {
+  for_each_segment_piece(segments, [&](const Segment& s, std::size_t b, std::size_t e) {
     float* uu = u + s.offset;
     const G* g = grads + s.grad_at();
     for (std::size_t j = b; j < e; ++j) uu[j] = unscale(to_float(g[j]), grad_scale);
@@ -50,7 +41,7 @@ void scaled_gradient(std::span<const Segment> segments, float* u, const G* grads
 inline void momentum_from(std::span<const Segment> segments, std::span<const AdamStepConsts> group_consts, float* m,
                           const float* u) {
   host::detail::check_segment_groups(segments, group_consts.size(), "kernels::host::zero_one::momentum_from");
-  detail::each_element(segments, [&](const Segment& s, std::size_t b, std::size_t e) {
+  for_each_segment_piece(segments, [&](const Segment& s, std::size_t b, std::size_t e) {
     const AdamStepConsts& k = group_consts[s.group];
     float* mm = m + s.offset;
     const float* uu = u + s.offset;
@@ -60,7 +51,7 @@ inline void momentum_from(std::span<const Segment> segments, std::span<const Ada
 
 /// u = 0 over every segment.
 inline void zero(std::span<const Segment> segments, float* u) {
-  detail::each_element(segments, [&](const Segment& s, std::size_t b, std::size_t e) {
+  for_each_segment_piece(segments, [&](const Segment& s, std::size_t b, std::size_t e) {
     std::fill(u + s.offset + b, u + s.offset + e, 0.0f);
   });
 }
@@ -71,7 +62,7 @@ template <FloatingElement G, ParamOutElement P>
 void frozen_local(std::span<const Segment> segments, std::span<const AdamStepConsts> group_consts, float* master,
                   float* m, const float* v, float* u, const G* grads, float grad_scale, bool sync, P* param_out) {
   host::detail::check_segment_groups(segments, group_consts.size(), "kernels::host::zero_one::frozen_local");
-  detail::each_element(segments, [&](const Segment& s, std::size_t b, std::size_t e) {
+  for_each_segment_piece(segments, [&](const Segment& s, std::size_t b, std::size_t e) {
     const AdamStepConsts& k = group_consts[s.group];
     float* p = master + s.offset;
     float* mm = m + s.offset;
@@ -97,7 +88,7 @@ void sync_finish(std::span<const Segment> segments, std::span<const AdamStepCons
                  std::span<const float> lr_sums, float* master, float* m, const float* v, float* u, P* param_out) {
   host::detail::check_segment_groups(segments, std::min(group_consts.size(), lr_sums.size()),
                                      "kernels::host::zero_one::sync_finish");
-  detail::each_element(segments, [&](const Segment& s, std::size_t b, std::size_t e) {
+  for_each_segment_piece(segments, [&](const Segment& s, std::size_t b, std::size_t e) {
     const AdamStepConsts& k = group_consts[s.group];
     const float lr_sum = lr_sums[s.group];
     float* p = master + s.offset;
