@@ -74,7 +74,7 @@ TEST_CASE("OneBitLamb (standalone): phases, v_f = v at freeze_step, scaling coef
     CHECK(f.opt.tensor_states()[static_cast<std::size_t>(t)].scaled());
     CHECK(f.opt.tensor_states()[static_cast<std::size_t>(t)].scaling == doctest::Approx(U / rms[t]).epsilon(1e-12));
   }
-  // W = 1: m is the local momentum (scaled, then unscaled) and the step used c_f * f.
+  // The compression step reports c_f * f as each tensor's coefficient (DeepSpeed's get_lamb_coeffs).
   for (std::size_t t = 0; t < 2; ++t) {
     const optim::LambTensorState& s = f.opt.tensor_states()[t];
     CHECK(f.opt.last_coefficients()[t] == s.coeff_freeze * s.last_factor);
