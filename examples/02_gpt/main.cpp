@@ -6,6 +6,7 @@
 //   build/default/examples/02_gpt/zerotk_example_02_gpt --stage 0 --precision fp32
 //   build/default/examples/02_gpt/zerotk_example_02_gpt --stage 3 --offload-optimizer cpu --offload-param cpu
 //   build/default/examples/02_gpt/zerotk_example_02_gpt --stage 3 --offload-optimizer nvme --nvme-path /local_nvme
+//   build/default/examples/02_gpt/zerotk_example_02_gpt --stage 3 --offload-optimizer nvme --offload-param nvme --nvme-path /local_nvme
 //   build/default/examples/02_gpt/zerotk_example_02_gpt --stage 0 --optimizer onebitadam --freeze-step 20
 //   build/default/examples/02_gpt/zerotk_example_02_gpt --stage 0 --precision fp32 --optimizer zerooneadam
 //   build/default/examples/02_gpt/zerotk_example_02_gpt --stage 0 --precision fp32 --compress topk:0.01 --huffman
@@ -85,8 +86,8 @@ struct Options {
   std::string checkpoint_activations = "none";  ///< --checkpoint-activations: none, all or every:K blocks
   bool cpu_checkpointing = false;               ///< saved inputs in pinned host memory (DeepSpeed's key)
   std::string offload_optimizer = "none";       ///< offload_optimizer.device: none, cpu (stages 1-3) or nvme (stage 3)
-  std::string offload_param = "none";           ///< offload_param.device: none or cpu (stage 3); nvme is refused
-  std::string nvme_path;                        ///< offload_optimizer.nvme_path: the swap files' directory
+  std::string offload_param = "none";           ///< offload_param.device: none, cpu or nvme (stage 3)
+  std::string nvme_path;                        ///< offload_optimizer.nvme_path (and offload_param's): the swap files' directory
   std::string optimizer = "adamw";              ///< adamw, onebitadam (1-bit Adam) or zerooneadam (0/1 Adam), stage 0
   int freeze_step = 20;                         ///< onebitadam: warm-up steps before compression
   int var_freeze_step = 30;                     ///< zerooneadam: last step of the variance phase
@@ -172,10 +173,10 @@ void check_offload_flags(const Options& o) {
     throw zerotk::usage_error("Huffman-codes the payloads of --compress, which is not asked for", "--huffman",
                               "--compress none");
   }
-  if (o.offload_param == "nvme") {
-    throw zerotk::usage_error("NVMe parameter offload (OffloadParams<Nvme>) is not implemented in this version; "
-                              "use --offload-param cpu (parameter shards in pinned host memory)",
-                              "--offload-param", "nvme");
+  if (o.offload_param == "nvme" && o.offload_optimizer != "nvme") {
+    throw zerotk::usage_error("NVMe parameter offload runs with the optimizer state on NVMe too (a failed write then "
+                              "leaves the whole step undone); add --offload-optimizer nvme",
+                              "--offload-param nvme", "--offload-optimizer " + o.offload_optimizer);
   }
   if (o.offload_optimizer == "nvme" && o.nvme_path.empty()) {
     throw zerotk::usage_error("needs --nvme-path DIR, the existing writable directory of the swap files "
@@ -239,7 +240,11 @@ std::string flags_to_deepspeed_json(const Options& o) {
     if (!o.nvme_path.empty()) j << ", \"nvme_path\": " << json_string(o.nvme_path);
     j << "}";
   }
-  if (o.offload_param != "none") j << ", \"offload_param\": {\"device\": \"" << o.offload_param << "\"}";
+  if (o.offload_param != "none") {
+    j << ", \"offload_param\": {\"device\": \"" << o.offload_param << "\"";
+    if (o.offload_param == "nvme") j << ", \"nvme_path\": " << json_string(o.nvme_path);
+    j << "}";
+  }
   j << "},\n";
   if (o.compress != "none") {
     const CompressFlag c = parse_compress(o.compress);
@@ -266,7 +271,7 @@ std::string flags_to_deepspeed_json(const Options& o) {
 // engine type is compiled in full, so only what the flags reach is listed: every stage and precision
 // without offload; --offload-optimizer cpu at stages 1-3 in bf16; --offload-param cpu at stage 3 in
 // bf16 (alone or with the optimizer offloaded) and fp32 (with both); --offload-optimizer nvme at stage 3
-// in bf16 (alone or with --offload-param cpu). A config asking for another
+// in bf16 (alone, with --offload-param cpu or with --offload-param nvme). A config asking for another
 // combination gets dispatch's error naming every candidate.
 template <int S, class P, class... Offloads>
 using E = zerotk::Engine<zerotk::Partitioner<zerotk::Stage<S>>, zerotk::Optimizer<zerotk::AdamW>, zerotk::Precision<P>,
@@ -285,6 +290,7 @@ using Compressed = zerotk::Engine<zerotk::Partitioner<zerotk::Stage<0>>, zerotk:
 using OptCpu = zerotk::Offload<zerotk::Cpu>;
 using OptNvme = zerotk::Offload<zerotk::Nvme>;
 using ParamCpu = zerotk::OffloadParams<zerotk::Cpu>;
+using ParamNvme = zerotk::OffloadParams<zerotk::Nvme>;
 
 /// What rank 0 reports at the end (filled after training).
 struct Summary {
@@ -294,8 +300,9 @@ struct Summary {
   double final_loss = 0;
   std::size_t activation_peak = 0;  ///< the largest rank's peak of activation bytes (this process's ranks)
   std::size_t checkpointed_blocks = 0;
-  std::size_t disk = 0;          ///< rank 0's bytes on disk (Offload<Nvme>'s swap files)
+  std::size_t disk = 0;          ///< rank 0's bytes on disk of Offload<Nvme>'s swap files
   std::size_t pinned_other = 0;  ///< rank 0's pinned host bytes of category `other` (Offload<Nvme>'s swap buffers)
+  std::size_t params_disk = 0;   ///< rank 0's parameter shard on disk (OffloadParams<Nvme>: two slots, padded)
   std::uint64_t wire_bytes = 0;   ///< rank 0's bytes sent over the run (StepReport::comm_wire_bytes, summed)
   std::uint64_t dense_bytes = 0;  ///< ... and what it would have sent without compression (comm_dense_bytes)
 };
@@ -348,8 +355,19 @@ void print_memory_table(const Summary& s, int stage, const std::string& precisio
     std::printf(" + optimizer offload staging 2 x 4 B x min(sub_group_size, Psi/N) = %.0f B", formula + extra + staging);
     // Offload<Nvme> keeps a second slot of master, m and v on disk (a failed step leaves the state as it was).
     if (nvme) std::printf(" + NVMe's second slot 12 Psi/N = %.0f B", formula + extra + staging + 12 * pad / N);
+    // OffloadParams<Nvme>: the shard's second slot, and each bucket's block padded to 4096 B in the file.
+    if (s.params_disk > 0) {
+      std::printf(" + parameter shard's second slot and page padding %.0f B = %.0f B",
+                  static_cast<double>(s.params_disk) - 2 * pad / N,
+                  formula + extra + staging + 12 * pad / N + static_cast<double>(s.params_disk) - 2 * pad / N);
+    }
   }
   std::printf("\n");
+  if (s.params_disk > 0) {
+    std::printf("  NVMe parameter shard (rank 0): %zu B on disk (two slots of 2 Psi/N = %.0f B, each bucket's block\n"
+                "  padded to 4096 B); none of it in memory\n",
+                s.params_disk, 2 * pad / N);
+  }
   if (nvme) {
     std::printf("  NVMe (rank 0): %zu B on disk (two slots of master, m, v: 24 Psi/N = %.0f B); %zu B of pinned swap\n"
                 "  buffers (in the last row; per group and buffer 3 x 4 B x min(sub_group_size, group's Psi/N), each part\n"
@@ -589,7 +607,8 @@ void train_rank(Comm& comm, const TrainContext& ctx, const Data& data, Evaluate&
     summary.final_loss = last_loss;
     summary.wire_bytes = wire_bytes;
     summary.dense_bytes = dense_bytes;
-    summary.disk = engine.memory().live_total(zerotk::MemorySpace::disk);
+    summary.params_disk = engine.memory().live(zerotk::MemorySpace::disk, zerotk::MemoryCategory::params16);
+    summary.disk = engine.memory().live_total(zerotk::MemorySpace::disk) - summary.params_disk;
     summary.pinned_other = engine.memory().live(zerotk::MemorySpace::pinned_host, zerotk::MemoryCategory::other);
   }
   (void)step_ms_total;
@@ -617,6 +636,11 @@ int run(const Options& o, const gpt::Config& model_config, const Data& data, Eva
     check_swap_directory(cfg.zero_optimization.offload_optimizer.nvme_path,
                          o.config_file.empty() ? "--nvme-path"
                                                : o.config_file + ": /zero_optimization/offload_optimizer/nvme_path");
+  }
+  if (cfg.zero_optimization.offload_param.device == zerotk::config::OffloadDevice::nvme) {
+    check_swap_directory(cfg.zero_optimization.offload_param.nvme_path,
+                         o.config_file.empty() ? "--nvme-path"
+                                               : o.config_file + ": /zero_optimization/offload_param/nvme_path");
   }
   if (root) {
     std::printf("zerotk %s: %d ranks (%s), ZeRO stage %d, %s, batch %lld = %lld micro x %lld accumulation x %d ranks\n",
@@ -648,7 +672,8 @@ int run(const Options& o, const gpt::Config& model_config, const Data& data, Eva
                            E<1, zerotk::bf16, OptCpu>, E<2, zerotk::bf16, OptCpu>, E<3, zerotk::bf16, OptCpu>,
                            E<3, zerotk::bf16, ParamCpu>, E<3, zerotk::bf16, OptCpu, ParamCpu>,
                            E<3, zerotk::fp32, OptCpu, ParamCpu>, E<3, zerotk::bf16, OptNvme>,
-                           E<3, zerotk::bf16, OptNvme, ParamCpu>, OneBit<zerotk::fp32>, OneBit<zerotk::bf16>, ZeroOne,
+                           E<3, zerotk::bf16, OptNvme, ParamCpu>, E<3, zerotk::bf16, OptNvme, ParamNvme>,
+                           OneBit<zerotk::fp32>, OneBit<zerotk::bf16>, ZeroOne,
                            Compressed<zerotk::TopK>, Compressed<zerotk::TwoBit>, Compressed<zerotk::Sign>>(cfg, launch);
   if (!root) return 0;
   print_memory_table(summary, cfg.zero_optimization.stage, std::string(zerotk::to_string(cfg.precision())), world,
@@ -732,11 +757,13 @@ int main(int argc, char** argv) {
                  "swap files under --nvme-path (nvme: stage 3); this binary: bf16")
       ->check(CLI::IsMember({"none", "cpu", "nvme"}));
   app.add_option("--nvme-path", o.nvme_path,
-                 "offload_optimizer.nvme_path: existing writable directory of the swap files of --offload-optimizer nvme "
-                 "(one per rank and parameter group, removed at exit)");
+                 "offload_optimizer.nvme_path (and offload_param.nvme_path): existing writable directory of the swap "
+                 "files of --offload-optimizer nvme and --offload-param nvme (one per rank, group and kind, removed at "
+                 "exit)");
   app.add_option("--offload-param", o.offload_param,
-                 "offload_param.device: stage 3's parameter shards in pinned host memory (this binary: bf16, or fp32 "
-                 "with --offload-optimizer cpu); nvme is refused: OffloadParams<Nvme> does not exist yet")
+                 "offload_param.device: stage 3's parameter shards in pinned host memory (cpu; this binary: bf16, or "
+                 "fp32 with --offload-optimizer cpu) or in swap files under --nvme-path (nvme; with "
+                 "--offload-optimizer nvme, bf16)")
       ->check(CLI::IsMember({"none", "cpu", "nvme"}));
   app.add_option("--optimizer", o.optimizer,
                  "adamw; onebitadam: DeepSpeed's 1-bit Adam (stage 0, fp32 or bf16 in this binary): Adam without "

@@ -3,7 +3,8 @@
 # state in swap files under --nvme-path ends with the same loss at every step (csv_monitor's values,
 # printed as Python's str(): every bit), the same final loss and the same held-out accuracy as with
 # the state in pinned host memory (--offload-optimizer cpu): docs/offload.md promises bitwise
-# equality. The same through --config (the printed DeepSpeed JSON). The memory line's formula equals
+# equality; so does the run with the parameter shards on NVMe as well (--offload-param nvme). The same
+# through --config (the printed DeepSpeed JSON). The memory line's formula equals
 # the ledger, the disk holds 24 Psi/N, the swap files are gone afterwards, and what cannot run is
 # refused with an error naming the flag (or the config key) and the value.
 #   nvme_test.sh <zerotk_example_02_gpt> <work dir>
@@ -38,6 +39,22 @@ disk=$(grep -E "NVMe \(rank 0\)" <<<"$nvme") || fail "no NVMe memory line" "$nvm
 [[ "$(sed -E 's/.*: ([0-9]+) B on disk.*/\1/' <<<"$disk")" == "$(sed -E 's/.*24 Psi\/N = ([0-9]+) B.*/\1/' <<<"$disk")" ]] ||
   fail "disk bytes differ from 24 Psi/N" "$disk"
 
+# Both offloads on NVMe (OffloadParams<Nvme>): the parameter shards in swap files too, same losses.
+both=$("$bin" "${common[@]}" --offload-optimizer nvme --offload-param nvme --nvme-path "$dir/swap" --csv "$dir/csv/both" 2>&1 |
+  tr '\r' '\n')
+[[ "$(summary "$both")" == "$(summary "$cpu")" ]] ||
+  fail "nvme parameter offload differs from cpu offload" "--- cpu:" "$(summary "$cpu")" "--- both:" "$(summary "$both")"
+cmp -s "$dir/csv/cpu/$loss" "$dir/csv/both/$loss" ||
+  fail "per-step losses with --offload-param nvme differ" "$(diff "$dir/csv/cpu/$loss" "$dir/csv/both/$loss" | head -5)"
+grep -qE "NVMe parameter shard \(rank 0\): [0-9]+ B on disk" <<<"$both" || fail "no NVMe parameter shard line" "$both"
+states=$(grep "model states (rank 0)" <<<"$both") || fail "no memory line (--offload-param nvme)" "$both"
+[[ "$(sed -E 's/.*model states \(rank 0\) ([0-9]+) B.*/\1/' <<<"$states")" == "$(sed -E 's/.* = ([0-9]+) B$/\1/' <<<"$states")" ]] ||
+  fail "model states differ from the formula line (--offload-param nvme)" "$states"
+disk=$(grep -E "NVMe \(rank 0\)" <<<"$both") || fail "no NVMe memory line (--offload-param nvme)" "$both"
+[[ "$(sed -E 's/.*: ([0-9]+) B on disk.*/\1/' <<<"$disk")" == "$(sed -E 's/.*24 Psi\/N = ([0-9]+) B.*/\1/' <<<"$disk")" ]] ||
+  fail "optimizer state disk bytes differ from 24 Psi/N (--offload-param nvme)" "$disk"
+[[ -z "$(ls -A "$dir/swap")" ]] || fail "swap files left behind (--offload-param nvme)" "$(ls -l "$dir/swap")"
+
 # The same run from the DeepSpeed config the flags stand for (its csv_monitor directory moved).
 awk '{ print } /^}$/ { exit }' <<<"$nvme" | sed "s#\"job_name\": \"nvme\"#\"job_name\": \"config\"#" >"$dir/ds.json"
 grep -q '"nvme_path": ' "$dir/ds.json" || fail "the printed config has no nvme_path" "$(cat "$dir/ds.json")"
@@ -58,7 +75,7 @@ refused "--offload-optimizer" "nvme" "--nvme-path DIR" -- --stage 3 --offload-op
 refused "--nvme-path" "$dir/no_such_dir" "does not exist" -- --stage 3 --offload-optimizer nvme --nvme-path "$dir/no_such_dir"
 touch "$dir/a_file"
 refused "--nvme-path" "$dir/a_file" "not a directory" -- --stage 3 --offload-optimizer nvme --nvme-path "$dir/a_file"
-refused "--offload-param" "nvme" "not implemented" -- --stage 3 --offload-param nvme
+refused "--offload-param nvme" "--offload-optimizer cpu" "add --offload-optimizer nvme" -- --stage 3 --offload-optimizer cpu --offload-param nvme
 refused "--nvme-path" "--offload-optimizer cpu" -- --stage 3 --offload-optimizer cpu --nvme-path "$dir/swap"
 sed "s#\"nvme_path\": \"[^\"]*\"#\"nvme_path\": \"$dir/gone\"#" "$dir/ds.json" >"$dir/gone.json"
 refused "$dir/gone.json: /zero_optimization/offload_optimizer/nvme_path" "$dir/gone" -- --config "$dir/gone.json"
@@ -66,4 +83,4 @@ if [[ $(id -u) -ne 0 ]]; then  # root writes anywhere: the check is then the swa
   mkdir -p "$dir/ro" && chmod 500 "$dir/ro"
   refused "--nvme-path" "$dir/ro" "not writable" -- --stage 3 --offload-optimizer nvme --nvme-path "$dir/ro"
 fi
-echo "PASS: Offload<Nvme> gives the cpu-offload run's losses (every step, bitwise) and accuracy, by flags and by --config; memory formula exact; refusals name their flag"
+echo "PASS: Offload<Nvme> (alone and with OffloadParams<Nvme>) gives the cpu-offload run's losses (every step, bitwise) and accuracy, by flags and by --config; memory formula exact; refusals name their flag"

@@ -585,7 +585,7 @@ class Engine {
           T* values = g.params().values(k);
           comm_.broadcast(values, b.numel, dtype_of_v<T>, root).wait();
           if constexpr (!kResident) {
-            ops_.copy(values + static_cast<std::size_t>(rank()) * b.block, g.params().owned_values(k), b.block);
+            g.params().write_owned(k, [&](T* block) { ops_.copy(values + static_cast<std::size_t>(rank()) * b.block, block, b.block); });
           }
           bindings_->on_bucket_published(g, k);
         }
@@ -601,6 +601,7 @@ class Engine {
     s.rank = comm_.rank();
     s.name = name;
     s.nvme = options_.nvme;
+    s.param_path = options_.param_nvme_path;
     return s;
   }
 

@@ -1,4 +1,4 @@
-// OffloadParams<Cpu> offloads stage 3's parameter shards: below stage 3 the first error says so
+// OffloadParams<Cpu> (and <Nvme>) offload stage 3's parameter shards: below stage 3 the first error says so
 // (DeepSpeed ignores offload_param there). The control builds stage 3.
 #include "zerotk/engine.hpp"
 using namespace zerotk;

@@ -1,7 +1,8 @@
 #pragma once
 // What the offload tests share: W ranks of a training run on the threads communicator with a given
 // state store (rank 0's result, every rank's agreement, a check of each rank's ledger), the comparison
-// of a run with its Offload<None> reference, and dropping one capability from the calling thread.
+// of a run with its Offload<None> reference, state comparison, a resume across two engine types, and
+// dropping one capability from the calling thread.
 #include <doctest/doctest.h>
 
 #include <linux/capability.h>
@@ -87,6 +88,22 @@ inline void check_same_states(const std::vector<zerotk::EngineState>& a, const s
   }
 }
 
+/// Two states are the same: steps, skips, loss scaler, and master, moments and step count group by
+/// group.
+inline bool same_state(const zerotk::EngineState& a, const zerotk::EngineState& b) {
+  if (a.groups.size() != b.groups.size() || a.global_steps != b.global_steps || a.skipped_steps != b.skipped_steps ||
+      !(a.scaler == b.scaler)) {
+    return false;
+  }
+  for (std::size_t g = 0; g < a.groups.size(); ++g) {
+    if (a.groups[g].master != b.groups[g].master || a.groups[g].optimizer.m != b.groups[g].optimizer.m ||
+        a.groups[g].optimizer.v != b.groups[g].optimizer.v || a.groups[g].optimizer.step != b.groups[g].optimizer.step) {
+      return false;
+    }
+  }
+  return true;
+}
+
 /// The reference itself trained, agreed across ranks, and skipped a step exactly when expected.
 inline void check_reference(const RunResult& ref, bool expect_skip) {
   REQUIRE(ref.ranks_agree);
@@ -94,6 +111,46 @@ inline void check_reference(const RunResult& ref, bool expect_skip) {
   bool skipped = false;
   for (char s : ref.skipped) skipped = skipped || s;
   CHECK(skipped == expect_skip);
+}
+
+/// 5 steps of fp16 Mlp<half> on an E1 engine, state(), 5 more; then a fresh E2 (other initial values)
+/// loads that state and runs the same 5: the final parameters must be equal (rank 0's).
+template <class E1, class E2>
+void check_resume_across(const RunConfig& cfg, const zerotk::EngineOptions& o) {
+  std::vector<float> straight, resumed;
+  std::vector<zerotk::EngineState> states(static_cast<std::size_t>(cfg.world));
+  zerotk::comm::run_threads(cfg.world, [&](auto& comm) {
+    const auto r = static_cast<std::size_t>(comm.rank());
+    Mlp<zerotk::half> model;
+    E1 engine(comm, model, o);
+    {
+      auto g = engine.gather(model, 0);
+      model.init(42);
+    }
+    engine.initialize_master();
+    train_steps(engine, model, comm.rank(), cfg, 0, 5, nullptr);
+    states[r] = engine.state();
+    train_steps(engine, model, comm.rank(), cfg, 5, 10, nullptr);
+    {
+      auto g = engine.gather(model);
+      if (r == 0) straight = model.values();
+    }
+    Mlp<zerotk::half> model2;
+    E2 other(comm, model2, o);
+    {
+      auto g = other.gather(model2, 0);
+      model2.init(7);  // other values: everything must come from the state
+    }
+    other.initialize_master();
+    other.load_state(states[r]);
+    train_steps(other, model2, comm.rank(), cfg, 5, 10, nullptr);
+    {
+      auto g = other.gather(model2);
+      if (r == 0) resumed = model2.values();
+    }
+  });
+  CHECK(!straight.empty());
+  CHECK(resumed == straight);
 }
 
 /// Drops capability `cap` from this thread's effective set (threads it creates inherit it). False

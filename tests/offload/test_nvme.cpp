@@ -357,20 +357,6 @@ void arm_faults(int err, bool reads, int after, int count = 1) {
   io::set_fault_hook(&fault_hook);
 }
 
-bool same_state(const EngineState& a, const EngineState& b) {
-  if (a.groups.size() != b.groups.size() || a.global_steps != b.global_steps || a.skipped_steps != b.skipped_steps ||
-      !(a.scaler == b.scaler)) {
-    return false;
-  }
-  for (std::size_t g = 0; g < a.groups.size(); ++g) {
-    if (a.groups[g].master != b.groups[g].master || a.groups[g].optimizer.m != b.groups[g].optimizer.m ||
-        a.groups[g].optimizer.v != b.groups[g].optimizer.v || a.groups[g].optimizer.step != b.groups[g].optimizer.step) {
-      return false;
-    }
-  }
-  return true;
-}
-
 /// Trains 3 steps; at step 3 `fault` is armed (and `after_fault` runs once it failed); checks the
 /// io_error text, that parameters and state are those before the step; then `fix` runs, and 3 more
 /// steps give what an Offload<None> engine loaded with the state before the fault gives.

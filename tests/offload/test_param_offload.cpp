@@ -207,60 +207,18 @@ TEST_CASE("OffloadParams<Cpu>: the compute space's peak loses exactly the shard 
   CHECK(without[0] - with[0] == 2 * without[1]);  // 2 bytes x Psi / N: the fp16 shard
 }
 
-namespace {
-/// K steps, state(); then a fresh engine of the other OffloadParams loads it and runs M more steps.
-template <class P1, class P2, class Off>
-void round_trip(int world) {
-  RunConfig cfg;
-  cfg.world = world;
-  cfg.gas = 2;
-  cfg.clip = 0.5;
-  cfg.poison_steps = {2};
-  cfg.stage3.param_persistence_threshold = 0;
-  std::vector<float> straight, resumed;
-  std::vector<EngineState> states(static_cast<std::size_t>(world));
-  comm::run_threads(world, [&](auto& comm) {
-    const auto r = static_cast<std::size_t>(comm.rank());
-    const EngineOptions o = engine_options(cfg);
-    Mlp<half> model;
-    E3<fp16, Off, P1> engine(comm, model, o);
-    {
-      auto g = engine.gather(model, 0);
-      model.init(42);
-    }
-    engine.initialize_master();
-    train_steps(engine, model, comm.rank(), cfg, 0, 5, nullptr);
-    states[r] = engine.state();
-    train_steps(engine, model, comm.rank(), cfg, 5, 10, nullptr);
-    {
-      auto g = engine.gather(model);
-      if (r == 0) straight = model.values();
-    }
-
-    Mlp<half> model2;
-    E3<fp16, Off, P2> other(comm, model2, o);
-    {
-      auto g = other.gather(model2, 0);
-      model2.init(7);  // other values: everything must come from the state
-    }
-    other.initialize_master();
-    other.load_state(states[r]);
-    train_steps(other, model2, comm.rank(), cfg, 5, 10, nullptr);
-    {
-      auto g = other.gather(model2);
-      if (r == 0) resumed = model2.values();
-    }
-  });
-  CHECK(!straight.empty());
-  CHECK(resumed == straight);
-}
-}  // namespace
-
 TEST_CASE("state() / load_state() across OffloadParams<Cpu> and OffloadParams<None>") {
   for (int world : {1, 2, 3}) {
     CAPTURE(world);
-    round_trip<OffloadParams<Cpu>, OffloadParams<Cpu>, Offload<None>>(world);
-    round_trip<OffloadParams<Cpu>, OffloadParams<None>, Offload<Cpu>>(world);
-    round_trip<OffloadParams<None>, OffloadParams<Cpu>, Offload<Cpu>>(world);
+    RunConfig cfg;
+    cfg.world = world;
+    cfg.gas = 2;
+    cfg.clip = 0.5;
+    cfg.poison_steps = {2};
+    cfg.stage3.param_persistence_threshold = 0;
+    const EngineOptions o = engine_options(cfg);
+    check_resume_across<E3<fp16, Offload<None>, OffloadParams<Cpu>>, E3<fp16, Offload<None>, OffloadParams<Cpu>>>(cfg, o);
+    check_resume_across<E3<fp16, Offload<Cpu>, OffloadParams<Cpu>>, E3<fp16, Offload<Cpu>, OffloadParams<None>>>(cfg, o);
+    check_resume_across<E3<fp16, Offload<Cpu>, OffloadParams<None>>, E3<fp16, Offload<Cpu>, OffloadParams<Cpu>>>(cfg, o);
   }
 }

@@ -313,13 +313,15 @@ class ParamBindings {
           if (!any) continue;
           adopted = true;
           const std::size_t from = static_cast<std::size_t>(rank) * b.block;
-          if constexpr (std::is_same_v<G, MainGroup>) {
-            if (as_float) {
-              fetched_->store_from_host(staging_float.data() + from, g.params().owned_values(k), b.block);
-              continue;
+          g.params().write_owned(k, [&](T* block) {
+            if constexpr (std::is_same_v<G, MainGroup>) {
+              if (as_float) {
+                fetched_->store_from_host(staging_float.data() + from, block, b.block);
+                return;
+              }
             }
-          }
-          ops_->copy_from_host(staging.data() + from, g.params().owned_values(k), b.block);
+            ops_->copy_from_host(staging.data() + from, block, b.block);
+          });
         }
       });
     }

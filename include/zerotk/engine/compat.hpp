@@ -25,13 +25,17 @@ struct Compat {
   static_assert(!(kCpu || kNvme) || !std::is_same_v<policy_tag_t<Optimizer>, Lamb>,
                 "Engine: Offload<Cpu> and Offload<Nvme> step the optimizer sub-group by sub-group and support "
                 "Optimizer<Adam> and Optimizer<AdamW>; Optimizer<Lamb> needs Offload<None>");
-  static_assert(!std::is_same_v<typename OffloadParams::tag, Nvme>,
-                "Engine: OffloadParams<Nvme> is not available yet; use OffloadParams<None> or OffloadParams<Cpu>");
   static_assert(std::is_same_v<typename OffloadParams::tag, None> || Partitioner::stage == 3,
-                "Engine: OffloadParams<Cpu> (offload_param) offloads the parameter shards of Partitioner<Stage<3>>; "
-                "stages 0-2 keep every parameter in the compute space (DeepSpeed ignores offload_param there too)");
-  static_assert(!std::is_same_v<typename OffloadParams::tag, Cpu> || std::is_same_v<typename Device::tag, Host>,
-                "Engine: OffloadParams<Cpu> with Device<Cuda> is not available yet (Device<Host> only)");
+                "Engine: OffloadParams<Cpu> and OffloadParams<Nvme> (offload_param) offload the parameter shards of "
+                "Partitioner<Stage<3>>; stages 0-2 keep every parameter in the compute space (DeepSpeed ignores "
+                "offload_param there too)");
+  static_assert(std::is_same_v<typename OffloadParams::tag, None> || std::is_same_v<typename Device::tag, Host>,
+                "Engine: OffloadParams<Cpu> and OffloadParams<Nvme> with Device<Cuda> are not available yet "
+                "(Device<Host> only)");
+  static_assert(!std::is_same_v<typename OffloadParams::tag, Nvme> || kNvme,
+                "Engine: OffloadParams<Nvme> needs Offload<Nvme> (offload_optimizer.device nvme): the optimizer "
+                "writes the new parameter values into the shard file sub-group by sub-group, and only a swapped "
+                "optimizer state can be put back with them when a write fails, so a failed step changes nothing");
   // The 1-bit optimizers: 1-bit Adam, 0/1 Adam and 1-bit LAMB.
   static constexpr bool kOneBit = std::is_same_v<policy_tag_t<Optimizer>, OneBitAdam> ||
                                   std::is_same_v<policy_tag_t<Optimizer>, ZeroOneAdam> ||

@@ -88,7 +88,7 @@ class FlatGroup {
         layout_(m.numels, m.opt_groups, ctx.world(), bucket_numel, m.units),
         ctx_(with_layout(ctx, &layout_, &local_)),
         grads_(ctx_),
-        params_(ctx_, param_options(overlap_param_gather, m.persistent)),
+        params_(ctx_, param_options(overlap_param_gather, m.persistent, store)),
         store_(*ctx.ops, ctx.ledger, kPartitioned ? layout_.partition_numel() : layout_.flat_numel(), groups,
                m.numels.size(), store),
         opened_(layout_.buckets().size(), 0),
@@ -177,7 +177,8 @@ class FlatGroup {
   /// Publication (all-gather) is separate: publish().
   void update(float grad_scale) {
     params_.synchronize();  // a gather still in flight reads the blocks this update writes
-    const zero::OptimizerOut<T> out = params_.optimizer_out();
+    OutputScope scope(params_);
+    const auto out = params_.optimizer_out();
     auto reduce_tensor_sums = [&](double* sums, std::size_t n) {
       if constexpr (kPartitioned) {
         if (n > 0) ctx_.comm->all_reduce(sums, sums, n, DType::fp64, comm::ReduceOp::sum).wait();
@@ -188,6 +189,7 @@ class FlatGroup {
     grads_.owned().visit([&](const auto* g) {
       for (std::size_t i = 0; i < store_.sub_groups(); ++i) store_.step(i, segments_, g, out.base, grad_scale, reduce_tensor_sums);
     });
+    scope.commit();
     grads_.clear_accumulated();
     opt_comm_->sync(store_.optimizer());
   }
@@ -230,7 +232,7 @@ class FlatGroup {
     if constexpr (kPartitioned) {
       for (std::size_t k = 0; k < layout_.buckets().size(); ++k) {
         const zero::Bucket& b = layout_.buckets()[k];
-        store_.master_from(params_.owned_values(k), b.part_offset, b.block);
+        params_.read_owned(k, [&](const T* block) { store_.master_from(block, b.part_offset, b.block); });
       }
     } else {
       store_.master_from(params_.params(), 0, layout_.flat_numel());
@@ -241,8 +243,19 @@ class FlatGroup {
   template <class OnBucket>
   void restore_params_from_master(OnBucket&& on_bucket) {
     params_.synchronize();
-    const zero::OptimizerOut<T> out = params_.optimizer_out();
-    for (const kernels::Segment& s : segments_) store_.master_into(s.offset, out.base + s.out_at(), s.numel);
+    OutputScope scope(params_);
+    const auto out = params_.optimizer_out();
+    std::vector<T> host;
+    for (const kernels::Segment& s : segments_) {
+      if constexpr (zero::OutputWriter<std::remove_pointer_t<decltype(out.base)>>) {  // through host memory
+        host.resize(s.numel);
+        store_.master_into(s.offset, host.data(), s.numel);
+        out.base->write(s.out_at(), host.data(), s.numel);
+      } else {
+        store_.master_into(s.offset, out.base + s.out_at(), s.numel);
+      }
+    }
+    scope.commit();
     publish(std::forward<OnBucket>(on_bucket));
   }
 
@@ -252,15 +265,38 @@ class FlatGroup {
   }
 
  private:
+  /// The optimizer's output into the parameter path, committed (a swapped shard's blocks become
+  /// current) or, when the scope is left by an exception, abandoned (they stay as they were).
+  class OutputScope {
+   public:
+    explicit OutputScope(Params& p) noexcept : p_(&p) {}
+    OutputScope(const OutputScope&) = delete;
+    OutputScope& operator=(const OutputScope&) = delete;
+    ~OutputScope() {
+      if constexpr (requires { p_->abort_update(); }) {
+        if (p_ != nullptr) p_->abort_update();
+      }
+    }
+    void commit() {
+      if constexpr (requires { p_->commit_update(); }) p_->commit_update();
+      p_ = nullptr;
+    }
+
+   private:
+    Params* p_;
+  };
+
   static zero::PathContext<Ops> with_layout(zero::PathContext<Ops> c, const zero::BucketLayout* l,
                                            zero::LocalGradients* local) {
     c.layout = l;
     c.local_gradients = local;
     return c;
   }
-  zero::ParamPathOptions param_options(bool overlap_param_gather, const std::vector<char>& persistent) const {
+  zero::ParamPathOptions param_options(bool overlap_param_gather, const std::vector<char>& persistent,
+                                       const offload::StoreOptions& store) const {
     zero::ParamPathOptions o;
     o.overlap_param_gather = overlap_param_gather;
+    o.shard_file = {store.param_path, store.nvme.aio, store.rank, store.name};
     if (!persistent.empty()) {
       for (const zero::Bucket& b : layout_.buckets()) o.persistent.push_back(persistent[b.params.front()]);
     }

@@ -34,6 +34,9 @@ struct StoreOptions {
   int rank = 0;
   std::string name = "main";
   NvmeOptions nvme;
+  /// OffloadParams<Nvme>: the directory of the parameter shard file (`offload_param.nvme_path`).
+  /// Not the store's: the group hands it, with rank, name and nvme.aio, to its parameter path.
+  std::filesystem::path param_path;
 };
 
 }  // namespace zerotk::offload

@@ -32,28 +32,35 @@
 
 #include "zerotk/core/memory.hpp"
 #include "zerotk/core/pinned_host_space.hpp"
+#include "zerotk/offload/nvme_shard.hpp"
 #include "zerotk/policies.hpp"
 #include "zerotk/zero/params/compute_shard.hpp"
 
 namespace zerotk::offload {
 
 template <class T, class Ops>
-struct PinnedShard {
-  using Buffer = PinnedTrackedBuffer<T>;
-  /// The shard is staged into the gather buffer before each all-gather.
-  static constexpr bool kStaged = true;
+class PinnedShard {
+ public:
+  PinnedShard(Ops&, const zero::BucketLayout& layout, int /*rank*/, MemoryLedger* ledger, const zero::ShardFileOptions&)
+      : layout_(&layout), shard_(layout.partition_numel(), MemoryCategory::params16, ledger) {}
 
-  static Buffer allocate(Ops&, std::size_t n, MemoryLedger* ledger) { return Buffer(n, MemoryCategory::params16, ledger); }
-  static const T* gather_source(Ops& ops, const T* block, T* slot, std::size_t n) {
-    ops.copy_from_host(block, slot, n);
+  T* data() noexcept { return shard_.data(); }
+  /// Stages this rank's block of bucket k into its slot of the gather buffer (copy_from_host).
+  const T* gather_source(Ops& ops, std::size_t k, T* slot) {
+    const zero::Bucket& b = layout_->buckets()[k];
+    ops.copy_from_host(shard_.data() + b.part_offset, slot, b.block);
     return slot;
   }
+
+ private:
+  const zero::BucketLayout* layout_;
+  PinnedTrackedBuffer<T> shard_;
 };
 
 /// ShardHomeOf<Tag>: the shard home an OffloadParams<Tag> policy selects (the tag picks a type).
 ///   OffloadParams<None>  zero::ComputeShard   the compute space
 ///   OffloadParams<Cpu>   PinnedShard          page-locked host memory
-///   OffloadParams<Nvme>  not available yet (engine/compat.hpp says so)
+///   OffloadParams<Nvme>  NvmeShard            a file on disk (offload/nvme_shard.hpp)
 template <class Tag>
 struct ShardHomeOf {
   static_assert(dependent_false<Tag>, "offload::ShardHomeOf: no shard home for this OffloadParams tag");
@@ -67,6 +74,11 @@ template <>
 struct ShardHomeOf<Cpu> {
   template <class T, class Ops>
   using type = PinnedShard<T, Ops>;
+};
+template <>
+struct ShardHomeOf<Nvme> {
+  template <class T, class Ops>
+  using type = NvmeShard<T, Ops>;
 };
 
 }  // namespace zerotk::offload

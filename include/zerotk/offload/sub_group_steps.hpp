@@ -30,6 +30,7 @@
 #include "zerotk/kernels/tensor_list.hpp"
 #include "zerotk/optim/optimizer.hpp"
 #include "zerotk/optim/run.hpp"
+#include "zerotk/zero/params/optimizer_out.hpp"
 
 namespace zerotk::offload {
 
@@ -58,12 +59,14 @@ class SubGroupSteps {
   std::size_t numel(std::size_t i) const noexcept { return end(i) - begin(i); }
 
   /// One fused step of sub-group i over `master`, `m`, `v` (its elements, from its first):
-  /// stage its gradients, Run, write the working-precision values to `out` (null: none).
+  /// stage its gradients, Run, write the working-precision values to `out` (null: none; the
+  /// elements, or an OutputWriter: zero/params/optimizer_out.hpp).
   /// Segments as for Resident::step. Call with i = 0 .. count() - 1 in order.
   template <class Opt, class G, class P, class Reduce>
   void step(Opt& opt, std::size_t i, std::span<const kernels::Segment> segments, const G* grads, P* out,
             float grad_scale, Reduce&& reduce, float* master, float* m, float* v) {
-    static_assert(sizeof(G) <= kStagingElementBytes && sizeof(P) <= kStagingElementBytes,
+    using V = zero::out_element_t<P>;  // P: the elements, or a writer of them (zero/params/optimizer_out.hpp)
+    static_assert(sizeof(G) <= kStagingElementBytes && sizeof(V) <= kStagingElementBytes,
                   "offload: staging buffers hold elements of at most 4 bytes");
     if (i == 0) {
       step_before_ = opt.step_count();
@@ -72,29 +75,32 @@ class SubGroupSteps {
     }
     const std::span<const Piece> ps = pieces(segments, i);
     G* g_stage = reinterpret_cast<G*>(grads_staging_.data());
-    P* p_stage = out != nullptr ? reinterpret_cast<P*>(out_staging_.data()) : nullptr;
+    V* p_stage = out != nullptr ? reinterpret_cast<V*>(out_staging_.data()) : nullptr;
     local_.clear();
     for (const Piece& p : ps) {
       ops_->copy_to_host(grads + p.grad_at, g_stage + p.local.offset, p.local.numel);
       local_.push_back(p.local);
     }
     const optim::Moments mv{m, v, numel(i)};
-    optim::Run<Opt, HostSpace>::template step<G, P>(opt, std::span<const kernels::Segment>(local_), master, mv, g_stage,
+    optim::Run<Opt, HostSpace>::template step<G, V>(opt, std::span<const kernels::Segment>(local_), master, mv, g_stage,
                                                    p_stage, grad_scale,
                                                    [&](std::span<double> s) { reduce(s.data(), s.size()); });
     if (out == nullptr) return;
-    for (const Piece& p : ps) ops_->copy_from_host(p_stage + p.local.offset, out + p.out_at, p.local.numel);
+    for (const Piece& p : ps) zero::put_out(*ops_, out, p.out_at, p_stage + p.local.offset, p.local.numel);
+    zero::end_sub_group(out);
   }
 
   /// out := P(master) over sub-group i's pieces (`master` from the sub-group's first element): puts
   /// back the working-precision values of an abandoned step.
   template <class P>
   void write_out(std::span<const kernels::Segment> segments, std::size_t i, const float* master, P* out) {
-    P* p_stage = reinterpret_cast<P*>(out_staging_.data());
+    using V = zero::out_element_t<P>;
+    V* p_stage = reinterpret_cast<V*>(out_staging_.data());
     for (const Piece& p : pieces(segments, i)) {
       kernels::host::cast(master + p.local.offset, p_stage + p.local.offset, p.local.numel);
-      ops_->copy_from_host(p_stage + p.local.offset, out + p.out_at, p.local.numel);
+      zero::put_out(*ops_, out, p.out_at, p_stage + p.local.offset, p.local.numel);
     }
+    zero::end_sub_group(out);
   }
 
  private:

@@ -34,6 +34,11 @@ class BucketGather {
   T* values(std::size_t k) { return params_.data() + c_.layout->buckets()[k].flat_offset; }
   /// This rank's block of bucket k, where the fp32 master is initialised from.
   T* owned_values(std::size_t k) { return params_.data() + c_.layout->block_flat_offset(k, c_.rank()); }
+  /// f(const T* block) over owned_values(k) (the form every partitioned path has).
+  template <class F>
+  void read_owned(std::size_t k, F&& f) {
+    f(static_cast<const T*>(owned_values(k)));
+  }
 
   /// Stage 1: in place, this rank's blocks of the flat buffer. Stage 2 gathers from its own
   /// partition buffer instead (set_partition_source).

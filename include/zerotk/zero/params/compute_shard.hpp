@@ -3,33 +3,42 @@
 /// ComputeShard: where stage 3 keeps this rank's parameter shard when parameters are not offloaded
 /// (OffloadParams<None>): in the compute space, the all-gather's send buffer as it is.
 ///
-/// A shard home is what FetchOnDemand (fetch_on_demand.hpp) asks two things of:
-///   Buffer                            the shard's storage type ([partition_numel] of T)
-///   allocate(ops, n, ledger)          the shard, recorded in the ledger as params16 in its space
-///   gather_source(ops, block, slot, n)  the send buffer of a bucket's all-gather: `block` is this
-///                                     rank's n elements in the shard, `slot` this rank's block of
-///                                     the compute-space buffer the gather fills. A home whose shard
-///                                     the communicator cannot read stages `block` into `slot` and
-///                                     returns `slot` (an in-place all-gather); this one returns
-///                                     `block`.
-/// The other home is offload/pinned_shard.hpp (OffloadParams<Cpu>).
+/// A shard home is what FetchOnDemand (fetch_on_demand.hpp) keeps this rank's shard in (block r of
+/// every bucket, [partition_numel] of T at each bucket's part_offset). It is built from
+/// (ops, layout, rank, ledger, ShardFileOptions) and records itself in the ledger (params16, in its
+/// space). Every home has
+///   gather_source(ops, k, slot)   the send buffer of bucket k's all-gather; `slot` is this rank's
+///                                 block of the compute-space buffer the gather fills. A home whose
+///                                 shard the communicator cannot read stages the block into `slot`
+///                                 and returns `slot` (an in-place all-gather); this one returns
+///                                 the block in place.
+/// and is one of two kinds:
+///   addressable   data(): the shard is memory the engine reads and writes through pointers
+///                 (this home, and offload/pinned_shard.hpp's for OffloadParams<Cpu>);
+///   swapped       read(k, host), write(k, host) for one bucket's block, and writer(), commit(),
+///                 abort() for the optimizer's output (offload/nvme_shard.hpp, OffloadParams<Nvme>).
 
 #include <cstddef>
 
 #include "zerotk/core/memory.hpp"
+#include "zerotk/zero/layout.hpp"
+#include "zerotk/zero/params/replicated.hpp"
 
 namespace zerotk::zero {
 
 template <class T, class Ops>
-struct ComputeShard {
-  using Buffer = typename Ops::template Buffer<T>;
-  /// The shard lives where the gather reads it: no copy before a fetch.
-  static constexpr bool kStaged = false;
+class ComputeShard {
+ public:
+  ComputeShard(Ops& ops, const BucketLayout& layout, int /*rank*/, MemoryLedger* ledger, const ShardFileOptions&)
+      : layout_(&layout), shard_(ops.template allocate<T>(layout.partition_numel(), MemoryCategory::params16, ledger)) {}
 
-  static Buffer allocate(Ops& ops, std::size_t n, MemoryLedger* ledger) {
-    return ops.template allocate<T>(n, MemoryCategory::params16, ledger);
-  }
-  static const T* gather_source(Ops&, const T* block, T* /*slot*/, std::size_t /*n*/) noexcept { return block; }
+  T* data() noexcept { return shard_.data(); }
+  /// The shard lives where the gather reads it: no copy before a fetch.
+  const T* gather_source(Ops&, std::size_t k, T* /*slot*/) noexcept { return shard_.data() + layout_->buckets()[k].part_offset; }
+
+ private:
+  const BucketLayout* layout_;
+  typename Ops::template Buffer<T> shard_;
 };
 
 }  // namespace zerotk::zero

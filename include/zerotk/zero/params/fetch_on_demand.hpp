@@ -19,9 +19,13 @@
 /// is fetched fresh by the next scope that needs it.
 ///
 /// Where the shard lives is the `Home` parameter (compute_shard.hpp): the compute space
-/// (OffloadParams<None>), or page-locked host memory (offload/pinned_shard.hpp, OffloadParams<Cpu>),
-/// from which each gather first stages this rank's block into its own slot of the gather buffer and
-/// then gathers in place.
+/// (OffloadParams<None>), page-locked host memory (offload/pinned_shard.hpp, OffloadParams<Cpu>) or
+/// a file (offload/nvme_shard.hpp, OffloadParams<Nvme>); the last two first stage this rank's block
+/// into its own slot of the gather buffer, then gather in place. The shard is read and written
+/// through read_owned(k, f) / write_owned(k, f), which work for every home; an addressable home
+/// also gives pointers (shard(), owned_values(k)). The optimizer's output is optimizer_out() and
+/// ends with commit_update() (or abort_update() when the step failed): a swapped home hands out a
+/// writer there and makes its blocks current only at the commit.
 ///
 /// hpZ (`PathContext::group_comm` set, zero/params/secondary_shard.hpp): a bucket gathered over the
 /// world also refreshes this rank's secondary slice, and while that slice is current the next gather
@@ -32,6 +36,7 @@
 #include <cstddef>
 #include <functional>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "zerotk/core/error.hpp"
@@ -51,7 +56,7 @@ class FetchOnDemand {
 
   FetchOnDemand(const PathContext<Ops>& c, const ParamPathOptions& o)
       : c_(c),
-        shard_(Home::allocate(*c.ops, c.layout->partition_numel(), c.ledger)),
+        shard_(*c.ops, *c.layout, c.rank(), c.ledger, o.shard_file),
         state_(c.layout->buckets().size()) {
     const auto buckets = c.layout->buckets();
     for (std::size_t k = 0; k < buckets.size(); ++k) {
@@ -70,17 +75,64 @@ class FetchOnDemand {
   /// is evicted. The engine's bindings point the bucket's Params there.
   void on_residency(std::function<void(std::size_t, T*)> f) { on_residency_ = std::move(f); }
 
-  /// This rank's shard: block r of bucket k at `buckets()[k].part_offset`.
+  /// Whether the home is memory the engine can point into (else it is read and written by block).
+  static constexpr bool kAddressable = requires(Home& h) { h.data(); };
+
+  /// This rank's shard: block r of bucket k at `buckets()[k].part_offset` (addressable homes).
   /// (Each may be written through: the secondary slices they cover go stale.)
-  T* shard() noexcept {
+  T* shard() noexcept
+    requires kAddressable
+  {
     if (secondary_) secondary_->invalidate();
     return shard_.data();
   }
-  T* owned_values(std::size_t k) noexcept {
+  T* owned_values(std::size_t k) noexcept
+    requires kAddressable
+  {
     if (secondary_) secondary_->invalidate(k);
     return shard_.data() + c_.layout->buckets()[k].part_offset;
   }
-  OptimizerOut<T> optimizer_out() { return {shard(), true}; }
+  /// f(const T* block): this rank's block of bucket k (b.block elements), in the compute space.
+  template <class F>
+  void read_owned(std::size_t k, F&& f) {
+    if constexpr (kAddressable) {
+      f(static_cast<const T*>(shard_.data() + c_.layout->buckets()[k].part_offset));
+    } else {
+      std::vector<T> host(c_.layout->buckets()[k].block);
+      shard_.read(k, host.data());
+      f(static_cast<const T*>(host.data()));
+    }
+  }
+  /// f(T* block) writes all of this rank's block of bucket k; then it is the shard's.
+  template <class F>
+  void write_owned(std::size_t k, F&& f) {
+    if (secondary_) secondary_->invalidate(k);
+    if constexpr (kAddressable) {
+      f(shard_.data() + c_.layout->buckets()[k].part_offset);
+    } else {
+      std::vector<T> host(c_.layout->buckets()[k].block);
+      f(host.data());
+      shard_.write(k, host.data());
+    }
+  }
+  /// Where the optimizer writes (owned-shaped): the shard itself, or a swapped home's writer.
+  auto optimizer_out() {
+    if (secondary_) secondary_->invalidate();
+    if constexpr (kAddressable) {
+      return OptimizerOut<T>{shard_.data(), true};
+    } else {
+      return OptimizerOut<typename Home::Writer>{&shard_.writer(), true};
+    }
+  }
+  /// The optimizer's output is complete (a swapped home makes it current) or abandoned.
+  void commit_update() {
+    if constexpr (!kAddressable) shard_.commit();
+  }
+  void abort_update() noexcept {
+    if constexpr (!kAddressable) shard_.abort();
+  }
+  /// The home itself (tests, reports).
+  const Home& home() const noexcept { return shard_; }
   /// hpZ: the secondary shard, if this path keeps one.
   const SecondaryShard<T, Ops>* secondary() const noexcept { return secondary_ ? &*secondary_ : nullptr; }
 
@@ -100,7 +152,12 @@ class FetchOnDemand {
     if (resident(k)) return;
     if (s.persistent) {  // its own buffer: gathered on first use and again after every update
       s.stale = false;
-      start_gather(k);
+      try {
+        start_gather(k);
+      } catch (...) {
+        s.stale = true;  // (a shard read that failed): the buffer does not hold the values
+        throw;
+      }
       return;
     }
     if (free_.empty()) {
@@ -111,7 +168,13 @@ class FetchOnDemand {
     s.stale = false;
     free_.pop_back();
     live_numel_ += c_.layout->buckets()[k].numel;
-    start_gather(k);
+    try {
+      start_gather(k);
+    } catch (...) {  // nothing was started: the bucket is not resident, the buffer goes back
+      free_.push_back(std::exchange(s.own, -1));
+      live_numel_ -= c_.layout->buckets()[k].numel;
+      throw;
+    }
   }
 
   /// Waits for bucket k's gather if it is in flight; then its Params see the values.
@@ -211,7 +274,7 @@ class FetchOnDemand {
     if (s.from_world) {
       T* out = buffer(k);
       T* slot = out + static_cast<std::size_t>(c_.rank()) * b.block;  // in place when the home stages
-      const T* send = Home::gather_source(*c_.ops, shard_.data() + b.part_offset, slot, b.block);
+      const T* send = shard_.gather_source(*c_.ops, k, slot);
       s.work = c_.comm->all_gather(send, out, b.block, dtype_of_v<T>);
     } else {
       s.work = secondary_->gather(k, buffer(k));
@@ -221,7 +284,7 @@ class FetchOnDemand {
   }
 
   PathContext<Ops> c_;
-  typename Home::Buffer shard_;                              // [partition_numel], where Home keeps it
+  Home shard_;                                               // [partition_numel], where Home keeps it
   std::vector<typename Ops::template Buffer<T>> pool_;       // [pool buffers][slot_numel_]
   std::vector<typename Ops::template Buffer<T>> persistent_; // [persistent buckets][bucket numel]
   std::vector<int> free_;                                    // pool buffers holding no bucket

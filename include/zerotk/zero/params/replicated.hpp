@@ -16,11 +16,24 @@
 ///   pending()                   publications in flight
 
 #include <cstddef>
+#include <filesystem>
+#include <string>
 #include <vector>
 
+#include "zerotk/io/aio_options.hpp"
 #include "zerotk/zero/grads/context.hpp"
+#include "zerotk/zero/params/optimizer_out.hpp"
 
 namespace zerotk::zero {
+
+/// OffloadParams<Nvme>: where stage 3's shard file goes and how it is read and written
+/// (offload/nvme_shard.hpp); the other shard homes ignore it.
+struct ShardFileOptions {
+  std::filesystem::path dir;  ///< `offload_param.nvme_path`: an existing, writable directory
+  io::AioOptions aio;         ///< the `aio` block (shared with Offload<Nvme>)
+  int rank = 0;               ///< with `name`, names the file
+  std::string name = "main";
+};
 
 /// What a parameter path is built with besides its PathContext.
 struct ParamPathOptions {
@@ -28,14 +41,10 @@ struct ParamPathOptions {
   bool overlap_param_gather = false;
   /// Stage 3: [bucket] kept gathered at all times (stage3_param_persistence_threshold).
   std::vector<char> persistent;
+  /// Stage 3 with OffloadParams<Nvme>: the shard file.
+  ShardFileOptions shard_file;
 };
 
-/// Where the optimizer writes 16-bit values.
-template <class T>
-struct OptimizerOut {
-  T* base = nullptr;
-  bool owned_shaped = true;
-};
 
 template <class T, class Ops>
 class Replicated {

@@ -1,0 +1,222 @@
+#pragma once
+/// \file zerotk/offload/nvme_shard.hpp
+/// NvmeShard: OffloadParams<Nvme>'s home for stage 3's parameter shard (DeepSpeed
+/// `offload_param.device: nvme`, `nvme_path`). This rank's block of every bucket lives in a swap
+/// file (io/swap_file.hpp: O_DIRECT, io_uring or the pread/pwrite pool); host memory holds two
+/// staging blocks of the largest bucket's block, nothing more. A bucket's block is read just before
+/// its all-gather:
+///
+///   fetch(k):  file (block k) -> staging -> this rank's block of k's gather buffer   (read, copy)
+///              all-gather in place into the gather buffer                             (the communicator)
+///
+/// File layout: [2 slots][bucket k] blocks, each padded to 4096 bytes. Every block has its own
+/// current slot. A block is never written over in place:
+///
+///   write(k, host)         block k := host, written to k's other slot, which then becomes current
+///                          (initial values, load_state, a GatherScope's writes: one block at a time)
+///   writer().write(at, host, n) ...   the optimizer's output, owned offsets; each touched block is
+///   commit()                          assembled in staging and written to its other slot; commit()
+///                          makes those the current ones, abort() drops them.
+///
+/// So a failed write (disk full, an injected fault, a truncated file) leaves every block as it was;
+/// with Offload<Nvme>, whose state also flips only after a complete step, a failed step changes
+/// nothing (engine/compat.hpp allows OffloadParams<Nvme> only with Offload<Nvme> for that reason).
+///
+/// A transaction must write every parameter element of a block it touches: the rest of the block
+/// (the padding behind the bucket's last parameter) is written as zeros, which is what the other
+/// homes hold there too. The optimizer's output and the restore from the master both cover every
+/// segment. A block that spans two sub-groups is assembled twice (read back from its other slot
+/// for the second half): one extra block read per sub-group boundary.
+///
+/// Reads are synchronous: a fetch waits for its block (prefetching the next block's read while a
+/// gather runs is not done yet; docs/offload.md). Device<Host> only: the values cross through host
+/// memory by plain copies (engine/compat.hpp).
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "zerotk/core/error.hpp"
+#include "zerotk/core/memory.hpp"
+#include "zerotk/core/pinned_host_space.hpp"
+#include "zerotk/io/swap_file.hpp"
+#include "zerotk/zero/layout.hpp"
+#include "zerotk/zero/params/replicated.hpp"
+
+namespace zerotk::offload {
+
+template <class T, class Ops>
+class NvmeShard {
+ public:
+  /// The optimizer's output into the shard (zero::OutputWriter): owned offsets, host values.
+  class Writer {
+   public:
+    using value_type = T;
+    explicit Writer(NvmeShard& s) : s_(&s) {}
+    void write(std::size_t at, const T* host, std::size_t n) { s_->put(at, host, n); }
+    void end_sub_group() { s_->flush(); }
+
+   private:
+    NvmeShard* s_;
+  };
+
+  NvmeShard(Ops&, const zero::BucketLayout& layout, int rank, MemoryLedger* ledger, const zero::ShardFileOptions& o)
+      : layout_(&layout),
+        ledger_(ledger),
+        offsets_(offsets_of(layout)),
+        block_bytes_(max_block_bytes(layout)),
+        file_(checked_dir(o), "zerotk_params.r" + std::to_string(rank) + "." + o.name, 2 * offsets_.back(), o.aio),
+        staging_(2 * block_bytes_, MemoryCategory::other, ledger),
+        current_(layout.buckets().size(), 0),
+        touched_(layout.buckets().size(), 0),
+        writer_(*this) {
+    for (const zero::Bucket& b : layout.buckets()) {
+      if (b.block > 0) by_offset_.push_back(static_cast<std::size_t>(&b - layout.buckets().data()));
+    }
+    std::sort(by_offset_.begin(), by_offset_.end(), [&](std::size_t a, std::size_t b) {
+      return layout.buckets()[a].part_offset < layout.buckets()[b].part_offset;
+    });
+    if (ledger_ != nullptr) ledger_->add(MemorySpace::disk, MemoryCategory::params16, disk_bytes());
+  }
+  NvmeShard(const NvmeShard&) = delete;
+  NvmeShard& operator=(const NvmeShard&) = delete;
+  ~NvmeShard() {
+    if (ledger_ != nullptr) ledger_->sub(MemorySpace::disk, MemoryCategory::params16, disk_bytes());
+  }
+
+  /// Reads this rank's block of bucket k into its slot of the gather buffer.
+  const T* gather_source(Ops& ops, std::size_t k, T* slot) {
+    ops.copy_from_host(load(k, staging(0)), slot, layout_->buckets()[k].block);
+    return slot;
+  }
+
+  /// host[0, block) := block k.
+  void read(std::size_t k, T* host) {
+    std::memcpy(host, load(k, staging(0)), layout_->buckets()[k].block * sizeof(T));
+  }
+  /// block k := host[0, block), atomically (the other slot, then the switch).
+  void write(std::size_t k, const T* host) {
+    if (open_ != kNone) throw usage_error("a block written while the optimizer's output is open", "NvmeShard::write");
+    const std::size_t n = layout_->buckets()[k].block;
+    std::byte* s = staging(0);
+    std::memcpy(s, host, n * sizeof(T));
+    std::memset(s + n * sizeof(T), 0, padded(n) - n * sizeof(T));
+    file_.wait(file_.write(offset(1 - current_[k], k), s, padded(n)));
+    current_[k] = static_cast<char>(1 - current_[k]);
+  }
+
+  Writer& writer() noexcept { return writer_; }
+  /// The blocks the writer wrote become current.
+  void commit() {
+    flush();
+    for (std::size_t k = 0; k < touched_.size(); ++k) {
+      if (touched_[k]) current_[k] = static_cast<char>(1 - current_[k]);
+      touched_[k] = 0;
+    }
+  }
+  /// Drops what the writer wrote: every block stays as it was.
+  void abort() noexcept {
+    open_ = kNone;
+    std::fill(touched_.begin(), touched_.end(), char{0});
+  }
+
+  const io::SwapFile& file() const noexcept { return file_; }
+  /// Both slots of every block, padded: the disk this home takes.
+  std::uint64_t disk_bytes() const noexcept { return 2 * offsets_.back(); }
+
+ private:
+  static constexpr std::size_t kNone = std::numeric_limits<std::size_t>::max();
+
+  static std::size_t padded(std::size_t n) noexcept {
+    return (n * sizeof(T) + io::kDirectAlign - 1) / io::kDirectAlign * io::kDirectAlign;
+  }
+  /// offsets[k]: bucket k's block within a slot; offsets.back(): a slot's bytes (at least one page).
+  static std::vector<std::uint64_t> offsets_of(const zero::BucketLayout& l) {
+    std::vector<std::uint64_t> o{0};
+    for (const zero::Bucket& b : l.buckets()) o.push_back(o.back() + padded(b.block));
+    if (o.back() == 0) o.back() = io::kDirectAlign;
+    return o;
+  }
+  static std::size_t max_block_bytes(const zero::BucketLayout& l) {
+    std::size_t m = io::kDirectAlign;
+    for (const zero::Bucket& b : l.buckets()) m = std::max(m, padded(b.block));
+    return m;
+  }
+  static const std::filesystem::path& checked_dir(const zero::ShardFileOptions& o) {
+    if (o.dir.empty()) throw config_error("required for OffloadParams<Nvme>", "zero_optimization.offload_param.nvme_path");
+    return o.dir;
+  }
+
+  std::uint64_t offset(int slot, std::size_t k) const noexcept {
+    return static_cast<std::uint64_t>(slot) * offsets_.back() + offsets_[k];
+  }
+  std::byte* staging(int i) noexcept { return staging_.data() + static_cast<std::size_t>(i) * block_bytes_; }
+
+  /// Block k's current slot read into `s`; returns it as T.
+  const T* load(std::size_t k, std::byte* s) {
+    file_.wait(file_.read(offset(current_[k], k), s, padded(layout_->buckets()[k].block)));
+    return reinterpret_cast<const T*>(s);
+  }
+
+  /// The writer: shard[at, at + n) := host[0, n), block by block through the assembly staging.
+  void put(std::size_t at, const T* host, std::size_t n) {
+    while (n > 0) {
+      const std::size_t k = bucket_at(at);
+      const zero::Bucket& b = layout_->buckets()[k];
+      const std::size_t lo = at - b.part_offset, m = std::min(n, b.block - lo);
+      if (open_ != k) open(k);
+      std::memcpy(staging(1) + lo * sizeof(T), host, m * sizeof(T));
+      at += m;
+      host += m;
+      n -= m;
+    }
+  }
+  /// The bucket whose block holds owned offset `at`.
+  std::size_t bucket_at(std::size_t at) const {
+    const auto& bs = layout_->buckets();
+    auto it = std::upper_bound(by_offset_.begin(), by_offset_.end(), at,
+                               [&](std::size_t a, std::size_t k) { return a < bs[k].part_offset; });
+    if (it == by_offset_.begin() || at >= bs[*std::prev(it)].part_offset + bs[*std::prev(it)].block) {
+      throw usage_error("an owned offset outside every block", "NvmeShard::Writer::write", std::to_string(at));
+    }
+    return *std::prev(it);
+  }
+  /// Starts assembling block k: what this transaction already wrote of it, else zeros.
+  void open(std::size_t k) {
+    flush();
+    std::byte* s = staging(1);
+    const std::size_t bytes = padded(layout_->buckets()[k].block);
+    if (touched_[k]) {
+      file_.wait(file_.read(offset(1 - current_[k], k), s, bytes));
+    } else {
+      std::memset(s, 0, bytes);
+    }
+    open_ = k;
+  }
+  /// Writes the block being assembled to its other slot.
+  void flush() {
+    if (open_ == kNone) return;
+    const std::size_t k = open_;
+    open_ = kNone;  // a failed write leaves nothing open; the caller aborts
+    file_.wait(file_.write(offset(1 - current_[k], k), staging(1), padded(layout_->buckets()[k].block)));
+    touched_[k] = 1;
+  }
+
+  const zero::BucketLayout* layout_;
+  MemoryLedger* ledger_;
+  std::vector<std::uint64_t> offsets_;  // [bucket + 1] byte offsets within a slot
+  std::size_t block_bytes_;             // the largest block, padded
+  io::SwapFile file_;                   // [2 slots][bucket] blocks
+  PinnedTrackedBuffer<std::byte> staging_;  // [2][block_bytes_]: reads and single writes | assembly
+  std::vector<char> current_;           // [bucket] the slot holding the block
+  std::vector<char> touched_;           // [bucket] written by the open transaction (other slot)
+  std::vector<std::size_t> by_offset_;  // buckets with a block, by part_offset
+  std::size_t open_ = kNone;            // the block being assembled
+  Writer writer_;
+};
+
+}  // namespace zerotk::offload
