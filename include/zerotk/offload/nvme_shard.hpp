@@ -12,7 +12,8 @@
 /// File layout: [2 slots][bucket k] blocks, each padded to 4096 bytes. Every block has its own
 /// current slot. A block is never written over in place:
 ///
-///   write(k, host)         block k := host, written to k's other slot, which then becomes current
+///   write(k, f)            block k := what f writes into staging, written to k's other slot, which
+///                          then becomes current
 ///                          (initial values, load_state, a GatherScope's writes: one block at a time)
 ///   writer().write(at, host, n) ...   the optimizer's output, owned offsets; each touched block is
 ///   commit()                          assembled in staging and written to its other slot; commit()
@@ -94,17 +95,20 @@ class NvmeShard {
     return slot;
   }
 
-  /// host[0, block) := block k.
-  void read(std::size_t k, T* host) {
-    std::memcpy(host, load(k, staging(0)), layout_->buckets()[k].block * sizeof(T));
+  /// f(const T* block): block k, read into staging.
+  template <class F>
+  void read(std::size_t k, F&& f) {
+    f(load(k, staging(0)));
   }
-  /// block k := host[0, block), atomically (the other slot, then the switch).
-  void write(std::size_t k, const T* host) {
+  /// f(T* block) writes all of block k in staging; it then becomes block k atomically (the other
+  /// slot, then the switch).
+  template <class F>
+  void write(std::size_t k, F&& f) {
     if (open_ != kNone) throw usage_error("a block written while the optimizer's output is open", "NvmeShard::write");
     const std::size_t n = layout_->buckets()[k].block;
     std::byte* s = staging(0);
-    std::memcpy(s, host, n * sizeof(T));
-    std::memset(s + n * sizeof(T), 0, padded(n) - n * sizeof(T));
+    std::memset(s + n * sizeof(T), 0, padded(n) - n * sizeof(T));  // the page's tail past the block
+    f(reinterpret_cast<T*>(s));
     file_.wait(file_.write(offset(1 - current_[k], k), s, padded(n)));
     current_[k] = static_cast<char>(1 - current_[k]);
   }
@@ -124,7 +128,6 @@ class NvmeShard {
     std::fill(touched_.begin(), touched_.end(), char{0});
   }
 
-  const io::SwapFile& file() const noexcept { return file_; }
   /// Both slots of every block, padded: the disk this home takes.
   std::uint64_t disk_bytes() const noexcept { return 2 * offsets_.back(); }
 

@@ -15,8 +15,9 @@
 /// and is one of two kinds:
 ///   addressable   data(): the shard is memory the engine reads and writes through pointers
 ///                 (this home, and offload/pinned_shard.hpp's for OffloadParams<Cpu>);
-///   swapped       read(k, host), write(k, host) for one bucket's block, and writer(), commit(),
-///                 abort() for the optimizer's output (offload/nvme_shard.hpp, OffloadParams<Nvme>).
+///   swapped       read(k, f), write(k, f) for one bucket's block (f sees it in the home's staging),
+///                 and writer(), commit(), abort() for the optimizer's output
+///                 (offload/nvme_shard.hpp, OffloadParams<Nvme>).
 
 #include <cstddef>
 

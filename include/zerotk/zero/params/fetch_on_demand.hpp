@@ -23,7 +23,7 @@
 /// a file (offload/nvme_shard.hpp, OffloadParams<Nvme>); the last two first stage this rank's block
 /// into its own slot of the gather buffer, then gather in place. The shard is read and written
 /// through read_owned(k, f) / write_owned(k, f), which work for every home; an addressable home
-/// also gives pointers (shard(), owned_values(k)). The optimizer's output is optimizer_out() and
+/// also gives a pointer (owned_values(k)). The optimizer's output is optimizer_out() and
 /// ends with commit_update() (or abort_update() when the step failed): a swapped home hands out a
 /// writer there and makes its blocks current only at the commit.
 ///
@@ -78,41 +78,33 @@ class FetchOnDemand {
   /// Whether the home is memory the engine can point into (else it is read and written by block).
   static constexpr bool kAddressable = requires(Home& h) { h.data(); };
 
-  /// This rank's shard: block r of bucket k at `buckets()[k].part_offset` (addressable homes).
-  /// (Each may be written through: the secondary slices they cover go stale.)
-  T* shard() noexcept
-    requires kAddressable
-  {
-    if (secondary_) secondary_->invalidate();
-    return shard_.data();
-  }
+  /// This rank's block of bucket k, at `buckets()[k].part_offset` of the shard (addressable homes).
+  /// (It may be written through: the secondary slice it covers goes stale.)
   T* owned_values(std::size_t k) noexcept
     requires kAddressable
   {
     if (secondary_) secondary_->invalidate(k);
     return shard_.data() + c_.layout->buckets()[k].part_offset;
   }
-  /// f(const T* block): this rank's block of bucket k (b.block elements), in the compute space.
+  /// f(const T* block): this rank's block of bucket k (b.block elements), in the compute space (a
+  /// swapped home: in its staging, read from the file).
   template <class F>
   void read_owned(std::size_t k, F&& f) {
     if constexpr (kAddressable) {
       f(static_cast<const T*>(shard_.data() + c_.layout->buckets()[k].part_offset));
     } else {
-      std::vector<T> host(c_.layout->buckets()[k].block);
-      shard_.read(k, host.data());
-      f(static_cast<const T*>(host.data()));
+      shard_.read(k, std::forward<F>(f));
     }
   }
-  /// f(T* block) writes all of this rank's block of bucket k; then it is the shard's.
+  /// f(T* block) writes all of this rank's block of bucket k; then it is the shard's (a swapped
+  /// home: f writes its staging, which then goes to the file).
   template <class F>
   void write_owned(std::size_t k, F&& f) {
     if (secondary_) secondary_->invalidate(k);
     if constexpr (kAddressable) {
       f(shard_.data() + c_.layout->buckets()[k].part_offset);
     } else {
-      std::vector<T> host(c_.layout->buckets()[k].block);
-      f(host.data());
-      shard_.write(k, host.data());
+      shard_.write(k, std::forward<F>(f));
     }
   }
   /// Where the optimizer writes (owned-shaped): the shard itself, or a swapped home's writer.
@@ -131,8 +123,6 @@ class FetchOnDemand {
   void abort_update() noexcept {
     if constexpr (!kAddressable) shard_.abort();
   }
-  /// The home itself (tests, reports).
-  const Home& home() const noexcept { return shard_; }
   /// hpZ: the secondary shard, if this path keeps one.
   const SecondaryShard<T, Ops>* secondary() const noexcept { return secondary_ ? &*secondary_ : nullptr; }
 
