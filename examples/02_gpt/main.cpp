@@ -88,6 +88,8 @@ struct Options {
   std::string offload_optimizer = "none";       ///< offload_optimizer.device: none, cpu (stages 1-3) or nvme (stage 3)
   std::string offload_param = "none";           ///< offload_param.device: none, cpu or nvme (stage 3)
   std::string nvme_path;                        ///< offload_optimizer.nvme_path (and offload_param's): the swap files' directory
+  bool delayed_param_update = false;            ///< with offload_optimizer cpu: each update lands one step late
+  int delayed_param_update_start = 0;           ///< optimizer steps taken immediately first
   std::string optimizer = "adamw";              ///< adamw, onebitadam (1-bit Adam) or zerooneadam (0/1 Adam), stage 0
   int freeze_step = 20;                         ///< onebitadam: warm-up steps before compression
   int var_freeze_step = 30;                     ///< zerooneadam: last step of the variance phase
@@ -312,7 +314,7 @@ struct Summary {
 /// are recorded as gradients and parameters (docs/offload.md). `nvme`: Offload<Nvme>, whose master, m and v
 /// rows count the two slots in the swap file (24 Psi/N on disk instead of 12 Psi/N in memory).
 void print_memory_table(const Summary& s, int stage, const std::string& precision, int world, int gas,
-                        std::int64_t sub_group, bool nvme) {
+                        std::int64_t sub_group, bool nvme, bool delayed) {
   const double pad = static_cast<double>(s.padded), N = world;
   const char* names[] = {"params (working precision)", "gradients", "fp32 master", "optimizer state (m, v)",
                          "bucket buffers", "gathered params (stage 3)", "hpZ secondary shard", "activations", "float compute copy (host)"};
@@ -355,6 +357,8 @@ void print_memory_table(const Summary& s, int stage, const std::string& precisio
     std::printf(" + optimizer offload staging 2 x 4 B x min(sub_group_size, Psi/N) = %.0f B", formula + extra + staging);
     // Offload<Nvme> keeps a second slot of master, m and v on disk (a failed step leaves the state as it was).
     if (nvme) std::printf(" + NVMe's second slot 12 Psi/N = %.0f B", formula + extra + staging + 12 * pad / N);
+    // --delayed-param-update: the gradient snapshot and the delayed values, 4 B x Psi/N each (pinned).
+    if (delayed) std::printf(" + delayed update buffers 2 x 4 B x Psi/N = %.0f B", formula + extra + staging + 8 * pad / N);
     // OffloadParams<Nvme>: the shard's second slot, and each bucket's block padded to 4096 B in the file.
     if (s.params_disk > 0) {
       std::printf(" + parameter shard's second slot and page padding %.0f B = %.0f B",
@@ -510,6 +514,8 @@ void train_rank(Comm& comm, const TrainContext& ctx, const Data& data, Evaluate&
                         !name.starts_with("wte") && !name.starts_with("wpe");
     return matrix ? 0 : 1;
   };
+  eo.delayed_param_update = o.delayed_param_update;  // no DeepSpeed key: a flag of its own
+  eo.delayed_param_update_start = o.delayed_param_update_start;
   Engine engine(comm, model, eo);
   {  // rank 0's initial values become every rank's (at stage 3, written into the shards)
     auto g = engine.gather(model, 0);
@@ -564,6 +570,7 @@ void train_rank(Comm& comm, const TrainContext& ctx, const Data& data, Evaluate&
       save(engine, comm, o, step + 1, pending);
     }
   }
+  engine.settle();  // --delayed-param-update: the last step's update is published too
   commit(comm, pending);
   if (rank == 0) progress.finish();
   // Training's activation peak; evaluation below runs without checkpointing and without the meter.
@@ -637,6 +644,17 @@ int run(const Options& o, const gpt::Config& model_config, const Data& data, Eva
                          o.config_file.empty() ? "--nvme-path"
                                                : o.config_file + ": /zero_optimization/offload_optimizer/nvme_path");
   }
+  if (o.delayed_param_update_start != 0 && !o.delayed_param_update) {
+    throw zerotk::usage_error("delays nothing without --delayed-param-update", "--delayed-param-update-start",
+                              std::to_string(o.delayed_param_update_start));
+  }
+  if (o.delayed_param_update && cfg.zero_optimization.offload_optimizer.device != zerotk::config::OffloadDevice::cpu) {
+    throw zerotk::usage_error("runs the host optimizer step of offload_optimizer.device cpu beside the next forward and "
+                              "backward; add --offload-optimizer cpu (stages 1-3)",
+                              "--delayed-param-update",
+                              std::string(o.config_file.empty() ? "--offload-optimizer " : o.config_file + ": offload_optimizer.device ") +
+                                  std::string(zerotk::config::to_string(cfg.zero_optimization.offload_optimizer.device)));
+  }
   if (cfg.zero_optimization.offload_param.device == zerotk::config::OffloadDevice::nvme) {
     check_swap_directory(cfg.zero_optimization.offload_param.nvme_path,
                          o.config_file.empty() ? "--nvme-path"
@@ -681,7 +699,8 @@ int run(const Options& o, const gpt::Config& model_config, const Data& data, Eva
                      cfg.zero_optimization.offload_optimizer.device == zerotk::config::OffloadDevice::none
                          ? 0
                          : cfg.zero_optimization.sub_group_size,
-                     cfg.zero_optimization.offload_optimizer.device == zerotk::config::OffloadDevice::nvme);
+                     cfg.zero_optimization.offload_optimizer.device == zerotk::config::OffloadDevice::nvme,
+                     o.delayed_param_update);
   std::printf("activation peak per rank: %zu B (%zu of %d blocks checkpointed, --checkpoint-activations %s)\n",
               summary.activation_peak, summary.checkpointed_blocks, model_config.n_layers, o.checkpoint_activations.c_str());
   std::printf("\ntrained %d steps in %.1f s: %.0f tokens/s; time outside the model's own forward/backward: %.1f%%\n",
@@ -760,6 +779,12 @@ int main(int argc, char** argv) {
                  "offload_optimizer.nvme_path (and offload_param.nvme_path): existing writable directory of the swap "
                  "files of --offload-optimizer nvme and --offload-param nvme (one per rank, group and kind, removed at "
                  "exit)");
+  app.add_flag("--delayed-param-update", o.delayed_param_update,
+               "with --offload-optimizer cpu: ZeRO-Offload's delayed parameter update; the host optimizer step runs "
+               "beside the next step's forward and backward, so every update lands one step late (no DeepSpeed key)");
+  app.add_option("--delayed-param-update-start", o.delayed_param_update_start,
+                 "with --delayed-param-update: optimizer steps taken immediately before the delay begins")
+      ->check(CLI::Range(0, 1 << 30));
   app.add_option("--offload-param", o.offload_param,
                  "offload_param.device: stage 3's parameter shards in pinned host memory (cpu; this binary: bf16, or "
                  "fp32 with --offload-optimizer cpu) or in swap files under --nvme-path (nvme; with "

@@ -319,6 +319,7 @@ class Engine {
                         "Engine::broadcast_parameters", std::to_string(root));
     } else {
       synchronize();
+      for_each_group([](auto& g) { g.supersede_update(); });
       bindings_->take_user_values();
       for_each_group([&](auto& g) {
         using T = typename std::remove_cvref_t<decltype(g)>::value_type;
@@ -333,8 +334,23 @@ class Engine {
   /// communication (every rank must hold the same values).
   void initialize_master() {
     synchronize();
+    for_each_group([](auto& g) { g.supersede_update(); });
     bindings_->take_user_values();
     for_each_group([](auto& g) { g.init_master(); });
+  }
+
+  /// Whether the last micro-step's step() ended an accumulation (or none has run): the point where
+  /// state(), load_state(), gather() and settle() may be called.
+  bool at_boundary() const noexcept { return micro_in_accum_ == 0; }
+
+  /// With `delayed_param_update`: waits for the optimizer step running beside the trainer and
+  /// publishes its values, so the parameters are the master's again (until the next boundary
+  /// starts another). state(), state_views() and checkpoints need it, and the end of training: the
+  /// last step's update is otherwise never published. Only at a boundary; a no-op when nothing is
+  /// in flight (and always without the option).
+  void settle() {
+    require_boundary("settle");
+    for_each_group([&](auto& g) { g.settle([this, &g](std::size_t k) { bindings_->on_bucket_published(g, k); }); });
   }
 
   /// Sets the learning-rate scheduler, stepped after every non-skipped update (DeepSpeed semantics).
@@ -361,6 +377,7 @@ class Engine {
   /// The counters, loss scaler and scheduler of state(), without the per-group buffers.
   EngineState scalar_state() const {
     require_boundary("state");
+    require_settled("state");
     EngineState s;
     s.micro_steps = micro_steps_;
     s.global_steps = global_steps_;
@@ -376,6 +393,7 @@ class Engine {
     requires ops_type::Space::host_accessible && kStateInHostMemory
   {
     require_boundary("state_views");
+    require_settled("state_views");
     std::vector<EngineGroupView> out;
     for_each_group([&](const auto& g) {
       const auto& st = g.store();
@@ -396,6 +414,7 @@ class Engine {
   /// size, at a boundary; the parameters become the restored master, rounded and published.
   void load_state(const EngineState& s) {
     require_boundary("load_state");
+    for_each_group([](auto& g) { g.supersede_update(); });
     std::size_t i = 0, groups = 0;
     for_each_group([&](const auto&) { ++groups; });
     if (s.groups.size() != groups) {
@@ -618,6 +637,21 @@ class Engine {
       throw config_error("must be >= 1 (1: hpZ off)", "zero_optimization.zero_hpz_partition_size",
                          std::to_string(o.stage3.reshard_after_forward.group_size()));
     }
+    if (o.delayed_param_update_start < 0) {
+      throw config_error("must be >= 0 (optimizer steps taken immediately first)", "delayed_param_update_start",
+                         std::to_string(o.delayed_param_update_start));
+    }
+    if (o.delayed_param_update) {
+      if constexpr (!MainGroup::kCanDelayUpdate) {
+        throw config_error(std::string("needs Offload<Cpu> (offload_optimizer.device cpu): the delayed update runs the "
+                                       "host optimizer step beside the next forward and backward; this engine has "
+                                       "Offload<") + (std::is_same_v<offload_tag, Nvme> ? "Nvme" : "None") + ">",
+                           "delayed_param_update", "true");
+      } else if constexpr (device::is_cuda) {
+        throw config_error("with Device<Cuda> is not available yet (not yet run on a GPU); use Device<Host>",
+                           "delayed_param_update", "true");
+      }
+    }
     if (o.groups.empty()) o.groups.push_back(ParamGroup{o.optimizer});
     if (o.grad_accum_dtype) {
       const DType a = *o.grad_accum_dtype, w = dtype_of_v<S>;
@@ -714,6 +748,9 @@ class Engine {
     bindings_.emplace(registry_, main_.get(), f32_.get(), ops_, &ledger_);
     bindings_->adopt_and_bind(options_.adopt_initial_values);
     for_each_group([](auto& g) { g.init_master(); });
+    if constexpr (MainGroup::kCanDelayUpdate) {
+      if (options_.delayed_param_update) for_each_group([](auto& g) { g.enable_delayed_update(); });
+    }
     FetchCtx fc;
     fc.bindings = &*bindings_;
     fc.registry = &registry_;
@@ -764,8 +801,13 @@ class Engine {
     const bool skip = scaler_.update(norm.nonfinite);
     ++global_steps_;
     r.lr = lr(0);
+    const bool delayed = options_.delayed_param_update && global_steps_ > options_.delayed_param_update_start;
     if (skip) {  // nothing is updated; only the (non-finite) accumulated gradients are dropped
-      for_each_group([](auto& g) { g.skip(); });
+      if (delayed) {
+        delayed_boundary(std::nullopt);  // the previous update is still published
+      } else {
+        for_each_group([](auto& g) { g.skip(); });
+      }
       ++skipped_steps_;
       r.skipped = true;
       r.grad_norm = -1;
@@ -778,10 +820,14 @@ class Engine {
     // A store may fail its update (Offload<Nvme>: an I/O error) and then leaves its state as it was;
     // the step is then not taken: the scaler and the step counter go back, the gradients are dropped.
     try {
-      for_each_group([&](auto& g) {
-        g.update(grad_scale);
-        g.publish([this, &g](std::size_t k) { bindings_->on_bucket_published(g, k); });
-      });
+      if (delayed) {
+        delayed_boundary(grad_scale);
+      } else {
+        for_each_group([&](auto& g) {
+          g.update(grad_scale);
+          g.publish([this, &g](std::size_t k) { bindings_->on_bucket_published(g, k); });
+        });
+      }
     } catch (...) {
       for_each_group([](auto& g) { g.skip(); });
       scaler_.load_state(scaler_before);
@@ -793,6 +839,32 @@ class Engine {
       apply_schedule();
     }
     report_lrs(r);
+  }
+
+  /// The boundary with the delayed parameter update (offload/delayed_update.hpp): the previous
+  /// boundary's update is waited for and published, this one's (unless skipped: no `grad_scale`)
+  /// started on each group's worker. The schedule reaches the optimizer only between the two.
+  void delayed_boundary(std::optional<float> grad_scale) {
+    if constexpr (MainGroup::kCanDelayUpdate) {
+      for_each_group([](auto& g) { g.finish_update(); });
+      apply_schedule();
+      for_each_group([&](auto& g) {
+        g.update_delayed(grad_scale, [this, &g](std::size_t k) { bindings_->on_bucket_published(g, k); });
+      });
+    } else {
+      (void)grad_scale;
+    }
+  }
+
+  /// Throws unless every update has been published (state() and its views read the master).
+  void require_settled(const char* what) const {
+    bool pending = false;
+    for_each_group([&](const auto& g) { pending = pending || g.update_pending(); });
+    if (pending) {
+      throw usage_error("a delayed parameter update is in flight; call settle() first (it publishes the update, so "
+                        "the next forward sees it)",
+                        std::string("Engine::") + what, "delayed_param_update");
+    }
   }
 
   void report_lrs(StepReport& r) const {
@@ -814,7 +886,9 @@ class Engine {
       }
     };
     apply(options_.groups);
-    for_each_group([&](auto& g) { apply(g.store().optimizer().groups()); });
+    for_each_group([&](auto& g) {  // a running delayed update reads them: it gets them at the next boundary
+      if (!g.update_running()) apply(g.store().optimizer().groups());
+    });
   }
 
   void require_boundary(const char* what) const {

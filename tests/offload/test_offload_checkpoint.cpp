@@ -24,8 +24,10 @@ using E3 = E<3, Off, ParamOff>;
 /// Saves from an engine of (Off1, P1) after 4 steps, loads into a fresh (Off2, P2) engine; its next 4
 /// steps equal the uninterrupted run's (a checkpoint holds master and moments; where the state or the
 /// 16-bit shards lived is not part of it).
+/// `delayed`: both engines with delayed_param_update. The save and the load settle the update in
+/// flight themselves; the runs settle before their parameters are read.
 template <int S, class Off1, class P1, class Off2, class P2>
-void save_load_continue(int world) {
+void save_load_continue(int world, bool delayed = false) {
   const std::filesystem::path dir = std::filesystem::path(ZEROTK_TEST_BINARY_DIR) / "scratch" /
                                     ("offload_ckpt." + std::to_string(S) + "." + std::to_string(world));
   std::filesystem::remove_all(dir);
@@ -40,6 +42,7 @@ void save_load_continue(int world) {
   comm::run_threads(world, [&](auto& comm) {
     EngineOptions o = engine_options(cfg);
     o.sub_group_size = 7;
+    o.delayed_param_update = delayed;
     Mlp<half> model;
     E<S, Off1, P1> engine(comm, model, o);
     {
@@ -50,6 +53,7 @@ void save_load_continue(int world) {
     train_steps(engine, model, comm.rank(), cfg, 0, 4, nullptr);
     (void)checkpoint::save(engine, comm, dir);
     train_steps(engine, model, comm.rank(), cfg, 4, 8, nullptr);
+    engine.settle();
     {
       auto g = engine.gather(model);
       if (comm.rank() == 0) straight = model.values();
@@ -59,6 +63,7 @@ void save_load_continue(int world) {
     E<S, Off2, P2> other(comm, model2, o);
     (void)checkpoint::load(other, comm, dir);
     train_steps(other, model2, comm.rank(), cfg, 4, 8, nullptr);
+    other.settle();
     auto g = other.gather(model2);
     if (comm.rank() == 0) resumed = model2.values();
   });
@@ -76,6 +81,14 @@ TEST_CASE("an Offload<Cpu> checkpoint resumes bitwise, into Offload<Cpu> and int
     save_load_continue<1, Offload<Cpu>, NoP, Offload<Cpu>, NoP>(world);
     save_load_continue<2, Offload<Cpu>, NoP, Offload<Cpu>, NoP>(world);
     save_load_continue<2, Offload<Cpu>, NoP, Offload<None>, NoP>(world);
+  }
+}
+
+TEST_CASE("with the delayed parameter update, a checkpoint (saved with an update in flight) resumes bitwise") {
+  for (int world : {1, 2}) {
+    CAPTURE(world);
+    save_load_continue<2, Offload<Cpu>, NoP, Offload<Cpu>, NoP>(world, true);
+    save_load_continue<3, Offload<Cpu>, CpuP, Offload<Cpu>, CpuP>(world, true);
   }
 }
 

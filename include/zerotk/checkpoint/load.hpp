@@ -12,6 +12,7 @@
 #include <string>
 
 #include "zerotk/checkpoint/agree.hpp"
+#include "zerotk/checkpoint/settle.hpp"
 #include "zerotk/checkpoint/layout.hpp"
 #include "zerotk/checkpoint/manifest.hpp"
 #include "zerotk/checkpoint/options.hpp"
@@ -59,6 +60,7 @@ inline EngineState read_rank_state(const std::filesystem::path& dir, const std::
 /// (signature.hpp); it may come from another world size, stage or bucket size (reshard.hpp).
 template <class E, HostCommunicator C>
 LoadResult load(E& engine, C& comm, const std::filesystem::path& dir, const LoadOptions& options = {}) {
+  detail::settle(engine);
   engine.synchronize();
   EngineState current;
   std::string tag;

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "zerotk/checkpoint/agree.hpp"
+#include "zerotk/checkpoint/settle.hpp"
 #include "zerotk/checkpoint/pending_save.hpp"
 #include "zerotk/checkpoint/layout.hpp"
 #include "zerotk/checkpoint/manifest.hpp"
@@ -44,6 +45,7 @@ void check_same_group(const E& engine, const C& comm, const char* where) {
 template <class E, HostCommunicator C, class Groups>
 std::unique_ptr<PendingSave<C>> start_save(E& engine, C& comm, const std::filesystem::path& dir, const SaveOptions& options,
                                            bool background, Groups&& groups) {
+  detail::settle(engine);
   engine.synchronize();  // no parameter gather of the engine's in flight under our collectives
   typename PendingSave<C>::Parts p;
   p.dir = dir;

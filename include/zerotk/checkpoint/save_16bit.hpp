@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "zerotk/checkpoint/agree.hpp"
+#include "zerotk/checkpoint/settle.hpp"
 #include "zerotk/core/concepts.hpp"
 #include "zerotk/core/dtype.hpp"
 #include "zerotk/core/error.hpp"
@@ -37,6 +38,7 @@ void save_16bit_model(E& engine, M& model, C& comm, const std::filesystem::path&
                       std::to_string(writer_rank) + " of " + std::to_string(comm.size()));
   }
   const std::vector<DType> stored = engine.stored_dtypes();
+  detail::settle(engine);  // the model saved is the master's, the last update included
   auto scope = engine.gather(model);
   agreed(comm, "save_16bit_model", [&] {
     if (comm.rank() != writer_rank) return;

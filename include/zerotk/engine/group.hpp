@@ -17,6 +17,7 @@
 #include "zerotk/engine/options.hpp"
 #include "zerotk/engine/registry.hpp"
 #include "zerotk/kernels/tensor_list.hpp"
+#include "zerotk/offload/delayed_update.hpp"
 #include "zerotk/offload/pinned_shard.hpp"
 #include "zerotk/offload/store.hpp"
 #include "zerotk/optim/optimizer.hpp"
@@ -194,6 +195,69 @@ class FlatGroup {
     opt_comm_->sync(store_.optimizer());
   }
 
+  // ---- the delayed parameter update (offload/delayed_update.hpp) ----------------------------------
+
+  /// Whether the store can step from host memory off the training thread (Offload<Cpu>).
+  static constexpr bool kCanDelayUpdate =
+      requires(Store& st, std::span<const kernels::Segment> seg, const float* g, T* out) {
+        st.step_in_host(std::size_t{0}, seg, g, out, 1.0f);
+      };
+
+  /// From now on, update_delayed() runs the optimizer off the training thread.
+  void enable_delayed_update()
+    requires kCanDelayUpdate
+  {
+    delayed_.emplace(ctx_.ledger, store_.owned_numel());
+  }
+  /// An update started and its values not yet published (or superseded).
+  bool update_pending() const noexcept { return delayed_ && delayed_->pending(); }
+  /// Its worker may still be running: the store's optimizer must not be touched.
+  bool update_running() const noexcept { return delayed_ && delayed_->running(); }
+
+  /// A boundary with the delayed update: the previous boundary's update is waited for, this step's
+  /// gradients are taken, the finished update's values are written and published, and (unless
+  /// `grad_scale` is empty: a skipped step) this step's update starts on the worker thread.
+  template <class OnBucket>
+  void update_delayed(std::optional<float> grad_scale, OnBucket&& on_bucket)
+    requires kCanDelayUpdate
+  {
+    if (!delayed_) enable_delayed_update();
+    const bool finished = delayed_->finish();  // usually already waited for (finish_update)
+    if (grad_scale) {  // before the values: at stage 2 they are written over the gradient partition
+      grads_.owned().visit([&](const auto* g) {
+        using G = std::remove_cv_t<std::remove_pointer_t<decltype(g)>>;
+        G* snap = delayed_->template grads<G>();
+        for (const kernels::Segment& s : segments_) ctx_.ops->copy_to_host(g + s.grad_at(), snap + s.offset, s.numel);
+      });
+    }
+    if (finished) put_delayed_values(on_bucket);
+    grads_.clear_accumulated();
+    if (!grad_scale) return;
+    grads_.owned().visit([&](const auto* g) {
+      using G = std::remove_cv_t<std::remove_pointer_t<decltype(g)>>;
+      delayed_->start([this, scale = *grad_scale] {
+        const G* grads = delayed_->template grads<G>();
+        T* out = delayed_->template out<T>();
+        for (std::size_t i = 0; i < store_.sub_groups(); ++i) store_.step_in_host(i, segments_, grads, out, scale);
+      });
+    });
+  }
+
+  /// Waits for the update in flight and publishes its values. A no-op when none is.
+  template <class OnBucket>
+  void settle(OnBucket&& on_bucket) {
+    if (delayed_ && delayed_->finish()) put_delayed_values(on_bucket);
+  }
+  /// Waits for the update in flight; its values stay pending.
+  void finish_update() {
+    if (delayed_) delayed_->finish();
+  }
+  /// Waits for the update in flight, whose values are then superseded (new initial values, a loaded
+  /// state): the optimizer's state keeps the step, as after an immediate update.
+  void supersede_update() {
+    if (delayed_ && delayed_->finish()) delayed_->take();
+  }
+
   /// After the optimizer's state was replaced (Engine::load_state): compression errors start from
   /// zero (DeepSpeed's rule) and the gradient switch follows the restored step count.
   void after_state_loaded() {
@@ -286,6 +350,21 @@ class FlatGroup {
     Params* p_;
   };
 
+  /// The finished delayed update's values into the parameter path, then published.
+  template <class OnBucket>
+  void put_delayed_values(OnBucket& on_bucket) {
+    params_.synchronize();
+    OutputScope scope(params_);
+    const auto out = params_.optimizer_out();
+    const T* values = delayed_->template out<T>();
+    for (const kernels::Segment& s : segments_) zero::put_out(*ctx_.ops, out.base, s.out_at(), values + s.offset, s.numel);
+    zero::end_sub_group(out.base);
+    scope.commit();
+    delayed_->take();
+    opt_comm_->sync(store_.optimizer());
+    publish(on_bucket);
+  }
+
   static zero::PathContext<Ops> with_layout(zero::PathContext<Ops> c, const zero::BucketLayout* l,
                                            zero::LocalGradients* local) {
     c.layout = l;
@@ -340,6 +419,8 @@ class FlatGroup {
   Store store_;
   std::vector<kernels::Segment> segments_;
   std::optional<OptComm> opt_comm_;  // made once the segments are known
+  // the delayed parameter update; last, so its worker is joined before anything it uses goes
+  std::optional<offload::DelayedUpdate> delayed_;
   // per bucket, this micro-step
   std::vector<char> opened_, launched_;
   std::vector<std::size_t> ready_;

@@ -145,6 +145,15 @@ struct EngineOptions {
   /// `zero_optimization.sub_group_size`); bounds the pinned staging buffers. Must be >= 1.
   /// Offload<None> steps the partition in one piece and ignores it.
   std::size_t sub_group_size = 1'000'000'000;
+  /// Offload<Cpu>: ZeRO-Offload's delayed parameter update (docs/offload.md). The host step of
+  /// optimizer step t runs on a worker thread while the trainer goes on with the forward and backward
+  /// of step t + 1, which still see the parameters from before step t's update: every update lands one
+  /// step late (master_{t+1} = Adam(master_t, g(params_{t-1}))). Call Engine::settle() to publish the
+  /// update in flight (state(), checkpoints and the end of training need it). Off by default.
+  bool delayed_param_update = false;
+  /// The number of optimizer steps taken immediately before the updates start to be delayed
+  /// (ZeRO-Offload warms up this way; 0: from the first step).
+  std::int64_t delayed_param_update_start = 0;
   /// Offload<Nvme>: where and how the optimizer state is swapped (offload/options.hpp; DeepSpeed's
   /// `offload_optimizer.nvme_path`, `buffer_count`, `pipeline_read`, `pipeline_write` and `aio`).
   offload::NvmeOptions nvme;

@@ -87,6 +87,15 @@ class HostPinned {
                 m_.data() + lo, v_.data() + lo);
   }
 
+  /// The same step from gradients in host memory to values in host memory, both indexed like the
+  /// master (offload/sub_group_steps.hpp, step_in_host): what the delayed parameter update runs off
+  /// the training thread. Touches only the state and `out`, never the compute space.
+  template <class G, class V>
+  void step_in_host(std::size_t i, std::span<const kernels::Segment> segments, const G* grads, V* out, float grad_scale) {
+    const std::size_t lo = steps_.begin(i);
+    steps_.step_in_host(*opt_, i, segments, grads, out, grad_scale, master_.data() + lo, m_.data() + lo, v_.data() + lo);
+  }
+
   /// master[at, at + n) := float(src[0, n)), src in the compute space (staged through host memory).
   template <class T>
   void master_from(const T* src, std::size_t at, std::size_t n) {

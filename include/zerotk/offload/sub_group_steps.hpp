@@ -68,11 +68,7 @@ class SubGroupSteps {
     using V = zero::out_element_t<P>;  // P: the elements, or a writer of them (zero/params/optimizer_out.hpp)
     static_assert(sizeof(G) <= kStagingElementBytes && sizeof(V) <= kStagingElementBytes,
                   "offload: staging buffers hold elements of at most 4 bytes");
-    if (i == 0) {
-      step_before_ = opt.step_count();
-    } else {
-      opt.set_step_count(step_before_);  // every sub-group takes step t's constants
-    }
+    begin_sub_group(opt, i);
     const std::span<const Piece> ps = pieces(segments, i);
     G* g_stage = reinterpret_cast<G*>(grads_staging_.data());
     V* p_stage = out != nullptr ? reinterpret_cast<V*>(out_staging_.data()) : nullptr;
@@ -90,6 +86,25 @@ class SubGroupSteps {
     zero::end_sub_group(out);
   }
 
+  /// The same step with the gradients already in host memory and the output going to host memory,
+  /// both indexed like the master (`grads[j]`, `out[j]`: owned element j): no staging, no copies.
+  /// The delayed parameter update (offload/delayed_update.hpp) steps its snapshot this way, off the
+  /// training thread; `reduce` must not be needed (Adam and AdamW ask for no tensor sums).
+  template <class Opt, class G, class V>
+  void step_in_host(Opt& opt, std::size_t i, std::span<const kernels::Segment> segments, const G* grads, V* out,
+                    float grad_scale, float* master, float* m, float* v) {
+    begin_sub_group(opt, i);
+    local_.clear();
+    for (const Piece& p : pieces(segments, i)) local_.push_back(p.local);
+    const std::size_t lo = begin(i);
+    const optim::Moments mv{m, v, numel(i)};
+    optim::Run<Opt, HostSpace>::template step<G, V>(
+        opt, std::span<const kernels::Segment>(local_), master, mv, grads + lo, out + lo, grad_scale, [](std::span<double> s) {
+          if (!s.empty()) throw usage_error("an optimizer that needs tensor sums cannot step in host memory off the training thread",
+                                            "offload::SubGroupSteps::step_in_host");
+        });
+  }
+
   /// out := P(master) over sub-group i's pieces (`master` from the sub-group's first element): puts
   /// back the working-precision values of an abandoned step.
   template <class P>
@@ -104,6 +119,17 @@ class SubGroupSteps {
   }
 
  private:
+  /// Every sub-group takes the constants of step t: Run counts one step per call, so the count is
+  /// rewound before each sub-group after the first.
+  template <class Opt>
+  void begin_sub_group(Opt& opt, std::size_t i) {
+    if (i == 0) {
+      step_before_ = opt.step_count();
+    } else {
+      opt.set_step_count(step_before_);
+    }
+  }
+
   static std::size_t checked(std::size_t n) {
     if (n == 0) throw config_error("must be >= 1", "zero_optimization.sub_group_size", "0");
     return n;
