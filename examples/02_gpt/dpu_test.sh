@@ -12,7 +12,7 @@ bin=$1
 dir=$2
 rm -rf "$dir" && mkdir -p "$dir"
 trap 'rm -rf "$dir"' EXIT
-fail() { echo "FAIL: $1"; shift; for x in "$@"; do echo "$x"; done; exit 1; }
+source "$(dirname "$0")/proof_lib.sh"
 
 common=(--ranks 2 --stage 2 --layers 2 --steps 20 --eval-size 50 --steps-per-print 10 --offload-optimizer cpu)
 run() { "$bin" "${common[@]}" "$@" 2>&1 | tr '\r' '\n'; }
@@ -44,14 +44,6 @@ grep -q "delayed update buffers 2 x 4 B x Psi/N" <<<"$states" || fail "the formu
 [[ "$(sed -E 's/.*model states \(rank 0\) ([0-9]+) B.*/\1/' <<<"$states")" == "$(sed -E 's/.* = ([0-9]+) B$/\1/' <<<"$states")" ]] ||
   fail "model states differ from the formula line" "$states"
 
-refused() {  # refused <expected text>... -- <args>
-  local expect=()
-  while [[ $1 != -- ]]; do expect+=("$1"); shift; done
-  shift
-  local out
-  if out=$("$bin" --ranks 2 --steps 2 --csv "" "$@" 2>&1); then fail "ran, should be refused: $*" "$out"; fi
-  for e in "${expect[@]}"; do grep -qF -- "$e" <<<"$out" || fail "'$*': the error lacks '$e'" "$out"; done
-}
 refused "--delayed-param-update" "--offload-optimizer none" "add --offload-optimizer cpu" -- --stage 2 --delayed-param-update
 refused "--delayed-param-update" "--offload-optimizer nvme" -- --stage 3 --offload-optimizer nvme --nvme-path "$dir" --delayed-param-update
 refused "--delayed-param-update-start" "3" -- --stage 2 --offload-optimizer cpu --delayed-param-update-start 3

@@ -13,7 +13,7 @@ bin=$1
 dir=$2
 rm -rf "$dir" && mkdir -p "$dir/swap"
 trap 'rm -rf "$dir"' EXIT
-fail() { echo "FAIL: $1"; shift; for x in "$@"; do echo "$x"; done; exit 1; }
+source "$(dirname "$0")/proof_lib.sh"
 
 common=(--ranks 2 --stage 3 --layers 2 --steps 20 --eval-size 50 --steps-per-print 10)
 cpu=$("$bin" "${common[@]}" --offload-optimizer cpu --csv "$dir/csv/cpu" 2>&1 | tr '\r' '\n')
@@ -63,14 +63,6 @@ conf=$("$bin" --ranks 2 --layers 2 --steps 20 --eval-size 50 --config "$dir/ds.j
 cmp -s "$dir/csv/cpu/$loss" "$dir/csv/config/$loss" || fail "per-step losses of the --config run differ"
 
 # Refusals: each exits non-zero and names the flag (or the config key) and the value.
-refused() {  # refused <expected text>... -- <args>
-  local expect=()
-  while [[ $1 != -- ]]; do expect+=("$1"); shift; done
-  shift
-  local out
-  if out=$("$bin" --ranks 2 --steps 2 --csv "" "$@" 2>&1); then fail "ran, should be refused: $*" "$out"; fi
-  for e in "${expect[@]}"; do grep -qF -- "$e" <<<"$out" || fail "'$*': the error lacks '$e'" "$out"; done
-}
 refused "--offload-optimizer" "nvme" "--nvme-path DIR" -- --stage 3 --offload-optimizer nvme
 refused "--nvme-path" "$dir/no_such_dir" "does not exist" -- --stage 3 --offload-optimizer nvme --nvme-path "$dir/no_such_dir"
 touch "$dir/a_file"

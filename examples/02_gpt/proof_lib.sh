@@ -1,4 +1,5 @@
-# Shared by the example's end-to-end proofs (onebit_test.sh, topk_test.sh): sourced, not run.
+# Shared by the example's end-to-end proofs (onebit_test.sh, topk_test.sh, nvme_test.sh, dpu_test.sh, ...):
+# sourced, not run.
 fail() { echo "FAIL: $1"; shift; for x in "$@"; do echo "$x"; done; exit 1; }
 # field OUTPUT 1|2: bytes sent, or bytes without compression, from the "communication" line.
 field() { sed -n "s/^communication (rank 0, whole run): \([0-9]*\) B sent; \([0-9]*\) B without.*/\\$2/p" <<<"$1"; }
@@ -20,3 +21,13 @@ check_saving() {
     fail "$name's uncompressed count $uncompressed B is not the uncompressed run's $dense_sent B within 1%"
 }
 ratio() { awk -v d="$dense_sent" -v s="$sent" 'BEGIN { printf "%.2f", d / s }'; }
+# refused <expected text>... -- <args>: "$bin" with <args> (2 ranks, 2 steps) exits non-zero and its
+# output holds every expected text (the flag or config key, and the value).
+refused() {  # refused <expected text>... -- <args>
+  local expect=()
+  while [[ $1 != -- ]]; do expect+=("$1"); shift; done
+  shift
+  local out
+  if out=$("$bin" --ranks 2 --steps 2 --csv "" "$@" 2>&1); then fail "ran, should be refused: $*" "$out"; fi
+  for e in "${expect[@]}"; do grep -qF -- "$e" <<<"$out" || fail "'$*': the error lacks '$e'" "$out"; done
+}
