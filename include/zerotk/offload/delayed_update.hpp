@@ -25,6 +25,7 @@
 #include <thread>
 #include <utility>
 
+#include "zerotk/core/error.hpp"
 #include "zerotk/core/memory.hpp"
 #include "zerotk/core/pinned_host_space.hpp"
 
