@@ -110,11 +110,7 @@ Delayed run_delayed(const Variant& v) {
     out.states[r] = std::move(st);
     if (r == 0) {
       out.seen = std::move(mine.seen);
-      out.run.losses = std::move(mine.run.losses);
-      out.run.scales = std::move(mine.run.scales);
-      out.run.skipped = std::move(mine.run.skipped);
-      out.run.norms = std::move(mine.run.norms);
-      out.run.params = std::move(mine.run.params);
+      out.run = std::move(mine.run);
       out.pending_before_settle = mine.pending_before_settle;
     }
   });

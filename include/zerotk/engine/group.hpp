@@ -203,7 +203,8 @@ class FlatGroup {
         st.step_in_host(std::size_t{0}, seg, g, out, 1.0f);
       };
 
-  /// From now on, update_delayed() runs the optimizer off the training thread.
+  /// From now on, update_delayed() runs the optimizer off the training thread (the engine calls it
+  /// once, at construction, when the option is set).
   void enable_delayed_update()
     requires kCanDelayUpdate
   {
@@ -221,7 +222,6 @@ class FlatGroup {
   void update_delayed(std::optional<float> grad_scale, OnBucket&& on_bucket)
     requires kCanDelayUpdate
   {
-    if (!delayed_) enable_delayed_update();
     const bool finished = delayed_->finish();  // usually already waited for (finish_update)
     if (grad_scale) {  // before the values: at stage 2 they are written over the gradient partition
       grads_.owned().visit([&](const auto* g) {

@@ -14,7 +14,7 @@
 ///
 /// so the recursion is master_{t+1} = Adam(master_t, g(params_{t-1})). The worker touches only the
 /// store's host state and the two buffers here, never the compute space or the communicator; the
-/// training thread touches neither while an update is pending (the engine keeps the schedule's
+/// training thread touches neither while the worker runs (the engine keeps the schedule's
 /// learning rate away from the optimizer until it has waited).
 ///
 /// Memory: two page-locked buffers of the owned elements, 4 bytes each at most (the gradient
@@ -65,7 +65,6 @@ class DelayedUpdate {
   template <class F>
   void start(F step) {
     if (pending()) throw usage_error("an update is still pending", "offload::DelayedUpdate::start");
-    error_ = nullptr;
     worker_ = std::thread([this, step = std::move(step)]() mutable {
       try {
         step();
