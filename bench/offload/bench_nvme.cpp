@@ -12,6 +12,13 @@
 //     step time / max(compute, I/O) (<= 1.15 is the target). pattern_ms: the store's own I/O
 //     sequence (sub-group reads and writes to alternating slots, pipelined) without the compute;
 //     vs_pattern = step time / max(compute, pattern).
+//   BM_ParamReadAhead/<passes>: stage 3 with OffloadParams<Nvme> (fp32, one rank, 8 layers of one
+//     4 MiB parameter each, no gather prefetch): the forward pass (each layer's scope, then `passes`
+//     sweeps over its values standing in for its compute) with offload_param.buffer_count 5 and 1
+//     (no read-ahead), interleaved in the same iteration, and the bounds measured there too: the
+//     compute alone, and the 8 blocks read one by one through a SwapFile of the same settings.
+//     vs_bound = forward(5) / max(compute, read); serial = forward(1) / (compute + read), which
+//     read-ahead replaces; speedup = forward(1) / forward(5).
 //
 // ZEROTK_SWAP_DIR picks the directory (default: the build tree). Say which file system it is on.
 #include <benchmark/benchmark.h>
@@ -207,6 +214,98 @@ void BM_NvmeStep(benchmark::State& state) {
   });
 }
 
+/// A layer's compute: `passes` sweeps over its values (a serial dependency, not vectorised away).
+float burn(const float* x, std::size_t n, int passes) {
+  float acc = 0.0f;
+  for (int p = 0; p < passes; ++p) {
+    for (std::size_t i = 0; i < n; ++i) acc = acc * 0.999f + x[i];
+  }
+  return acc;
+}
+
+constexpr std::size_t kLayers = 8, kNumel = 1u << 20;  // BM_ParamReadAhead: 4 MiB fp32 blocks
+
+void BM_ParamReadAhead(benchmark::State& state) {
+  const int passes = static_cast<int>(state.range(0));
+  zerotk::comm::run_threads(1, [&](auto& comm) {
+    using namespace zerotk;
+    using Eng = Engine<Partitioner<Stage<3>>, Optimizer<AdamW>, Precision<fp32>, Offload<Nvme>, OffloadParams<Nvme>>;
+    EngineOptions o;
+    o.nvme.path = o.param_nvme.path = swap_dir();
+    o.stage3.param_persistence_threshold = 0;
+    o.stage3.prefetch_bucket_size = 0;
+    o.stage3.max_reuse_distance = 0;
+    auto make_model = [] {
+      Model m;
+      for (std::size_t i = 0; i < kLayers; ++i) m.ps.emplace_back("layer" + std::to_string(i), std::initializer_list<std::size_t>{kNumel});
+      return m;
+    };
+    Model m5 = make_model(), m1 = make_model();
+    o.param_nvme.buffer_count = 5;
+    Eng ahead(comm, m5, o);
+    o.param_nvme.buffer_count = 1;
+    Eng serial(comm, m1, o);
+    float sink = 0.0f;
+    // One micro-step; returns the forward's seconds (the backward and the step are not timed).
+    auto micro_step = [&](Eng& e, Model& m) {
+      const auto t0 = Clock::now();
+      for (auto& p : m.ps) {
+        One one{&p};
+        auto s = e.forward(one);
+        sink += burn(p.data(), kNumel, passes);
+      }
+      const double t = seconds_since(t0);
+      for (auto it = m.ps.rbegin(); it != m.ps.rend(); ++it) {
+        One one{&*it};
+        auto s = e.backward(one);
+      }
+      (void)e.step(0.0);
+      return t;
+    };
+    for (int i = 0; i < 2; ++i) {  // records the order; first touch of every buffer
+      (void)micro_step(ahead, m5);
+      (void)micro_step(serial, m1);
+    }
+    io::SwapFile io(swap_dir(), "bench.read", kLayers * kNumel * 4, o.nvme.aio);
+    Aligned buf(kNumel * 4);
+    for (std::size_t l = 0; l < kLayers; ++l) io.wait(io.write(l * kNumel * 4, buf.p, kNumel * 4));  // not a hole
+    std::vector<float> values(kNumel, 1.0f);
+    double t5 = 0, t1 = 0, t_compute = 0, t_read = 0;
+    bool ahead_first = true;  // alternates: each engine's forward follows the other's step as often
+    for (auto _ : state) {
+      double a, b;
+      if (ahead_first) {
+        a = micro_step(ahead, m5);
+        b = micro_step(serial, m1);
+      } else {
+        b = micro_step(serial, m1);
+        a = micro_step(ahead, m5);
+      }
+      ahead_first = !ahead_first;
+      auto t0 = Clock::now();
+      for (std::size_t l = 0; l < kLayers; ++l) sink += burn(values.data(), kNumel, passes);
+      t_compute += seconds_since(t0);
+      t0 = Clock::now();
+      for (std::size_t l = 0; l < kLayers; ++l) io.wait(io.read(l * kNumel * 4, buf.p, kNumel * 4));
+      t_read += seconds_since(t0);
+      t5 += a;
+      t1 += b;
+      state.SetIterationTime(a);
+    }
+    benchmark::DoNotOptimize(sink);
+    const double n = static_cast<double>(state.iterations());
+    state.counters["fwd_ms"] = t5 / n * 1e3;
+    state.counters["fwd_no_ahead_ms"] = t1 / n * 1e3;
+    state.counters["compute_ms"] = t_compute / n * 1e3;
+    state.counters["read_ms"] = t_read / n * 1e3;
+    state.counters["vs_bound"] = t5 / std::max(t_compute, t_read);
+    state.counters["serial"] = t1 / (t_compute + t_read);
+    state.counters["speedup"] = t1 / t5;
+    const auto st = ahead.param_read_stats();
+    state.counters["read_ahead_share"] = static_cast<double>(st.staged) / static_cast<double>(st.staged + st.unstaged);
+  });
+}
+
 }  // namespace
 
 BENCHMARK(BM_Swap)
@@ -217,5 +316,7 @@ BENCHMARK(BM_Swap)
     ->Unit(benchmark::kMillisecond)
     ->Iterations(2);
 BENCHMARK(BM_NvmeStep)->Args({1, 1, 32})->Args({1, 1, 8})->Args({0, 1, 32})->Args({1, 0, 32})->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(3);
+
+BENCHMARK(BM_ParamReadAhead)->Arg(1)->Arg(4)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(6);
 
 BENCHMARK_MAIN();

@@ -492,6 +492,17 @@ class Engine {
   /// Stage 3 with hpZ (`Stage3Options::reshard_after_forward` = group(g), g > 1): the byte counters
   /// of this rank's group communicator, which carries the backward's gathers; null without hpZ.
   const comm::CommStats* group_comm_stats() const { return group_comm_ ? &group_comm_->stats() : nullptr; }
+  /// OffloadParams<Nvme>: fetches whose block was read ahead, and fetches that read it themselves,
+  /// over both groups since construction (a high second count asks for a larger
+  /// `offload_param.buffer_count`; docs/offload.md).
+  zerotk::offload::ParamReadStats param_read_stats() const
+    requires std::is_same_v<typename R::shard_tag, Nvme>
+  {
+    zerotk::offload::ParamReadStats s;
+    if (main_) s += main_->params().home().stats();
+    if (f32_) s += f32_->params().home().stats();
+    return s;
+  }
   int rank() const { return comm_.rank(); }
   int world_size() const { return comm_.size(); }
   std::int64_t global_steps() const noexcept { return global_steps_; }
@@ -620,7 +631,7 @@ class Engine {
     s.rank = comm_.rank();
     s.name = name;
     s.nvme = options_.nvme;
-    s.param_path = options_.param_nvme_path;
+    s.param_nvme = options_.param_nvme;
     return s;
   }
 

@@ -109,7 +109,9 @@ EngineOptions engine_options(const config::Config& cfg) {
   // Offload<Nvme>: offload_optimizer's swap keys and the aio block (values the reader checked >= 1;
   // the alignment and ranges the I/O layer needs were checked above).
   o.nvme.path = z.offload_optimizer.nvme_path;
-  o.param_nvme_path = z.offload_param.nvme_path;  // OffloadParams<Nvme> (same aio block)
+  o.param_nvme.path = z.offload_param.nvme_path;  // OffloadParams<Nvme> (same aio block)
+  o.param_nvme.buffer_count = static_cast<std::size_t>(z.offload_param.buffer_count);
+  o.param_nvme.buffer_size = static_cast<std::size_t>(z.offload_param.buffer_size);
   o.nvme.buffer_count = static_cast<std::size_t>(z.offload_optimizer.buffer_count);
   o.nvme.pipeline_read = z.offload_optimizer.pipeline_read;
   o.nvme.pipeline_write = z.offload_optimizer.pipeline_write;

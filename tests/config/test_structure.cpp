@@ -410,6 +410,28 @@ TEST_CASE("settings the engine does not act on are notes, and errors under stric
   CHECK_MESSAGE(r.ok(), error_lines(r));
 }
 
+TEST_CASE("offload_param.max_in_cpu: a partial CPU share with nvme is a note; 0 and DeepSpeed's default say nothing") {
+  ResolveContext ctx;
+  auto with = [&](const std::string& extra) {
+    return parse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3,
+        "offload_optimizer": {"device": "nvme", "nvme_path": "/n"},
+        "offload_param": {"device": "nvme", "nvme_path": "/n")" + extra + "}}}",
+                 ctx);
+  };
+  ParseResult r = with(R"(, "max_in_cpu": 1e6)");
+  REQUIRE_MESSAGE(r.ok(), error_lines(r));
+  REQUIRE(r.notices.size() == 1);
+  CHECK(r.notices[0].path == "/zero_optimization/offload_param/max_in_cpu");
+  CHECK(r.notices[0].kind == Notice::Kind::unsupported);
+  CHECK(r.notices[0].message.find("every block of the parameter shard lives on NVMe") != std::string::npos);
+  for (const char* quiet : {"", R"(, "max_in_cpu": 0)", R"(, "max_in_cpu": 1e9, "buffer_count": 3)"}) {
+    CAPTURE(quiet);
+    r = with(quiet);
+    CHECK_MESSAGE(r.ok(), error_lines(r));
+    CHECK(r.notices.empty());
+  }
+}
+
 TEST_CASE("activation_checkpointing: partition_activations is a note (no tensor parallelism), the rest is read") {
   ResolveContext ctx;
   const char* json = R"({"train_batch_size": 8, "activation_checkpointing": {"partition_activations": true,

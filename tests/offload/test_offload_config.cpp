@@ -137,4 +137,14 @@ TEST_CASE("offload_optimizer.device nvme maps to Offload<Nvme> with its swap key
         ctx));
   });
   CHECK(param.find("/zero_optimization/offload_param/device") != std::string::npos);
+  // ... and reaches an engine with OffloadParams<Nvme>: the path and its read-ahead buffers.
+  using BothNvme = Engine<Partitioner<Stage<3>>, Optimizer<AdamW>, Precision<fp16>, Offload<Nvme>, OffloadParams<Nvme>>;
+  const EngineOptions both = engine_options<BothNvme>(config::load(
+      R"({"train_batch_size": 8, "fp16": {"enabled": true}, "zero_optimization": {"stage": 3,
+          "offload_optimizer": {"device": "nvme", "nvme_path": "/n"},
+          "offload_param": {"device": "nvme", "nvme_path": "/p", "buffer_count": 3, "buffer_size": 4096}}})",
+      ctx));
+  CHECK(both.param_nvme.path == "/p");
+  CHECK(both.param_nvme.buffer_count == 3);
+  CHECK(both.param_nvme.buffer_size == 4096);
 }

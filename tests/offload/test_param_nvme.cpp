@@ -51,7 +51,7 @@ EngineOptions options_in(const RunConfig& cfg, const fs::path& dir, std::size_t 
   EngineOptions o = engine_options(cfg);
   o.sub_group_size = sub_group_size;
   o.nvme.path = dir;
-  o.param_nvme_path = dir;
+  o.param_nvme.path = dir;
   return o;
 }
 
@@ -143,7 +143,7 @@ void ledger_by_space(int world, const fs::path& dir) {
     EngineOptions o;
     o.stage3.param_persistence_threshold = 0;
     o.nvme.path = dir;
-    o.param_nvme_path = dir;
+    o.param_nvme.path = dir;
     Eng engine(comm, model, o);
     engine.initialize_master();
     for (auto it = model.ps.rbegin(); it != model.ps.rend(); ++it) {
@@ -405,10 +405,10 @@ TEST_CASE("OffloadParams<Nvme>: a missing nvme path or directory is an error nam
   comm::run_threads(1, [&](auto& comm) {
     Mlp<half> model;
     EngineOptions o = options_in(cfg, dir, 1'000'000);
-    o.param_nvme_path.clear();
+    o.param_nvme.path.clear();
     using Eng = OffloadEngine<3, fp16, Offload<Nvme>, OffloadParams<Nvme>>;
     CHECK_THROWS_WITH_AS(Eng(comm, model, o), doctest::Contains("zero_optimization.offload_param.nvme_path"), config_error);
-    o.param_nvme_path = dir / "no_such_dir";
+    o.param_nvme.path = dir / "no_such_dir";
     CHECK_THROWS_WITH_AS(Eng(comm, model, o), doctest::Contains("no_such_dir"), io_error);
   });
   CHECK(files_in(dir) == 0);  // the state file of the refused engines is gone too

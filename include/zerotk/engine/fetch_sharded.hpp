@@ -16,6 +16,9 @@
 ///   `max_reuse_distance` fetched elements; else it goes back to the pool at once.
 /// - Live bound. Prefetch and reuse never take the gathered elements past `max_live_parameters`;
 ///   what open scopes need is always gathered.
+/// - Read-ahead. Where a group's shards live in a file (OffloadParams<Nvme>), opening event i also
+///   names to it the next buckets of the trace whose fetch will read the file, beyond the prefetch,
+///   as many as its read buffers hold: their disk reads run while the layers before them compute.
 /// - `reshard_after_forward = false`: a layer's buckets stay held from its forward to its backward.
 ///   `ReshardAfterForward::group(g)` (hpZ) changes nothing here: the parameter path gathers a bucket
 ///   from its secondary shard, inside the group, whenever that holds the current values
@@ -58,6 +61,9 @@ class ShardedFetch {
     if (!held) {
       for (const Unit& u : e.units) with_params(u, [&](auto& p) { p.fetch(u.bucket); });
       if (on_trace_) prefetch(i, e);
+    }
+    if (on_trace_) stage_ahead(i);  // before the waits: the reads overlap the gathers and the layer
+    if (!held) {
       try {
         for (const Unit& u : e.units) with_params(u, [&](auto& p) { p.acquire(u.bucket); });
       } catch (const comm_error& x) {
@@ -196,6 +202,25 @@ class ShardedFetch {
     }
   }
 
+  /// Names to each group's shard home the buckets after event i in the trace whose fetch will read
+  /// it, nearest first, as many as it can read ahead (none for homes that cannot).
+  void stage_ahead(std::size_t i) {
+    auto one = [&](auto& p, std::uint8_t group) {
+      const std::size_t capacity = p.stage_capacity();
+      if (capacity == 0) return;
+      next_.clear();
+      for (std::size_t j = i + 1; j < trace_.size() && next_.size() < capacity; ++j) {
+        for (const Unit& u : trace_[j].units) {
+          if (u.group != group || next_.size() == capacity || !p.reads_home(u.bucket)) continue;
+          if (std::find(next_.begin(), next_.end(), u.bucket) == next_.end()) next_.push_back(u.bucket);
+        }
+      }
+      p.stage_ahead(next_);
+    };
+    if (c_.main) one(c_.main->params(), 0);
+    if (c_.f32) one(c_.f32->params(), 1);
+  }
+
   /// Whether the trace needs bucket u again soon after the current event.
   bool keep_for_reuse(const Unit& u) const {
     if (!on_trace_ || c_.options.max_reuse_distance == 0) return false;
@@ -295,6 +320,7 @@ class ShardedFetch {
   Context c_;
   std::vector<Event> trace_, current_;
   std::vector<Event> forward_holds_;  // forwards that kept their buckets for their layer's backward
+  std::vector<std::size_t> next_;     // stage_ahead's list (kept: no allocation per scope)
   bool on_trace_ = true;
 };
 

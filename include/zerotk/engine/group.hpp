@@ -106,6 +106,7 @@ class FlatGroup {
   int rank() const { return ctx_.rank(); }
   ParamId member(std::uint32_t local) const noexcept { return members_[local]; }
   Params& params() noexcept { return params_; }
+  const Params& params() const noexcept { return params_; }
   std::size_t pending_publications() const noexcept { return params_.pending(); }
   Grads& grads() noexcept { return grads_; }
   Store& store() noexcept { return store_; }
@@ -375,7 +376,8 @@ class FlatGroup {
                                        const offload::StoreOptions& store) const {
     zero::ParamPathOptions o;
     o.overlap_param_gather = overlap_param_gather;
-    o.shard_file = {store.param_path, store.nvme.aio, store.rank, store.name};
+    o.shard_file = {store.param_nvme.path, store.nvme.aio, store.rank, store.name, store.param_nvme.buffer_count,
+                    store.param_nvme.buffer_size};
     if (!persistent.empty()) {
       for (const zero::Bucket& b : layout_.buckets()) o.persistent.push_back(persistent[b.params.front()]);
     }

@@ -2,9 +2,9 @@
 /// \file zerotk/offload/nvme_shard.hpp
 /// NvmeShard: OffloadParams<Nvme>'s home for stage 3's parameter shard (DeepSpeed
 /// `offload_param.device: nvme`, `nvme_path`). This rank's block of every bucket lives in a swap
-/// file (io/swap_file.hpp: O_DIRECT, io_uring or the pread/pwrite pool); host memory holds two
-/// staging blocks of the largest bucket's block, nothing more. A bucket's block is read just before
-/// its all-gather:
+/// file (io/swap_file.hpp: O_DIRECT, io_uring or the pread/pwrite pool); host memory holds
+/// buffer_count + 1 staging buffers of the largest bucket's block, nothing more. A bucket's block is
+/// read before its all-gather (ahead of it where the fetch schedule foresees it; below):
 ///
 ///   fetch(k):  file (block k) -> staging -> this rank's block of k's gather buffer   (read, copy)
 ///              all-gather in place into the gather buffer                             (the communicator)
@@ -29,15 +29,24 @@
 /// segment. A block that spans two sub-groups is assembled twice (read back from its other slot
 /// for the second half): one extra block read per sub-group boundary.
 ///
-/// Reads are synchronous: a fetch waits for its block (prefetching the next block's read while a
-/// gather runs is not done yet; docs/offload.md). Device<Host> only: the values cross through host
-/// memory by plain copies (engine/compat.hpp).
+/// Read-ahead (`buffer_count`): the fetch schedule names the buckets the trace fetches next
+/// (stage_ahead, engine/fetch_sharded.hpp); up to buffer_count - 1 of their blocks are read into
+/// buffers of their own while the layers before them compute, and their fetch then takes the block
+/// from there (waiting only for what is still in flight). A bucket the schedule did not foresee is read
+/// when it is fetched, into the buffer that read-ahead always leaves free. A staged block is a copy of
+/// the current slot, so everything that makes another slot current (write, commit) drops it; a failed
+/// read-ahead surfaces as the io_error of the fetch that needed the block. buffer_count = 1: no
+/// read-ahead. Host memory: buffer_count read buffers and one assembly buffer, each the largest
+/// block (padded), which must fit `buffer_size` elements.
+///
+/// Device<Host> only: the values cross through host memory by plain copies (engine/compat.hpp).
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -49,6 +58,17 @@
 #include "zerotk/zero/params/replicated.hpp"
 
 namespace zerotk::offload {
+
+/// How the fetches of a swapped parameter shard found their blocks.
+struct ParamReadStats {
+  std::uint64_t staged = 0;    ///< read ahead (the fetch waited at most for the rest of the read)
+  std::uint64_t unstaged = 0;  ///< read by the fetch itself
+  ParamReadStats& operator+=(const ParamReadStats& o) noexcept {
+    staged += o.staged;
+    unstaged += o.unstaged;
+    return *this;
+  }
+};
 
 template <class T, class Ops>
 class NvmeShard {
@@ -69,9 +89,10 @@ class NvmeShard {
       : layout_(&layout),
         ledger_(ledger),
         offsets_(offsets_of(layout)),
-        block_bytes_(max_block_bytes(layout)),
+        block_bytes_(checked_block_bytes(layout, o)),
         file_(checked_dir(o), "zerotk_params.r" + std::to_string(rank) + "." + o.name, 2 * offsets_.back(), o.aio),
-        staging_(2 * block_bytes_, MemoryCategory::other, ledger),
+        staging_((o.buffer_count + 1) * block_bytes_, MemoryCategory::other, ledger),
+        staged_(o.buffer_count),
         current_(layout.buckets().size(), 0),
         touched_(layout.buckets().size(), 0),
         writer_(*this) {
@@ -86,19 +107,52 @@ class NvmeShard {
   NvmeShard(const NvmeShard&) = delete;
   NvmeShard& operator=(const NvmeShard&) = delete;
   ~NvmeShard() {
+    for (Staged& s : staged_) drop(s);  // no read may land in the buffers once they are gone
     if (ledger_ != nullptr) ledger_->sub(MemorySpace::disk, MemoryCategory::params16, disk_bytes());
   }
 
-  /// Reads this rank's block of bucket k into its slot of the gather buffer.
+  /// This rank's block of bucket k into its slot of the gather buffer: from its read-ahead buffer
+  /// if it was staged, else read now.
   const T* gather_source(Ops& ops, std::size_t k, T* slot) {
-    ops.copy_from_host(load(k, staging(0)), slot, layout_->buckets()[k].block);
+    const std::size_t n = layout_->buckets()[k].block;
+    for (std::size_t i = 0; i < staged_.size(); ++i) {
+      Staged& s = staged_[i];
+      if (s.bucket != k) continue;
+      const io::SwapFile::Ticket t = s.ticket;
+      s = Staged{};  // free either way: a failed read is read again by the next fetch
+      file_.wait(t);
+      ++stats_.staged;
+      ops.copy_from_host(reinterpret_cast<const T*>(staging(i)), slot, n);
+      return slot;
+    }
+    ++stats_.unstaged;
+    ops.copy_from_host(load(k, staging(free_buffer())), slot, n);
     return slot;
   }
 
-  /// f(const T* block): block k, read into staging.
+  /// How many blocks read-ahead may hold at once (`buffer_count` - 1).
+  std::size_t stage_capacity() const noexcept { return staged_.size() - 1; }
+  /// `next`: the buckets the fetch schedule expects next, nearest first. Their blocks (the first
+  /// stage_capacity() of them) are read ahead; staged blocks no longer expected are dropped.
+  void stage_ahead(std::span<const std::size_t> next) {
+    next = next.first(std::min(next.size(), stage_capacity()));
+    for (Staged& s : staged_) {
+      if (s.bucket != kNone && std::find(next.begin(), next.end(), s.bucket) == next.end()) drop(s);
+    }
+    for (const std::size_t k : next) {
+      if (staged(k)) continue;
+      const std::size_t i = free_buffer();
+      staged_[i].bucket = k;
+      staged_[i].ticket = file_.read(offset(current_[k], k), staging(i), padded(layout_->buckets()[k].block));
+    }
+  }
+
+  const ParamReadStats& stats() const noexcept { return stats_; }
+
+  /// f(const T* block): block k, read now (read-ahead is for fetches).
   template <class F>
   void read(std::size_t k, F&& f) {
-    f(load(k, staging(0)));
+    f(load(k, staging(free_buffer())));
   }
   /// f(T* block) writes all of block k in staging; it then becomes block k atomically (the other
   /// slot, then the switch).
@@ -106,7 +160,8 @@ class NvmeShard {
   void write(std::size_t k, F&& f) {
     if (open_ != kNone) throw usage_error("a block written while the optimizer's output is open", "NvmeShard::write");
     const std::size_t n = layout_->buckets()[k].block;
-    std::byte* s = staging(0);
+    drop_block(k);
+    std::byte* s = staging(assembly());
     std::memset(s + n * sizeof(T), 0, padded(n) - n * sizeof(T));  // the page's tail past the block
     f(reinterpret_cast<T*>(s));
     file_.wait(file_.write(offset(1 - current_[k], k), s, padded(n)));
@@ -118,7 +173,10 @@ class NvmeShard {
   void commit() {
     flush();
     for (std::size_t k = 0; k < touched_.size(); ++k) {
-      if (touched_[k]) current_[k] = static_cast<char>(1 - current_[k]);
+      if (touched_[k]) {
+        drop_block(k);
+        current_[k] = static_cast<char>(1 - current_[k]);
+      }
       touched_[k] = 0;
     }
   }
@@ -133,6 +191,10 @@ class NvmeShard {
 
  private:
   static constexpr std::size_t kNone = std::numeric_limits<std::size_t>::max();
+  struct Staged {
+    std::size_t bucket = kNone;  ///< the block this read buffer holds or is reading
+    io::SwapFile::Ticket ticket = io::IoQueue::kNone;
+  };
 
   static std::size_t padded(std::size_t n) noexcept {
     return (n * sizeof(T) + io::kDirectAlign - 1) / io::kDirectAlign * io::kDirectAlign;
@@ -144,9 +206,21 @@ class NvmeShard {
     if (o.back() == 0) o.back() = io::kDirectAlign;
     return o;
   }
-  static std::size_t max_block_bytes(const zero::BucketLayout& l) {
-    std::size_t m = io::kDirectAlign;
-    for (const zero::Bucket& b : l.buckets()) m = std::max(m, padded(b.block));
+  /// The largest block, padded: the size of every staging buffer. Refuses a `buffer_size` the
+  /// largest block does not fit, and a `buffer_count` of 0.
+  static std::size_t checked_block_bytes(const zero::BucketLayout& l, const zero::ShardFileOptions& o) {
+    if (o.buffer_count == 0) throw config_error("must be >= 1", "zero_optimization.offload_param.buffer_count", "0");
+    std::size_t m = io::kDirectAlign, largest = 0;
+    for (const zero::Bucket& b : l.buckets()) {
+      m = std::max(m, padded(b.block));
+      largest = std::max(largest, b.block);
+    }
+    if (largest > o.buffer_size) {
+      throw config_error("smaller than the largest parameter block this rank swaps (" + std::to_string(largest) +
+                             " elements: a stage 3 bucket divided by the world size); raise it or make the buckets "
+                             "smaller (reduce_bucket_size)",
+                         "zero_optimization.offload_param.buffer_size", std::to_string(o.buffer_size));
+    }
     return m;
   }
   static const std::filesystem::path& checked_dir(const zero::ShardFileOptions& o) {
@@ -157,7 +231,30 @@ class NvmeShard {
   std::uint64_t offset(int slot, std::size_t k) const noexcept {
     return static_cast<std::uint64_t>(slot) * offsets_.back() + offsets_[k];
   }
-  std::byte* staging(int i) noexcept { return staging_.data() + static_cast<std::size_t>(i) * block_bytes_; }
+  std::byte* staging(std::size_t i) noexcept { return staging_.data() + i * block_bytes_; }
+  /// The buffer the writer and write() assemble a block in (after the read buffers).
+  std::size_t assembly() const noexcept { return staged_.size(); }
+
+  /// A read buffer staging nothing (read-ahead holds at most all but one).
+  std::size_t free_buffer() const noexcept {
+    std::size_t i = 0;
+    while (staged_[i].bucket != kNone) ++i;
+    return i;
+  }
+  bool staged(std::size_t k) const noexcept {
+    return std::any_of(staged_.begin(), staged_.end(), [&](const Staged& s) { return s.bucket == k; });
+  }
+  /// Forgets a staged block (its read, if still in flight, is waited for and its result dropped).
+  void drop(Staged& s) noexcept {
+    if (s.bucket == kNone) return;
+    file_.wait_quietly(s.ticket);
+    s = Staged{};
+  }
+  void drop_block(std::size_t k) noexcept {
+    for (Staged& s : staged_) {
+      if (s.bucket == k) drop(s);
+    }
+  }
 
   /// Block k's current slot read into `s`; returns it as T.
   const T* load(std::size_t k, std::byte* s) {
@@ -172,7 +269,7 @@ class NvmeShard {
       const zero::Bucket& b = layout_->buckets()[k];
       const std::size_t lo = at - b.part_offset, m = std::min(n, b.block - lo);
       if (open_ != k) open(k);
-      std::memcpy(staging(1) + lo * sizeof(T), host, m * sizeof(T));
+      std::memcpy(staging(assembly()) + lo * sizeof(T), host, m * sizeof(T));
       at += m;
       host += m;
       n -= m;
@@ -191,7 +288,7 @@ class NvmeShard {
   /// Starts assembling block k: what this transaction already wrote of it, else zeros.
   void open(std::size_t k) {
     flush();
-    std::byte* s = staging(1);
+    std::byte* s = staging(assembly());
     const std::size_t bytes = padded(layout_->buckets()[k].block);
     if (touched_[k]) {
       file_.wait(file_.read(offset(1 - current_[k], k), s, bytes));
@@ -205,7 +302,7 @@ class NvmeShard {
     if (open_ == kNone) return;
     const std::size_t k = open_;
     open_ = kNone;  // a failed write leaves nothing open; the caller aborts
-    file_.wait(file_.write(offset(1 - current_[k], k), staging(1), padded(layout_->buckets()[k].block)));
+    file_.wait(file_.write(offset(1 - current_[k], k), staging(assembly()), padded(layout_->buckets()[k].block)));
     touched_[k] = 1;
   }
 
@@ -214,11 +311,13 @@ class NvmeShard {
   std::vector<std::uint64_t> offsets_;  // [bucket + 1] byte offsets within a slot
   std::size_t block_bytes_;             // the largest block, padded
   io::SwapFile file_;                   // [2 slots][bucket] blocks
-  PinnedTrackedBuffer<std::byte> staging_;  // [2][block_bytes_]: reads and single writes | assembly
+  PinnedTrackedBuffer<std::byte> staging_;  // [buffer_count + 1][block_bytes_]: read buffers | assembly
+  std::vector<Staged> staged_;          // [buffer_count] read buffers
   std::vector<char> current_;           // [bucket] the slot holding the block
   std::vector<char> touched_;           // [bucket] written by the open transaction (other slot)
   std::vector<std::size_t> by_offset_;  // buckets with a block, by part_offset
   std::size_t open_ = kNone;            // the block being assembled
+  ParamReadStats stats_;
   Writer writer_;
 };
 

@@ -27,6 +27,18 @@ struct NvmeOptions {
   io::AioOptions aio;
 };
 
+/// OffloadParams<Nvme> (DeepSpeed `offload_param` with `device: nvme`; the `aio` block is
+/// NvmeOptions::aio, shared).
+struct ParamNvmeOptions {
+  /// Directory of the parameter shard files (`nvme_path`); one file per rank and parameter group.
+  std::filesystem::path path;
+  /// Read buffers of one block each (`buffer_count`): all but one read the blocks the fetch schedule
+  /// expects next while the layers before them compute; 1 reads every block when it is fetched.
+  std::size_t buffer_count = 5;
+  /// Elements a buffer may take (`buffer_size`): the largest block must fit (an error says so).
+  std::size_t buffer_size = 100'000'000;
+};
+
 struct StoreOptions {
   /// Elements stepped at once (`zero_optimization.sub_group_size`); Offload<None> ignores it.
   std::size_t sub_group_size = 1'000'000'000;
@@ -34,9 +46,9 @@ struct StoreOptions {
   int rank = 0;
   std::string name = "main";
   NvmeOptions nvme;
-  /// OffloadParams<Nvme>: the directory of the parameter shard file (`offload_param.nvme_path`).
-  /// Not the store's: the group hands it, with rank, name and nvme.aio, to its parameter path.
-  std::filesystem::path param_path;
+  /// OffloadParams<Nvme>: the parameter shard file's directory and buffers. Not the store's: the
+  /// group hands them, with rank, name and nvme.aio, to its parameter path.
+  ParamNvmeOptions param_nvme;
 };
 
 }  // namespace zerotk::offload

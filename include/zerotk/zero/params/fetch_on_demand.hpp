@@ -36,6 +36,7 @@
 #include <cstddef>
 #include <functional>
 #include <optional>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -135,6 +136,28 @@ class FetchOnDemand {
   std::size_t live_numel() const noexcept { return live_numel_; }
   /// Elements of the resident buckets some scope holds (the rest is prefetched or kept for reuse).
   std::size_t held_numel() const noexcept { return held_numel_; }
+
+  /// Homes that read a block ahead of its fetch (offload/nvme_shard.hpp's read-ahead).
+  static constexpr bool kStagesAhead = requires(Home& h, std::span<const std::size_t> next) { h.stage_ahead(next); };
+  /// How many blocks the home can read ahead (0: none).
+  std::size_t stage_capacity() const noexcept {
+    if constexpr (kStagesAhead) {
+      return shard_.stage_capacity();
+    } else {
+      return 0;
+    }
+  }
+  /// Whether fetching bucket k now would read its block from the home: not resident or in flight,
+  /// not persistent (regathered at publish), not due from hpZ's secondary shard.
+  bool reads_home(std::size_t k) const noexcept {
+    return !resident(k) && !state_[k].persistent && !(secondary_ && secondary_->current(k));
+  }
+  /// The buckets the fetch schedule expects next (nearest first): the home reads their blocks ahead.
+  void stage_ahead(std::span<const std::size_t> next) {
+    if constexpr (kStagesAhead) shard_.stage_ahead(next);
+  }
+  /// The home itself (tests and statistics).
+  const Home& home() const noexcept { return shard_; }
 
   /// Starts gathering bucket k unless it is resident or in flight.
   void fetch(std::size_t k) {

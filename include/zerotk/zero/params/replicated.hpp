@@ -33,6 +33,10 @@ struct ShardFileOptions {
   io::AioOptions aio;         ///< the `aio` block (shared with Offload<Nvme>)
   int rank = 0;               ///< with `name`, names the file
   std::string name = "main";
+  /// `offload_param.buffer_count`: read buffers; all but one read blocks ahead of their fetch.
+  std::size_t buffer_count = 5;
+  /// `offload_param.buffer_size`: elements a buffer may take; the largest block must fit.
+  std::size_t buffer_size = 100'000'000;
 };
 
 /// What a parameter path is built with besides its PathContext.
