@@ -115,18 +115,16 @@ class NvmeShard {
   /// if it was staged, else read now.
   const T* gather_source(Ops& ops, std::size_t k, T* slot) {
     const std::size_t n = layout_->buckets()[k].block;
-    for (std::size_t i = 0; i < staged_.size(); ++i) {
-      Staged& s = staged_[i];
-      if (s.bucket != k) continue;
-      const io::SwapFile::Ticket t = s.ticket;
-      s = Staged{};  // free either way: a failed read is read again by the next fetch
+    if (const std::size_t i = buffer_of(k); i < staged_.size()) {
+      const io::SwapFile::Ticket t = staged_[i].ticket;
+      staged_[i] = Staged{};  // free either way: a failed read is read again by the next fetch
       file_.wait(t);
       ++stats_.staged;
       ops.copy_from_host(reinterpret_cast<const T*>(staging(i)), slot, n);
-      return slot;
+    } else {
+      ++stats_.unstaged;
+      ops.copy_from_host(load(k, staging(free_buffer())), slot, n);
     }
-    ++stats_.unstaged;
-    ops.copy_from_host(load(k, staging(free_buffer())), slot, n);
     return slot;
   }
 
@@ -140,7 +138,7 @@ class NvmeShard {
       if (s.bucket != kNone && std::find(next.begin(), next.end(), s.bucket) == next.end()) drop(s);
     }
     for (const std::size_t k : next) {
-      if (staged(k)) continue;
+      if (buffer_of(k) < staged_.size()) continue;
       const std::size_t i = free_buffer();
       staged_[i].bucket = k;
       staged_[i].ticket = file_.read(offset(current_[k], k), staging(i), padded(layout_->buckets()[k].block));
@@ -241,8 +239,11 @@ class NvmeShard {
     while (staged_[i].bucket != kNone) ++i;
     return i;
   }
-  bool staged(std::size_t k) const noexcept {
-    return std::any_of(staged_.begin(), staged_.end(), [&](const Staged& s) { return s.bucket == k; });
+  /// The read buffer staging block k (each block is staged at most once), or staged_.size().
+  std::size_t buffer_of(std::size_t k) const noexcept {
+    std::size_t i = 0;
+    while (i < staged_.size() && staged_[i].bucket != k) ++i;
+    return i;
   }
   /// Forgets a staged block (its read, if still in flight, is waited for and its result dropped).
   void drop(Staged& s) noexcept {
@@ -251,9 +252,7 @@ class NvmeShard {
     s = Staged{};
   }
   void drop_block(std::size_t k) noexcept {
-    for (Staged& s : staged_) {
-      if (s.bucket == k) drop(s);
-    }
+    if (const std::size_t i = buffer_of(k); i < staged_.size()) drop(staged_[i]);
   }
 
   /// Block k's current slot read into `s`; returns it as T.
