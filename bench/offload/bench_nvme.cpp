@@ -232,6 +232,7 @@ void BM_ParamReadAhead(benchmark::State& state) {
     using Eng = Engine<Partitioner<Stage<3>>, Optimizer<AdamW>, Precision<fp32>, Offload<Nvme>, OffloadParams<Nvme>>;
     EngineOptions o;
     o.nvme.path = o.param_nvme.path = swap_dir();
+    o.param_nvme.max_in_cpu = 0;  // every block read from the file
     o.stage3.param_persistence_threshold = 0;
     o.stage3.prefetch_bucket_size = 0;
     o.stage3.max_reuse_distance = 0;

@@ -88,6 +88,7 @@ struct Options {
   std::string offload_optimizer = "none";       ///< offload_optimizer.device: none, cpu (stages 1-3) or nvme (stage 3)
   std::string offload_param = "none";           ///< offload_param.device: none, cpu or nvme (stage 3)
   std::string nvme_path;                        ///< offload_optimizer.nvme_path (and offload_param's): the swap files' directory
+  std::int64_t max_in_cpu = 0;                  ///< offload_param.max_in_cpu: elements of the nvme shard also kept in memory
   bool delayed_param_update = false;            ///< with offload_optimizer cpu: each update lands one step late
   int delayed_param_update_start = 0;           ///< optimizer steps taken immediately first
   std::string optimizer = "adamw";              ///< adamw, onebitadam (1-bit Adam) or zerooneadam (0/1 Adam), stage 0
@@ -180,6 +181,10 @@ void check_offload_flags(const Options& o) {
                               "leaves the whole step undone); add --offload-optimizer nvme",
                               "--offload-param nvme", "--offload-optimizer " + o.offload_optimizer);
   }
+  if (o.max_in_cpu != 0 && o.offload_param != "nvme") {
+    throw zerotk::usage_error("keeps part of the NVMe parameter shard in host memory; it needs --offload-param nvme",
+                              "--max-in-cpu " + std::to_string(o.max_in_cpu), "--offload-param " + o.offload_param);
+  }
   if (o.offload_optimizer == "nvme" && o.nvme_path.empty()) {
     throw zerotk::usage_error("needs --nvme-path DIR, the existing writable directory of the swap files "
                               "(offload_optimizer.nvme_path)",
@@ -244,7 +249,7 @@ std::string flags_to_deepspeed_json(const Options& o) {
   }
   if (o.offload_param != "none") {
     j << ", \"offload_param\": {\"device\": \"" << o.offload_param << "\"";
-    if (o.offload_param == "nvme") j << ", \"nvme_path\": " << json_string(o.nvme_path);
+    if (o.offload_param == "nvme") j << ", \"nvme_path\": " << json_string(o.nvme_path) << ", \"max_in_cpu\": " << o.max_in_cpu;
     j << "}";
   }
   j << "},\n";
@@ -305,6 +310,7 @@ struct Summary {
   std::size_t disk = 0;          ///< rank 0's bytes on disk of Offload<Nvme>'s swap files
   std::size_t pinned_other = 0;  ///< rank 0's pinned host bytes of category `other` (Offload<Nvme>'s swap buffers)
   std::size_t params_disk = 0;   ///< rank 0's parameter shard on disk (OffloadParams<Nvme>: two slots, padded)
+  std::size_t params_in_cpu = 0; ///< rank 0's blocks of that shard also kept in pinned host memory (max_in_cpu)
   std::uint64_t wire_bytes = 0;   ///< rank 0's bytes sent over the run (StepReport::comm_wire_bytes, summed)
   std::uint64_t dense_bytes = 0;  ///< ... and what it would have sent without compression (comm_dense_bytes)
 };
@@ -361,16 +367,20 @@ void print_memory_table(const Summary& s, int stage, const std::string& precisio
     if (delayed) std::printf(" + delayed update buffers 2 x 4 B x Psi/N = %.0f B", formula + extra + staging + 8 * pad / N);
     // OffloadParams<Nvme>: the shard's second slot, and each bucket's block padded to 4096 B in the file.
     if (s.params_disk > 0) {
+      const double shard = formula + extra + staging + 12 * pad / N + static_cast<double>(s.params_disk) - 2 * pad / N;
       std::printf(" + parameter shard's second slot and page padding %.0f B = %.0f B",
-                  static_cast<double>(s.params_disk) - 2 * pad / N,
-                  formula + extra + staging + 12 * pad / N + static_cast<double>(s.params_disk) - 2 * pad / N);
+                  static_cast<double>(s.params_disk) - 2 * pad / N, shard);
+      if (s.params_in_cpu > 0) {
+        std::printf(" + its blocks kept in host memory (max_in_cpu) %zu B = %.0f B", s.params_in_cpu,
+                    shard + static_cast<double>(s.params_in_cpu));
+      }
     }
   }
   std::printf("\n");
   if (s.params_disk > 0) {
     std::printf("  NVMe parameter shard (rank 0): %zu B on disk (two slots of 2 Psi/N = %.0f B, each bucket's block\n"
-                "  padded to 4096 B); none of it in memory\n",
-                s.params_disk, 2 * pad / N);
+                "  padded to 4096 B); %zu B of its blocks also in host memory (--max-in-cpu)\n",
+                s.params_disk, 2 * pad / N, s.params_in_cpu);
   }
   if (nvme) {
     std::printf("  NVMe (rank 0): %zu B on disk (two slots of master, m, v: 24 Psi/N = %.0f B); %zu B of pinned swap\n"
@@ -616,6 +626,7 @@ void train_rank(Comm& comm, const TrainContext& ctx, const Data& data, Evaluate&
     summary.dense_bytes = dense_bytes;
     summary.params_disk = engine.memory().live(zerotk::MemorySpace::disk, zerotk::MemoryCategory::params16);
     summary.disk = engine.memory().live_total(zerotk::MemorySpace::disk) - summary.params_disk;
+    if constexpr (requires { engine.param_bytes_in_cpu(); }) summary.params_in_cpu = engine.param_bytes_in_cpu();
     summary.pinned_other = engine.memory().live(zerotk::MemorySpace::pinned_host, zerotk::MemoryCategory::other);
   }
   (void)step_ms_total;
@@ -790,6 +801,11 @@ int main(int argc, char** argv) {
                  "fp32 with --offload-optimizer cpu) or in swap files under --nvme-path (nvme; with "
                  "--offload-optimizer nvme, bf16)")
       ->check(CLI::IsMember({"none", "cpu", "nvme"}));
+  app.add_option("--max-in-cpu", o.max_in_cpu,
+                 "with --offload-param nvme: offload_param.max_in_cpu, elements of each rank's shard also kept in "
+                 "pinned host memory (the first buckets' blocks that fit whole; their fetches read no file). 0 here "
+                 "puts every block on NVMe only; DeepSpeed's default, 1e9, would keep all of this model in memory")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40));
   app.add_option("--optimizer", o.optimizer,
                  "adamw; onebitadam: DeepSpeed's 1-bit Adam (stage 0, fp32 or bf16 in this binary): Adam without "
                  "bias correction for --freeze-step steps, then each rank's momentum is exchanged 1-bit compressed "

@@ -3,7 +3,8 @@
 # state in swap files under --nvme-path ends with the same loss at every step (csv_monitor's values,
 # printed as Python's str(): every bit), the same final loss and the same held-out accuracy as with
 # the state in pinned host memory (--offload-optimizer cpu): docs/offload.md promises bitwise
-# equality; so does the run with the parameter shards on NVMe as well (--offload-param nvme). The same
+# equality; so does the run with the parameter shards on NVMe as well (--offload-param nvme), also with
+# part of them kept in host memory (--max-in-cpu). The same
 # through --config (the printed DeepSpeed JSON). The memory line's formula equals
 # the ledger, the disk holds 24 Psi/N, the swap files are gone afterwards, and what cannot run is
 # refused with an error naming the flag (or the config key) and the value.
@@ -55,6 +56,19 @@ disk=$(grep -E "NVMe \(rank 0\)" <<<"$both") || fail "no NVMe memory line (--off
   fail "optimizer state disk bytes differ from 24 Psi/N (--offload-param nvme)" "$disk"
 [[ -z "$(ls -A "$dir/swap")" ]] || fail "swap files left behind (--offload-param nvme)" "$(ls -l "$dir/swap")"
 
+# Part of the parameter shard also kept in host memory (--max-in-cpu; about half of this model's
+# Psi/N): the same losses; the memory line adds the kept blocks and still equals the ledger.
+kept=$("$bin" "${common[@]}" --offload-optimizer nvme --offload-param nvme --max-in-cpu 30000 --nvme-path "$dir/swap" \
+  --csv "$dir/csv/kept" 2>&1 | tr '\r' '\n')
+cmp -s "$dir/csv/cpu/$loss" "$dir/csv/kept/$loss" ||
+  fail "per-step losses with --max-in-cpu differ" "$(diff "$dir/csv/cpu/$loss" "$dir/csv/kept/$loss" | head -5)"
+states=$(grep "model states (rank 0)" <<<"$kept") || fail "no memory line (--max-in-cpu)" "$kept"
+grep -qE "its blocks kept in host memory \(max_in_cpu\) [1-9][0-9]* B" <<<"$states" ||
+  fail "the memory line shows no kept blocks (--max-in-cpu 30000)" "$states"
+[[ "$(sed -E 's/.*model states \(rank 0\) ([0-9]+) B.*/\1/' <<<"$states")" == "$(sed -E 's/.* = ([0-9]+) B$/\1/' <<<"$states")" ]] ||
+  fail "model states differ from the formula line (--max-in-cpu)" "$states"
+[[ -z "$(ls -A "$dir/swap")" ]] || fail "swap files left behind (--max-in-cpu)" "$(ls -l "$dir/swap")"
+
 # The same run from the DeepSpeed config the flags stand for (its csv_monitor directory moved).
 awk '{ print } /^}$/ { exit }' <<<"$nvme" | sed "s#\"job_name\": \"nvme\"#\"job_name\": \"config\"#" >"$dir/ds.json"
 grep -q '"nvme_path": ' "$dir/ds.json" || fail "the printed config has no nvme_path" "$(cat "$dir/ds.json")"
@@ -69,6 +83,7 @@ touch "$dir/a_file"
 refused "--nvme-path" "$dir/a_file" "not a directory" -- --stage 3 --offload-optimizer nvme --nvme-path "$dir/a_file"
 refused "--offload-param nvme" "--offload-optimizer cpu" "add --offload-optimizer nvme" -- --stage 3 --offload-optimizer cpu --offload-param nvme
 refused "--nvme-path" "--offload-optimizer cpu" -- --stage 3 --offload-optimizer cpu --nvme-path "$dir/swap"
+refused "--max-in-cpu 5" "--offload-param none" -- --stage 3 --max-in-cpu 5
 sed "s#\"nvme_path\": \"[^\"]*\"#\"nvme_path\": \"$dir/gone\"#" "$dir/ds.json" >"$dir/gone.json"
 refused "$dir/gone.json: /zero_optimization/offload_optimizer/nvme_path" "$dir/gone" -- --config "$dir/gone.json"
 if [[ $(id -u) -ne 0 ]]; then  # root writes anywhere: the check is then the swap file's creation

@@ -503,6 +503,13 @@ class Engine {
     if (f32_) s += f32_->params().home().stats();
     return s;
   }
+  /// OffloadParams<Nvme>: host bytes of the shard's blocks kept in memory as well (max_in_cpu; each
+  /// block padded to 4096 B). Also in memory()'s pinned host params16.
+  std::size_t param_bytes_in_cpu() const
+    requires std::is_same_v<typename R::shard_tag, Nvme>
+  {
+    return (main_ ? main_->params().home().held_bytes() : 0) + (f32_ ? f32_->params().home().held_bytes() : 0);
+  }
   int rank() const { return comm_.rank(); }
   int world_size() const { return comm_.size(); }
   std::int64_t global_steps() const noexcept { return global_steps_; }

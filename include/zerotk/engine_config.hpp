@@ -112,6 +112,7 @@ EngineOptions engine_options(const config::Config& cfg) {
   o.param_nvme.path = z.offload_param.nvme_path;  // OffloadParams<Nvme> (same aio block)
   o.param_nvme.buffer_count = static_cast<std::size_t>(z.offload_param.buffer_count);
   o.param_nvme.buffer_size = static_cast<std::size_t>(z.offload_param.buffer_size);
+  o.param_nvme.max_in_cpu = static_cast<std::size_t>(z.offload_param.max_in_cpu);
   o.nvme.buffer_count = static_cast<std::size_t>(z.offload_optimizer.buffer_count);
   o.nvme.pipeline_read = z.offload_optimizer.pipeline_read;
   o.nvme.pipeline_write = z.offload_optimizer.pipeline_write;

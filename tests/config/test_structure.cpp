@@ -410,7 +410,7 @@ TEST_CASE("settings the engine does not act on are notes, and errors under stric
   CHECK_MESSAGE(r.ok(), error_lines(r));
 }
 
-TEST_CASE("offload_param.max_in_cpu: a partial CPU share with nvme is a note; 0 and DeepSpeed's default say nothing") {
+TEST_CASE("offload_param.max_in_cpu is acted on with nvme: any value is read without a note; a negative one is refused") {
   ResolveContext ctx;
   auto with = [&](const std::string& extra) {
     return parse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3,
@@ -418,18 +418,15 @@ TEST_CASE("offload_param.max_in_cpu: a partial CPU share with nvme is a note; 0 
         "offload_param": {"device": "nvme", "nvme_path": "/n")" + extra + "}}}",
                  ctx);
   };
-  ParseResult r = with(R"(, "max_in_cpu": 1e6)");
-  REQUIRE_MESSAGE(r.ok(), error_lines(r));
-  REQUIRE(r.notices.size() == 1);
-  CHECK(r.notices[0].path == "/zero_optimization/offload_param/max_in_cpu");
-  CHECK(r.notices[0].kind == Notice::Kind::unsupported);
-  CHECK(r.notices[0].message.find("every block of the parameter shard lives on NVMe") != std::string::npos);
-  for (const char* quiet : {"", R"(, "max_in_cpu": 0)", R"(, "max_in_cpu": 1e9, "buffer_count": 3)"}) {
+  for (const char* quiet : {"", R"(, "max_in_cpu": 0)", R"(, "max_in_cpu": 1e6)", R"(, "max_in_cpu": 1e9, "buffer_count": 3)"}) {
     CAPTURE(quiet);
-    r = with(quiet);
+    const ParseResult r = with(quiet);
     CHECK_MESSAGE(r.ok(), error_lines(r));
     CHECK(r.notices.empty());
   }
+  const ParseResult bad = with(R"(, "max_in_cpu": -1)");
+  REQUIRE_FALSE(bad.ok());
+  CHECK(error_lines(bad).find("/zero_optimization/offload_param/max_in_cpu") != std::string::npos);
 }
 
 TEST_CASE("activation_checkpointing: partition_activations is a note (no tensor parallelism), the rest is read") {

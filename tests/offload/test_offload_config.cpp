@@ -142,9 +142,18 @@ TEST_CASE("offload_optimizer.device nvme maps to Offload<Nvme> with its swap key
   const EngineOptions both = engine_options<BothNvme>(config::load(
       R"({"train_batch_size": 8, "fp16": {"enabled": true}, "zero_optimization": {"stage": 3,
           "offload_optimizer": {"device": "nvme", "nvme_path": "/n"},
-          "offload_param": {"device": "nvme", "nvme_path": "/p", "buffer_count": 3, "buffer_size": 4096}}})",
+          "offload_param": {"device": "nvme", "nvme_path": "/p", "buffer_count": 3, "buffer_size": 4096,
+                            "max_in_cpu": 12345}}})",
       ctx));
   CHECK(both.param_nvme.path == "/p");
   CHECK(both.param_nvme.buffer_count == 3);
   CHECK(both.param_nvme.buffer_size == 4096);
+  CHECK(both.param_nvme.max_in_cpu == 12345);
+  // Absent, max_in_cpu is DeepSpeed's default (1e9), as in ParamNvmeOptions.
+  const EngineOptions fallback = engine_options<BothNvme>(config::load(
+      R"({"train_batch_size": 8, "fp16": {"enabled": true}, "zero_optimization": {"stage": 3,
+          "offload_optimizer": {"device": "nvme", "nvme_path": "/n"}, "offload_param": {"device": "nvme", "nvme_path": "/p"}}})",
+      ctx));
+  CHECK(fallback.param_nvme.max_in_cpu == 1'000'000'000);
+  CHECK(offload::ParamNvmeOptions{}.max_in_cpu == 1'000'000'000);
 }

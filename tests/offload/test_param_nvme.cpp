@@ -52,6 +52,7 @@ EngineOptions options_in(const RunConfig& cfg, const fs::path& dir, std::size_t 
   o.sub_group_size = sub_group_size;
   o.nvme.path = dir;
   o.param_nvme.path = dir;
+  o.param_nvme.max_in_cpu = 0;  // every block on NVMe only (test_param_max_in_cpu.cpp keeps some in memory)
   return o;
 }
 
@@ -144,6 +145,7 @@ void ledger_by_space(int world, const fs::path& dir) {
     o.stage3.param_persistence_threshold = 0;
     o.nvme.path = dir;
     o.param_nvme.path = dir;
+    o.param_nvme.max_in_cpu = 0;
     Eng engine(comm, model, o);
     engine.initialize_master();
     for (auto it = model.ps.rbegin(); it != model.ps.rend(); ++it) {

@@ -10,9 +10,6 @@
 //    of OffloadParams<None>.
 #include <doctest/doctest.h>
 
-#include <atomic>
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <mutex>
 #include <numeric>
@@ -21,77 +18,18 @@
 
 #include "engine_fixture.hpp"
 #include "offload_runs.hpp"
+#include "shard_fixture.hpp"
 #include "zerotk/comm/threads.hpp"
-#include "zerotk/device/host_ops.hpp"
 #include "zerotk/engine.hpp"
-#include "zerotk/offload/nvme_shard.hpp"
 
 using namespace zerotk;
 using namespace zt_test;
+using namespace zt_test::shard;
 namespace fs = std::filesystem;
 
 namespace {
 
-fs::path scratch(const std::string& name) {
-  const fs::path d = fs::path(ZEROTK_TEST_BINARY_DIR) / "scratch" / ("read_ahead." + name);
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
-
-using HostOps = device::Ops<Host>;
-using Shard = offload::NvmeShard<float, HostOps>;
-
-/// Six parameters of different sizes, one per bucket, world 2: rank 0's blocks.
-struct Fixture {
-  std::vector<std::size_t> numels{700, 1300, 64, 2048, 513, 9};
-  std::vector<std::uint32_t> groups = std::vector<std::uint32_t>(numels.size(), 0);
-  std::vector<std::uint32_t> units{0, 1, 2, 3, 4, 5};
-  zero::BucketLayout layout{numels, groups, 2, 4096, units};
-  HostOps ops;
-  MemoryLedger ledger;
-
-  zero::ShardFileOptions options(const fs::path& dir, std::size_t buffer_count) const {
-    zero::ShardFileOptions o;
-    o.dir = dir;
-    o.buffer_count = buffer_count;
-    return o;
-  }
-  std::size_t buckets() const { return layout.buckets().size(); }
-  std::size_t block(std::size_t k) const { return layout.buckets()[k].block; }
-  /// Block k's values in "generation" g.
-  float value(std::size_t k, std::size_t i, int g) const { return static_cast<float>(g * 100000 + k * 1000) + static_cast<float>(i); }
-  void write_all(Shard& s, int g) {
-    for (std::size_t k = 0; k < buckets(); ++k) {
-      s.write(k, [&](float* b) {
-        for (std::size_t i = 0; i < block(k); ++i) b[i] = value(k, i, g);
-      });
-    }
-  }
-  /// The fetch's view of block k equals generation g.
-  bool fetched_is(Shard& s, std::size_t k, int g) {
-    std::vector<float> slot(block(k), -1.0f);
-    s.gather_source(ops, k, slot.data());
-    for (std::size_t i = 0; i < slot.size(); ++i) {
-      if (slot[i] != value(k, i, g)) return false;
-    }
-    return true;
-  }
-  /// The optimizer's output: every block := generation g, through the writer.
-  void write_through_writer(Shard& s, int g) {
-    for (std::size_t k = 0; k < buckets(); ++k) {
-      std::vector<float> v(block(k));
-      for (std::size_t i = 0; i < v.size(); ++i) v[i] = value(k, i, g);
-      s.writer().write(layout.buckets()[k].part_offset, v.data(), v.size());
-    }
-    s.writer().end_sub_group();
-  }
-};
-
-std::atomic<bool> g_fail_reads{false};
-int read_hook(const io::FaultSite& s) {
-  return !s.write && g_fail_reads.load() && std::strstr(s.path, "zerotk_params.") != nullptr ? EIO : 0;
-}
+fs::path scratch(const std::string& name) { return shard::scratch_dir("read_ahead." + name); }
 
 }  // namespace
 
@@ -174,7 +112,7 @@ TEST_CASE("NvmeShard read-ahead: a failed read is the fetch's io_error; the next
     // The hook stays on until the failed reads have been waited for: the I/O threads ask it when
     // they take a request, which may be after stage_ahead returns.
     g_fail_reads = true;
-    io::set_fault_hook(&read_hook);
+    io::set_fault_hook(&fault_hook);
     const std::size_t ahead[] = {4, 0};
     s.stage_ahead(ahead);  // both reads fail in the background: nothing is thrown here
     std::vector<float> slot(f.block(4));
@@ -188,7 +126,7 @@ TEST_CASE("NvmeShard read-ahead: a failed read is the fetch's io_error; the next
     CHECK(s.stats().unstaged == 2);
     // A failed read-ahead that no fetch needs is dropped without a word.
     g_fail_reads = true;
-    io::set_fault_hook(&read_hook);
+    io::set_fault_hook(&fault_hook);
     s.stage_ahead(ahead);
     s.stage_ahead({});  // drops both: waits for their (failed) reads
     g_fail_reads = false;
@@ -236,6 +174,7 @@ TEST_CASE("the engine reads ahead on the recorded order; the bits equal buffer_c
       EngineOptions o = engine_options(cfg);
       o.nvme.path = dir;
       o.param_nvme.path = dir;
+      o.param_nvme.max_in_cpu = 0;
       auto run = [&](std::size_t buffer_count, std::vector<offload::ParamReadStats>& stats) {
         o.param_nvme.buffer_count = buffer_count;
         stats.assign(static_cast<std::size_t>(world), {});

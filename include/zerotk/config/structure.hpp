@@ -371,16 +371,6 @@ inline constexpr IgnoredSetting kIgnoredSettings[] = {
      },
      "has no effect in zerotk: offloaded parameter shards are always page-locked (OffloadParams<Cpu>); pageable "
      "host memory on Device<Host> would be the compute space itself; ignored"},
-    {"/zero_optimization/offload_param/max_in_cpu",
-     [](const Config& c) -> std::optional<std::string> {
-       const auto& p = c.zero_optimization.offload_param;
-       if (p.device != OffloadDevice::nvme || p.max_in_cpu == 0 || p.max_in_cpu == OffloadParamOptions{}.max_in_cpu) {
-         return std::nullopt;
-       }
-       return std::to_string(p.max_in_cpu);
-     },
-     "has no effect in zerotk: with offload_param.device nvme every block of the parameter shard lives on NVMe "
-     "(DeepSpeed keeps the first max_in_cpu elements in host memory); ignored"},
     {"/zero_optimization/contiguous_gradients",
      [](const Config& c) -> std::optional<std::string> {
        if (c.zero_optimization.contiguous_gradients || c.zero_optimization.stage == 0) return std::nullopt;

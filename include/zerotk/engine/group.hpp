@@ -377,7 +377,7 @@ class FlatGroup {
     zero::ParamPathOptions o;
     o.overlap_param_gather = overlap_param_gather;
     o.shard_file = {store.param_nvme.path, store.nvme.aio, store.rank, store.name, store.param_nvme.buffer_count,
-                    store.param_nvme.buffer_size};
+                    store.param_nvme.buffer_size, store.param_nvme.max_in_cpu};
     if (!persistent.empty()) {
       for (const zero::Bucket& b : layout_.buckets()) o.persistent.push_back(persistent[b.params.front()]);
     }

@@ -157,9 +157,9 @@ struct EngineOptions {
   /// Offload<Nvme>: where and how the optimizer state is swapped (offload/options.hpp; DeepSpeed's
   /// `offload_optimizer.nvme_path`, `buffer_count`, `pipeline_read`, `pipeline_write` and `aio`).
   offload::NvmeOptions nvme;
-  /// OffloadParams<Nvme>: the directory of the parameter shard files and their read-ahead buffers
-  /// (DeepSpeed `offload_param.nvme_path`, `buffer_count`, `buffer_size`); one file per rank and
-  /// group, read and written with nvme.aio.
+  /// OffloadParams<Nvme>: the directory of the parameter shard files, their read-ahead buffers and
+  /// the part kept in host memory (DeepSpeed `offload_param.nvme_path`, `buffer_count`,
+  /// `buffer_size`, `max_in_cpu`); one file per rank and group, read and written with nvme.aio.
   offload::ParamNvmeOptions param_nvme;
   /// Partitioner<Stage<3>>: fetching, prefetching, persistence (docs/stage3.md).
   Stage3Options stage3;

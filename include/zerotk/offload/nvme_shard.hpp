@@ -3,8 +3,9 @@
 /// NvmeShard: OffloadParams<Nvme>'s home for stage 3's parameter shard (DeepSpeed
 /// `offload_param.device: nvme`, `nvme_path`). This rank's block of every bucket lives in a swap
 /// file (io/swap_file.hpp: O_DIRECT, io_uring or the pread/pwrite pool); host memory holds
-/// buffer_count + 1 staging buffers of the largest bucket's block, nothing more. A bucket's block is
-/// read before its all-gather (ahead of it where the fetch schedule foresees it; below):
+/// buffer_count + 1 staging buffers of the largest bucket's block and the blocks kept in host memory
+/// (`max_in_cpu`, below). A bucket's block is read before its all-gather (ahead of it where the fetch
+/// schedule foresees it; below):
 ///
 ///   fetch(k):  file (block k) -> staging -> this rank's block of k's gather buffer   (read, copy)
 ///              all-gather in place into the gather buffer                             (the communicator)
@@ -39,6 +40,13 @@
 /// read-ahead. Host memory: buffer_count read buffers and one assembly buffer, each the largest
 /// block (padded), which must fit `buffer_size` elements.
 ///
+/// Blocks kept in host memory (`max_in_cpu`, DeepSpeed's elements "in CPU"): the blocks of the first
+/// buckets, as many as fit whole in max_in_cpu elements, also have a copy in host memory, and their
+/// fetch copies from there. The copy is of one slot: every write and read of such a block refreshes
+/// it, and a fetch uses it only while that slot is the current one. So writes still go to the file
+/// (a failed step is undone exactly as above), and a block whose transaction was aborted is read
+/// from the file once, by its next fetch.
+///
 /// Device<Host> only: the values cross through host memory by plain copies (engine/compat.hpp).
 
 #include <algorithm>
@@ -63,9 +71,11 @@ namespace zerotk::offload {
 struct ParamReadStats {
   std::uint64_t staged = 0;    ///< read ahead (the fetch waited at most for the rest of the read)
   std::uint64_t unstaged = 0;  ///< read by the fetch itself
+  std::uint64_t in_cpu = 0;    ///< copied from host memory (max_in_cpu), nothing read
   ParamReadStats& operator+=(const ParamReadStats& o) noexcept {
     staged += o.staged;
     unstaged += o.unstaged;
+    in_cpu += o.in_cpu;
     return *this;
   }
 };
@@ -92,6 +102,9 @@ class NvmeShard {
         block_bytes_(checked_block_bytes(layout, o)),
         file_(checked_dir(o), "zerotk_params.r" + std::to_string(rank) + "." + o.name, 2 * offsets_.back(), o.aio),
         staging_((o.buffer_count + 1) * block_bytes_, MemoryCategory::other, ledger),
+        in_cpu_(blocks_within(layout, o.max_in_cpu)),
+        held_(offsets_[in_cpu_], MemoryCategory::params16, ledger),
+        held_slot_(in_cpu_, -1),
         staged_(o.buffer_count),
         current_(layout.buckets().size(), 0),
         touched_(layout.buckets().size(), 0),
@@ -115,11 +128,15 @@ class NvmeShard {
   /// if it was staged, else read now.
   const T* gather_source(Ops& ops, std::size_t k, T* slot) {
     const std::size_t n = layout_->buckets()[k].block;
-    if (const std::size_t i = buffer_of(k); i < staged_.size()) {
+    if (const T* h = held(k)) {
+      ++stats_.in_cpu;
+      ops.copy_from_host(h, slot, n);
+    } else if (const std::size_t i = buffer_of(k); i < staged_.size()) {
       const io::SwapFile::Ticket t = staged_[i].ticket;
       staged_[i] = Staged{};  // free either way: a failed read is read again by the next fetch
       file_.wait(t);
       ++stats_.staged;
+      hold(k, current_[k], staging(i));
       ops.copy_from_host(reinterpret_cast<const T*>(staging(i)), slot, n);
     } else {
       ++stats_.unstaged;
@@ -128,17 +145,25 @@ class NvmeShard {
     return slot;
   }
 
+  /// Whether a fetch of bucket k now reads its block from the file (not kept in host memory).
+  bool reads_file(std::size_t k) const noexcept { return held(k) == nullptr; }
+  /// How many leading buckets' blocks are kept in host memory (max_in_cpu).
+  std::size_t blocks_in_cpu() const noexcept { return in_cpu_; }
+
   /// How many blocks read-ahead may hold at once (`buffer_count` - 1).
   std::size_t stage_capacity() const noexcept { return staged_.size() - 1; }
   /// `next`: the buckets the fetch schedule expects next, nearest first. Their blocks (the first
-  /// stage_capacity() of them) are read ahead; staged blocks no longer expected are dropped.
+  /// stage_capacity() of those the file must be read for) are read ahead; staged blocks no longer
+  /// expected are dropped.
   void stage_ahead(std::span<const std::size_t> next) {
-    next = next.first(std::min(next.size(), stage_capacity()));
+    std::size_t n = 0;
+    for (std::size_t reads = 0; n < next.size() && reads < stage_capacity(); ++n) reads += reads_file(next[n]);
+    next = next.first(n);
     for (Staged& s : staged_) {
       if (s.bucket != kNone && std::find(next.begin(), next.end(), s.bucket) == next.end()) drop(s);
     }
     for (const std::size_t k : next) {
-      if (buffer_of(k) < staged_.size()) continue;
+      if (buffer_of(k) < staged_.size() || !reads_file(k)) continue;
       const std::size_t i = free_buffer();
       staged_[i].bucket = k;
       staged_[i].ticket = file_.read(offset(current_[k], k), staging(i), padded(layout_->buckets()[k].block));
@@ -150,7 +175,8 @@ class NvmeShard {
   /// f(const T* block): block k, read now (read-ahead is for fetches).
   template <class F>
   void read(std::size_t k, F&& f) {
-    f(load(k, staging(free_buffer())));
+    const T* h = held(k);
+    f(h != nullptr ? h : load(k, staging(free_buffer())));
   }
   /// f(T* block) writes all of block k in staging; it then becomes block k atomically (the other
   /// slot, then the switch).
@@ -163,6 +189,7 @@ class NvmeShard {
     std::memset(s + n * sizeof(T), 0, padded(n) - n * sizeof(T));  // the page's tail past the block
     f(reinterpret_cast<T*>(s));
     file_.wait(file_.write(offset(1 - current_[k], k), s, padded(n)));
+    hold(k, 1 - current_[k], s);
     current_[k] = static_cast<char>(1 - current_[k]);
   }
 
@@ -184,6 +211,8 @@ class NvmeShard {
     std::fill(touched_.begin(), touched_.end(), char{0});
   }
 
+  /// Host memory of the blocks kept there (max_in_cpu), padded; in the ledger as params16.
+  std::size_t held_bytes() const noexcept { return held_.size(); }
   /// Both slots of every block, padded: the disk this home takes.
   std::uint64_t disk_bytes() const noexcept { return 2 * offsets_.back(); }
 
@@ -220,6 +249,12 @@ class NvmeShard {
                          "zero_optimization.offload_param.buffer_size", std::to_string(o.buffer_size));
     }
     return m;
+  }
+  /// How many leading buckets' blocks fit whole in `max_in_cpu` elements.
+  static std::size_t blocks_within(const zero::BucketLayout& l, std::size_t max_in_cpu) noexcept {
+    std::size_t k = 0, sum = 0;
+    for (; k < l.buckets().size() && l.buckets()[k].block <= max_in_cpu - sum; ++k) sum += l.buckets()[k].block;
+    return k;
   }
   static const std::filesystem::path& checked_dir(const zero::ShardFileOptions& o) {
     if (o.dir.empty()) throw config_error("required for OffloadParams<Nvme>", "zero_optimization.offload_param.nvme_path");
@@ -258,7 +293,19 @@ class NvmeShard {
   /// Block k's current slot read into `s`; returns it as T.
   const T* load(std::size_t k, std::byte* s) {
     file_.wait(file_.read(offset(current_[k], k), s, padded(layout_->buckets()[k].block)));
+    hold(k, current_[k], s);
     return reinterpret_cast<const T*>(s);
+  }
+  /// Block k's current values in host memory, if it is kept there and they are not stale.
+  const T* held(std::size_t k) const noexcept {
+    if (k >= in_cpu_ || held_slot_[k] != current_[k]) return nullptr;
+    return reinterpret_cast<const T*>(held_.data() + offsets_[k]);
+  }
+  /// Block k (if kept in host memory) := `s`, the values of its slot `slot` just read or written.
+  void hold(std::size_t k, int slot, const std::byte* s) noexcept {
+    if (k >= in_cpu_) return;
+    std::memcpy(held_.data() + offsets_[k], s, layout_->buckets()[k].block * sizeof(T));
+    held_slot_[k] = static_cast<signed char>(slot);
   }
 
   /// The writer: shard[at, at + n) := host[0, n), block by block through the assembly staging.
@@ -289,7 +336,11 @@ class NvmeShard {
     flush();
     std::byte* s = staging(assembly());
     const std::size_t bytes = padded(layout_->buckets()[k].block);
-    if (touched_[k]) {
+    if (touched_[k] && k < in_cpu_ && held_slot_[k] == 1 - current_[k]) {
+      const std::size_t n = layout_->buckets()[k].block * sizeof(T);  // what flush() kept of this transaction
+      std::memcpy(s, held_.data() + offsets_[k], n);
+      std::memset(s + n, 0, bytes - n);
+    } else if (touched_[k]) {
       file_.wait(file_.read(offset(1 - current_[k], k), s, bytes));
     } else {
       std::memset(s, 0, bytes);
@@ -302,6 +353,7 @@ class NvmeShard {
     const std::size_t k = open_;
     open_ = kNone;  // a failed write leaves nothing open; the caller aborts
     file_.wait(file_.write(offset(1 - current_[k], k), staging(assembly()), padded(layout_->buckets()[k].block)));
+    hold(k, 1 - current_[k], staging(assembly()));  // current once committed
     touched_[k] = 1;
   }
 
@@ -311,6 +363,9 @@ class NvmeShard {
   std::size_t block_bytes_;             // the largest block, padded
   io::SwapFile file_;                   // [2 slots][bucket] blocks
   PinnedTrackedBuffer<std::byte> staging_;  // [buffer_count + 1][block_bytes_]: read buffers | assembly
+  std::size_t in_cpu_;                      // leading buckets whose blocks are kept in host memory
+  PinnedTrackedBuffer<std::byte> held_;     // those blocks, at offsets_[k]
+  std::vector<signed char> held_slot_;      // [bucket < in_cpu_] the slot held_ holds (-1: none)
   std::vector<Staged> staged_;          // [buffer_count] read buffers
   std::vector<char> current_;           // [bucket] the slot holding the block
   std::vector<char> touched_;           // [bucket] written by the open transaction (other slot)

@@ -37,6 +37,11 @@ struct ParamNvmeOptions {
   std::size_t buffer_count = 5;
   /// Elements a buffer may take (`buffer_size`): the largest block must fit (an error says so).
   std::size_t buffer_size = 100'000'000;
+  /// Elements of this rank's shard kept in host memory (`max_in_cpu`): the blocks of the first
+  /// buckets, as many as fit whole, are fetched from there and never read from the file (which is
+  /// still written, so that a failed step can be undone). DeepSpeed's default, 1e9, keeps all of a
+  /// model below a billion elements per rank in host memory; 0 puts every block on NVMe only.
+  std::size_t max_in_cpu = 1'000'000'000;
 };
 
 struct StoreOptions {

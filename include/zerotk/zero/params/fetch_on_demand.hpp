@@ -147,10 +147,16 @@ class FetchOnDemand {
       return 0;
     }
   }
-  /// Whether fetching bucket k now would read its block from the home: not resident or in flight,
-  /// not persistent (regathered at publish), not due from hpZ's secondary shard.
+  /// Whether fetching bucket k now would read its block from the home's file: not resident or in
+  /// flight, not persistent (regathered at publish), not due from hpZ's secondary shard, not kept in
+  /// host memory by the home (max_in_cpu).
   bool reads_home(std::size_t k) const noexcept {
-    return !resident(k) && !state_[k].persistent && !(secondary_ && secondary_->current(k));
+    if (resident(k) || state_[k].persistent || (secondary_ && secondary_->current(k))) return false;
+    if constexpr (kStagesAhead) {
+      return shard_.reads_file(k);
+    } else {
+      return true;
+    }
   }
   /// The buckets the fetch schedule expects next (nearest first): the home reads their blocks ahead.
   void stage_ahead(std::span<const std::size_t> next) {

@@ -37,6 +37,9 @@ struct ShardFileOptions {
   std::size_t buffer_count = 5;
   /// `offload_param.buffer_size`: elements a buffer may take; the largest block must fit.
   std::size_t buffer_size = 100'000'000;
+  /// `offload_param.max_in_cpu`: elements of the shard kept in host memory (the leading blocks, by
+  /// bucket, that fit whole); the default is DeepSpeed's.
+  std::size_t max_in_cpu = 1'000'000'000;
 };
 
 /// What a parameter path is built with besides its PathContext.
