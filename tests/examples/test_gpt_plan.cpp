@@ -136,7 +136,6 @@ void check_plan(int world, const std::string& sel) {
     CAPTURE(planned_total);
     CAPTURE(m.total_peak);
     CHECK(std::abs(ratio - 1.0) <= 0.05);
-    CHECK(e.memory.unmeasured.empty());
     if (r == 0) {
       std::printf("plan vs ledger: stage %d%s %-5s %-4s W=%d %-8s activations %8zu / %8zu  total %9zu / %9zu  (%.3f)\n", S,
                   offload_params ? " (params offloaded)" : "",

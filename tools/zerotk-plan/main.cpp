@@ -211,7 +211,6 @@ void print_breakdown(const plan::Evaluation& e) {
   std::printf("\n  Psi = %zu, padded %zu, %zu buckets, partition %zu elements per rank; activations kept %zu + transient %zu\n",
               e.memory.psi, e.memory.psi_padded, e.memory.buckets, e.memory.partition, e.activations.kept,
               e.activations.transient);
-  for (const auto& n : e.memory.unmeasured) std::cout << "  not yet measured: " << n << "\n";
   for (const auto& n : e.memory.approximate) std::cout << "  approximate: " << n << "\n";
 }
 
@@ -280,6 +279,9 @@ int plan_config(const plan::ModelDescription& m, const Args& a) {
   s.optimizer_buffer_count = static_cast<std::size_t>(z.offload_optimizer.buffer_count);
   s.param_buffer_count = static_cast<std::size_t>(z.offload_param.buffer_count);
   s.param_buffer_size = static_cast<std::size_t>(z.offload_param.buffer_size);
+  s.param_max_in_cpu = static_cast<std::size_t>(z.offload_param.max_in_cpu);
+  s.optimizer_pipeline_read = z.offload_optimizer.pipeline_read;
+  s.optimizer_pipeline_write = z.offload_optimizer.pipeline_write;
   plan::Budget b;
   b.device_bytes = a.device_mem.value_or(static_cast<std::size_t>(-1));
   b.host_bytes = a.host_mem.value_or(static_cast<std::size_t>(-1));
@@ -337,7 +339,7 @@ int run(int argc, char** argv) {
     std::printf("%-78s %10s %10s %10s  %s%s\n", e.choice.name().c_str(), gb2(static_cast<double>(e.device())).c_str(),
                 gb2(static_cast<double>(e.host())).c_str(),
                 gb2(static_cast<double>(e.memory.space_total(MemorySpace::disk))).c_str(), e.fits ? "yes" : "no",
-                e.memory.unmeasured.empty() ? "" : "  (not yet measured)");
+                e.memory.approximate.empty() ? "" : "  (approximate)");
     if (!a.all && e.fits) break;
   }
   if (!best) {

@@ -75,10 +75,15 @@ struct EngineSettings {
   bool emulated = false;
   /// Where the engine's buffers live: MemorySpace::device on Device<Cuda>, host on Device<Host>.
   MemorySpace compute_space = MemorySpace::device;
-  // NVMe (DeepSpeed's semantics; zerotk does not run it yet)
+  // NVMe (Offload<Nvme>, OffloadParams<Nvme>; docs/offload.md)
   std::size_t optimizer_buffer_count = 4;   ///< offload_optimizer.buffer_count
+  bool optimizer_pipeline_read = false;     ///< offload_optimizer.pipeline_read
+  bool optimizer_pipeline_write = false;    ///< offload_optimizer.pipeline_write
   std::size_t param_buffer_count = 5;       ///< offload_param.buffer_count
   std::size_t param_buffer_size = 100'000'000;  ///< offload_param.buffer_size, elements
+  /// offload_param.max_in_cpu, elements kept in host memory. 0 here (DeepSpeed's default is 1e9):
+  /// the planner offers nvme to save host memory, which a billion kept elements would not.
+  std::size_t param_max_in_cpu = 0;
 };
 
 }  // namespace zerotk::plan

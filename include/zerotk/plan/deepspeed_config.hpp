@@ -43,6 +43,9 @@ inline config::Config deepspeed_config(const Choice& c, const EngineSettings& s,
   if (c.param == OffloadTarget::nvme) z.offload_param.nvme_path = nvme_path;
   z.offload_param.buffer_count = static_cast<std::int64_t>(s.param_buffer_count);
   z.offload_param.buffer_size = static_cast<std::int64_t>(s.param_buffer_size);
+  z.offload_param.max_in_cpu = static_cast<std::int64_t>(s.param_max_in_cpu);
+  z.offload_optimizer.pipeline_read = s.optimizer_pipeline_read;
+  z.offload_optimizer.pipeline_write = s.optimizer_pipeline_write;
   z.stage3_prefetch_bucket_size = static_cast<std::int64_t>(s.prefetch_bucket_size);
   z.stage3_param_persistence_threshold = static_cast<std::int64_t>(s.param_persistence_threshold);
   z.stage3_max_live_parameters = static_cast<std::int64_t>(s.max_live_parameters);

@@ -9,16 +9,20 @@
 ///   grads           stages 0/1: the flat buffer (grads/context.hpp FlatGradBuffer); stages 2/3: the
 ///                   reduced partition (pooled_buckets.hpp); + the accumulator over micro-steps
 ///                   (grads/context.hpp Accumulator); Offload<Cpu>: + the pinned gradient staging
-///   master32, optimizer_state   the state store (offload/resident.hpp, host_pinned.hpp): fp32
-///                   master, m, v of the owned elements (the flat buffer at stage 0)
+///   master32, optimizer_state   the state store (offload/resident.hpp, host_pinned.hpp, nvme.hpp):
+///                   fp32 master, m, v of the owned elements (the flat buffer at stage 0); Offload<Nvme>:
+///                   both slots on disk, the swap buffers pinned (`other`)
 ///   comm_buffers    stages 2/3: the bucket pool (pooled_buckets.hpp)
 ///   gathered        stage 3: persistent buckets' buffers and the pool of gathered buckets
 ///   secondary       stage 3 hpZ: the secondary shard (params/secondary_shard.hpp)
 ///   other           the scratch gradient of the largest parameter (engine/bindings.hpp); emulated
-///                   16-bit: float copies (zero/float_view.hpp, fetched_float_view.hpp)
+///                   16-bit: float copies (zero/float_view.hpp, fetched_float_view.hpp); NVMe: the
+///                   pinned swap and staging buffers
+///   params16 on NVMe   OffloadParams<Nvme> (offload/nvme_shard.hpp): both slots of every block on
+///                   disk (padded to 4 KiB), the blocks kept under max_in_cpu in pinned host memory
 ///
-/// NVMe offload and parameter offload are modelled from DeepSpeed's semantics (zerotk does not run
-/// them yet); the plan says so in `unmeasured`.
+/// One parameter group: the engine keeps a second one (and its own files) for fp32 parameters in
+/// a 16-bit model, which the model description does not carry.
 
 #include <algorithm>
 #include <array>
@@ -42,10 +46,8 @@ struct MemoryPlan {
   std::size_t psi_padded = 0;   ///< flat elements with the layout's padding
   std::size_t partition = 0;    ///< elements each rank owns (stages 1-3)
   std::size_t buckets = 0;
-  /// Terms modelled from DeepSpeed rather than from a running zerotk engine (NVMe, parameter
-  /// offload), and terms that are bounds rather than exact (the stage-3 pool under custom fetch
-  /// settings); empty when every figure is the engine's exact allocation.
-  std::vector<std::string> unmeasured;
+  /// Terms that are bounds rather than exact (the stage-3 pool under custom fetch settings);
+  /// empty when every figure is the engine's exact allocation.
   std::vector<std::string> approximate;
 
   std::size_t& at(MemorySpace s, MemoryCategory c) noexcept {
@@ -77,6 +79,10 @@ struct MemoryPlan {
 };
 
 namespace detail {
+
+/// O_DIRECT's unit: the NVMe homes pad every block and swap buffer to it.
+inline constexpr std::size_t kPage = 4096;
+inline constexpr std::size_t page_round(std::size_t bytes) noexcept { return (bytes + kPage - 1) / kPage * kPage; }
 
 /// The engine's bucket layout for this model (engine.hpp build(): one optimizer group, every
 /// parameter in the main group; stage 3: a bucket never spans two units, persistent parameters
@@ -166,13 +172,27 @@ inline MemoryPlan model_state_plan(const ModelDescription& m, int world, const C
     const MemorySpace shard_space = c.param == OffloadTarget::none  ? dev
                                     : c.param == OffloadTarget::cpu ? MemorySpace::pinned_host
                                                                     : MemorySpace::disk;
-    p.at(shard_space, C::params16) += part * S;
-    if (c.param == OffloadTarget::nvme) {
-      // DeepSpeed's parameter swapper: buffer_count pinned buffers of buffer_size elements.
-      p.at(MemorySpace::pinned_host, C::params16) += s.param_buffer_count * s.param_buffer_size * S;
-    }
-    if (c.param == OffloadTarget::nvme) {
-      p.unmeasured.push_back("offload_param nvme: modelled from DeepSpeed, zerotk does not swap parameters yet");
+    if (c.param != OffloadTarget::nvme) {
+      p.at(shard_space, C::params16) += part * S;
+    } else {
+      // NvmeShard: two slots of every block, each padded to 4 KiB (at least one page); buffer_count
+      // read buffers and one assembly buffer of the largest padded block; the leading blocks that
+      // fit whole in max_in_cpu elements kept in pinned host memory as well.
+      std::size_t slot_bytes = 0, largest = detail::kPage, kept = 0, kept_numel = 0;
+      bool keeping = true;
+      for (const zero::Bucket& b : L.buckets()) {
+        const std::size_t padded = detail::page_round(b.block * S);
+        slot_bytes += padded;
+        largest = std::max(largest, padded);
+        keeping = keeping && b.block <= s.param_max_in_cpu - kept_numel;
+        if (keeping) {
+          kept_numel += b.block;
+          kept += padded;
+        }
+      }
+      p.at(MemorySpace::disk, C::params16) += 2 * std::max(slot_bytes, detail::kPage);
+      p.at(MemorySpace::pinned_host, C::other) += (s.param_buffer_count + 1) * largest;
+      p.at(MemorySpace::pinned_host, C::params16) += kept;
     }
   }
 
@@ -196,18 +216,22 @@ inline MemoryPlan model_state_plan(const ModelDescription& m, int world, const C
       p.at(MemorySpace::pinned_host, C::grads) += staging;
       p.at(MemorySpace::pinned_host, C::params16) += staging;
       break;
-    case OffloadTarget::nvme:
-      p.at(MemorySpace::disk, C::master32) += owned * F;
-      p.at(MemorySpace::disk, C::optimizer_state) += 2 * owned * F;
-      // DeepSpeed's optimizer swapper: buffer_count pinned buffers of one sub-group's fp32 tensor,
-      // plus the same gradient / output staging as Offload<Cpu>.
-      p.at(MemorySpace::pinned_host, C::optimizer_state) += s.optimizer_buffer_count * staging;
+    case OffloadTarget::nvme: {
+      // Offload<Nvme> (offload/nvme.hpp): master, m and v in two slots on disk (24 Psi/N); pinned
+      // swap buffers of one sub-group's master, m and v (each padded to 4 KiB), as many as
+      // buffer_count and the pipelining ask, never more than the sub-groups; the same gradient /
+      // output staging as Offload<Cpu>.
+      p.at(MemorySpace::disk, C::master32) += 2 * owned * F;
+      p.at(MemorySpace::disk, C::optimizer_state) += 4 * owned * F;
+      const std::size_t sub = std::max<std::size_t>(1, std::min(owned, s.sub_group_size));
+      const std::size_t sub_groups = std::max<std::size_t>(1, (owned + s.sub_group_size - 1) / s.sub_group_size);
+      const std::size_t needed = 1 + (s.optimizer_pipeline_read ? 1 : 0) + (s.optimizer_pipeline_write ? 1 : 0);
+      const std::size_t buffers = std::min(std::max(s.optimizer_buffer_count, needed), sub_groups);
+      p.at(MemorySpace::pinned_host, C::other) += buffers * 3 * detail::page_round(sub * F);
       p.at(MemorySpace::pinned_host, C::grads) += staging;
       p.at(MemorySpace::pinned_host, C::params16) += staging;
-      p.unmeasured.push_back(
-          "offload_optimizer nvme: modelled from DeepSpeed's swapper; zerotk's Offload<Nvme> keeps two slots "
-          "on disk (24 Psi/N) and pads swap buffers to 4 KiB (docs/offload.md), not yet matched here");
       break;
+    }
   }
 
   // Bucket pool (stages 2/3): bucket_buffers buffers of the largest bucket; it grows when one
