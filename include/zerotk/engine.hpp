@@ -492,9 +492,10 @@ class Engine {
   /// Stage 3 with hpZ (`Stage3Options::reshard_after_forward` = group(g), g > 1): the byte counters
   /// of this rank's group communicator, which carries the backward's gathers; null without hpZ.
   const comm::CommStats* group_comm_stats() const { return group_comm_ ? &group_comm_->stats() : nullptr; }
-  /// OffloadParams<Nvme>: fetches whose block was read ahead, and fetches that read it themselves,
-  /// over both groups since construction (a high second count asks for a larger
-  /// `offload_param.buffer_count`; docs/offload.md).
+  /// OffloadParams<Nvme>: fetches whose block was read ahead, fetches that read it themselves and
+  /// fetches served from the blocks kept in host memory (max_in_cpu), over both groups since
+  /// construction (a high second count asks for a larger `offload_param.buffer_count`;
+  /// docs/offload.md).
   zerotk::offload::ParamReadStats param_read_stats() const
     requires std::is_same_v<typename R::shard_tag, Nvme>
   {

@@ -174,6 +174,41 @@ TEST_CASE("max_in_cpu: kept blocks are fetched without reading the file, through
   fs::remove_all(dir);
 }
 
+TEST_CASE("max_in_cpu: a staged copy of a block held again is dropped, so a fetch always finds a free buffer") {
+  const fs::path dir = scratch("staged_then_held");
+  Fixture f;
+  Shard s(f.ops, f.layout, 0, &f.ledger, f.options(dir, 2, f.block(0)));  // one read-ahead buffer; block 0 kept
+  REQUIRE(s.blocks_in_cpu() == 1);
+  f.write_all(s, 1);
+  f.write_through_writer(s, 2);
+  s.abort();  // block 0's copy is of the abandoned slot: its next fetch reads the file
+  CHECK(s.reads_file(0));
+  const std::size_t zero[] = {0};
+  s.stage_ahead(zero);
+  s.read(0, [&](const float* b) { CHECK(b[0] == f.value(0, 0, 1)); });  // held again; the staged copy goes
+  CHECK_FALSE(s.reads_file(0));
+  const std::size_t both[] = {0, 1};
+  s.stage_ahead(both);  // 0 needs no read: 1 takes the read-ahead buffer
+  CHECK(f.fetched_is(s, 2, 1));  // unforeseen: read into the buffer read-ahead leaves free
+  CHECK(f.fetched_is(s, 1, 1));
+  CHECK(f.fetched_is(s, 0, 1));
+  CHECK(s.stats().staged == 1);
+  CHECK(s.stats().unstaged == 1);
+  CHECK(s.stats().in_cpu == 1);
+  // The same through a fetch: block 0 staged while stale, then held by a write.
+  f.write_through_writer(s, 3);
+  s.abort();
+  s.stage_ahead(zero);
+  s.write(0, [&](float* b) {
+    for (std::size_t i = 0; i < f.block(0); ++i) b[i] = f.value(0, i, 4);
+  });
+  s.stage_ahead(both);
+  CHECK(f.fetched_is(s, 3, 1));
+  CHECK(f.fetched_is(s, 0, 4));
+  CHECK(f.fetched_is(s, 1, 1));
+  fs::remove_all(dir);
+}
+
 TEST_CASE("the engine with max_in_cpu: the bits of max_in_cpu 0 and OffloadParams<None>; kept buckets read nothing") {
   const fs::path dir = scratch("engine");
   for (int world : {1, 2, 3}) {

@@ -100,7 +100,7 @@ class NvmeShard {
         ledger_(ledger),
         offsets_(offsets_of(layout)),
         block_bytes_(checked_block_bytes(layout, o)),
-        file_(checked_dir(o), "zerotk_params.r" + std::to_string(rank) + "." + o.name, 2 * offsets_.back(), o.aio),
+        file_(checked_dir(o), "zerotk_params.r" + std::to_string(rank) + "." + o.name, 2 * slot_bytes(), o.aio),
         staging_((o.buffer_count + 1) * block_bytes_, MemoryCategory::other, ledger),
         in_cpu_(blocks_within(layout, o.max_in_cpu)),
         held_(offsets_[in_cpu_], MemoryCategory::params16, ledger),
@@ -129,6 +129,7 @@ class NvmeShard {
   const T* gather_source(Ops& ops, std::size_t k, T* slot) {
     const std::size_t n = layout_->buckets()[k].block;
     if (const T* h = held(k)) {
+      drop_block(k);  // a read-ahead from before the copy was current again: not needed
       ++stats_.in_cpu;
       ops.copy_from_host(h, slot, n);
     } else if (const std::size_t i = buffer_of(k); i < staged_.size()) {
@@ -159,8 +160,10 @@ class NvmeShard {
     std::size_t n = 0;
     for (std::size_t reads = 0; n < next.size() && reads < stage_capacity(); ++n) reads += reads_file(next[n]);
     next = next.first(n);
-    for (Staged& s : staged_) {
-      if (s.bucket != kNone && std::find(next.begin(), next.end(), s.bucket) == next.end()) drop(s);
+    for (Staged& s : staged_) {  // not expected, or kept in memory since (nothing to read)
+      if (s.bucket != kNone && (std::find(next.begin(), next.end(), s.bucket) == next.end() || !reads_file(s.bucket))) {
+        drop(s);
+      }
     }
     for (const std::size_t k : next) {
       if (buffer_of(k) < staged_.size() || !reads_file(k)) continue;
@@ -175,6 +178,7 @@ class NvmeShard {
   /// f(const T* block): block k, read now (read-ahead is for fetches).
   template <class F>
   void read(std::size_t k, F&& f) {
+    drop_block(k);  // held, or read now: a staged copy of k is not needed (and frees a buffer)
     const T* h = held(k);
     f(h != nullptr ? h : load(k, staging(free_buffer())));
   }
@@ -214,7 +218,7 @@ class NvmeShard {
   /// Host memory of the blocks kept there (max_in_cpu), padded; in the ledger as params16.
   std::size_t held_bytes() const noexcept { return held_.size(); }
   /// Both slots of every block, padded: the disk this home takes.
-  std::uint64_t disk_bytes() const noexcept { return 2 * offsets_.back(); }
+  std::uint64_t disk_bytes() const noexcept { return 2 * slot_bytes(); }
 
  private:
   static constexpr std::size_t kNone = std::numeric_limits<std::size_t>::max();
@@ -226,13 +230,14 @@ class NvmeShard {
   static std::size_t padded(std::size_t n) noexcept {
     return (n * sizeof(T) + io::kDirectAlign - 1) / io::kDirectAlign * io::kDirectAlign;
   }
-  /// offsets[k]: bucket k's block within a slot; offsets.back(): a slot's bytes (at least one page).
+  /// offsets[k]: bucket k's block within a slot; offsets.back(): the blocks' bytes.
   static std::vector<std::uint64_t> offsets_of(const zero::BucketLayout& l) {
     std::vector<std::uint64_t> o{0};
     for (const zero::Bucket& b : l.buckets()) o.push_back(o.back() + padded(b.block));
-    if (o.back() == 0) o.back() = io::kDirectAlign;
     return o;
   }
+  /// A slot's bytes in the file: its blocks, at least one page.
+  std::uint64_t slot_bytes() const noexcept { return std::max<std::uint64_t>(offsets_.back(), io::kDirectAlign); }
   /// The largest block, padded: the size of every staging buffer. Refuses a `buffer_size` the
   /// largest block does not fit, and a `buffer_count` of 0.
   static std::size_t checked_block_bytes(const zero::BucketLayout& l, const zero::ShardFileOptions& o) {
@@ -262,7 +267,7 @@ class NvmeShard {
   }
 
   std::uint64_t offset(int slot, std::size_t k) const noexcept {
-    return static_cast<std::uint64_t>(slot) * offsets_.back() + offsets_[k];
+    return static_cast<std::uint64_t>(slot) * slot_bytes() + offsets_[k];
   }
   std::byte* staging(std::size_t i) noexcept { return staging_.data() + i * block_bytes_; }
   /// The buffer the writer and write() assemble a block in (after the read buffers).
