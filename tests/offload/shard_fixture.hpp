@@ -39,9 +39,9 @@ struct Fixture {
   /// buffer_count read buffers; every block read from the file unless max_in_cpu says otherwise.
   zerotk::zero::ShardFileOptions options(const fs::path& dir, std::size_t buffer_count, std::size_t max_in_cpu = 0) const {
     zerotk::zero::ShardFileOptions o;
-    o.dir = dir;
-    o.buffer_count = buffer_count;
-    o.max_in_cpu = max_in_cpu;
+    o.nvme.path = dir;
+    o.nvme.buffer_count = buffer_count;
+    o.nvme.max_in_cpu = max_in_cpu;
     return o;
   }
   std::size_t buckets() const { return layout.buckets().size(); }

@@ -146,14 +146,14 @@ TEST_CASE("NvmeShard: buffer_count 0 and a buffer_size below the largest block a
   Fixture f;
   zero::ShardFileOptions o = f.options(dir, 0);
   CHECK_THROWS_WITH_AS(Shard(f.ops, f.layout, 0, &f.ledger, o), doctest::Contains("offload_param.buffer_count"), config_error);
-  o.buffer_count = 2;
+  o.nvme.buffer_count = 2;
   std::size_t largest = 0;
   for (std::size_t k = 0; k < f.buckets(); ++k) largest = std::max(largest, f.block(k));
-  o.buffer_size = largest - 1;
+  o.nvme.buffer_size = largest - 1;
   CHECK_THROWS_WITH_AS(Shard(f.ops, f.layout, 0, &f.ledger, o), doctest::Contains("offload_param.buffer_size"), config_error);
   CHECK_THROWS_WITH_AS(Shard(f.ops, f.layout, 0, &f.ledger, o), doctest::Contains((std::to_string(largest) + " elements").c_str()),
                        config_error);
-  o.buffer_size = largest;
+  o.nvme.buffer_size = largest;
   CHECK_NOTHROW(Shard(f.ops, f.layout, 0, &f.ledger, o));
   fs::remove_all(dir);
 }

@@ -83,11 +83,13 @@ void check_ledger(int world, int gas, int hpz = 1, std::size_t sub_group = 1'000
   cfg.steps = 2;
   if (hpz > 1) cfg.stage3.reshard_after_forward = ReshardAfterForward::group(hpz);
   std::vector<std::array<std::array<std::size_t, kMemoryCategoryCount>, kMemorySpaceCount>> got(static_cast<std::size_t>(world));
+  fs::path swap_dir;  // only the NVMe homes need one (the NVMe case removes it)
+  if constexpr (std::is_same_v<Off, Offload<Nvme>> || std::is_same_v<ParamOff, OffloadParams<Nvme>>) swap_dir = nvme_dir();
   comm::run_threads(world, [&](auto& comm) {
     Mlp<typename Precision<Prec>::storage> model;
     EngineOptions o = engine_options(cfg);
     o.sub_group_size = sub_group;
-    o.nvme.path = o.param_nvme.path = nvme_dir();
+    o.nvme.path = o.param_nvme.path = swap_dir;
     o.nvme.buffer_count = nv.optimizer_buffers;
     o.nvme.pipeline_read = o.nvme.pipeline_write = nv.pipeline;
     o.param_nvme.buffer_count = nv.param_buffers;

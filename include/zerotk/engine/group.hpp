@@ -376,8 +376,7 @@ class FlatGroup {
                                        const offload::StoreOptions& store) const {
     zero::ParamPathOptions o;
     o.overlap_param_gather = overlap_param_gather;
-    o.shard_file = {store.param_nvme.path, store.nvme.aio, store.rank, store.name, store.param_nvme.buffer_count,
-                    store.param_nvme.buffer_size, store.param_nvme.max_in_cpu};
+    o.shard_file = {store.param_nvme, store.nvme.aio, store.rank, store.name};
     if (!persistent.empty()) {
       for (const zero::Bucket& b : layout_.buckets()) o.persistent.push_back(persistent[b.params.front()]);
     }

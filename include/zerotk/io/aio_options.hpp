@@ -25,6 +25,10 @@ namespace zerotk::io {
 
 /// The unit O_DIRECT transfers are aligned to (bytes): offsets, lengths and buffer addresses.
 inline constexpr std::size_t kDirectAlign = 4096;
+/// `bytes` rounded up to kDirectAlign: what an O_DIRECT file or buffer takes for them.
+inline constexpr std::size_t direct_round(std::size_t bytes) noexcept {
+  return (bytes + kDirectAlign - 1) / kDirectAlign * kDirectAlign;
+}
 
 struct AioOptions {
   std::size_t block_size = std::size_t{1} << 20;

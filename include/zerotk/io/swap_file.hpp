@@ -83,7 +83,7 @@ class SwapFile {
 
   /// Creates `<dir>/<stem>.<pid>.<n>.swap` of `bytes` bytes (rounded up to kDirectAlign).
   SwapFile(const std::filesystem::path& dir, const std::string& stem, std::uint64_t bytes, const AioOptions& aio)
-      : aio_(aio), bytes_((bytes + kDirectAlign - 1) / kDirectAlign * kDirectAlign) {
+      : aio_(aio), bytes_(direct_round(bytes)) {
     aio_.check();
     std::error_code ec;
     const auto status = std::filesystem::status(dir, ec);

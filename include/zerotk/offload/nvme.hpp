@@ -45,6 +45,7 @@
 #include "zerotk/io/swap_file.hpp"
 #include "zerotk/kernels/host/cast.hpp"
 #include "zerotk/kernels/tensor_list.hpp"
+#include "zerotk/offload/nvme_layout.hpp"
 #include "zerotk/offload/options.hpp"
 #include "zerotk/offload/sub_group_steps.hpp"
 #include "zerotk/optim/optimizer.hpp"
@@ -63,7 +64,7 @@ class NvmeSwapped {
       : steps_(ops, ledger, owned_numel, options.sub_group_size),
         ops_(&ops),
         ledger_(ledger),
-        part_bytes_(round_up(std::max<std::size_t>(1, steps_.numel(0)) * sizeof(float))),
+        part_bytes_(io::direct_round(std::max<std::size_t>(1, steps_.numel(0)) * sizeof(float))),
         file_(checked_path(options.nvme), "zerotk_optim.r" + std::to_string(options.rank) + "." + options.name,
               std::uint64_t{2} * steps_.count() * region_bytes(), options.nvme.aio),
         pipeline_read_(options.nvme.pipeline_read),
@@ -185,9 +186,6 @@ class NvmeSwapped {
   }
 
  private:
-  static std::size_t round_up(std::size_t bytes) noexcept {
-    return (bytes + io::kDirectAlign - 1) / io::kDirectAlign * io::kDirectAlign;
-  }
   static const std::filesystem::path& checked_path(const NvmeOptions& o) {
     if (o.path.empty()) throw config_error("required for Offload<Nvme>", "zero_optimization.offload_optimizer.nvme_path");
     return o.path;
@@ -196,8 +194,7 @@ class NvmeSwapped {
     if (o.buffer_count == 0) {
       throw config_error("must be >= 1", "zero_optimization.offload_optimizer.buffer_count", "0");
     }
-    const std::size_t needed = 1 + (o.pipeline_read ? 1 : 0) + (o.pipeline_write ? 1 : 0);
-    return std::min(std::max(o.buffer_count, needed), sub_groups);  // n < needed: n buffers never collide
+    return swap_buffer_count(o.buffer_count, o.pipeline_read, o.pipeline_write, sub_groups);
   }
   static float* as_floats(std::byte* p) noexcept { return reinterpret_cast<float*>(p); }
 

@@ -62,6 +62,7 @@
 #include "zerotk/core/memory.hpp"
 #include "zerotk/core/pinned_host_space.hpp"
 #include "zerotk/io/swap_file.hpp"
+#include "zerotk/offload/nvme_layout.hpp"
 #include "zerotk/zero/layout.hpp"
 #include "zerotk/zero/params/replicated.hpp"
 
@@ -101,11 +102,11 @@ class NvmeShard {
         offsets_(offsets_of(layout)),
         block_bytes_(checked_block_bytes(layout, o)),
         file_(checked_dir(o), "zerotk_params.r" + std::to_string(rank) + "." + o.name, 2 * slot_bytes(), o.aio),
-        staging_((o.buffer_count + 1) * block_bytes_, MemoryCategory::other, ledger),
-        in_cpu_(blocks_within(layout, o.max_in_cpu)),
+        staging_((o.nvme.buffer_count + 1) * block_bytes_, MemoryCategory::other, ledger),
+        in_cpu_(offload::blocks_in_cpu(layout, o.nvme.max_in_cpu)),
         held_(offsets_[in_cpu_], MemoryCategory::params16, ledger),
         held_slot_(in_cpu_, -1),
-        staged_(o.buffer_count),
+        staged_(o.nvme.buffer_count),
         current_(layout.buckets().size(), 0),
         touched_(layout.buckets().size(), 0),
         writer_(*this) {
@@ -129,7 +130,6 @@ class NvmeShard {
   const T* gather_source(Ops& ops, std::size_t k, T* slot) {
     const std::size_t n = layout_->buckets()[k].block;
     if (const T* h = held(k)) {
-      drop_block(k);  // a read-ahead from before the copy was current again: not needed
       ++stats_.in_cpu;
       ops.copy_from_host(h, slot, n);
     } else if (const std::size_t i = buffer_of(k); i < staged_.size()) {
@@ -160,10 +160,8 @@ class NvmeShard {
     std::size_t n = 0;
     for (std::size_t reads = 0; n < next.size() && reads < stage_capacity(); ++n) reads += reads_file(next[n]);
     next = next.first(n);
-    for (Staged& s : staged_) {  // not expected, or kept in memory since (nothing to read)
-      if (s.bucket != kNone && (std::find(next.begin(), next.end(), s.bucket) == next.end() || !reads_file(s.bucket))) {
-        drop(s);
-      }
+    for (Staged& s : staged_) {
+      if (s.bucket != kNone && std::find(next.begin(), next.end(), s.bucket) == next.end()) drop(s);
     }
     for (const std::size_t k : next) {
       if (buffer_of(k) < staged_.size() || !reads_file(k)) continue;
@@ -178,7 +176,7 @@ class NvmeShard {
   /// f(const T* block): block k, read now (read-ahead is for fetches).
   template <class F>
   void read(std::size_t k, F&& f) {
-    drop_block(k);  // held, or read now: a staged copy of k is not needed (and frees a buffer)
+    drop_block(k);  // k is held next, and a held block is never staged (below)
     const T* h = held(k);
     f(h != nullptr ? h : load(k, staging(free_buffer())));
   }
@@ -227,9 +225,7 @@ class NvmeShard {
     io::SwapFile::Ticket ticket = io::IoQueue::kNone;
   };
 
-  static std::size_t padded(std::size_t n) noexcept {
-    return (n * sizeof(T) + io::kDirectAlign - 1) / io::kDirectAlign * io::kDirectAlign;
-  }
+  static std::size_t padded(std::size_t n) noexcept { return io::direct_round(n * sizeof(T)); }
   /// offsets[k]: bucket k's block within a slot; offsets.back(): the blocks' bytes.
   static std::vector<std::uint64_t> offsets_of(const zero::BucketLayout& l) {
     std::vector<std::uint64_t> o{0};
@@ -241,29 +237,23 @@ class NvmeShard {
   /// The largest block, padded: the size of every staging buffer. Refuses a `buffer_size` the
   /// largest block does not fit, and a `buffer_count` of 0.
   static std::size_t checked_block_bytes(const zero::BucketLayout& l, const zero::ShardFileOptions& o) {
-    if (o.buffer_count == 0) throw config_error("must be >= 1", "zero_optimization.offload_param.buffer_count", "0");
+    if (o.nvme.buffer_count == 0) throw config_error("must be >= 1", "zero_optimization.offload_param.buffer_count", "0");
     std::size_t m = io::kDirectAlign, largest = 0;
     for (const zero::Bucket& b : l.buckets()) {
       m = std::max(m, padded(b.block));
       largest = std::max(largest, b.block);
     }
-    if (largest > o.buffer_size) {
+    if (largest > o.nvme.buffer_size) {
       throw config_error("smaller than the largest parameter block this rank swaps (" + std::to_string(largest) +
                              " elements: a stage 3 bucket divided by the world size); raise it or make the buckets "
                              "smaller (reduce_bucket_size)",
-                         "zero_optimization.offload_param.buffer_size", std::to_string(o.buffer_size));
+                         "zero_optimization.offload_param.buffer_size", std::to_string(o.nvme.buffer_size));
     }
     return m;
   }
-  /// How many leading buckets' blocks fit whole in `max_in_cpu` elements.
-  static std::size_t blocks_within(const zero::BucketLayout& l, std::size_t max_in_cpu) noexcept {
-    std::size_t k = 0, sum = 0;
-    for (; k < l.buckets().size() && l.buckets()[k].block <= max_in_cpu - sum; ++k) sum += l.buckets()[k].block;
-    return k;
-  }
   static const std::filesystem::path& checked_dir(const zero::ShardFileOptions& o) {
-    if (o.dir.empty()) throw config_error("required for OffloadParams<Nvme>", "zero_optimization.offload_param.nvme_path");
-    return o.dir;
+    if (o.nvme.path.empty()) throw config_error("required for OffloadParams<Nvme>", "zero_optimization.offload_param.nvme_path");
+    return o.nvme.path;
   }
 
   std::uint64_t offset(int slot, std::size_t k) const noexcept {
@@ -301,11 +291,16 @@ class NvmeShard {
     hold(k, current_[k], s);
     return reinterpret_cast<const T*>(s);
   }
-  /// Block k's current values in host memory, if it is kept there and they are not stale.
-  const T* held(std::size_t k) const noexcept {
-    if (k >= in_cpu_ || held_slot_[k] != current_[k]) return nullptr;
+  /// Block k's values of slot `slot` in host memory, if it is kept there and they are that slot's.
+  const T* held(std::size_t k, int slot) const noexcept {
+    if (k >= in_cpu_ || held_slot_[k] != slot) return nullptr;
     return reinterpret_cast<const T*>(held_.data() + offsets_[k]);
   }
+  /// Block k's current values in host memory. A held block is never staged: a block becomes held by
+  /// its staged fetch (which frees the buffer), by a fetch or read() of a block not staged (read()
+  /// drops it first), or by write() and commit() (which drop it), so read-ahead never holds a buffer
+  /// that an unforeseen fetch needs.
+  const T* held(std::size_t k) const noexcept { return held(k, current_[k]); }
   /// Block k (if kept in host memory) := `s`, the values of its slot `slot` just read or written.
   void hold(std::size_t k, int slot, const std::byte* s) noexcept {
     if (k >= in_cpu_) return;
@@ -341,9 +336,9 @@ class NvmeShard {
     flush();
     std::byte* s = staging(assembly());
     const std::size_t bytes = padded(layout_->buckets()[k].block);
-    if (touched_[k] && k < in_cpu_ && held_slot_[k] == 1 - current_[k]) {
-      const std::size_t n = layout_->buckets()[k].block * sizeof(T);  // what flush() kept of this transaction
-      std::memcpy(s, held_.data() + offsets_[k], n);
+    if (const T* h = touched_[k] ? held(k, 1 - current_[k]) : nullptr) {  // what flush() kept of it
+      const std::size_t n = layout_->buckets()[k].block * sizeof(T);
+      std::memcpy(s, h, n);
       std::memset(s + n, 0, bytes - n);
     } else if (touched_[k]) {
       file_.wait(file_.read(offset(1 - current_[k], k), s, bytes));

@@ -33,6 +33,8 @@
 
 #include "zerotk/core/dtype.hpp"
 #include "zerotk/core/memory.hpp"
+#include "zerotk/io/aio_options.hpp"
+#include "zerotk/offload/nvme_layout.hpp"
 #include "zerotk/plan/choice.hpp"
 #include "zerotk/plan/model.hpp"
 #include "zerotk/zero/layout.hpp"
@@ -79,10 +81,6 @@ struct MemoryPlan {
 };
 
 namespace detail {
-
-/// O_DIRECT's unit: the NVMe homes pad every block and swap buffer to it.
-inline constexpr std::size_t kPage = 4096;
-inline constexpr std::size_t page_round(std::size_t bytes) noexcept { return (bytes + kPage - 1) / kPage * kPage; }
 
 /// The engine's bucket layout for this model (engine.hpp build(): one optimizer group, every
 /// parameter in the main group; stage 3: a bucket never spans two units, persistent parameters
@@ -169,28 +167,21 @@ inline MemoryPlan model_state_plan(const ModelDescription& m, int world, const C
   if (c.stage <= 2) {
     p.at(dev, C::params16) += flat * S;
   } else {
-    const MemorySpace shard_space = c.param == OffloadTarget::none  ? dev
-                                    : c.param == OffloadTarget::cpu ? MemorySpace::pinned_host
-                                                                    : MemorySpace::disk;
     if (c.param != OffloadTarget::nvme) {
-      p.at(shard_space, C::params16) += part * S;
+      p.at(c.param == OffloadTarget::none ? dev : MemorySpace::pinned_host, C::params16) += part * S;
     } else {
       // NvmeShard: two slots of every block, each padded to 4 KiB (at least one page); buffer_count
       // read buffers and one assembly buffer of the largest padded block; the leading blocks that
       // fit whole in max_in_cpu elements kept in pinned host memory as well.
-      std::size_t slot_bytes = 0, largest = detail::kPage, kept = 0, kept_numel = 0;
-      bool keeping = true;
-      for (const zero::Bucket& b : L.buckets()) {
-        const std::size_t padded = detail::page_round(b.block * S);
+      const std::size_t in_cpu = offload::blocks_in_cpu(L, s.param_max_in_cpu);
+      std::size_t slot_bytes = 0, largest = io::kDirectAlign, kept = 0;
+      for (std::size_t k = 0; k < L.buckets().size(); ++k) {
+        const std::size_t padded = io::direct_round(L.buckets()[k].block * S);
         slot_bytes += padded;
         largest = std::max(largest, padded);
-        keeping = keeping && b.block <= s.param_max_in_cpu - kept_numel;
-        if (keeping) {
-          kept_numel += b.block;
-          kept += padded;
-        }
+        if (k < in_cpu) kept += padded;
       }
-      p.at(MemorySpace::disk, C::params16) += 2 * std::max(slot_bytes, detail::kPage);
+      p.at(MemorySpace::disk, C::params16) += 2 * std::max(slot_bytes, io::kDirectAlign);
       p.at(MemorySpace::pinned_host, C::other) += (s.param_buffer_count + 1) * largest;
       p.at(MemorySpace::pinned_host, C::params16) += kept;
     }
@@ -225,9 +216,9 @@ inline MemoryPlan model_state_plan(const ModelDescription& m, int world, const C
       p.at(MemorySpace::disk, C::optimizer_state) += 4 * owned * F;
       const std::size_t sub = std::max<std::size_t>(1, std::min(owned, s.sub_group_size));
       const std::size_t sub_groups = std::max<std::size_t>(1, (owned + s.sub_group_size - 1) / s.sub_group_size);
-      const std::size_t needed = 1 + (s.optimizer_pipeline_read ? 1 : 0) + (s.optimizer_pipeline_write ? 1 : 0);
-      const std::size_t buffers = std::min(std::max(s.optimizer_buffer_count, needed), sub_groups);
-      p.at(MemorySpace::pinned_host, C::other) += buffers * 3 * detail::page_round(sub * F);
+      const std::size_t buffers = offload::swap_buffer_count(s.optimizer_buffer_count, s.optimizer_pipeline_read,
+                                                             s.optimizer_pipeline_write, sub_groups);
+      p.at(MemorySpace::pinned_host, C::other) += buffers * 3 * io::direct_round(sub * F);
       p.at(MemorySpace::pinned_host, C::grads) += staging;
       p.at(MemorySpace::pinned_host, C::params16) += staging;
       break;

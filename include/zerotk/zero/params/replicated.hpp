@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "zerotk/io/aio_options.hpp"
+#include "zerotk/offload/options.hpp"
 #include "zerotk/zero/grads/context.hpp"
 #include "zerotk/zero/params/optimizer_out.hpp"
 
@@ -29,17 +30,10 @@ namespace zerotk::zero {
 /// OffloadParams<Nvme>: where stage 3's shard file goes and how it is read and written
 /// (offload/nvme_shard.hpp); the other shard homes ignore it.
 struct ShardFileOptions {
-  std::filesystem::path dir;  ///< `offload_param.nvme_path`: an existing, writable directory
-  io::AioOptions aio;         ///< the `aio` block (shared with Offload<Nvme>)
-  int rank = 0;               ///< with `name`, names the file
+  offload::ParamNvmeOptions nvme;  ///< `offload_param`: nvme_path, buffer_count, buffer_size, max_in_cpu
+  io::AioOptions aio;              ///< the `aio` block (shared with Offload<Nvme>)
+  int rank = 0;                    ///< with `name`, names the file
   std::string name = "main";
-  /// `offload_param.buffer_count`: read buffers; all but one read blocks ahead of their fetch.
-  std::size_t buffer_count = 5;
-  /// `offload_param.buffer_size`: elements a buffer may take; the largest block must fit.
-  std::size_t buffer_size = 100'000'000;
-  /// `offload_param.max_in_cpu`: elements of the shard kept in host memory (the leading blocks, by
-  /// bucket, that fit whole); the default is DeepSpeed's.
-  std::size_t max_in_cpu = 1'000'000'000;
 };
 
 /// What a parameter path is built with besides its PathContext.
