@@ -414,6 +414,7 @@ int resume([[maybe_unused]] Engine& engine, [[maybe_unused]] Comm& comm, const O
   if (comm.rank() == 0) {
     std::printf("loaded %s/%s: continuing after step %d", o.load_dir.c_str(), r.tag.c_str(), step);
     if (r.saved_world_size != comm.size()) std::printf(" (saved on %d ranks, resharded)", r.saved_world_size);
+    if (r.rank_local_restored) std::printf(" with every rank's compression error feedback");
     std::printf("\n");
   }
   return step;

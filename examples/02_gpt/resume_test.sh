@@ -2,7 +2,8 @@
 # Checkpoint resume of the GPT demo: save after 3 steps (asynchronously), load and go on to 6, and
 # compare steps 4-6 (loss, lr, gradient norm as the monitor prints them) and the held-out scores with
 # an uninterrupted 6-step run: they must be identical. Then the same checkpoint loads on 1 rank
-# (resharded) and training goes on. Registered as the CTest example.02_gpt_resume.
+# (resharded) and training goes on. Then the same with 1-bit Adam saved in its compressed phase.
+# Registered as the CTest example.02_gpt_resume.
 #
 #   examples/02_gpt/resume_test.sh build/default/examples/02_gpt/zerotk_example_02_gpt /tmp/gpt_resume
 set -euo pipefail
@@ -25,4 +26,21 @@ fi
 "$bin" --ranks 1 --csv "" --eval-size 200 --steps-per-print 1 --steps 4 --load "$dir/ckpt" > "$dir/resharded.log"
 grep -q "continuing after step 3 (saved on 2 ranks, resharded)" "$dir/resharded.log" || { echo "FAIL: no resharded resume"; exit 1; }
 grep -q '^\[Rank 0\] step=4,' "$dir/resharded.log" || { echo "FAIL: the resharded run did not reach step 4"; exit 1; }
-echo "PASS: the run resumed from $dir/ckpt/global_step3 equals the uninterrupted one (steps 4-6, scores); it also loads on 1 rank"
+# 1-bit Adam past its warm-up (compressed from step 3): the error feedback travels with each rank's
+# file, so a run resumed after step 4 equals the uninterrupted one too.
+onebit=(--ranks 2 --csv "" --eval-size 200 --steps-per-print 1 --stage 0 --precision fp32 --optimizer onebitadam
+        --freeze-step 2)
+compared_onebit() { grep -E '^\[Rank 0\] step=[5-8],|held-out' | sed 's/, samples\/s=.*//'; }
+"$bin" "${onebit[@]}" --steps 8 > "$dir/onebit_straight.log"
+"$bin" "${onebit[@]}" --steps 4 --save "$dir/ckpt_onebit" > "$dir/onebit_first.log"
+"$bin" "${onebit[@]}" --steps 8 --load "$dir/ckpt_onebit" > "$dir/onebit_resumed.log"
+grep -q "continuing after step 4 with every rank's compression error feedback" "$dir/onebit_resumed.log" ||
+  { echo "FAIL: no 1-bit Adam resume line with the error feedback"; cat "$dir/onebit_resumed.log"; exit 1; }
+n=$(compared_onebit < "$dir/onebit_resumed.log" | wc -l)
+[[ $n -eq 5 ]] || { echo "FAIL: expected 5 lines to compare (1-bit Adam steps 5-8 and the scores), got $n"; exit 1; }
+if ! diff <(compared_onebit < "$dir/onebit_straight.log") <(compared_onebit < "$dir/onebit_resumed.log"); then
+  echo "FAIL: the resumed 1-bit Adam run differs from the uninterrupted one"
+  exit 1
+fi
+echo "PASS: the run resumed from $dir/ckpt/global_step3 equals the uninterrupted one (steps 4-6, scores); it also loads on 1 rank;" \
+  "a 1-bit Adam run resumed in its compressed phase equals the uninterrupted one (steps 5-8, scores)"

@@ -369,6 +369,7 @@ class Engine {
       gs.master.resize(g.store().owned_numel());
       g.store().master_to_host(gs.master.data());
       gs.optimizer = g.store().optimizer_state();
+      gs.rank_local = g.rank_local();
       s.groups.push_back(std::move(gs));
     });
     return s;
@@ -398,13 +399,14 @@ class Engine {
     for_each_group([&](const auto& g) {
       const auto& st = g.store();
       EngineGroupView view{st.optimizer().step_count(), std::span<const float>(st.master(), st.owned_numel()),
-                           st.exp_avg(), st.exp_avg_sq(), false, {}, {}};
+                           st.exp_avg(), st.exp_avg_sq(), false, {}, {}, {}};
       if constexpr (requires { st.optimizer().fresh_variance(); }) {  // 1-bit LAMB: v_f and its scalars
         const auto& opt = st.optimizer();
         view.fresh = true;
         view.v_fresh = std::span<const float>(opt.fresh_variance(), opt.buffer_numel());
         view.tensor_scalars = opt.encoded_tensor_states();
       }
+      view.rank_local = g.rank_local();
       out.push_back(std::move(view));
     });
     return out;
@@ -435,12 +437,20 @@ class Engine {
       }
       optim::check_state(gs.optimizer, g.store().owned_numel(), "Engine::load_state");
       optim::check_extra(g.store().optimizer(), gs.optimizer, "Engine::load_state");
+      if (!gs.rank_local.empty() && size_of(gs.rank_local) != g.rank_local_size()) {
+        const RankLocalSize want = g.rank_local_size(), got = size_of(gs.rank_local);
+        throw usage_error("state's rank-local part (error feedback) is of another size: another world size, layout or "
+                          "compression? (clear it to start it from zero)",
+                          "Engine::load_state",
+                          std::to_string(got.values) + " values + " + std::to_string(got.scalars) + " scalars for " +
+                              std::to_string(want.values) + " + " + std::to_string(want.scalars));
+      }
     });
     i = 0;
     for_each_group([&](auto& g) {
       const EngineGroupState& gs = s.groups[i++];
       g.store().load_optimizer_state(gs.optimizer);
-      g.after_state_loaded();
+      g.after_state_loaded(gs.rank_local);
       g.store().master_from_host(gs.master.data());
       g.restore_params_from_master([&](std::size_t k) { bindings_->on_bucket_published(g, k); });
     });

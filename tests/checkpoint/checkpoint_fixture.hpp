@@ -42,7 +42,7 @@ inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) 
   return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
-/// Every field of two engine states, floats compared bit for bit.
+/// Every field of two engine states (the rank-local part included), floats compared bit for bit.
 inline bool same_state(const zerotk::EngineState& a, const zerotk::EngineState& b) {
   if (a.micro_steps != b.micro_steps || a.global_steps != b.global_steps || a.skipped_steps != b.skipped_steps) return false;
   if (!(a.scaler == b.scaler) || a.scheduler != b.scheduler || a.groups.size() != b.groups.size()) return false;
@@ -54,6 +54,11 @@ inline bool same_state(const zerotk::EngineState& a, const zerotk::EngineState& 
         (!x.optimizer.tensor_scalars.empty() &&
          std::memcmp(x.optimizer.tensor_scalars.data(), y.optimizer.tensor_scalars.data(),
                      x.optimizer.tensor_scalars.size() * sizeof(double)) != 0)) {
+      return false;
+    }
+    const zerotk::RankLocalState &lx = x.rank_local, &ly = y.rank_local;
+    if (!same_bits(lx.values, ly.values) || lx.scalars.size() != ly.scalars.size() ||
+        (!lx.scalars.empty() && std::memcmp(lx.scalars.data(), ly.scalars.data(), lx.scalars.size() * sizeof(double)) != 0)) {
       return false;
     }
   }

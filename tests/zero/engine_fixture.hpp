@@ -396,15 +396,21 @@ bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
 ///   C: a fresh engine (initial values from seed 7, which the load replaces) loads B's state and
 ///      trains the same after steps.
 /// Every rank's final parameters of each, and C's reports after the load.
+/// A: before + after steps straight. B: `before` steps, state(), load_state(it), `after` more. C: a
+/// fresh engine loads B's state and trains the same `after` steps. D: as C, from the state with its
+/// rank-local part cleared (what a resharded load gives, and DeepSpeed's every load: compression
+/// errors from zero). `had_rank_local`: whether the saved state had a rank-local part on each rank.
 struct ResumeRuns {
-  std::vector<std::vector<float>> a, b, c;
+  std::vector<std::vector<float>> a, b, c, d;
   std::vector<std::vector<zerotk::StepReport>> c_reports;
+  std::vector<int> had_rank_local;
 };
 template <class E>
 ResumeRuns resume_runs(int world, const zerotk::EngineOptions& o, int before, int after) {
   const auto w = static_cast<std::size_t>(world);
   ResumeRuns out{std::vector<std::vector<float>>(w), std::vector<std::vector<float>>(w),
-                 std::vector<std::vector<float>>(w), std::vector<std::vector<zerotk::StepReport>>(w)};
+                 std::vector<std::vector<float>>(w), std::vector<std::vector<float>>(w),
+                 std::vector<std::vector<zerotk::StepReport>>(w), std::vector<int>(w, 0)};
   zerotk::comm::run_threads(world, [&](zerotk::comm::ThreadsCommunicator& c) {
     const auto r = static_cast<std::size_t>(c.rank());
     {
@@ -432,6 +438,19 @@ ResumeRuns resume_runs(int world, const zerotk::EngineOptions& o, int before, in
       e.load_state(saved);
       out.c_reports[r] = train_boundaries(e, model, c.rank(), before, after);
       out.c[r] = model.values();
+    }
+    out.had_rank_local[r] = 0;
+    for (zerotk::EngineGroupState& g : saved.groups) {
+      out.had_rank_local[r] |= g.rank_local.empty() ? 0 : 1;
+      g.rank_local = {};
+    }
+    {
+      Mlp<float> model;
+      E e(c, model, o);
+      init_model(e, model, 7);
+      e.load_state(saved);
+      (void)train_boundaries(e, model, c.rank(), before, after);
+      out.d[r] = model.values();
     }
   });
   return out;

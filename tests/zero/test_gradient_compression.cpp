@@ -311,17 +311,19 @@ TEST_CASE("GradientCompression in the engine: top-k 5% trains, every rank agrees
   CHECK(dense.reports.back().loss < dense.reports.front().loss);
 }
 
-TEST_CASE("GradientCompression in the engine: load_state zeroes the error feedback") {
+TEST_CASE("GradientCompression in the engine: load_state restores the error feedback; without it, zero") {
   // A: 6 steps straight. B: 3 steps, state(), load_state(it), 3 more. C: a fresh engine loads B's
-  // state and trains the same 3 steps. B and C equal each other (errors from zero in both) and
-  // differ from A (whose errors carried on).
+  // state and trains the same 3 steps. A, B and C are equal (the error feedback is the state's
+  // rank-local part); D loads the state without it and ends elsewhere (errors from zero).
   using E = FlatEngine<GradientCompression<TopK>>;
   const int world = 2;
   const EngineOptions o = engine_options(0.05, true);
   const zt_test::ResumeRuns runs = zt_test::resume_runs<E>(world, o, 3, 3);
   for (std::size_t r = 0; r < world; ++r) {
     CAPTURE(r);
+    CHECK(runs.had_rank_local[r] == 1);
+    CHECK(same_bits(runs.a[r], runs.b[r]));
     CHECK(same_bits(runs.b[r], runs.c[r]));
-    CHECK_FALSE(same_bits(runs.a[r], runs.b[r]));
+    CHECK_FALSE(same_bits(runs.a[r], runs.d[r]));
   }
 }

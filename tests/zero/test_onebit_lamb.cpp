@@ -270,22 +270,25 @@ TEST_CASE("OneBitLamb: wire bytes per step: the gradient all-reduce in the warm-
   }
 }
 
-TEST_CASE("OneBitLamb: a run resumed from state() equals the uninterrupted one bit for bit when loaded at a warm-up "
-          "step; after a load in the compression phase the errors and the tail start from zero") {
+TEST_CASE("OneBitLamb: a run resumed from state() equals the uninterrupted one bit for bit, loaded at a warm-up "
+          "step or in the compression phase; without the rank-local part the errors and the tail start from zero") {
   const int world = 2;
   const EngineOptions o = options(/*freeze_step=*/5, 0.01);
   // Loaded in the warm-up (4 steps, then 6 more through the switch): nothing is lost, the errors are
   // still zero at the load, so all three runs agree.
   const zt_test::ResumeRuns warm = zt_test::resume_runs<LambEngine>(world, o, 4, 6);
-  // Loaded in the compression phase: B and C equal each other, and differ from A whose errors
-  // carried on.
+  // Loaded in the compression phase: A, B and C are equal (errors and tail travel with the
+  // state); D, loaded without them, differs from A whose errors carried on.
   const zt_test::ResumeRuns comp = zt_test::resume_runs<LambEngine>(world, o, 7, 3);
   for (std::size_t r = 0; r < world; ++r) {
     CAPTURE(r);
     CHECK(same_bits(warm.a[r], warm.b[r]));
     CHECK(same_bits(warm.b[r], warm.c[r]));
+    CHECK(same_bits(warm.a[r], warm.d[r]));  // the warm-up's errors are still zero
+    CHECK(comp.had_rank_local[r] == 1);
+    CHECK(same_bits(comp.a[r], comp.b[r]));
     CHECK(same_bits(comp.b[r], comp.c[r]));
-    CHECK_FALSE(same_bits(comp.a[r], comp.b[r]));
+    CHECK_FALSE(same_bits(comp.a[r], comp.d[r]));
     const StepReport& first = comp.c_reports[r].front();
     CHECK(first.comm_dense_bytes > first.comm_wire_bytes);  // the phase came back with the step count
   }

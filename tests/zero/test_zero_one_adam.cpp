@@ -341,11 +341,13 @@ TEST_CASE("ZeroOneAdam: an overflow on a grad and on a local step is skipped by 
   }
 }
 
-TEST_CASE("ZeroOneAdam: a load inside a local interval continues the schedule with u, L and the errors at zero") {
+TEST_CASE("ZeroOneAdam: a load inside a local interval continues the schedule with u, L and the errors as saved; "
+          "without them, from zero") {
   // Load after step 21 (a local step; the next sync is 24): A runs 24 steps straight; B saves and
-  // loads its own state after 21; C is a fresh engine loading that state. B equals C on every rank
-  // (u, L and the errors restart from zero in both) and differs from A (whose u held steps 21's
-  // local updates into the sync at 24).
+  // loads its own state after 21; C is a fresh engine loading that state. A, B and C are equal on
+  // every rank (u, L and the errors are the state's rank-local part). D loads the state without it:
+  // u, L and the errors restart from zero, and it differs from A (whose u held step 21's local
+  // update into the sync at 24).
   const int world = 2;
   const zt_test::ResumeRuns runs = zt_test::resume_runs<ZeroOneEngine>(world, options(kTable), 21, 3);
   const optim::ZeroOneSchedule s(kTable);
@@ -353,8 +355,10 @@ TEST_CASE("ZeroOneAdam: a load inside a local interval continues the schedule wi
   REQUIRE(s.kind(24) == Kind::sync);
   for (std::size_t r = 0; r < world; ++r) {
     CAPTURE(r);
+    CHECK(runs.had_rank_local[r] == 1);
+    CHECK(same_bits(runs.a[r], runs.b[r]));
     CHECK(same_bits(runs.b[r], runs.c[r]));
-    CHECK_FALSE(same_bits(runs.a[r], runs.b[r]));
+    CHECK_FALSE(same_bits(runs.a[r], runs.d[r]));
     // Steps 22 and 23 stay local (their gradients are not all-reduced; 23 sends nothing but the
     // bound and the loss; 22's report also counts the load's own agreement), 24 syncs.
     REQUIRE(runs.c_reports[r].size() == 3);

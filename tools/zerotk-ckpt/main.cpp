@@ -143,6 +143,7 @@ void inspect(const Args& a) {
   std::printf("\n%s (manifest checked; data files not read: use verify)\n", (a.dir / tag).string().c_str());
   std::printf("  world size %d, ZeRO stage %d, precision %s, optimizer %s (%zu state(s) per element)\n", m.world_size, m.stage,
               m.precision.c_str(), m.optimizer.c_str(), m.optimizer_states.size());
+  if (m.rank_local) std::printf("  rank files also hold each rank's compression error feedback (restored on this world size only)\n");
   std::printf("  global steps %lld, skipped %lld, micro-steps %lld\n", static_cast<long long>(m.global_steps),
               static_cast<long long>(m.skipped_steps), static_cast<long long>(m.micro_steps));
   std::printf("  loss scale %.17g (iteration %lld, last overflow %lld, hysteresis left %d)\n", m.scaler.scale,

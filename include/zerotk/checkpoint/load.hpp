@@ -29,27 +29,34 @@ namespace detail {
 
 /// This rank's EngineState from checkpoint `<dir>/<tag>`, after checking it fits the engine with
 /// signature `sig` and current state `current`: its own file when the layout is unchanged, else
-/// resharded from the files that hold its elements (reshard.hpp). Fills the out-parameters.
+/// resharded from the files that hold its elements (reshard.hpp). The rank-local state is kept only
+/// from its own file and when its sizes are the engine's (else it is cleared: it starts from zero).
+/// Fills the result's fields other than tag and global_steps.
 inline EngineState read_rank_state(const std::filesystem::path& dir, const std::string& tag, const EngineSignature& sig,
-                                   const EngineState& current, std::vector<std::byte>& client_state, int& saved_world,
-                                   bool& resharded) {
+                                   const EngineState& current, LoadResult& result) {
   const Manifest m = read_manifest(dir, tag);
   const std::filesystem::path tdir = tag_path(dir, tag);
   check_compatible(m, sig, current, (tdir / kManifestFile).string());
-  saved_world = m.world_size;
+  result.saved_world_size = m.world_size;
   EngineState s;
   if (same_layout(m, sig)) {
     s.groups = read_rank_file(open_rank_file(tdir, m, sig.rank), m, sig.rank);
+    bool fits = true;
+    for (std::size_t g = 0; g < s.groups.size(); ++g) fits = fits && size_of(s.groups[g].rank_local) == size_of(current.groups[g].rank_local);
+    for (EngineGroupState& gs : s.groups) {
+      if (!fits) gs.rank_local = {};
+      result.rank_local_restored = result.rank_local_restored || !gs.rank_local.empty();
+    }
   } else {
     s.groups = reshard(tdir, m, sig);
-    resharded = true;
+    result.resharded = true;
   }
   s.micro_steps = m.micro_steps;
   s.global_steps = m.global_steps;
   s.skipped_steps = m.skipped_steps;
   s.scaler = m.scaler;
   s.scheduler = m.scheduler;
-  client_state = read_client_state(tdir, m);
+  result.client_state = read_client_state(tdir, m);
   return s;
 }
 
@@ -74,8 +81,7 @@ LoadResult load(E& engine, C& comm, const std::filesystem::path& dir, const Load
   LoadResult result;
   EngineState loaded;
   agreed(comm, "checkpoint load (reading " + tag_path(dir, tag).string() + ")", [&] {
-    loaded = detail::read_rank_state(dir, tag, signature_of(engine), current, result.client_state, result.saved_world_size,
-                                     result.resharded);
+    loaded = detail::read_rank_state(dir, tag, signature_of(engine), current, result);
   });
   engine.load_state(loaded);  // cannot fail now: every size was checked above, on every rank
   result.tag = tag;

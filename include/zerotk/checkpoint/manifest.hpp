@@ -11,6 +11,7 @@
 ///   precision fp16
 ///   optimizer AdamW
 ///   optimizer_states exp_avg exp_avg_sq
+///   rank_local_state yes                                 only with compressed communication (rank_file.hpp)
 ///   parameter_count 496
 ///   flat_numel 504
 ///   parameters 2
@@ -89,6 +90,8 @@ struct Manifest {
   std::string precision;                     ///< dtype of the working precision ("fp16", ...)
   std::string optimizer;                     ///< "Adam", "AdamW", "Lamb"
   std::vector<std::string> optimizer_states;  ///< per-element state names, in file order
+  bool rank_local = false;                   ///< rank files hold each group's rank-local state (key
+                                             ///< `rank_local_state yes`, absent otherwise)
   std::uint64_t parameter_count = 0;         ///< Psi, padding excluded
   std::uint64_t flat_numel = 0;              ///< padded elements of the flat buffers
   engine::ShardTable shards;                 ///< parameters, and per flat group each rank's fragments
@@ -120,6 +123,7 @@ inline std::string to_text(const Manifest& m) {
   os << "zerotk_checkpoint " << kManifestVersion << "\ntag " << m.tag << "\nworld_size " << m.world_size
      << "\nstage " << m.stage << "\nprecision " << m.precision << "\noptimizer " << m.optimizer << "\noptimizer_states";
   for (const std::string& s : m.optimizer_states) os << ' ' << s;
+  if (m.rank_local) os << "\nrank_local_state yes";
   os << "\nparameter_count " << m.parameter_count << "\nflat_numel " << m.flat_numel << "\nparameters "
      << m.shards.params.size() << '\n';
   for (std::size_t i = 0; i < m.shards.params.size(); ++i) {
@@ -330,6 +334,10 @@ inline void read_structure(ManifestFields& f, Manifest& m) {
   m.precision = f.text("precision");
   m.optimizer = f.text("optimizer");
   m.optimizer_states = f.words("optimizer_states");
+  if (f.has("rank_local_state")) {
+    if (const std::string v = f.text("rank_local_state"); v != "yes") throw io_error("expected \"yes\"", f.where("rank_local_state"), v);
+    m.rank_local = true;
+  }
   m.parameter_count = f.number<std::uint64_t>("parameter_count");
   m.flat_numel = f.number<std::uint64_t>("flat_numel");
   const auto params = f.number<std::size_t>("parameters");

@@ -9,6 +9,10 @@
 /// and two more for 1-bit LAMB (the manifest's optimizer_states end in exp_avg_sq_fresh):
 ///   group<g>.exp_avg_sq_fresh    fp32[owned]    its fresh variance v_f
 ///   group<g>.lamb_tensor_states  fp64[3 T]      per tensor c_f, F, k (T tensors; k = 0 while unset)
+/// and two more per group when the manifest says `rank_local_state yes` (compressed communication:
+/// engine/state.hpp's RankLocalState, meaningful only to the same rank of the same layout):
+///   group<g>.rank_local          fp32[any]     error feedback, 0/1 Adam's u, 1-bit LAMB's tail
+///   group<g>.rank_local_scalars  fp64[any]     0/1 Adam's lr sums
 /// Counters, scaler and scheduler are the same on every rank and live in the manifest.
 ///
 /// Written streamed (file_writer.hpp) and read through a verified DataFileReader (file_reader.hpp):
@@ -37,14 +41,22 @@ namespace zerotk::checkpoint {
 inline constexpr std::size_t kSectionsPerGroup = 4;
 inline constexpr std::string_view kFreshState = "exp_avg_sq_fresh";
 inline constexpr std::string_view kLambTensorStates = "lamb_tensor_states";
+inline constexpr std::string_view kRankLocal = "rank_local";
+inline constexpr std::string_view kRankLocalScalars = "rank_local_scalars";
 
 /// Whether the optimizer states named in a manifest include 1-bit LAMB's.
 inline bool has_fresh_state(const std::vector<std::string>& states) {
   return std::find(states.begin(), states.end(), kFreshState) != states.end();
 }
-/// Sections per group of a checkpoint whose manifest names `states`.
-inline std::size_t sections_per_group(const std::vector<std::string>& states) {
-  return kSectionsPerGroup + (has_fresh_state(states) ? 2 : 0);
+/// Sections per group of a checkpoint with manifest `m`.
+inline std::size_t sections_per_group(const Manifest& m) {
+  return kSectionsPerGroup + (has_fresh_state(m.optimizer_states) ? 2 : 0) + (m.rank_local ? 2 : 0);
+}
+
+/// Whether rank files of `groups` carry rank-local sections: when any group has rank-local state
+/// (then every group has both sections, empty where it has none).
+inline bool has_rank_local(std::span<const EngineGroupView> groups) {
+  return std::any_of(groups.begin(), groups.end(), [](const EngineGroupView& g) { return !g.rank_local.empty(); });
 }
 
 inline std::string section_name(std::size_t group, std::string_view what) {
@@ -54,6 +66,7 @@ inline std::string section_name(std::size_t group, std::string_view what) {
 /// Calls `add(name, span)` for every section of the rank file of groups `groups`, in file order.
 template <class Add>
 void for_each_rank_section(std::span<const EngineGroupView> groups, Add&& add) {
+  const bool rank_local = has_rank_local(groups);
   for (std::size_t g = 0; g < groups.size(); ++g) {
     const EngineGroupView& gs = groups[g];
     add(section_name(g, "step"), std::span<const std::int64_t>(&gs.step, 1));
@@ -63,6 +76,10 @@ void for_each_rank_section(std::span<const EngineGroupView> groups, Add&& add) {
     if (gs.fresh) {
       add(section_name(g, kFreshState), gs.v_fresh);
       add(section_name(g, kLambTensorStates), std::span<const double>(gs.tensor_scalars));
+    }
+    if (rank_local) {
+      add(section_name(g, kRankLocal), std::span<const float>(gs.rank_local.values));
+      add(section_name(g, kRankLocalScalars), std::span<const double>(gs.rank_local.scalars));
     }
   }
 }
@@ -92,7 +109,7 @@ inline void check_rank_file(const DataFileReader& f, const Manifest& m, int rank
                        std::to_string(rank) + " of " + std::to_string(m.world_size));
   }
   const std::size_t groups = m.shards.owned_numel.size();
-  const std::size_t per_group = sections_per_group(m.optimizer_states);
+  const std::size_t per_group = sections_per_group(m);
   if (f.sections().size() != per_group * groups) {
     throw io_error("unexpected number of sections", f.path(),
                    std::to_string(f.sections().size()) + ", expected " + std::to_string(per_group * groups));
@@ -110,6 +127,10 @@ inline void check_rank_file(const DataFileReader& f, const Manifest& m, int rank
                        f.path(),
                        section_name(g, kLambTensorStates) + ": " + std::to_string(k) + " values");
       }
+    }
+    if (m.rank_local) {
+      f.section(section_name(g, kRankLocal), ElementType::fp32);
+      f.section(section_name(g, kRankLocalScalars), ElementType::fp64);
     }
     std::int64_t step = 0;
     f.read(section_name(g, "step"), ElementType::int64, 0, std::span<std::int64_t>(&step, 1));
@@ -151,6 +172,13 @@ inline std::vector<EngineGroupState> read_rank_file(const DataFileReader& f, con
       f.read(section_name(g, what), ElementType::fp32, 0, std::span<float>(*into));
     }
     if (has_fresh_state(m.optimizer_states)) read_tensor_states(f, g, gs.optimizer.tensor_scalars);
+    if (m.rank_local) {
+      RankLocalState& local = gs.rank_local;
+      local.values.resize(f.section(section_name(g, kRankLocal), ElementType::fp32).numel);
+      f.read(section_name(g, kRankLocal), ElementType::fp32, 0, std::span<float>(local.values));
+      local.scalars.resize(f.section(section_name(g, kRankLocalScalars), ElementType::fp64).numel);
+      f.read(section_name(g, kRankLocalScalars), ElementType::fp64, 0, std::span<double>(local.scalars));
+    }
   }
   return groups;
 }

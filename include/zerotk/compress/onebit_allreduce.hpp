@@ -160,6 +160,22 @@ class OneBitAllReduce {
     std::fill(worker_error_.begin(), worker_error_.end(), 0.0f);
     std::fill(server_error_.begin(), server_error_.end(), 0.0f);
   }
+  /// Values in the two error buffers together (what save_errors appends and load_errors reads).
+  std::size_t error_values() const noexcept { return worker_error_.size() + server_error_.size(); }
+  /// Appends the worker error, then the server error, to `out` (a checkpoint of this rank's state).
+  void save_errors(std::vector<float>& out) const {
+    out.insert(out.end(), worker_error_.begin(), worker_error_.end());
+    out.insert(out.end(), server_error_.begin(), server_error_.end());
+  }
+  /// Restores what save_errors appended: `in` holds exactly error_values() values.
+  void load_errors(std::span<const float> in) {
+    if (in.size() != error_values()) {
+      throw usage_error("error feedback of another size (another world size or tensor?)", "compress::OneBitAllReduce",
+                        std::to_string(in.size()) + " values for " + std::to_string(error_values()));
+    }
+    std::copy_n(in.begin(), worker_error_.size(), worker_error_.begin());
+    std::copy(in.begin() + static_cast<std::ptrdiff_t>(worker_error_.size()), in.end(), server_error_.begin());
+  }
 
   /// In place: x (n values) becomes the compressed average over the ranks of `c`.
   template <OneBitTransport C>

@@ -70,6 +70,25 @@ class OneBitBatch {
   void reset() {
     for (OneBitAllReduce& r : reducers_) r.reset();
   }
+  /// Every tensor's errors, tensor by tensor (OneBitAllReduce::save_errors), and back.
+  std::size_t error_values() const noexcept {
+    std::size_t n = 0;
+    for (const OneBitAllReduce& r : reducers_) n += r.error_values();
+    return n;
+  }
+  void save_errors(std::vector<float>& out) const {
+    for (const OneBitAllReduce& r : reducers_) r.save_errors(out);
+  }
+  void load_errors(std::span<const float> in) {
+    if (in.size() != error_values()) {
+      throw usage_error("error feedback of another size (another world size or model?)", "compress::OneBitBatch",
+                        std::to_string(in.size()) + " values for " + std::to_string(error_values()));
+    }
+    for (OneBitAllReduce& r : reducers_) {
+      r.load_errors(in.first(r.error_values()));
+      in = in.subspan(r.error_values());
+    }
+  }
 
   /// In place: xs[i] (tensor i's n_i values) becomes its compressed average over the ranks of `c`.
   template <OneBitTransport C>

@@ -16,6 +16,7 @@
 #include "zerotk/engine/optimizer_comm.hpp"
 #include "zerotk/engine/options.hpp"
 #include "zerotk/engine/registry.hpp"
+#include "zerotk/engine/state.hpp"
 #include "zerotk/kernels/tensor_list.hpp"
 #include "zerotk/offload/delayed_update.hpp"
 #include "zerotk/offload/pinned_shard.hpp"
@@ -259,12 +260,42 @@ class FlatGroup {
     if (delayed_ && delayed_->finish()) delayed_->take();
   }
 
-  /// After the optimizer's state was replaced (Engine::load_state): compression errors start from
-  /// zero (DeepSpeed's rule) and the gradient switch follows the restored step count.
-  void after_state_loaded() {
+  /// After the optimizer's state was replaced (Engine::load_state): the rank-local state comes from
+  /// `local`, or starts from zero when `local` is empty (DeepSpeed's rule on every load), and the
+  /// gradient switch follows the restored step count. `local` has rank_local_size() or is empty
+  /// (checked before: Engine::load_state).
+  void after_state_loaded(const RankLocalState& local) {
     if constexpr (requires { grads_.reset(); }) grads_.reset();
     opt_comm_->reset();
+    if (!local.empty()) {
+      RankLocalReader in(local);
+      if constexpr (requires { grads_.load_error_feedback(std::span<const float>{}); }) {
+        grads_.load_error_feedback(in.values(grads_.error_feedback().size()));
+      }
+      opt_comm_->load_rank_local(in);
+    }
     opt_comm_->sync(store_.optimizer());
+  }
+
+  /// What this rank alone carries from step to step (engine/state.hpp): the compressed gradient
+  /// path's error feedback, then the optimizer part's share (optimizer_comm.hpp).
+  RankLocalSize rank_local_size() const {
+    RankLocalSize n;
+    if constexpr (requires { grads_.error_feedback(); }) n.values += grads_.error_feedback().size();
+    n += opt_comm_->rank_local_size();
+    return n;
+  }
+  RankLocalState rank_local() const {
+    RankLocalState out;
+    const RankLocalSize n = rank_local_size();
+    out.values.reserve(n.values);
+    out.scalars.reserve(n.scalars);
+    if constexpr (requires { grads_.error_feedback(); }) {
+      const std::span<const float> e = grads_.error_feedback();
+      out.values.insert(out.values.end(), e.begin(), e.end());
+    }
+    opt_comm_->save_rank_local(out);
+    return out;
   }
 
   /// Whether the next step's gradients stay on their rank (1-bit Adam's compressed phase).

@@ -21,8 +21,11 @@
 ///                                               switch
 ///
 /// A part offers: sync(opt) after every step and load (sets the gradient switch for the next
-/// step), reset() (zeroes compression errors: DeepSpeed does it when a checkpoint is loaded), and
-/// wire_bytes() (what its exchanges sent, counted by the communicator).
+/// step), reset() (zeroes compression errors: DeepSpeed does it on every load, zerotk when the
+/// loaded state has no rank-local part),
+/// wire_bytes() (what its exchanges sent, counted by the communicator), and its share of the
+/// group's rank-local state (engine/state.hpp): rank_local_size(), save_rank_local(out) (appends),
+/// load_rank_local(reader) (takes the same share back, after reset()).
 
 #include <algorithm>
 #include <cstddef>
@@ -36,6 +39,7 @@
 #include "zerotk/compress/onebit_batch.hpp"
 #include "zerotk/core/memory.hpp"
 #include "zerotk/engine/options.hpp"
+#include "zerotk/engine/state.hpp"
 #include "zerotk/kernels/tensor_list.hpp"
 #include "zerotk/optim/optimizer.hpp"
 #include "zerotk/zero/grads/context.hpp"
@@ -52,6 +56,9 @@ class PlainOptimizerComm {
   void sync(const Opt&) noexcept {}
   void reset() noexcept {}
   std::uint64_t wire_bytes() const noexcept { return 0; }
+  RankLocalSize rank_local_size() const noexcept { return {}; }
+  void save_rank_local(RankLocalState&) const noexcept {}
+  void load_rank_local(RankLocalReader&) noexcept {}
 };
 
 namespace detail {
@@ -104,6 +111,14 @@ class SegmentExchange {
   void reset() {
     if (batch_) batch_->reset();
   }
+  /// Every segment's worker and server errors (none on one rank).
+  std::size_t error_values() const noexcept { return batch_ ? batch_->error_values() : 0; }
+  void save_errors(RankLocalState& out) const {
+    if (batch_) batch_->save_errors(out.values);
+  }
+  void load_errors(RankLocalReader& in) {
+    if (batch_) batch_->load_errors(in.values(batch_->error_values()));
+  }
   std::uint64_t wire_bytes() const noexcept { return wire_bytes_; }
 
  private:
@@ -138,6 +153,10 @@ class OneBitMomentum {
   void sync(const Optimizer<OneBitAdam>& opt) noexcept { local_->on = opt.gradients_local(); }
   void reset() { exchange_.reset(); }
   std::uint64_t wire_bytes() const noexcept { return exchange_.wire_bytes(); }
+  /// Rank-local: the errors.
+  RankLocalSize rank_local_size() const noexcept { return {exchange_.error_values(), 0}; }
+  void save_rank_local(RankLocalState& out) const { exchange_.save_errors(out); }
+  void load_rank_local(RankLocalReader& in) { exchange_.load_errors(in); }
 
  private:
   zero::LocalGradients* local_;
@@ -153,7 +172,8 @@ class ZeroOneExchange {
  public:
   ZeroOneExchange(Optimizer<ZeroOneAdam>& opt, Comm& comm, std::span<const kernels::Segment> segments,
                   MemoryLedger* ledger, zero::LocalGradients* local, const OneBitOptions& options)
-      : local_(local), exchange_(comm, segments, ledger), u_(kernels::segments_extent(segments), MemoryCategory::optimizer_state, ledger) {
+      : opt_(&opt), local_(local), exchange_(comm, segments, ledger),
+        u_(kernels::segments_extent(segments), MemoryCategory::optimizer_state, ledger) {
     opt.set_schedule(options.zero_one);
     opt.set_accumulator(u_.data(), u_.size());
     if (exchange_.active()) {
@@ -165,11 +185,28 @@ class ZeroOneExchange {
 
   /// The gradient all-reduce of the next step runs before var steps only.
   void sync(const Optimizer<ZeroOneAdam>& opt) { local_->on = opt.gradients_local(); }
-  /// After a load: the errors start from zero (the optimizer's set_step_count zeroed u and L).
+  /// After a load: the errors start from zero (the optimizer's set_step_count zeroed u and L);
+  /// load_rank_local then restores all three when the state has them.
   void reset() { exchange_.reset(); }
   std::uint64_t wire_bytes() const noexcept { return exchange_.wire_bytes(); }
+  /// Rank-local: the errors, then u (values); the lr sums L, one per parameter group (scalars). u
+  /// and L go together: u holds this rank's local steps since the last sync, L their lr sum.
+  RankLocalSize rank_local_size() const noexcept { return {exchange_.error_values() + u_.size(), opt_->lr_sums().size()}; }
+  void save_rank_local(RankLocalState& out) const {
+    exchange_.save_errors(out);
+    out.values.insert(out.values.end(), u_.begin(), u_.end());
+    const std::span<const double> sums = opt_->lr_sums();
+    out.scalars.insert(out.scalars.end(), sums.begin(), sums.end());
+  }
+  void load_rank_local(RankLocalReader& in) {
+    exchange_.load_errors(in);
+    const std::span<const float> u = in.values(u_.size());
+    std::copy(u.begin(), u.end(), u_.begin());
+    opt_->set_lr_sums(in.scalars(opt_->lr_sums().size()));
+  }
 
  private:
+  Optimizer<ZeroOneAdam>* opt_;
   zero::LocalGradients* local_;
   detail::SegmentExchange<Comm> exchange_;
   TrackedBuffer<float> u_;  // zeros
@@ -179,8 +216,9 @@ class ZeroOneExchange {
 /// every segment, laid end to end in segment order in a flat buffer of N values (n rounded up as
 /// the all-reduce pads, compress/onebit_allreduce.hpp), goes through one 1-bit all-reduce with one
 /// worker and one server error for the whole model. The N - n tail values are not re-zeroed: each
-/// call starts from what the last one left there, as DeepSpeed's flat buffer. A load zeroes the
-/// errors and the tail (DeepSpeed rebuilds both). The part also owns the optimizer's fresh variance
+/// call starts from what the last one left there, as DeepSpeed's flat buffer. A load restores the
+/// errors and the tail from the state's rank-local part, or zeroes them without one (DeepSpeed
+/// rebuilds both on every load). The part also owns the optimizer's fresh variance
 /// v_f ([partition] fp32, saved by checkpoints) and its scratch ([2 partition] fp32), needed on one
 /// rank too; all in the ledger (optimizer_state; the flat buffer and the all-reduce's scratch under
 /// comm_buffers).
@@ -200,6 +238,7 @@ class OneBitLambExchange {
     if (comm.size() > 1) {
       std::size_t n = 0;
       for (const kernels::Segment& s : segments) n += s.numel;
+      numel_ = n;
       const std::size_t padded = compress::OneBitLayout::make(n, comm.size()).padded;
       reducer_.emplace(padded, comm.size());
       flat_ = TrackedBuffer<float>(padded, MemoryCategory::comm_buffers, ledger);
@@ -230,6 +269,21 @@ class OneBitLambExchange {
     std::fill(flat_.begin(), flat_.end(), 0.0f);
   }
   std::uint64_t wire_bytes() const noexcept { return wire_bytes_; }
+  /// Rank-local: the errors, then the flat buffer's tail (its head is rewritten by every call).
+  RankLocalSize rank_local_size() const noexcept {
+    return {reducer_ ? reducer_->error_values() + (flat_.size() - numel_) : 0, 0};
+  }
+  void save_rank_local(RankLocalState& out) const {
+    if (!reducer_) return;
+    reducer_->save_errors(out.values);
+    out.values.insert(out.values.end(), flat_.begin() + static_cast<std::ptrdiff_t>(numel_), flat_.end());
+  }
+  void load_rank_local(RankLocalReader& in) {
+    if (!reducer_) return;
+    reducer_->load_errors(in.values(reducer_->error_values()));
+    const std::span<const float> tail = in.values(flat_.size() - numel_);
+    std::copy(tail.begin(), tail.end(), flat_.begin() + static_cast<std::ptrdiff_t>(numel_));
+  }
 
  private:
   void run(std::span<const kernels::Segment> segments, float* m) {
@@ -259,6 +313,7 @@ class OneBitLambExchange {
   TrackedBuffer<float> scratch_;
   std::optional<compress::OneBitAllReduce> reducer_;  // none on one rank
   TrackedBuffer<float> flat_;                         // [N]: the momentum, then the tail
+  std::size_t numel_ = 0;                             // n: the momentum's values in flat_
   std::size_t state_bytes_ = 0, buffer_bytes_ = 0;
   std::uint64_t wire_bytes_ = 0;
 };

@@ -6,11 +6,21 @@
 /// `Engine::load_state()` restores it into an engine of the same structure, world size and rank, so
 /// the continued run is bitwise identical to an uninterrupted one. (16-bit parameters are not part
 /// of it: they are the master rounded, re-published on load.)
+///
+/// Besides the master and the optimizer's state, which every rank layout can share out, a group may
+/// hold state that belongs to its rank alone (RankLocalState): the error feedback of compressed
+/// communication and what goes with it. It travels with state() and same-layout checkpoints; a
+/// state without it (resharded, older, or cleared on purpose) restarts it from zero, which is what
+/// DeepSpeed does on every load.
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
+
+#include "zerotk/core/error.hpp"
 
 #include "zerotk/optim/optimizer.hpp"
 #include "zerotk/optim/schedulers.hpp"
@@ -18,9 +28,58 @@
 
 namespace zerotk {
 
+/// What one rank's compressed communication carries from step to step, meaningful only on the same
+/// rank of the same world size and layout: the error feedback (GradientCompression's residual per
+/// element; 1-bit Adam's, 0/1 Adam's and 1-bit LAMB's worker and server errors), 0/1 Adam's
+/// accumulator u (values) and lr sums L (scalars), 1-bit LAMB's flat tail. Each part of a group
+/// appends its own in a fixed order (engine/group.hpp). Empty: they start from zero.
+struct RankLocalState {
+  std::vector<float> values;
+  std::vector<double> scalars;
+  bool empty() const noexcept { return values.empty() && scalars.empty(); }
+};
+
+/// How many values and scalars a group's rank-local state has.
+struct RankLocalSize {
+  std::size_t values = 0, scalars = 0;
+  bool empty() const noexcept { return values == 0 && scalars == 0; }
+  friend bool operator==(const RankLocalSize&, const RankLocalSize&) = default;
+  RankLocalSize& operator+=(const RankLocalSize& o) noexcept {
+    values += o.values;
+    scalars += o.scalars;
+    return *this;
+  }
+};
+
+inline RankLocalSize size_of(const RankLocalState& s) noexcept { return {s.values.size(), s.scalars.size()}; }
+
+/// Reads a RankLocalState front to back, each part taking its own (the order it was appended in).
+class RankLocalReader {
+ public:
+  explicit RankLocalReader(const RankLocalState& s) : values_(s.values), scalars_(s.scalars) {}
+  std::span<const float> values(std::size_t n) { return take(values_, n); }
+  std::span<const double> scalars(std::size_t n) { return take(scalars_, n); }
+  bool done() const noexcept { return values_.empty() && scalars_.empty(); }
+
+ private:
+  template <class T>
+  static std::span<const T> take(std::span<const T>& from, std::size_t n) {
+    if (n > from.size()) {
+      throw usage_error("rank-local state is shorter than this engine's", "engine::RankLocalReader",
+                        std::to_string(n) + " wanted, " + std::to_string(from.size()) + " left");
+    }
+    std::span<const T> out = from.first(n);
+    from = from.subspan(n);
+    return out;
+  }
+  std::span<const float> values_;
+  std::span<const double> scalars_;
+};
+
 struct EngineGroupState {
   std::vector<float> master;  ///< [owned_numel] fp32, this rank's
   OptimizerState optimizer;   ///< step count, moments over the same elements
+  RankLocalState rank_local;  ///< this rank's own (see above); empty when the group has none
 };
 
 /// One flat group's state viewed where the engine keeps it (host-accessible memory spaces): what a
@@ -31,6 +90,7 @@ struct EngineGroupView {
   bool fresh = false;                  ///< 1-bit LAMB: v_fresh and tensor_scalars are part of the state
   std::span<const float> v_fresh;      ///< 1-bit LAMB's exp_avg_sq_fresh
   std::vector<double> tensor_scalars;  ///< 1-bit LAMB's per-tensor c_f, F, k (a copy: small)
+  RankLocalState rank_local;           ///< a copy (it is gathered from several parts)
 };
 
 struct EngineState {
@@ -48,7 +108,7 @@ inline std::vector<EngineGroupView> views_of(const EngineState& s) {
   for (const EngineGroupState& g : s.groups) {
     const bool fresh = !g.optimizer.tensor_scalars.empty() || !g.optimizer.v_fresh.empty();
     out.push_back({g.optimizer.step, g.master, g.optimizer.m, g.optimizer.v, fresh, g.optimizer.v_fresh,
-                   g.optimizer.tensor_scalars});
+                   g.optimizer.tensor_scalars, g.rank_local});
   }
   return out;
 }

@@ -30,7 +30,9 @@
 ///    (DeepSpeed resets its counters on load and may then take a var step on local gradients);
 ///  - at W = 1 a grad step updates m from the local gradient (DeepSpeed leaves m stale there);
 ///  - compression is per tensor in every precision (DeepSpeed's fp16 wrapper compresses per group).
-/// Like DeepSpeed: u, L and the errors are not checkpointed and start from zero after a load.
+///  - u, L and the errors are each rank's rank-local state (engine/state.hpp): the engine saves and
+///    restores them with state() and same-layout checkpoints, so a resumed run is exact; DeepSpeed
+///    drops them on every load (zerotk too when the state has no rank-local part: a reshard).
 
 #include <algorithm>
 #include <cstdint>
@@ -120,9 +122,18 @@ class Optimizer<ZeroOneAdam> : public optim::detail::OptimizerCore {
     return f;
   }
   void clear_lr_sums() noexcept { std::fill(lr_sums_.begin(), lr_sums_.end(), 0.0); }
+  /// Restores sums taken with lr_sums() (a rank-local state, engine/state.hpp): one per group.
+  void set_lr_sums(std::span<const double> sums) {
+    if (sums.size() != groups_.size()) {
+      throw usage_error("one lr sum per parameter group expected", "Optimizer<ZeroOneAdam>::set_lr_sums",
+                        std::to_string(sums.size()) + " for " + std::to_string(groups_.size()) + " groups");
+    }
+    lr_sums_.assign(sums.begin(), sums.end());
+  }
 
   /// Sets the step count (a restored state; hides OptimizerCore's): the accumulator and the lr sums
-  /// start from zero, as after DeepSpeed's load (neither is saved).
+  /// start from zero, as after DeepSpeed's load (the engine then restores both from the state's
+  /// rank-local part when it has one).
   void set_step_count(std::int64_t n) {
     OptimizerCore::set_step_count(n);
     clear_lr_sums();

@@ -39,6 +39,7 @@
 #include <cstring>
 #include <limits>
 #include <span>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -155,10 +156,18 @@ class CompressedAllReduce {
   std::uint64_t payload_bytes_sent() const noexcept { return payload_bytes_; }
   std::uint64_t frame_bytes_sent() const noexcept { return frame_bytes_; }
 
-  /// Zeroes the error feedback (after the state was replaced by a checkpoint: nothing of the old
-  /// run's residual belongs to the restored parameters).
+  /// Zeroes the error feedback (after the state was replaced by one without this rank's residual:
+  /// a resharded checkpoint; nothing of the old run's residual belongs to the restored parameters).
   void reset() { std::fill(err_.data(), err_.data() + err_.size(), 0.0f); }
   std::span<const float> error_feedback() const noexcept { return {err_.data(), err_.size()}; }
+  /// Restores what error_feedback() showed (a checkpoint of this rank, same layout).
+  void load_error_feedback(std::span<const float> e) {
+    if (e.size() != err_.size()) {
+      throw usage_error("error feedback of another size (another model or bucket layout?)", "zero::CompressedAllReduce",
+                        std::to_string(e.size()) + " values for " + std::to_string(err_.size()));
+    }
+    std::copy(e.begin(), e.end(), err_.data());
+  }
 
  private:
   struct Slot {
