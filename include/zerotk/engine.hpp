@@ -399,14 +399,14 @@ class Engine {
     for_each_group([&](const auto& g) {
       const auto& st = g.store();
       EngineGroupView view{st.optimizer().step_count(), std::span<const float>(st.master(), st.owned_numel()),
-                           st.exp_avg(), st.exp_avg_sq(), false, {}, {}, {}};
+                           st.exp_avg(), st.exp_avg_sq(), false, {}, {}, {}, {}, nullptr};
       if constexpr (requires { st.optimizer().fresh_variance(); }) {  // 1-bit LAMB: v_f and its scalars
         const auto& opt = st.optimizer();
         view.fresh = true;
         view.v_fresh = std::span<const float>(opt.fresh_variance(), opt.buffer_numel());
         view.tensor_scalars = opt.encoded_tensor_states();
       }
-      view.rank_local = g.rank_local();
+      view.own_rank_local(g.rank_local());  // gathered from several buffers: the one copy
       out.push_back(std::move(view));
     });
     return out;

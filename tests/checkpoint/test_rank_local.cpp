@@ -1,8 +1,8 @@
 // Checkpoints of compressed training carry each rank's error feedback (and 0/1 Adam's accumulator
 // and lr sums, 1-bit LAMB's flat tail: EngineGroupState::rank_local) in that rank's file, so a run
 // saved in the compressed phase resumes bit for bit, which DeepSpeed's (errors reset on every load)
-// does not. A load that cannot use it (resharded, another compression layout, an older checkpoint)
-// starts it from zero and says so in LoadResult::rank_local_restored.
+// does not. A load that cannot use it (resharded, into an engine without compression, an older
+// checkpoint) starts it from zero and says so in LoadResult::rank_local_restored.
 #include <doctest/doctest.h>
 
 #include <string>
@@ -118,7 +118,8 @@ TEST_CASE("Rank-local state: top-k gradient compression resumes bit for bit with
   }
 }
 
-TEST_CASE("Rank-local state: a resharded load, or one into an engine without compression, starts it from zero") {
+TEST_CASE("Rank-local state: a resharded load, or one into an engine without compression, starts it from zero; "
+          "another codec keeps it") {
   ScratchDir dir("rank_local_reshard");
   std::vector<float> saved_master;
   comm::run_threads(2, [&](auto& comm) {
@@ -156,6 +157,12 @@ TEST_CASE("Rank-local state: a resharded load, or one into an engine without com
     CHECK_FALSE(r.rank_local_restored);
     CHECK(e.state().groups[0].rank_local.empty());
     if (comm.rank() == 0) CHECK(same_bits(e.state().groups[0].master, saved_master));
+  });
+  // Same world size, another codec: the residual (what was not sent yet) is the codec's input either way.
+  comm::run_threads(2, [&](auto& comm) {
+    Mlp<float> model;
+    Engine<Partitioner<Stage<0>>, Optimizer<AdamW>, Precision<fp32>, GradientCompression<Sign>> e(comm, model, topk_options());
+    CHECK(checkpoint::load(e, comm, dir.path()).rank_local_restored);
   });
 }
 

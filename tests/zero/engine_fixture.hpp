@@ -389,15 +389,11 @@ bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
   return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
 }
 
-/// The three runs of a "load_state resets what a checkpoint does not hold" test, on `world` threads
-/// with Mlp<float> and one micro-step per boundary (init seed 42):
-///   A: before + after steps straight;
-///   B: before steps, state(), load_state(that state), after more steps;
-///   C: a fresh engine (initial values from seed 7, which the load replaces) loads B's state and
-///      trains the same after steps.
-/// Every rank's final parameters of each, and C's reports after the load.
+/// The runs of a resume test, on `world` threads with Mlp<float> and one micro-step per boundary
+/// (init seed 42), every rank's final parameters of each:
 /// A: before + after steps straight. B: `before` steps, state(), load_state(it), `after` more. C: a
-/// fresh engine loads B's state and trains the same `after` steps. D: as C, from the state with its
+/// fresh engine (initial values from seed 7, which the load replaces) loads B's state and trains the
+/// same `after` steps; its reports are kept. D: as C, from the state with its
 /// rank-local part cleared (what a resharded load gives, and DeepSpeed's every load: compression
 /// errors from zero). `had_rank_local`: whether the saved state had a rank-local part on each rank.
 struct ResumeRuns {

@@ -52,8 +52,8 @@ struct LoadResult {
   bool resharded = false;    ///< this rank's state was assembled from other ranks' files (reshard.hpp)
   /// This rank's error feedback (and 0/1 Adam's accumulator, 1-bit LAMB's tail: engine/state.hpp's
   /// RankLocalState) came back as saved, so compressed training goes on exactly. False when the
-  /// checkpoint has none, was resharded, or was saved by an engine with another compression layout:
-  /// then it starts from zero, as after every DeepSpeed load.
+  /// checkpoint has none, was resharded, or its sizes are not this engine's (saved with compression,
+  /// loaded without, or the reverse): then it starts from zero, as after every DeepSpeed load.
   bool rank_local_restored = false;
 };
 

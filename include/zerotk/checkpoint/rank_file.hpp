@@ -54,9 +54,10 @@ inline std::size_t sections_per_group(const Manifest& m) {
 }
 
 /// Whether rank files of `groups` carry rank-local sections: when any group has rank-local state
-/// (then every group has both sections, empty where it has none).
+/// (then every group has both sections, empty where it has none). Every rank answers the same: the
+/// sizes depend on the layout and the world size only, and rank 0's answer goes into the manifest.
 inline bool has_rank_local(std::span<const EngineGroupView> groups) {
-  return std::any_of(groups.begin(), groups.end(), [](const EngineGroupView& g) { return !g.rank_local.empty(); });
+  return std::any_of(groups.begin(), groups.end(), [](const EngineGroupView& g) { return g.has_rank_local(); });
 }
 
 inline std::string section_name(std::size_t group, std::string_view what) {
@@ -78,8 +79,8 @@ void for_each_rank_section(std::span<const EngineGroupView> groups, Add&& add) {
       add(section_name(g, kLambTensorStates), std::span<const double>(gs.tensor_scalars));
     }
     if (rank_local) {
-      add(section_name(g, kRankLocal), std::span<const float>(gs.rank_local.values));
-      add(section_name(g, kRankLocalScalars), std::span<const double>(gs.rank_local.scalars));
+      add(section_name(g, kRankLocal), gs.rank_local_values);
+      add(section_name(g, kRankLocalScalars), gs.rank_local_scalars);
     }
   }
 }

@@ -88,7 +88,8 @@ std::unique_ptr<PendingSave<C>> save_async(E& engine, C& comm, const std::filesy
 /// Saves `engine` into `<dir>/<tag>` and points `<dir>/latest` at it. Every rank returns, or every
 /// rank throws: a failure on one rank (a full disk, a call between micro-steps) reaches all of them,
 /// and `latest` still names the previous checkpoint. On host-memory engines the rank file is
-/// written straight from the engine's buffers (no copy of the state is made).
+/// written straight from the engine's buffers (no copy of the state is made, except the rank-local
+/// state of compressed communication, gathered from several buffers: engine/state.hpp).
 template <class E, HostCommunicator C>
 SaveResult save(E& engine, C& comm, const std::filesystem::path& dir, const SaveOptions& options = {}) {
   return detail::start_save(engine, comm, dir, options, false, [&](auto& p) {

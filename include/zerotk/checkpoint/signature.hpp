@@ -37,11 +37,11 @@ constexpr std::string_view optimizer_name() {
   } else if constexpr (std::is_same_v<Tag, Lamb>) {
     return "Lamb";
   } else if constexpr (std::is_same_v<Tag, OneBitAdam>) {
-    return "OneBitAdam";  // m and v as Adam's; the compression errors are not saved (zeroed on load, as DeepSpeed)
+    return "OneBitAdam";  // m and v as Adam's; the errors are each rank's rank-local state (rank_file.hpp)
   } else if constexpr (std::is_same_v<Tag, ZeroOneAdam>) {
-    return "ZeroOneAdam";  // m and v; the accumulator, its lr sum and the errors are not saved (zero after a load)
+    return "ZeroOneAdam";  // m and v; the accumulator, its lr sums and the errors are rank-local state
   } else if constexpr (std::is_same_v<Tag, OneBitLamb>) {
-    return "OneBitLamb";  // m, v, v_f and per tensor c_f, F, k; the errors and the flat tail are not saved
+    return "OneBitLamb";  // m, v, v_f and per tensor c_f, F, k; the errors and the flat tail are rank-local state
   } else {
     static_assert(dependent_false<Tag>, "checkpoint: no name for this optimizer tag (add it to optimizer_name)");
   }

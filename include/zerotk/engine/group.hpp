@@ -269,19 +269,23 @@ class FlatGroup {
     opt_comm_->reset();
     if (!local.empty()) {
       RankLocalReader in(local);
-      if constexpr (requires { grads_.load_error_feedback(std::span<const float>{}); }) {
-        grads_.load_error_feedback(in.values(grads_.error_feedback().size()));
-      }
+      if constexpr (kGradsErrorFeedback) grads_.load_error_feedback(in.values(grads_.error_feedback().size()));
       opt_comm_->load_rank_local(in);
     }
     opt_comm_->sync(store_.optimizer());
   }
 
+  /// Whether the gradient path keeps error feedback (GradientCompression): its part of the
+  /// rank-local state, saved and restored by the three functions around here.
+  static constexpr bool kGradsErrorFeedback = requires(Grads& gr, const Grads& cg) {
+    cg.error_feedback();
+    gr.load_error_feedback(std::span<const float>{});
+  };
   /// What this rank alone carries from step to step (engine/state.hpp): the compressed gradient
   /// path's error feedback, then the optimizer part's share (optimizer_comm.hpp).
   RankLocalSize rank_local_size() const {
     RankLocalSize n;
-    if constexpr (requires { grads_.error_feedback(); }) n.values += grads_.error_feedback().size();
+    if constexpr (kGradsErrorFeedback) n.values += grads_.error_feedback().size();
     n += opt_comm_->rank_local_size();
     return n;
   }
@@ -290,7 +294,7 @@ class FlatGroup {
     const RankLocalSize n = rank_local_size();
     out.values.reserve(n.values);
     out.scalars.reserve(n.scalars);
-    if constexpr (requires { grads_.error_feedback(); }) {
+    if constexpr (kGradsErrorFeedback) {
       const std::span<const float> e = grads_.error_feedback();
       out.values.insert(out.values.end(), e.begin(), e.end());
     }

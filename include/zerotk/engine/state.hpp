@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -90,7 +91,18 @@ struct EngineGroupView {
   bool fresh = false;                  ///< 1-bit LAMB: v_fresh and tensor_scalars are part of the state
   std::span<const float> v_fresh;      ///< 1-bit LAMB's exp_avg_sq_fresh
   std::vector<double> tensor_scalars;  ///< 1-bit LAMB's per-tensor c_f, F, k (a copy: small)
-  RankLocalState rank_local;           ///< a copy (it is gathered from several parts)
+  std::span<const float> rank_local_values;    ///< the rank-local state (RankLocalState::values)
+  std::span<const double> rank_local_scalars;  ///< and its scalars
+  /// Engine::state_views(): the rank-local state gathered from its parts (the one copy a synchronous
+  /// save makes), which the two spans view; null when they view an EngineState's.
+  std::shared_ptr<const RankLocalState> rank_local_storage;
+  bool has_rank_local() const noexcept { return !rank_local_values.empty() || !rank_local_scalars.empty(); }
+  /// Takes `s` into rank_local_storage and views it there.
+  void own_rank_local(RankLocalState s) {
+    rank_local_storage = std::make_shared<const RankLocalState>(std::move(s));
+    rank_local_values = rank_local_storage->values;
+    rank_local_scalars = rank_local_storage->scalars;
+  }
 };
 
 struct EngineState {
@@ -108,7 +120,7 @@ inline std::vector<EngineGroupView> views_of(const EngineState& s) {
   for (const EngineGroupState& g : s.groups) {
     const bool fresh = !g.optimizer.tensor_scalars.empty() || !g.optimizer.v_fresh.empty();
     out.push_back({g.optimizer.step, g.master, g.optimizer.m, g.optimizer.v, fresh, g.optimizer.v_fresh,
-                   g.optimizer.tensor_scalars, g.rank_local});
+                   g.optimizer.tensor_scalars, g.rank_local.values, g.rank_local.scalars, nullptr});
   }
   return out;
 }
