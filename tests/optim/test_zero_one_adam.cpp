@@ -1,5 +1,6 @@
 // Optimizer<ZeroOneAdam> through optim::Standalone on one rank (no exchange): the sync's closed form,
-// the lr weighting of the rebuilt momentum over an interval with two learning rates, the set-up step,
+// the lr weighting of the rebuilt momentum over an interval with two learning rates, a sync over an
+// interval whose lr sum is 0, the set-up step,
 // the accumulator Standalone allocates, load resetting u and L, and the error for a missing
 // accumulator. The whole algorithm over W ranks is tested in the engine (tests/zero).
 #include <doctest/doctest.h>
@@ -117,6 +118,30 @@ TEST_CASE("ZeroOneAdam (standalone): the rebuilt momentum is weighted by the int
   bool any_u = false;
   for (float x : u5) any_u = any_u || x != 0.0f;
   CHECK(any_u);  // the local step really accumulated
+}
+
+TEST_CASE("ZeroOneAdam (standalone): a sync after an interval of lr 0 keeps m (DeepSpeed's m = -(u / 0) is NaN)") {
+  Fixture f;
+  f.step(50);  // t = 1 set-up
+  f.step(51);  // t = 2 var: m and v move
+  REQUIRE(f.opt.next_kind() == Kind::sync);
+  f.opt.groups()[0].options.lr = 0.0;  // e.g. a schedule at its end, or training paused
+  const std::vector<float> p2 = f.p;
+  const std::vector<float> m2(f.opt.exp_avg().begin(), f.opt.exp_avg().end());
+  const std::vector<float> g = randn(kN, 52);
+  f.step(52);  // t = 3: a local step with lr 0, then the sync over L = 0
+  const float b1 = 0.9f, omb1 = static_cast<float>(1.0 - static_cast<double>(0.9f));
+  for (std::size_t i = 0; i < kN; ++i) {
+    CAPTURE(i);
+    const float want_m = std::fma(b1, m2[i], omb1 * g[i]);  // the local step's m, kept by the sync
+    REQUIRE(std::memcmp(&f.opt.exp_avg()[i], &want_m, 4) == 0);
+    REQUIRE(std::isfinite(f.p[i]));
+    REQUIRE(f.p[i] == p2[i]);  // nothing moved
+  }
+  f.opt.groups()[0].options.lr = 1e-2;  // training goes on from there
+  f.step(53);
+  for (std::size_t i = 0; i < kN; ++i) REQUIRE(std::isfinite(f.p[i]));
+  CHECK_FALSE(same_bits(f.p.data(), p2.data(), kN));
 }
 
 TEST_CASE("ZeroOneAdam (standalone): load_state zeroes u and L; a missing accumulator is a usage error") {

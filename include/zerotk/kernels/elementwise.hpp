@@ -205,12 +205,14 @@ ZEROTK_HD ZEROTK_FORCEINLINE void zero_one_sync_out(F& p, F& u, const F& v, cons
 }
 
 /// The second half, after the all-reduce: m = -(u / L) (L: the sum of lr over the interval, rounded
-/// to float), p += u / (sqrt(v) + eps), u = 0.
+/// to float), p += u / (sqrt(v) + eps), u = 0. With `lr_sum_zero` (L == 0: every lr of the interval
+/// was 0, so no rank moved and u holds only the compression's residual) m keeps its value, where
+/// DeepSpeed divides by zero and m, then p, become NaN.
 ZEROTK_HD_TEMPLATE
 template <class F>
 ZEROTK_HD ZEROTK_FORCEINLINE void zero_one_sync_in(F& p, F& m, F& u, const F& v, const F& lr_sum,
-                                                   const AdamStepConsts& k) {
-  m = -(u / lr_sum);
+                                                   const AdamStepConsts& k, bool lr_sum_zero) {
+  if (!lr_sum_zero) m = -(u / lr_sum);
   p = p + u / adam_denom(v, k);
   u = F(0.0f);
 }

@@ -29,7 +29,8 @@
 ///  - the schedule is a function of the step count, so a loaded checkpoint continues it exactly
 ///    (DeepSpeed resets its counters on load and may then take a var step on local gradients);
 ///  - at W = 1 a grad step updates m from the local gradient (DeepSpeed leaves m stale there);
-///  - compression is per tensor in every precision (DeepSpeed's fp16 wrapper compresses per group).
+///  - compression is per tensor in every precision (DeepSpeed's fp16 wrapper compresses per group);
+///  - a sync whose lr sum L is 0 keeps m (DeepSpeed divides by 0: m, then p, become NaN);
 ///  - u, L and the errors are each rank's rank-local state (engine/state.hpp): the engine saves and
 ///    restores them with state() and same-layout checkpoints, so a resumed run is exact; DeepSpeed
 ///    drops them on every load (zerotk too when the state has no rank-local part: a reshard).

@@ -91,13 +91,14 @@ void sync_finish(std::span<const Segment> segments, std::span<const AdamStepCons
   for_each_segment_piece(segments, [&](const Segment& s, std::size_t b, std::size_t e) {
     const AdamStepConsts& k = group_consts[s.group];
     const float lr_sum = lr_sums[s.group];
+    const bool lr_sum_zero = lr_sum == 0.0f;
     float* p = master + s.offset;
     float* mm = m + s.offset;
     float* uu = u + s.offset;
     const float* vv = v + s.offset;
     for (std::size_t j = b; j < e; ++j) {
       float x = p[j];
-      zero_one_sync_in(x, mm[j], uu[j], vv[j], lr_sum, k);
+      zero_one_sync_in(x, mm[j], uu[j], vv[j], lr_sum, k, lr_sum_zero);
       p[j] = x;
       if constexpr (!std::is_void_v<P>) {
         if (param_out != nullptr) param_out[s.out_at() + j] = from_float<P>(x);
