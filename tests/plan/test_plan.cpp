@@ -179,6 +179,49 @@ TEST_CASE("plan: Offload<Nvme> and OffloadParams<Nvme> equal the engine's ledger
   fs::remove_all(nvme_dir());
 }
 
+TEST_CASE("plan: OffloadParams<Nvme> with a buffer_size below the largest block is refused as the engine refuses it") {
+  // The engine's error and the plan's refusal come from one function (offload/nvme_layout.hpp); here
+  // they are compared on a real engine, with a buffer_size that is too small and the default.
+  RunConfig cfg;
+  cfg.world = 2;
+  for (std::size_t buffer_size : {std::size_t{1}, std::size_t{100'000'000}}) {
+    CAPTURE(buffer_size);
+    std::vector<std::string> engine_error(2);
+    comm::run_threads(2, [&](auto& comm) {
+      Mlp<typename Precision<fp16>::storage> model;
+      EngineOptions o = engine_options(cfg);
+      o.nvme.path = o.param_nvme.path = nvme_dir();
+      o.param_nvme.buffer_size = buffer_size;
+      try {
+        Engine<Partitioner<zerotk::Stage<3>>, Optimizer<AdamW>, Precision<fp16>, Offload<Nvme>, OffloadParams<Nvme>> e(comm, model, o);
+      } catch (const config_error& err) {
+        engine_error[static_cast<std::size_t>(comm.rank())] = err.what();
+      }
+    });
+    plan::Choice c;
+    c.stage = 3;
+    c.precision = DType::fp16;
+    c.optimizer = c.param = plan::OffloadTarget::nvme;
+    plan::EngineSettings s;
+    s.bucket_bytes = cfg.bucket_bytes;
+    s.compute_space = MemorySpace::host;
+    s.param_buffer_size = buffer_size;
+    plan::Budget all;
+    all.device_bytes = all.host_bytes = static_cast<std::size_t>(-1);
+    const plan::Evaluation e = plan::evaluate(mlp_description(3), 2, c, s, all);
+    CHECK(e.memory.refused == engine_error[0]);
+    CHECK(engine_error[0] == engine_error[1]);
+    if (buffer_size == 1) {
+      CHECK(e.memory.refused.find("zero_optimization.offload_param.buffer_size") != std::string::npos);
+      CHECK_FALSE(e.fits);  // however much memory there is
+    } else {
+      CHECK(e.memory.refused.empty());
+      CHECK(e.fits);
+    }
+  }
+  fs::remove_all(nvme_dir());
+}
+
 TEST_CASE("plan: the ZeRO paper's table (Psi = 7.5e9, N = 64, fp16 Adam)") {
   const double psi = 7.5e9, N = 64;
   const plan::ModelDescription m = plan::from_total(static_cast<std::size_t>(psi));

@@ -287,6 +287,10 @@ int plan_config(const plan::ModelDescription& m, const Args& a) {
   b.host_bytes = a.host_mem.value_or(static_cast<std::size_t>(-1));
   const plan::Evaluation e = plan::evaluate(m, a.world, c, s, b);
   print_breakdown(e);
+  if (!e.memory.refused.empty()) {
+    std::cout << "the engine would refuse this configuration: " << e.memory.refused << "\n";
+    return 1;
+  }
   if (a.device_mem) std::cout << (e.fits ? "fits" : "does NOT fit") << " in the budget\n";
   return e.fits ? 0 : 1;
 }
@@ -339,7 +343,9 @@ int run(int argc, char** argv) {
     std::printf("%-78s %10s %10s %10s  %s%s\n", e.choice.name().c_str(), gb2(static_cast<double>(e.device())).c_str(),
                 gb2(static_cast<double>(e.host())).c_str(),
                 gb2(static_cast<double>(e.memory.space_total(MemorySpace::disk))).c_str(), e.fits ? "yes" : "no",
-                e.memory.approximate.empty() ? "" : "  (approximate)");
+                !e.memory.refused.empty()      ? ("  (" + e.memory.refused + ")").c_str()
+                : e.memory.approximate.empty() ? ""
+                                               : "  (approximate)");
     if (!a.all && e.fits) break;
   }
   if (!best) {

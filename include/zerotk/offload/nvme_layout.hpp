@@ -6,7 +6,10 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <optional>
+#include <string>
 
+#include "zerotk/core/error.hpp"
 #include "zerotk/zero/layout.hpp"
 
 namespace zerotk::offload {
@@ -26,6 +29,19 @@ inline std::size_t blocks_in_cpu(const zero::BucketLayout& l, std::size_t max_in
   std::size_t k = 0, sum = 0;
   for (; k < l.buckets().size() && l.buckets()[k].block <= max_in_cpu - sum; ++k) sum += l.buckets()[k].block;
   return k;
+}
+
+/// OffloadParams<Nvme>: the error its home raises when `buffer_size` (elements) cannot hold the
+/// largest block of layout `l` (every staging buffer holds one whole block), or none. The planner
+/// asks the same question, so it never offers a configuration the engine refuses.
+inline std::optional<config_error> param_buffer_size_error(const zero::BucketLayout& l, std::size_t buffer_size) {
+  std::size_t largest = 0;
+  for (const zero::Bucket& b : l.buckets()) largest = std::max(largest, b.block);
+  if (largest <= buffer_size) return std::nullopt;
+  return config_error("smaller than the largest parameter block this rank swaps (" + std::to_string(largest) +
+                          " elements: a stage 3 bucket divided by the world size); raise it or make the buckets "
+                          "smaller (reduce_bucket_size)",
+                      "zero_optimization.offload_param.buffer_size", std::to_string(buffer_size));
 }
 
 }  // namespace zerotk::offload

@@ -238,17 +238,9 @@ class NvmeShard {
   /// largest block does not fit, and a `buffer_count` of 0.
   static std::size_t checked_block_bytes(const zero::BucketLayout& l, const zero::ShardFileOptions& o) {
     if (o.nvme.buffer_count == 0) throw config_error("must be >= 1", "zero_optimization.offload_param.buffer_count", "0");
-    std::size_t m = io::kDirectAlign, largest = 0;
-    for (const zero::Bucket& b : l.buckets()) {
-      m = std::max(m, padded(b.block));
-      largest = std::max(largest, b.block);
-    }
-    if (largest > o.nvme.buffer_size) {
-      throw config_error("smaller than the largest parameter block this rank swaps (" + std::to_string(largest) +
-                             " elements: a stage 3 bucket divided by the world size); raise it or make the buckets "
-                             "smaller (reduce_bucket_size)",
-                         "zero_optimization.offload_param.buffer_size", std::to_string(o.nvme.buffer_size));
-    }
+    if (auto e = offload::param_buffer_size_error(l, o.nvme.buffer_size)) throw *e;
+    std::size_t m = io::kDirectAlign;
+    for (const zero::Bucket& b : l.buckets()) m = std::max(m, padded(b.block));
     return m;
   }
   static const std::filesystem::path& checked_dir(const zero::ShardFileOptions& o) {

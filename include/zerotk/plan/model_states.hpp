@@ -51,6 +51,9 @@ struct MemoryPlan {
   /// Terms that are bounds rather than exact (the stage-3 pool under custom fetch settings);
   /// empty when every figure is the engine's exact allocation.
   std::vector<std::string> approximate;
+  /// Why the engine would refuse this configuration with these settings (its config_error's
+  /// what()), or empty. A refused configuration never fits (plan/search.hpp).
+  std::string refused;
 
   std::size_t& at(MemorySpace s, MemoryCategory c) noexcept {
     return bytes[static_cast<std::size_t>(s)][static_cast<std::size_t>(c)];
@@ -181,6 +184,7 @@ inline MemoryPlan model_state_plan(const ModelDescription& m, int world, const C
         largest = std::max(largest, padded);
         if (k < in_cpu) kept += padded;
       }
+      if (auto e = offload::param_buffer_size_error(L, s.param_buffer_size)) p.refused = e->what();
       p.at(MemorySpace::disk, C::params16) += 2 * std::max(slot_bytes, io::kDirectAlign);
       p.at(MemorySpace::pinned_host, C::other) += (s.param_buffer_count + 1) * largest;
       p.at(MemorySpace::pinned_host, C::params16) += kept;

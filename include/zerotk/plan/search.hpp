@@ -49,7 +49,7 @@ inline Evaluation evaluate(const ModelDescription& m, int world, const Choice& c
   e.memory = model_state_plan(m, world, c, s);
   e.activations = activation_peak(m, checkpointed_layers(m, c.checkpointing));
   e.memory.at(s.compute_space, MemoryCategory::activations) += e.activations.peak();
-  e.fits = e.device() <= budget.device_bytes && e.host() <= budget.host_bytes;
+  e.fits = e.memory.refused.empty() && e.device() <= budget.device_bytes && e.host() <= budget.host_bytes;
   return e;
 }
 
