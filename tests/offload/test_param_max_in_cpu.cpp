@@ -209,6 +209,42 @@ TEST_CASE("max_in_cpu: a staged copy of a block held again is dropped, so a fetc
   fs::remove_all(dir);
 }
 
+TEST_CASE("NvmeShard: write() inside the writer's transaction, between sub-groups too, is refused with nothing changed") {
+  for (std::size_t max_in_cpu : {std::size_t{0}, std::size_t{1'000'000}}) {  // blocks in the file only; all held
+    CAPTURE(max_in_cpu);
+    const fs::path dir = scratch("write_in_transaction");
+    Fixture f;
+    Shard s(f.ops, f.layout, 0, &f.ledger, f.options(dir, 2, max_in_cpu));
+    f.write_all(s, 1);
+    auto write_gen = [&](std::size_t k, int g) {
+      s.write(k, [&](float* b) {
+        for (std::size_t i = 0; i < f.block(k); ++i) b[i] = f.value(k, i, g);
+      });
+    };
+    // Block 0 written by the writer, its sub-group ended (nothing open, the transaction is): a
+    // write() of it, or of any block, would flip a slot under the transaction.
+    std::vector<float> v(f.block(0));
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = f.value(0, i, 2);
+    s.writer().write(f.layout.buckets()[0].part_offset, v.data(), v.size());
+    CHECK_THROWS_WITH_AS(write_gen(3, 9), doctest::Contains("commit() or abort() it first"), usage_error);  // open
+    s.writer().end_sub_group();
+    CHECK_THROWS_WITH_AS(write_gen(0, 9), doctest::Contains("bucket 0"), usage_error);
+    CHECK_THROWS_AS(write_gen(3, 9), usage_error);
+    for (std::size_t k = 0; k < f.buckets(); ++k) CHECK(f.fetched_is(s, k, 1));  // nothing changed
+    s.commit();
+    CHECK(f.fetched_is(s, 0, 2));
+    CHECK(f.fetched_is(s, 3, 1));
+    write_gen(3, 4);  // closed again: allowed
+    CHECK(f.fetched_is(s, 3, 4));
+    f.write_through_writer(s, 5);
+    s.abort();
+    write_gen(0, 6);  // and after an abort
+    CHECK(f.fetched_is(s, 0, 6));
+    CHECK(f.fetched_is(s, 1, 1));
+    fs::remove_all(dir);
+  }
+}
+
 TEST_CASE("the engine with max_in_cpu: the bits of max_in_cpu 0 and OffloadParams<None>; kept buckets read nothing") {
   const fs::path dir = scratch("engine");
   for (int world : {1, 2, 3}) {

@@ -181,10 +181,16 @@ class NvmeShard {
     f(h != nullptr ? h : load(k, staging(free_buffer())));
   }
   /// f(T* block) writes all of block k in staging; it then becomes block k atomically (the other
-  /// slot, then the switch).
+  /// slot, then the switch). usage_error while the writer's transaction is open (from its first
+  /// write to commit() or abort(), sub-group boundaries included), with nothing changed.
   template <class F>
   void write(std::size_t k, F&& f) {
-    if (open_ != kNone) throw usage_error("a block written while the optimizer's output is open", "NvmeShard::write");
+    // Between two sub-groups nothing is open, but the blocks already written wait in their other
+    // slot for commit(): writing one of them here would flip it under the transaction.
+    if (open_ != kNone || std::find(touched_.begin(), touched_.end(), char{1}) != touched_.end()) {
+      throw usage_error("a block written while the optimizer's output is open (commit() or abort() it first)",
+                        "NvmeShard::write", "bucket " + std::to_string(k));
+    }
     const std::size_t n = layout_->buckets()[k].block;
     drop_block(k);
     std::byte* s = staging(assembly());
