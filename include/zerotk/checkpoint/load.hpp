@@ -8,6 +8,7 @@
 ///   auto loaded = zerotk::checkpoint::load(engine, comm, "ckpt");        // the tag in ckpt/latest
 ///   restore_trainer(loaded.client_state);
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
 
@@ -41,12 +42,14 @@ inline EngineState read_rank_state(const std::filesystem::path& dir, const std::
   EngineState s;
   if (same_layout(m, sig)) {
     s.groups = read_rank_file(open_rank_file(tdir, m, sig.rank), m, sig.rank);
-    bool fits = true;
-    for (std::size_t g = 0; g < s.groups.size(); ++g) fits = fits && size_of(s.groups[g].rank_local) == size_of(current.groups[g].rank_local);
+    // The saved rank-local state is taken whole or not at all: an engine configured differently
+    // (another codec, another optimizer comm) starts it from zero rather than from a misfit.
+    const bool fits = std::ranges::equal(s.groups, current.groups, {}, [](const EngineGroupState& gs) { return size_of(gs.rank_local); },
+                                         [](const EngineGroupState& gs) { return size_of(gs.rank_local); });
     for (EngineGroupState& gs : s.groups) {
       if (!fits) gs.rank_local = {};
-      result.rank_local_restored = result.rank_local_restored || !gs.rank_local.empty();
     }
+    result.rank_local_restored = std::ranges::any_of(s.groups, [](const EngineGroupState& gs) { return !gs.rank_local.empty(); });
   } else {
     s.groups = reshard(tdir, m, sig);
     result.resharded = true;

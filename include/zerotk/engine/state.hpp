@@ -43,7 +43,6 @@ struct RankLocalState {
 /// How many values and scalars a group's rank-local state has.
 struct RankLocalSize {
   std::size_t values = 0, scalars = 0;
-  bool empty() const noexcept { return values == 0 && scalars == 0; }
   friend bool operator==(const RankLocalSize&, const RankLocalSize&) = default;
   RankLocalSize& operator+=(const RankLocalSize& o) noexcept {
     values += o.values;
@@ -60,7 +59,6 @@ class RankLocalReader {
   explicit RankLocalReader(const RankLocalState& s) : values_(s.values), scalars_(s.scalars) {}
   std::span<const float> values(std::size_t n) { return take(values_, n); }
   std::span<const double> scalars(std::size_t n) { return take(scalars_, n); }
-  bool done() const noexcept { return values_.empty() && scalars_.empty(); }
 
  private:
   template <class T>
