@@ -64,6 +64,7 @@
 #include "zerotk/engine/shards.hpp"
 #include "zerotk/engine/report.hpp"
 #include "zerotk/engine/state.hpp"
+#include "zerotk/offload/nvme_layout.hpp"
 #include "zerotk/optim/clip.hpp"
 #include "zerotk/optim/optimizer.hpp"
 #include "zerotk/optim/schedulers.hpp"
@@ -643,13 +644,16 @@ class Engine {
     });
   }
 
-  ::zerotk::offload::StoreOptions store_options(const char* name) const {
+  /// `param_max_in_cpu`: what is left of `offload_param.max_in_cpu` for this group (one budget over
+  /// both groups, below).
+  ::zerotk::offload::StoreOptions store_options(const char* name, std::size_t param_max_in_cpu) const {
     ::zerotk::offload::StoreOptions s;
     s.sub_group_size = options_.sub_group_size;
     s.rank = comm_.rank();
     s.name = name;
     s.nvme = options_.nvme;
     s.param_nvme = options_.param_nvme;
+    s.param_nvme.max_in_cpu = param_max_in_cpu;
     return s;
   }
 
@@ -765,14 +769,20 @@ class Engine {
                            std::to_string(f32.ids.size()) + " fp32-kept parameters");
       }
     }
+    // offload_param.max_in_cpu is one budget of elements over both groups, the working-precision
+    // group's leading blocks first and the fp32 group's from what is left (DeepSpeed counts its
+    // parameter groups in order against one budget too). Only OffloadParams<Nvme> reads it.
+    std::size_t in_cpu_left = options_.param_nvme.max_in_cpu;
     if (!main.ids.empty()) {
       main_ = std::make_unique<MainGroup>(path_context(acc32), std::move(main), bucket_numel(sizeof(S)), options_.groups,
-                                          options_.overlap_param_gather, store_options("main"), options_.onebit);
+                                          options_.overlap_param_gather, store_options("main", in_cpu_left),
+                                          options_.onebit);
+      in_cpu_left -= ::zerotk::offload::elements_in_cpu(main_->layout(), in_cpu_left);
     }
     if (!f32.ids.empty()) {
       f32_ = std::make_unique<Fp32Group>(path_context(true), std::move(f32), bucket_numel(sizeof(float)),
-                                         options_.groups, options_.overlap_param_gather, store_options("fp32"),
-                                         options_.onebit);
+                                         options_.groups, options_.overlap_param_gather,
+                                         store_options("fp32", in_cpu_left), options_.onebit);
     }
     bindings_.emplace(registry_, main_.get(), f32_.get(), ops_, &ledger_);
     bindings_->adopt_and_bind(options_.adopt_initial_values);

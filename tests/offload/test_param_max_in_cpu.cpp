@@ -7,6 +7,8 @@
 //  - The engine (W = 1..3): bitwise the parameters of max_in_cpu 0 and of OffloadParams<None>;
 //    DeepSpeed's default keeps this model's whole shard in memory (no fetch reads the file), a
 //    partial share serves exactly the kept buckets' fetches from memory.
+//  - One budget over both groups (fp32-kept parameters form the second): the working-precision
+//    group's blocks first, the fp32 group's from what is left, as DeepSpeed counts its groups.
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -303,6 +305,64 @@ TEST_CASE("the engine with max_in_cpu: the bits of max_in_cpu 0 and OffloadParam
                        << " fetches from memory; kept blocks " << p.pinned16 - n.pinned16 << " of " << a.pinned16 - n.pinned16
                        << " bytes");
     }
+  }
+  CHECK(fs::is_empty(dir));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("the engine with max_in_cpu: one budget over both groups, the working-precision group's blocks first") {
+  const fs::path dir = scratch("two_groups");
+  RunConfig cfg;
+  cfg.world = 2;
+  cfg.steps = 3;
+  cfg.stage3.param_persistence_threshold = 0;
+  EngineOptions o = engine_options(cfg);
+  o.nvme.path = dir;
+  o.param_nvme.path = dir;
+  o.keep_fp32 = [](std::string_view name) { return name.ends_with(".bias"); };  // the second group
+  struct Seen {
+    offload::ParamReadStats stats;
+    std::size_t bytes_in_cpu = 0;
+    std::vector<std::uint64_t> owned;  // [group]: this rank's shard, the sum of its blocks
+  };
+  auto run = [&](std::size_t max_in_cpu) {
+    o.param_nvme.max_in_cpu = max_in_cpu;
+    std::vector<Seen> seen(2);
+    std::mutex mu;
+    const RunResult r = train_with<3, fp16, Offload<Nvme>, OffloadParams<Nvme>, Mlp<float>>(cfg, o, [&](const auto& e) {
+      std::lock_guard lock(mu);
+      Seen& s = seen[static_cast<std::size_t>(e.rank())];
+      s.stats = e.param_read_stats();
+      s.bytes_in_cpu = e.param_bytes_in_cpu();
+      for (const auto& g : e.shard_table().owned_numel) s.owned.push_back(g[static_cast<std::size_t>(e.rank())]);
+      return true;
+    });
+    REQUIRE(r.ranks_agree);
+    return std::pair{r, seen};
+  };
+  const auto [all_run, all] = run(1'000'000'000);
+  REQUIRE(all[0].owned.size() == 2);
+  const std::uint64_t main_total = all[0].owned[0], f32_total = all[0].owned[1];
+  REQUIRE(main_total > 0);
+  REQUIRE(f32_total > 0);
+  REQUIRE(f32_total <= main_total);  // a budget per group would then keep both groups whole
+  // Exactly the working-precision group's blocks: the fp32 group keeps none and reads its own.
+  const auto [main_run, main_only] = run(main_total);
+  // Both groups' blocks: nothing is read from the file.
+  const auto [both_run, both] = run(main_total + f32_total);
+  check_same_run(main_run, all_run);
+  check_same_run(both_run, all_run);
+  for (std::size_t r = 0; r < 2; ++r) {
+    CAPTURE(r);
+    const std::uint64_t fetches = all[r].stats.in_cpu;
+    CHECK(all[r].stats.staged + all[r].stats.unstaged == 0);
+    CHECK(both[r].stats.staged + both[r].stats.unstaged == 0);
+    CHECK(both[r].bytes_in_cpu == all[r].bytes_in_cpu);
+    const offload::ParamReadStats& m = main_only[r].stats;
+    CHECK(m.in_cpu > 0);
+    CHECK(m.staged + m.unstaged > 0);
+    CHECK(m.in_cpu + m.staged + m.unstaged == fetches);
+    CHECK(main_only[r].bytes_in_cpu < all[r].bytes_in_cpu);
   }
   CHECK(fs::is_empty(dir));
   fs::remove_all(dir);

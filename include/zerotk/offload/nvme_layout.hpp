@@ -31,6 +31,13 @@ inline std::size_t blocks_in_cpu(const zero::BucketLayout& l, std::size_t max_in
   return k;
 }
 
+/// The elements those blocks hold: what they take of the `max_in_cpu` budget.
+inline std::size_t elements_in_cpu(const zero::BucketLayout& l, std::size_t max_in_cpu) noexcept {
+  std::size_t sum = 0;
+  for (std::size_t k = 0, n = blocks_in_cpu(l, max_in_cpu); k < n; ++k) sum += l.buckets()[k].block;
+  return sum;
+}
+
 /// OffloadParams<Nvme>: the error its home raises when `buffer_size` (elements) cannot hold the
 /// largest block of layout `l` (every staging buffer holds one whole block), or none. The planner
 /// asks the same question, so it never offers a configuration the engine refuses.

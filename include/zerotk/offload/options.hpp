@@ -40,7 +40,8 @@ struct ParamNvmeOptions {
   /// Elements of this rank's shard kept in host memory (`max_in_cpu`): the blocks of the first
   /// buckets, as many as fit whole, are fetched from there and never read from the file (which is
   /// still written, so that a failed step can be undone). DeepSpeed's default, 1e9, keeps all of a
-  /// model below a billion elements per rank in host memory; 0 puts every block on NVMe only.
+  /// model below a billion elements per rank in host memory; 0 puts every block on NVMe only. The
+  /// engine spends it over both of its groups, the working-precision group's blocks first.
   std::size_t max_in_cpu = 1'000'000'000;
 };
 
