@@ -4,6 +4,9 @@
 //   - optimizers: an in-place read-modify-write loop touching the same bytes with no math
 //     (fp32 AdamW: read p g m v, write p m v = 28 B/param; mixed: 16-bit g in, 16-bit copy out);
 //   - casts, flatten, unflatten: memcpy of the same bytes (the faster of one call and a 2-thread split);
+//     casts also report `vs_shape_copy`: against a copy of their own shape (16-bit lanes zero-extended
+//     to 32 or truncated to 16, non-temporal stores, no arithmetic), which tells a cast limited by
+//     the machine's read/write asymmetry from one that is slow;
 //   - sums of squares (the reproducible two-phase norm) and inf/NaN checks: a plain parallel read pass.
 // Working sets are >= 1 GiB (BENCH.md). Bytes counted = bytes read + bytes written, once each.
 //
@@ -16,6 +19,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <type_traits>
 #include <vector>
 
 #include "zerotk/core/memory.hpp"
@@ -23,6 +27,9 @@
 
 #if ZEROTK_HAS_OPENMP
 #include <omp.h>
+#endif
+#if defined(__x86_64__)
+#include <immintrin.h>
 #endif
 
 using namespace zerotk;
@@ -238,6 +245,60 @@ void BM_fused_lamb_fp32(benchmark::State& state) {
 
 // ---- casts -------------------------------------------------------------------------------------------
 
+#if defined(__x86_64__)
+// The cast's traffic without its arithmetic: n 16-bit values zero-extended to 32 bits (widen) or n
+// 32-bit values truncated to 16 (narrow), written with non-temporal stores as the cast writes them.
+__attribute__((target("avx2"))) void shape_copy_range(const std::uint16_t* in, std::uint32_t* out, std::size_t n) {
+  std::size_t i = 0;
+  for (; i < n && reinterpret_cast<std::uintptr_t>(out + i) % 32 != 0; ++i) out[i] = in[i];
+  for (; i + 8 <= n; i += 8) {
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(out + i),
+                        _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i))));
+  }
+  _mm_sfence();
+  for (; i < n; ++i) out[i] = in[i];
+}
+__attribute__((target("avx2"))) void shape_copy_range(const std::uint32_t* in, std::uint16_t* out, std::size_t n) {
+  std::size_t i = 0;
+  for (; i < n && reinterpret_cast<std::uintptr_t>(out + i) % 16 != 0; ++i) out[i] = static_cast<std::uint16_t>(in[i]);
+  const __m256i low = _mm256_set1_epi32(0xffff);
+  for (; i + 8 <= n; i += 8) {
+    const __m256i v = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i)), low);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(out + i),
+                     _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(v, v), 0x08)));
+  }
+  _mm_sfence();
+  for (; i < n; ++i) out[i] = static_cast<std::uint16_t>(in[i]);
+}
+#endif
+
+// Seconds of the cast-shaped copy of n elements over the threads, or 0 where it cannot run here.
+template <class Src, class Dst>
+double shape_copy_s(const void* in, void* out, std::size_t n) {
+#if defined(__x86_64__)
+  if (!__builtin_cpu_supports("avx2")) return 0;
+  using I = std::conditional_t<sizeof(Src) == 2, std::uint16_t, std::uint32_t>;
+  using O = std::conditional_t<sizeof(Dst) == 2, std::uint16_t, std::uint32_t>;
+  const auto* i = static_cast<const I*>(in);
+  auto* o = static_cast<O*>(out);
+  return median_seconds(3, [&] {
+#if ZEROTK_HAS_OPENMP
+#pragma omp parallel
+    {
+      const std::size_t t = static_cast<std::size_t>(omp_get_thread_num()), nt = static_cast<std::size_t>(omp_get_num_threads());
+      const std::size_t b = n * t / nt / 64 * 64, e = t + 1 == nt ? n : n * (t + 1) / nt / 64 * 64;
+      shape_copy_range(i + b, o + b, e - b);
+    }
+#else
+    shape_copy_range(i, o, n);
+#endif
+  });
+#else
+  (void)in, (void)out, (void)n;
+  return 0;
+#endif
+}
+
 template <class Src, class Dst>
 void BM_cast(benchmark::State& state) {
   Buffer<Src> in(kCastElems);
@@ -247,7 +308,11 @@ void BM_cast(benchmark::State& state) {
   const std::size_t copy_bytes = static_cast<std::size_t>(bytes / 2);
   Buffer<char> a(copy_bytes), b(copy_bytes);
   const double bound = memcpy_bound_s(b.p, a.p, copy_bytes);
-  run(state, bytes, static_cast<double>(kCastElems), bound, [&] { kh::cast(in.p, out.p, kCastElems); });
+  const double per = run(state, bytes, static_cast<double>(kCastElems), bound, [&] { kh::cast(in.p, out.p, kCastElems); });
+  if constexpr (sizeof(Src) != sizeof(Dst)) {
+    const double shape = shape_copy_s<Src, Dst>(in.p, out.p, kCastElems);
+    if (shape > 0) state.counters["vs_shape_copy"] = shape / per;
+  }
 }
 
 // ---- flatten -------------------------------------------------------------------------------------------
