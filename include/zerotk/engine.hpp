@@ -305,6 +305,7 @@ class Engine {
     r.global_steps = global_steps_;
     r.skipped_steps = skipped_steps_;
     r.loss_scale = scaler_.scale();
+    fetch_->ready_next();
     return r;
   }
 

@@ -9,6 +9,7 @@
 ///   after(m, phase)    the scope closed
 ///   hold(m), unhold(m) a gather scope (Engine::gather) outside the layer order
 ///   end_micro_step(n)  step(): the micro-step's sequence of scopes is complete
+///   ready_next()       step() returned normally: the next micro-step's first scopes come next
 ///   rethrow_with_order(e)  a collective of the micro-step failed: e, with what the schedule knows
 
 #include <cstdint>

@@ -26,6 +26,7 @@ class ResidentFetch {
   void hold(const ModuleEntry& m) { before(m, Phase::forward); }
   void unhold(const ModuleEntry&) {}
   void end_micro_step(std::int64_t) {}
+  void ready_next() {}
   [[noreturn]] void rethrow_with_order(const comm_error& x) const { throw x; }
 
  private:

@@ -62,7 +62,7 @@ class ShardedFetch {
       for (const Unit& u : e.units) with_params(u, [&](auto& p) { p.fetch(u.bucket); });
       if (on_trace_) prefetch(i, e);
     }
-    if (on_trace_) stage_ahead(i);  // before the waits: the reads overlap the gathers and the layer
+    if (on_trace_) stage_ahead_from(i + 1);  // before the waits: the reads overlap the gathers and the layer
     if (!held) {
       try {
         for (const Unit& u : e.units) with_params(u, [&](auto& p) { p.acquire(u.bucket); });
@@ -90,6 +90,19 @@ class ShardedFetch {
     if (!on_trace_ || current_.size() != trace_.size()) trace_ = std::move(current_);
     current_.clear();
     on_trace_ = true;
+  }
+
+  /// step() is done (the update, if it was a boundary, is committed): the shard homes read the
+  /// blocks the recorded order fetches first ahead, so that the next micro-step's first layers
+  /// find them staged too, between micro-steps of one accumulation and across an update alike. A
+  /// read-ahead that cannot even be submitted is left to its fetch, which reads the block itself
+  /// and reports the error where it happens.
+  void ready_next() {
+    if (trace_.empty()) return;
+    try {
+      stage_ahead_from(0);
+    } catch (const io_error&) {
+    }
   }
 
   /// Gathered elements now (pool buffers in use; persistent buckets not counted), over both groups.
@@ -202,14 +215,15 @@ class ShardedFetch {
     }
   }
 
-  /// Names to each group's shard home the buckets after event i in the trace whose fetch will read
-  /// it, nearest first, as many as it can read ahead (none for homes that cannot).
-  void stage_ahead(std::size_t i) {
+  /// Names to each group's shard home the buckets of events `from`, `from` + 1, ... in the trace
+  /// whose fetch will read it, nearest first, as many as it can read ahead (none for homes that
+  /// cannot).
+  void stage_ahead_from(std::size_t from) {
     auto one = [&](auto& p, std::uint8_t group) {
       const std::size_t capacity = p.stage_capacity();
       if (capacity == 0) return;
       next_.clear();
-      for (std::size_t j = i + 1; j < trace_.size() && next_.size() < capacity; ++j) {
+      for (std::size_t j = from; j < trace_.size() && next_.size() < capacity; ++j) {
         for (const Unit& u : trace_[j].units) {
           if (u.group != group || next_.size() == capacity || !p.reads_home(u.bucket)) continue;
           if (std::find(next_.begin(), next_.end(), u.bucket) == next_.end()) next_.push_back(u.bucket);
