@@ -9,6 +9,7 @@
 //   build/default/examples/02_gpt/zerotk_example_02_gpt --stage 3 --offload-optimizer nvme --offload-param nvme --nvme-path /local_nvme
 //   build/default/examples/02_gpt/zerotk_example_02_gpt --stage 0 --optimizer onebitadam --freeze-step 20
 //   build/default/examples/02_gpt/zerotk_example_02_gpt --stage 0 --precision fp32 --optimizer zerooneadam
+//   build/default/examples/02_gpt/zerotk_example_02_gpt --stage 0 --precision fp32 --lr 8e-3 --optimizer onebitlamb
 //   build/default/examples/02_gpt/zerotk_example_02_gpt --stage 0 --precision fp32 --compress topk:0.01 --huffman
 //   build/default/examples/02_gpt/zerotk_example_02_gpt --config ds_config.json
 //   mpirun -np 2 build/default/examples/02_gpt/zerotk_example_02_gpt --mpi
@@ -91,8 +92,8 @@ struct Options {
   std::int64_t max_in_cpu = 0;                  ///< offload_param.max_in_cpu: elements of the nvme shard also kept in memory
   bool delayed_param_update = false;            ///< with offload_optimizer cpu: each update lands one step late
   int delayed_param_update_start = 0;           ///< optimizer steps taken immediately first
-  std::string optimizer = "adamw";              ///< adamw, onebitadam (1-bit Adam) or zerooneadam (0/1 Adam), stage 0
-  int freeze_step = 20;                         ///< onebitadam: warm-up steps before compression
+  std::string optimizer = "adamw";              ///< adamw, onebitadam (1-bit Adam), zerooneadam (0/1 Adam) or onebitlamb (1-bit LAMB), stage 0
+  int freeze_step = 20;                         ///< onebitadam, onebitlamb: warm-up steps before compression
   int var_freeze_step = 30;                     ///< zerooneadam: last step of the variance phase
   int var_update_scaler = 16;                   ///< zerooneadam: var steps per doubling of the variance interval
   int local_step_scaler = 30;                   ///< zerooneadam: frozen steps per doubling of the sync interval
@@ -146,6 +147,15 @@ void check_offload_flags(const Options& o) {
     throw zerotk::usage_error("this binary builds 1-bit Adam in fp32 and bf16; use --precision fp32 or bf16",
                               "--optimizer onebitadam", "--precision fp16");
   }
+  if (o.optimizer == "onebitlamb" && o.stage != 0) {
+    throw zerotk::usage_error("1-bit LAMB runs at ZeRO stage 0 (it compresses the momentum every rank holds in full, in "
+                              "place of stage 0's gradient all-reduce); add --stage 0",
+                              "--optimizer onebitlamb", "--stage " + std::to_string(o.stage));
+  }
+  if (o.optimizer == "onebitlamb" && o.precision != "fp32") {
+    throw zerotk::usage_error("this binary builds 1-bit LAMB in fp32; use --precision fp32", "--optimizer onebitlamb",
+                              "--precision " + o.precision);
+  }
   if (o.optimizer == "zerooneadam" && o.stage != 0) {
     throw zerotk::usage_error("0/1 Adam runs at ZeRO stage 0 (it all-reduces gradients and updates every rank holds in "
                               "full, in place of stage 0's gradient all-reduce); add --stage 0",
@@ -168,7 +178,8 @@ void check_offload_flags(const Options& o) {
                                 "--compress " + o.compress, "--precision " + o.precision);
     }
     if (o.optimizer != "adamw") {
-      throw zerotk::usage_error("1-bit Adam and 0/1 Adam compress their own exchanges already; use --optimizer adamw",
+      throw zerotk::usage_error("1-bit Adam, 0/1 Adam and 1-bit LAMB compress their own exchanges already; use "
+                                "--optimizer adamw",
                                 "--compress " + o.compress, "--optimizer " + o.optimizer);
     }
   }
@@ -218,6 +229,7 @@ void check_swap_directory(const std::string& dir, const std::string& where) {
 std::string flags_to_deepspeed_json(const Options& o) {
   const bool fp16 = o.precision == "fp16", bf16 = o.precision == "bf16";
   const bool onebit = o.optimizer == "onebitadam", zero_one = o.optimizer == "zerooneadam";
+  const bool onebit_lamb = o.optimizer == "onebitlamb";
   std::ostringstream j;
   j << "{\n"
     << "  \"train_batch_size\": " << o.batch << ",\n"
@@ -226,10 +238,10 @@ std::string flags_to_deepspeed_json(const Options& o) {
     << "  \"steps_per_print\": " << o.steps_per_print << ",\n"
     << "  \"fp16\": {\"enabled\": " << (fp16 ? "true" : "false") << ", \"initial_scale_power\": 12},\n"
     << "  \"bf16\": {\"enabled\": " << (bf16 ? "true" : "false") << "},\n"
-    << "  \"optimizer\": {\"type\": \"" << (onebit ? "OneBitAdam" : zero_one ? "ZeroOneAdam" : "AdamW")
+    << "  \"optimizer\": {\"type\": \"" << (onebit ? "OneBitAdam" : zero_one ? "ZeroOneAdam" : onebit_lamb ? "OneBitLamb" : "AdamW")
     << "\", \"params\": {\"lr\": " << o.lr
     << ", \"betas\": [0.9, 0.95], \"eps\": 1e-8, \"weight_decay\": " << o.weight_decay;
-  if (onebit) j << ", \"freeze_step\": " << o.freeze_step;
+  if (onebit || onebit_lamb) j << ", \"freeze_step\": " << o.freeze_step;
   if (zero_one) {
     j << ", \"var_freeze_step\": " << o.var_freeze_step << ", \"var_update_scaler\": " << o.var_update_scaler
       << ", \"local_step_scaler\": " << o.local_step_scaler << ", \"local_step_clipper\": " << o.local_step_clipper;
@@ -290,6 +302,9 @@ using OneBit = zerotk::Engine<zerotk::Partitioner<zerotk::Stage<0>>, zerotk::Opt
 /// --optimizer zerooneadam: 0/1 Adam at stage 0, in fp32 in this binary.
 using ZeroOne = zerotk::Engine<zerotk::Partitioner<zerotk::Stage<0>>, zerotk::Optimizer<zerotk::ZeroOneAdam>,
                                zerotk::Precision<zerotk::fp32>>;
+/// --optimizer onebitlamb: 1-bit LAMB at stage 0, in fp32 in this binary.
+using OneBitLambE = zerotk::Engine<zerotk::Partitioner<zerotk::Stage<0>>, zerotk::Optimizer<zerotk::OneBitLamb>,
+                                   zerotk::Precision<zerotk::fp32>>;
 /// --compress: gradient compression at stage 0, in fp32 in this binary.
 template <class Codec>
 using Compressed = zerotk::Engine<zerotk::Partitioner<zerotk::Stage<0>>, zerotk::Optimizer<zerotk::AdamW>,
@@ -703,7 +718,7 @@ int run(const Options& o, const gpt::Config& model_config, const Data& data, Eva
                            E<3, zerotk::bf16, ParamCpu>, E<3, zerotk::bf16, OptCpu, ParamCpu>,
                            E<3, zerotk::fp32, OptCpu, ParamCpu>, E<3, zerotk::bf16, OptNvme>,
                            E<3, zerotk::bf16, OptNvme, ParamCpu>, E<3, zerotk::bf16, OptNvme, ParamNvme>,
-                           OneBit<zerotk::fp32>, OneBit<zerotk::bf16>, ZeroOne,
+                           OneBit<zerotk::fp32>, OneBit<zerotk::bf16>, ZeroOne, OneBitLambE,
                            Compressed<zerotk::TopK>, Compressed<zerotk::TwoBit>, Compressed<zerotk::Sign>>(cfg, launch);
   if (!root) return 0;
   print_memory_table(summary, cfg.zero_optimization.stage, std::string(zerotk::to_string(cfg.precision())), world,
@@ -812,9 +827,13 @@ int main(int argc, char** argv) {
                  "bias correction for --freeze-step steps, then each rank's momentum is exchanged 1-bit compressed "
                  "with error feedback and the variance frozen; zerooneadam: DeepSpeed's 0/1 Adam (stage 0, fp32): "
                  "variance updates at doubling intervals with 1-bit gradients between them, then local steps with "
-                 "1-bit syncs of the accumulated update (--var-freeze-step, --local-step-scaler, ...)")
-      ->check(CLI::IsMember({"adamw", "onebitadam", "zerooneadam"}));
-  app.add_option("--freeze-step", o.freeze_step, "with --optimizer onebitadam: warm-up steps before compression")
+                 "1-bit syncs of the accumulated update (--var-freeze-step, --local-step-scaler, ...); onebitlamb: "
+                 "DeepSpeed's 1-bit LAMB (stage 0, fp32): LAMB for --freeze-step steps, then the whole model's momentum "
+                 "exchanged 1-bit compressed with error feedback, each tensor's step scaled by its averaged trust "
+                 "ratio and a variance factor")
+      ->check(CLI::IsMember({"adamw", "onebitadam", "zerooneadam", "onebitlamb"}));
+  app.add_option("--freeze-step", o.freeze_step,
+                 "with --optimizer onebitadam or onebitlamb: warm-up steps before compression")
       ->check(CLI::Range(0, 1 << 30));
   app.add_option("--var-freeze-step", o.var_freeze_step,
                  "with --optimizer zerooneadam: last step of the variance phase (then local steps and 1-bit syncs)")
