@@ -315,8 +315,18 @@ int read_hook(const io::FaultSite& s) {
 
 TEST_CASE("OffloadParams<Nvme> faults: a failed shard read fails the fetch; the step runs again once fixed") {
   const fs::path dir = scratch("read");
-  for (int world : {1, 2}) {
+  // buffer_count 1: no read-ahead, so every rank's first fetch of the step reads, and fails, before
+  // any rank gathers. With read-ahead (one rank: the failing fetch is a later one, whose read was
+  // started by read-ahead after the fault was set; the first blocks were read ahead at the end of
+  // the step before).
+  struct Case {
+    int world;
+    std::size_t buffer_count;
+  };
+  for (const Case c : {Case{1, 1}, Case{2, 1}, Case{1, 5}}) {
+    const int world = c.world;
     CAPTURE(world);
+    CAPTURE(c.buffer_count);
     RunConfig cfg;
     cfg.world = world;
     cfg.stage3.param_persistence_threshold = 0;
@@ -324,7 +334,8 @@ TEST_CASE("OffloadParams<Nvme> faults: a failed shard read fails the fetch; the 
     std::vector<float> retried, reference;
     comm::run_threads(world, [&](auto& comm) {
       const auto r = static_cast<std::size_t>(comm.rank());
-      const EngineOptions o = options_in(cfg, dir, 13);
+      EngineOptions o = options_in(cfg, dir, 13);
+      o.param_nvme.buffer_count = c.buffer_count;
       Mlp<half> model;
       OffloadEngine<3, fp16, Offload<Nvme>, OffloadParams<Nvme>> engine(comm, model, o);
       {
@@ -339,7 +350,7 @@ TEST_CASE("OffloadParams<Nvme> faults: a failed shard read fails the fetch; the 
         io::set_fault_hook(&read_hook);
       }
       comm.barrier().wait();
-      try {  // every rank's first fetch of step 3 fails, before any of them gathers
+      try {
         train_steps(engine, model, comm.rank(), cfg, 3, 4, nullptr);
       } catch (const io_error& e) {
         errors[r] = e.what();

@@ -127,21 +127,30 @@ class NvmeShard {
 
   /// This rank's block of bucket k into its slot of the gather buffer: from its read-ahead buffer
   /// if it was staged, else read now.
+  /// A read that fails drops every staged block as well: their reads were issued under the same
+  /// fault, and a step run again once it is fixed must read them afresh rather than fail on each.
   const T* gather_source(Ops& ops, std::size_t k, T* slot) {
     const std::size_t n = layout_->buckets()[k].block;
     if (const T* h = held(k)) {
       ++stats_.in_cpu;
       ops.copy_from_host(h, slot, n);
-    } else if (const std::size_t i = buffer_of(k); i < staged_.size()) {
-      const io::SwapFile::Ticket t = staged_[i].ticket;
-      staged_[i] = Staged{};  // free either way: a failed read is read again by the next fetch
-      file_.wait(t);
-      ++stats_.staged;
-      hold(k, current_[k], staging(i));
-      ops.copy_from_host(reinterpret_cast<const T*>(staging(i)), slot, n);
-    } else {
-      ++stats_.unstaged;
-      ops.copy_from_host(load(k, staging(free_buffer())), slot, n);
+      return slot;
+    }
+    try {
+      if (const std::size_t i = buffer_of(k); i < staged_.size()) {
+        const io::SwapFile::Ticket t = staged_[i].ticket;
+        staged_[i] = Staged{};  // free either way: a failed read is read again by the next fetch
+        file_.wait(t);
+        ++stats_.staged;
+        hold(k, current_[k], staging(i));
+        ops.copy_from_host(reinterpret_cast<const T*>(staging(i)), slot, n);
+      } else {
+        ++stats_.unstaged;
+        ops.copy_from_host(load(k, staging(free_buffer())), slot, n);
+      }
+    } catch (const io_error&) {
+      for (Staged& s : staged_) drop(s);
+      throw;
     }
     return slot;
   }
