@@ -2,8 +2,8 @@
 // fetch schedule names the buckets it fetches next and their blocks are read before the fetch.
 //  - NvmeShard alone: a staged block gives the fetch the current values; writes, commits and
 //    abandoned transactions leave no stale block behind; at most buffer_count - 1 blocks are staged;
-//    a failed read-ahead is the io_error of the fetch that needs the block and the next fetch reads
-//    again; buffer_count 0 and a buffer_size smaller than the largest block are config errors.
+//    a failed read-ahead is the io_error of the fetch that needs the block, drops the other staged
+//    reads, and the next fetch reads again; buffer_count 0 and a buffer_size smaller than the largest block are config errors.
 //  - The engine: once the order is recorded, every forward fetch past those of the first layer (and
 //    of the gathers prefetched with it) is served from a read-ahead buffer; the fetches are the same
 //    as with buffer_count 1 (no read-ahead), and the parameters bitwise those of buffer_count 1 and
@@ -32,6 +32,17 @@ namespace {
 
 fs::path scratch(const std::string& name) { return shard::scratch_dir("read_ahead." + name); }
 
+/// cfg's run at stage 3 in fp16 with OffloadParams<Nvme> and options o; each rank's read statistics
+/// land in stats[rank].
+RunResult run_reading(const RunConfig& cfg, const EngineOptions& o, std::vector<offload::ParamReadStats>& stats) {
+  stats.assign(static_cast<std::size_t>(cfg.world), {});
+  std::mutex mu;
+  return train_with<3, fp16, Offload<Nvme>, OffloadParams<Nvme>>(cfg, o, [&](const auto& e) {
+    std::lock_guard lock(mu);
+    stats[static_cast<std::size_t>(e.rank())] = e.param_read_stats();
+    return true;
+  });
+}
 }  // namespace
 
 TEST_CASE("NvmeShard read-ahead: staged blocks hold the current values; writes and commits drop them") {
@@ -104,7 +115,7 @@ TEST_CASE("NvmeShard read-ahead: staged blocks hold the current values; writes a
   fs::remove_all(dir);
 }
 
-TEST_CASE("NvmeShard read-ahead: a failed read is the fetch's io_error; the next fetch reads again") {
+TEST_CASE("NvmeShard read-ahead: a failed read is the fetch's io_error and drops the other staged reads; the next fetch reads again") {
   const fs::path dir = scratch("fault");
   Fixture f;
   {
@@ -118,13 +129,17 @@ TEST_CASE("NvmeShard read-ahead: a failed read is the fetch's io_error; the next
     s.stage_ahead(ahead);  // both reads fail in the background: nothing is thrown here
     std::vector<float> slot(f.block(4));
     CHECK_THROWS_WITH_AS(s.gather_source(f.ops, 4, slot.data()), doctest::Contains("zerotk_params."), io_error);
+    // The failure dropped block 0's read-ahead too (read under the same fault): its fetch reads
+    // the block itself (an unstaged fetch), and fails while the fault lasts.
+    CHECK(s.stats().unstaged == 0);
     CHECK_THROWS_AS(s.gather_source(f.ops, 0, slot.data()), io_error);
+    CHECK(s.stats().unstaged == 1);
     g_fail_reads = false;
     io::set_fault_hook(nullptr);
     CHECK(f.fetched_is(s, 4, 1));  // the cause is gone: read again, right
     CHECK(f.fetched_is(s, 0, 1));
     CHECK(s.stats().staged == 0);
-    CHECK(s.stats().unstaged == 2);
+    CHECK(s.stats().unstaged == 3);
     // A failed read-ahead that no fetch needs is dropped without a word.
     g_fail_reads = true;
     io::set_fault_hook(&fault_hook);
@@ -137,7 +152,7 @@ TEST_CASE("NvmeShard read-ahead: a failed read is the fetch's io_error; the next
     CHECK(f.fetched_is(s, 4, 1));
     CHECK(f.fetched_is(s, 1, 1));
     CHECK(s.stats().staged == 1);
-    CHECK(s.stats().unstaged == 3);
+    CHECK(s.stats().unstaged == 4);
   }
   fs::remove_all(dir);
 }
@@ -178,13 +193,7 @@ TEST_CASE("the engine reads ahead on the recorded order; the bits equal buffer_c
       o.param_nvme.max_in_cpu = 0;
       auto run = [&](std::size_t buffer_count, std::vector<offload::ParamReadStats>& stats) {
         o.param_nvme.buffer_count = buffer_count;
-        stats.assign(static_cast<std::size_t>(world), {});
-        std::mutex mu;
-        return train_with<3, fp16, Offload<Nvme>, OffloadParams<Nvme>>(cfg, o, [&](const auto& e) {
-          std::lock_guard lock(mu);
-          stats[static_cast<std::size_t>(e.rank())] = e.param_read_stats();
-          return true;
-        });
+        return run_reading(cfg, o, stats);
       };
       std::vector<offload::ParamReadStats> ahead, none;
       const RunResult with = run(5, ahead);
@@ -234,13 +243,7 @@ TEST_CASE("read-ahead goes on across micro-steps and updates: past the first mic
         o.param_nvme.buffer_count = 5;
         auto run = [&](int steps, std::vector<offload::ParamReadStats>& stats) {
           cfg.steps = steps;
-          stats.assign(static_cast<std::size_t>(world), {});
-          std::mutex mu;
-          return train_with<3, fp16, Offload<Nvme>, OffloadParams<Nvme>>(cfg, o, [&](const auto& e) {
-            std::lock_guard lock(mu);
-            stats[static_cast<std::size_t>(e.rank())] = e.param_read_stats();
-            return true;
-          });
+          return run_reading(cfg, o, stats);
         };
         // One step, then four: the fetches the first micro-step reads itself (it has no recorded
         // order yet) and those of the gather after training are in both; every other fetch of the
