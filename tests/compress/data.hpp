@@ -2,11 +2,18 @@
 // Seeded test data and the error-feedback bound shared by the compress tests.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <random>
+#include <string>
+#include <tuple>
 #include <vector>
+
+#include "../kernels/kernel_test_util.hpp"  // Threads
+#include "zerotk/core/error.hpp"
 
 namespace zerotk::test {
 
@@ -46,6 +53,45 @@ Encoded encode_decode(const std::vector<float>& x, std::vector<float>& err, cons
   e.decoded.assign(x.size(), 123.0f);
   c.decode(e.payload, e.decoded);
   return e;
+}
+
+/// Encodes and decodes x with codec c on `threads` OpenMP threads (the codecs' drivers run over
+/// kernels/host/parallel.hpp's threads) from a copy of err; returns the payload,
+/// the decoded values and the new error, to compare runs on different thread counts.
+template <class Codec>
+std::tuple<std::vector<std::uint8_t>, std::vector<float>, std::vector<float>> encode_on(int threads, const Codec& c,
+                                                                                      const std::vector<float>& x,
+                                                                                      std::vector<float> err) {
+  Threads t(threads);
+  Encoded e = encode_decode(x, err, c);
+  return {std::move(e.payload), std::move(e.decoded), std::move(err)};
+}
+
+/// The codec over 2 and 3 threads equals one thread bit for bit (payload, decoded values, error) on
+/// 200003 values: over 2 x 32Ki, so the drivers split them between the threads (shares on whole
+/// bytes), and not a multiple of 64, so the last share ends inside a byte. A NaN in the last share
+/// is an error naming its index, with the error buffer and the output untouched.
+template <class Codec>
+void check_encode_over_threads() {
+  constexpr std::size_t n = 200003;
+  const std::vector<float> x = normal(11, n), err0 = normal(12, n, 0.1f);
+  const auto one = encode_on(1, Codec{}, x, err0);
+  for (int threads : {2, 3}) {
+    CAPTURE(threads);
+    CHECK(encode_on(threads, Codec{}, x, err0) == one);
+  }
+  std::vector<float> bad = x, err = err0;
+  bad[n - 2] = std::numeric_limits<float>::quiet_NaN();
+  std::vector<std::uint8_t> out(Codec::payload_bytes(n), 0x5a);
+  Threads t(3);
+  try {
+    (void)Codec{}.encode(bad, err, out);
+    FAIL("no error for a NaN");
+  } catch (const numerics_error& e) {
+    CHECK(std::string(e.what()).find("index " + std::to_string(n - 2)) != std::string::npos);
+  }
+  CHECK(err == err0);
+  CHECK(std::all_of(out.begin(), out.end(), [](std::uint8_t v) { return v == 0x5a; }));
 }
 
 }  // namespace zerotk::test

@@ -185,3 +185,7 @@ TEST_CASE("sign: the host drivers (vector paths and tails) equal the per-element
     }
   }
 }
+
+TEST_CASE("sign: over threads the encode and decode equal one thread's bit for bit; a NaN in the last share changes nothing") {
+  test::check_encode_over_threads<SignCodec>();
+}

@@ -165,3 +165,7 @@ TEST_CASE("two_bit: the host drivers (vector paths and tails) equal the per-elem
     }
   }
 }
+
+TEST_CASE("two_bit: over threads the encode and decode equal one thread's bit for bit; a NaN in the last share changes nothing") {
+  test::check_encode_over_threads<TwoBitCodec>();
+}

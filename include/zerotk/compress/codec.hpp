@@ -21,6 +21,7 @@
 /// element j of a packed field sits in byte j / (8 / bits), most significant bits first (numpy's
 /// packbits order, which DeepSpeed's NCCL backend gets from cupy.packbits).
 
+#include <atomic>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -30,6 +31,7 @@
 #include "zerotk/core/dtype.hpp"
 #include "zerotk/core/error.hpp"
 #include "zerotk/core/macros.hpp"
+#include "zerotk/kernels/host/parallel.hpp"
 
 namespace zerotk::compress {
 
@@ -82,16 +84,27 @@ inline std::string float_text(float v) { return to_text(v); }
 /// err[i] := x[i] + err[i] for i < n, after checking that none of the sums is inf or NaN (the check
 /// comes first, so on the error nothing has changed). Returns the largest |x[i] + err[i]| as its
 /// magnitude bits (abs_key), which the codecs turn into their scale or step.
+/// Both passes run over the threads of kernels/host/parallel.hpp (a maximum and an elementwise add:
+/// the same result on any number of threads).
 inline std::uint32_t add_feedback_checked(const char* where, std::span<const float> x, float* err) {
   const std::size_t n = x.size();
-  std::uint32_t max_key = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    const std::uint32_t k = abs_key(x[i] + err[i]);
-    max_key = k > max_key ? k : max_key;
-  }
-  if (max_key >= kNonfiniteKey) throw_nonfinite(where, x, std::span<const float>(err, n));
-  for (std::size_t i = 0; i < n; ++i) err[i] = x[i] + err[i];
-  return max_key;
+  const float* in = x.data();
+  std::atomic<std::uint32_t> max_key{0};
+  kernels::host::for_each_piece(1, [n](std::size_t) { return n; }, [&](std::size_t, std::size_t b, std::size_t e) {
+    std::uint32_t m = 0;
+    for (std::size_t i = b; i < e; ++i) {
+      const std::uint32_t k = abs_key(in[i] + err[i]);
+      m = k > m ? k : m;
+    }
+    std::uint32_t seen = max_key.load(std::memory_order_relaxed);
+    while (m > seen && !max_key.compare_exchange_weak(seen, m, std::memory_order_relaxed)) {
+    }
+  });
+  if (max_key.load() >= kNonfiniteKey) throw_nonfinite(where, x, std::span<const float>(err, n));
+  kernels::host::for_each_piece(1, [n](std::size_t) { return n; }, [&](std::size_t, std::size_t b, std::size_t e) {
+    for (std::size_t i = b; i < e; ++i) err[i] = in[i] + err[i];
+  });
+  return max_key.load();
 }
 
 /// A decode's payload must be exactly payload_bytes(n) long.

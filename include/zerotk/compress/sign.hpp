@@ -29,6 +29,7 @@
 #include "zerotk/compress/codec.hpp"
 #include "zerotk/core/error.hpp"
 #include "zerotk/core/macros.hpp"
+#include "zerotk/kernels/host/parallel.hpp"
 #include "zerotk/kernels/host/reduce.hpp"
 #include "zerotk/kernels/host/simd.hpp"  // ZEROTK_HOST_X86_SIMD and <immintrin.h>
 
@@ -93,11 +94,9 @@ inline int residual4(float* p, __m128 zero, __m128 plus, __m128 minus) {
   return _mm_movemask_ps(ge);
 }
 #endif
-}  // namespace detail
 
-/// bits = signs of y[0..n); y[j] becomes residual(y[j], scale) (y is the error buffer in place).
-/// On x86-64 8 values at a time through SSE2 (baseline), bit for bit the per-element functions.
-inline void pack_with_feedback(float* y, std::size_t n, float scale, std::uint8_t* bits) {
+/// pack_with_feedback on one thread.
+inline void pack_with_feedback_range(float* y, std::size_t n, float scale, std::uint8_t* bits) {
   const std::size_t full = n / 8;
   std::size_t b = 0;
 #if ZEROTK_HOST_X86_SIMD
@@ -118,6 +117,18 @@ inline void pack_with_feedback(float* y, std::size_t n, float scale, std::uint8_
     bits[full] = pack_byte(p, rest);
     for (unsigned j = 0; j < rest; ++j) p[j] = residual(p[j], scale);
   }
+}
+}  // namespace detail
+
+/// bits = signs of y[0..n); y[j] becomes residual(y[j], scale) (y is the error buffer in place).
+/// On x86-64 8 values at a time through SSE2 (baseline), bit for bit the per-element functions; over
+/// the threads of kernels/host/parallel.hpp, whose shares start on multiples of 64 values (whole
+/// bytes), so the bits do not depend on the number of threads.
+inline void pack_with_feedback(float* y, std::size_t n, float scale, std::uint8_t* bits) {
+  static_assert(kernels::host::kShareGrain % 8 == 0, "a share must start on a whole byte of bits");
+  kernels::host::for_each_piece(1, [n](std::size_t) { return n; }, [&](std::size_t, std::size_t b, std::size_t e) {
+    detail::pack_with_feedback_range(y + b, e - b, scale, bits + b / 8);
+  });
 }
 
 /// bits = signs of y[0..n), no feedback (the packing alone; benchmarked against memcpy). On x86-64,
@@ -167,13 +178,18 @@ void unpack_each(const std::uint8_t* bits, std::size_t n, float scale, float* ou
 /// out[j] = +-scale from the packed bits of n values: sign::value for every j, bit for bit. Large n
 /// go through a table of the 256 bytes' 8 values (8 KiB, built per call), so each byte is one
 /// 32-byte copy the compiler vectorizes; the per-element loop handles small n and the tail.
+/// Over the threads, in shares of whole bytes.
 inline void unpack(const std::uint8_t* bits, std::size_t n, float scale, float* out) {
-  detail::unpack_each(bits, n, scale, out, [](float& o, float v) { o = v; });
+  kernels::host::for_each_piece(1, [n](std::size_t) { return n; }, [&](std::size_t, std::size_t b, std::size_t e) {
+    detail::unpack_each(bits + b / 8, e - b, scale, out + b, [](float& o, float v) { o = v; });
+  });
 }
 
 /// sum[j] += value(j): the same values as unpack, added in place.
 inline void unpack_add(const std::uint8_t* bits, std::size_t n, float scale, float* sum) {
-  detail::unpack_each(bits, n, scale, sum, [](float& o, float v) { o += v; });
+  kernels::host::for_each_piece(1, [n](std::size_t) { return n; }, [&](std::size_t, std::size_t b, std::size_t e) {
+    detail::unpack_each(bits + b / 8, e - b, scale, sum + b, [](float& o, float v) { o += v; });
+  });
 }
 
 }  // namespace sign

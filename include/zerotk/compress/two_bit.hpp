@@ -28,6 +28,7 @@
 #include <string>
 
 #include "zerotk/compress/codec.hpp"
+#include "zerotk/kernels/host/parallel.hpp"
 #include "zerotk/core/error.hpp"
 #include "zerotk/core/macros.hpp"
 #include "zerotk/kernels/host/simd.hpp"  // ZEROTK_HOST_X86_SIMD and <immintrin.h>
@@ -93,11 +94,9 @@ inline constexpr auto kInterleave = [] {
   }
   return t;
 }();
-}  // namespace detail
 
-/// codes of y[0..n); y[j] becomes y[j] - level (the error buffer in place). On x86-64 4 values at a
-/// time through SSE2 (baseline), bit for bit the per-element functions.
-inline void pack_with_feedback(float* y, std::size_t n, float step, std::uint8_t* codes) {
+/// pack_with_feedback on one thread.
+inline void pack_with_feedback_range(float* y, std::size_t n, float step, std::uint8_t* codes) {
   const std::size_t full = n / 4;
   const float half = 0.5f * step, big = 1.5f * step;
   std::size_t b = 0;
@@ -129,6 +128,17 @@ inline void pack_with_feedback(float* y, std::size_t n, float step, std::uint8_t
   }
   (void)half;
   (void)big;
+}
+}  // namespace detail
+
+/// codes of y[0..n); y[j] becomes y[j] - level (the error buffer in place). On x86-64 4 values at a
+/// time through SSE2 (baseline), bit for bit the per-element functions; over the threads of
+/// kernels/host/parallel.hpp in shares of whole bytes, so the codes do not depend on the threads.
+inline void pack_with_feedback(float* y, std::size_t n, float step, std::uint8_t* codes) {
+  static_assert(kernels::host::kShareGrain % 4 == 0, "a share must start on a whole byte of codes");
+  kernels::host::for_each_piece(1, [n](std::size_t) { return n; }, [&](std::size_t, std::size_t b, std::size_t e) {
+    detail::pack_with_feedback_range(y + b, e - b, step, codes + b / 4);
+  });
 }
 
 /// codes of y[0..n), no feedback (the packing alone; benchmarked against memcpy). On x86-64, 4 values
