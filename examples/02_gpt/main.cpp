@@ -15,7 +15,8 @@
 //   mpirun -np 2 build/default/examples/02_gpt/zerotk_example_02_gpt --mpi
 //
 // The flags are turned into a DeepSpeed config (printed with --print-config), so both paths go
-// through the same reader, validation and engine dispatch.
+// through the same reader, validation and engine dispatch. This file holds the flags, the config and the
+// dispatch; train.hpp the training loop, compiled per engine type in train_*.cpp (engines.hpp).
 #include <CLI/CLI.hpp>
 #include <unistd.h>  // access(): is --nvme-path writable
 #if defined(__GLIBC__)
@@ -24,83 +25,31 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <cstring>
 #include <exception>
-#include <iostream>
 #include <iterator>
-#include <memory>
-#include <mutex>
-#include <span>
 #include <sstream>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
-#include <zerotk/activation.hpp>
-#include <zerotk/checkpoint/save_16bit.hpp>
-#include <zerotk/comm/threads.hpp>
 #include <zerotk/config/reader.hpp>
 #include <zerotk/config/structure.hpp>
 #include <zerotk/engine_config.hpp>
-#include <zerotk/monitor/progress.hpp>
-#include <zerotk/monitor/training_log.hpp>
-#if ZEROTK_HAS_MPI
-#include <zerotk/comm/mpi.hpp>
-#endif
-#if ZEROTK_HAS_XXHASH
-#include <zerotk/checkpoint.hpp>
-#endif
 
 #include "data.hpp"
+#include "engines.hpp"
 #include "evaluate.hpp"
 #include "gpt.hpp"
 
 namespace {
 
-struct Options {
-  int ranks = 4;
-  bool mpi = false;
-  int stage = 2;
-  std::string precision = "bf16";
-  std::string config_file;
-  bool print_config = false;
-  std::string task = "sort";
-  int digits = 8;
-  std::string text_file;
-  int context = 64;
-  int layers = 2, d_model = 64, heads = 4;
-  int steps = 300, batch = 64, gas = 1, warmup = 30;
-  double lr = 3e-3, weight_decay = 0.01, clip = 1.0;
-  long long bucket_elements = 50000;
-  std::uint64_t seed = 1234;
-  int eval_size = 1000;
-  std::string csv_dir = "out/gpt_monitor";
-  int steps_per_print = 50;
-  std::string save_dir, load_dir;  ///< checkpoints (zerotk/checkpoint.hpp); empty: off
-  std::string load_tag;            ///< --tag: the checkpoint to load (default: the directory's latest)
-  int save_every = 0;              ///< also save every N steps (0: only after the last step)
-  bool save_async = false;         ///< write checkpoints while training goes on (commit at the next save)
-  std::string checkpoint_activations = "none";  ///< --checkpoint-activations: none, all or every:K blocks
-  bool cpu_checkpointing = false;               ///< saved inputs in pinned host memory (DeepSpeed's key)
-  std::string offload_optimizer = "none";       ///< offload_optimizer.device: none, cpu (stages 1-3) or nvme (stage 3)
-  std::string offload_param = "none";           ///< offload_param.device: none, cpu or nvme (stage 3)
-  std::string nvme_path;                        ///< offload_optimizer.nvme_path (and offload_param's): the swap files' directory
-  std::int64_t max_in_cpu = 0;                  ///< offload_param.max_in_cpu: elements of the nvme shard also kept in memory
-  bool delayed_param_update = false;            ///< with offload_optimizer cpu: each update lands one step late
-  int delayed_param_update_start = 0;           ///< optimizer steps taken immediately first
-  std::string optimizer = "adamw";              ///< adamw, onebitadam (1-bit Adam), zerooneadam (0/1 Adam) or onebitlamb (1-bit LAMB), stage 0
-  int freeze_step = 20;                         ///< onebitadam, onebitlamb: warm-up steps before compression
-  int var_freeze_step = 30;                     ///< zerooneadam: last step of the variance phase
-  int var_update_scaler = 16;                   ///< zerooneadam: var steps per doubling of the variance interval
-  int local_step_scaler = 30;                   ///< zerooneadam: frozen steps per doubling of the sync interval
-  int local_step_clipper = 4;                   ///< zerooneadam: longest sync interval
-  std::string compress = "none";                ///< gradient_compression: none, topk:RATIO, 2bit or 1bit (stage 0)
-  bool huffman = false;                         ///< gradient_compression.huffman_coding
-};
+using namespace gpt_demo;
 
 /// --compress as gradient_compression's algorithm and topk_ratio ({"", 0} for none).
 struct CompressFlag {
@@ -286,50 +235,6 @@ std::string flags_to_deepspeed_json(const Options& o) {
   return j.str();
 }
 
-// The engine types this binary is compiled with; dispatch picks the one the config asks for. Each
-// engine type is compiled in full, so only what the flags reach is listed: every stage and precision
-// without offload; --offload-optimizer cpu at stages 1-3 in bf16; --offload-param cpu at stage 3 in
-// bf16 (alone or with the optimizer offloaded) and fp32 (with both); --offload-optimizer nvme at stage 3
-// in bf16 (alone, with --offload-param cpu or with --offload-param nvme). A config asking for another
-// combination gets dispatch's error naming every candidate.
-template <int S, class P, class... Offloads>
-using E = zerotk::Engine<zerotk::Partitioner<zerotk::Stage<S>>, zerotk::Optimizer<zerotk::AdamW>, zerotk::Precision<P>,
-                         Offloads...>;
-/// --optimizer onebitadam: 1-bit Adam runs at stage 0 (DeepSpeed's rule too).
-template <class P>
-using OneBit = zerotk::Engine<zerotk::Partitioner<zerotk::Stage<0>>, zerotk::Optimizer<zerotk::OneBitAdam>,
-                              zerotk::Precision<P>>;
-/// --optimizer zerooneadam: 0/1 Adam at stage 0, in fp32 in this binary.
-using ZeroOne = zerotk::Engine<zerotk::Partitioner<zerotk::Stage<0>>, zerotk::Optimizer<zerotk::ZeroOneAdam>,
-                               zerotk::Precision<zerotk::fp32>>;
-/// --optimizer onebitlamb: 1-bit LAMB at stage 0, in fp32 in this binary.
-using OneBitLambE = zerotk::Engine<zerotk::Partitioner<zerotk::Stage<0>>, zerotk::Optimizer<zerotk::OneBitLamb>,
-                                   zerotk::Precision<zerotk::fp32>>;
-/// --compress: gradient compression at stage 0, in fp32 in this binary.
-template <class Codec>
-using Compressed = zerotk::Engine<zerotk::Partitioner<zerotk::Stage<0>>, zerotk::Optimizer<zerotk::AdamW>,
-                                  zerotk::Precision<zerotk::fp32>, zerotk::GradientCompression<Codec>>;
-using OptCpu = zerotk::Offload<zerotk::Cpu>;
-using OptNvme = zerotk::Offload<zerotk::Nvme>;
-using ParamCpu = zerotk::OffloadParams<zerotk::Cpu>;
-using ParamNvme = zerotk::OffloadParams<zerotk::Nvme>;
-
-/// What rank 0 reports at the end (filled after training).
-struct Summary {
-  std::vector<std::array<std::size_t, zerotk::kMemoryCategoryCount>> memory;  // per rank
-  std::size_t psi = 0, padded = 0;
-  double accuracy = 0, digit_accuracy = 0, seconds = 0, tokens_per_s = 0, overhead = 0;
-  double final_loss = 0;
-  std::size_t activation_peak = 0;  ///< the largest rank's peak of activation bytes (this process's ranks)
-  std::size_t checkpointed_blocks = 0;
-  std::size_t disk = 0;          ///< rank 0's bytes on disk of Offload<Nvme>'s swap files
-  std::size_t pinned_other = 0;  ///< rank 0's pinned host bytes of category `other` (Offload<Nvme>'s swap buffers)
-  std::size_t params_disk = 0;   ///< rank 0's parameter shard on disk (OffloadParams<Nvme>: two slots, padded)
-  std::size_t params_in_cpu = 0; ///< rank 0's blocks of that shard also kept in pinned host memory (max_in_cpu)
-  std::uint64_t wire_bytes = 0;   ///< rank 0's bytes sent over the run (StepReport::comm_wire_bytes, summed)
-  std::uint64_t dense_bytes = 0;  ///< ... and what it would have sent without compression (comm_dense_bytes)
-};
-
 /// Prints rank memory by category beside the ZeRO formula for this stage (fp16/bf16 Adam, K = 12).
 /// `sub_group` > 0: optimizer offload, whose two pinned staging buffers of 4 B x min(sub_group, Psi/N)
 /// are recorded as gradients and parameters (docs/offload.md). `nvme`: Offload<Nvme>, whose master, m and v
@@ -405,260 +310,8 @@ void print_memory_table(const Summary& s, int stage, const std::string& precisio
   }
 }
 
-struct TrainContext {
-  const Options& o;
-  const zerotk::config::Config& cfg;
-  const gpt::Config& model_config;
-};
-
-/// --load: restores the engine from the checkpoint (its `latest` tag) and returns the step to go on
-/// from, which the checkpoint's client state holds (the data stream is indexed by step).
-template <class Engine, class Comm>
-int resume([[maybe_unused]] Engine& engine, [[maybe_unused]] Comm& comm, const Options& o) {
-  if (o.load_dir.empty()) return 0;
-#if ZEROTK_HAS_XXHASH
-  zerotk::checkpoint::LoadOptions lo;
-  if (!o.load_tag.empty()) lo.tag = o.load_tag;
-  const zerotk::checkpoint::LoadResult r = zerotk::checkpoint::load(engine, comm, o.load_dir, lo);
-  int step = 0;
-  if (r.client_state.size() != sizeof step) {
-    throw zerotk::usage_error("the checkpoint was not written by this demo (no step in its client state)", "--load",
-                              o.load_dir + "/" + r.tag);
-  }
-  std::memcpy(&step, r.client_state.data(), sizeof step);
-  if (comm.rank() == 0) {
-    std::printf("loaded %s/%s: continuing after step %d", o.load_dir.c_str(), r.tag.c_str(), step);
-    if (r.saved_world_size != comm.size()) std::printf(" (saved on %d ranks, resharded)", r.saved_world_size);
-    if (r.rank_local_restored) std::printf(" with every rank's compression error feedback");
-    std::printf("\n");
-  }
-  return step;
-#else
-  throw zerotk::usage_error("this binary was built without libxxhash, so without checkpoints", "--load");
-#endif
-}
-
-/// Finishes the save in flight, if any.
-template <class Comm, class Pending>
-void commit([[maybe_unused]] Comm& comm, Pending& pending) {
-#if ZEROTK_HAS_XXHASH
-  if (!pending) return;
-  const auto r = pending->commit();
-  pending.reset();
-  if (comm.rank() == 0) std::printf("\nsaved %s\n", r.path.string().c_str());
-#endif
-}
-
-/// --save: a checkpoint after `steps` optimizer steps (tag global_step<N>), the step in its client
-/// state. With --save-async the files are written while training goes on: `pending` holds that save
-/// until the next one (or the end of training) commits it.
-template <class Engine, class Comm, class Pending>
-void save([[maybe_unused]] Engine& engine, [[maybe_unused]] Comm& comm, const Options& o, [[maybe_unused]] int steps,
-          [[maybe_unused]] Pending& pending) {
-#if ZEROTK_HAS_XXHASH
-  commit(comm, pending);
-  const auto bytes = std::as_bytes(std::span(&steps, 1));
-  pending = zerotk::checkpoint::save_async(engine, comm, o.save_dir, {.client_state = bytes});
-  if (!o.save_async) commit(comm, pending);
-#else
-  throw zerotk::usage_error("this binary was built without libxxhash, so without checkpoints", "--save", o.save_dir);
-#endif
-}
-
-/// The engine as the model's LayerScope, adding the time spent opening and closing each layer's
-/// scope (gathers, waits for buckets or for slower ranks) to `*ms`. The engine's scopes can be
-/// neither copied nor moved, so each is built in place inside its Timed.
-template <class E>
-struct TimedScope {
-  using Clock = std::chrono::steady_clock;
-  E* engine;
-  double* ms;
-  struct Stopwatch {
-    double* ms;
-    Clock::time_point t0;
-    ~Stopwatch() { *ms += std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
-  };
-  template <class Guard>
-  struct Timed {
-    Stopwatch close;  // destroyed after `guard`: times its closing
-    Guard guard;
-    template <class Open>
-    Timed(double* ms, Open&& open) : close{ms, Clock::now()}, guard(open()) {
-      *ms += std::chrono::duration<double, std::milli>(Clock::now() - close.t0).count();
-    }
-    Timed(const Timed&) = delete;
-    Timed& operator=(const Timed&) = delete;
-    ~Timed() { close.t0 = Clock::now(); }
-  };
-  template <class L>
-  auto forward(L& layer) {
-    return Timed<decltype(engine->forward(layer))>(ms, [&] { return engine->forward(layer); });
-  }
-  template <class L>
-  auto backward(L& layer) {
-    return Timed<decltype(engine->backward(layer))>(ms, [&] { return engine->backward(layer); });
-  }
-};
-
-/// Activation checkpointing of the model's blocks for one rank: the meter reporting activation bytes
-/// to the engine's ledger, the Checkpointing state from the config's activation_checkpointing block,
-/// and the blocks --checkpoint-activations picks. Declared after the engine and destroyed before it
-/// (and before the model), taking the Recompute layers off the model first.
-struct Checkpointed {
-  gpt::Gpt& model;
-  zerotk::activation::Meter meter;
-  zerotk::activation::Checkpointing ckpt;
-  Checkpointed(gpt::Gpt& m, zerotk::MemoryLedger& ledger, const zerotk::config::Config& cfg,
-               const zerotk::activation::Select& select)
-      : model(m), meter(&ledger), ckpt(zerotk::activation::Options::from(cfg), &meter) {
-    model.set_meter(&meter);
-    model.checkpoint_blocks(ckpt, select);
-  }
-  Checkpointed(const Checkpointed&) = delete;
-  Checkpointed& operator=(const Checkpointed&) = delete;
-  ~Checkpointed() { detach(); }
-  /// Plain blocks again, nothing reported (what the meter counted is given back to the ledger).
-  void detach() {
-    model.checkpoint_blocks(ckpt, zerotk::activation::Select::none());
-    model.set_meter(nullptr);
-    meter.clear();
-  }
-};
-
-template <class Engine, class Data, class Comm, class Evaluate>
-void train_rank(Comm& comm, const TrainContext& ctx, const Data& data, Evaluate&& evaluate, Summary& summary,
-                std::mutex& mu) {
-  const Options& o = ctx.o;
-  const int rank = comm.rank(), world = comm.size();
-  gpt::Gpt model(ctx.model_config);
-  zerotk::EngineOptions eo = zerotk::engine_options<Engine>(ctx.cfg);
-  // No weight decay for biases, LayerNorm and embeddings (group 1).
-  eo.groups = {zerotk::ParamGroup{eo.optimizer}, zerotk::ParamGroup{eo.optimizer}};
-  eo.groups[1].options.weight_decay = 0.0f;
-  eo.group_of = [](std::string_view name) -> std::uint32_t {
-    const bool matrix = name.ends_with(".weight") && name.find("ln") == std::string_view::npos &&
-                        !name.starts_with("wte") && !name.starts_with("wpe");
-    return matrix ? 0 : 1;
-  };
-  eo.delayed_param_update = o.delayed_param_update;  // no DeepSpeed key: a flag of its own
-  eo.delayed_param_update_start = o.delayed_param_update_start;
-  Engine engine(comm, model, eo);
-  {  // rank 0's initial values become every rank's (at stage 3, written into the shards)
-    auto g = engine.gather(model, 0);
-    gpt::init_parameters(model, o.seed);
-  }
-  engine.initialize_master();
-  if (auto s = zerotk::lr_scheduler(ctx.cfg)) engine.set_scheduler(*s);
-  Checkpointed checkpointed(model, engine.memory(), ctx.cfg,
-                            zerotk::activation::Select::parse(o.checkpoint_activations, "--checkpoint-activations"));
-  const bool profile_recompute = ctx.cfg.activation_checkpointing.profile && model.checkpointed_blocks() > 0;
-  const int start = resume(engine, comm, o);
-#if ZEROTK_HAS_XXHASH
-  std::unique_ptr<zerotk::checkpoint::PendingSave<Comm>> pending;
-#else
-  std::unique_ptr<int> pending;
-#endif
-
-  zerotk::monitor::TrainingLog log(zerotk::monitor::TrainingLogOptions::from(ctx.cfg, rank));
-  zerotk::monitor::ProgressLine progress(o.steps, std::cout);
-  const int micro = static_cast<int>(ctx.cfg.train_micro_batch_size_per_gpu);
-  const int gas = static_cast<int>(ctx.cfg.gradient_accumulation_steps);
-  gpt::Batch batch;
-  using Clock = std::chrono::steady_clock;
-  const auto t0 = Clock::now();
-  double user_ms = 0, scope_ms = 0, step_ms_total = 0;  // user_ms includes scope_ms
-  std::int64_t samples = static_cast<std::int64_t>(start) * ctx.cfg.train_batch_size;
-  double last_loss = 0;
-  std::uint64_t wire_bytes = 0, dense_bytes = 0;
-  for (int step = start; step < o.steps; ++step) {
-    zerotk::StepReport r;
-    for (int m = 0; m < gas; ++m) {
-      data.fill_batch(static_cast<std::uint64_t>(step * gas + m), rank, world, micro, batch);
-      const auto u0 = Clock::now();
-      const float loss = model.train_step(batch, TimedScope<Engine>{&engine, &scope_ms},
-                                          static_cast<float>(engine.loss_scale()));
-      user_ms += std::chrono::duration<double, std::milli>(Clock::now() - u0).count();
-      r = engine.step(loss);
-    }
-    samples += ctx.cfg.train_batch_size;
-    wire_bytes += r.comm_wire_bytes;
-    dense_bytes += r.comm_dense_bytes;
-    step_ms_total += r.timings.forward_ms + r.timings.backward_ms + r.timings.backward_allreduce_ms + r.timings.step_ms;
-    last_loss = r.loss;
-    log.on_boundary_loss(r.loss, samples - ctx.cfg.train_batch_size);
-    log.on_step(r, samples);
-    if (rank == 0) progress.update(step + 1, r.loss);
-    if (profile_recompute && rank == 0 && (step + 1) % ctx.cfg.steps_per_print == 0) {  // activation_checkpointing.profile
-      std::printf("[Rank 0] step=%d, %s\n", step + 1, checkpointed.ckpt.profile_report().c_str());
-      checkpointed.ckpt.clear_profile();
-    }
-    if (!o.save_dir.empty() && (step + 1 == o.steps || (o.save_every > 0 && (step + 1) % o.save_every == 0))) {
-      save(engine, comm, o, step + 1, pending);
-    }
-  }
-  engine.settle();  // --delayed-param-update: the last step's update is published too
-  commit(comm, pending);
-  if (rank == 0) progress.finish();
-  // Training's activation peak; evaluation below runs without checkpointing and without the meter.
-  const std::size_t activation_peak = engine.memory().peak(zerotk::MemoryCategory::activations);
-  const std::size_t checkpointed_blocks = model.checkpointed_blocks();
-  checkpointed.detach();
-  // DeepSpeed's stage3_gather_16bit_weights_on_model_save: the full 16-bit weights beside the checkpoints.
-  if (!o.save_dir.empty() && ctx.cfg.zero_optimization.stage3_gather_16bit_weights_on_model_save) {
-    const std::filesystem::path file = std::filesystem::path(o.save_dir) / "model_16bit.safetensors";
-    zerotk::checkpoint::save_16bit_model(engine, model, comm, file);
-    if (rank == 0) std::printf("wrote %s (stage3_gather_16bit_weights_on_model_save)\n", file.string().c_str());
-  }
-  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  {  // evaluation reads parameters outside the layers' scopes (stage 3: gathered for it)
-    auto g = engine.gather(model);
-    if (rank == 0) (void)evaluate(model, summary);
-  }
-
-  // Every rank's ledger, gathered (under MPI each process only sees its own).
-  using Row = std::array<std::size_t, zerotk::kMemoryCategoryCount>;
-  Row mine{};
-  for (std::size_t c = 0; c < zerotk::kMemoryCategoryCount; ++c) {
-    mine[c] = engine.memory().live(static_cast<zerotk::MemoryCategory>(c));
-  }
-  std::vector<Row> rows(static_cast<std::size_t>(world));
-  comm.all_gather(mine.data(), rows.data(), sizeof(Row), zerotk::DType::uint8).wait();
-  std::lock_guard lock(mu);
-  summary.memory = rows;
-  summary.activation_peak = std::max(summary.activation_peak, activation_peak);
-  summary.checkpointed_blocks = checkpointed_blocks;
-  if (rank == 0) {
-    summary.psi = engine.parameter_count();
-    summary.padded = engine.flat_numel();
-    summary.seconds = seconds;
-    const double tokens = static_cast<double>(samples) * ctx.model_config.context;
-    summary.tokens_per_s = tokens / seconds;
-    // Wall time that is not the model's own forward/backward math: step(), and the opening and
-    // closing of the layers' scopes (stage 3 gathers there; every stage waits there for slower ranks).
-    const double total_ms = seconds * 1e3;
-    summary.overhead = std::max(0.0, 1.0 - (user_ms - scope_ms) / total_ms);
-    summary.final_loss = last_loss;
-    summary.wire_bytes = wire_bytes;
-    summary.dense_bytes = dense_bytes;
-    summary.params_disk = engine.memory().live(zerotk::MemorySpace::disk, zerotk::MemoryCategory::params16);
-    summary.disk = engine.memory().live_total(zerotk::MemorySpace::disk) - summary.params_disk;
-    if constexpr (requires { engine.param_bytes_in_cpu(); }) summary.params_in_cpu = engine.param_bytes_in_cpu();
-    summary.pinned_other = engine.memory().live(zerotk::MemorySpace::pinned_host, zerotk::MemoryCategory::other);
-  }
-  (void)step_ms_total;
-}
-
-#if ZEROTK_HAS_MPI
-using MpiWorld = zerotk::comm::MpiCommunicator;
-#else
-struct MpiWorld {  // never constructed: --mpi is refused without MPI
-  int size() const { return 1; }
-  int rank() const { return 0; }
-};
-#endif
-
-template <class Data, class Evaluate>
-int run(const Options& o, const gpt::Config& model_config, const Data& data, Evaluate&& evaluate, MpiWorld* mpi_world) {
+int run(const Options& o, const gpt::Config& model_config, TrainContext::FillBatch fill_batch,
+        TrainContext::Evaluate evaluate, MpiWorld* mpi_world) {
   zerotk::config::ResolveContext rc;
   const int world = o.mpi ? mpi_world->size() : o.ranks;
   rc.world_size = world;
@@ -697,18 +350,9 @@ int run(const Options& o, const gpt::Config& model_config, const Data& data, Eva
 
   Summary summary;
   summary.memory.resize(static_cast<std::size_t>(world));
-  std::mutex mu;
-  const TrainContext ctx{o, cfg, model_config};
+  const TrainContext ctx{o, cfg, model_config, std::move(fill_batch), std::move(evaluate)};
   auto launch = [&]<class Engine>(std::type_identity<Engine>) {
-#if ZEROTK_HAS_MPI
-    if (o.mpi) {
-      train_rank<Engine>(*mpi_world, ctx, data, evaluate, summary, mu);
-      return 0;
-    }
-#endif
-    zerotk::comm::run_threads(world, [&](zerotk::comm::ThreadsCommunicator& c) {
-      train_rank<Engine>(c, ctx, data, evaluate, summary, mu);
-    });
+    train<Engine>(ctx, mpi_world, summary);
     return 0;
   };
   zerotk::config::dispatch<E<0, zerotk::fp32>, E<1, zerotk::fp32>, E<2, zerotk::fp32>, E<3, zerotk::fp32>,
@@ -742,14 +386,14 @@ int run(const Options& o, const gpt::Config& model_config, const Data& data, Eva
 /// Runs on `o.ranks` threads, or under MPI with one rank per process. Under MPI one rank's exception
 /// must end the whole job (its peers may wait for it inside a collective): MpiSession::abort prints
 /// this rank's error, then stops every process.
-template <class Data, class Evaluate>
-int start(const Options& o, const gpt::Config& model_config, const Data& data, Evaluate&& evaluate) {
-  if (!o.mpi) return run(o, model_config, data, evaluate, nullptr);
+int start(const Options& o, const gpt::Config& model_config, const TrainContext::FillBatch& fill_batch,
+          const TrainContext::Evaluate& evaluate) {
+  if (!o.mpi) return run(o, model_config, fill_batch, evaluate, nullptr);
 #if ZEROTK_HAS_MPI
   zerotk::comm::MpiSession session;
   MpiWorld world = MpiWorld::world();
   try {
-    return run(o, model_config, data, evaluate, &world);
+    return run(o, model_config, fill_batch, evaluate, &world);
   } catch (const std::exception& e) {
     if (world.size() > 1) zerotk::comm::MpiSession::abort("rank " + std::to_string(world.rank()) + ": " + e.what());
     throw;
@@ -758,7 +402,6 @@ int start(const Options& o, const gpt::Config& model_config, const Data& data, E
   throw zerotk::usage_error("this binary was built without MPI", "--mpi");
 #endif
 }
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -871,7 +514,10 @@ int main(int argc, char** argv) {
                                 o.seed);
       config.vocab_size = task.vocab_size();
       config.context = task.seq_len();
-      return start(o, config, task, [&](gpt::Gpt& model, Summary& s) {
+      const auto fill = [&task](std::uint64_t i, int rank, int world, int micro, gpt::Batch& b) {
+        task.fill_batch(i, rank, world, micro, b);
+      };
+      return start(o, config, fill, [&](gpt::Gpt& model, Summary& s) {
         const gpt::DigitScore score = gpt::evaluate_digits(model, task, 0, o.eval_size);
         s.accuracy = score.sequence_accuracy();
         s.digit_accuracy = score.digit_accuracy();
@@ -883,7 +529,10 @@ int main(int argc, char** argv) {
     const gpt::TextCorpus corpus = gpt::TextCorpus::from_file(o.text_file, o.context, o.seed);
     config.vocab_size = corpus.vocab_size();
     config.context = o.context;
-    return start(o, config, corpus, [&](gpt::Gpt& model, Summary& s) {
+    const auto fill = [&corpus](std::uint64_t i, int rank, int world, int micro, gpt::Batch& b) {
+      corpus.fill_batch(i, rank, world, micro, b);
+    };
+    return start(o, config, fill, [&](gpt::Gpt& model, Summary& s) {
       const gpt::TextScore score = gpt::evaluate_text(model, corpus, static_cast<std::size_t>(o.eval_size));
       s.accuracy = score.accuracy;
       std::printf("text: held-out loss %.4f nats/char, next-char accuracy %.4f (%zu chars)\n", score.loss,

@@ -1,0 +1,51 @@
+// examples/02_gpt/options.hpp: the demo's command-line flags. main.cpp parses them and turns them into
+// a DeepSpeed config; train.hpp reads the ones that are not config keys (steps, checkpoints, seeds).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace gpt_demo {
+
+struct Options {
+  int ranks = 4;
+  bool mpi = false;
+  int stage = 2;
+  std::string precision = "bf16";
+  std::string config_file;
+  bool print_config = false;
+  std::string task = "sort";
+  int digits = 8;
+  std::string text_file;
+  int context = 64;
+  int layers = 2, d_model = 64, heads = 4;
+  int steps = 300, batch = 64, gas = 1, warmup = 30;
+  double lr = 3e-3, weight_decay = 0.01, clip = 1.0;
+  long long bucket_elements = 50000;
+  std::uint64_t seed = 1234;
+  int eval_size = 1000;
+  std::string csv_dir = "out/gpt_monitor";
+  int steps_per_print = 50;
+  std::string save_dir, load_dir;  ///< checkpoints (zerotk/checkpoint.hpp); empty: off
+  std::string load_tag;            ///< --tag: the checkpoint to load (default: the directory's latest)
+  int save_every = 0;              ///< also save every N steps (0: only after the last step)
+  bool save_async = false;         ///< write checkpoints while training goes on (commit at the next save)
+  std::string checkpoint_activations = "none";  ///< --checkpoint-activations: none, all or every:K blocks
+  bool cpu_checkpointing = false;               ///< saved inputs in pinned host memory (DeepSpeed's key)
+  std::string offload_optimizer = "none";       ///< offload_optimizer.device: none, cpu (stages 1-3) or nvme (stage 3)
+  std::string offload_param = "none";           ///< offload_param.device: none, cpu or nvme (stage 3)
+  std::string nvme_path;                        ///< offload_optimizer.nvme_path (and offload_param's): the swap files' directory
+  std::int64_t max_in_cpu = 0;                  ///< offload_param.max_in_cpu: elements of the nvme shard also kept in memory
+  bool delayed_param_update = false;            ///< with offload_optimizer cpu: each update lands one step late
+  int delayed_param_update_start = 0;           ///< optimizer steps taken immediately first
+  std::string optimizer = "adamw";              ///< adamw, onebitadam (1-bit Adam), zerooneadam (0/1 Adam) or onebitlamb (1-bit LAMB), stage 0
+  int freeze_step = 20;                         ///< onebitadam, onebitlamb: warm-up steps before compression
+  int var_freeze_step = 30;                     ///< zerooneadam: last step of the variance phase
+  int var_update_scaler = 16;                   ///< zerooneadam: var steps per doubling of the variance interval
+  int local_step_scaler = 30;                   ///< zerooneadam: frozen steps per doubling of the sync interval
+  int local_step_clipper = 4;                   ///< zerooneadam: longest sync interval
+  std::string compress = "none";                ///< gradient_compression: none, topk:RATIO, 2bit or 1bit (stage 0)
+  bool huffman = false;                         ///< gradient_compression.huffman_coding
+};
+
+}  // namespace gpt_demo
