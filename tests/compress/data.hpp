@@ -48,8 +48,8 @@ struct Encoded {
 template <class Codec>
 Encoded encode_decode(const std::vector<float>& x, std::vector<float>& err, const Codec& c = Codec()) {
   Encoded e;
-  e.payload.assign(Codec::payload_bytes(x.size()), 0xff);
-  CHECK(c.encode(x, err, e.payload) == Codec::payload_bytes(x.size()));
+  e.payload.assign(c.payload_bytes(x.size()), 0xff);
+  CHECK(c.encode(x, err, e.payload) == c.payload_bytes(x.size()));
   e.decoded.assign(x.size(), 123.0f);
   c.decode(e.payload, e.decoded);
   return e;
@@ -72,20 +72,20 @@ std::tuple<std::vector<std::uint8_t>, std::vector<float>, std::vector<float>> en
 /// bytes), and not a multiple of 64, so the last share ends inside a byte. A NaN in the last share
 /// is an error naming its index, with the error buffer and the output untouched.
 template <class Codec>
-void check_encode_over_threads() {
+void check_encode_over_threads(const Codec& c = Codec{}) {
   constexpr std::size_t n = 200003;
   const std::vector<float> x = normal(11, n), err0 = normal(12, n, 0.1f);
-  const auto one = encode_on(1, Codec{}, x, err0);
+  const auto one = encode_on(1, c, x, err0);
   for (int threads : {2, 3}) {
     CAPTURE(threads);
-    CHECK(encode_on(threads, Codec{}, x, err0) == one);
+    CHECK(encode_on(threads, c, x, err0) == one);
   }
   std::vector<float> bad = x, err = err0;
   bad[n - 2] = std::numeric_limits<float>::quiet_NaN();
-  std::vector<std::uint8_t> out(Codec::payload_bytes(n), 0x5a);
+  std::vector<std::uint8_t> out(c.payload_bytes(n), 0x5a);
   Threads t(3);
   try {
-    (void)Codec{}.encode(bad, err, out);
+    (void)c.encode(bad, err, out);
     FAIL("no error for a NaN");
   } catch (const numerics_error& e) {
     CHECK(std::string(e.what()).find("index " + std::to_string(n - 2)) != std::string::npos);

@@ -1,7 +1,7 @@
 // The 1-bit compressed all-reduce on the threads communicator against an independent serial
 // reference of DeepSpeed's worker/server error-feedback algorithm, bit for bit (outputs and both error
 // buffers, several steps, W = 1..4, sizes not divisible by W); DeepSpeed's padding rule; the exact
-// wire bytes; error feedback over many steps; inf/NaN and misuse.
+// wire bytes; error feedback over many steps; inf/NaN and misuse; the threaded server sum.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -213,5 +213,36 @@ TEST_CASE("onebit: n = 0 does nothing; inf/NaN fails on its rank before sending;
     REQUIRE(what.size() == 2);
     CHECK(what[0].find("(got 2)") != std::string::npos);
     CHECK(what[1].find("(got 11)") != std::string::npos);
+  }
+}
+
+TEST_CASE("onebit: with 1, 2 and 3 OpenMP threads per rank the server sum gives the reference's bits") {
+  // W = 2, n = 300001: each server chunk holds ~150000 values, enough for kernels/host/parallel.hpp
+  // to split its sum (and the encode and decode) over the threads.
+  constexpr int w = 2;
+  constexpr std::size_t n = 300001;
+  constexpr int kSteps = 2;
+  Reference ref(n, w);
+  std::vector<std::vector<float>> want;
+  for (int t = 0; t < kSteps; ++t) want.push_back(ref.step(inputs(static_cast<std::uint64_t>(t + 5), w, n)));
+  for (int threads : {1, 2, 3}) {
+    CAPTURE(threads);
+    const auto got = comm::run_threads(w, [&](comm::ThreadsCommunicator& c) {
+      test::Threads omp(threads);  // this rank thread's OpenMP team
+      OneBitAllReduce ar(n, c.size());
+      std::vector<std::vector<float>> out;
+      for (int t = 0; t < kSteps; ++t) {
+        std::vector<float> x = inputs(static_cast<std::uint64_t>(t + 5), w, n)[static_cast<std::size_t>(c.rank())];
+        ar.run(c, std::span<float>(x));
+        out.push_back(std::move(x));
+      }
+      return std::make_pair(out, std::vector<float>(ar.server_error().begin(), ar.server_error().end()));
+    });
+    for (int r = 0; r < w; ++r) {
+      CAPTURE(r);
+      const auto ur = static_cast<std::size_t>(r);
+      for (int t = 0; t < kSteps; ++t) CHECK(same_bits(got[ur].first[static_cast<std::size_t>(t)], want[static_cast<std::size_t>(t)]));
+      CHECK(same_bits(got[ur].second, ref.server_error[ur]));
+    }
   }
 }

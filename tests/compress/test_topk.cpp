@@ -1,6 +1,6 @@
 // Top-k with error feedback: k from the ratio, exact payload sizes (8 + 8 k), the selection against a
 // sorting reference (ties included), the exact round trip of the kept values, the exact feedback
-// identity, gaps, bad options, corrupt payloads and inf/NaN.
+// identity, gaps, bad options, corrupt payloads and inf/NaN; the threaded encode equal to one thread.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -222,4 +222,34 @@ TEST_CASE("topk: inf/NaN is an error naming the index, nothing changed; corrupt 
   for (float v : d) CHECK(v == 7.0f);
   std::vector<float> d9(9);
   CHECK_THROWS_AS(c.decode(out, d9), usage_error);  // payload of n = 8 read as n = 9
+}
+
+TEST_CASE("topk: the encode over 2 and 3 threads equals one thread bit for bit (payload, decode, error)") {
+  test::check_encode_over_threads(TopKCodec{});
+  test::check_encode_over_threads(TopKCodec(TopKOptions{0.3}));
+}
+
+TEST_CASE("topk: over threads, the kept ties are the lowest indices, whichever share holds them") {
+  // Every third |y| is 1, the rest 0.5: at ratio 0.8 all the 1s are kept and the 0.5s up to index
+  // ~140000, so the last kept tie lies in the second of 2 shares and the third of 3.
+  constexpr std::size_t n = 200003;
+  std::vector<float> x(n);
+  for (std::size_t i = 0; i < n; ++i) x[i] = i % 3 == 0 ? (i % 2 ? -1.0f : 1.0f) : (i % 2 ? 0.5f : -0.5f);
+  const TopKCodec codec(TopKOptions{0.8});
+  const std::size_t k = codec.kept(n);
+  const std::vector<std::uint32_t> want = reference_topk(x, k);
+  REQUIRE(want.back() > n / 2);  // the ties reach past the first of 2 shares
+  for (int threads : {1, 2, 3}) {
+    CAPTURE(threads);
+    const auto [payload, decoded, err] = test::encode_on(threads, codec, x, std::vector<float>(n, 0.0f));
+    CHECK(payload_indices(payload) == want);
+    std::size_t kept = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const bool is_kept = decoded[i] != 0.0f;
+      kept += is_kept;
+      CHECK((is_kept ? decoded[i] : err[i]) == x[i]);
+      if (is_kept) CHECK(err[i] == 0.0f);
+    }
+    CHECK(kept == k);
+  }
 }

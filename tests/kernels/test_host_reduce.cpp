@@ -3,13 +3,19 @@
 // tests/zero/test_norms.cpp tests the two phases and the error bound in depth).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <vector>
 
 #include "kernel_test_util.hpp"
+#include "zerotk/kernels/host/parallel.hpp"
 #include "zerotk/kernels/host/reduce.hpp"
+
+#if ZEROTK_HAS_OPENMP
+#include <omp.h>
+#endif
 
 using namespace zerotk;
 using zerotk::test::Isa;
@@ -133,3 +139,44 @@ TEST_CASE("per-tensor sums over a list and over segments match single-tensor sum
   std::vector<double> too_small(2);
   CHECK_THROWS_AS(kernels::host::sum_squares<float>(segs, flat.data(), too_small), usage_error);
 }
+
+#if ZEROTK_HAS_OPENMP
+TEST_CASE("parallel drivers cover every element when the team is smaller than asked for (nested region)") {
+  // Called from inside a parallel region with nesting off, the drivers ask for 2 threads and get 1:
+  // the shares must follow the team they got, not the count they asked for.
+  const int saved_levels = omp_get_max_active_levels();
+  omp_set_max_active_levels(1);
+  test::Threads t(2);
+  constexpr std::size_t n = std::size_t{1} << 18;
+  std::vector<std::uint8_t> piece(n, 0), share(n, 0), blocks(n, 0), indexed(n, 0);
+  int asked = 0;
+#pragma omp parallel num_threads(2)
+  {
+#pragma omp single
+    {
+      asked = zerotk::kernels::host::detail::threads_for(n);
+      zerotk::kernels::host::for_each_piece(
+          2, [](std::size_t) { return n / 2; },
+          [&](std::size_t item, std::size_t b, std::size_t e) {
+            for (std::size_t i = b; i < e; ++i) ++piece[item * (n / 2) + i];
+          });
+      zerotk::kernels::host::for_each_share(n, [&](std::size_t b, std::size_t e) {
+        for (std::size_t i = b; i < e; ++i) ++share[i];
+      });
+      std::vector<std::size_t> first;
+      const auto bl = zerotk::kernels::host::make_blocks(1, [](std::size_t) { return n; }, first);
+      zerotk::kernels::host::for_each_block(bl, [&](std::size_t, const zerotk::kernels::host::Block& b) {
+        for (std::size_t i = b.begin; i < b.end; ++i) ++blocks[i];
+      });
+      zerotk::kernels::host::for_each_share_indexed(n, 2, [&](int, std::size_t b, std::size_t e) {
+        for (std::size_t i = b; i < e; ++i) ++indexed[i];
+      });
+    }
+  }
+  omp_set_max_active_levels(saved_levels);
+  CHECK(asked == 2);  // the drivers did ask for more threads than the nested region gives
+  for (const auto* v : {&piece, &share, &blocks, &indexed}) {
+    CHECK(std::all_of(v->begin(), v->end(), [](std::uint8_t c) { return c == 1; }));
+  }
+}
+#endif

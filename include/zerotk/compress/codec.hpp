@@ -90,7 +90,7 @@ inline std::uint32_t add_feedback_checked(const char* where, std::span<const flo
   const std::size_t n = x.size();
   const float* in = x.data();
   std::atomic<std::uint32_t> max_key{0};
-  kernels::host::for_each_piece(1, [n](std::size_t) { return n; }, [&](std::size_t, std::size_t b, std::size_t e) {
+  kernels::host::for_each_share(n, [&](std::size_t b, std::size_t e) {
     std::uint32_t m = 0;
     for (std::size_t i = b; i < e; ++i) {
       const std::uint32_t k = abs_key(in[i] + err[i]);
@@ -101,7 +101,7 @@ inline std::uint32_t add_feedback_checked(const char* where, std::span<const flo
     }
   });
   if (max_key.load() >= kNonfiniteKey) throw_nonfinite(where, x, std::span<const float>(err, n));
-  kernels::host::for_each_piece(1, [n](std::size_t) { return n; }, [&](std::size_t, std::size_t b, std::size_t e) {
+  kernels::host::for_each_share(n, [&](std::size_t b, std::size_t e) {
     for (std::size_t i = b; i < e; ++i) err[i] = in[i] + err[i];
   });
   return max_key.load();

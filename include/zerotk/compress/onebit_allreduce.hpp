@@ -88,7 +88,9 @@ ZEROTK_HD ZEROTK_FORCEINLINE float server_value(const std::uint8_t* received, st
 /// server_error[j] := server_value(..., j, server_error[j]) for every j < chunk: the host driver.
 /// Eight elements (one byte of each rank's signs) at a time through a table of every byte's eight
 /// +-term[k] per rank, built from sign::value, and added in the same order (rank 0, 1, ..., then the
-/// error) as server_value: the same bits, and the eight sums vectorize. `table` is scratch.
+/// error) as server_value: the same bits, and the eight sums vectorize. The bytes are shared out over
+/// kernels/host/parallel.hpp's threads (each element's sum is one thread's, so any thread count gives
+/// the same bits). `table` is scratch.
 inline void server_chunk(const std::uint8_t* received, std::size_t chunk_bytes, const float* term, int world,
                          std::size_t chunk, float* server_error, std::vector<float>& table) {
   const std::size_t w = static_cast<std::size_t>(world);
@@ -100,17 +102,21 @@ inline void server_chunk(const std::uint8_t* received, std::size_t chunk_bytes, 
     }
   }
   const std::size_t full = chunk / 8;
-  for (std::size_t q = 0; q < full; ++q) {
-    float acc[8];
-    const float* t0 = table.data() + static_cast<std::size_t>(received[q]) * 8;
-    for (std::size_t i = 0; i < 8; ++i) acc[i] = t0[i];
-    for (std::size_t k = 1; k < w; ++k) {
-      const float* tk = table.data() + (k * 256 + received[k * chunk_bytes + q]) * 8;
-      for (std::size_t i = 0; i < 8; ++i) acc[i] = acc[i] + tk[i];
+  const float* tab = table.data();
+  // Shares of whole bytes: boundaries are multiples of kShareGrain (64) elements, or 8 * full.
+  kernels::host::for_each_share(8 * full, [&](std::size_t b, std::size_t e) {
+    for (std::size_t q = b / 8; q < e / 8; ++q) {
+      float acc[8];
+      const float* t0 = tab + static_cast<std::size_t>(received[q]) * 8;
+      for (std::size_t i = 0; i < 8; ++i) acc[i] = t0[i];
+      for (std::size_t k = 1; k < w; ++k) {
+        const float* tk = tab + (k * 256 + received[k * chunk_bytes + q]) * 8;
+        for (std::size_t i = 0; i < 8; ++i) acc[i] = acc[i] + tk[i];
+      }
+      float* err = server_error + 8 * q;
+      for (std::size_t i = 0; i < 8; ++i) err[i] = acc[i] + err[i];
     }
-    float* e = server_error + 8 * q;
-    for (std::size_t i = 0; i < 8; ++i) e[i] = acc[i] + e[i];
-  }
+  });
   for (std::size_t j = 8 * full; j < chunk; ++j) {
     server_error[j] = server_value(received, chunk_bytes, term, world, j, server_error[j]);
   }

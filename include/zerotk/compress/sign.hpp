@@ -126,7 +126,7 @@ inline void pack_with_feedback_range(float* y, std::size_t n, float scale, std::
 /// bytes), so the bits do not depend on the number of threads.
 inline void pack_with_feedback(float* y, std::size_t n, float scale, std::uint8_t* bits) {
   static_assert(kernels::host::kShareGrain % 8 == 0, "a share must start on a whole byte of bits");
-  kernels::host::for_each_piece(1, [n](std::size_t) { return n; }, [&](std::size_t, std::size_t b, std::size_t e) {
+  kernels::host::for_each_share(n, [&](std::size_t b, std::size_t e) {
     detail::pack_with_feedback_range(y + b, e - b, scale, bits + b / 8);
   });
 }
@@ -180,14 +180,14 @@ void unpack_each(const std::uint8_t* bits, std::size_t n, float scale, float* ou
 /// 32-byte copy the compiler vectorizes; the per-element loop handles small n and the tail.
 /// Over the threads, in shares of whole bytes.
 inline void unpack(const std::uint8_t* bits, std::size_t n, float scale, float* out) {
-  kernels::host::for_each_piece(1, [n](std::size_t) { return n; }, [&](std::size_t, std::size_t b, std::size_t e) {
+  kernels::host::for_each_share(n, [&](std::size_t b, std::size_t e) {
     detail::unpack_each(bits + b / 8, e - b, scale, out + b, [](float& o, float v) { o = v; });
   });
 }
 
 /// sum[j] += value(j): the same values as unpack, added in place.
 inline void unpack_add(const std::uint8_t* bits, std::size_t n, float scale, float* sum) {
-  kernels::host::for_each_piece(1, [n](std::size_t) { return n; }, [&](std::size_t, std::size_t b, std::size_t e) {
+  kernels::host::for_each_share(n, [&](std::size_t b, std::size_t e) {
     detail::unpack_each(bits + b / 8, e - b, scale, sum + b, [](float& o, float v) { o += v; });
   });
 }

@@ -19,6 +19,12 @@
 /// elements equal to it are kept; then one pass emits the kept indices in ascending order. Three
 /// streaming passes over y, no sort, no copy of y (std::nth_element reorders a copy; see
 /// bench/compress).
+///
+/// TopKCodec::encode runs its three passes over kernels/host/parallel.hpp's threads, in the same
+/// contiguous shares each pass: one histogram and one candidate list per share, combined in share
+/// order; each share's place in the payload and its part of the kept ties follow from its counts, so
+/// the payload and the error are the same on any thread count. (topk::select, the selection alone,
+/// stays on one thread.)
 
 #include <algorithm>
 #include <array>
@@ -34,6 +40,7 @@
 
 #include "zerotk/compress/codec.hpp"
 #include "zerotk/core/error.hpp"
+#include "zerotk/kernels/host/parallel.hpp"
 
 namespace zerotk::compress {
 
@@ -76,17 +83,22 @@ inline std::pair<unsigned, std::size_t> pick_bin(const std::array<std::size_t, B
   return {0, need};  // not reached when need <= total
 }
 
-/// From the candidates (every index whose key's top bits are b1) and the count still needed among
-/// them, the exact threshold.
-inline Threshold refine(const float* y, const std::vector<std::uint32_t>& cand, unsigned b1, std::size_t need) {
+/// From the candidates (every index whose key's top bits are b1, in one list or in several) and the
+/// count still needed among them, the exact threshold.
+inline Threshold refine(const float* y, std::span<const std::vector<std::uint32_t>> lists, unsigned b1,
+                        std::size_t need) {
   std::array<std::size_t, kBins2> h2{};
-  for (std::uint32_t i : cand) ++h2[(compress::detail::abs_key(y[i]) >> 9) & 0x7ffu];
+  for (const auto& cand : lists) {
+    for (std::uint32_t i : cand) ++h2[(compress::detail::abs_key(y[i]) >> 9) & 0x7ffu];
+  }
   const auto [b2, need2] = pick_bin(h2, need);
   const std::uint32_t prefix = (b1 << 11) | b2;
   std::array<std::size_t, kBins3> h3{};
-  for (std::uint32_t i : cand) {
-    const std::uint32_t key = compress::detail::abs_key(y[i]);
-    if ((key >> 9) == prefix) ++h3[key & 0x1ffu];
+  for (const auto& cand : lists) {
+    for (std::uint32_t i : cand) {
+      const std::uint32_t key = compress::detail::abs_key(y[i]);
+      if ((key >> 9) == prefix) ++h3[key & 0x1ffu];
+    }
   }
   const auto [b3, need3] = pick_bin(h3, need2);
   return Threshold{(prefix << 9) | b3, need3};
@@ -113,7 +125,7 @@ inline Threshold threshold(const float* y, std::size_t n, std::size_t k,
   std::vector<std::uint32_t> cand;
   cand.reserve((*hist)[b1]);
   detail::collect(y, n, b1, cand);
-  return detail::refine(y, cand, b1, need);
+  return detail::refine(y, std::span(&cand, 1), b1, need);
 }
 
 /// Writes the kept indices (ascending) to idx[0..k) and, when `values` is not null, y at them.
@@ -206,42 +218,74 @@ class TopKCodec {
     check_n(n, kWhere);
     const std::size_t k = kept(n);
     detail::check_encode_sizes(kWhere, n, err.size(), out.size(), payload_bytes(n));
-    // Pass 1 (read only): histogram of the keys of y = x + err; inf/NaN land in bins >= 0x7f8.
-    std::array<std::size_t, topk::detail::kBins1> h1{};
-    for (std::size_t i = 0; i < n; ++i) ++h1[detail::abs_key(x[i] + err[i]) >> 20];
-    for (std::size_t b = detail::kNonfiniteKey >> 20; b < h1.size(); ++b) {
-      if (h1[b] != 0) detail::throw_nonfinite(kWhere, x, err);
+    using Hist = std::array<std::size_t, topk::detail::kBins1>;
+    const int shares = kernels::host::share_count(n);
+    const auto ns = static_cast<std::size_t>(shares);
+    // Pass 1 (read only): histogram of the keys of y = x + err, per share; inf/NaN land in bins >= 0x7f8.
+    std::vector<Hist> hist(ns, Hist{});
+    kernels::host::for_each_share_indexed(n, shares, [&](int s, std::size_t b, std::size_t e) {
+      Hist& h = hist[static_cast<std::size_t>(s)];
+      for (std::size_t i = b; i < e; ++i) ++h[detail::abs_key(x[i] + err[i]) >> 20];
+    });
+    Hist h1{};
+    for (const Hist& h : hist) {
+      for (std::size_t bin = 0; bin < h1.size(); ++bin) h1[bin] += h[bin];
     }
-    // Pass 2: err = y, collecting the boundary bin.
-    std::vector<std::uint32_t> cand;
+    for (std::size_t bin = detail::kNonfiniteKey >> 20; bin < h1.size(); ++bin) {
+      if (h1[bin] != 0) detail::throw_nonfinite(kWhere, x, err);
+    }
+    // Pass 2: err = y, each share collecting its elements of the boundary bin (ascending).
+    std::vector<std::vector<std::uint32_t>> cand(ns);
     unsigned b1 = 0;
     std::size_t need = 0;
     if (k > 0) {
       std::tie(b1, need) = topk::detail::pick_bin(h1, k);
-      cand.reserve(h1[b1]);
+      for (std::size_t s = 0; s < ns; ++s) cand[s].reserve(hist[s][b1]);
     }
-    for (std::size_t i = 0; i < n; ++i) {
-      const float y = x[i] + err[i];
-      err[i] = y;
-      if (k > 0 && (detail::abs_key(y) >> 20) == b1) cand.push_back(static_cast<std::uint32_t>(i));
-    }
+    kernels::host::for_each_share_indexed(n, shares, [&](int s, std::size_t b, std::size_t e) {
+      std::vector<std::uint32_t>& c = cand[static_cast<std::size_t>(s)];
+      for (std::size_t i = b; i < e; ++i) {
+        const float y = x[i] + err[i];
+        err[i] = y;
+        if (k > 0 && (detail::abs_key(y) >> 20) == b1) c.push_back(static_cast<std::uint32_t>(i));
+      }
+    });
     detail::store_le32(out.data(), static_cast<std::uint32_t>(n));
     detail::store_le32(out.data() + 4, static_cast<std::uint32_t>(k));
     if (k == 0) return kHeaderBytes;
     const topk::Threshold t = topk::detail::refine(err.data(), cand, b1, need);
+    // Each share's first output slot and its part of the kept ties: the ties go to the lowest indices,
+    // so to the shares in order.
+    std::vector<std::size_t> first(ns), ties(ns);
+    for (std::size_t s = 0, o = 0, ties_left = t.take_equal; s < ns; ++s) {
+      std::size_t above = 0, equal = 0;
+      for (std::size_t bin = b1 + 1; bin < hist[s].size(); ++bin) above += hist[s][bin];
+      for (const std::uint32_t i : cand[s]) {
+        const std::uint32_t key = detail::abs_key(err[i]);
+        above += key > t.key;
+        equal += key == t.key;
+      }
+      first[s] = o;
+      ties[s] = std::min(equal, ties_left);
+      ties_left -= ties[s];
+      o += above + ties[s];
+    }
     // Pass 3: emit the kept (index, value) pairs and clear their error.
     std::uint8_t* idx = out.data() + kHeaderBytes;
     std::uint8_t* val = idx + 4 * k;
-    std::size_t o = 0, equal = 0;
-    for (std::size_t i = 0; i < n; ++i) {
-      const std::uint32_t key = detail::abs_key(err[i]);
-      if (key > t.key || (key == t.key && equal++ < t.take_equal)) {
-        detail::store_le32(idx + 4 * o, static_cast<std::uint32_t>(i));
-        detail::store_le_f32(val + 4 * o, err[i]);
-        err[i] = 0.0f;
-        ++o;
+    kernels::host::for_each_share_indexed(n, shares, [&](int s, std::size_t b, std::size_t e) {
+      const auto us = static_cast<std::size_t>(s);
+      std::size_t o = first[us], equal = 0;
+      for (std::size_t i = b; i < e; ++i) {
+        const std::uint32_t key = detail::abs_key(err[i]);
+        if (key > t.key || (key == t.key && equal++ < ties[us])) {
+          detail::store_le32(idx + 4 * o, static_cast<std::uint32_t>(i));
+          detail::store_le_f32(val + 4 * o, err[i]);
+          err[i] = 0.0f;
+          ++o;
+        }
       }
-    }
+    });
     return payload_bytes(n);
   }
 

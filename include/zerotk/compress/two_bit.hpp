@@ -136,7 +136,7 @@ inline void pack_with_feedback_range(float* y, std::size_t n, float step, std::u
 /// kernels/host/parallel.hpp in shares of whole bytes, so the codes do not depend on the threads.
 inline void pack_with_feedback(float* y, std::size_t n, float step, std::uint8_t* codes) {
   static_assert(kernels::host::kShareGrain % 4 == 0, "a share must start on a whole byte of codes");
-  kernels::host::for_each_piece(1, [n](std::size_t) { return n; }, [&](std::size_t, std::size_t b, std::size_t e) {
+  kernels::host::for_each_share(n, [&](std::size_t b, std::size_t e) {
     detail::pack_with_feedback_range(y + b, e - b, step, codes + b / 4);
   });
 }

@@ -99,7 +99,7 @@ template <FloatingElement G, ParamOutElement P>
 void fused_adam(float* master, float* m, float* v, const G* grad, P* param_out, std::size_t n,
                 const AdamStepConsts& k, float grad_scale) {
   const simd::Isa isa = simd::active_isa();
-  for_each_piece(1, [n](std::size_t) { return n; }, [&](std::size_t, std::size_t b, std::size_t e) {
+  for_each_share(n, [&](std::size_t b, std::size_t e) {
     P* out = nullptr;
     if constexpr (!std::is_void_v<P>) out = param_out ? param_out + b : nullptr;
     detail::adam_range(isa, master + b, m + b, v + b, grad + b, out, e - b, k, grad_scale);

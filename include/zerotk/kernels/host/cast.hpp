@@ -78,16 +78,14 @@ void convert_range(simd::Isa isa, const Src* in, Dst* out, std::size_t n) {
 template <FloatingElement Src, FloatingElement Dst>
 void cast(const Src* in, Dst* out, std::size_t n) {
   const simd::Isa isa = simd::active_isa();
-  for_each_piece(1, [n](std::size_t) { return n; },
-                 [&](std::size_t, std::size_t b, std::size_t e) { detail::convert_range(isa, in + b, out + b, e - b); });
+  for_each_share(n, [&](std::size_t b, std::size_t e) { detail::convert_range(isa, in + b, out + b, e - b); });
 }
 
 /// x[i] = T(float(x[i]) * factor), in place.
 template <FloatingElement T>
 void scale(T* x, std::size_t n, float factor) {
   const simd::Isa isa = simd::active_isa();
-  for_each_piece(1, [n](std::size_t) { return n; },
-                 [&](std::size_t, std::size_t b, std::size_t e) { simd::dispatch<detail::ScaleKernel>(isa, x + b, e - b, factor); });
+  for_each_share(n, [&](std::size_t b, std::size_t e) { simd::dispatch<detail::ScaleKernel>(isa, x + b, e - b, factor); });
 }
 
 }  // namespace zerotk::kernels::host

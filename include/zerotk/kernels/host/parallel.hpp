@@ -4,10 +4,13 @@
 /// of tensors: the elements of all tensors are laid end to end and cut into one contiguous share per
 /// thread, so 10,000 small tensors cost one fork/join, and one large tensor is split evenly.
 ///
-/// Elementwise ops use `for_each_piece` (shares cut anywhere on a 64-element grain). Reductions use
-/// `for_each_block`: every tensor is cut into fixed blocks of kSumBlock elements, each block's partial
-/// result lands in its own slot, and slots are combined in order afterwards. Results therefore do
-/// not depend on the number of threads.
+/// Elementwise ops use `for_each_piece` (shares cut anywhere on a 64-element grain; `for_each_share`
+/// for one buffer). Reductions use `for_each_block`: every tensor is cut into fixed blocks of kSumBlock
+/// elements, each block's partial result lands in its own slot, and slots are combined in order
+/// afterwards. Results therefore do not depend on the number of threads. Passes that keep one result
+/// per share and combine them in share order (top-k's histograms) use `for_each_share_indexed`, whose
+/// caller fixes the share count. A team smaller than asked for (OMP_THREAD_LIMIT) still covers every
+/// element: the shares follow the threads the region got.
 ///
 /// The thread count is OpenMP's (`OMP_NUM_THREADS`, or `omp_set_num_threads` on the calling thread;
 /// a rank thread of the threads communicator can set its own). Without OpenMP everything runs on the
@@ -93,8 +96,8 @@ void for_each_piece(std::size_t count, NumelOf&& numel_of, Fn&& fn) {
 #if ZEROTK_HAS_OPENMP
 #pragma omp parallel num_threads(threads)
     {
-      const int tid = omp_get_thread_num();
-      const std::size_t b = detail::share_begin(n, threads, tid), e = detail::share_begin(n, threads, tid + 1);
+      const int tid = omp_get_thread_num(), got = omp_get_num_threads();  // got < threads under a thread limit
+      const std::size_t b = detail::share_begin(n, got, tid), e = detail::share_begin(n, got, tid + 1);
       if (e > b) fn(std::size_t{0}, b, e);
     }
 #endif
@@ -112,10 +115,36 @@ void for_each_piece(std::size_t count, NumelOf&& numel_of, Fn&& fn) {
 #if ZEROTK_HAS_OPENMP
 #pragma omp parallel num_threads(threads)
   {
-    const int tid = omp_get_thread_num();
-    detail::walk(prefix, detail::share_begin(total, threads, tid), detail::share_begin(total, threads, tid + 1), fn);
+    const int tid = omp_get_thread_num(), got = omp_get_num_threads();
+    detail::walk(prefix, detail::share_begin(total, got, tid), detail::share_begin(total, got, tid + 1), fn);
   }
 #endif
+}
+
+/// fn(begin, end) over the elements [0, n) of one buffer, in parallel: for_each_piece of one tensor.
+template <class Fn>
+void for_each_share(std::size_t n, Fn&& fn) {
+  for_each_piece(1, [n](std::size_t) { return n; }, [&](std::size_t, std::size_t b, std::size_t e) { fn(b, e); });
+}
+
+/// How many shares for_each_share_indexed should cut `n` elements into now: one per thread worth
+/// forking (1 below kParallelMinElements, or without OpenMP).
+inline int share_count(std::size_t n) noexcept { return detail::threads_for(n); }
+
+/// fn(share, begin, end) for every share = 0 .. shares - 1, in parallel: [begin, end) is that share's
+/// contiguous part of [0, n), its boundaries multiples of kShareGrain (a share may be empty). For
+/// passes that keep a result per share (a histogram, a count) and combine them in share order
+/// afterwards: with `shares` taken once from share_count(n), every pass of a call cuts the same shares.
+template <class Fn>
+void for_each_share_indexed(std::size_t n, int shares, Fn&& fn) {
+  if (shares <= 1) {
+    fn(0, std::size_t{0}, n);
+    return;
+  }
+#if ZEROTK_HAS_OPENMP
+#pragma omp parallel for num_threads(shares) schedule(static, 1)
+#endif
+  for (int s = 0; s < shares; ++s) fn(s, detail::share_begin(n, shares, s), detail::share_begin(n, shares, s + 1));
 }
 
 /// for_each_piece over the segments of a flat buffer: fn(segment, begin, end) with [begin, end) a
@@ -171,8 +200,8 @@ void for_each_block(const std::vector<Block>& blocks, Fn&& fn) {
   for (std::size_t i = 0; i < nb; ++i) start[i + 1] = start[i] + (blocks[i].end - blocks[i].begin);
 #pragma omp parallel num_threads(threads)
   {
-    const int tid = omp_get_thread_num();
-    const std::size_t lo = detail::share_begin(total, threads, tid), hi = detail::share_begin(total, threads, tid + 1);
+    const int tid = omp_get_thread_num(), got = omp_get_num_threads();
+    const std::size_t lo = detail::share_begin(total, got, tid), hi = detail::share_begin(total, got, tid + 1);
     std::size_t i = static_cast<std::size_t>(std::lower_bound(start.begin(), start.begin() + static_cast<std::ptrdiff_t>(nb), lo) - start.begin());
     for (; i < nb && start[i] < hi; ++i) fn(i, blocks[i]);
   }

@@ -346,7 +346,7 @@ template <FloatingElement T>
 bool has_nonfinite(const T* x, std::size_t n) {
   const simd::Isa isa = simd::active_isa();
   std::atomic<bool> found{false};
-  for_each_piece(1, [n](std::size_t) { return n; }, [&](std::size_t, std::size_t b, std::size_t e) {
+  for_each_share(n, [&](std::size_t b, std::size_t e) {
     bool bad = false;
     simd::dispatch<detail::NonfiniteKernel>(isa, x + b, e - b, &bad);
     if (bad) found.store(true, std::memory_order_relaxed);

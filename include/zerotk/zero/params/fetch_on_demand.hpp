@@ -294,9 +294,10 @@ class FetchOnDemand {
       T* out = buffer(k);
       T* slot = out + static_cast<std::size_t>(c_.rank()) * b.block;  // in place when the home stages
       const T* send = shard_.gather_source(*c_.ops, k, slot);
-      s.work = c_.comm->all_gather(send, out, b.block, dtype_of_v<T>);
+      // (void): nvcc takes the Work& an assignment returns for a discarded [[nodiscard]] Work.
+      (void)(s.work = c_.comm->all_gather(send, out, b.block, dtype_of_v<T>));
     } else {
-      s.work = secondary_->gather(k, buffer(k));
+      (void)(s.work = secondary_->gather(k, buffer(k)));
     }
     s.gathering = true;
     ++pending_;
