@@ -183,7 +183,7 @@ void train_rank(Comm& comm, const TrainContext& ctx, Summary& summary, std::mute
   gpt::Batch batch;
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
-  double user_ms = 0, scope_ms = 0, step_ms_total = 0;  // user_ms includes scope_ms
+  double user_ms = 0, scope_ms = 0;  // user_ms includes scope_ms
   std::int64_t samples = static_cast<std::int64_t>(start) * ctx.cfg.train_batch_size;
   double last_loss = 0;
   std::uint64_t wire_bytes = 0, dense_bytes = 0;
@@ -200,7 +200,6 @@ void train_rank(Comm& comm, const TrainContext& ctx, Summary& summary, std::mute
     samples += ctx.cfg.train_batch_size;
     wire_bytes += r.comm_wire_bytes;
     dense_bytes += r.comm_dense_bytes;
-    step_ms_total += r.timings.forward_ms + r.timings.backward_ms + r.timings.backward_allreduce_ms + r.timings.step_ms;
     last_loss = r.loss;
     log.on_boundary_loss(r.loss, samples - ctx.cfg.train_batch_size);
     log.on_step(r, samples);
@@ -262,7 +261,6 @@ void train_rank(Comm& comm, const TrainContext& ctx, Summary& summary, std::mute
     if constexpr (requires { engine.param_bytes_in_cpu(); }) summary.params_in_cpu = engine.param_bytes_in_cpu();
     summary.pinned_other = engine.memory().live(zerotk::MemorySpace::pinned_host, zerotk::MemoryCategory::other);
   }
-  (void)step_ms_total;
 }
 
 template <class Engine>

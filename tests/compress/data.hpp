@@ -68,8 +68,9 @@ std::tuple<std::vector<std::uint8_t>, std::vector<float>, std::vector<float>> en
 }
 
 /// The codec over 2 and 3 threads equals one thread bit for bit (payload, decoded values, error) on
-/// 200003 values: over 2 x 32Ki, so the drivers split them between the threads (shares on whole
-/// bytes), and not a multiple of 64, so the last share ends inside a byte. A NaN in the last share
+/// 200003 values: over 2 x 32Ki, so the drivers split them between the threads (the bit codecs in
+/// shares of whole bytes, top-k in shares with a histogram each), and not a multiple of 64, so the
+/// last share ends inside a byte. A NaN in the last share
 /// is an error naming its index, with the error buffer and the output untouched.
 template <class Codec>
 void check_encode_over_threads(const Codec& c = Codec{}) {
