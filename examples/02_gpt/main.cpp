@@ -135,9 +135,10 @@ void check_offload_flags(const Options& o) {
     throw zerotk::usage_error("Huffman-codes the payloads of --compress, which is not asked for", "--huffman",
                               "--compress none");
   }
-  if (o.offload_param == "nvme" && o.offload_optimizer != "nvme") {
-    throw zerotk::usage_error("NVMe parameter offload runs with the optimizer state on NVMe too (a failed write then "
-                              "leaves the whole step undone); add --offload-optimizer nvme",
+  if (o.offload_param == "nvme" && o.offload_optimizer == "none") {
+    throw zerotk::usage_error("NVMe parameter offload runs with the optimizer state offloaded too (its host-side state "
+                              "then stays as it was until every shard write has gone through); add "
+                              "--offload-optimizer cpu or --offload-optimizer nvme",
                               "--offload-param nvme", "--offload-optimizer " + o.offload_optimizer);
   }
   if (o.max_in_cpu != 0 && o.offload_param != "nvme") {
@@ -149,9 +150,14 @@ void check_offload_flags(const Options& o) {
                               "(offload_optimizer.nvme_path)",
                               "--offload-optimizer", "nvme");
   }
-  if (!o.nvme_path.empty() && o.offload_optimizer != "nvme") {
-    throw zerotk::usage_error("is the swap directory of --offload-optimizer nvme, which is not asked for (--offload-optimizer " +
-                                  o.offload_optimizer + ")",
+  if (o.offload_param == "nvme" && o.nvme_path.empty()) {
+    throw zerotk::usage_error("needs --nvme-path DIR, the existing writable directory of the parameter shard files "
+                              "(offload_param.nvme_path)",
+                              "--offload-param", "nvme");
+  }
+  if (!o.nvme_path.empty() && o.offload_optimizer != "nvme" && o.offload_param != "nvme") {
+    throw zerotk::usage_error("is the swap directory of --offload-optimizer nvme or --offload-param nvme, neither of "
+                              "which is asked for (--offload-optimizer " + o.offload_optimizer + ")",
                               "--nvme-path", o.nvme_path);
   }
 }
@@ -204,7 +210,7 @@ std::string flags_to_deepspeed_json(const Options& o) {
   if (o.stage == 3) j << ", \"stage3_param_persistence_threshold\": 0, \"stage3_max_reuse_distance\": 0";
   if (o.offload_optimizer != "none") {
     j << ", \"offload_optimizer\": {\"device\": \"" << o.offload_optimizer << "\"";
-    if (!o.nvme_path.empty()) j << ", \"nvme_path\": " << json_string(o.nvme_path);
+    if (o.offload_optimizer == "nvme") j << ", \"nvme_path\": " << json_string(o.nvme_path);
     j << "}";
   }
   if (o.offload_param != "none") {
@@ -281,12 +287,13 @@ void print_memory_table(const Summary& s, int stage, const std::string& precisio
     const double staging = 2.0 * 4.0 * std::min(static_cast<double>(sub_group), pad / N);
     std::printf(" + optimizer offload staging 2 x 4 B x min(sub_group_size, Psi/N) = %.0f B", formula + extra + staging);
     // Offload<Nvme> keeps a second slot of master, m and v on disk (a failed step leaves the state as it was).
-    if (nvme) std::printf(" + NVMe's second slot 12 Psi/N = %.0f B", formula + extra + staging + 12 * pad / N);
+    const double second_slot = nvme ? 12 * pad / N : 0;
+    if (nvme) std::printf(" + NVMe's second slot 12 Psi/N = %.0f B", formula + extra + staging + second_slot);
     // --delayed-param-update: the gradient snapshot and the delayed values, 4 B x Psi/N each (pinned).
     if (delayed) std::printf(" + delayed update buffers 2 x 4 B x Psi/N = %.0f B", formula + extra + staging + 8 * pad / N);
     // OffloadParams<Nvme>: the shard's second slot, and each bucket's block padded to 4096 B in the file.
     if (s.params_disk > 0) {
-      const double shard = formula + extra + staging + 12 * pad / N + static_cast<double>(s.params_disk) - 2 * pad / N;
+      const double shard = formula + extra + staging + second_slot + static_cast<double>(s.params_disk) - 2 * pad / N;
       std::printf(" + parameter shard's second slot and page padding %.0f B = %.0f B",
                   static_cast<double>(s.params_disk) - 2 * pad / N, shard);
       if (s.params_in_cpu > 0) {
@@ -300,6 +307,12 @@ void print_memory_table(const Summary& s, int stage, const std::string& precisio
     std::printf("  NVMe parameter shard (rank 0): %zu B on disk (two slots of 2 Psi/N = %.0f B, each bucket's block\n"
                 "  padded to 4096 B); %zu B of its blocks also in host memory (--max-in-cpu)\n",
                 s.params_disk, 2 * pad / N, s.params_in_cpu);
+  }
+  if (s.params_disk > 0 && !nvme) {
+    std::printf("  with --offload-optimizer cpu the step runs first on a copy of one sub-group's master, m and v (a\n"
+                "  failed shard write then changes nothing): 3 x 4 B x min(sub_group_size, Psi/N) = %.0f B pinned, in\n"
+                "  the last row with the shard's read buffers\n",
+                12.0 * std::min(static_cast<double>(sub_group), pad / N));
   }
   if (nvme) {
     std::printf("  NVMe (rank 0): %zu B on disk (two slots of master, m, v: 24 Psi/N = %.0f B); %zu B of pinned swap\n"
@@ -334,6 +347,12 @@ int run(const Options& o, const gpt::Config& model_config, TrainContext::FillBat
                               std::string(o.config_file.empty() ? "--offload-optimizer " : o.config_file + ": offload_optimizer.device ") +
                                   std::string(zerotk::config::to_string(cfg.zero_optimization.offload_optimizer.device)));
   }
+  if (o.delayed_param_update && cfg.zero_optimization.offload_param.device == zerotk::config::OffloadDevice::nvme) {
+    throw zerotk::usage_error("writes each step's values after its state has stepped, which a failed write to the NVMe "
+                              "parameter shard could not undo; use --offload-param cpu or none",
+                              "--delayed-param-update",
+                              o.config_file.empty() ? "--offload-param nvme" : o.config_file + ": offload_param.device \"nvme\"");
+  }
   if (cfg.zero_optimization.offload_param.device == zerotk::config::OffloadDevice::nvme) {
     check_swap_directory(cfg.zero_optimization.offload_param.nvme_path,
                          o.config_file.empty() ? "--nvme-path"
@@ -361,6 +380,7 @@ int run(const Options& o, const gpt::Config& model_config, TrainContext::FillBat
                            E<3, zerotk::bf16, ParamCpu>, E<3, zerotk::bf16, OptCpu, ParamCpu>,
                            E<3, zerotk::fp32, OptCpu, ParamCpu>, E<3, zerotk::bf16, OptNvme>,
                            E<3, zerotk::bf16, OptNvme, ParamCpu>, E<3, zerotk::bf16, OptNvme, ParamNvme>,
+                           E<3, zerotk::bf16, OptCpu, ParamNvme>,
                            OneBit<zerotk::fp32>, OneBit<zerotk::bf16>, ZeroOne, OneBitLambE,
                            Compressed<zerotk::TopK>, Compressed<zerotk::TwoBit>, Compressed<zerotk::Sign>>(cfg, launch);
   if (!root) return 0;
@@ -457,7 +477,7 @@ int main(int argc, char** argv) {
   app.add_option("--offload-param", o.offload_param,
                  "offload_param.device: stage 3's parameter shards in pinned host memory (cpu; this binary: bf16, or "
                  "fp32 with --offload-optimizer cpu) or in swap files under --nvme-path (nvme; with "
-                 "--offload-optimizer nvme, bf16)")
+                 "--offload-optimizer cpu or nvme, bf16)")
       ->check(CLI::IsMember({"none", "cpu", "nvme"}));
   app.add_option("--max-in-cpu", o.max_in_cpu,
                  "with --offload-param nvme: offload_param.max_in_cpu, elements of each rank's shard also kept in "

@@ -4,7 +4,8 @@
 # printed as Python's str(): every bit), the same final loss and the same held-out accuracy as with
 # the state in pinned host memory (--offload-optimizer cpu): docs/offload.md promises bitwise
 # equality; so does the run with the parameter shards on NVMe as well (--offload-param nvme), also with
-# part of them kept in host memory (--max-in-cpu). The same
+# part of them kept in host memory (--max-in-cpu), and with the optimizer state in pinned memory
+# (--offload-optimizer cpu --offload-param nvme). The same
 # through --config (the printed DeepSpeed JSON). The memory line's formula equals
 # the ledger, the disk holds 24 Psi/N, the swap files are gone afterwards, and what cannot run is
 # refused with an error naming the flag (or the config key) and the value.
@@ -56,6 +57,25 @@ disk=$(grep -E "NVMe \(rank 0\)" <<<"$both") || fail "no NVMe memory line (--off
   fail "optimizer state disk bytes differ from 24 Psi/N (--offload-param nvme)" "$disk"
 [[ -z "$(ls -A "$dir/swap")" ]] || fail "swap files left behind (--offload-param nvme)" "$(ls -l "$dir/swap")"
 
+# The parameter shards on NVMe with the optimizer state in pinned host memory (Offload<Cpu>: the step
+# runs on a copy of each sub-group first, so a failed shard write changes nothing): same losses; the
+# memory line equals the ledger, without NVMe's second slot of the optimizer state.
+cpunv=$("$bin" "${common[@]}" --offload-optimizer cpu --offload-param nvme --nvme-path "$dir/swap" --csv "$dir/csv/cpunv" \
+  --print-config 2>&1 | tr '\r' '\n')
+cmp -s "$dir/csv/cpu/$loss" "$dir/csv/cpunv/$loss" ||
+  fail "per-step losses with --offload-optimizer cpu --offload-param nvme differ" \
+    "$(diff "$dir/csv/cpu/$loss" "$dir/csv/cpunv/$loss" | head -5)" "$cpunv"
+[[ "$(summary "$cpunv")" == "$(summary "$cpu")" ]] || fail "cpu + nvme param offload differs" "$(summary "$cpunv")"
+states=$(grep "model states (rank 0)" <<<"$cpunv") || fail "no memory line (cpu + nvme)" "$cpunv"
+grep -q "NVMe's second slot" <<<"$states" && fail "the formula counts an optimizer swap file that is not there" "$states"
+[[ "$(sed -E 's/.*model states \(rank 0\) ([0-9]+) B.*/\1/' <<<"$states")" == "$(sed -E 's/.* = ([0-9]+) B$/\1/' <<<"$states")" ]] ||
+  fail "model states differ from the formula line (cpu + nvme)" "$states"
+grep -q "runs first on a copy of one sub-group" <<<"$cpunv" || fail "no line for the step's scratch" "$cpunv"
+[[ -z "$(ls -A "$dir/swap")" ]] || fail "swap files left behind (cpu + nvme)" "$(ls -l "$dir/swap")"
+awk '{ print } /^}$/ { exit }' <<<"$cpunv" | sed "s#\"job_name\": \"cpunv\"#\"job_name\": \"cpunv_config\"#" >"$dir/cpunv.json"
+conf=$("$bin" --ranks 2 --layers 2 --steps 20 --eval-size 50 --config "$dir/cpunv.json" 2>&1 | tr '\r' '\n')
+cmp -s "$dir/csv/cpu/$loss" "$dir/csv/cpunv_config/$loss" || fail "per-step losses of the cpu + nvme --config run differ" "$conf"
+
 # Part of the parameter shard also kept in host memory (--max-in-cpu; about half of this model's
 # Psi/N): the same losses; the memory line adds the kept blocks and still equals the ledger.
 kept=$("$bin" "${common[@]}" --offload-optimizer nvme --offload-param nvme --max-in-cpu 30000 --nvme-path "$dir/swap" \
@@ -81,7 +101,11 @@ refused "--offload-optimizer" "nvme" "--nvme-path DIR" -- --stage 3 --offload-op
 refused "--nvme-path" "$dir/no_such_dir" "does not exist" -- --stage 3 --offload-optimizer nvme --nvme-path "$dir/no_such_dir"
 touch "$dir/a_file"
 refused "--nvme-path" "$dir/a_file" "not a directory" -- --stage 3 --offload-optimizer nvme --nvme-path "$dir/a_file"
-refused "--offload-param nvme" "--offload-optimizer cpu" "add --offload-optimizer nvme" -- --stage 3 --offload-optimizer cpu --offload-param nvme
+refused "--offload-param nvme" "--offload-optimizer none" "add --offload-optimizer cpu or --offload-optimizer nvme" -- \
+  --stage 3 --offload-param nvme --nvme-path "$dir/swap"
+refused "--offload-param" "nvme" "--nvme-path DIR" -- --stage 3 --offload-optimizer cpu --offload-param nvme
+refused "--delayed-param-update" "--offload-param nvme" -- --stage 3 --offload-optimizer cpu --offload-param nvme \
+  --nvme-path "$dir/swap" --delayed-param-update
 refused "--nvme-path" "--offload-optimizer cpu" -- --stage 3 --offload-optimizer cpu --nvme-path "$dir/swap"
 refused "--max-in-cpu 5" "--offload-param none" -- --stage 3 --max-in-cpu 5
 sed "s#\"nvme_path\": \"[^\"]*\"#\"nvme_path\": \"$dir/gone\"#" "$dir/ds.json" >"$dir/gone.json"
@@ -90,4 +114,4 @@ if [[ $(id -u) -ne 0 ]]; then  # root writes anywhere: the check is then the swa
   mkdir -p "$dir/ro" && chmod 500 "$dir/ro"
   refused "--nvme-path" "$dir/ro" "not writable" -- --stage 3 --offload-optimizer nvme --nvme-path "$dir/ro"
 fi
-echo "PASS: Offload<Nvme> (alone and with OffloadParams<Nvme>) gives the cpu-offload run's losses (every step, bitwise) and accuracy, by flags and by --config; memory formula exact; refusals name their flag"
+echo "PASS: Offload<Nvme> (alone and with OffloadParams<Nvme>), and Offload<Cpu> with OffloadParams<Nvme>, give the cpu-offload run's losses (every step, bitwise) and accuracy, by flags and by --config; memory formula exact; refusals name their flag"

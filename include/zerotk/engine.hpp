@@ -655,6 +655,7 @@ class Engine {
     s.nvme = options_.nvme;
     s.param_nvme = options_.param_nvme;
     s.param_nvme.max_in_cpu = param_max_in_cpu;
+    s.output_writer = std::is_same_v<typename R::shard_tag, Nvme>;
     return s;
   }
 
@@ -683,6 +684,11 @@ class Engine {
                            "delayed_param_update", "true");
       } else if constexpr (device::is_cuda) {
         throw config_error("with Device<Cuda> is not available yet (not yet run on a GPU); use Device<Host>",
+                           "delayed_param_update", "true");
+      } else if constexpr (std::is_same_v<typename R::shard_tag, Nvme>) {
+        throw config_error("with OffloadParams<Nvme> is not available: the delayed update writes a step's values "
+                           "into the shard file after its state has stepped, so a failed write could not be "
+                           "undone; use OffloadParams<Cpu> or OffloadParams<None>",
                            "delayed_param_update", "true");
       }
     }

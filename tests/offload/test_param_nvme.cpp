@@ -1,6 +1,6 @@
 // OffloadParams<Nvme> (offload/nvme_shard.hpp): stage 3's parameter shards in a file, read before
 // each bucket's all-gather, written by the optimizer block by block into each block's other slot.
-// Threads communicator on Device<Host>, with Offload<Nvme> (the combination compat.hpp allows):
+// Threads communicator on Device<Host>, with Offload<Nvme> and (where said) Offload<Cpu>:
 //  - bitwise-identical parameters, losses, scales, skips and norms to OffloadParams<None>, W = 1..4,
 //    fp32, fp16 (with overflow steps), bf16; GAS 2 with clipping; persistent buckets on and off;
 //    sub-groups smaller than a block (blocks assembled across sub-groups) and larger; hpZ (g = 2);
@@ -12,7 +12,10 @@
 //    and state are those before the step, and training goes on bitwise once the cause is fixed; a
 //    failed shard read fails the fetch, and the step runs again once it is fixed;
 //  - state() / load_state() across OffloadParams<Nvme> and OffloadParams<None>;
-//  - a missing nvme path or directory is an error naming it.
+//  - a missing nvme path or directory is an error naming it;
+//  - Offload<Cpu> (its two-pass step, offload/host_pinned.hpp): bitwise equal to OffloadParams<None>
+//    with Offload<Cpu>, W = 1..3, fp32, fp16, bf16, sub-groups; a failed shard write at the first,
+//    a later or the last blocks leaves parameters and state as they were, and training goes on.
 #include <doctest/doctest.h>
 
 #include <atomic>
@@ -56,11 +59,11 @@ EngineOptions options_in(const RunConfig& cfg, const fs::path& dir, std::size_t 
   return o;
 }
 
-/// W ranks of `cfg` at stage 3 with Offload<Nvme>; with OffloadParams<Nvme> every rank's ledger must
-/// show the shard on disk and nowhere in memory but the output staging.
-template <class Prec, class ParamOff, class Model = Mlp<typename Precision<Prec>::storage>>
+/// W ranks of `cfg` at stage 3 with `Store` (Offload<Nvme> or Offload<Cpu>); with OffloadParams<Nvme>
+/// every rank's ledger must show the shard on disk and nowhere in memory but the output staging.
+template <class Prec, class ParamOff, class Model = Mlp<typename Precision<Prec>::storage>, class Store = Offload<Nvme>>
 RunResult train3(const RunConfig& cfg, const fs::path& dir, std::size_t sub_group_size = 1'000'000'000) {
-  return train_with<3, Prec, Offload<Nvme>, ParamOff, Model>(cfg, options_in(cfg, dir, sub_group_size), [](const MemoryLedger& m) {
+  return train_with<3, Prec, Store, ParamOff, Model>(cfg, options_in(cfg, dir, sub_group_size), [](const MemoryLedger& m) {
     if constexpr (std::is_same_v<ParamOff, OffloadParams<Nvme>>) {
       return m.live(MemorySpace::host, MemoryCategory::params16) == 0 && m.live(MemorySpace::disk, MemoryCategory::params16) != 0;
     }
@@ -68,10 +71,11 @@ RunResult train3(const RunConfig& cfg, const fs::path& dir, std::size_t sub_grou
   });
 }
 
-template <class Prec>
-void sweep(bool fp16, const std::string& name) {
+template <class Prec, class Store = Offload<Nvme>>
+void sweep(bool fp16, const std::string& name, int max_world = 4) {
+  using Model = Mlp<typename Precision<Prec>::storage>;
   const fs::path dir = scratch(name);
-  for (int world : {1, 2, 3, 4}) {
+  for (int world = 1; world <= max_world; ++world) {
     for (int variant = 0; variant < 3; ++variant) {
       RunConfig cfg;
       cfg.world = world;
@@ -85,12 +89,12 @@ void sweep(bool fp16, const std::string& name) {
       if (fp16) cfg.poison_steps = {3, 6};
       CAPTURE(world);
       CAPTURE(variant);
-      const RunResult ref = train3<Prec, OffloadParams<None>>(cfg, dir);
+      const RunResult ref = train3<Prec, OffloadParams<None>, Model, Store>(cfg, dir);
       REQUIRE(ref.ranks_agree);
       CHECK(ref.params != ref.initial);  // it trained
-      check_same_run(train3<Prec, OffloadParams<Nvme>>(cfg, dir), ref);
+      check_same_run(train3<Prec, OffloadParams<Nvme>, Model, Store>(cfg, dir), ref);
       // 7 elements per sub-group: most blocks are assembled from two or more sub-groups
-      check_same_run(train3<Prec, OffloadParams<Nvme>>(cfg, dir, 7), ref);
+      check_same_run(train3<Prec, OffloadParams<Nvme>, Model, Store>(cfg, dir, 7), ref);
       CHECK(files_in(dir) == 0);  // every engine removed its files
     }
   }
@@ -106,6 +110,14 @@ TEST_CASE("OffloadParams<Nvme> equals OffloadParams<None> bitwise at stage 3: fp
   sweep<fp16>(true, "fp16");
 }
 TEST_CASE("OffloadParams<Nvme> equals OffloadParams<None> bitwise at stage 3: bf16") { sweep<bf16>(false, "bf16"); }
+
+// Offload<Cpu> steps a scratch copy of each sub-group first and the state in place after every shard
+// write (offload/host_pinned.hpp): the same bits as OffloadParams<None> under Offload<Cpu>.
+TEST_CASE("Offload<Cpu> with OffloadParams<Nvme> equals OffloadParams<None> bitwise: fp32, fp16, bf16, W = 1..3") {
+  sweep<fp32, Offload<Cpu>>(false, "cpu_fp32", 3);
+  sweep<fp16, Offload<Cpu>>(true, "cpu_fp16", 3);
+  sweep<bf16, Offload<Cpu>>(false, "cpu_bf16", 3);
+}
 
 TEST_CASE("OffloadParams<Nvme> with hpZ (g = 2, W = 4) and with emulated bf16 keeps the bits") {
   const fs::path dir = scratch("hpz");
@@ -216,6 +228,7 @@ int fault_hook(const io::FaultSite& s) {
 /// Trains 3 steps; the 4th step's writes to the chosen file fail (`after` succeed first); checks the
 /// io_error, that parameters and state are those before the step; then 3 more steps equal what an
 /// OffloadParams<None> engine loaded with the state before the fault gives.
+template <class Store = Offload<Nvme>>
 void fault_case(int world, bool params_file, int after, const fs::path& dir) {
   RunConfig cfg;
   cfg.world = world;
@@ -227,7 +240,7 @@ void fault_case(int world, bool params_file, int after, const fs::path& dir) {
     const auto r = static_cast<std::size_t>(comm.rank());
     const EngineOptions o = options_in(cfg, dir, 13);
     Mlp<half> model;
-    OffloadEngine<3, fp16, Offload<Nvme>, OffloadParams<Nvme>> engine(comm, model, o);
+    OffloadEngine<3, fp16, Store, OffloadParams<Nvme>> engine(comm, model, o);
     {
       auto g = engine.gather(model, 0);
       model.init(42);
@@ -267,7 +280,7 @@ void fault_case(int world, bool params_file, int after, const fs::path& dir) {
       if (r == 0) continued = model.values();
     }
     Mlp<half> model2;
-    OffloadEngine<3, fp16, Offload<Nvme>, OffloadParams<None>> ref(comm, model2, o);
+    OffloadEngine<3, fp16, Store, OffloadParams<None>> ref(comm, model2, o);
     ref.load_state(before);
     train_steps(ref, model2, comm.rank(), cfg, 4, 7, nullptr);
     {
@@ -301,6 +314,19 @@ TEST_CASE("OffloadParams<Nvme> faults: a failed shard or state write abandons th
       fault_case(world, true, after, dir);
     }
     fault_case(world, false, 1, dir);  // the optimizer state's swap file: its put-back goes to the shard
+  }
+  CHECK(files_in(dir) == 0);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("Offload<Cpu> with OffloadParams<Nvme> faults: a failed shard write leaves state and parameters as they were") {
+  const fs::path dir = scratch("cpu_faults");
+  for (int world : {1, 2}) {
+    CAPTURE(world);
+    for (int after : {0, 2, 5}) {  // the first sub-group's first block, a later one, the last ones
+      CAPTURE(after);
+      fault_case<Offload<Cpu>>(world, true, after, dir);
+    }
   }
   CHECK(files_in(dir) == 0);
   fs::remove_all(dir);
@@ -391,7 +417,7 @@ TEST_CASE("OffloadParams<Nvme> faults: a failed shard read fails the fetch; the 
   fs::remove_all(dir);
 }
 
-TEST_CASE("state() / load_state() across OffloadParams<Nvme> and OffloadParams<None>") {
+TEST_CASE("state() / load_state() across OffloadParams<Nvme> and OffloadParams<None>, Offload<Nvme> and Offload<Cpu>") {
   const fs::path dir = scratch("state");
   for (int world : {1, 3}) {
     CAPTURE(world);
@@ -407,6 +433,10 @@ TEST_CASE("state() / load_state() across OffloadParams<Nvme> and OffloadParams<N
     check_resume_across<Nv, Nv>(cfg, o);
     check_resume_across<Nv, None3>(cfg, o);
     check_resume_across<None3, Nv>(cfg, o);
+    // Offload<Cpu> with the shard on NVMe, into and out of the all-NVMe engine.
+    using CpuNv = OffloadEngine<3, fp16, Offload<Cpu>, OffloadParams<Nvme>>;
+    check_resume_across<CpuNv, Nv>(cfg, o);
+    check_resume_across<Nv, CpuNv>(cfg, o);
   }
   fs::remove_all(dir);
 }

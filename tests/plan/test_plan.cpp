@@ -171,6 +171,8 @@ TEST_CASE("plan: Offload<Nvme> and OffloadParams<Nvme> equal the engine's ledger
     check_ledger<2, fp16, Offload<Nvme>>(world, 1, 1, 64, {1, true});     // pipelining raises the buffers
     check_ledger<3, fp16, Offload<Nvme>>(world, 1, 1, 1'000'000'000, {9});  // capped at the sub-groups
     check_ledger<3, fp16, Offload<Nvme>, OffloadParams<Cpu>>(world, 1);
+    check_ledger<3, fp16, Offload<Cpu>, OffloadParams<Nvme>>(world, 1, 1, 100, {4, false, 3, 0});  // + the step's scratch
+    check_ledger<3, bf16, Offload<Cpu>, OffloadParams<Nvme>>(world, 2);
     for (std::size_t max_in_cpu : {std::size_t{0}, std::size_t{150}, std::size_t{1'000'000'000}}) {
       check_ledger<3, fp16, Offload<Nvme>, OffloadParams<Nvme>>(world, 1, 1, 100, {4, false, 3, max_in_cpu});
       check_ledger<3, fp32, Offload<Nvme>, OffloadParams<Nvme>>(world, 2, 1, 1'000'000'000, {4, false, 5, max_in_cpu});
@@ -397,4 +399,18 @@ TEST_CASE("plan: the cheapest fit is the first configuration in cost order that 
   }
   // With everything allowed, stage 0 without offload or checkpointing comes first.
   CHECK(plan::cheapest_fit(plan::plan_all(m, 4, {}, huge, g))->choice == big);
+}
+
+TEST_CASE("plan: the grid offers only what zerotk builds: NVMe parameter offload with the optimizer state offloaded") {
+  plan::Grid g;
+  g.precisions = {DType::bf16};
+  g.checkpointing = {plan::CheckpointChoice::none()};
+  int with_nvme_params = 0;
+  for (const plan::Choice& c : g.choices(plan::from_total(1'000'000))) {
+    CAPTURE(c.name());
+    if (c.param != plan::OffloadTarget::nvme) continue;
+    ++with_nvme_params;
+    CHECK(c.optimizer != plan::OffloadTarget::none);  // config::kUnbuildable refuses that one
+  }
+  CHECK(with_nvme_params == 2);  // offload_optimizer cpu and nvme
 }

@@ -32,10 +32,11 @@ struct Compat {
   static_assert(std::is_same_v<typename OffloadParams::tag, None> || std::is_same_v<typename Device::tag, Host>,
                 "Engine: OffloadParams<Cpu> and OffloadParams<Nvme> with Device<Cuda> are not available yet "
                 "(Device<Host> only)");
-  static_assert(!std::is_same_v<typename OffloadParams::tag, Nvme> || kNvme,
-                "Engine: OffloadParams<Nvme> needs Offload<Nvme> (offload_optimizer.device nvme): the optimizer "
-                "writes the new parameter values into the shard file sub-group by sub-group, and only a swapped "
-                "optimizer state can be put back with them when a write fails, so a failed step changes nothing");
+  static_assert(!std::is_same_v<typename OffloadParams::tag, Nvme> || kCpu || kNvme,
+                "Engine: OffloadParams<Nvme> needs Offload<Cpu> or Offload<Nvme> (offload_optimizer.device cpu or "
+                "nvme): the optimizer writes the new parameter values into the shard file sub-group by sub-group, "
+                "and only a host-side store can keep its state unchanged until every write has gone through, so "
+                "that a failed step changes nothing");
   // The 1-bit optimizers: 1-bit Adam, 0/1 Adam and 1-bit LAMB.
   static constexpr bool kOneBit = std::is_same_v<policy_tag_t<Optimizer>, OneBitAdam> ||
                                   std::is_same_v<policy_tag_t<Optimizer>, ZeroOneAdam> ||

@@ -45,10 +45,10 @@ struct Resolved {
       Compat<partitioner, optimizer, precision, offload, device, param_offload, gradient_compression>::value;
   /// The Offload tag whose state store the groups use (offload/store.hpp).
   using store_tag = typename offload::tag;
-  /// The OffloadParams tag whose shard home the groups use: None below stage 3 and for Nvme without
-  /// Offload<Nvme> (Compat reports both), so the first error is Compat's sentence.
+  /// The OffloadParams tag whose shard home the groups use: None below stage 3 and for Nvme with
+  /// Offload<None> (Compat reports both), so the first error is Compat's sentence.
   using shard_tag = std::conditional_t<partitioner::stage != 3 || (std::is_same_v<typename param_offload::tag, Nvme> &&
-                                                                   !std::is_same_v<typename offload::tag, Nvme>),
+                                                                   std::is_same_v<typename offload::tag, None>),
                                        None, typename param_offload::tag>;
 };
 }  // namespace engine

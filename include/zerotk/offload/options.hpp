@@ -55,6 +55,9 @@ struct StoreOptions {
   /// OffloadParams<Nvme>: the parameter shard file's directory and buffers. Not the store's: the
   /// group hands them, with rank, name and nvme.aio, to its parameter path.
   ParamNvmeOptions param_nvme;
+  /// The optimizer's output goes through a writer that must not see a half-applied step
+  /// (OffloadParams<Nvme>): Offload<Cpu> then steps a scratch copy first (offload/host_pinned.hpp).
+  bool output_writer = false;
 };
 
 }  // namespace zerotk::offload

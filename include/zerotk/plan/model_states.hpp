@@ -210,6 +210,9 @@ inline MemoryPlan model_state_plan(const ModelDescription& m, int world, const C
       p.at(MemorySpace::pinned_host, C::optimizer_state) += 2 * owned * F;
       p.at(MemorySpace::pinned_host, C::grads) += staging;
       p.at(MemorySpace::pinned_host, C::params16) += staging;
+      // With OffloadParams<Nvme> the step runs first on a copy of one sub-group's master, m and v
+      // (offload/host_pinned.hpp), so that a failed shard write leaves the state as it was.
+      if (c.stage == 3 && c.param == OffloadTarget::nvme) p.at(MemorySpace::pinned_host, C::other) += 3 * staging;
       break;
     case OffloadTarget::nvme: {
       // Offload<Nvme> (offload/nvme.hpp): master, m and v in two slots on disk (24 Psi/N); pinned

@@ -77,6 +77,9 @@ struct Grid {
               c.precision = p;
               c.checkpointing = ck;
               if (!c.valid()) continue;
+              // DeepSpeed accepts it, zerotk refuses it (config::kUnbuildable): NVMe parameter
+              // offload needs the optimizer state on the host side (Offload<Cpu> or Offload<Nvme>).
+              if (c.param == OffloadTarget::nvme && c.optimizer == OffloadTarget::none) continue;
               if (!any_checkpointable && ck.kind != CheckpointChoice::Kind::none) continue;
               out.push_back(c);
             }
