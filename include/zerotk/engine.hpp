@@ -863,14 +863,29 @@ class Engine {
     const ClipResult clip = clip_factor(norm.nonfinite ? INFINITY : sumsq, scale, options_.gradient_clipping);
     r.grad_norm = clip.reported_norm;
     const float grad_scale = static_cast<float>(static_cast<double>(clip.grad_factor) / gas);
-    // A store may fail its update (Offload<Nvme>: an I/O error) and then leaves its state as it was;
-    // the step is then not taken: the scaler and the step counter go back, the gradients are dropped.
+    // A store may fail its update (Offload<Nvme>, a shard on NVMe: an I/O error) and then leaves its
+    // state as it was, every group's; the step is then not taken: the scaler and the step counter go
+    // back, the gradients are dropped.
     try {
       if (delayed) {
         delayed_boundary(grad_scale);
       } else {
+        // Every group prepares its step before any makes it current (engine/group.hpp), so a
+        // failure in the fp32-kept group's leaves the working-precision group's untaken too.
+        int prepared = 0;
+        try {
+          for_each_group([&](auto& g) {
+            g.prepare_update(grad_scale);
+            ++prepared;
+          });
+        } catch (...) {
+          for_each_group([&](auto& g) {
+            if (prepared-- > 0) g.abort_update();
+          });
+          throw;
+        }
         for_each_group([&](auto& g) {
-          g.update(grad_scale);
+          g.commit_update();
           g.publish([this, &g](std::size_t k) { bindings_->on_bucket_published(g, k); });
         });
       }

@@ -15,7 +15,9 @@
 //  - a missing nvme path or directory is an error naming it;
 //  - Offload<Cpu> (its two-pass step, offload/host_pinned.hpp): bitwise equal to OffloadParams<None>
 //    with Offload<Cpu>, W = 1..3, fp32, fp16, bf16, sub-groups; a failed shard write at the first,
-//    a later or the last blocks leaves parameters and state as they were, and training goes on.
+//    a later or the last blocks leaves parameters and state as they were, and training goes on;
+//  - two groups (fp32-kept biases): a failed write in the second group's step leaves the first
+//    group's step untaken too (Offload<Nvme> shard and state files, Offload<Cpu> shard).
 #include <doctest/doctest.h>
 
 #include <atomic>
@@ -23,6 +25,7 @@
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -217,10 +220,12 @@ namespace {
 std::atomic<int> g_after{0};   // this many writes to the chosen file succeed first
 std::atomic<int> g_count{0};   // then this many fail
 std::atomic<bool> g_params_file{true};  // the chosen file: the shard's, or the optimizer state's
+std::atomic<bool> g_second_group{false};  // only the fp32-kept group's files (names end in ".fp32")
 int fault_hook(const io::FaultSite& s) {
   if (!s.write) return 0;
   const bool params = std::strstr(s.path, "zerotk_params.") != nullptr;
   if (params != g_params_file.load()) return 0;
+  if (g_second_group.load() && std::strstr(s.path, ".fp32") == nullptr) return 0;
   if (g_after.fetch_sub(1) > 0) return 0;
   return g_count.fetch_sub(1) > 0 ? EIO : 0;
 }
@@ -228,8 +233,11 @@ int fault_hook(const io::FaultSite& s) {
 /// Trains 3 steps; the 4th step's writes to the chosen file fail (`after` succeed first); checks the
 /// io_error, that parameters and state are those before the step; then 3 more steps equal what an
 /// OffloadParams<None> engine loaded with the state before the fault gives.
-template <class Store = Offload<Nvme>>
-void fault_case(int world, bool params_file, int after, const fs::path& dir) {
+/// `two_groups`: the biases are kept in fp32 (a second group, stepped after the first), and only
+/// that group's writes fail.
+/// `Model`: Mlp<float> for two groups (float Params over fp16 storage: fp32-kept parameters must hold float).
+template <class Store = Offload<Nvme>, class Model = Mlp<half>>
+void fault_case(int world, bool params_file, int after, const fs::path& dir, bool two_groups = false) {
   RunConfig cfg;
   cfg.world = world;
   cfg.stage3.param_persistence_threshold = 0;
@@ -238,8 +246,9 @@ void fault_case(int world, bool params_file, int after, const fs::path& dir) {
   std::vector<float> continued, reference;
   comm::run_threads(world, [&](auto& comm) {
     const auto r = static_cast<std::size_t>(comm.rank());
-    const EngineOptions o = options_in(cfg, dir, 13);
-    Mlp<half> model;
+    EngineOptions o = options_in(cfg, dir, 13);
+    if (two_groups) o.keep_fp32 = [](std::string_view name) { return name.ends_with(".bias"); };
+    Model model;
     OffloadEngine<3, fp16, Store, OffloadParams<Nvme>> engine(comm, model, o);
     {
       auto g = engine.gather(model, 0);
@@ -256,6 +265,7 @@ void fault_case(int world, bool params_file, int after, const fs::path& dir) {
     comm.barrier().wait();
     if (r == 0) {
       g_params_file = params_file;
+      g_second_group = two_groups;
       g_after = after;
       g_count = 1'000'000;
       io::set_fault_hook(&fault_hook);
@@ -279,7 +289,7 @@ void fault_case(int world, bool params_file, int after, const fs::path& dir) {
       auto g = engine.gather(model);
       if (r == 0) continued = model.values();
     }
-    Mlp<half> model2;
+    Model model2;
     OffloadEngine<3, fp16, Store, OffloadParams<None>> ref(comm, model2, o);
     ref.load_state(before);
     train_steps(ref, model2, comm.rank(), cfg, 4, 7, nullptr);
@@ -315,6 +325,24 @@ TEST_CASE("OffloadParams<Nvme> faults: a failed shard or state write abandons th
     }
     fault_case(world, false, 1, dir);  // the optimizer state's swap file: its put-back goes to the shard
   }
+  CHECK(files_in(dir) == 0);
+  fs::remove_all(dir);
+}
+
+// The engine prepares every group's step before it makes any current (engine/group.hpp): before,
+// the working-precision group's step stayed taken when the fp32-kept group's failed.
+TEST_CASE("two groups (fp32-kept biases): a failed write in the second group's step leaves neither group's taken") {
+  const fs::path dir = scratch("two_group_faults");
+  for (int world : {1, 2}) {
+    CAPTURE(world);
+    for (int after : {0, 1}) {
+      CAPTURE(after);
+      fault_case<Offload<Nvme>, Mlp<float>>(world, true, after, dir, true);   // the second group's shard file
+      fault_case<Offload<Nvme>, Mlp<float>>(world, false, after, dir, true);  // its optimizer state's swap file
+      fault_case<Offload<Cpu>, Mlp<float>>(world, true, after, dir, true);    // its shard, under Offload<Cpu>
+    }
+  }
+  g_second_group = false;
   CHECK(files_in(dir) == 0);
   fs::remove_all(dir);
 }

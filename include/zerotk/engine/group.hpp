@@ -179,22 +179,50 @@ class FlatGroup {
   /// The optimizer step over this rank's owned elements, then the owned gradients are cleared.
   /// Publication (all-gather) is separate: publish().
   void update(float grad_scale) {
+    prepare_update(grad_scale);
+    commit_update();
+  }
+
+  /// The step in two phases, so that the engine's groups (the working-precision one and the
+  /// fp32-kept one) take it together or not at all. prepare_update() runs everything that can fail
+  /// (a swapped store's and a swapped shard's I/O) and leaves nothing current: Offload<Nvme> holds
+  /// the new state in its other slot, Offload<Cpu> with OffloadParams<Nvme> has stepped scratch
+  /// copies, the shard holds its new blocks in their other slots. A failure inside it takes this
+  /// group back itself. commit_update() makes the step current and does no I/O; abort_update()
+  /// takes a prepared group back when a later group's preparation failed. Stores without a second
+  /// phase (Offload<None>, Offload<Cpu> writing memory) step in place in prepare_update(): they do
+  /// no I/O, and their groups are never the ones that fail.
+  void prepare_update(float grad_scale) {
     params_.synchronize();  // a gather still in flight reads the blocks this update writes
-    OutputScope scope(params_);
+    OutputScope scope(params_);  // a failure aborts the shard's transaction
     const auto out = params_.optimizer_out();
-    auto reduce_tensor_sums = [&](double* sums, std::size_t n) {
-      if constexpr (kPartitioned) {
-        if (n > 0) ctx_.comm->all_reduce(sums, sums, n, DType::fp64, comm::ReduceOp::sum).wait();
-      } else {
-        (void)sums, (void)n;
-      }
-    };
+    auto reduce = reduce_tensor_sums();
     grads_.owned().visit([&](const auto* g) {
-      for (std::size_t i = 0; i < store_.sub_groups(); ++i) store_.step(i, segments_, g, out.base, grad_scale, reduce_tensor_sums);
+      for (std::size_t i = 0; i < store_.sub_groups(); ++i) store_.step(i, segments_, g, out.base, grad_scale, reduce);
     });
-    scope.commit();
+    scope.keep();
+    prepared_scale_ = grad_scale;
+  }
+  void commit_update() {
+    if constexpr (requires { store_.commit_step(); }) {
+      store_.commit_step();  // Offload<Nvme>: the other slot becomes current
+    } else if constexpr (requires(Store& st, decltype(reduce_tensor_sums())& r) {
+                           st.commit_step(std::span<const kernels::Segment>{}, static_cast<const float*>(nullptr),
+                                          static_cast<T*>(nullptr), 1.0f, r);
+                         }) {
+      auto reduce = reduce_tensor_sums();  // Offload<Cpu>: pass 2 after a step through a writer
+      const auto out = params_.optimizer_out();
+      grads_.owned().visit([&](const auto* g) { store_.commit_step(segments_, g, out.base, prepared_scale_, reduce); });
+    }
+    if constexpr (requires { params_.commit_update(); }) params_.commit_update();
     grads_.clear_accumulated();
     opt_comm_->sync(store_.optimizer());
+  }
+  void abort_update() {
+    if constexpr (requires { store_.abort_step(segments_, params_.optimizer_out().base); }) {
+      store_.abort_step(segments_, params_.optimizer_out().base);
+    }
+    if constexpr (requires { params_.abort_update(); }) params_.abort_update();
   }
 
   // ---- the delayed parameter update (offload/delayed_update.hpp) ----------------------------------
@@ -365,6 +393,17 @@ class FlatGroup {
   }
 
  private:
+  /// The optimizer's reduction of per-tensor sums (LAMB's norms) over the ranks that share a tensor.
+  auto reduce_tensor_sums() {
+    return [this](double* sums, std::size_t n) {
+      if constexpr (kPartitioned) {
+        if (n > 0) ctx_.comm->all_reduce(sums, sums, n, DType::fp64, comm::ReduceOp::sum).wait();
+      } else {
+        (void)this, (void)sums, (void)n;
+      }
+    };
+  }
+
   /// The optimizer's output into the parameter path, committed (a swapped shard's blocks become
   /// current) or, when the scope is left by an exception, abandoned (they stay as they were).
   class OutputScope {
@@ -381,6 +420,8 @@ class FlatGroup {
       if constexpr (requires { p_->commit_update(); }) p_->commit_update();
       p_ = nullptr;
     }
+    /// Leaves the transaction open for commit_update() or abort_update().
+    void keep() noexcept { p_ = nullptr; }
 
    private:
     Params* p_;
@@ -454,6 +495,7 @@ class FlatGroup {
   Params params_;
   Store store_;
   std::vector<kernels::Segment> segments_;
+  float prepared_scale_ = 1.0f;      // prepare_update()'s gradient scale, for commit_update()
   std::optional<OptComm> opt_comm_;  // made once the segments are known
   // the delayed parameter update; last, so its worker is joined before anything it uses goes
   std::optional<offload::DelayedUpdate> delayed_;

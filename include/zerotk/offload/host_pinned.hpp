@@ -30,9 +30,9 @@
 /// the state is stepped in place. So the step takes two passes: sub-group i's master, m and v are
 /// copied into a pinned scratch of one sub-group, the copy steps and its new values go through the
 /// writer (pass 1; the state is untouched, a failure rewinds the step count and rethrows, and the
-/// writer's transaction is aborted by its owner); once the last sub-group's values are written, the
-/// state steps in place with the same constants and gradients and no output (pass 2), which gives
-/// the same bits. The price: the host step's compute twice, and 3 x min(owned, sub_group_size) fp32
+/// writer's transaction is aborted by its owner); once every group's values are written, the
+/// caller's commit_step() steps the state in place with the same constants and gradients and no
+/// output (pass 2), which gives the same bits. The price: the host step's compute twice, and 3 x min(owned, sub_group_size) fp32
 /// of scratch (StoreOptions::output_writer; ledger: pinned_host / other).
 
 #include <algorithm>
@@ -105,6 +105,28 @@ class HostPinned {
     }
   }
 
+  /// After a step through a writer (pass 1 over every sub-group): pass 2, the state steps in place
+  /// with the same constants and gradients (no I/O). A no-op after a step into memory.
+  /// `P` is pass 1's output type (the same kernel instantiation); nothing is written to it.
+  template <class G, class P, class Reduce>
+  void commit_step(std::span<const kernels::Segment> segments, const G* grads, P* /*out*/, float grad_scale,
+                   Reduce& reduce) {
+    if (!std::exchange(prepared_, false)) return;
+    opt_->set_step_count(step_before_);
+    for (std::size_t j = 0; j < sub_groups(); ++j) {
+      const std::size_t at = steps_.begin(j);
+      steps_.step(*opt_, j, segments, grads, static_cast<P*>(nullptr), grad_scale, reduce, master_.data() + at,
+                  m_.data() + at, v_.data() + at);
+    }
+  }
+  /// Instead of commit_step() (another group's step failed): the state never changed; the step
+  /// count goes back. A step into memory cannot be taken back, and never needs to be: it does no
+  /// I/O, so no group of its engine fails.
+  template <class P>
+  void abort_step(std::span<const kernels::Segment> /*segments*/, P* /*out*/) noexcept {
+    if (std::exchange(prepared_, false)) opt_->set_step_count(step_before_);
+  }
+
   /// The same step from gradients in host memory to values in host memory, both indexed like the
   /// master (offload/sub_group_steps.hpp, step_in_host): what the delayed parameter update runs off
   /// the training thread. Touches only the state and `out`, never the compute space.
@@ -167,13 +189,7 @@ class HostPinned {
       opt_->set_step_count(step_before_);  // the state never changed; the writer's owner aborts it
       throw;
     }
-    if (i + 1 < sub_groups()) return;
-    opt_->set_step_count(step_before_);  // every value is written: the same step, in place
-    for (std::size_t j = 0; j < sub_groups(); ++j) {
-      const std::size_t at = steps_.begin(j);
-      steps_.step(*opt_, j, segments, grads, static_cast<W*>(nullptr), grad_scale, reduce, master_.data() + at,
-                  m_.data() + at, v_.data() + at);
-    }
+    if (i + 1 == sub_groups()) prepared_ = true;  // every value is written: commit_step() steps the state
   }
 
   SubGroupSteps<Ops> steps_;              // the sub-group loop and its pinned stagings
@@ -184,6 +200,7 @@ class HostPinned {
   Ops* ops_;
   std::unique_ptr<Opt> opt_;
   std::int64_t step_before_ = 0;          // the step count before the step through a writer
+  bool prepared_ = false;                 // pass 1 is complete; commit_step() runs pass 2
 };
 
 }  // namespace zerotk::offload

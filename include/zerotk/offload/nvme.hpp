@@ -15,7 +15,8 @@
 ///
 /// No half-applied step. The file holds two slots of the whole state; a step reads the current
 /// slot and writes the other, and the current slot changes only when every sub-group's write has
-/// completed. If any read or write fails (disk full, an injected fault, a file truncated under the
+/// completed and the caller commits (commit_step(); abort_step() keeps the old one, for a step
+/// that failed in another group). If any read or write fails (disk full, an injected fault, a file truncated under the
 /// run), the step is abandoned: in-flight I/O is drained, the step count is rewound, and the
 /// working-precision values already written for earlier sub-groups are put back from the current
 /// slot's master (they equal P(master) at every boundary). The error propagates as an io_error
@@ -49,6 +50,7 @@
 #include "zerotk/offload/options.hpp"
 #include "zerotk/offload/sub_group_steps.hpp"
 #include "zerotk/optim/optimizer.hpp"
+#include "zerotk/zero/params/optimizer_out.hpp"
 
 namespace zerotk::offload {
 
@@ -124,11 +126,37 @@ class NvmeSwapped {
       if (!pipeline_write_) file_.wait(std::exchange(writes_[b], io::IoQueue::kNone));
       if (i + 1 == n) {
         for (auto& w : writes_) file_.wait(std::exchange(w, io::IoQueue::kNone));
-        current_ = 1 - current_;  // the step is complete: its state becomes the current one
         stepped_ = 0;
+        prepared_ = true;  // the new state is whole in the other slot; commit_step() makes it current
       }
     } catch (const std::exception& e) {
       abandon(segments, out, e);
+    }
+  }
+
+  /// After step(n - 1): the new state becomes the current one (no I/O).
+  void commit_step() noexcept {
+    if (!std::exchange(prepared_, false)) return;
+    current_ = 1 - current_;
+  }
+  /// After step(n - 1), instead of commit_step() (another group's step failed): the current slot
+  /// stays, the step count goes back, and the working-precision values written to memory are put
+  /// back from its master (a writer's values are dropped by its owner). An io_error if they cannot
+  /// be read.
+  template <class P>
+  void abort_step(std::span<const kernels::Segment> segments, P* out) {
+    if (!std::exchange(prepared_, false)) return;
+    opt_->set_step_count(step_before_);
+    if constexpr (!zero::OutputWriter<P>) {
+      if (out != nullptr) {
+        try {
+          for (std::size_t j = 0; j < sub_groups(); ++j) steps_.write_out(segments, j, read_part(j, 0), out);
+        } catch (const std::exception& e) {
+          throw io_error("another group's optimizer step failed, and putting back this group's previous parameter "
+                         "values failed too: they hold this step's values; load a checkpoint or a state",
+                         file_.path().string(), e.what());
+        }
+      }
     }
   }
 
@@ -273,6 +301,7 @@ class NvmeSwapped {
   std::vector<io::IoQueue::Ticket> reads_, writes_;  // per buffer, in flight
   std::unique_ptr<Opt> opt_;
   int current_ = 0;            // the slot holding the state
+  bool prepared_ = false;      // a complete step waits in the other slot for commit_step()
   std::size_t next_read_ = 0;  // the next sub-group whose read is not issued yet (this step)
   std::size_t stepped_ = 0;    // sub-groups whose values were written to `out` (this step)
   std::int64_t step_before_ = 0;  // the optimizer's step count before this step
