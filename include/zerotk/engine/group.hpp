@@ -176,15 +176,9 @@ class FlatGroup {
     });
   }
 
-  /// The optimizer step over this rank's owned elements, then the owned gradients are cleared.
-  /// Publication (all-gather) is separate: publish().
-  void update(float grad_scale) {
-    prepare_update(grad_scale);
-    commit_update();
-  }
-
-  /// The step in two phases, so that the engine's groups (the working-precision one and the
-  /// fp32-kept one) take it together or not at all. prepare_update() runs everything that can fail
+  /// The optimizer step over this rank's owned elements, then the owned gradients are cleared;
+  /// publication (all-gather) is separate: publish(). In two phases, so that the engine's groups
+  /// (the working-precision one and the fp32-kept one) take it together or not at all. prepare_update() runs everything that can fail
   /// (a swapped store's and a swapped shard's I/O) and leaves nothing current: Offload<Nvme> holds
   /// the new state in its other slot, Offload<Cpu> with OffloadParams<Nvme> has stepped scratch
   /// copies, the shard holds its new blocks in their other slots. A failure inside it takes this
@@ -204,13 +198,9 @@ class FlatGroup {
     prepared_scale_ = grad_scale;
   }
   void commit_update() {
-    if constexpr (requires { store_.commit_step(); }) {
-      store_.commit_step();  // Offload<Nvme>: the other slot becomes current
-    } else if constexpr (requires(Store& st, decltype(reduce_tensor_sums())& r) {
-                           st.commit_step(std::span<const kernels::Segment>{}, static_cast<const float*>(nullptr),
-                                          static_cast<T*>(nullptr), 1.0f, r);
-                         }) {
-      auto reduce = reduce_tensor_sums();  // Offload<Cpu>: pass 2 after a step through a writer
+    // Offload<Nvme>: its other slot becomes current; Offload<Cpu> after a step through a writer: pass 2.
+    if constexpr (requires { &Store::template commit_step<float, T, decltype(reduce_tensor_sums())>; }) {
+      auto reduce = reduce_tensor_sums();
       const auto out = params_.optimizer_out();
       grads_.owned().visit([&](const auto* g) { store_.commit_step(segments_, g, out.base, prepared_scale_, reduce); });
     }

@@ -22,8 +22,8 @@
 /// step count before each sub-group after the first (Run counts one step per call). LAMB needs the
 /// whole partition's per-tensor norms between its two phases; engine/compat.hpp refuses it here.
 ///
-/// The interface is offload/resident.hpp's (see there); FlatGroup::update calls step(0..n-1) in
-/// order, once per optimizer step.
+/// The interface is offload/resident.hpp's (see there); FlatGroup::prepare_update calls
+/// step(0..n-1) in order, once per optimizer step, and commit_update calls commit_step().
 ///
 /// With a parameter home written through a writer (OffloadParams<Nvme>: `out` is a
 /// zero::OutputWriter that writes the shard file), a failed write must leave the step undone, and
@@ -32,8 +32,9 @@
 /// writer (pass 1; the state is untouched, a failure rewinds the step count and rethrows, and the
 /// writer's transaction is aborted by its owner); once every group's values are written, the
 /// caller's commit_step() steps the state in place with the same constants and gradients and no
-/// output (pass 2), which gives the same bits. The price: the host step's compute twice, and 3 x min(owned, sub_group_size) fp32
-/// of scratch (StoreOptions::output_writer; ledger: pinned_host / other).
+/// output (pass 2), which gives the same bits. The price: the host step's compute twice, and
+/// 3 x min(owned, sub_group_size) fp32 of scratch (StoreOptions::output_writer; ledger:
+/// pinned_host / other).
 
 #include <algorithm>
 #include <cstddef>
@@ -112,7 +113,7 @@ class HostPinned {
   void commit_step(std::span<const kernels::Segment> segments, const G* grads, P* /*out*/, float grad_scale,
                    Reduce& reduce) {
     if (!std::exchange(prepared_, false)) return;
-    opt_->set_step_count(step_before_);
+    opt_->set_step_count(steps_.step_before());
     for (std::size_t j = 0; j < sub_groups(); ++j) {
       const std::size_t at = steps_.begin(j);
       steps_.step(*opt_, j, segments, grads, static_cast<P*>(nullptr), grad_scale, reduce, master_.data() + at,
@@ -124,7 +125,7 @@ class HostPinned {
   /// I/O, so no group of its engine fails.
   template <class P>
   void abort_step(std::span<const kernels::Segment> /*segments*/, P* /*out*/) noexcept {
-    if (std::exchange(prepared_, false)) opt_->set_step_count(step_before_);
+    if (std::exchange(prepared_, false)) opt_->set_step_count(steps_.step_before());
   }
 
   /// The same step from gradients in host memory to values in host memory, both indexed like the
@@ -175,7 +176,6 @@ class HostPinned {
                         "StoreOptions::output_writer (its scratch)",
                         "offload::HostPinned::step");
     }
-    if (i == 0) step_before_ = opt_->step_count();
     const std::size_t lo = steps_.begin(i), n = steps_.numel(i), S = scratch_.size() / 3;  // S >= n
     float* master = scratch_.data();
     float* m = master + S;
@@ -186,7 +186,7 @@ class HostPinned {
     try {
       steps_.step(*opt_, i, segments, grads, out, grad_scale, reduce, master, m, v);
     } catch (...) {
-      opt_->set_step_count(step_before_);  // the state never changed; the writer's owner aborts it
+      opt_->set_step_count(steps_.step_before());  // the state never changed; the writer's owner aborts it
       throw;
     }
     if (i + 1 == sub_groups()) prepared_ = true;  // every value is written: commit_step() steps the state
@@ -199,7 +199,6 @@ class HostPinned {
   bool through_writer_;                   // StoreOptions::output_writer: scratch_ is sized for it
   Ops* ops_;
   std::unique_ptr<Opt> opt_;
-  std::int64_t step_before_ = 0;          // the step count before the step through a writer
   bool prepared_ = false;                 // pass 1 is complete; commit_step() runs pass 2
 };
 

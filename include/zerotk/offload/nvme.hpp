@@ -16,12 +16,13 @@
 /// No half-applied step. The file holds two slots of the whole state; a step reads the current
 /// slot and writes the other, and the current slot changes only when every sub-group's write has
 /// completed and the caller commits (commit_step(); abort_step() keeps the old one, for a step
-/// that failed in another group). If any read or write fails (disk full, an injected fault, a file truncated under the
-/// run), the step is abandoned: in-flight I/O is drained, the step count is rewound, and the
-/// working-precision values already written for earlier sub-groups are put back from the current
-/// slot's master (they equal P(master) at every boundary). The error propagates as an io_error
-/// naming the file, offset and errno text; the state is the one before the step, and training can
-/// go on once the cause is fixed. The price is twice the state's size on disk (24 Psi / N bytes).
+/// that failed in another group). If any read or write fails (disk full, an injected fault, a file
+/// truncated under the run), the step is abandoned: in-flight I/O is drained, the step count is
+/// rewound, and the working-precision values already written to memory for earlier sub-groups are
+/// put back from the current slot's master (they equal P(master) at every boundary; values given
+/// to a writer are dropped with its transaction). The error propagates as an io_error naming the
+/// file, offset and errno text; the state is the one before the step, and training can go on once
+/// the cause is fixed. The price is twice the state's size on disk (24 Psi / N bytes).
 /// If putting the values back fails as well, the error says so (the parameters then hold the new
 /// values of some sub-groups; load a checkpoint).
 ///
@@ -134,10 +135,11 @@ class NvmeSwapped {
     }
   }
 
-  /// After step(n - 1): the new state becomes the current one (no I/O).
-  void commit_step() noexcept {
-    if (!std::exchange(prepared_, false)) return;
-    current_ = 1 - current_;
+  /// After step(n - 1): the new state becomes the current one (no I/O). The arguments are the
+  /// step's, as every store's commit_step takes them (HostPinned's steps again); a swap needs none.
+  template <class G, class P, class Reduce>
+  void commit_step(std::span<const kernels::Segment>, const G*, P*, float, Reduce&) noexcept {
+    if (std::exchange(prepared_, false)) current_ = 1 - current_;
   }
   /// After step(n - 1), instead of commit_step() (another group's step failed): the current slot
   /// stays, the step count goes back, and the working-precision values written to memory are put
@@ -147,17 +149,7 @@ class NvmeSwapped {
   void abort_step(std::span<const kernels::Segment> segments, P* out) {
     if (!std::exchange(prepared_, false)) return;
     opt_->set_step_count(step_before_);
-    if constexpr (!zero::OutputWriter<P>) {
-      if (out != nullptr) {
-        try {
-          for (std::size_t j = 0; j < sub_groups(); ++j) steps_.write_out(segments, j, read_part(j, 0), out);
-        } catch (const std::exception& e) {
-          throw io_error("another group's optimizer step failed, and putting back this group's previous parameter "
-                         "values failed too: they hold this step's values; load a checkpoint or a state",
-                         file_.path().string(), e.what());
-        }
-      }
-    }
+    put_back(segments, out, sub_groups(), "another group's optimizer step failed");
   }
 
   /// master[at, at + n) := float(src[0, n)), src in the compute space.
@@ -276,18 +268,26 @@ class NvmeSwapped {
     drain();
     next_read_ = 0;
     opt_->set_step_count(step_before_);
-    const std::size_t stepped = std::exchange(stepped_, 0);
-    if (out != nullptr) {
+    put_back(segments, out, std::exchange(stepped_, 0),
+             std::string("the optimizer step was abandoned (") + cause.what() + ")");
+    throw;  // the original error, state as before the step
+  }
+
+  /// out := P(master) of the current slot for sub-groups [0, count): the values a step wrote to
+  /// memory before it was abandoned (a writer's are dropped by its owner, so nothing is written
+  /// to one). An io_error saying `why` and that the values are lost if the master cannot be read.
+  template <class P>
+  void put_back(std::span<const kernels::Segment> segments, P* out, std::size_t count, const std::string& why) {
+    if constexpr (!zero::OutputWriter<P>) {
+      if (out == nullptr) return;
       try {
-        for (std::size_t j = 0; j < stepped; ++j) steps_.write_out(segments, j, read_part(j, 0), out);
+        for (std::size_t j = 0; j < count; ++j) steps_.write_out(segments, j, read_part(j, 0), out);
       } catch (const std::exception& e) {
-        throw io_error(std::string("the optimizer step was abandoned (") + cause.what() +
-                           ") and putting back the parameters' previous values failed too: sub-groups before the "
-                           "failure hold this step's values; load a checkpoint or a state",
+        throw io_error(why + ", and putting back the parameters' previous values failed too: some sub-groups hold "
+                           "this step's values; load a checkpoint or a state",
                        file_.path().string(), e.what());
       }
     }
-    throw;  // the original error, state as before the step
   }
 
   SubGroupSteps<Ops> steps_;

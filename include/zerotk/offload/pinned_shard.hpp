@@ -14,13 +14,14 @@
 /// (send == recv + rank * n) is one every communicator accepts (comm/communicator.hpp); NCCL gathers
 /// in place the same way.
 ///
-/// Writes to the shard: the optimizer writes the updated values straight into it (FlatGroup::update
-/// through FetchOnDemand::optimizer_out): with Offload<Cpu> the step already runs on the host, so
-/// the values land where they live; with Offload<None> the step's output goes from the compute space
-/// to host memory, which on Device<Host> is the same kind of store. Initial values, load_state and
-/// GatherScope writes reach the shard through host copies. Each of these is host-to-host on
-/// Device<Host>, the only device where engine/compat.hpp allows OffloadParams<Cpu> today; a CUDA
-/// compute space needs device -> host copies for them (not done yet).
+/// Writes to the shard: the optimizer writes the updated values straight into it
+/// (FlatGroup::prepare_update through FetchOnDemand::optimizer_out): with Offload<Cpu> the step
+/// already runs on the host, so the values land where they live; with Offload<None> the step's
+/// output goes from the compute space to host memory, which on Device<Host> is the same kind of
+/// store. Initial values, load_state and GatherScope writes reach the shard through host copies.
+/// Each of these is host-to-host on Device<Host>, the only device where engine/compat.hpp allows
+/// OffloadParams<Cpu> today; a CUDA compute space needs device -> host copies for them (not done
+/// yet).
 ///
 /// Persistent buckets (`stage3_param_persistence_threshold`) keep their gathered buffer in the
 /// compute space, as DeepSpeed keeps persistent parameters on the device: they are small and used

@@ -8,6 +8,7 @@
 #include <string>
 #include <string_view>
 
+#include "zerotk/config/options.hpp"
 #include "zerotk/core/dtype.hpp"
 #include "zerotk/core/memory.hpp"
 #include "zerotk/plan/activations.hpp"
@@ -23,6 +24,12 @@ constexpr std::string_view to_string(OffloadTarget t) noexcept {
     case OffloadTarget::nvme: return "nvme";
   }
   return "none";
+}
+
+inline config::OffloadDevice to_config(OffloadTarget t) {
+  return t == OffloadTarget::none ? config::OffloadDevice::none
+         : t == OffloadTarget::cpu ? config::OffloadDevice::cpu
+                                   : config::OffloadDevice::nvme;
 }
 
 struct Choice {

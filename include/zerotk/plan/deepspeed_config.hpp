@@ -11,12 +11,6 @@
 
 namespace zerotk::plan {
 
-inline config::OffloadDevice to_config(OffloadTarget t) {
-  return t == OffloadTarget::none ? config::OffloadDevice::none
-         : t == OffloadTarget::cpu ? config::OffloadDevice::cpu
-                                   : config::OffloadDevice::nvme;
-}
-
 /// The config for `c`. Activation checkpointing has no per-layer key in DeepSpeed's JSON: the number
 /// of checkpointed layers goes to `activation_checkpointing.number_checkpoints` and the choice itself
 /// to the GPT example's --checkpoint-activations flag (docs/plan.md).

@@ -17,6 +17,7 @@
 #include <tuple>
 #include <vector>
 
+#include "zerotk/config/structure.hpp"
 #include "zerotk/plan/activations.hpp"
 #include "zerotk/plan/choice.hpp"
 #include "zerotk/plan/model.hpp"
@@ -53,6 +54,19 @@ inline Evaluation evaluate(const ModelDescription& m, int world, const Choice& c
   return e;
 }
 
+/// Whether this zerotk builds an engine for `c`. DeepSpeed accepts every valid() choice; the
+/// config reader's own table (config::check_buildable) refuses some, e.g. NVMe parameter offload
+/// without optimizer offload, and the grid offers none of those.
+inline bool buildable(const Choice& c) {
+  config::Config cfg;
+  cfg.zero_optimization.stage = c.stage;
+  cfg.zero_optimization.offload_optimizer.device = to_config(c.optimizer);
+  cfg.zero_optimization.offload_param.device = to_config(c.param);
+  cfg.fp16.enabled = c.precision == DType::fp16;
+  cfg.bf16.enabled = c.precision == DType::bf16;
+  return config::check_buildable(cfg).empty();
+}
+
 /// The grid the planner walks.
 struct Grid {
   std::vector<int> stages = {0, 1, 2, 3};
@@ -76,10 +90,7 @@ struct Grid {
               c.param = q;
               c.precision = p;
               c.checkpointing = ck;
-              if (!c.valid()) continue;
-              // DeepSpeed accepts it, zerotk refuses it (config::kUnbuildable): NVMe parameter
-              // offload needs the optimizer state on the host side (Offload<Cpu> or Offload<Nvme>).
-              if (c.param == OffloadTarget::nvme && c.optimizer == OffloadTarget::none) continue;
+              if (!c.valid() || !buildable(c)) continue;
               if (!any_checkpointable && ck.kind != CheckpointChoice::Kind::none) continue;
               out.push_back(c);
             }
