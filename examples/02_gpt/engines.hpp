@@ -25,7 +25,8 @@ namespace gpt_demo {
 // engine type is compiled in full, so only what the flags reach is listed: every stage and precision
 // without offload; --offload-optimizer cpu at stages 1-3 in bf16; --offload-param cpu at stage 3 in
 // bf16 (alone or with the optimizer offloaded) and fp32 (with both); --offload-optimizer nvme at stage 3
-// in bf16 (alone, with --offload-param cpu or with --offload-param nvme). A config asking for another
+// in bf16 (alone, with --offload-param cpu or with --offload-param nvme); --offload-param nvme with the
+// optimizer state offloaded to cpu or not offloaded, in bf16. A config asking for another
 // combination gets dispatch's error naming every candidate. train_stages.cpp, train_offload.cpp and
 // train_compressed.cpp compile train<E> for them.
 template <int S, class P, class... Offloads>

@@ -135,12 +135,6 @@ void check_offload_flags(const Options& o) {
     throw zerotk::usage_error("Huffman-codes the payloads of --compress, which is not asked for", "--huffman",
                               "--compress none");
   }
-  if (o.offload_param == "nvme" && o.offload_optimizer == "none") {
-    throw zerotk::usage_error("NVMe parameter offload runs with the optimizer state offloaded too (its host-side state "
-                              "then stays as it was until every shard write has gone through); add "
-                              "--offload-optimizer cpu or --offload-optimizer nvme",
-                              "--offload-param nvme", "--offload-optimizer " + o.offload_optimizer);
-  }
   if (o.max_in_cpu != 0 && o.offload_param != "nvme") {
     throw zerotk::usage_error("keeps part of the NVMe parameter shard in host memory; it needs --offload-param nvme",
                               "--max-in-cpu " + std::to_string(o.max_in_cpu), "--offload-param " + o.offload_param);
@@ -241,8 +235,9 @@ std::string flags_to_deepspeed_json(const Options& o) {
 }
 
 /// Prints rank memory by category beside the ZeRO formula for this stage (fp16/bf16 Adam, K = 12).
-/// `sub_group` > 0: optimizer offload, whose two pinned staging buffers of 4 B x min(sub_group, Psi/N)
-/// are recorded as gradients and parameters (docs/offload.md). `nvme`: Offload<Nvme>, whose master, m and v
+/// `sub_group` > 0: the optimizer steps sub-group by sub-group (optimizer offload, or NVMe parameter
+/// offload), with two pinned staging buffers of 4 B x min(sub_group, Psi/N) recorded as gradients
+/// and parameters (docs/offload.md). `nvme`: Offload<Nvme>, whose master, m and v
 /// rows count the two slots in the swap file (24 Psi/N on disk instead of 12 Psi/N in memory).
 void print_memory_table(const Summary& s, int stage, const std::string& precision, int world, int gas,
                         std::int64_t sub_group, bool nvme, bool delayed) {
@@ -285,7 +280,7 @@ void print_memory_table(const Summary& s, int stage, const std::string& precisio
   if (acc) std::printf(" + fp32 accumulator of GAS > 1 %s = %.0f B", stage == 0 ? "4 Psi" : "4 Psi/N", formula + extra);
   if (sub_group > 0) {
     const double staging = 2.0 * 4.0 * std::min(static_cast<double>(sub_group), pad / N);
-    std::printf(" + optimizer offload staging 2 x 4 B x min(sub_group_size, Psi/N) = %.0f B", formula + extra + staging);
+    std::printf(" + sub-group staging 2 x 4 B x min(sub_group_size, Psi/N) = %.0f B", formula + extra + staging);
     // Offload<Nvme> keeps a second slot of master, m and v on disk (a failed step leaves the state as it was).
     const double second_slot = nvme ? 12 * pad / N : 0;
     if (nvme) std::printf(" + NVMe's second slot 12 Psi/N = %.0f B", formula + extra + staging + second_slot);
@@ -309,7 +304,7 @@ void print_memory_table(const Summary& s, int stage, const std::string& precisio
                 s.params_disk, 2 * pad / N, s.params_in_cpu);
   }
   if (s.params_disk > 0 && !nvme) {
-    std::printf("  with --offload-optimizer cpu the step runs first on a copy of one sub-group's master, m and v (a\n"
+    std::printf("  without an NVMe optimizer state the step runs first on a copy of one sub-group's master, m and v (a\n"
                 "  failed shard write then changes nothing): 3 x 4 B x min(sub_group_size, Psi/N) = %.0f B pinned, in\n"
                 "  the last row with the shard's read buffers\n",
                 12.0 * std::min(static_cast<double>(sub_group), pad / N));
@@ -380,13 +375,14 @@ int run(const Options& o, const gpt::Config& model_config, TrainContext::FillBat
                            E<3, zerotk::bf16, ParamCpu>, E<3, zerotk::bf16, OptCpu, ParamCpu>,
                            E<3, zerotk::fp32, OptCpu, ParamCpu>, E<3, zerotk::bf16, OptNvme>,
                            E<3, zerotk::bf16, OptNvme, ParamCpu>, E<3, zerotk::bf16, OptNvme, ParamNvme>,
-                           E<3, zerotk::bf16, OptCpu, ParamNvme>,
+                           E<3, zerotk::bf16, OptCpu, ParamNvme>, E<3, zerotk::bf16, ParamNvme>,
                            OneBit<zerotk::fp32>, OneBit<zerotk::bf16>, ZeroOne, OneBitLambE,
                            Compressed<zerotk::TopK>, Compressed<zerotk::TwoBit>, Compressed<zerotk::Sign>>(cfg, launch);
   if (!root) return 0;
   print_memory_table(summary, cfg.zero_optimization.stage, std::string(zerotk::to_string(cfg.precision())), world,
                                   static_cast<int>(cfg.gradient_accumulation_steps),
-                     cfg.zero_optimization.offload_optimizer.device == zerotk::config::OffloadDevice::none
+                     cfg.zero_optimization.offload_optimizer.device == zerotk::config::OffloadDevice::none &&
+                             cfg.zero_optimization.offload_param.device != zerotk::config::OffloadDevice::nvme
                          ? 0
                          : cfg.zero_optimization.sub_group_size,
                      cfg.zero_optimization.offload_optimizer.device == zerotk::config::OffloadDevice::nvme,
@@ -476,8 +472,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 1 << 30));
   app.add_option("--offload-param", o.offload_param,
                  "offload_param.device: stage 3's parameter shards in pinned host memory (cpu; this binary: bf16, or "
-                 "fp32 with --offload-optimizer cpu) or in swap files under --nvme-path (nvme; with "
-                 "--offload-optimizer cpu or nvme, bf16)")
+                 "fp32 with --offload-optimizer cpu) or in swap files under --nvme-path (nvme; bf16)")
       ->check(CLI::IsMember({"none", "cpu", "nvme"}));
   app.add_option("--max-in-cpu", o.max_in_cpu,
                  "with --offload-param nvme: offload_param.max_in_cpu, elements of each rank's shard also kept in "

@@ -5,7 +5,7 @@
 # the state in pinned host memory (--offload-optimizer cpu): docs/offload.md promises bitwise
 # equality; so does the run with the parameter shards on NVMe as well (--offload-param nvme), also with
 # part of them kept in host memory (--max-in-cpu), and with the optimizer state in pinned memory
-# (--offload-optimizer cpu --offload-param nvme). The same
+# (--offload-optimizer cpu --offload-param nvme) or not offloaded (--offload-param nvme alone). The same
 # through --config (the printed DeepSpeed JSON). The memory line's formula equals
 # the ledger, the disk holds 24 Psi/N, the swap files are gone afterwards, and what cannot run is
 # refused with an error naming the flag (or the config key) and the value.
@@ -76,6 +76,19 @@ awk '{ print } /^}$/ { exit }' <<<"$cpunv" | sed "s#\"job_name\": \"cpunv\"#\"jo
 conf=$("$bin" --ranks 2 --layers 2 --steps 20 --eval-size 50 --config "$dir/cpunv.json" 2>&1 | tr '\r' '\n')
 cmp -s "$dir/csv/cpu/$loss" "$dir/csv/cpunv_config/$loss" || fail "per-step losses of the cpu + nvme --config run differ" "$conf"
 
+# The parameter shards on NVMe with the optimizer state not offloaded (Offload<None>: it steps sub-group by
+# sub-group, a copy of each first, as with cpu): same losses; the memory line equals the ledger.
+nonenv=$("$bin" "${common[@]}" --offload-param nvme --nvme-path "$dir/swap" --csv "$dir/csv/nonenv" 2>&1 | tr '\r' '\n')
+cmp -s "$dir/csv/cpu/$loss" "$dir/csv/nonenv/$loss" ||
+  fail "per-step losses with --offload-param nvme alone differ" \
+    "$(diff "$dir/csv/cpu/$loss" "$dir/csv/nonenv/$loss" | head -5)" "$nonenv"
+[[ "$(summary "$nonenv")" == "$(summary "$cpu")" ]] || fail "nvme param offload alone differs" "$(summary "$nonenv")"
+states=$(grep "model states (rank 0)" <<<"$nonenv") || fail "no memory line (none + nvme)" "$nonenv"
+[[ "$(sed -E 's/.*model states \(rank 0\) ([0-9]+) B.*/\1/' <<<"$states")" == "$(sed -E 's/.* = ([0-9]+) B$/\1/' <<<"$states")" ]] ||
+  fail "model states differ from the formula line (none + nvme)" "$states"
+grep -q "runs first on a copy of one sub-group" <<<"$nonenv" || fail "no line for the step's scratch (none + nvme)" "$nonenv"
+[[ -z "$(ls -A "$dir/swap")" ]] || fail "swap files left behind (none + nvme)" "$(ls -l "$dir/swap")"
+
 # Part of the parameter shard also kept in host memory (--max-in-cpu; about half of this model's
 # Psi/N): the same losses; the memory line adds the kept blocks and still equals the ledger.
 kept=$("$bin" "${common[@]}" --offload-optimizer nvme --offload-param nvme --max-in-cpu 30000 --nvme-path "$dir/swap" \
@@ -101,8 +114,6 @@ refused "--offload-optimizer" "nvme" "--nvme-path DIR" -- --stage 3 --offload-op
 refused "--nvme-path" "$dir/no_such_dir" "does not exist" -- --stage 3 --offload-optimizer nvme --nvme-path "$dir/no_such_dir"
 touch "$dir/a_file"
 refused "--nvme-path" "$dir/a_file" "not a directory" -- --stage 3 --offload-optimizer nvme --nvme-path "$dir/a_file"
-refused "--offload-param nvme" "--offload-optimizer none" "add --offload-optimizer cpu or --offload-optimizer nvme" -- \
-  --stage 3 --offload-param nvme --nvme-path "$dir/swap"
 refused "--offload-param" "nvme" "--nvme-path DIR" -- --stage 3 --offload-optimizer cpu --offload-param nvme
 refused "--delayed-param-update" "--offload-param nvme" -- --stage 3 --offload-optimizer cpu --offload-param nvme \
   --nvme-path "$dir/swap" --delayed-param-update
@@ -114,4 +125,4 @@ if [[ $(id -u) -ne 0 ]]; then  # root writes anywhere: the check is then the swa
   mkdir -p "$dir/ro" && chmod 500 "$dir/ro"
   refused "--nvme-path" "$dir/ro" "not writable" -- --stage 3 --offload-optimizer nvme --nvme-path "$dir/ro"
 fi
-echo "PASS: Offload<Nvme> (alone and with OffloadParams<Nvme>), and Offload<Cpu> with OffloadParams<Nvme>, give the cpu-offload run's losses (every step, bitwise) and accuracy, by flags and by --config; memory formula exact; refusals name their flag"
+echo "PASS: Offload<Nvme> (alone and with OffloadParams<Nvme>), and Offload<Cpu> or Offload<None> with OffloadParams<Nvme>, give the cpu-offload run's losses (every step, bitwise) and accuracy, by flags and by --config; memory formula exact; refusals name their flag"

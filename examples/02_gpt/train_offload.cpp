@@ -13,5 +13,6 @@ template void train<E<3, zerotk::bf16, OptNvme>>(const TrainContext&, MpiWorld*,
 template void train<E<3, zerotk::bf16, OptNvme, ParamCpu>>(const TrainContext&, MpiWorld*, Summary&);
 template void train<E<3, zerotk::bf16, OptNvme, ParamNvme>>(const TrainContext&, MpiWorld*, Summary&);
 template void train<E<3, zerotk::bf16, OptCpu, ParamNvme>>(const TrainContext&, MpiWorld*, Summary&);
+template void train<E<3, zerotk::bf16, ParamNvme>>(const TrainContext&, MpiWorld*, Summary&);
 
 }  // namespace gpt_demo

@@ -296,11 +296,9 @@ TEST_CASE("check_buildable names what no engine of this version can run") {
     const char* value;
   };
   const Case cases[] = {
-      {R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/n"}}})",
-       "/zero_optimization/offload_optimizer/device", "NVMe parameter offload", "\"none\""},
-      {R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/n"},
-           "offload_optimizer": {"device": "none"}}})",
-       "/zero_optimization/offload_optimizer/device", "NVMe parameter offload", "\"none\""},
+      {R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/n"}},
+           "optimizer": {"type": "Lamb"}})",
+       "/optimizer/type", "Lamb with NVMe parameter offload", "\"Lamb\""},
       {R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}, "optimizer": {"type": "Lamb"}})",
        "/optimizer/type", "Lamb with optimizer offload", "\"Lamb\""},
       {R"({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme", "nvme_path": "/n"}},
@@ -338,11 +336,11 @@ TEST_CASE("check_buildable names what no engine of this version can run") {
   }
   // Every missing piece at once.
   CHECK(check_buildable(config_of(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3,
-      "offload_param": {"device": "nvme", "nvme_path": "/n"}},
+      "offload_param": {"device": "nvme", "nvme_path": "/n"}}, "prescale_gradients": true,
       "optimizer": {"type": "OneBitAdam"}})")).size() == 2);
   // What the engine runs today: stages 0-3, Adam/AdamW/Lamb (and OneBitAdam, ZeroOneAdam, OneBitLamb at stage 0), fp16/bf16/fp32, Offload<Cpu> at stages 1-3,
   // Offload<Nvme> of the optimizer state (the reader allows nvme with stage 3 only, as DeepSpeed),
-  // OffloadParams<Cpu> at stage 3, OffloadParams<Nvme> at stage 3 with Offload<Cpu> or Offload<Nvme>.
+  // OffloadParams<Cpu> at stage 3, OffloadParams<Nvme> at stage 3 with Adam/AdamW.
   for (const char* ok : {kZero2Fp16, R"({"train_batch_size": 8, "zero_optimization": {"stage": 3}})",
                          R"({"train_batch_size": 8, "optimizer": {"type": "OneBitAdam"}, "zero_optimization": {"stage": 0}})",
                          R"({"train_batch_size": 8, "optimizer": {"type": "ZeroOneAdam"}, "zero_optimization": {"stage": 0}})",
@@ -359,6 +357,10 @@ TEST_CASE("check_buildable names what no engine of this version can run") {
                              "nvme_path": "/n"}, "offload_param": {"device": "nvme", "nvme_path": "/n"}}})",
                          R"({"train_batch_size": 8, "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"},
                              "offload_param": {"device": "nvme", "nvme_path": "/n"}}})",
+                         R"({"train_batch_size": 8, "zero_optimization": {"stage": 3,
+                             "offload_param": {"device": "nvme", "nvme_path": "/n"}}})",
+                         R"({"train_batch_size": 8, "zero_optimization": {"stage": 2,
+                             "offload_param": {"device": "nvme", "nvme_path": "/n"}}, "optimizer": {"type": "Lamb"}})",
                          R"({"train_batch_size": 8, "zero_optimization": {"stage": 1, "offload_optimizer": {"device": "cpu"}},
                              "optimizer": {"type": "AdamW"}})", R"({"train_batch_size": 8, "zero_optimization": {"stage": 1},
                                         "optimizer": {"type": "Lamb"}, "bf16": {"enabled": true},

@@ -1,6 +1,6 @@
 // OffloadParams<Nvme> (offload/nvme_shard.hpp): stage 3's parameter shards in a file, read before
 // each bucket's all-gather, written by the optimizer block by block into each block's other slot.
-// Threads communicator on Device<Host>, with Offload<Nvme> and (where said) Offload<Cpu>:
+// Threads communicator on Device<Host>, with Offload<Nvme> and (where said) Offload<Cpu> or Offload<None>:
 //  - bitwise-identical parameters, losses, scales, skips and norms to OffloadParams<None>, W = 1..4,
 //    fp32, fp16 (with overflow steps), bf16; GAS 2 with clipping; persistent buckets on and off;
 //    sub-groups smaller than a block (blocks assembled across sub-groups) and larger; hpZ (g = 2);
@@ -13,11 +13,12 @@
 //    failed shard read fails the fetch, and the step runs again once it is fixed;
 //  - state() / load_state() across OffloadParams<Nvme> and OffloadParams<None>;
 //  - a missing nvme path or directory is an error naming it;
-//  - Offload<Cpu> (its two-pass step, offload/host_pinned.hpp): bitwise equal to OffloadParams<None>
-//    with Offload<Cpu>, W = 1..3, fp32, fp16, bf16, sub-groups; a failed shard write at the first,
-//    a later or the last blocks leaves parameters and state as they were, and training goes on;
+//  - Offload<Cpu> and Offload<None> (their two-pass step, offload/writer_passes.hpp): bitwise equal to
+//    OffloadParams<None> with the same store (Offload<None>'s in one fused step), W = 1..3, fp32,
+//    fp16, bf16, sub-groups; a failed shard write at the first, a later or the last blocks leaves
+//    parameters and state as they were, and training goes on;
 //  - two groups (fp32-kept biases): a failed write in the second group's step leaves the first
-//    group's step untaken too (Offload<Nvme> shard and state files, Offload<Cpu> shard).
+//    group's step untaken too (Offload<Nvme> shard and state files, Offload<Cpu> and Offload<None> shard).
 #include <doctest/doctest.h>
 
 #include <atomic>
@@ -62,7 +63,7 @@ EngineOptions options_in(const RunConfig& cfg, const fs::path& dir, std::size_t 
   return o;
 }
 
-/// W ranks of `cfg` at stage 3 with `Store` (Offload<Nvme> or Offload<Cpu>); with OffloadParams<Nvme>
+/// W ranks of `cfg` at stage 3 with `Store` (Offload<Nvme>, <Cpu> or <None>); with OffloadParams<Nvme>
 /// every rank's ledger must show the shard on disk and nowhere in memory but the output staging.
 template <class Prec, class ParamOff, class Model = Mlp<typename Precision<Prec>::storage>, class Store = Offload<Nvme>>
 RunResult train3(const RunConfig& cfg, const fs::path& dir, std::size_t sub_group_size = 1'000'000'000) {
@@ -120,6 +121,13 @@ TEST_CASE("Offload<Cpu> with OffloadParams<Nvme> equals OffloadParams<None> bitw
   sweep<fp32, Offload<Cpu>>(false, "cpu_fp32", 3);
   sweep<fp16, Offload<Cpu>>(true, "cpu_fp16", 3);
   sweep<bf16, Offload<Cpu>>(false, "cpu_bf16", 3);
+}
+// Offload<None> steps the same way sub-group by sub-group (offload/resident.hpp), against its own one
+// fused step over the whole partition with OffloadParams<None>.
+TEST_CASE("Offload<None> with OffloadParams<Nvme> equals OffloadParams<None> bitwise: fp32, fp16, bf16, W = 1..3") {
+  sweep<fp32, Offload<None>>(false, "none_fp32", 3);
+  sweep<fp16, Offload<None>>(true, "none_fp16", 3);
+  sweep<bf16, Offload<None>>(false, "none_bf16", 3);
 }
 
 TEST_CASE("OffloadParams<Nvme> with hpZ (g = 2, W = 4) and with emulated bf16 keeps the bits") {
@@ -315,7 +323,8 @@ void fault_case(int world, bool params_file, int after, const fs::path& dir, boo
 
 }  // namespace
 
-// Under Offload<Nvme> and under Offload<Cpu> (its two passes: the state untouched until commit).
+// Under Offload<Nvme>, and under Offload<Cpu> and Offload<None> (their two passes: the state untouched
+// until commit).
 TEST_CASE("OffloadParams<Nvme> faults: a failed shard or state write abandons the step; training goes on") {
   const fs::path dir = scratch("faults");
   for (int world : {1, 2}) {
@@ -324,6 +333,7 @@ TEST_CASE("OffloadParams<Nvme> faults: a failed shard or state write abandons th
       CAPTURE(after);
       fault_case(world, true, after, dir);
       fault_case<Offload<Cpu>>(world, true, after, dir);
+      fault_case<Offload<None>>(world, true, after, dir);
     }
     fault_case(world, false, 1, dir);  // the optimizer state's swap file: the shard's transaction is dropped
   }
@@ -342,6 +352,7 @@ TEST_CASE("two groups (fp32-kept biases): a failed write in the second group's s
       fault_case<Offload<Nvme>, Mlp<float>>(world, true, after, dir, true);   // the second group's shard file
       fault_case<Offload<Nvme>, Mlp<float>>(world, false, after, dir, true);  // its optimizer state's swap file
       fault_case<Offload<Cpu>, Mlp<float>>(world, true, after, dir, true);    // its shard, under Offload<Cpu>
+      fault_case<Offload<None>, Mlp<float>>(world, true, after, dir, true);   // and under Offload<None>
     }
   }
   g_second_group = false;

@@ -283,7 +283,7 @@ inline bool one_bit(const Config& c) {
 
 /// The engine runs ZeRO stages 0-3, Offload<None> (and Offload<Cpu> / Offload<Nvme> of the optimizer
 /// state at stages 1-3 with Adam/AdamW), OffloadParams<None> (and OffloadParams<Cpu> at stage 3,
-/// OffloadParams<Nvme> at stage 3 with Offload<Cpu> or Offload<Nvme>),
+/// OffloadParams<Nvme> at stage 3 with Adam/AdamW),
 /// Adam/AdamW/Lamb (activation checkpointing is the trainer's: activation::Options::from),
 /// OneBitAdam, ZeroOneAdam and OneBitLamb at stage 0, gradient compression at stage 0 with an
 /// optimizer other than those three, and averages gradients in the reduction in the training precision.
@@ -298,16 +298,15 @@ inline constexpr Unbuildable kUnbuildable[] = {
      "Lamb with optimizer offload; Offload<Cpu> and Offload<Nvme> run Adam and AdamW"},
     {[](const Config& c) -> detail::Ask {
        const auto& z = c.zero_optimization;
-       if (z.offload_param.device != OffloadDevice::nvme || z.offload_optimizer.device != OffloadDevice::none) {
+       if (z.stage != 3 || z.offload_param.device != OffloadDevice::nvme || !c.optimizer ||
+           c.optimizer->kind != OptimizerKind::lamb) {
          return std::nullopt;
        }
-       return detail::ask("/zero_optimization/offload_optimizer/device",
-                          detail::quoted(to_string(z.offload_optimizer.device)));
+       return detail::ask("/optimizer/type", detail::quoted(to_string(c.optimizer->kind)));
      },
-     "NVMe parameter offload (offload_param.device \"nvme\") without optimizer offload; OffloadParams<Nvme> "
-     "runs with Offload<Cpu> or Offload<Nvme> (offload_optimizer.device \"cpu\" or \"nvme\"), whose host-side "
-     "state stays unchanged until every write of the parameter shard has gone through, so that a failed step "
-     "changes nothing"},
+     "Lamb with NVMe parameter offload (offload_param.device \"nvme\"); the optimizer then steps sub-group by "
+     "sub-group, a scratch copy of each first, so that a failed shard write changes nothing, and runs Adam and "
+     "AdamW (LAMB needs the whole partition's norms at once)"},
     {[](const Config& c) -> detail::Ask {
        if (!detail::one_bit(c) || c.zero_optimization.stage == 0) return std::nullopt;
        return detail::ask("/zero_optimization/stage", std::to_string(c.zero_optimization.stage));

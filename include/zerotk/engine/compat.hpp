@@ -32,11 +32,12 @@ struct Compat {
   static_assert(std::is_same_v<typename OffloadParams::tag, None> || std::is_same_v<typename Device::tag, Host>,
                 "Engine: OffloadParams<Cpu> and OffloadParams<Nvme> with Device<Cuda> are not available yet "
                 "(Device<Host> only)");
-  static_assert(!std::is_same_v<typename OffloadParams::tag, Nvme> || kCpu || kNvme,
-                "Engine: OffloadParams<Nvme> needs Offload<Cpu> or Offload<Nvme> (offload_optimizer.device cpu or "
-                "nvme): the optimizer writes the new parameter values into the shard file sub-group by sub-group, "
-                "and only a host-side store can keep its state unchanged until every write has gone through, so "
-                "that a failed step changes nothing");
+  static_assert(!std::is_same_v<typename OffloadParams::tag, Nvme> || kCpu || kNvme ||
+                    !std::is_same_v<policy_tag_t<Optimizer>, Lamb>,
+                "Engine: OffloadParams<Nvme> with Offload<None> steps the optimizer sub-group by sub-group (a scratch "
+                "copy of each first, so that a failed shard write changes nothing) and supports Optimizer<Adam> and "
+                "Optimizer<AdamW>; Optimizer<Lamb> needs the whole partition's norms at once (use OffloadParams<None> "
+                "or OffloadParams<Cpu>)");
   // The 1-bit optimizers: 1-bit Adam, 0/1 Adam and 1-bit LAMB.
   static constexpr bool kOneBit = std::is_same_v<policy_tag_t<Optimizer>, OneBitAdam> ||
                                   std::is_same_v<policy_tag_t<Optimizer>, ZeroOneAdam> ||

@@ -180,12 +180,12 @@ class FlatGroup {
   /// publication (all-gather) is separate: publish(). In two phases, so that the engine's groups
   /// (the working-precision one and the fp32-kept one) take it together or not at all. prepare_update() runs everything that can fail
   /// (a swapped store's and a swapped shard's I/O) and leaves nothing current: Offload<Nvme> holds
-  /// the new state in its other slot, Offload<Cpu> with OffloadParams<Nvme> has stepped scratch
-  /// copies, the shard holds its new blocks in their other slots. A failure inside it takes this
+  /// the new state in its other slot, Offload<Cpu> and Offload<None> with OffloadParams<Nvme> have
+  /// stepped scratch copies, the shard holds its new blocks in their other slots. A failure inside it takes this
   /// group back itself. commit_update() makes the step current and does no I/O; abort_update()
-  /// takes a prepared group back when a later group's preparation failed. Stores without a second
-  /// phase (Offload<None>, Offload<Cpu> writing memory) step in place in prepare_update(): they do
-  /// no I/O, and their groups are never the ones that fail.
+  /// takes a prepared group back when a later group's preparation failed. Stores writing memory
+  /// (Offload<None> and Offload<Cpu> without a parameter file) step in place in prepare_update():
+  /// they do no I/O, and their groups are never the ones that fail.
   void prepare_update(float grad_scale) {
     params_.synchronize();  // a gather still in flight reads the blocks this update writes
     OutputScope scope(params_);  // a failure aborts the shard's transaction
@@ -198,7 +198,7 @@ class FlatGroup {
     prepared_scale_ = grad_scale;
   }
   void commit_update() {
-    // Offload<Nvme>: its other slot becomes current; Offload<Cpu> after a step through a writer: pass 2.
+    // Offload<Nvme>: its other slot becomes current; Offload<Cpu> / <None> after a step through a writer: pass 2.
     if constexpr (requires { &Store::template commit_step<float, T, decltype(reduce_tensor_sums())>; }) {
       auto reduce = reduce_tensor_sums();
       const auto out = params_.optimizer_out();

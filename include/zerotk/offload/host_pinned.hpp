@@ -26,15 +26,11 @@
 /// step(0..n-1) in order, once per optimizer step, and commit_update calls commit_step().
 ///
 /// With a parameter home written through a writer (OffloadParams<Nvme>: `out` is a
-/// zero::OutputWriter that writes the shard file), a failed write must leave the step undone, and
-/// the state is stepped in place. So the step takes two passes: sub-group i's master, m and v are
-/// copied into a pinned scratch of one sub-group, the copy steps and its new values go through the
-/// writer (pass 1; the state is untouched, a failure rewinds the step count and rethrows, and the
-/// writer's transaction is aborted by its owner); once every group's values are written, the
-/// caller's commit_step() steps the state in place with the same constants and gradients and no
-/// output (pass 2), which gives the same bits. The price: the host step's compute twice, and
-/// 3 x min(owned, sub_group_size) fp32 of scratch (StoreOptions::output_writer; ledger:
-/// pinned_host / other).
+/// zero::OutputWriter that writes the shard file), a failed write must leave the step undone while
+/// the state is stepped in place: the step then takes offload/writer_passes.hpp's two passes (a
+/// scratch copy of each sub-group steps and its values are written; once every group's values are,
+/// commit_step() steps the state in place), with 3 x min(owned, sub_group_size) fp32 of scratch
+/// (StoreOptions::output_writer; ledger: pinned_host / other).
 
 #include <algorithm>
 #include <cstddef>
@@ -53,6 +49,7 @@
 #include "zerotk/optim/optimizer.hpp"
 #include "zerotk/offload/options.hpp"
 #include "zerotk/offload/sub_group_steps.hpp"
+#include "zerotk/offload/writer_passes.hpp"
 #include "zerotk/zero/params/optimizer_out.hpp"
 
 namespace zerotk::offload {
@@ -71,9 +68,7 @@ class HostPinned {
         master_(owned_numel, MemoryCategory::master32, ledger),
         m_(owned_numel, MemoryCategory::optimizer_state, ledger),
         v_(owned_numel, MemoryCategory::optimizer_state, ledger),
-        scratch_(options.output_writer ? 3 * std::min(owned_numel, steps_.sub_group_numel()) : 0, MemoryCategory::other,
-                 ledger),
-        through_writer_(options.output_writer),
+        passes_(options.output_writer, owned_numel, steps_.sub_group_numel(), ledger),
         ops_(&ops),
         opt_(std::make_unique<Opt>(groups)) {
     opt_->set_tensor_count(tensor_count);
@@ -97,10 +92,11 @@ class HostPinned {
   template <class G, class P, class Reduce>
   void step(std::size_t i, std::span<const kernels::Segment> segments, const G* grads, P* out, float grad_scale,
             Reduce&& reduce) {
+    const std::size_t lo = steps_.begin(i);
     if constexpr (zero::OutputWriter<P>) {
-      step_through_writer(i, segments, grads, out, grad_scale, reduce);
+      passes_.prepare(steps_, *opt_, i, segments, grads, out, grad_scale, reduce, master_.data() + lo, m_.data() + lo,
+                      v_.data() + lo, "offload::HostPinned::step");
     } else {
-      const std::size_t lo = steps_.begin(i);
       steps_.step(*opt_, i, segments, grads, out, grad_scale, std::forward<Reduce>(reduce), master_.data() + lo,
                   m_.data() + lo, v_.data() + lo);
     }
@@ -112,20 +108,14 @@ class HostPinned {
   template <class G, class P, class Reduce>
   void commit_step(std::span<const kernels::Segment> segments, const G* grads, P* /*out*/, float grad_scale,
                    Reduce& reduce) {
-    if (!std::exchange(prepared_, false)) return;
-    opt_->set_step_count(steps_.step_before());
-    for (std::size_t j = 0; j < sub_groups(); ++j) {
-      const std::size_t at = steps_.begin(j);
-      steps_.step(*opt_, j, segments, grads, static_cast<P*>(nullptr), grad_scale, reduce, master_.data() + at,
-                  m_.data() + at, v_.data() + at);
-    }
+    passes_.template commit<P>(steps_, *opt_, segments, grads, grad_scale, reduce, master_.data(), m_.data(), v_.data());
   }
   /// Instead of commit_step() (another group's step failed): the state never changed; the step
   /// count goes back. A step into memory cannot be taken back, and never needs to be: it does no
   /// I/O, so no group of its engine fails.
   template <class P>
   void abort_step(std::span<const kernels::Segment> /*segments*/, P* /*out*/) noexcept {
-    if (std::exchange(prepared_, false)) opt_->set_step_count(steps_.step_before());
+    passes_.abort(steps_, *opt_);
   }
 
   /// The same step from gradients in host memory to values in host memory, both indexed like the
@@ -166,40 +156,12 @@ class HostPinned {
   }
 
  private:
-  /// The two passes of the file comment: sub-group i's copy steps and writes through `out`; after
-  /// the last one, the state steps in place.
-  template <class G, class W, class Reduce>
-  void step_through_writer(std::size_t i, std::span<const kernels::Segment> segments, const G* grads, W* out,
-                           float grad_scale, Reduce& reduce) {
-    if (!through_writer_) {
-      throw usage_error("a parameter home written through a writer needs the store built with "
-                        "StoreOptions::output_writer (its scratch)",
-                        "offload::HostPinned::step");
-    }
-    const std::size_t lo = steps_.begin(i), n = steps_.numel(i), S = scratch_.size() / 3;  // S >= n
-    float* master = scratch_.data();
-    float* m = master + S;
-    float* v = m + S;
-    std::copy_n(master_.data() + lo, n, master);
-    std::copy_n(m_.data() + lo, n, m);
-    std::copy_n(v_.data() + lo, n, v);
-    try {
-      steps_.step(*opt_, i, segments, grads, out, grad_scale, reduce, master, m, v);
-    } catch (...) {
-      opt_->set_step_count(steps_.step_before());  // the state never changed; the writer's owner aborts it
-      throw;
-    }
-    if (i + 1 == sub_groups()) prepared_ = true;  // every value is written: commit_step() steps the state
-  }
-
   SubGroupSteps<Ops> steps_;              // the sub-group loop and its pinned stagings
   PinnedTrackedBuffer<float> master_;     // [owned_numel] fp32
   PinnedTrackedBuffer<float> m_, v_;      // [owned_numel] fp32 each
-  PinnedTrackedBuffer<float> scratch_;    // [3][min(owned, S)] with output_writer: one sub-group's copy
-  bool through_writer_;                   // StoreOptions::output_writer: scratch_ is sized for it
+  WriterPasses passes_;                   // a step through a writer (OffloadParams<Nvme>)
   Ops* ops_;
   std::unique_ptr<Opt> opt_;
-  bool prepared_ = false;                 // pass 1 is complete; commit_step() runs pass 2
 };
 
 }  // namespace zerotk::offload

@@ -56,7 +56,8 @@ struct StoreOptions {
   /// group hands them, with rank, name and nvme.aio, to its parameter path.
   ParamNvmeOptions param_nvme;
   /// The optimizer's output goes through a writer that must not see a half-applied step
-  /// (OffloadParams<Nvme>): Offload<Cpu> then steps a scratch copy first (offload/host_pinned.hpp).
+  /// (OffloadParams<Nvme>): Offload<Cpu> and Offload<None> then step a scratch copy of each sub-group
+  /// first (offload/writer_passes.hpp).
   bool output_writer = false;
 };
 

@@ -18,17 +18,31 @@
 ///
 /// The other stores (offload/host_pinned.hpp) keep the same interface; offload/store.hpp picks one
 /// by the Offload policy's tag.
+///
+/// With a parameter home written through a writer (OffloadParams<Nvme>, StoreOptions::output_writer)
+/// the store steps sub-group by sub-group (`sub_group_size`, offload/sub_group_steps.hpp) in the
+/// two passes of offload/writer_passes.hpp, so that a failed shard write leaves the state as it
+/// was: a scratch copy of each sub-group steps and its values are written; commit_step() then
+/// steps the state in place. That needs the state in host memory (Device<Host>) and an elementwise
+/// optimizer (Adam, AdamW): engine/compat.hpp says so. Extra memory, pinned host: the scratch
+/// (3 x min(owned, sub_group_size) fp32, `other`) and the gradient and output stagings of one
+/// sub-group (4 B each per element, `grads` and `params16`).
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <span>
 #include <utility>
 #include <vector>
 
+#include "zerotk/core/error.hpp"
 #include "zerotk/core/memory.hpp"
 #include "zerotk/kernels/tensor_list.hpp"
 #include "zerotk/offload/options.hpp"
+#include "zerotk/offload/sub_group_steps.hpp"
+#include "zerotk/offload/writer_passes.hpp"
 #include "zerotk/optim/optimizer.hpp"
+#include "zerotk/zero/params/optimizer_out.hpp"
 
 namespace zerotk::offload {
 
@@ -41,12 +55,20 @@ class Resident {
   static constexpr bool kStateInHostMemory = Ops::Space::host_accessible;
 
   Resident(Ops& ops, MemoryLedger* ledger, std::size_t owned_numel, const std::vector<ParamGroup>& groups,
-           std::size_t tensor_count, const StoreOptions& /*one sub-group here*/ = {})
+           std::size_t tensor_count, const StoreOptions& options = {})
       : ops_(&ops),
         master_(ops.template allocate<float>(owned_numel, MemoryCategory::master32, ledger)),
         m_(ops.template allocate<float>(owned_numel, MemoryCategory::optimizer_state, ledger)),
         v_(ops.template allocate<float>(owned_numel, MemoryCategory::optimizer_state, ledger)),
+        passes_(options.output_writer, owned_numel, options.sub_group_size, ledger),
         opt_(std::make_unique<Opt>(groups)) {
+    if (options.output_writer) {
+      if (!kStateInHostMemory) {
+        throw usage_error("a step through a writer (OffloadParams<Nvme>) needs the state in host memory (Device<Host>)",
+                          "offload::Resident");
+      }
+      steps_.emplace(ops, ledger, owned_numel, options.sub_group_size);
+    }
     opt_->set_tensor_count(tensor_count);  // LAMB: equal-length per-tensor sums on every rank
   }
 
@@ -60,7 +82,8 @@ class Resident {
   std::span<const float> exp_avg() const noexcept { return {m_.data(), m_.size()}; }
   std::span<const float> exp_avg_sq() const noexcept { return {v_.data(), v_.size()}; }
 
-  std::size_t sub_groups() const noexcept { return 1; }
+  /// 1 (the whole owned range), or ceil(owned / sub_group_size) when built for a writer.
+  std::size_t sub_groups() const noexcept { return steps_ ? steps_->count() : 1; }
 
   template <class T>
   void master_from(const T* src, std::size_t at, std::size_t n) {
@@ -73,13 +96,50 @@ class Resident {
   void master_to_host(float* dst) const { ops_->copy_to_host(master_.data(), dst, master_.size()); }
   void master_from_host(const float* src) { ops_->copy_from_host(src, master_.data(), master_.size()); }
 
-  /// One fused step over sub-group i (the whole owned range): reads `grads` at each segment's
-  /// grad_at(), writes 16-bit values to `out` at out_at(); `reduce(double*, n)` sums LAMB's
-  /// per-tensor partials over ranks.
+  /// One fused step over sub-group i (the whole owned range, or one sub-group when built for a
+  /// writer): reads `grads` at each segment's grad_at(), writes 16-bit values to `out` at out_at()
+  /// (through a writer: pass 1 of offload/writer_passes.hpp, the state untouched);
+  /// `reduce(double*, n)` sums LAMB's per-tensor partials over ranks.
   template <class G, class P, class Reduce>
-  void step(std::size_t /*i*/, std::span<const kernels::Segment> segments, const G* grads, P* out, float grad_scale,
+  void step(std::size_t i, std::span<const kernels::Segment> segments, const G* grads, P* out, float grad_scale,
             Reduce&& reduce) {
-    ops_->step(*opt_, segments, master_.data(), moments(), grads, out, grad_scale, std::forward<Reduce>(reduce));
+    if constexpr (zero::OutputWriter<P>) {
+      static_assert(kStateInHostMemory, "offload::Resident: a step through a writer (OffloadParams<Nvme>) needs "
+                                        "the state in host memory (Device<Host>)");
+      if (!steps_) {
+        throw usage_error("a parameter home written through a writer needs the store built with "
+                          "StoreOptions::output_writer (its scratch)",
+                          "offload::Resident::step");
+      }
+      const std::size_t lo = steps_->begin(i);
+      passes_.prepare(*steps_, *opt_, i, segments, grads, out, grad_scale, reduce, master_.data() + lo,
+                      m_.data() + lo, v_.data() + lo, "offload::Resident::step");
+    } else if (steps_) {  // built for a writer, given memory: the same sub-group loop
+      if constexpr (kStateInHostMemory) {
+        const std::size_t lo = steps_->begin(i);
+        steps_->step(*opt_, i, segments, grads, out, grad_scale, std::forward<Reduce>(reduce), master_.data() + lo,
+                     m_.data() + lo, v_.data() + lo);
+      }
+    } else {
+      ops_->step(*opt_, segments, master_.data(), moments(), grads, out, grad_scale, std::forward<Reduce>(reduce));
+    }
+  }
+  /// After a step through a writer: pass 2, the state steps in place (no I/O). Otherwise a no-op.
+  template <class G, class P, class Reduce>
+  void commit_step(std::span<const kernels::Segment> segments, const G* grads, P* /*out*/, float grad_scale,
+                   Reduce& reduce) {
+    if constexpr (kStateInHostMemory) {
+      if (steps_) {
+        passes_.template commit<P>(*steps_, *opt_, segments, grads, grad_scale, reduce, master_.data(), m_.data(),
+                                   v_.data());
+      }
+    }
+  }
+  /// Instead of commit_step() (another group's step failed): the step count goes back. A step into
+  /// memory does no I/O, so its group never fails and never needs taking back.
+  template <class P>
+  void abort_step(std::span<const kernels::Segment> /*segments*/, P* /*out*/) noexcept {
+    if (steps_) passes_.abort(*steps_, *opt_);
   }
 
   /// The optimizer's exact state (step count, m, v), copied to host memory.
@@ -105,6 +165,8 @@ class Resident {
   Ops* ops_;
   typename Ops::template Buffer<float> master_;  // [owned_numel] fp32
   typename Ops::template Buffer<float> m_, v_;   // the optimizer's moments, [owned_numel] fp32 each
+  std::optional<SubGroupSteps<Ops>> steps_;      // built for a writer: the sub-group loop, its stagings
+  WriterPasses passes_;                          // and the two passes' scratch
   std::unique_ptr<Opt> opt_;
 };
 

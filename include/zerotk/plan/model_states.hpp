@@ -204,6 +204,13 @@ inline MemoryPlan model_state_plan(const ModelDescription& m, int world, const C
     case OffloadTarget::none:
       p.at(dev, C::master32) += owned * F;
       p.at(dev, C::optimizer_state) += 2 * owned * F;
+      // With OffloadParams<Nvme> the state steps sub-group by sub-group, a copy of each first
+      // (offload/resident.hpp, offload/writer_passes.hpp): Offload<Cpu>'s stagings and scratch.
+      if (c.stage == 3 && c.param == OffloadTarget::nvme) {
+        p.at(MemorySpace::pinned_host, C::grads) += staging;
+        p.at(MemorySpace::pinned_host, C::params16) += staging;
+        p.at(MemorySpace::pinned_host, C::other) += 3 * staging;
+      }
       break;
     case OffloadTarget::cpu:
       p.at(MemorySpace::pinned_host, C::master32) += owned * F;
@@ -211,7 +218,7 @@ inline MemoryPlan model_state_plan(const ModelDescription& m, int world, const C
       p.at(MemorySpace::pinned_host, C::grads) += staging;
       p.at(MemorySpace::pinned_host, C::params16) += staging;
       // With OffloadParams<Nvme> the step runs first on a copy of one sub-group's master, m and v
-      // (offload/host_pinned.hpp), so that a failed shard write leaves the state as it was.
+      // (offload/writer_passes.hpp), so that a failed shard write leaves the state as it was.
       if (c.stage == 3 && c.param == OffloadTarget::nvme) p.at(MemorySpace::pinned_host, C::other) += 3 * staging;
       break;
     case OffloadTarget::nvme: {

@@ -55,8 +55,8 @@ inline Evaluation evaluate(const ModelDescription& m, int world, const Choice& c
 }
 
 /// Whether this zerotk builds an engine for `c`. DeepSpeed accepts every valid() choice; the
-/// config reader's own table (config::check_buildable) refuses some, e.g. NVMe parameter offload
-/// without optimizer offload, and the grid offers none of those.
+/// config reader's own table (config::check_buildable) refuses some, and the grid offers none of
+/// those.
 inline bool buildable(const Choice& c) {
   config::Config cfg;
   cfg.zero_optimization.stage = c.stage;
