@@ -11,7 +11,7 @@
 //    optimizer's swap file abandons the step with an io_error naming the file and offset; parameters
 //    and state are those before the step, and training goes on bitwise once the cause is fixed; a
 //    failed shard read fails the fetch, and the step runs again once it is fixed;
-//  - state() / load_state() across OffloadParams<Nvme> and OffloadParams<None>;
+//  - state() / load_state() across OffloadParams<Nvme> and OffloadParams<None>, and across the stores;
 //  - a missing nvme path or directory is an error naming it;
 //  - Offload<Cpu> and Offload<None> (their two-pass step, offload/writer_passes.hpp): bitwise equal to
 //    OffloadParams<None> with the same store (Offload<None>'s in one fused step), W = 1..3, fp32,
@@ -445,7 +445,7 @@ TEST_CASE("OffloadParams<Nvme> faults: a failed shard read fails the fetch; the 
   fs::remove_all(dir);
 }
 
-TEST_CASE("state() / load_state() across OffloadParams<Nvme> and OffloadParams<None>, Offload<Nvme> and Offload<Cpu>") {
+TEST_CASE("state() / load_state() across OffloadParams<Nvme> and OffloadParams<None>, Offload<Nvme>, <Cpu> and <None>") {
   const fs::path dir = scratch("state");
   for (int world : {1, 3}) {
     CAPTURE(world);
@@ -465,6 +465,10 @@ TEST_CASE("state() / load_state() across OffloadParams<Nvme> and OffloadParams<N
     using CpuNv = OffloadEngine<3, fp16, Offload<Cpu>, OffloadParams<Nvme>>;
     check_resume_across<CpuNv, Nv>(cfg, o);
     check_resume_across<Nv, CpuNv>(cfg, o);
+    // Offload<None> with the shard on NVMe (its state in the compute space, stepped in two passes).
+    using NoneNv = OffloadEngine<3, fp16, Offload<None>, OffloadParams<Nvme>>;
+    check_resume_across<NoneNv, Nv>(cfg, o);
+    check_resume_across<Nv, NoneNv>(cfg, o);
   }
   fs::remove_all(dir);
 }

@@ -34,14 +34,11 @@
 
 #include <algorithm>
 #include <cstddef>
-#include <cstdint>
 #include <memory>
 #include <span>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
-#include "zerotk/core/error.hpp"
 #include "zerotk/core/memory.hpp"
 #include "zerotk/core/pinned_host_space.hpp"
 #include "zerotk/kernels/host/cast.hpp"
