@@ -89,11 +89,11 @@ class HostPinned {
   template <class G, class P, class Reduce>
   void step(std::size_t i, std::span<const kernels::Segment> segments, const G* grads, P* out, float grad_scale,
             Reduce&& reduce) {
-    const std::size_t lo = steps_.begin(i);
     if constexpr (zero::OutputWriter<P>) {
-      passes_.prepare(steps_, *opt_, i, segments, grads, out, grad_scale, reduce, master_.data() + lo, m_.data() + lo,
-                      v_.data() + lo, "offload::HostPinned::step");
+      passes_.prepare(&steps_, *opt_, i, segments, grads, out, grad_scale, reduce, master_.data(), m_.data(), v_.data(),
+                      "offload::HostPinned::step");
     } else {
+      const std::size_t lo = steps_.begin(i);
       steps_.step(*opt_, i, segments, grads, out, grad_scale, std::forward<Reduce>(reduce), master_.data() + lo,
                   m_.data() + lo, v_.data() + lo);
     }

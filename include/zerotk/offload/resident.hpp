@@ -106,14 +106,8 @@ class Resident {
     if constexpr (zero::OutputWriter<P>) {
       static_assert(kStateInHostMemory, "offload::Resident: a step through a writer (OffloadParams<Nvme>) needs "
                                         "the state in host memory (Device<Host>)");
-      if (!steps_) {
-        throw usage_error("a parameter home written through a writer needs the store built with "
-                          "StoreOptions::output_writer (its scratch)",
-                          "offload::Resident::step");
-      }
-      const std::size_t lo = steps_->begin(i);
-      passes_.prepare(*steps_, *opt_, i, segments, grads, out, grad_scale, reduce, master_.data() + lo,
-                      m_.data() + lo, v_.data() + lo, "offload::Resident::step");
+      passes_.prepare(steps_ ? &*steps_ : nullptr, *opt_, i, segments, grads, out, grad_scale, reduce, master_.data(),
+                      m_.data(), v_.data(), "offload::Resident::step");
     } else if (steps_) {  // built for a writer, given memory: the same sub-group loop
       if constexpr (kStateInHostMemory) {
         const std::size_t lo = steps_->begin(i);

@@ -41,31 +41,32 @@ class WriterPasses {
       : scratch_(enabled ? 3 * std::min(owned_numel, sub_group_numel) : 0, MemoryCategory::other, ledger),
         enabled_(enabled) {}
 
-  /// Pass 1 over sub-group i: `master`, `m`, `v` point at the sub-group's first element of the
-  /// state, which is only read. `where` names the store in the error of one built without scratch.
+  /// Pass 1 over sub-group i of `steps` (null: the store has no sub-group loop): `master`, `m`, `v`
+  /// point at the state's first element, which is only read. `where` names the store in the error
+  /// of one built without scratch.
   template <class Ops, class Opt, class G, class W, class Reduce>
-  void prepare(SubGroupSteps<Ops>& steps, Opt& opt, std::size_t i, std::span<const kernels::Segment> segments,
+  void prepare(SubGroupSteps<Ops>* steps, Opt& opt, std::size_t i, std::span<const kernels::Segment> segments,
                const G* grads, W* out, float grad_scale, Reduce& reduce, const float* master, const float* m,
                const float* v, const char* where) {
-    if (!enabled_) {
+    if (!enabled_ || steps == nullptr) {
       throw usage_error("a parameter home written through a writer needs the store built with "
                         "StoreOptions::output_writer (its scratch)",
                         where);
     }
-    const std::size_t n = steps.numel(i), S = scratch_.size() / 3;  // S >= n
+    const std::size_t lo = steps->begin(i), n = steps->numel(i), S = scratch_.size() / 3;  // S >= n
     float* sm = scratch_.data();
     float* sa = sm + S;
     float* sv = sa + S;
-    std::copy_n(master, n, sm);
-    std::copy_n(m, n, sa);
-    std::copy_n(v, n, sv);
+    std::copy_n(master + lo, n, sm);
+    std::copy_n(m + lo, n, sa);
+    std::copy_n(v + lo, n, sv);
     try {
-      steps.step(opt, i, segments, grads, out, grad_scale, reduce, sm, sa, sv);
+      steps->step(opt, i, segments, grads, out, grad_scale, reduce, sm, sa, sv);
     } catch (...) {
-      opt.set_step_count(steps.step_before());  // the state never changed; the writer's owner aborts it
+      opt.set_step_count(steps->step_before());  // the state never changed; the writer's owner aborts it
       throw;
     }
-    if (i + 1 == steps.count()) prepared_ = true;  // every value is written: commit() steps the state
+    if (i + 1 == steps->count()) prepared_ = true;  // every value is written: commit() steps the state
   }
 
   /// Pass 2 after a complete pass 1: the state (`master`, `m`, `v` of the whole owned range) steps
