@@ -76,7 +76,8 @@ TEST_CASE("optimizer offload the engine cannot run is refused naming the key") {
             "zero_optimization": {"stage": 1, "offload_optimizer": {"device": "cpu"}}})",
         ctx));
   });
-  CHECK(lamb.find("Offload<Cpu> and Offload<Nvme> run Adam and AdamW") != std::string::npos);
+  CHECK(lamb.find("Offload<Cpu>, Offload<Nvme> and OffloadParams<Nvme> step the optimizer sub-group by sub-group and "
+                  "run Adam and AdamW") != std::string::npos);
 }
 
 TEST_CASE("offload_optimizer.device nvme maps to Offload<Nvme> with its swap keys and the aio block") {

@@ -289,24 +289,15 @@ inline bool one_bit(const Config& c) {
 /// optimizer other than those three, and averages gradients in the reduction in the training precision.
 inline constexpr Unbuildable kUnbuildable[] = {
     {[](const Config& c) -> detail::Ask {
-       if (c.zero_optimization.offload_optimizer.device == OffloadDevice::none || !c.optimizer ||
-           c.optimizer->kind != OptimizerKind::lamb) {
-         return std::nullopt;
-       }
-       return detail::ask("/optimizer/type", detail::quoted(to_string(c.optimizer->kind)));
-     },
-     "Lamb with optimizer offload; Offload<Cpu> and Offload<Nvme> run Adam and AdamW"},
-    {[](const Config& c) -> detail::Ask {
        const auto& z = c.zero_optimization;
-       if (z.stage != 3 || z.offload_param.device != OffloadDevice::nvme || !c.optimizer ||
-           c.optimizer->kind != OptimizerKind::lamb) {
-         return std::nullopt;
-       }
+       const bool sub_grouped = z.offload_optimizer.device != OffloadDevice::none ||
+                                (z.stage == 3 && z.offload_param.device == OffloadDevice::nvme);
+       if (!sub_grouped || !c.optimizer || c.optimizer->kind != OptimizerKind::lamb) return std::nullopt;
        return detail::ask("/optimizer/type", detail::quoted(to_string(c.optimizer->kind)));
      },
-     "Lamb with NVMe parameter offload (offload_param.device \"nvme\"); the optimizer then steps sub-group by "
-     "sub-group, a scratch copy of each first, so that a failed shard write changes nothing, and runs Adam and "
-     "AdamW (LAMB needs the whole partition's norms at once)"},
+     "Lamb with optimizer offload or NVMe parameter offload; Offload<Cpu>, Offload<Nvme> and OffloadParams<Nvme> "
+     "step the optimizer sub-group by sub-group and run Adam and AdamW (LAMB needs the whole partition's "
+     "per-tensor norms at once)"},
     {[](const Config& c) -> detail::Ask {
        if (!detail::one_bit(c) || c.zero_optimization.stage == 0) return std::nullopt;
        return detail::ask("/zero_optimization/stage", std::to_string(c.zero_optimization.stage));

@@ -22,9 +22,14 @@ struct Compat {
   static_assert(!kNvme || Partitioner::stage >= 1,
                 "Engine: Offload<Nvme> (offload_optimizer) needs a partitioned optimizer state: use "
                 "Partitioner<Stage<1>>, <2> or <3> (DeepSpeed: ZeRO stage >= 1)");
-  static_assert(!(kCpu || kNvme) || !std::is_same_v<policy_tag_t<Optimizer>, Lamb>,
-                "Engine: Offload<Cpu> and Offload<Nvme> step the optimizer sub-group by sub-group and support "
-                "Optimizer<Adam> and Optimizer<AdamW>; Optimizer<Lamb> needs Offload<None>");
+  // The stores step sub-group by sub-group for optimizer offload, and for a parameter shard file
+  // (offload/writer_passes.hpp): only elementwise optimizers give one fused step's bits that way.
+  static_assert(!(kCpu || kNvme || std::is_same_v<typename OffloadParams::tag, Nvme>) ||
+                    !std::is_same_v<policy_tag_t<Optimizer>, Lamb>,
+                "Engine: Offload<Cpu>, Offload<Nvme> and OffloadParams<Nvme> step the optimizer sub-group by "
+                "sub-group and support Optimizer<Adam> and Optimizer<AdamW>; Optimizer<Lamb> needs the whole "
+                "partition's per-tensor norms at once (use Offload<None> with OffloadParams<None> or "
+                "OffloadParams<Cpu>)");
   static_assert(std::is_same_v<typename OffloadParams::tag, None> || Partitioner::stage == 3,
                 "Engine: OffloadParams<Cpu> and OffloadParams<Nvme> (offload_param) offload the parameter shards of "
                 "Partitioner<Stage<3>>; stages 0-2 keep every parameter in the compute space (DeepSpeed ignores "
@@ -32,12 +37,6 @@ struct Compat {
   static_assert(std::is_same_v<typename OffloadParams::tag, None> || std::is_same_v<typename Device::tag, Host>,
                 "Engine: OffloadParams<Cpu> and OffloadParams<Nvme> with Device<Cuda> are not available yet "
                 "(Device<Host> only)");
-  static_assert(!std::is_same_v<typename OffloadParams::tag, Nvme> || kCpu || kNvme ||
-                    !std::is_same_v<policy_tag_t<Optimizer>, Lamb>,
-                "Engine: OffloadParams<Nvme> with Offload<None> steps the optimizer sub-group by sub-group (a scratch "
-                "copy of each first, so that a failed shard write changes nothing) and supports Optimizer<Adam> and "
-                "Optimizer<AdamW>; Optimizer<Lamb> needs the whole partition's norms at once (use OffloadParams<None> "
-                "or OffloadParams<Cpu>)");
   // The 1-bit optimizers: 1-bit Adam, 0/1 Adam and 1-bit LAMB.
   static constexpr bool kOneBit = std::is_same_v<policy_tag_t<Optimizer>, OneBitAdam> ||
                                   std::is_same_v<policy_tag_t<Optimizer>, ZeroOneAdam> ||

@@ -198,20 +198,17 @@ class FlatGroup {
     prepared_scale_ = grad_scale;
   }
   void commit_update() {
-    // Offload<Nvme>: its other slot becomes current; Offload<Cpu> / <None> after a step through a writer: pass 2.
-    if constexpr (requires { &Store::template commit_step<float, T, decltype(reduce_tensor_sums())>; }) {
-      auto reduce = reduce_tensor_sums();
-      const auto out = params_.optimizer_out();
-      grads_.owned().visit([&](const auto* g) { store_.commit_step(segments_, g, out.base, prepared_scale_, reduce); });
-    }
+    // Offload<Nvme>: its other slot becomes current; Offload<Cpu> / <None> after a step through a
+    // writer: pass 2; otherwise nothing.
+    auto reduce = reduce_tensor_sums();
+    const auto out = params_.optimizer_out();
+    grads_.owned().visit([&](const auto* g) { store_.commit_step(segments_, g, out.base, prepared_scale_, reduce); });
     if constexpr (requires { params_.commit_update(); }) params_.commit_update();
     grads_.clear_accumulated();
     opt_comm_->sync(store_.optimizer());
   }
   void abort_update() {
-    if constexpr (requires { store_.abort_step(segments_, params_.optimizer_out().base); }) {
-      store_.abort_step(segments_, params_.optimizer_out().base);
-    }
+    store_.abort_step(segments_, params_.optimizer_out().base);
     if constexpr (requires { params_.abort_update(); }) params_.abort_update();
   }
 

@@ -46,9 +46,8 @@ struct Resolved {
   /// The Offload tag whose state store the groups use (offload/store.hpp).
   using store_tag = typename offload::tag;
   /// The OffloadParams tag whose shard home the groups use: None below stage 3 and for Nvme with
-  /// Offload<None> and Lamb (Compat reports both), so the first error is Compat's sentence.
+  /// Lamb (Compat reports both), so the first error is Compat's sentence.
   using shard_tag = std::conditional_t<partitioner::stage != 3 || (std::is_same_v<typename param_offload::tag, Nvme> &&
-                                                                   std::is_same_v<typename offload::tag, None> &&
                                                                    std::is_same_v<policy_tag_t<optimizer>, Lamb>),
                                        None, typename param_offload::tag>;
 };

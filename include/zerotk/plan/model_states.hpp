@@ -204,28 +204,15 @@ inline MemoryPlan model_state_plan(const ModelDescription& m, int world, const C
     case OffloadTarget::none:
       p.at(dev, C::master32) += owned * F;
       p.at(dev, C::optimizer_state) += 2 * owned * F;
-      // With OffloadParams<Nvme> the state steps sub-group by sub-group, a copy of each first
-      // (offload/resident.hpp, offload/writer_passes.hpp): Offload<Cpu>'s stagings and scratch.
-      if (c.stage == 3 && c.param == OffloadTarget::nvme) {
-        p.at(MemorySpace::pinned_host, C::grads) += staging;
-        p.at(MemorySpace::pinned_host, C::params16) += staging;
-        p.at(MemorySpace::pinned_host, C::other) += 3 * staging;
-      }
       break;
     case OffloadTarget::cpu:
       p.at(MemorySpace::pinned_host, C::master32) += owned * F;
       p.at(MemorySpace::pinned_host, C::optimizer_state) += 2 * owned * F;
-      p.at(MemorySpace::pinned_host, C::grads) += staging;
-      p.at(MemorySpace::pinned_host, C::params16) += staging;
-      // With OffloadParams<Nvme> the step runs first on a copy of one sub-group's master, m and v
-      // (offload/writer_passes.hpp), so that a failed shard write leaves the state as it was.
-      if (c.stage == 3 && c.param == OffloadTarget::nvme) p.at(MemorySpace::pinned_host, C::other) += 3 * staging;
       break;
     case OffloadTarget::nvme: {
       // Offload<Nvme> (offload/nvme.hpp): master, m and v in two slots on disk (24 Psi/N); pinned
       // swap buffers of one sub-group's master, m and v (each padded to 4 KiB), as many as
-      // buffer_count and the pipelining ask, never more than the sub-groups; the same gradient /
-      // output staging as Offload<Cpu>.
+      // buffer_count and the pipelining ask, never more than the sub-groups.
       p.at(MemorySpace::disk, C::master32) += 2 * owned * F;
       p.at(MemorySpace::disk, C::optimizer_state) += 4 * owned * F;
       const std::size_t sub = std::max<std::size_t>(1, std::min(owned, s.sub_group_size));
@@ -233,11 +220,20 @@ inline MemoryPlan model_state_plan(const ModelDescription& m, int world, const C
       const std::size_t buffers = offload::swap_buffer_count(s.optimizer_buffer_count, s.optimizer_pipeline_read,
                                                              s.optimizer_pipeline_write, sub_groups);
       p.at(MemorySpace::pinned_host, C::other) += buffers * 3 * io::direct_round(sub * F);
-      p.at(MemorySpace::pinned_host, C::grads) += staging;
-      p.at(MemorySpace::pinned_host, C::params16) += staging;
       break;
     }
   }
+  // A store that steps sub-group by sub-group (optimizer offload; Offload<None> with a parameter
+  // shard file) stages one sub-group's gradients and output in pinned memory
+  // (offload/sub_group_steps.hpp); one that steps its state in place while the values go to the
+  // file (Offload<Cpu>, Offload<None>) steps a copy of one sub-group's master, m and v first
+  // (offload/writer_passes.hpp), so that a failed shard write leaves the state as it was.
+  const bool shard_file = c.stage == 3 && c.param == OffloadTarget::nvme;
+  if (c.optimizer != OffloadTarget::none || shard_file) {
+    p.at(MemorySpace::pinned_host, C::grads) += staging;
+    p.at(MemorySpace::pinned_host, C::params16) += staging;
+  }
+  if (shard_file && c.optimizer != OffloadTarget::nvme) p.at(MemorySpace::pinned_host, C::other) += 3 * staging;
 
   // Bucket pool (stages 2/3): bucket_buffers buffers of the largest bucket; it grows when one
   // layer's parameters span more buckets than the pool holds.
