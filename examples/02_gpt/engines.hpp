@@ -62,7 +62,7 @@ struct Summary {
   std::size_t disk = 0;          ///< rank 0's bytes on disk of Offload<Nvme>'s swap files
   std::size_t pinned_other = 0;  ///< rank 0's pinned host bytes of category `other` (Offload<Nvme>'s swap buffers)
   std::size_t params_disk = 0;   ///< rank 0's parameter shard on disk (OffloadParams<Nvme>: two slots, padded)
-  std::size_t params_in_cpu = 0; ///< rank 0's blocks of that shard also kept in pinned host memory (max_in_cpu)
+  std::size_t params_in_cpu = 0; ///< rank 0's blocks of that shard kept in pinned host memory instead (max_in_cpu; two copies)
   std::uint64_t wire_bytes = 0;   ///< rank 0's bytes sent over the run (StepReport::comm_wire_bytes, summed)
   std::uint64_t dense_bytes = 0;  ///< ... and what it would have sent without compression (comm_dense_bytes)
 };

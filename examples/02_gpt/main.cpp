@@ -286,22 +286,20 @@ void print_memory_table(const Summary& s, int stage, const std::string& precisio
     if (nvme) std::printf(" + NVMe's second slot 12 Psi/N = %.0f B", formula + extra + staging + second_slot);
     // --delayed-param-update: the gradient snapshot and the delayed values, 4 B x Psi/N each (pinned).
     if (delayed) std::printf(" + delayed update buffers 2 x 4 B x Psi/N = %.0f B", formula + extra + staging + 8 * pad / N);
-    // OffloadParams<Nvme>: the shard's second slot, and each bucket's block padded to 4096 B in the file.
+    // OffloadParams<Nvme>: the shard is its file (two slots of each block not kept in memory, padded
+    // to 4096 B) and the blocks kept in host memory (two copies), instead of the 2 Psi/N above.
     if (s.params_disk > 0) {
-      const double shard = formula + extra + staging + second_slot + static_cast<double>(s.params_disk) - 2 * pad / N;
-      std::printf(" + parameter shard's second slot and page padding %.0f B = %.0f B",
-                  static_cast<double>(s.params_disk) - 2 * pad / N, shard);
-      if (s.params_in_cpu > 0) {
-        std::printf(" + its blocks kept in host memory (max_in_cpu) %zu B = %.0f B", s.params_in_cpu,
-                    shard + static_cast<double>(s.params_in_cpu));
-      }
+      const double shard = static_cast<double>(s.params_disk) + static_cast<double>(s.params_in_cpu);
+      std::printf(" + parameter shard in its file %zu B + its blocks kept in host memory (max_in_cpu, two copies) "
+                  "%zu B - 2 Psi/N = %.0f B",
+                  s.params_disk, s.params_in_cpu, formula + extra + staging + second_slot + shard - 2 * pad / N);
     }
   }
   std::printf("\n");
   if (s.params_disk > 0) {
-    std::printf("  NVMe parameter shard (rank 0): %zu B on disk (two slots of 2 Psi/N = %.0f B, each bucket's block\n"
-                "  padded to 4096 B); %zu B of its blocks also in host memory (--max-in-cpu)\n",
-                s.params_disk, 2 * pad / N, s.params_in_cpu);
+    std::printf("  NVMe parameter shard (rank 0; 2 Psi/N = %.0f B): %zu B on disk (two slots of each block not kept\n"
+                "  in memory, padded to 4096 B); %zu B in host memory, two copies of the blocks kept there (--max-in-cpu)\n",
+                2 * pad / N, s.params_disk, s.params_in_cpu);
   }
   if (s.params_disk > 0 && !nvme) {
     std::printf("  without an NVMe optimizer state the step runs first on a copy of one sub-group's master, m and v (a\n"

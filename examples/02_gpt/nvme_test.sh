@@ -48,7 +48,7 @@ both=$("$bin" "${common[@]}" --offload-optimizer nvme --offload-param nvme --nvm
   fail "nvme parameter offload differs from cpu offload" "--- cpu:" "$(summary "$cpu")" "--- both:" "$(summary "$both")"
 cmp -s "$dir/csv/cpu/$loss" "$dir/csv/both/$loss" ||
   fail "per-step losses with --offload-param nvme differ" "$(diff "$dir/csv/cpu/$loss" "$dir/csv/both/$loss" | head -5)"
-grep -qE "NVMe parameter shard \(rank 0\): [0-9]+ B on disk" <<<"$both" || fail "no NVMe parameter shard line" "$both"
+grep -qE "NVMe parameter shard \(rank 0; 2 Psi/N = [0-9]+ B\): [0-9]+ B on disk" <<<"$both" || fail "no NVMe parameter shard line" "$both"
 states=$(grep "model states (rank 0)" <<<"$both") || fail "no memory line (--offload-param nvme)" "$both"
 [[ "$(sed -E 's/.*model states \(rank 0\) ([0-9]+) B.*/\1/' <<<"$states")" == "$(sed -E 's/.* = ([0-9]+) B$/\1/' <<<"$states")" ]] ||
   fail "model states differ from the formula line (--offload-param nvme)" "$states"
@@ -89,14 +89,14 @@ states=$(grep "model states (rank 0)" <<<"$nonenv") || fail "no memory line (non
 grep -q "runs first on a copy of one sub-group" <<<"$nonenv" || fail "no line for the step's scratch (none + nvme)" "$nonenv"
 [[ -z "$(ls -A "$dir/swap")" ]] || fail "swap files left behind (none + nvme)" "$(ls -l "$dir/swap")"
 
-# Part of the parameter shard also kept in host memory (--max-in-cpu; about half of this model's
+# Part of the parameter shard kept in host memory instead of the file (--max-in-cpu; about half of this model's
 # Psi/N): the same losses; the memory line adds the kept blocks and still equals the ledger.
 kept=$("$bin" "${common[@]}" --offload-optimizer nvme --offload-param nvme --max-in-cpu 30000 --nvme-path "$dir/swap" \
   --csv "$dir/csv/kept" 2>&1 | tr '\r' '\n')
 cmp -s "$dir/csv/cpu/$loss" "$dir/csv/kept/$loss" ||
   fail "per-step losses with --max-in-cpu differ" "$(diff "$dir/csv/cpu/$loss" "$dir/csv/kept/$loss" | head -5)"
 states=$(grep "model states (rank 0)" <<<"$kept") || fail "no memory line (--max-in-cpu)" "$kept"
-grep -qE "its blocks kept in host memory \(max_in_cpu\) [1-9][0-9]* B" <<<"$states" ||
+grep -qE "its blocks kept in host memory \(max_in_cpu, two copies\) [1-9][0-9]* B" <<<"$states" ||
   fail "the memory line shows no kept blocks (--max-in-cpu 30000)" "$states"
 [[ "$(sed -E 's/.*model states \(rank 0\) ([0-9]+) B.*/\1/' <<<"$states")" == "$(sed -E 's/.* = ([0-9]+) B$/\1/' <<<"$states")" ]] ||
   fail "model states differ from the formula line (--max-in-cpu)" "$states"

@@ -516,8 +516,8 @@ class Engine {
     if (f32_) s += f32_->params().home().stats();
     return s;
   }
-  /// OffloadParams<Nvme>: host bytes of the shard's blocks kept in memory as well (max_in_cpu; each
-  /// block padded to 4096 B). Also in memory()'s pinned host params16.
+  /// OffloadParams<Nvme>: host bytes of the shard's blocks kept in memory instead of the file
+  /// (max_in_cpu; two copies of each). Also in memory()'s pinned host params16.
   std::size_t param_bytes_in_cpu() const
     requires std::is_same_v<typename R::shard_tag, Nvme>
   {

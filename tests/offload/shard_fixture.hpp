@@ -4,6 +4,7 @@
 // max_in_cpu tests.
 #include <atomic>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <string>
@@ -78,8 +79,12 @@ struct Fixture {
 /// While set (with fault_hook installed), the shard file's reads / writes fail with EIO.
 inline std::atomic<bool> g_fail_reads{false};
 inline std::atomic<bool> g_fail_writes{false};
+/// The shard files' reads and writes asked for while fault_hook is installed, failed ones included.
+inline std::atomic<std::uint64_t> g_reads{0};
+inline std::atomic<std::uint64_t> g_writes{0};
 inline int fault_hook(const zerotk::io::FaultSite& s) {
   if (std::strstr(s.path, "zerotk_params.") == nullptr) return 0;
+  ++(s.write ? g_writes : g_reads);
   return (s.write ? g_fail_writes.load() : g_fail_reads.load()) ? EIO : 0;
 }
 

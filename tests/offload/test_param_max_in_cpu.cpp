@@ -1,12 +1,14 @@
 // OffloadParams<Nvme> with `offload_param.max_in_cpu` (offload/nvme_shard.hpp): the blocks of the
-// first buckets, as many as fit whole in max_in_cpu elements, are kept in host memory as well.
-//  - NvmeShard alone: which blocks are kept and the host memory they take (in the ledger); their
-//    fetches read nothing from the file (proved with every read of the file failing) through
-//    writes, committed and aborted transactions and failed writes; an aborted transaction's blocks
-//    are read from the file once; read-ahead skips them.
+// first buckets, as many as fit whole in max_in_cpu elements, live in host memory (two copies)
+// instead of the file.
+//  - NvmeShard alone: which blocks are kept, the host memory they take (in the ledger) and the file
+//    the others take; the kept blocks ask the file for no read and no write (every request counted
+//    and failing) through writes, committed and aborted transactions and a transaction whose file
+//    block fails to write, and keep their values through those; read-ahead skips them.
 //  - The engine (W = 1..3): bitwise the parameters of max_in_cpu 0 and of OffloadParams<None>;
-//    DeepSpeed's default keeps this model's whole shard in memory (no fetch reads the file), a
-//    partial share serves exactly the kept buckets' fetches from memory.
+//    DeepSpeed's default keeps this model's whole shard in memory (a run with every request to the
+//    shard files failing trains the same bits: none is made), a partial share serves exactly the
+//    kept buckets' fetches from memory.
 //  - One budget over both groups (fp32-kept parameters form the second): the working-precision
 //    group's blocks first, the fp32 group's from what is left, as DeepSpeed counts its groups.
 #include <doctest/doctest.h>
@@ -55,7 +57,7 @@ struct FailingFile {
 
 }  // namespace
 
-TEST_CASE("max_in_cpu keeps the blocks of the first buckets that fit whole; the ledger shows their host memory") {
+TEST_CASE("max_in_cpu keeps the blocks of the first buckets that fit whole in memory, two copies each, and the file the rest") {
   const fs::path dir = scratch("which");
   Fixture f;
   REQUIRE(f.buckets() == 6);
@@ -68,28 +70,33 @@ TEST_CASE("max_in_cpu keeps the blocks of the first buckets that fit whole; the 
   for (const Case c : {Case{0, 0}, Case{b0 - 1, 0}, Case{b0, 1}, Case{b01 - 1, 1}, Case{b01, 2}, Case{all - 1, 5},
                        Case{all, 6}, Case{1'000'000'000, 6}}) {
     CAPTURE(c.max_in_cpu);
+    std::size_t kept_bytes = 0;
+    for (std::size_t k = 0; k < c.kept; ++k) kept_bytes += f.block(k) * sizeof(float);
+    // The file: two slots of the other blocks, each padded to 4 KiB; at least one page a slot.
+    const std::size_t file_bytes = 2 * std::max<std::size_t>(padded_bytes(f, f.buckets()) - padded_bytes(f, c.kept), 4096);
     const std::size_t before = f.ledger.live(MemorySpace::pinned_host, MemoryCategory::params16);
     {
       Shard s(f.ops, f.layout, 0, &f.ledger, f.options(dir, 3, c.max_in_cpu));
       CHECK(s.blocks_in_cpu() == c.kept);
-      CHECK(s.held_bytes() == padded_bytes(f, c.kept));
-      CHECK(f.ledger.live(MemorySpace::pinned_host, MemoryCategory::params16) - before == padded_bytes(f, c.kept));
-      for (std::size_t k = 0; k < f.buckets(); ++k) {
-        CAPTURE(k);
-        CHECK(s.reads_file(k));  // nothing is held before the first write
-      }
-      f.write_all(s, 1);
+      CHECK(s.held_bytes() == 2 * kept_bytes);
+      CHECK(f.ledger.live(MemorySpace::pinned_host, MemoryCategory::params16) - before == 2 * kept_bytes);
+      CHECK(s.disk_bytes() == file_bytes);
+      std::uintmax_t on_disk = 0;
+      for (const fs::directory_entry& e : fs::directory_iterator(dir)) on_disk += e.file_size();
+      CHECK(on_disk == file_bytes);
       for (std::size_t k = 0; k < f.buckets(); ++k) {
         CAPTURE(k);
         CHECK(s.reads_file(k) == (k >= c.kept));
       }
+      f.write_all(s, 1);
+      for (std::size_t k = 0; k < f.buckets(); ++k) CHECK(f.fetched_is(s, k, 1));
     }
     CHECK(f.ledger.live(MemorySpace::pinned_host, MemoryCategory::params16) == before);
   }
   fs::remove_all(dir);
 }
 
-TEST_CASE("max_in_cpu: kept blocks are fetched without reading the file, through writes, commits, aborts and failed writes") {
+TEST_CASE("max_in_cpu: kept blocks never touch the file, through writes, commits, aborts and failed writes") {
   const fs::path dir = scratch("values");
   Fixture f;
   const std::size_t kept = 3;
@@ -97,37 +104,35 @@ TEST_CASE("max_in_cpu: kept blocks are fetched without reading the file, through
   REQUIRE(s.blocks_in_cpu() == kept);
   f.write_all(s, 1);
   std::vector<float> slot(f.block(3));
+  auto write_gen = [&](std::size_t k, int g) {
+    s.write(k, [&](float* b) {
+      for (std::size_t i = 0; i < f.block(k); ++i) b[i] = f.value(k, i, g);
+    });
+  };
+  // The writer's output for blocks [0, n): generation g, one sub-group.
+  auto write_leading = [&](std::size_t n, int g) {
+    for (std::size_t k = 0; k < n; ++k) {
+      std::vector<float> v(f.block(k));
+      for (std::size_t i = 0; i < v.size(); ++i) v[i] = f.value(k, i, g);
+      s.writer().write(f.layout.buckets()[k].part_offset, v.data(), v.size());
+    }
+    s.writer().end_sub_group();
+  };
   {
-    FailingFile no_reads;
+    // Every read and write of the file fails, and each is counted: the kept blocks ask for none.
+    FailingFile no_io(true);
+    g_reads = 0;
+    g_writes = 0;
     for (std::size_t k = 0; k < kept; ++k) CHECK(f.fetched_is(s, k, 1));
     CHECK(s.stats().in_cpu == kept);
-    CHECK_THROWS_AS(s.gather_source(f.ops, 3, slot.data()), io_error);  // not kept: read, and the read fails
-  }
-  CHECK(f.fetched_is(s, 3, 1));
-  CHECK(s.stats().unstaged == 2);  // the failed read and this one
-
-  // write(k) of a kept block: the new values are held (and in the file).
-  s.write(1, [&](float* b) {
-    for (std::size_t i = 0; i < f.block(1); ++i) b[i] = f.value(1, i, 2);
-  });
-  {
-    FailingFile no_reads;
+    write_gen(1, 2);  // write(k) of a kept block
     CHECK(f.fetched_is(s, 1, 2));
-  }
-
-  // A committed transaction: every kept block is its new values in memory.
-  f.write_through_writer(s, 3);
-  s.commit();
-  {
-    FailingFile no_reads;
+    s.read(1, [&](const float* b) { CHECK(b[f.block(1) - 1] == f.value(1, f.block(1) - 1, 2)); });
+    write_leading(kept, 3);  // a transaction over the kept blocks only, committed
+    s.commit();
     for (std::size_t k = 0; k < kept; ++k) CHECK(f.fetched_is(s, k, 3));
-  }
-  CHECK(f.fetched_is(s, 4, 3));
-
-  // A block written in two parts within one transaction (two sub-groups): the second part starts
-  // from the first, kept in memory, not read back from the file.
-  {
-    FailingFile no_reads;
+    // A block written in two parts within one transaction (two sub-groups): the second part
+    // starts from the first, in the other copy.
     const std::size_t half = f.block(0) / 2;
     std::vector<float> v(f.block(0));
     for (std::size_t i = 0; i < v.size(); ++i) v[i] = f.value(0, i, 4);
@@ -138,57 +143,71 @@ TEST_CASE("max_in_cpu: kept blocks are fetched without reading the file, through
     s.commit();
     CHECK(f.fetched_is(s, 0, 4));
     CHECK(f.fetched_is(s, 1, 3));  // untouched
-  }
-
-  // An aborted transaction changes nothing; its kept blocks are read from the file once, then held.
-  const std::uint64_t in_cpu = s.stats().in_cpu, unstaged = s.stats().unstaged;
-  f.write_through_writer(s, 5);
-  s.abort();
-  for (std::size_t k = 1; k < kept; ++k) CHECK(f.fetched_is(s, k, 3));
-  CHECK(s.stats().unstaged == unstaged + (kept - 1));
-  CHECK(s.stats().in_cpu == in_cpu);
-  {
-    FailingFile no_reads;
-    for (std::size_t k = 1; k < kept; ++k) CHECK(f.fetched_is(s, k, 3));
-  }
-  CHECK(f.fetched_is(s, 0, 4));  // block 0 was not held after the abort either: read again
-
-  // A failed write leaves the kept block's values, still served from memory.
-  {
-    FailingFile no_reads_or_writes(true);
-    CHECK_THROWS_AS(s.write(2, [&](float* b) {
-      for (std::size_t i = 0; i < f.block(2); ++i) b[i] = f.value(2, i, 6);
-    }),
-                    io_error);
-    CHECK(f.fetched_is(s, 2, 3));
-    CHECK_THROWS_AS(f.write_through_writer(s, 7), io_error);  // the first flush fails; the engine aborts
+    // An aborted transaction leaves the kept blocks as they were, served from memory.
+    write_leading(kept, 5);
     s.abort();
+    CHECK(f.fetched_is(s, 0, 4));
+    for (std::size_t k = 1; k < kept; ++k) CHECK(f.fetched_is(s, k, 3));
+    CHECK(g_reads == 0);
+    CHECK(g_writes == 0);
+    // Not kept: read, and the read fails.
+    CHECK_THROWS_AS(s.gather_source(f.ops, 3, slot.data()), io_error);
+    CHECK(g_reads == 1);
   }
-  CHECK(f.fetched_is(s, 2, 3));
-  CHECK(f.fetched_is(s, 5, 3));
+  CHECK(f.fetched_is(s, 3, 1));
+  CHECK(s.stats().unstaged == 2);  // the failed read and this one
 
-  // Read-ahead names kept blocks only if they are stale: here 0 and 2 are held, so only 4 is read.
+  // A committed transaction over every block.
+  f.write_through_writer(s, 6);
+  s.commit();
+  for (std::size_t k = 0; k < f.buckets(); ++k) CHECK(f.fetched_is(s, k, 6));
+
+  // A transaction whose first file block fails to write, after the kept blocks' new values are in
+  // their other copies: aborted, every block keeps its values.
+  {
+    FailingFile no_io(true);
+    CHECK_THROWS_AS(f.write_through_writer(s, 7), io_error);
+    s.abort();
+    for (std::size_t k = 0; k < kept; ++k) CHECK(f.fetched_is(s, k, 6));
+    CHECK_THROWS_AS(write_gen(4, 8), io_error);  // write() of a file block
+    CHECK_NOTHROW(write_gen(2, 8));              // of a kept block: no I/O to fail
+  }
+  CHECK(f.fetched_is(s, 2, 8));
+  for (std::size_t k : {0, 1, 3, 4, 5}) CHECK(f.fetched_is(s, k, 6));
+  // After the abort block 0's other copy holds generation 7; the next transaction starts the block
+  // afresh (zeros where it writes nothing, as for a file block), not from those.
+  {
+    const std::size_t half = f.block(0) / 2;
+    std::vector<float> v(half);
+    for (std::size_t i = 0; i < half; ++i) v[i] = f.value(0, i, 9);
+    s.writer().write(f.layout.buckets()[0].part_offset, v.data(), half);
+    s.writer().end_sub_group();
+    s.commit();
+    s.read(0, [&](const float* b) {
+      CHECK(b[half - 1] == f.value(0, half - 1, 9));
+      CHECK(b[half] == 0.0f);
+      CHECK(b[f.block(0) - 1] == 0.0f);
+    });
+  }
+  f.write_through_writer(s, 9);
+  s.commit();
+  for (std::size_t k = 0; k < f.buckets(); ++k) CHECK(f.fetched_is(s, k, 9));
+
+  // Read-ahead names kept blocks, but reads only the others: here only 4.
   const std::size_t ahead[] = {0, 2, 4};
   const std::uint64_t staged = s.stats().staged;
   s.stage_ahead(ahead);
-  CHECK(f.fetched_is(s, 4, 3));
+  CHECK(f.fetched_is(s, 4, 9));
   CHECK(s.stats().staged == staged + 1);
   fs::remove_all(dir);
 }
 
-TEST_CASE("max_in_cpu: a staged copy of a block held again is dropped, so a fetch always finds a free buffer") {
-  const fs::path dir = scratch("staged_then_held");
+TEST_CASE("max_in_cpu: a kept block never takes a read-ahead buffer, so a fetch always finds a free one") {
+  const fs::path dir = scratch("staged_and_kept");
   Fixture f;
   Shard s(f.ops, f.layout, 0, &f.ledger, f.options(dir, 2, f.block(0)));  // one read-ahead buffer; block 0 kept
   REQUIRE(s.blocks_in_cpu() == 1);
   f.write_all(s, 1);
-  f.write_through_writer(s, 2);
-  s.abort();  // block 0's copy is of the abandoned slot: its next fetch reads the file
-  CHECK(s.reads_file(0));
-  const std::size_t zero[] = {0};
-  s.stage_ahead(zero);
-  s.read(0, [&](const float* b) { CHECK(b[0] == f.value(0, 0, 1)); });  // held again; the staged copy goes
-  CHECK_FALSE(s.reads_file(0));
   const std::size_t both[] = {0, 1};
   s.stage_ahead(both);  // 0 needs no read: 1 takes the read-ahead buffer
   CHECK(f.fetched_is(s, 2, 1));  // unforeseen: read into the buffer read-ahead leaves free
@@ -197,17 +216,6 @@ TEST_CASE("max_in_cpu: a staged copy of a block held again is dropped, so a fetc
   CHECK(s.stats().staged == 1);
   CHECK(s.stats().unstaged == 1);
   CHECK(s.stats().in_cpu == 1);
-  // The same through a fetch: block 0 staged while stale, then held by a write.
-  f.write_through_writer(s, 3);
-  s.abort();
-  s.stage_ahead(zero);
-  s.write(0, [&](float* b) {
-    for (std::size_t i = 0; i < f.block(0); ++i) b[i] = f.value(0, i, 4);
-  });
-  s.stage_ahead(both);
-  CHECK(f.fetched_is(s, 3, 1));
-  CHECK(f.fetched_is(s, 0, 4));
-  CHECK(f.fetched_is(s, 1, 1));
   fs::remove_all(dir);
 }
 
@@ -279,7 +287,17 @@ TEST_CASE("the engine with max_in_cpu: the bits of max_in_cpu 0 and OffloadParam
     std::vector<Seen> none, some, all;
     const RunResult on_disk = run(0, none);
     const RunResult partial = run(160 / static_cast<std::size_t>(world), some);
-    const RunResult in_cpu = run(1'000'000'000, all);
+    // DeepSpeed's default: this model's whole shard in memory. Every request to the shard files
+    // fails and is counted: none is made, and the run trains the same bits.
+    const RunResult in_cpu = [&] {
+      FailingFile no_io(true);
+      g_reads = 0;
+      g_writes = 0;
+      RunResult r = run(1'000'000'000, all);
+      CHECK(g_reads == 0);
+      CHECK(g_writes == 0);
+      return r;
+    }();
     const RunResult ref = train_with<3, fp16, Offload<Nvme>, OffloadParams<None>>(cfg, o, [](const MemoryLedger&) { return true; });
     REQUIRE(ref.ranks_agree);
     check_same_run(on_disk, ref);

@@ -2,16 +2,16 @@
 /// \file zerotk/offload/nvme_shard.hpp
 /// NvmeShard: OffloadParams<Nvme>'s home for stage 3's parameter shard (DeepSpeed
 /// `offload_param.device: nvme`, `nvme_path`). This rank's block of every bucket lives in a swap
-/// file (io/swap_file.hpp: O_DIRECT, io_uring or the pread/pwrite pool); host memory holds
-/// buffer_count + 1 staging buffers of the largest bucket's block and the blocks kept in host memory
-/// (`max_in_cpu`, below). A bucket's block is read before its all-gather (ahead of it where the fetch
+/// file (io/swap_file.hpp: O_DIRECT, io_uring or the pread/pwrite pool), except the blocks kept in
+/// host memory (`max_in_cpu`, below); host memory holds buffer_count + 1 staging buffers of the
+/// largest block in the file. A bucket's block is read before its all-gather (ahead of it where the fetch
 /// schedule foresees it; below):
 ///
 ///   fetch(k):  file (block k) -> staging -> this rank's block of k's gather buffer   (read, copy)
 ///              all-gather in place into the gather buffer                             (the communicator)
 ///
-/// File layout: [2 slots][bucket k] blocks, each padded to 4096 bytes. Every block has its own
-/// current slot. A block is never written over in place:
+/// File layout: [2 slots][bucket k not kept in memory] blocks, each padded to 4096 bytes. Every
+/// block has its own current slot. A block is never written over in place:
 ///
 ///   write(k, f)            block k := what f writes into staging, written to k's other slot, which
 ///                          then becomes current
@@ -41,11 +41,12 @@
 /// block (padded), which must fit `buffer_size` elements.
 ///
 /// Blocks kept in host memory (`max_in_cpu`, DeepSpeed's elements "in CPU"): the blocks of the first
-/// buckets, as many as fit whole in max_in_cpu elements, also have a copy in host memory, and their
-/// fetch copies from there. The copy is of one slot: every write and read of such a block refreshes
-/// it, and a fetch uses it only while that slot is the current one. So writes still go to the file
-/// (a failed step is undone exactly as above), and a block whose transaction was aborted is read
-/// from the file once, by its next fetch.
+/// buckets, as many as fit whole in max_in_cpu elements, live in host memory instead of the file, as
+/// in DeepSpeed: nothing of them is ever read from or written to the disk, and their fetches copy
+/// from memory. Their two slots are two host copies, so they follow the same rules as the file's
+/// blocks (the writer's new values wait in the other copy until commit(), and abort() leaves them
+/// there unused): a failed step changes them no more than the others. Host memory: twice their
+/// elements, unpadded.
 ///
 /// Device<Host> only: the values cross through host memory by plain copies (engine/compat.hpp).
 
@@ -100,12 +101,12 @@ class NvmeShard {
       : layout_(&layout),
         ledger_(ledger),
         offsets_(offsets_of(layout)),
-        block_bytes_(checked_block_bytes(layout, o)),
+        in_cpu_(offload::blocks_in_cpu(layout, o.nvme.max_in_cpu)),
+        block_bytes_(checked_block_bytes(layout, in_cpu_, o)),
         file_(checked_dir(o), "zerotk_params.r" + std::to_string(rank) + "." + o.name, 2 * slot_bytes(), o.aio),
         staging_((o.nvme.buffer_count + 1) * block_bytes_, MemoryCategory::other, ledger),
-        in_cpu_(offload::blocks_in_cpu(layout, o.nvme.max_in_cpu)),
-        held_(offsets_[in_cpu_], MemoryCategory::params16, ledger),
-        held_slot_(in_cpu_, -1),
+        kept_at_(kept_offsets(layout, in_cpu_)),
+        kept_(2 * kept_at_.back(), MemoryCategory::params16, ledger),
         staged_(o.nvme.buffer_count),
         current_(layout.buckets().size(), 0),
         touched_(layout.buckets().size(), 0),
@@ -131,9 +132,9 @@ class NvmeShard {
   /// fault, and a step run again once it is fixed must read them afresh rather than fail on each.
   const T* gather_source(Ops& ops, std::size_t k, T* slot) {
     const std::size_t n = layout_->buckets()[k].block;
-    if (const T* h = held(k)) {
+    if (k < in_cpu_) {
       ++stats_.in_cpu;
-      ops.copy_from_host(h, slot, n);
+      ops.copy_from_host(kept(k, current_[k]), slot, n);
       return slot;
     }
     try {
@@ -142,7 +143,6 @@ class NvmeShard {
         staged_[i] = Staged{};  // free either way: a failed read is read again by the next fetch
         file_.wait(t);
         ++stats_.staged;
-        hold(k, current_[k], staging(i));
         ops.copy_from_host(reinterpret_cast<const T*>(staging(i)), slot, n);
       } else {
         ++stats_.unstaged;
@@ -155,8 +155,8 @@ class NvmeShard {
     return slot;
   }
 
-  /// Whether a fetch of bucket k now reads its block from the file (not kept in host memory).
-  bool reads_file(std::size_t k) const noexcept { return held(k) == nullptr; }
+  /// Whether a fetch of bucket k reads its block from the file (not kept in host memory).
+  bool reads_file(std::size_t k) const noexcept { return k >= in_cpu_; }
   /// How many leading buckets' blocks are kept in host memory (max_in_cpu).
   std::size_t blocks_in_cpu() const noexcept { return in_cpu_; }
 
@@ -185,9 +185,11 @@ class NvmeShard {
   /// f(const T* block): block k, read now (read-ahead is for fetches).
   template <class F>
   void read(std::size_t k, F&& f) {
-    drop_block(k);  // k is held next, and a held block is never staged (below)
-    const T* h = held(k);
-    f(h != nullptr ? h : load(k, staging(free_buffer())));
+    if (k < in_cpu_) {
+      f(static_cast<const T*>(kept(k, current_[k])));
+    } else {
+      f(load(k, staging(free_buffer())));  // read-ahead always leaves one buffer free
+    }
   }
   /// f(T* block) writes all of block k in staging; it then becomes block k atomically (the other
   /// slot, then the switch). usage_error while the writer's transaction is open (from its first
@@ -201,12 +203,15 @@ class NvmeShard {
                         "NvmeShard::write", "bucket " + std::to_string(k));
     }
     const std::size_t n = layout_->buckets()[k].block;
-    drop_block(k);
-    std::byte* s = staging(assembly());
-    std::memset(s + n * sizeof(T), 0, padded(n) - n * sizeof(T));  // the page's tail past the block
-    f(reinterpret_cast<T*>(s));
-    file_.wait(file_.write(offset(1 - current_[k], k), s, padded(n)));
-    hold(k, 1 - current_[k], s);
+    if (k < in_cpu_) {
+      f(kept(k, 1 - current_[k]));
+    } else {
+      drop_block(k);
+      std::byte* s = staging(assembly());
+      std::memset(s + n * sizeof(T), 0, padded(n) - n * sizeof(T));  // the page's tail past the block
+      f(reinterpret_cast<T*>(s));
+      file_.wait(file_.write(offset(1 - current_[k], k), s, padded(n)));
+    }
     current_[k] = static_cast<char>(1 - current_[k]);
   }
 
@@ -228,9 +233,9 @@ class NvmeShard {
     std::fill(touched_.begin(), touched_.end(), char{0});
   }
 
-  /// Host memory of the blocks kept there (max_in_cpu), padded; in the ledger as params16.
-  std::size_t held_bytes() const noexcept { return held_.size(); }
-  /// Both slots of every block, padded: the disk this home takes.
+  /// Host memory of the blocks kept there (max_in_cpu): both copies; in the ledger as params16.
+  std::size_t held_bytes() const noexcept { return kept_.size() * sizeof(T); }
+  /// Both slots of every block in the file, padded: the disk this home takes.
   std::uint64_t disk_bytes() const noexcept { return 2 * slot_bytes(); }
 
  private:
@@ -247,24 +252,37 @@ class NvmeShard {
     for (const zero::Bucket& b : l.buckets()) o.push_back(o.back() + padded(b.block));
     return o;
   }
-  /// A slot's bytes in the file: its blocks, at least one page.
-  std::uint64_t slot_bytes() const noexcept { return std::max<std::uint64_t>(offsets_.back(), io::kDirectAlign); }
-  /// The largest block, padded: the size of every staging buffer. Refuses a `buffer_size` the
-  /// largest block does not fit, and a `buffer_count` of 0.
-  static std::size_t checked_block_bytes(const zero::BucketLayout& l, const zero::ShardFileOptions& o) {
+  /// A slot's bytes in the file: the blocks not kept in memory, at least one page.
+  std::uint64_t slot_bytes() const noexcept {
+    return std::max<std::uint64_t>(offsets_.back() - offsets_[in_cpu_], io::kDirectAlign);
+  }
+  /// The largest block in the file, padded (at least one page): the size of every staging buffer.
+  /// Refuses a `buffer_size` the largest block does not fit, and a `buffer_count` of 0.
+  static std::size_t checked_block_bytes(const zero::BucketLayout& l, std::size_t in_cpu, const zero::ShardFileOptions& o) {
     if (o.nvme.buffer_count == 0) throw config_error("must be >= 1", "zero_optimization.offload_param.buffer_count", "0");
     if (auto e = offload::param_buffer_size_error(l, o.nvme.buffer_size)) throw *e;
     std::size_t m = io::kDirectAlign;
-    for (const zero::Bucket& b : l.buckets()) m = std::max(m, padded(b.block));
+    for (std::size_t k = in_cpu; k < l.buckets().size(); ++k) m = std::max(m, padded(l.buckets()[k].block));
     return m;
+  }
+  /// kept_at[k]: kept block k's first element within a copy; kept_at.back(): a copy's elements.
+  static std::vector<std::size_t> kept_offsets(const zero::BucketLayout& l, std::size_t in_cpu) {
+    std::vector<std::size_t> o{0};
+    for (std::size_t k = 0; k < in_cpu; ++k) o.push_back(o.back() + l.buckets()[k].block);
+    return o;
   }
   static const std::filesystem::path& checked_dir(const zero::ShardFileOptions& o) {
     if (o.nvme.path.empty()) throw config_error("required for OffloadParams<Nvme>", "zero_optimization.offload_param.nvme_path");
     return o.nvme.path;
   }
 
+  /// Block k's slot in the file (k not kept in memory).
   std::uint64_t offset(int slot, std::size_t k) const noexcept {
-    return static_cast<std::uint64_t>(slot) * slot_bytes() + offsets_[k];
+    return static_cast<std::uint64_t>(slot) * slot_bytes() + offsets_[k] - offsets_[in_cpu_];
+  }
+  /// Kept block k's copy `slot` (k < in_cpu_).
+  T* kept(std::size_t k, int slot) noexcept {
+    return kept_.data() + static_cast<std::size_t>(slot) * kept_at_.back() + kept_at_[k];
   }
   std::byte* staging(std::size_t i) noexcept { return staging_.data() + i * block_bytes_; }
   /// The buffer the writer and write() assemble a block in (after the read buffers).
@@ -295,26 +313,8 @@ class NvmeShard {
   /// Block k's current slot read into `s`; returns it as T.
   const T* load(std::size_t k, std::byte* s) {
     file_.wait(file_.read(offset(current_[k], k), s, padded(layout_->buckets()[k].block)));
-    hold(k, current_[k], s);
     return reinterpret_cast<const T*>(s);
   }
-  /// Block k's values of slot `slot` in host memory, if it is kept there and they are that slot's.
-  const T* held(std::size_t k, int slot) const noexcept {
-    if (k >= in_cpu_ || held_slot_[k] != slot) return nullptr;
-    return reinterpret_cast<const T*>(held_.data() + offsets_[k]);
-  }
-  /// Block k's current values in host memory. A held block is never staged: a block becomes held by
-  /// its staged fetch (which frees the buffer), by a fetch or read() of a block not staged (read()
-  /// drops it first), or by write() and commit() (which drop it), so read-ahead never holds a buffer
-  /// that an unforeseen fetch needs.
-  const T* held(std::size_t k) const noexcept { return held(k, current_[k]); }
-  /// Block k (if kept in host memory) := `s`, the values of its slot `slot` just read or written.
-  void hold(std::size_t k, int slot, const std::byte* s) noexcept {
-    if (k >= in_cpu_) return;
-    std::memcpy(held_.data() + offsets_[k], s, layout_->buckets()[k].block * sizeof(T));
-    held_slot_[k] = static_cast<signed char>(slot);
-  }
-
   /// The writer: shard[at, at + n) := host[0, n), block by block through the assembly staging.
   void put(std::size_t at, const T* host, std::size_t n) {
     while (n > 0) {
@@ -322,7 +322,7 @@ class NvmeShard {
       const zero::Bucket& b = layout_->buckets()[k];
       const std::size_t lo = at - b.part_offset, m = std::min(n, b.block - lo);
       if (open_ != k) open(k);
-      std::memcpy(staging(assembly()) + lo * sizeof(T), host, m * sizeof(T));
+      std::memcpy(target_ + lo, host, m * sizeof(T));
       at += m;
       host += m;
       n -= m;
@@ -338,46 +338,52 @@ class NvmeShard {
     }
     return *std::prev(it);
   }
-  /// Starts assembling block k: what this transaction already wrote of it, else zeros.
+  /// Starts assembling block k in its other slot (a kept block's other copy; else the assembly
+  /// staging, for the file): what this transaction already wrote of it, else zeros.
   void open(std::size_t k) {
     flush();
-    std::byte* s = staging(assembly());
-    const std::size_t bytes = padded(layout_->buckets()[k].block);
-    if (const T* h = touched_[k] ? held(k, 1 - current_[k]) : nullptr) {  // what flush() kept of it
-      const std::size_t n = layout_->buckets()[k].block * sizeof(T);
-      std::memcpy(s, h, n);
-      std::memset(s + n, 0, bytes - n);
-    } else if (touched_[k]) {
-      file_.wait(file_.read(offset(1 - current_[k], k), s, bytes));
+    if (k < in_cpu_) {
+      target_ = kept(k, 1 - current_[k]);
+      if (!touched_[k]) std::memset(static_cast<void*>(target_), 0, layout_->buckets()[k].block * sizeof(T));
     } else {
-      std::memset(s, 0, bytes);
+      std::byte* s = staging(assembly());
+      const std::size_t bytes = padded(layout_->buckets()[k].block);
+      if (touched_[k]) {
+        file_.wait(file_.read(offset(1 - current_[k], k), s, bytes));
+      } else {
+        std::memset(s, 0, bytes);
+      }
+      target_ = reinterpret_cast<T*>(s);
     }
     open_ = k;
   }
-  /// Writes the block being assembled to its other slot.
+  /// Ends the block being assembled: a file block is written to its other slot (a kept block is
+  /// already in its other copy).
   void flush() {
     if (open_ == kNone) return;
     const std::size_t k = open_;
     open_ = kNone;  // a failed write leaves nothing open; the caller aborts
-    file_.wait(file_.write(offset(1 - current_[k], k), staging(assembly()), padded(layout_->buckets()[k].block)));
-    hold(k, 1 - current_[k], staging(assembly()));  // current once committed
+    if (k >= in_cpu_) {
+      file_.wait(file_.write(offset(1 - current_[k], k), staging(assembly()), padded(layout_->buckets()[k].block)));
+    }
     touched_[k] = 1;
   }
 
   const zero::BucketLayout* layout_;
   MemoryLedger* ledger_;
-  std::vector<std::uint64_t> offsets_;  // [bucket + 1] byte offsets within a slot
-  std::size_t block_bytes_;             // the largest block, padded
-  io::SwapFile file_;                   // [2 slots][bucket] blocks
+  std::vector<std::uint64_t> offsets_;  // [bucket + 1] padded byte offsets; the file's from in_cpu_'s
+  std::size_t in_cpu_;                  // leading buckets whose blocks are kept in host memory
+  std::size_t block_bytes_;             // the largest block in the file, padded
+  io::SwapFile file_;                   // [2 slots][bucket >= in_cpu_] blocks
   PinnedTrackedBuffer<std::byte> staging_;  // [buffer_count + 1][block_bytes_]: read buffers | assembly
-  std::size_t in_cpu_;                      // leading buckets whose blocks are kept in host memory
-  PinnedTrackedBuffer<std::byte> held_;     // those blocks, at offsets_[k]
-  std::vector<signed char> held_slot_;      // [bucket < in_cpu_] the slot held_ holds (-1: none)
+  std::vector<std::size_t> kept_at_;        // [kept bucket + 1] element offsets within a copy
+  PinnedTrackedBuffer<T> kept_;             // [2 slots][kept bucket] blocks kept in host memory
   std::vector<Staged> staged_;          // [buffer_count] read buffers
   std::vector<char> current_;           // [bucket] the slot holding the block
   std::vector<char> touched_;           // [bucket] written by the open transaction (other slot)
   std::vector<std::size_t> by_offset_;  // buckets with a block, by part_offset
   std::size_t open_ = kNone;            // the block being assembled
+  T* target_ = nullptr;                 // where: its other slot (kept) or the assembly staging
   ParamReadStats stats_;
   Writer writer_;
 };

@@ -18,8 +18,9 @@
 ///   other           the scratch gradient of the largest parameter (engine/bindings.hpp); emulated
 ///                   16-bit: float copies (zero/float_view.hpp, fetched_float_view.hpp); NVMe: the
 ///                   pinned swap and staging buffers
-///   params16 on NVMe   OffloadParams<Nvme> (offload/nvme_shard.hpp): both slots of every block on
-///                   disk (padded to 4 KiB), the blocks kept under max_in_cpu in pinned host memory
+///   params16 on NVMe   OffloadParams<Nvme> (offload/nvme_shard.hpp): the blocks kept under max_in_cpu
+///                   in pinned host memory (two copies), both slots of every other block on disk
+///                   (padded to 4 KiB)
 ///
 /// One parameter group: the engine keeps a second one (and its own files) for fp32 parameters in
 /// a 16-bit model, which the model description does not carry.
@@ -173,21 +174,25 @@ inline MemoryPlan model_state_plan(const ModelDescription& m, int world, const C
     if (c.param != OffloadTarget::nvme) {
       p.at(c.param == OffloadTarget::none ? dev : MemorySpace::pinned_host, C::params16) += part * S;
     } else {
-      // NvmeShard: two slots of every block, each padded to 4 KiB (at least one page); buffer_count
-      // read buffers and one assembly buffer of the largest padded block; the leading blocks that
-      // fit whole in max_in_cpu elements kept in pinned host memory as well.
+      // NvmeShard: the leading blocks that fit whole in max_in_cpu elements in pinned host memory
+      // instead of the file, two copies each (unpadded); the file two slots of every other block,
+      // each padded to 4 KiB (at least one page); buffer_count read buffers and one assembly
+      // buffer of the largest padded block in the file (at least one page).
       const std::size_t in_cpu = offload::blocks_in_cpu(L, s.param_max_in_cpu);
       std::size_t slot_bytes = 0, largest = io::kDirectAlign, kept = 0;
       for (std::size_t k = 0; k < L.buckets().size(); ++k) {
+        if (k < in_cpu) {
+          kept += L.buckets()[k].block * S;
+          continue;
+        }
         const std::size_t padded = io::direct_round(L.buckets()[k].block * S);
         slot_bytes += padded;
         largest = std::max(largest, padded);
-        if (k < in_cpu) kept += padded;
       }
       if (auto e = offload::param_buffer_size_error(L, s.param_buffer_size)) p.refused = e->what();
       p.at(MemorySpace::disk, C::params16) += 2 * std::max(slot_bytes, io::kDirectAlign);
       p.at(MemorySpace::pinned_host, C::other) += (s.param_buffer_count + 1) * largest;
-      p.at(MemorySpace::pinned_host, C::params16) += kept;
+      p.at(MemorySpace::pinned_host, C::params16) += 2 * kept;
     }
   }
 
