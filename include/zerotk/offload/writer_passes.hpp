@@ -8,18 +8,20 @@
 /// A write can fail, and a failed step must change nothing. Stepping the state in place while the
 /// values go out would leave it stepped when a later write fails, so:
 ///
-///   pass 1 (prepare, sub-group i = 0 .. n-1)   copy i's master, m and v into a scratch of one
-///                                              sub-group; step the copy; its values go through the
-///                                              writer. The state is untouched; a failure rewinds
-///                                              the step count and rethrows (the writer's owner
-///                                              aborts its transaction).
+///   pass 1 (prepare, sub-group i = 0 .. n-1)   copy i's master, m and v into a scratch, a part of
+///                                              at most kWriterPassChunk elements at a time; step
+///                                              the copy; its values go through the writer (one
+///                                              writer sub-group per sub-group). The state is
+///                                              untouched; a failure rewinds the step count and
+///                                              rethrows (the writer's owner aborts its transaction).
 ///   pass 2 (commit, once every group is ready) step the state in place with the same constants
 ///                                              and gradients and no output: no I/O, the same bits.
 ///   abort (another group failed)               the step count goes back; nothing else changed.
 ///
-/// The price is the step's compute twice and 3 x min(owned, sub_group_size) fp32 of scratch
-/// (pinned host memory, ledger category `other`). Sub-group by sub-group gives the bits of one
-/// fused step only for elementwise optimizers (Adam, AdamW); engine/compat.hpp refuses LAMB here.
+/// The price is the step's compute twice and 3 x min(owned, sub_group_size, kWriterPassChunk) fp32
+/// of scratch (pinned host memory, ledger category `other`; 3 MiB at most). Sub-group by sub-group
+/// and part by part gives the bits of one fused step only for elementwise optimizers (Adam, AdamW);
+/// engine/compat.hpp refuses LAMB here.
 
 #include <algorithm>
 #include <cstddef>
@@ -30,6 +32,7 @@
 #include "zerotk/core/memory.hpp"
 #include "zerotk/core/pinned_host_space.hpp"
 #include "zerotk/kernels/tensor_list.hpp"
+#include "zerotk/offload/options.hpp"
 #include "zerotk/offload/sub_group_steps.hpp"
 
 namespace zerotk::offload {
@@ -38,7 +41,8 @@ class WriterPasses {
  public:
   /// `enabled`: the store was built for a writer (StoreOptions::output_writer); else no scratch.
   WriterPasses(bool enabled, std::size_t owned_numel, std::size_t sub_group_numel, MemoryLedger* ledger)
-      : scratch_(enabled ? 3 * std::min(owned_numel, sub_group_numel) : 0, MemoryCategory::other, ledger),
+      : scratch_(enabled ? 3 * std::min({owned_numel, sub_group_numel, kWriterPassChunk}) : 0, MemoryCategory::other,
+                 ledger),
         enabled_(enabled) {}
 
   /// Pass 1 over sub-group i of `steps` (null: the store has no sub-group loop): `master`, `m`, `v`
@@ -53,15 +57,20 @@ class WriterPasses {
                         "StoreOptions::output_writer (its scratch)",
                         where);
     }
-    const std::size_t lo = steps->begin(i), n = steps->numel(i), S = scratch_.size() / 3;  // S >= n
+    const std::size_t first = steps->begin(i), n = steps->numel(i), C = scratch_.size() / 3;
     float* sm = scratch_.data();
-    float* sa = sm + S;
-    float* sv = sa + S;
-    std::copy_n(master + lo, n, sm);
-    std::copy_n(m + lo, n, sa);
-    std::copy_n(v + lo, n, sv);
+    float* sa = sm + C;
+    float* sv = sa + C;
     try {
-      steps->step(opt, i, segments, grads, out, grad_scale, reduce, sm, sa, sv);
+      std::size_t lo = 0;
+      do {  // at least once: an empty sub-group still counts the step
+        const std::size_t hi = std::min(n, lo + C);
+        std::copy(master + first + lo, master + first + hi, sm);
+        std::copy(m + first + lo, m + first + hi, sa);
+        std::copy(v + first + lo, v + first + hi, sv);
+        steps->step_part(opt, i, lo, hi, segments, grads, out, grad_scale, reduce, sm, sa, sv);
+        lo = hi;
+      } while (lo < n);
     } catch (...) {
       opt.set_step_count(steps->step_before());  // the state never changed; the writer's owner aborts it
       throw;
@@ -90,7 +99,7 @@ class WriterPasses {
   }
 
  private:
-  PinnedTrackedBuffer<float> scratch_;  // [3][min(owned, S)] when enabled: one sub-group's copy
+  PinnedTrackedBuffer<float> scratch_;  // [3][min(owned, S, chunk)] when enabled: a part's copy
   bool enabled_;
   bool prepared_ = false;               // pass 1 is complete; commit() runs pass 2
 };

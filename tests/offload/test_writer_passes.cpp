@@ -1,0 +1,134 @@
+// The two-pass step through a writer (offload/writer_passes.hpp) on a partition larger than its
+// scratch: with one sub-group of a million elements (DeepSpeed's default sub_group_size) pass 1
+// copies and steps kWriterPassChunk elements at a time. Checked on Offload<None>'s store
+// (offload/resident.hpp) against the same store stepping in one fused pass into memory:
+//  - master, m, v and every output element bitwise, over several steps, with segments that cross
+//    the parts' boundaries; the writer sees each element once and one sub-group end per step;
+//  - the scratch in the ledger is 3 x 4 B x kWriterPassChunk, not 3 x 4 B x the partition;
+//  - a write failing in the last part leaves master, m, v and the step count as they were, and the
+//    next step equals the reference's.
+#include <doctest/doctest.h>
+
+#include <cstddef>
+#include <cstring>
+#include <stdexcept>
+#include <vector>
+
+#include "zerotk/core/dtype.hpp"
+#include "zerotk/device/host_ops.hpp"
+#include "zerotk/offload/resident.hpp"
+#include "zerotk/optim/adam.hpp"
+
+using namespace zerotk;
+
+namespace {
+
+using HostOps = device::Ops<Host>;
+using Opt = Optimizer<AdamW>;
+using Store = offload::Resident<Opt, HostOps>;
+
+/// Collects the optimizer's output: out[at + j] := host[j]; counts the writes per element.
+struct Recorder {
+  using value_type = bfloat16;
+  std::vector<bfloat16> out;
+  std::vector<int> seen;
+  int sub_groups = 0;
+  std::size_t fail_at = static_cast<std::size_t>(-1);  // a write reaching this element throws
+  explicit Recorder(std::size_t n) : out(n), seen(n) {}
+  void write(std::size_t at, const bfloat16* host, std::size_t n) {
+    if (at <= fail_at && fail_at < at + n) throw std::runtime_error("injected write failure");
+    for (std::size_t j = 0; j < n; ++j) {
+      out[at + j] = host[j];
+      ++seen[at + j];
+    }
+  }
+  void end_sub_group() { ++sub_groups; }
+};
+
+bool same_bits(const float* a, const float* b, std::size_t n) { return std::memcmp(a, b, n * sizeof(float)) == 0; }
+
+}  // namespace
+
+TEST_CASE("WriterPasses: a sub-group larger than the scratch steps part by part, with the fused step's bits") {
+  constexpr std::size_t C = offload::kWriterPassChunk;
+  // Tensors of uneven sizes: boundaries inside and between tensors fall at neither C nor 2C.
+  const std::vector<std::size_t> sizes = {C / 3 + 7, C - 11, 5, C + C / 2 + 3, 9, C / 5};
+  std::vector<kernels::Segment> segments;
+  std::size_t n = 0;
+  for (std::size_t t = 0; t < sizes.size(); ++t) {
+    segments.push_back(kernels::Segment{n, sizes[t], 0, static_cast<std::uint32_t>(t)});
+    n += sizes[t];
+  }
+  REQUIRE(n > 3 * C);  // four parts
+
+  OptimizerOptions oo;
+  oo.lr = 1e-2;
+  oo.weight_decay = 0.1;
+  const std::vector<ParamGroup> groups{ParamGroup{oo}};
+  HostOps ops;
+  MemoryLedger ledger, ref_ledger;
+  offload::StoreOptions so;  // sub_group_size: DeepSpeed's default, one sub-group
+  so.output_writer = true;
+  Store store(ops, &ledger, n, groups, sizes.size(), so);
+  Store ref(ops, &ref_ledger, n, groups, sizes.size());
+  REQUIRE(store.sub_groups() == 1);
+  CHECK(ledger.live(MemorySpace::pinned_host, MemoryCategory::other) == 3 * sizeof(float) * C);
+  CHECK(ref_ledger.live(MemorySpace::pinned_host, MemoryCategory::other) == 0);
+
+  std::vector<float> init(n);
+  for (std::size_t j = 0; j < n; ++j) init[j] = 0.001f * static_cast<float>(j % 1009) - 0.5f;
+  store.master_from_host(init.data());
+  ref.master_from_host(init.data());
+
+  std::vector<bfloat16> grads(n);
+  auto grads_of = [&](int step) {
+    for (std::size_t j = 0; j < n; ++j) grads[j] = bfloat16(0.01f * static_cast<float>((j * 7 + static_cast<std::size_t>(step) * 13) % 211) - 1.0f);
+  };
+  auto no_sums = [](double*, std::size_t) { FAIL("Adam asks for no sums"); };
+  auto check_state = [&] {
+    CHECK(same_bits(store.master(), ref.master(), n));
+    CHECK(same_bits(store.exp_avg().data(), ref.exp_avg().data(), n));
+    CHECK(same_bits(store.exp_avg_sq().data(), ref.exp_avg_sq().data(), n));
+    CHECK(store.optimizer().step_count() == ref.optimizer().step_count());
+  };
+
+  std::vector<bfloat16> ref_out(n);
+  for (int step = 1; step <= 3; ++step) {
+    CAPTURE(step);
+    grads_of(step);
+    Recorder rec(n);
+    store.step(0, segments, grads.data(), &rec, 1.0f, no_sums);
+    store.commit_step(segments, grads.data(), &rec, 1.0f, no_sums);
+    ref.step(0, segments, grads.data(), ref_out.data(), 1.0f, no_sums);
+    check_state();
+    CHECK(std::memcmp(rec.out.data(), ref_out.data(), n * sizeof(bfloat16)) == 0);
+    std::size_t once = 0;
+    for (int s : rec.seen) once += s == 1;
+    CHECK(once == n);
+    CHECK(rec.sub_groups == 1);  // the parts share the sub-group's writer transaction
+  }
+
+  // A write failing in the last part: the state (stepped only in the scratch) stays as it was.
+  const std::vector<float> master(store.master(), store.master() + n);
+  const std::vector<float> m(store.exp_avg().begin(), store.exp_avg().end()), v(store.exp_avg_sq().begin(), store.exp_avg_sq().end());
+  const std::int64_t steps = store.optimizer().step_count();
+  grads_of(4);
+  {
+    Recorder rec(n);
+    rec.fail_at = n - 2;
+    CHECK_THROWS_WITH(store.step(0, segments, grads.data(), &rec, 1.0f, no_sums), "injected write failure");
+    store.abort_step(segments, &rec);
+    CHECK(rec.seen[3 * C - 1] == 1);  // the failure came in the last part
+  }
+  CHECK(same_bits(store.master(), master.data(), n));
+  CHECK(same_bits(store.exp_avg().data(), m.data(), n));
+  CHECK(same_bits(store.exp_avg_sq().data(), v.data(), n));
+  CHECK(store.optimizer().step_count() == steps);
+  // Run again once the cause is gone: the reference's step.
+  Recorder rec(n);
+  store.step(0, segments, grads.data(), &rec, 1.0f, no_sums);
+  store.commit_step(segments, grads.data(), &rec, 1.0f, no_sums);
+  ref.step(0, segments, grads.data(), ref_out.data(), 1.0f, no_sums);
+  check_state();
+  CHECK(std::memcmp(rec.out.data(), ref_out.data(), n * sizeof(bfloat16)) == 0);
+}
