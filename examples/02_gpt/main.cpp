@@ -302,11 +302,8 @@ void print_memory_table(const Summary& s, int stage, const std::string& precisio
                 2 * pad / N, s.params_disk, s.params_in_cpu);
   }
   if (s.params_disk > 0 && !nvme) {
-    std::printf("  without an NVMe optimizer state the step runs first on a copy of master, m and v, part by part (a\n"
-                "  failed shard write then changes nothing): 3 x 4 B x min(sub_group_size, Psi/N, 2^18) = %.0f B pinned,\n"
-                "  in the last row with the shard's read buffers\n",
-                12.0 * std::min({static_cast<double>(sub_group), pad / N,
-                                 static_cast<double>(zerotk::offload::kWriterPassChunk)}));
+    std::printf("  without an NVMe optimizer state the step writes its values to the shard before it steps master, m\n"
+                "  and v in place (a failed shard write then changes nothing; no extra memory)\n");
   }
   if (nvme) {
     std::printf("  NVMe (rank 0): %zu B on disk (two slots of master, m, v: 24 Psi/N = %.0f B); %zu B of pinned swap\n"

@@ -115,7 +115,7 @@ TEST_CASE("OffloadParams<Nvme> equals OffloadParams<None> bitwise at stage 3: fp
 }
 TEST_CASE("OffloadParams<Nvme> equals OffloadParams<None> bitwise at stage 3: bf16") { sweep<bf16>(false, "bf16"); }
 
-// Offload<Cpu> steps a scratch copy of each sub-group first and the state in place after every shard
+// Offload<Cpu> writes each sub-group's values first and steps the state in place after every shard
 // write (offload/host_pinned.hpp): the same bits as OffloadParams<None> under Offload<Cpu>.
 TEST_CASE("Offload<Cpu> with OffloadParams<Nvme> equals OffloadParams<None> bitwise: fp32, fp16, bf16, W = 1..3") {
   sweep<fp32, Offload<Cpu>>(false, "cpu_fp32", 3);

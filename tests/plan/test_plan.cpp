@@ -172,9 +172,9 @@ TEST_CASE("plan: Offload<Nvme> and OffloadParams<Nvme> equal the engine's ledger
     check_ledger<2, fp16, Offload<Nvme>>(world, 1, 1, 64, {1, true});     // pipelining raises the buffers
     check_ledger<3, fp16, Offload<Nvme>>(world, 1, 1, 1'000'000'000, {9});  // capped at the sub-groups
     check_ledger<3, fp16, Offload<Nvme>, OffloadParams<Cpu>>(world, 1);
-    check_ledger<3, fp16, Offload<Cpu>, OffloadParams<Nvme>>(world, 1, 1, 100, {4, false, 3, 0});  // + the step's scratch
+    check_ledger<3, fp16, Offload<Cpu>, OffloadParams<Nvme>>(world, 1, 1, 100, {4, false, 3, 0});  // stagings, no more
     check_ledger<3, bf16, Offload<Cpu>, OffloadParams<Nvme>>(world, 2);
-    check_ledger<3, fp16, Offload<None>, OffloadParams<Nvme>>(world, 1, 1, 100, {4, false, 3, 0});  // stagings, scratch
+    check_ledger<3, fp16, Offload<None>, OffloadParams<Nvme>>(world, 1, 1, 100, {4, false, 3, 0});  // stagings
     check_ledger<3, fp32, Offload<None>, OffloadParams<Nvme>>(world, 2);
     for (std::size_t max_in_cpu : {std::size_t{0}, std::size_t{150}, std::size_t{1'000'000'000}}) {
       check_ledger<3, fp16, Offload<Nvme>, OffloadParams<Nvme>>(world, 1, 1, 100, {4, false, 3, max_in_cpu});

@@ -27,10 +27,9 @@
 ///
 /// With a parameter home written through a writer (OffloadParams<Nvme>: `out` is a
 /// zero::OutputWriter that writes the shard file), a failed write must leave the step undone while
-/// the state is stepped in place: the step then takes offload/writer_passes.hpp's two passes (a
-/// scratch copy of each sub-group steps and its values are written; once every group's values are,
-/// commit_step() steps the state in place), with 3 x min(owned, sub_group_size) fp32 of scratch
-/// (StoreOptions::output_writer; ledger: pinned_host / other).
+/// the state is stepped in place: the step then takes offload/writer_passes.hpp's two passes (each
+/// sub-group's values are computed from the state without changing it and written; once every
+/// group's values are, commit_step() steps the state in place; StoreOptions::output_writer).
 
 #include <algorithm>
 #include <cstddef>
@@ -65,7 +64,7 @@ class HostPinned {
         master_(owned_numel, MemoryCategory::master32, ledger),
         m_(owned_numel, MemoryCategory::optimizer_state, ledger),
         v_(owned_numel, MemoryCategory::optimizer_state, ledger),
-        passes_(options.output_writer, owned_numel, steps_.sub_group_numel(), ledger),
+        passes_(options.output_writer),
         ops_(&ops),
         opt_(std::make_unique<Opt>(groups)) {
     opt_->set_tensor_count(tensor_count);
@@ -90,7 +89,7 @@ class HostPinned {
   void step(std::size_t i, std::span<const kernels::Segment> segments, const G* grads, P* out, float grad_scale,
             Reduce&& reduce) {
     if constexpr (zero::OutputWriter<P>) {
-      passes_.prepare(&steps_, *opt_, i, segments, grads, out, grad_scale, reduce, master_.data(), m_.data(), v_.data(),
+      passes_.prepare(&steps_, *opt_, i, segments, grads, out, grad_scale, master_.data(), m_.data(), v_.data(),
                       "offload::HostPinned::step");
     } else {
       const std::size_t lo = steps_.begin(i);
@@ -107,12 +106,12 @@ class HostPinned {
                    Reduce& reduce) {
     passes_.template commit<P>(steps_, *opt_, segments, grads, grad_scale, reduce, master_.data(), m_.data(), v_.data());
   }
-  /// Instead of commit_step() (another group's step failed): the state never changed; the step
-  /// count goes back. A step into memory cannot be taken back, and never needs to be: it does no
-  /// I/O, so no group of its engine fails.
+  /// Instead of commit_step() (another group's step failed): the state and the step count never
+  /// changed. A step into memory cannot be taken back, and never needs to be: it does no I/O, so no
+  /// group of its engine fails.
   template <class P>
   void abort_step(std::span<const kernels::Segment> /*segments*/, P* /*out*/) noexcept {
-    passes_.abort(steps_, *opt_);
+    passes_.abort();
   }
 
   /// The same step from gradients in host memory to values in host memory, both indexed like the

@@ -56,14 +56,9 @@ struct StoreOptions {
   /// group hands them, with rank, name and nvme.aio, to its parameter path.
   ParamNvmeOptions param_nvme;
   /// The optimizer's output goes through a writer that must not see a half-applied step
-  /// (OffloadParams<Nvme>): Offload<Cpu> and Offload<None> then step a scratch copy of each sub-group
-  /// first (offload/writer_passes.hpp), kWriterPassChunk elements at a time.
+  /// (OffloadParams<Nvme>): Offload<Cpu> and Offload<None> then write each sub-group's values before
+  /// they step the state (offload/writer_passes.hpp).
   bool output_writer = false;
 };
-
-/// The most elements the first of the two passes (offload/writer_passes.hpp) copies and steps at
-/// once: its scratch is 3 x 4 B x min(owned, sub_group_size, this), 3 MiB at most, whatever
-/// `sub_group_size` is (DeepSpeed's default, 1e9, is one sub-group for most partitions).
-inline constexpr std::size_t kWriterPassChunk = std::size_t{1} << 18;
 
 }  // namespace zerotk::offload

@@ -22,11 +22,11 @@
 /// With a parameter home written through a writer (OffloadParams<Nvme>, StoreOptions::output_writer)
 /// the store steps sub-group by sub-group (`sub_group_size`, offload/sub_group_steps.hpp) in the
 /// two passes of offload/writer_passes.hpp, so that a failed shard write leaves the state as it
-/// was: a scratch copy of each sub-group steps and its values are written; commit_step() then
-/// steps the state in place. That needs the state in host memory (Device<Host>) and an elementwise
-/// optimizer (Adam, AdamW): engine/compat.hpp says so. Extra memory, pinned host: the scratch
-/// (3 x min(owned, sub_group_size) fp32, `other`) and the gradient and output stagings of one
-/// sub-group (4 B each per element, `grads` and `params16`).
+/// was: each sub-group's values are computed from the state without changing it and written;
+/// commit_step() then steps the state in place. That needs the state in host memory (Device<Host>)
+/// and an elementwise optimizer (Adam, AdamW): engine/compat.hpp says so. Extra memory, pinned
+/// host: the gradient and output stagings of one sub-group (4 B each per element, `grads` and
+/// `params16`).
 
 #include <cstddef>
 #include <memory>
@@ -60,7 +60,7 @@ class Resident {
         master_(ops.template allocate<float>(owned_numel, MemoryCategory::master32, ledger)),
         m_(ops.template allocate<float>(owned_numel, MemoryCategory::optimizer_state, ledger)),
         v_(ops.template allocate<float>(owned_numel, MemoryCategory::optimizer_state, ledger)),
-        passes_(options.output_writer, owned_numel, options.sub_group_size, ledger),
+        passes_(options.output_writer),
         opt_(std::make_unique<Opt>(groups)) {
     if (options.output_writer) {
       if (!kStateInHostMemory) {
@@ -106,7 +106,7 @@ class Resident {
     if constexpr (zero::OutputWriter<P>) {
       static_assert(kStateInHostMemory, "offload::Resident: a step through a writer (OffloadParams<Nvme>) needs "
                                         "the state in host memory (Device<Host>)");
-      passes_.prepare(steps_ ? &*steps_ : nullptr, *opt_, i, segments, grads, out, grad_scale, reduce, master_.data(),
+      passes_.prepare(steps_ ? &*steps_ : nullptr, *opt_, i, segments, grads, out, grad_scale, master_.data(),
                       m_.data(), v_.data(), "offload::Resident::step");
     } else if (steps_) {  // built for a writer, given memory: the same sub-group loop
       if constexpr (kStateInHostMemory) {
@@ -133,7 +133,7 @@ class Resident {
   /// memory does no I/O, so its group never fails and never needs taking back.
   template <class P>
   void abort_step(std::span<const kernels::Segment> /*segments*/, P* /*out*/) noexcept {
-    if (steps_) passes_.abort(*steps_, *opt_);
+    passes_.abort();
   }
 
   /// The optimizer's exact state (step count, m, v), copied to host memory.
@@ -160,7 +160,7 @@ class Resident {
   typename Ops::template Buffer<float> master_;  // [owned_numel] fp32
   typename Ops::template Buffer<float> m_, v_;   // the optimizer's moments, [owned_numel] fp32 each
   std::optional<SubGroupSteps<Ops>> steps_;      // built for a writer: the sub-group loop, its stagings
-  WriterPasses passes_;                          // and the two passes' scratch
+  WriterPasses passes_;                          // and the two passes
   std::unique_ptr<Opt> opt_;
 };
 

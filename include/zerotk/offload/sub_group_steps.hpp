@@ -65,45 +65,24 @@ class SubGroupSteps {
   template <class Opt, class G, class P, class Reduce>
   void step(Opt& opt, std::size_t i, std::span<const kernels::Segment> segments, const G* grads, P* out,
             float grad_scale, Reduce&& reduce, float* master, float* m, float* v) {
-    step_part(opt, i, 0, numel(i), segments, grads, out, grad_scale, std::forward<Reduce>(reduce), master, m, v);
+    begin_sub_group(opt, i);
+    staged(i, segments, grads, out, [&]<class V>(std::span<const kernels::Segment> local, const G* g, V* p) {
+      optim::Run<Opt, HostSpace>::template step<G, V>(opt, local, master, optim::Moments{m, v, numel(i)}, g, p,
+                                                     grad_scale,
+                                                     [&](std::span<double> s) { reduce(s.data(), s.size()); });
+    });
   }
 
-  /// step() over the part [lo, hi) of sub-group i (offsets within it; `master`, `m`, `v` from its
-  /// element lo), with the constants of the same step: the parts of a sub-group, stepped in order
-  /// from lo = 0 to hi = numel(i), give the bits of its whole step for an elementwise optimizer
-  /// (Adam, AdamW; not LAMB, whose tensor norms span parts). A writer's sub-group ends with the last
-  /// part, so a block split between two parts is assembled once.
-  template <class Opt, class G, class P, class Reduce>
-  void step_part(Opt& opt, std::size_t i, std::size_t lo, std::size_t hi, std::span<const kernels::Segment> segments,
-                 const G* grads, P* out, float grad_scale, Reduce&& reduce, float* master, float* m, float* v) {
-    using V = zero::out_element_t<P>;  // P: the elements, or a writer of them (zero/params/optimizer_out.hpp)
-    static_assert(sizeof(G) <= kStagingElementBytes && sizeof(V) <= kStagingElementBytes,
-                  "offload: staging buffers hold elements of at most 4 bytes");
-    if (lo == 0) {
-      begin_sub_group(opt, i);
-    } else {
-      opt.set_step_count(step_before_);  // Run counts one step per call
-    }
-    G* g_stage = reinterpret_cast<G*>(grads_staging_.data());
-    V* p_stage = out != nullptr ? reinterpret_cast<V*>(out_staging_.data()) : nullptr;
-    local_.clear();
-    part_.clear();
-    for (const Piece& p : pieces(segments, i)) {  // clipped to [lo, hi), in the part's coordinates
-      const std::size_t a = std::max(lo, p.local.offset), b = std::min(hi, p.local.offset + p.local.numel);
-      if (a >= b) continue;
-      const std::size_t skip = a - p.local.offset;
-      Piece q{kernels::Segment{a - lo, b - a, p.local.group, p.local.tensor}, p.grad_at + skip, p.out_at + skip};
-      ops_->copy_to_host(grads + q.grad_at, g_stage + q.local.offset, q.local.numel);
-      local_.push_back(q.local);
-      part_.push_back(q);
-    }
-    const optim::Moments mv{m, v, hi - lo};
-    optim::Run<Opt, HostSpace>::template step<G, V>(opt, std::span<const kernels::Segment>(local_), master, mv, g_stage,
-                                                   p_stage, grad_scale,
-                                                   [&](std::span<double> s) { reduce(s.data(), s.size()); });
-    if (out == nullptr) return;
-    for (const Piece& p : part_) zero::put_out(*ops_, out, p.out_at, p_stage + p.local.offset, p.local.numel);
-    if (hi == numel(i)) zero::end_sub_group(out);
+  /// The values step() would write to `out` for sub-group i, with `master`, `m`, `v` and the step
+  /// count unchanged (the next step's constants): Run::values, Adam and AdamW only.
+  template <class Opt, class G, class P>
+  void values(const Opt& opt, std::size_t i, std::span<const kernels::Segment> segments, const G* grads, P* out,
+              float grad_scale, const float* master, const float* m, const float* v) {
+    // Moments holds writable pointers; Run::values only reads through them.
+    const optim::Moments mv{const_cast<float*>(m), const_cast<float*>(v), numel(i)};
+    staged(i, segments, grads, out, [&]<class V>(std::span<const kernels::Segment> local, const G* g, V* p) {
+      optim::Run<Opt, HostSpace>::template values<G, V>(opt, local, master, mv, g, p, grad_scale);
+    });
   }
 
   /// The same step with the gradients already in host memory and the output going to host memory,
@@ -152,6 +131,28 @@ class SubGroupSteps {
     } else {
       opt.set_step_count(step_before_);
     }
+  }
+
+  /// Sub-group i's gradients into the staging buffer, kernel(local segments, staged gradients,
+  /// output staging or null), the output staging to `out` (null: none) and the writer's sub-group
+  /// ended.
+  template <class G, class P, class Kernel>
+  void staged(std::size_t i, std::span<const kernels::Segment> segments, const G* grads, P* out, Kernel&& kernel) {
+    using V = zero::out_element_t<P>;  // P: the elements, or a writer of them (zero/params/optimizer_out.hpp)
+    static_assert(sizeof(G) <= kStagingElementBytes && sizeof(V) <= kStagingElementBytes,
+                  "offload: staging buffers hold elements of at most 4 bytes");
+    const std::span<const Piece> ps = pieces(segments, i);
+    G* g_stage = reinterpret_cast<G*>(grads_staging_.data());
+    V* p_stage = out != nullptr ? reinterpret_cast<V*>(out_staging_.data()) : nullptr;
+    local_.clear();
+    for (const Piece& p : ps) {
+      ops_->copy_to_host(grads + p.grad_at, g_stage + p.local.offset, p.local.numel);
+      local_.push_back(p.local);
+    }
+    kernel(std::span<const kernels::Segment>(local_), g_stage, p_stage);
+    if (out == nullptr) return;
+    for (const Piece& p : ps) zero::put_out(*ops_, out, p.out_at, p_stage + p.local.offset, p.local.numel);
+    zero::end_sub_group(out);
   }
 
   static std::size_t checked(std::size_t n) {
@@ -230,8 +231,7 @@ class SubGroupSteps {
   PinnedTrackedBuffer<std::byte> out_staging_;    // [min(owned, S)] working-precision values
   Registered grads_registered_, out_registered_;  // with the compute space, while the stagings live
   Plan plan_;
-  std::vector<kernels::Segment> local_;           // this part's pieces, for Run
-  std::vector<Piece> part_;                       // and where their gradients and output are
+  std::vector<kernels::Segment> local_;           // this sub-group's pieces, for Run
   std::int64_t step_before_ = 0;
 };
 

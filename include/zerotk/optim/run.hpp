@@ -54,6 +54,15 @@ struct Run<Optimizer<Tag>, HostSpace> {
     opt.advance();
     kernels::host::fused_adam<G, P>(segments, consts, master, st.m, st.v, grads, param_out, grad_scale);
   }
+  /// The working-precision values step() would write, with master, m, v and the step count
+  /// unchanged (the constants of the next step): the first pass of offload/writer_passes.hpp.
+  template <FloatingElement G, class P>
+  static void values(const Optimizer<Tag>& opt, std::span<const Segment> segments, const float* master,
+                     const Moments& st, const G* grads, P* param_out, float grad_scale) {
+    opt.check_step(segments, master, st, grads);
+    kernels::host::fused_adam_values<G, P>(segments, opt.step_consts(), master, st.m, st.v, grads, param_out,
+                                           grad_scale);
+  }
 };
 
 /// LAMB on host memory: phase 1 (moments, per-tensor sums), the reducer, phase 2 (trust-ratio step).

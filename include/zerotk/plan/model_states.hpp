@@ -36,7 +36,6 @@
 #include "zerotk/core/memory.hpp"
 #include "zerotk/io/aio_options.hpp"
 #include "zerotk/offload/nvme_layout.hpp"
-#include "zerotk/offload/options.hpp"
 #include "zerotk/plan/choice.hpp"
 #include "zerotk/plan/model.hpp"
 #include "zerotk/zero/layout.hpp"
@@ -231,17 +230,13 @@ inline MemoryPlan model_state_plan(const ModelDescription& m, int world, const C
   }
   // A store that steps sub-group by sub-group (optimizer offload; Offload<None> with a parameter
   // shard file) stages one sub-group's gradients and output in pinned memory
-  // (offload/sub_group_steps.hpp); one that steps its state in place while the values go to the
-  // file (Offload<Cpu>, Offload<None>) steps a copy of master, m and v first, at most
-  // kWriterPassChunk elements at a time (offload/writer_passes.hpp), so that a failed shard write
-  // leaves the state as it was.
+  // (offload/sub_group_steps.hpp). One that steps its state in place while the values go to the
+  // file (Offload<Cpu>, Offload<None>) writes the values before it steps the state
+  // (offload/writer_passes.hpp), which takes no memory.
   const bool shard_file = c.stage == 3 && c.param == OffloadTarget::nvme;
   if (c.optimizer != OffloadTarget::none || shard_file) {
     p.at(MemorySpace::pinned_host, C::grads) += staging;
     p.at(MemorySpace::pinned_host, C::params16) += staging;
-  }
-  if (shard_file && c.optimizer != OffloadTarget::nvme) {
-    p.at(MemorySpace::pinned_host, C::other) += 3 * std::min({owned, s.sub_group_size, offload::kWriterPassChunk}) * F;
   }
 
   // Bucket pool (stages 2/3): bucket_buffers buffers of the largest bucket; it grows when one

@@ -6,6 +6,10 @@
 ///
 ///   kernels::host::fused_adam(master, m, v, grad16, param16, n, AdamStepConsts::make(h, t), 1 / scale);
 ///
+/// fused_adam_values computes the same step's working copy without writing master, m or v (16 bytes
+/// read, the working copy written): a step whose values must be out before its state may change
+/// (offload/writer_passes.hpp) runs it, then fused_adam with no output.
+///
 /// Element i's result does not depend on n, on where the call's range starts, on the thread count or
 /// on the ISA chosen (see kernels/elementwise.hpp), so any partitioning of a buffer gives the same bits.
 
@@ -50,7 +54,10 @@ inline void check_segment_groups(std::span<const Segment> segments, std::size_t 
   }
 }
 
-struct AdamSpanKernel {
+/// kState: master, m and v are written back (fused_adam); else only read (fused_adam_values, which
+/// hands them in cast from const).
+template <bool kState>
+struct AdamSpanKernelOf {
   template <class S, class G, class P>
   static ZEROTK_FORCEINLINE void run(float* p, float* m, float* v, const G* g, P* out, std::size_t n, AdamStepConsts k, float scale) {
     using V = typename S::F32;
@@ -60,9 +67,11 @@ struct AdamSpanKernel {
         V pp = S::load(p + i), mm = S::load(m + i), vv = S::load(v + i);
         const V gg = unscale(S::load(g + i), scale);
         adam_update(pp, mm, vv, gg, k);
-        S::store(p + i, pp);
-        S::store(m + i, mm);
-        S::store(v + i, vv);
+        if constexpr (kState) {
+          S::store(p + i, pp);
+          S::store(m + i, mm);
+          S::store(v + i, vv);
+        }
         if constexpr (!std::is_void_v<P>) S::store(out + i, pp);
       }
     }
@@ -70,23 +79,26 @@ struct AdamSpanKernel {
       float pp = p[i], mm = m[i], vv = v[i];
       const float gg = unscale(to_float(g[i]), scale);
       adam_update(pp, mm, vv, gg, k);
-      p[i] = pp;
-      m[i] = mm;
-      v[i] = vv;
+      if constexpr (kState) {
+        p[i] = pp;
+        m[i] = mm;
+        v[i] = vv;
+      }
       if constexpr (!std::is_void_v<P>) out[i] = from_float<P>(pp);
     }
   }
 };
+using AdamSpanKernel = AdamSpanKernelOf<true>;
 
-template <class G, class P>
+template <class G, class P, class Kernel = AdamSpanKernel>
 void adam_range(simd::Isa isa, float* p, float* m, float* v, const G* g, P* out, std::size_t n,
                 const AdamStepConsts& k, float scale) {
   if constexpr (std::is_void_v<P>) {
-    simd::dispatch<AdamSpanKernel>(isa, p, m, v, g, static_cast<void*>(nullptr), n, k, scale);
+    simd::dispatch<Kernel>(isa, p, m, v, g, static_cast<void*>(nullptr), n, k, scale);
   } else if (out == nullptr) {
-    simd::dispatch<AdamSpanKernel>(isa, p, m, v, g, static_cast<void*>(nullptr), n, k, scale);
+    simd::dispatch<Kernel>(isa, p, m, v, g, static_cast<void*>(nullptr), n, k, scale);
   } else {
-    simd::dispatch<AdamSpanKernel>(isa, p, m, v, g, out, n, k, scale);
+    simd::dispatch<Kernel>(isa, p, m, v, g, out, n, k, scale);
   }
 }
 
@@ -113,13 +125,12 @@ void fused_adam(float* master, float* m, float* v, const G* grad, std::nullptr_t
   fused_adam<G, void>(master, m, v, grad, nullptr, n, k, grad_scale);
 }
 
-/// Multi-tensor form over segments of flat buffers (a ZeRO partition): master, m, v are indexed by
-/// partition offset, grads and param_out by the segment's grad_at() / out_at(); segment s uses
-/// group_consts[s.group]. One parallel pass.
-template <FloatingElement G, ParamOutElement P>
-void fused_adam(std::span<const Segment> segments, std::span<const AdamStepConsts> group_consts, float* master,
-                float* m, float* v, const G* grads, P* param_out, float grad_scale) {
-  detail::check_segment_groups(segments, group_consts.size(), "kernels::host::fused_adam");
+namespace detail {
+/// The segments form of fused_adam (Kernel: AdamSpanKernelOf<true>) and fused_adam_values (<false>).
+template <class Kernel, class G, class P>
+void adam_segments(std::span<const Segment> segments, std::span<const AdamStepConsts> group_consts, float* master,
+                   float* m, float* v, const G* grads, P* param_out, float grad_scale, const char* where) {
+  check_segment_groups(segments, group_consts.size(), where);
   const simd::Isa isa = simd::active_isa();
   for_each_piece(
       segments.size(), [&](std::size_t i) { return segments[i].numel; },
@@ -128,9 +139,32 @@ void fused_adam(std::span<const Segment> segments, std::span<const AdamStepConst
         const std::size_t at = s.offset + b;
         P* out = nullptr;
         if constexpr (!std::is_void_v<P>) out = param_out ? param_out + s.out_at() + b : nullptr;
-        detail::adam_range(isa, master + at, m + at, v + at, grads + s.grad_at() + b, out, e - b, group_consts[s.group],
-                           grad_scale);
+        adam_range<G, P, Kernel>(isa, master + at, m + at, v + at, grads + s.grad_at() + b, out, e - b,
+                                 group_consts[s.group], grad_scale);
       });
+}
+}  // namespace detail
+
+/// Multi-tensor form over segments of flat buffers (a ZeRO partition): master, m, v are indexed by
+/// partition offset, grads and param_out by the segment's grad_at() / out_at(); segment s uses
+/// group_consts[s.group]. One parallel pass.
+template <FloatingElement G, ParamOutElement P>
+void fused_adam(std::span<const Segment> segments, std::span<const AdamStepConsts> group_consts, float* master,
+                float* m, float* v, const G* grads, P* param_out, float grad_scale) {
+  detail::adam_segments<detail::AdamSpanKernel>(segments, group_consts, master, m, v, grads, param_out, grad_scale,
+                                                "kernels::host::fused_adam");
+}
+
+/// The working copy fused_adam would write with the same arguments, bit for bit, with master, m and
+/// v only read: the step's values before its state changes. One parallel pass.
+template <FloatingElement G, FloatingElement P>
+void fused_adam_values(std::span<const Segment> segments, std::span<const AdamStepConsts> group_consts,
+                       const float* master, const float* m, const float* v, const G* grads, P* param_out,
+                       float grad_scale) {
+  // The kernel never writes through these: AdamSpanKernelOf<false> only loads them.
+  detail::adam_segments<detail::AdamSpanKernelOf<false>>(segments, group_consts, const_cast<float*>(master),
+                                                         const_cast<float*>(m), const_cast<float*>(v), grads, param_out,
+                                                         grad_scale, "kernels::host::fused_adam_values");
 }
 
 /// Multi-tensor form over separate tensors, all with the same constants. One parallel pass.
