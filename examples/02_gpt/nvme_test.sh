@@ -70,7 +70,7 @@ states=$(grep "model states (rank 0)" <<<"$cpunv") || fail "no memory line (cpu 
 grep -q "NVMe's second slot" <<<"$states" && fail "the formula counts an optimizer swap file that is not there" "$states"
 [[ "$(sed -E 's/.*model states \(rank 0\) ([0-9]+) B.*/\1/' <<<"$states")" == "$(sed -E 's/.* = ([0-9]+) B$/\1/' <<<"$states")" ]] ||
   fail "model states differ from the formula line (cpu + nvme)" "$states"
-grep -q "writes its values to the shard before it steps" <<<"$cpunv" || fail "no line for the step's scratch" "$cpunv"
+grep -q "writes its values to the shard before it steps" <<<"$cpunv" || fail "no line for the two-pass step" "$cpunv"
 [[ -z "$(ls -A "$dir/swap")" ]] || fail "swap files left behind (cpu + nvme)" "$(ls -l "$dir/swap")"
 awk '{ print } /^}$/ { exit }' <<<"$cpunv" | sed "s#\"job_name\": \"cpunv\"#\"job_name\": \"cpunv_config\"#" >"$dir/cpunv.json"
 conf=$("$bin" --ranks 2 --layers 2 --steps 20 --eval-size 50 --config "$dir/cpunv.json" 2>&1 | tr '\r' '\n')
@@ -86,7 +86,7 @@ cmp -s "$dir/csv/cpu/$loss" "$dir/csv/nonenv/$loss" ||
 states=$(grep "model states (rank 0)" <<<"$nonenv") || fail "no memory line (none + nvme)" "$nonenv"
 [[ "$(sed -E 's/.*model states \(rank 0\) ([0-9]+) B.*/\1/' <<<"$states")" == "$(sed -E 's/.* = ([0-9]+) B$/\1/' <<<"$states")" ]] ||
   fail "model states differ from the formula line (none + nvme)" "$states"
-grep -q "writes its values to the shard before it steps" <<<"$nonenv" || fail "no line for the step's scratch (none + nvme)" "$nonenv"
+grep -q "writes its values to the shard before it steps" <<<"$nonenv" || fail "no line for the two-pass step (none + nvme)" "$nonenv"
 [[ -z "$(ls -A "$dir/swap")" ]] || fail "swap files left behind (none + nvme)" "$(ls -l "$dir/swap")"
 
 # Part of the parameter shard kept in host memory instead of the file (--max-in-cpu; about half of this model's

@@ -1,5 +1,5 @@
 // OffloadParams<Nvme> with the optimizer state in the compute space (Offload<None>) steps it
-// sub-group by sub-group, a scratch copy of each first, so that a failed shard write changes
+// sub-group by sub-group, its values written before the state steps, so that a failed shard write changes
 // nothing; LAMB needs the whole partition's per-tensor norms at once, so it is refused in words.
 // The control builds the same engine with AdamW.
 #include "zerotk/engine.hpp"
