@@ -18,7 +18,7 @@
 ///   abort (another group failed)               nothing to undo.
 ///
 /// The price is a second read of master, m, v and the gradients (the step's traffic goes from 28 to
-/// 46 bytes per element with 16-bit values; bench/offload/bench_writer_passes.cpp), and no memory:
+/// 42 bytes per element with 16-bit values; bench/offload/bench_writer_passes.cpp), and no memory:
 /// pass 1 writes nothing but the values. Sub-group by sub-group gives the bits of one fused step
 /// only for elementwise optimizers (Adam, AdamW, which have Run::values); engine/compat.hpp refuses
 /// LAMB here.
