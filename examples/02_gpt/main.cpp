@@ -471,8 +471,9 @@ int main(int argc, char** argv) {
                  "fp32 with --offload-optimizer cpu) or in swap files under --nvme-path (nvme; bf16)")
       ->check(CLI::IsMember({"none", "cpu", "nvme"}));
   app.add_option("--max-in-cpu", o.max_in_cpu,
-                 "with --offload-param nvme: offload_param.max_in_cpu, elements of each rank's shard also kept in "
-                 "pinned host memory (the first buckets' blocks that fit whole; their fetches read no file). 0 here "
+                 "with --offload-param nvme: offload_param.max_in_cpu, elements of each rank's shard kept in "
+                 "pinned host memory instead of the file (the first buckets' blocks that fit whole, two copies each; "
+                 "no file I/O for them). 0 here "
                  "puts every block on NVMe only; DeepSpeed's default, 1e9, would keep all of this model in memory")
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40));
   app.add_option("--optimizer", o.optimizer,

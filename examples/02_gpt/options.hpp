@@ -35,7 +35,7 @@ struct Options {
   std::string offload_optimizer = "none";       ///< offload_optimizer.device: none, cpu (stages 1-3) or nvme (stage 3)
   std::string offload_param = "none";           ///< offload_param.device: none, cpu or nvme (stage 3)
   std::string nvme_path;                        ///< offload_optimizer.nvme_path (and offload_param's): the swap files' directory
-  std::int64_t max_in_cpu = 0;                  ///< offload_param.max_in_cpu: elements of the nvme shard also kept in memory
+  std::int64_t max_in_cpu = 0;                  ///< offload_param.max_in_cpu: elements of the nvme shard kept in memory instead
   bool delayed_param_update = false;            ///< with offload_optimizer cpu: each update lands one step late
   int delayed_param_update_start = 0;           ///< optimizer steps taken immediately first
   std::string optimizer = "adamw";              ///< adamw, onebitadam (1-bit Adam), zerooneadam (0/1 Adam) or onebitlamb (1-bit LAMB), stage 0

@@ -51,7 +51,7 @@ bool same_bits(const float* a, const float* b, std::size_t n) { return std::memc
 
 }  // namespace
 
-TEST_CASE("WriterPasses: a sub-group larger than the scratch steps part by part, with the fused step's bits") {
+TEST_CASE("WriterPasses: a million-element sub-group through a writer has the fused step's bits; a failed write changes nothing") {
   constexpr std::size_t C = std::size_t{1} << 18;
   const std::vector<std::size_t> sizes = {C / 3 + 7, C - 11, 5, C + C / 2 + 3, 9, C / 5};
   std::vector<kernels::Segment> segments;

@@ -181,7 +181,7 @@ class FlatGroup {
   /// (the working-precision one and the fp32-kept one) take it together or not at all. prepare_update() runs everything that can fail
   /// (a swapped store's and a swapped shard's I/O) and leaves nothing current: Offload<Nvme> holds
   /// the new state in its other slot, Offload<Cpu> and Offload<None> with OffloadParams<Nvme> have
-  /// stepped scratch copies, the shard holds its new blocks in their other slots. A failure inside it takes this
+  /// written the values and not yet stepped, the shard holds its new blocks in their other slots. A failure inside it takes this
   /// group back itself. commit_update() makes the step current and does no I/O; abort_update()
   /// takes a prepared group back when a later group's preparation failed. Stores writing memory
   /// (Offload<None> and Offload<Cpu> without a parameter file) step in place in prepare_update():

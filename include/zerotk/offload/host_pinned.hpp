@@ -29,7 +29,7 @@
 /// zero::OutputWriter that writes the shard file), a failed write must leave the step undone while
 /// the state is stepped in place: the step then takes offload/writer_passes.hpp's two passes (each
 /// sub-group's values are computed from the state without changing it and written; once every
-/// group's values are, commit_step() steps the state in place; StoreOptions::output_writer).
+/// group's values are, commit_step() steps the state in place).
 
 #include <algorithm>
 #include <cstddef>
@@ -64,7 +64,6 @@ class HostPinned {
         master_(owned_numel, MemoryCategory::master32, ledger),
         m_(owned_numel, MemoryCategory::optimizer_state, ledger),
         v_(owned_numel, MemoryCategory::optimizer_state, ledger),
-        passes_(options.output_writer),
         ops_(&ops),
         opt_(std::make_unique<Opt>(groups)) {
     opt_->set_tensor_count(tensor_count);

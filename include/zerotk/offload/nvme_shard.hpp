@@ -22,7 +22,8 @@
 ///
 /// So a failed write (disk full, an injected fault, a truncated file) leaves every block as it was;
 /// with Offload<Nvme>, whose state also flips only after a complete step, and with the stores that
-/// step a copy first (offload/writer_passes.hpp), a failed step changes nothing.
+/// step their state only after every value is written (offload/writer_passes.hpp), a failed step
+/// changes nothing.
 ///
 /// A transaction must write every parameter element of a block it touches: the rest of the block
 /// (the padding behind the bucket's last parameter) is written as zeros, which is what the other

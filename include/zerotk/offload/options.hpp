@@ -56,8 +56,9 @@ struct StoreOptions {
   /// group hands them, with rank, name and nvme.aio, to its parameter path.
   ParamNvmeOptions param_nvme;
   /// The optimizer's output goes through a writer that must not see a half-applied step
-  /// (OffloadParams<Nvme>): Offload<Cpu> and Offload<None> then write each sub-group's values before
-  /// they step the state (offload/writer_passes.hpp).
+  /// (OffloadParams<Nvme>): Offload<None>'s store then builds the sub-group loop that writes each
+  /// sub-group's values before it steps the state (offload/writer_passes.hpp; Offload<Cpu>'s and
+  /// Offload<Nvme>'s have one anyway).
   bool output_writer = false;
 };
 

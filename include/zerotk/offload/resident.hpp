@@ -60,7 +60,6 @@ class Resident {
         master_(ops.template allocate<float>(owned_numel, MemoryCategory::master32, ledger)),
         m_(ops.template allocate<float>(owned_numel, MemoryCategory::optimizer_state, ledger)),
         v_(ops.template allocate<float>(owned_numel, MemoryCategory::optimizer_state, ledger)),
-        passes_(options.output_writer),
         opt_(std::make_unique<Opt>(groups)) {
     if (options.output_writer) {
       if (!kStateInHostMemory) {
@@ -129,8 +128,8 @@ class Resident {
       }
     }
   }
-  /// Instead of commit_step() (another group's step failed): the step count goes back. A step into
-  /// memory does no I/O, so its group never fails and never needs taking back.
+  /// Instead of commit_step() (another group's step failed): the state and the step count never
+  /// changed. A step into memory does no I/O, so its group never fails and never needs taking back.
   template <class P>
   void abort_step(std::span<const kernels::Segment> /*segments*/, P* /*out*/) noexcept {
     passes_.abort();
@@ -160,7 +159,7 @@ class Resident {
   typename Ops::template Buffer<float> master_;  // [owned_numel] fp32
   typename Ops::template Buffer<float> m_, v_;   // the optimizer's moments, [owned_numel] fp32 each
   std::optional<SubGroupSteps<Ops>> steps_;      // built for a writer: the sub-group loop, its stagings
-  WriterPasses passes_;                          // and the two passes
+  WriterPasses passes_;                          // the two passes through a writer
   std::unique_ptr<Opt> opt_;
 };
 

@@ -104,10 +104,6 @@ class SubGroupSteps {
         });
   }
 
-  /// The optimizer's step count before the step under way (or the last one): what a store rewinds
-  /// to when it takes the step back.
-  std::int64_t step_before() const noexcept { return step_before_; }
-
   /// out := P(master) over sub-group i's pieces (`master` from the sub-group's first element): puts
   /// back the working-precision values of an abandoned step.
   template <class P>

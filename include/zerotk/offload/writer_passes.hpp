@@ -35,17 +35,14 @@ namespace zerotk::offload {
 
 class WriterPasses {
  public:
-  /// `enabled`: the store was built for a writer (StoreOptions::output_writer).
-  explicit WriterPasses(bool enabled) noexcept : enabled_(enabled) {}
-
-  /// Pass 1 over sub-group i of `steps` (null: the store has no sub-group loop): `master`, `m`, `v`
-  /// point at the state's first element, which is only read. `where` names the store in the error
-  /// of one not built for a writer.
+  /// Pass 1 over sub-group i of `steps` (null: the store has no sub-group loop, as Offload<None>'s
+  /// built without StoreOptions::output_writer): `master`, `m`, `v` point at the state's first
+  /// element, which is only read. `where` names the store in the error of one without the loop.
   template <class Ops, class Opt, class G, class W>
   void prepare(SubGroupSteps<Ops>* steps, const Opt& opt, std::size_t i, std::span<const kernels::Segment> segments,
                const G* grads, W* out, float grad_scale, const float* master, const float* m, const float* v,
                const char* where) {
-    if (!enabled_ || steps == nullptr) {
+    if (steps == nullptr) {
       throw usage_error("a parameter home written through a writer needs the store built with "
                         "StoreOptions::output_writer (its sub-group loop)",
                         where);
@@ -74,7 +71,6 @@ class WriterPasses {
   void abort() noexcept { prepared_ = false; }
 
  private:
-  bool enabled_;
   bool prepared_ = false;  // pass 1 is complete; commit() runs pass 2
 };
 
