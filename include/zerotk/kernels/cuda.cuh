@@ -7,6 +7,7 @@
 #include "zerotk/kernels/cuda/accumulate.cuh"
 #include "zerotk/kernels/cuda/adam.cuh"
 #include "zerotk/kernels/cuda/cast.cuh"
+#include "zerotk/kernels/cuda/elementwise_step.cuh"
 #include "zerotk/kernels/cuda/flatten.cuh"
 #include "zerotk/kernels/cuda/lamb.cuh"
 #include "zerotk/kernels/cuda/multi_tensor.cuh"

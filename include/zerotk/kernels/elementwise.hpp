@@ -70,6 +70,12 @@ ZEROTK_HD ZEROTK_FORCEINLINE float sqrt(float x) {
 #endif
 }
 
+/// `if_positive` where c > 0, else `otherwise` (c = +-0 and NaN take `otherwise`): a sign-dependent
+/// choice that the SIMD types make with one compare and blend (kernels/host/simd.hpp).
+ZEROTK_HD ZEROTK_FORCEINLINE float where_positive(float c, float if_positive, float otherwise) {
+  return c > 0.0f ? if_positive : otherwise;
+}
+
 // ---- inf / NaN ------------------------------------------------------------------------------------
 
 /// True for +-inf and NaN. A test of the exponent bits, so it also works where the compiler was told
@@ -180,6 +186,19 @@ ZEROTK_HD ZEROTK_FORCEINLINE void adam_update(F& p, F& m, F& v, const F& g, cons
   v = fma(F(k.beta2), v, (F(k.one_minus_beta2) * grad) * grad);
   adam_apply(p, m, v, k);
 }
+
+/// Adam/AdamW as an elementwise rule (kernels/host/elementwise_step.hpp says what a rule is): the GPU
+/// runs Adam through the same multi-tensor driver as every other rule (kernels/cuda/adam.cuh).
+struct AdamRule {
+  using Consts = AdamStepConsts;
+  static constexpr int kMoments = 2;
+
+  ZEROTK_HD_TEMPLATE
+  template <class F>
+  ZEROTK_HD ZEROTK_FORCEINLINE static void update(F& p, F& m, F& v, const F& g, const Consts& k) {
+    adam_update(p, m, v, g, k);
+  }
+};
 
 // ---- 0/1 Adam's frozen phase (optim/zero_one_adam.hpp) -------------------------------------------
 

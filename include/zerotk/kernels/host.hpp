@@ -6,6 +6,7 @@
 #include "zerotk/kernels/elementwise.hpp"
 #include "zerotk/kernels/host/adam.hpp"
 #include "zerotk/kernels/host/cast.hpp"
+#include "zerotk/kernels/host/elementwise_step.hpp"
 #include "zerotk/kernels/host/flatten.hpp"
 #include "zerotk/kernels/host/lamb.hpp"
 #include "zerotk/kernels/host/parallel.hpp"

@@ -21,15 +21,12 @@
 #include "zerotk/core/dtype.hpp"
 #include "zerotk/core/error.hpp"
 #include "zerotk/kernels/elementwise.hpp"
+#include "zerotk/kernels/host/elementwise_step.hpp"
 #include "zerotk/kernels/host/parallel.hpp"
 #include "zerotk/kernels/host/simd.hpp"
 #include "zerotk/kernels/tensor_list.hpp"
 
 namespace zerotk::kernels::host {
-
-/// Element types of a 16-bit (or fp32) working copy written by fused optimizers; void means none.
-template <class P>
-concept ParamOutElement = FloatingElement<P> || std::is_void_v<P>;
 
 /// Pointers of one tensor for the list form of fused_adam (torch's "foreach" shape).
 template <class G, class P = void>
@@ -44,63 +41,11 @@ struct AdamTensor {
 
 namespace detail {
 
-/// Every segment's group has step constants (`groups` of them); `where` names the kernel.
-inline void check_segment_groups(std::span<const Segment> segments, std::size_t groups, const char* where) {
-  for (const Segment& s : segments) {
-    if (s.group >= groups) {
-      throw usage_error("segment names a group without step constants", where,
-                        std::to_string(s.group) + " >= " + std::to_string(groups));
-    }
-  }
-}
-
 /// kState: master, m and v are written back (fused_adam); else only read (fused_adam_values, which
-/// hands them in cast from const).
+/// hands them in cast from const). Adam is an elementwise rule: the generic span kernel runs it.
 template <bool kState>
-struct AdamSpanKernelOf {
-  template <class S, class G, class P>
-  static ZEROTK_FORCEINLINE void run(float* p, float* m, float* v, const G* g, P* out, std::size_t n, AdamStepConsts k, float scale) {
-    using V = typename S::F32;
-    std::size_t i = 0;
-    if constexpr (S::width > 1) {
-      for (; i + S::width <= n; i += S::width) {
-        V pp = S::load(p + i), mm = S::load(m + i), vv = S::load(v + i);
-        const V gg = unscale(S::load(g + i), scale);
-        adam_update(pp, mm, vv, gg, k);
-        if constexpr (kState) {
-          S::store(p + i, pp);
-          S::store(m + i, mm);
-          S::store(v + i, vv);
-        }
-        if constexpr (!std::is_void_v<P>) S::store(out + i, pp);
-      }
-    }
-    for (; i < n; ++i) {  // tail: the same formula on floats, the same bits
-      float pp = p[i], mm = m[i], vv = v[i];
-      const float gg = unscale(to_float(g[i]), scale);
-      adam_update(pp, mm, vv, gg, k);
-      if constexpr (kState) {
-        p[i] = pp;
-        m[i] = mm;
-        v[i] = vv;
-      }
-      if constexpr (!std::is_void_v<P>) out[i] = from_float<P>(pp);
-    }
-  }
-};
+using AdamSpanKernelOf = RuleSpanKernel<AdamRule, kState>;
 using AdamSpanKernel = AdamSpanKernelOf<true>;
-
-template <class G, class P, class Kernel = AdamSpanKernel>
-void adam_range(simd::Isa isa, float* p, float* m, float* v, const G* g, P* out, std::size_t n,
-                const AdamStepConsts& k, float scale) {
-  if constexpr (std::is_void_v<P>) {
-    simd::dispatch<Kernel>(isa, p, m, v, g, static_cast<void*>(nullptr), n, k, scale);
-  } else if (out == nullptr) {
-    simd::dispatch<Kernel>(isa, p, m, v, g, static_cast<void*>(nullptr), n, k, scale);
-  } else {
-    simd::dispatch<Kernel>(isa, p, m, v, g, out, n, k, scale);
-  }
-}
 
 }  // namespace detail
 
@@ -114,7 +59,7 @@ void fused_adam(float* master, float* m, float* v, const G* grad, P* param_out, 
   for_each_share(n, [&](std::size_t b, std::size_t e) {
     P* out = nullptr;
     if constexpr (!std::is_void_v<P>) out = param_out ? param_out + b : nullptr;
-    detail::adam_range(isa, master + b, m + b, v + b, grad + b, out, e - b, k, grad_scale);
+    detail::rule_range<detail::AdamSpanKernel>(isa, master + b, m + b, v + b, grad + b, out, e - b, k, grad_scale);
   });
 }
 
@@ -125,25 +70,6 @@ void fused_adam(float* master, float* m, float* v, const G* grad, std::nullptr_t
   fused_adam<G, void>(master, m, v, grad, nullptr, n, k, grad_scale);
 }
 
-namespace detail {
-/// The segments form of fused_adam (Kernel: AdamSpanKernelOf<true>) and fused_adam_values (<false>).
-template <class Kernel, class G, class P>
-void adam_segments(std::span<const Segment> segments, std::span<const AdamStepConsts> group_consts, float* master,
-                   float* m, float* v, const G* grads, P* param_out, float grad_scale, const char* where) {
-  check_segment_groups(segments, group_consts.size(), where);
-  const simd::Isa isa = simd::active_isa();
-  for_each_piece(
-      segments.size(), [&](std::size_t i) { return segments[i].numel; },
-      [&](std::size_t i, std::size_t b, std::size_t e) {
-        const Segment& s = segments[i];
-        const std::size_t at = s.offset + b;
-        P* out = nullptr;
-        if constexpr (!std::is_void_v<P>) out = param_out ? param_out + s.out_at() + b : nullptr;
-        adam_range<G, P, Kernel>(isa, master + at, m + at, v + at, grads + s.grad_at() + b, out, e - b,
-                                 group_consts[s.group], grad_scale);
-      });
-}
-}  // namespace detail
 
 /// Multi-tensor form over segments of flat buffers (a ZeRO partition): master, m, v are indexed by
 /// partition offset, grads and param_out by the segment's grad_at() / out_at(); segment s uses
@@ -151,8 +77,8 @@ void adam_segments(std::span<const Segment> segments, std::span<const AdamStepCo
 template <FloatingElement G, ParamOutElement P>
 void fused_adam(std::span<const Segment> segments, std::span<const AdamStepConsts> group_consts, float* master,
                 float* m, float* v, const G* grads, P* param_out, float grad_scale) {
-  detail::adam_segments<detail::AdamSpanKernel>(segments, group_consts, master, m, v, grads, param_out, grad_scale,
-                                                "kernels::host::fused_adam");
+  detail::rule_segments<detail::AdamSpanKernel, AdamRule>(segments, group_consts, master, m, v, grads, param_out,
+                                                         grad_scale, "kernels::host::fused_adam");
 }
 
 /// The working copy fused_adam would write with the same arguments, bit for bit, with master, m and
@@ -162,7 +88,7 @@ void fused_adam_values(std::span<const Segment> segments, std::span<const AdamSt
                        const float* master, const float* m, const float* v, const G* grads, P* param_out,
                        float grad_scale) {
   // The kernel never writes through these: AdamSpanKernelOf<false> only loads them.
-  detail::adam_segments<detail::AdamSpanKernelOf<false>>(segments, group_consts, const_cast<float*>(master),
+  detail::rule_segments<detail::AdamSpanKernelOf<false>, AdamRule>(segments, group_consts, const_cast<float*>(master),
                                                          const_cast<float*>(m), const_cast<float*>(v), grads, param_out,
                                                          grad_scale, "kernels::host::fused_adam_values");
 }
@@ -177,7 +103,7 @@ void fused_adam(std::span<const AdamTensor<G, P>> tensors, const AdamStepConsts&
         const AdamTensor<G, P>& t = tensors[i];
         P* out = nullptr;
         if constexpr (!std::is_void_v<P>) out = t.param_out ? t.param_out + b : nullptr;
-        detail::adam_range(isa, t.master + b, t.m + b, t.v + b, t.grad + b, out, e - b, k, grad_scale);
+        detail::rule_range<detail::AdamSpanKernel>(isa, t.master + b, t.m + b, t.v + b, t.grad + b, out, e - b, k, grad_scale);
       });
 }
 

@@ -123,6 +123,10 @@ ZEROTK_TARGET_AVX2 inline F32x8 fma(const F32x8& a, const F32x8& b, const F32x8&
   return F32x8(_mm256_fmadd_ps(a.v, b.v, c.v));
 }
 ZEROTK_TARGET_AVX2 inline F32x8 sqrt(const F32x8& a) { return F32x8(_mm256_sqrt_ps(a.v)); }
+/// Lane-wise c > 0 ? if_positive : otherwise (kernels/elementwise.hpp's scalar form; NaN takes otherwise).
+ZEROTK_TARGET_AVX2 inline F32x8 where_positive(const F32x8& c, const F32x8& if_positive, const F32x8& otherwise) {
+  return F32x8(_mm256_blendv_ps(otherwise.v, if_positive.v, _mm256_cmp_ps(c.v, _mm256_setzero_ps(), _CMP_GT_OQ)));
+}
 
 struct Avx2 {
   using F32 = F32x8;
@@ -215,6 +219,10 @@ ZEROTK_TARGET_AVX512 inline F32x16 fma(const F32x16& a, const F32x16& b, const F
 // Avx512 uses the maskz (all lanes) forms of intrinsics: gcc 12 reports a false -Wmaybe-uninitialized
 // inside the plain forms, which are built on _mm512_undefined_*; the compiler drops the full mask.
 ZEROTK_TARGET_AVX512 inline F32x16 sqrt(const F32x16& a) { return F32x16(_mm512_maskz_sqrt_ps(0xffff, a.v)); }
+/// Lane-wise c > 0 ? if_positive : otherwise (NaN takes otherwise).
+ZEROTK_TARGET_AVX512 inline F32x16 where_positive(const F32x16& c, const F32x16& if_positive, const F32x16& otherwise) {
+  return F32x16(_mm512_mask_blend_ps(_mm512_cmp_ps_mask(c.v, _mm512_setzero_ps(), _CMP_GT_OQ), otherwise.v, if_positive.v));
+}
 
 struct Avx512 {
   using F32 = F32x16;
