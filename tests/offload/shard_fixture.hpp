@@ -38,8 +38,8 @@ struct Fixture {
   zerotk::MemoryLedger ledger;
 
   /// buffer_count read buffers; every block read from the file unless max_in_cpu says otherwise.
-  zerotk::zero::ShardFileOptions options(const fs::path& dir, std::size_t buffer_count, std::size_t max_in_cpu = 0) const {
-    zerotk::zero::ShardFileOptions o;
+  zerotk::offload::ShardFileOptions options(const fs::path& dir, std::size_t buffer_count, std::size_t max_in_cpu = 0) const {
+    zerotk::offload::ShardFileOptions o;
     o.nvme.path = dir;
     o.nvme.buffer_count = buffer_count;
     o.nvme.max_in_cpu = max_in_cpu;

@@ -160,7 +160,7 @@ TEST_CASE("NvmeShard read-ahead: a failed read is the fetch's io_error and drops
 TEST_CASE("NvmeShard: buffer_count 0 and a buffer_size below the largest block are config errors naming the key") {
   const fs::path dir = scratch("refuse");
   Fixture f;
-  zero::ShardFileOptions o = f.options(dir, 0);
+  offload::ShardFileOptions o = f.options(dir, 0);
   CHECK_THROWS_WITH_AS(Shard(f.ops, f.layout, 0, &f.ledger, o), doctest::Contains("offload_param.buffer_count"), config_error);
   o.nvme.buffer_count = 2;
   std::size_t largest = 0;

@@ -87,12 +87,12 @@ class Ops<Cuda> {
 
   /// Phase 1 of the norm over device blocks: one launch, one copy back, one synchronization.
   template <class T>
-  zero::SquareBound square_bound(std::span<const kernels::TensorRef<const T>> blocks) {
-    zero::SquareBound* d = s_->template room_for<zero::SquareBound>();
-    const zero::SquareBound init{};
+  kernels::SquareBound square_bound(std::span<const kernels::TensorRef<const T>> blocks) {
+    kernels::SquareBound* d = s_->template room_for<kernels::SquareBound>();
+    const kernels::SquareBound init{};
     ZEROTK_CUDA_CHECK(cudaMemcpyAsync(d, &init, sizeof init, cudaMemcpyHostToDevice, s_->stream));
     kernels::cuda::square_bound<T>(blocks, d, s_->ws, s_->stream);
-    zero::SquareBound out;
+    kernels::SquareBound out;
     ZEROTK_CUDA_CHECK(cudaMemcpyAsync(&out, d, sizeof out, cudaMemcpyDeviceToHost, s_->stream));
     ZEROTK_CUDA_CHECK(cudaStreamSynchronize(s_->stream));
     return out;
@@ -100,9 +100,9 @@ class Ops<Cuda> {
 
   /// Phase 2: the blocks' fold sums added into `sums` (exact: any split or order gives the same bits).
   template <class T>
-  void add_squares(std::span<const kernels::TensorRef<const T>> blocks, const zero::NormGrid& grid,
-                   zero::FoldSums& sums) {
-    zero::FoldSums* d = s_->template room_for<zero::FoldSums>();
+  void add_squares(std::span<const kernels::TensorRef<const T>> blocks, const kernels::NormGrid& grid,
+                   kernels::FoldSums& sums) {
+    kernels::FoldSums* d = s_->template room_for<kernels::FoldSums>();
     ZEROTK_CUDA_CHECK(cudaMemcpyAsync(d, &sums, sizeof sums, cudaMemcpyHostToDevice, s_->stream));
     kernels::cuda::add_squares<T>(blocks, grid, d, s_->ws, s_->stream);
     ZEROTK_CUDA_CHECK(cudaMemcpyAsync(&sums, d, sizeof sums, cudaMemcpyDeviceToHost, s_->stream));

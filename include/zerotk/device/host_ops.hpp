@@ -25,10 +25,10 @@
 #include "zerotk/core/memory.hpp"
 #include "zerotk/kernels/host/accumulate.hpp"
 #include "zerotk/kernels/host/cast.hpp"
+#include "zerotk/kernels/host/reduce.hpp"
 #include "zerotk/kernels/tensor_list.hpp"
 #include "zerotk/optim/run.hpp"
 #include "zerotk/policies.hpp"
-#include "zerotk/zero/norms.hpp"
 
 namespace zerotk::device {
 
@@ -73,15 +73,15 @@ class Ops<Host> {
 
   /// Phase 1 of the norm: the largest square and whether any element is inf/NaN, over all blocks.
   template <class T>
-  zero::SquareBound square_bound(std::span<const kernels::TensorRef<const T>> blocks) {
-    return zero::square_bound<T>(blocks);
+  kernels::SquareBound square_bound(std::span<const kernels::TensorRef<const T>> blocks) {
+    return kernels::host::square_bound<T>(blocks);
   }
 
   /// Phase 2: the blocks' squares added into `sums` on the grid (exact, so any order is the same).
   template <class T>
-  void add_squares(std::span<const kernels::TensorRef<const T>> blocks, const zero::NormGrid& grid,
-                   zero::FoldSums& sums) {
-    zero::add_squares<T>(blocks, grid, sums);
+  void add_squares(std::span<const kernels::TensorRef<const T>> blocks, const kernels::NormGrid& grid,
+                   kernels::FoldSums& sums) {
+    kernels::host::add_squares<T>(blocks, grid, sums);
   }
 
   void fence() noexcept {}

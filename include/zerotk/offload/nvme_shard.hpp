@@ -86,6 +86,8 @@ struct ParamReadStats {
 template <class T, class Ops>
 class NvmeShard {
  public:
+  using Options = ShardFileOptions;
+
   /// The optimizer's output into the shard (zero::OutputWriter): owned offsets, host values.
   class Writer {
    public:
@@ -98,7 +100,7 @@ class NvmeShard {
     NvmeShard* s_;
   };
 
-  NvmeShard(Ops&, const zero::BucketLayout& layout, int rank, MemoryLedger* ledger, const zero::ShardFileOptions& o)
+  NvmeShard(Ops&, const zero::BucketLayout& layout, int rank, MemoryLedger* ledger, const ShardFileOptions& o)
       : layout_(&layout),
         ledger_(ledger),
         offsets_(offsets_of(layout)),
@@ -259,7 +261,7 @@ class NvmeShard {
   }
   /// The largest block in the file, padded (at least one page): the size of every staging buffer.
   /// Refuses a `buffer_size` the largest block does not fit, and a `buffer_count` of 0.
-  static std::size_t checked_block_bytes(const zero::BucketLayout& l, std::size_t in_cpu, const zero::ShardFileOptions& o) {
+  static std::size_t checked_block_bytes(const zero::BucketLayout& l, std::size_t in_cpu, const ShardFileOptions& o) {
     if (o.nvme.buffer_count == 0) throw config_error("must be >= 1", "zero_optimization.offload_param.buffer_count", "0");
     if (auto e = offload::param_buffer_size_error(l, o.nvme.buffer_size)) throw *e;
     std::size_t m = io::kDirectAlign;
@@ -272,7 +274,7 @@ class NvmeShard {
     for (std::size_t k = 0; k < in_cpu; ++k) o.push_back(o.back() + l.buckets()[k].block);
     return o;
   }
-  static const std::filesystem::path& checked_dir(const zero::ShardFileOptions& o) {
+  static const std::filesystem::path& checked_dir(const ShardFileOptions& o) {
     if (o.nvme.path.empty()) throw config_error("required for OffloadParams<Nvme>", "zero_optimization.offload_param.nvme_path");
     return o.nvme.path;
   }

@@ -35,6 +35,7 @@
 #include "zerotk/core/pinned_host_space.hpp"
 #include "zerotk/offload/nvme_shard.hpp"
 #include "zerotk/policies.hpp"
+#include "zerotk/zero/concepts.hpp"
 #include "zerotk/zero/params/compute_shard.hpp"
 
 namespace zerotk::offload {
@@ -42,7 +43,9 @@ namespace zerotk::offload {
 template <class T, class Ops>
 class PinnedShard {
  public:
-  PinnedShard(Ops&, const zero::BucketLayout& layout, int /*rank*/, MemoryLedger* ledger, const zero::ShardFileOptions&)
+  using Options = zero::NoHomeOptions;
+
+  PinnedShard(Ops&, const zero::BucketLayout& layout, int /*rank*/, MemoryLedger* ledger, const Options&)
       : layout_(&layout), shard_(layout.partition_numel(), MemoryCategory::params16, ledger) {}
 
   T* data() noexcept { return shard_.data(); }
@@ -81,5 +84,18 @@ struct ShardHomeOf<Nvme> {
   template <class T, class Ops>
   using type = NvmeShard<T, Ops>;
 };
+
+namespace detail {
+template <class H, class T, class Ops>
+struct checked_home {
+  static_assert(zero::check_shard_home_v<H, T, Ops>);
+  using type = H;
+};
+}  // namespace detail
+
+/// The shard home OffloadParams<Tag> selects for elements T, checked against zero::ShardHome
+/// (zero/concepts.hpp) here, where the tag picks it.
+template <class Tag, class T, class Ops>
+using shard_home_t = typename detail::checked_home<typename ShardHomeOf<Tag>::template type<T, Ops>, T, Ops>::type;
 
 }  // namespace zerotk::offload

@@ -9,6 +9,7 @@
 ///   Offload<Nvme>  NvmeSwapped  in a swap file per rank, swapped through pinned buffers sub-group
 ///                               by sub-group (offload/nvme.hpp)
 
+#include "zerotk/offload/concepts.hpp"
 #include "zerotk/offload/host_pinned.hpp"
 #include "zerotk/offload/nvme.hpp"
 #include "zerotk/offload/resident.hpp"
@@ -35,5 +36,18 @@ struct StoreOf<Nvme> {
   template <class Opt, class Ops>
   using type = NvmeSwapped<Opt, Ops>;
 };
+
+namespace detail {
+template <class S, class T>
+struct checked_store {
+  static_assert(check_state_store_v<S, T>);
+  using type = S;
+};
+}  // namespace detail
+
+/// The store Offload<Tag> selects for a group of element type T, checked against StateStore
+/// (offload/concepts.hpp) here, where the tag picks it.
+template <class Tag, class Opt, class Ops, class T>
+using store_t = typename detail::checked_store<typename StoreOf<Tag>::template type<Opt, Ops>, T>::type;
 
 }  // namespace zerotk::offload

@@ -10,6 +10,9 @@
 ///   3      PooledBuckets             pool + part.   FetchOnDemand (shards, gathered  yes
 ///                                                   per layer: engine/fetch_sharded.hpp)
 ///
+/// What a rank owns of each group (its optimizer's elements) is `ownership` (zero/ownership.hpp):
+/// everything at stage 0, block r of every bucket at stages 1-3.
+///
 /// `When` (policies.hpp, when::) is when gradients are reduced under accumulation: stages 0 and 1
 /// default to at_boundary (DeepSpeed's order), stage 2 always reduces every micro-step. Every stage
 /// uses the bucket layout (zero/layout.hpp): the same buckets and blocks, so the same elements meet
@@ -23,6 +26,7 @@
 #include "zerotk/zero/grads/flat_all_reduce.hpp"
 #include "zerotk/zero/grads/pooled_buckets.hpp"
 #include "zerotk/zero/layout.hpp"
+#include "zerotk/zero/ownership.hpp"
 #include "zerotk/zero/params/bucket_gather.hpp"
 #include "zerotk/zero/params/fetch_on_demand.hpp"
 #include "zerotk/zero/params/replicated.hpp"
@@ -61,6 +65,7 @@ struct Partitioner<Stage<0>, When> {
   static constexpr bool partitions_gradients = false;
   static constexpr bool partitions_parameters = false;
   using layout = zero::BucketLayout;
+  using ownership = zero::OwnsAll;
   template <class T, class Ops>
   using grads = zero::FlatAllReduce<T, Ops, When>;
   template <class T, class Ops>
@@ -77,6 +82,7 @@ struct Partitioner<Stage<1>, When> {
   static constexpr bool partitions_gradients = false;
   static constexpr bool partitions_parameters = false;
   using layout = zero::BucketLayout;
+  using ownership = zero::OwnsBlocks;
   template <class T, class Ops>
   using grads = zero::BlockReduceScatter<T, Ops, When>;
   template <class T, class Ops>
@@ -95,6 +101,7 @@ struct Partitioner<Stage<2>, When> {
   static constexpr bool partitions_gradients = true;
   static constexpr bool partitions_parameters = false;
   using layout = zero::BucketLayout;
+  using ownership = zero::OwnsBlocks;
   template <class T, class Ops>
   using grads = zero::PooledBuckets<T, Ops>;
   template <class T, class Ops>
@@ -113,6 +120,7 @@ struct Partitioner<Stage<3>, When> {
   static constexpr bool partitions_gradients = true;
   static constexpr bool partitions_parameters = true;
   using layout = zero::BucketLayout;
+  using ownership = zero::OwnsBlocks;
   template <class T, class Ops>
   using grads = zero::PooledBuckets<T, Ops>;
   /// `Home`: where the shards live (zero/params/compute_shard.hpp; OffloadParams<Cpu> gives

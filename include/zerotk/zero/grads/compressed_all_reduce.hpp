@@ -92,6 +92,8 @@ class CompressedAllReduce {
   static constexpr bool kTopK = std::is_same_v<Tag, TopK>;
 
  public:
+  using value_type = T;
+
   explicit CompressedAllReduce(const PathContext<Ops>& c)
       : c_(c), grads_(c), codec_(CodecOf<Tag>::make(options_of(c))), huffman_(options_of(c).huffman_coding),
         err_(c.ops->template allocate<float>(c.layout->flat_numel(), MemoryCategory::grads, c.ledger)) {

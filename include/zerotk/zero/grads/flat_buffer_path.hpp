@@ -22,6 +22,7 @@
 
 #include "zerotk/policies.hpp"
 #include "zerotk/zero/grads/context.hpp"
+#include "zerotk/zero/grads/uncompressed.hpp"
 
 namespace zerotk::zero {
 
@@ -34,10 +35,12 @@ struct ReducedPiece {
 };
 
 template <class T, class Ops, class When, class Reduction>
-class FlatBufferPath {
+class FlatBufferPath : public Uncompressed {
   static constexpr bool kEveryMicroStep = std::is_same_v<When, when::every_micro_step>;
 
  public:
+  using value_type = T;
+
   FlatBufferPath(const PathContext<Ops>& c) : c_(c), grads_(c) {
     if constexpr (kEveryMicroStep) acc_ = Accumulator<T, Ops>(c, Reduction::accumulator_numel(*c.layout));
   }

@@ -17,12 +17,15 @@
 #include <vector>
 
 #include "zerotk/zero/grads/context.hpp"
+#include "zerotk/zero/grads/uncompressed.hpp"
 
 namespace zerotk::zero {
 
 template <class T, class Ops>
-class PooledBuckets {
+class PooledBuckets : public Uncompressed {
  public:
+  using value_type = T;
+
   PooledBuckets(const PathContext<Ops>& c)
       : c_(c),
         part_(c.ops->template allocate<T>(c.layout->partition_numel(), MemoryCategory::grads, c.ledger)),

@@ -22,8 +22,10 @@ template <class T, class Ops>
 class BucketGather {
  public:
   static constexpr bool kResident = true;
+  using value_type = T;
+  using Options = ParamPathOptions<>;
 
-  BucketGather(const PathContext<Ops>& c, const ParamPathOptions& o)
+  BucketGather(const PathContext<Ops>& c, const Options& o)
       : c_(c),
         params_(c.ops->template allocate<T>(c.layout->flat_numel(), MemoryCategory::params16, c.ledger)),
         inflight_(c.layout->buckets().size()),
@@ -71,6 +73,9 @@ class BucketGather {
     if (pending_ == 0) return;
     for (std::size_t k = gathering_.size(); k-- > 0;) wait(k);
   }
+  /// The optimizer writes plain memory: nothing to commit or take back.
+  void commit_update() noexcept {}
+  void abort_update() noexcept {}
   std::size_t pending() const noexcept { return pending_; }
   void drain_quietly() noexcept {
     for (auto& w : inflight_) {

@@ -5,7 +5,7 @@
 ///
 /// A shard home is what FetchOnDemand (fetch_on_demand.hpp) keeps this rank's shard in (block r of
 /// every bucket, [partition_numel] of T at each bucket's part_offset). It is built from
-/// (ops, layout, rank, ledger, ShardFileOptions) and records itself in the ledger (params16, in its
+/// (ops, layout, rank, ledger, its Options) and records itself in the ledger (params16, in its
 /// space). Every home has
 ///   gather_source(ops, k, slot)   the send buffer of bucket k's all-gather; `slot` is this rank's
 ///                                 block of the compute-space buffer the gather fills. A home whose
@@ -30,7 +30,9 @@ namespace zerotk::zero {
 template <class T, class Ops>
 class ComputeShard {
  public:
-  ComputeShard(Ops& ops, const BucketLayout& layout, int /*rank*/, MemoryLedger* ledger, const ShardFileOptions&)
+  using Options = NoHomeOptions;
+
+  ComputeShard(Ops& ops, const BucketLayout& layout, int /*rank*/, MemoryLedger* ledger, const Options&)
       : layout_(&layout), shard_(ops.template allocate<T>(layout.partition_numel(), MemoryCategory::params16, ledger)) {}
 
   T* data() noexcept { return shard_.data(); }

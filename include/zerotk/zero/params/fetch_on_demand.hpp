@@ -53,11 +53,13 @@ class FetchOnDemand {
  public:
   /// Buckets live only while fetched: a parameter has no values outside its layer's scopes.
   static constexpr bool kResident = false;
+  using value_type = T;
   using home_type = Home;
+  using Options = ParamPathOptions<typename Home::Options>;
 
-  FetchOnDemand(const PathContext<Ops>& c, const ParamPathOptions& o)
+  FetchOnDemand(const PathContext<Ops>& c, const Options& o)
       : c_(c),
-        shard_(*c.ops, *c.layout, c.rank(), c.ledger, o.shard_file),
+        shard_(*c.ops, *c.layout, c.rank(), c.ledger, o.home),
         state_(c.layout->buckets().size()) {
     const auto buckets = c.layout->buckets();
     for (std::size_t k = 0; k < buckets.size(); ++k) {

@@ -16,34 +16,27 @@
 ///   pending()                   publications in flight
 
 #include <cstddef>
-#include <filesystem>
-#include <string>
 #include <vector>
 
-#include "zerotk/io/aio_options.hpp"
-#include "zerotk/offload/options.hpp"
 #include "zerotk/zero/grads/context.hpp"
 #include "zerotk/zero/params/optimizer_out.hpp"
 
 namespace zerotk::zero {
 
-/// OffloadParams<Nvme>: where stage 3's shard file goes and how it is read and written
-/// (offload/nvme_shard.hpp); the other shard homes ignore it.
-struct ShardFileOptions {
-  offload::ParamNvmeOptions nvme;  ///< `offload_param`: nvme_path, buffer_count, buffer_size, max_in_cpu
-  io::AioOptions aio;              ///< the `aio` block (shared with Offload<Nvme>)
-  int rank = 0;                    ///< with `name`, names the file
-  std::string name = "main";
-};
+/// The options of a shard home that needs none (every home but the NVMe shard file's).
+struct NoHomeOptions {};
 
-/// What a parameter path is built with besides its PathContext.
+/// What a parameter path is built with besides its PathContext. `HomeOptions`: what stage 3's
+/// shard home is built with (its `Options`; offload/nvme_shard.hpp's names its file); the paths
+/// without shards take none.
+template <class HomeOptions = NoHomeOptions>
 struct ParamPathOptions {
+  using home_options = HomeOptions;
   /// Stages 1/2: leave the all-gather of updated values in flight after the step.
   bool overlap_param_gather = false;
   /// Stage 3: [bucket] kept gathered at all times (stage3_param_persistence_threshold).
   std::vector<char> persistent;
-  /// Stage 3 with OffloadParams<Nvme>: the shard file.
-  ShardFileOptions shard_file;
+  HomeOptions home;
 };
 
 
@@ -51,12 +44,19 @@ template <class T, class Ops>
 class Replicated {
  public:
   static constexpr bool kResident = true;
+  using value_type = T;
+  using Options = ParamPathOptions<>;
 
-  Replicated(const PathContext<Ops>& c, const ParamPathOptions&)
+  Replicated(const PathContext<Ops>& c, const Options&)
       : c_(c), params_(c.ops->template allocate<T>(c.layout->flat_numel(), MemoryCategory::params16, c.ledger)) {}
 
   T* params() { return params_.data(); }
   T* values(std::size_t k) { return params_.data() + c_.layout->buckets()[k].flat_offset; }
+  /// f(const T* values) over what this rank owns of bucket k: all of it (zero/ownership.hpp, OwnsAll).
+  template <class F>
+  void read_owned(std::size_t k, F&& f) {
+    f(static_cast<const T*>(values(k)));
+  }
   OptimizerOut<T> optimizer_out() { return {params_.data(), true}; }
 
   template <class OnBucket>
@@ -65,6 +65,9 @@ class Replicated {
   }
   void wait(std::size_t) {}
   void synchronize() {}
+  /// The optimizer writes plain memory: nothing to commit or take back.
+  void commit_update() noexcept {}
+  void abort_update() noexcept {}
   std::size_t pending() const noexcept { return 0; }
   void drain_quietly() noexcept {}
 
