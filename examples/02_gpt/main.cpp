@@ -323,7 +323,7 @@ int run(const Options& o, const gpt::Config& model_config, TrainContext::FillBat
   const bool root = !o.mpi || mpi_world->rank() == 0;
   if (o.print_config && root) std::printf("%s", text.c_str());
   if (cfg.zero_optimization.offload_optimizer.device == zerotk::config::OffloadDevice::nvme) {
-    check_swap_directory(cfg.zero_optimization.offload_optimizer.nvme_path,
+    check_swap_directory(cfg.zero_optimization.nvme.path,
                          o.config_file.empty() ? "--nvme-path"
                                                : o.config_file + ": /zero_optimization/offload_optimizer/nvme_path");
   }
@@ -345,7 +345,7 @@ int run(const Options& o, const gpt::Config& model_config, TrainContext::FillBat
                               o.config_file.empty() ? "--offload-param nvme" : o.config_file + ": offload_param.device \"nvme\"");
   }
   if (cfg.zero_optimization.offload_param.device == zerotk::config::OffloadDevice::nvme) {
-    check_swap_directory(cfg.zero_optimization.offload_param.nvme_path,
+    check_swap_directory(cfg.zero_optimization.param_nvme.path,
                          o.config_file.empty() ? "--nvme-path"
                                                : o.config_file + ": /zero_optimization/offload_param/nvme_path");
   }

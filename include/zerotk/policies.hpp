@@ -9,6 +9,7 @@
 /// a slot given twice, or a required slot left empty, is a compile error that says so in words.
 
 #include <cstddef>
+#include <string_view>
 #include <type_traits>
 
 #include "zerotk/core/dtype.hpp"
@@ -42,24 +43,105 @@ struct at_boundary {};
 struct every_micro_step {};
 }  // namespace when
 
-struct Dynamic {};  ///< LossScaler<Dynamic>: DeepSpeed's dynamic loss scaling
-struct Static {};   ///< LossScaler<Static>: fixed scale, overflow still skips
-struct None {};     ///< LossScaler<None> (no scaling), Offload<None> / OffloadParams<None> (no offload)
-struct Cpu {};      ///< Offload<Cpu>, OffloadParams<Cpu>
-struct Nvme {};     ///< Offload<Nvme>, OffloadParams<Nvme>
-struct Host {};     ///< Device<Host>: OpenMP/SIMD kernels
-struct Cuda {};     ///< Device<Cuda>: CUDA kernels
+// Every tag carries its names: `name`, its C++ spelling (what policies are written with and errors
+// say), and where a DeepSpeed config spells it otherwise, `key` (offload devices, compression
+// algorithms). The config layer and the checkpoints read these; there is no other name table.
 
-struct Adam {};        ///< Adam with L2 weight decay (adam_w_mode = false)
-struct AdamW {};       ///< Adam with decoupled weight decay
-struct Lamb {};        ///< LAMB (layer-wise trust ratio)
-struct OneBitAdam {};  ///< 1-bit Adam (compressed momentum all-reduce after warm-up)
-struct OneBitLamb {};  ///< 1-bit LAMB
-struct ZeroOneAdam {}; ///< 0/1 Adam (variance freezing with 1-bit gradients, then local steps with 1-bit syncs)
+struct Dynamic { static constexpr std::string_view name = "Dynamic"; };  ///< LossScaler<Dynamic>: DeepSpeed's dynamic loss scaling
+struct Static { static constexpr std::string_view name = "Static"; };    ///< LossScaler<Static>: fixed scale, overflow still skips
+/// LossScaler<None> (no scaling), Offload<None> / OffloadParams<None> (no offload), GradientCompression<None>.
+struct None { static constexpr std::string_view name = "None", key = "none"; };
+struct Cpu { static constexpr std::string_view name = "Cpu", key = "cpu"; };     ///< Offload<Cpu>, OffloadParams<Cpu>
+struct Nvme { static constexpr std::string_view name = "Nvme", key = "nvme"; };  ///< Offload<Nvme>, OffloadParams<Nvme>
+struct Host { static constexpr std::string_view name = "Host"; };  ///< Device<Host>: OpenMP/SIMD kernels
+struct Cuda { static constexpr std::string_view name = "Cuda"; };  ///< Device<Cuda>: CUDA kernels
 
-struct TopK {};    ///< GradientCompression<TopK>: the k largest |g| with error feedback (compress/topk.hpp)
-struct TwoBit {};  ///< GradientCompression<TwoBit>: 4 levels with error feedback (compress/two_bit.hpp)
-struct Sign {};    ///< GradientCompression<Sign>: signs and one scale with error feedback (compress/sign.hpp)
+/// The `optimizer.params` keys of a DeepSpeed config that an optimizer reads, as flags: the config
+/// reader reads exactly its optimizer's (any other key there is unknown) and the writer writes them.
+namespace optimizer_params {
+inline constexpr unsigned lr = 1u << 0, betas = 1u << 1, eps = 1u << 2, weight_decay = 1u << 3,
+                          bias_correction = 1u << 4, adam_w_mode = 1u << 5,
+                          trust_clamp = 1u << 6,   ///< max_coeff, min_coeff
+                          freeze_step = 1u << 7,
+                          onebit_comm = 1u << 8,   ///< cuda_aware, comm_backend_name
+                          zero_one = 1u << 9,      ///< var_freeze_step, var_update_scaler, local_step_*
+                          onebit_lamb = 1u << 10;  ///< coeff_beta, factor_max, factor_min, factor_threshold
+/// What every Adam-family optimizer reads.
+inline constexpr unsigned adam = lr | betas | eps | weight_decay | bias_correction;
+}  // namespace optimizer_params
+
+/// The optimizer tags: `name` is DeepSpeed's "type" (matched case-insensitively by the config
+/// reader); `params` the `optimizer.params` keys it reads; `one_bit`: it compresses exchanges of
+/// its own in place of stage 0's gradient all-reduce; `whole_partition`: its step needs the whole
+/// partition at once (LAMB's per-tensor norms), so it cannot step sub-group by sub-group;
+/// `moments`: the moment vectors the state stores keep beside the fp32 master (1: m; 2: m and v);
+/// `states`: its per-element states in checkpoints, in DeepSpeed's order exp_avg, exp_avg_sq,
+/// exp_avg_sq_fresh (the moments, and 1-bit LAMB's fresh variance).
+/// engine/compat.hpp's rules read the traits; optimizer_tags below lists every tag.
+struct Adam {  ///< Adam with L2 weight decay (adam_w_mode = false)
+  static constexpr std::string_view name = "Adam";
+  static constexpr std::size_t moments = 2, states = 2;
+  static constexpr unsigned params = optimizer_params::adam | optimizer_params::adam_w_mode;
+  static constexpr bool one_bit = false, whole_partition = false;
+};
+struct AdamW {  ///< Adam with decoupled weight decay
+  static constexpr std::string_view name = "AdamW";
+  static constexpr std::size_t moments = 2, states = 2;
+  static constexpr unsigned params = optimizer_params::adam | optimizer_params::adam_w_mode;
+  static constexpr bool one_bit = false, whole_partition = false;
+};
+struct Lamb {  ///< LAMB (layer-wise trust ratio)
+  static constexpr std::string_view name = "Lamb";
+  static constexpr std::size_t moments = 2, states = 2;
+  static constexpr unsigned params = optimizer_params::adam | optimizer_params::trust_clamp;
+  static constexpr bool one_bit = false, whole_partition = true;
+};
+struct OneBitAdam {  ///< 1-bit Adam (compressed momentum all-reduce after warm-up)
+  static constexpr std::string_view name = "OneBitAdam";
+  static constexpr std::size_t moments = 2, states = 2;
+  static constexpr unsigned params =
+      optimizer_params::adam | optimizer_params::freeze_step | optimizer_params::onebit_comm;
+  static constexpr bool one_bit = true, whole_partition = false;
+};
+struct OneBitLamb {  ///< 1-bit LAMB
+  static constexpr std::string_view name = "OneBitLamb";
+  static constexpr std::size_t moments = 2, states = 3;
+  static constexpr unsigned params = optimizer_params::adam | optimizer_params::trust_clamp |
+                                     optimizer_params::freeze_step | optimizer_params::onebit_comm |
+                                     optimizer_params::onebit_lamb;
+  static constexpr bool one_bit = true, whole_partition = true;
+};
+struct ZeroOneAdam {  ///< 0/1 Adam (variance freezing with 1-bit gradients, then local steps with 1-bit syncs)
+  static constexpr std::string_view name = "ZeroOneAdam";
+  static constexpr std::size_t moments = 2, states = 2;
+  static constexpr unsigned params =
+      optimizer_params::adam | optimizer_params::zero_one | optimizer_params::onebit_comm;
+  static constexpr bool one_bit = true, whole_partition = false;
+};
+
+
+/// A list of types.
+template <class... Ts>
+struct type_list {
+  static constexpr std::size_t size = sizeof...(Ts);
+};
+
+/// Every optimizer tag, in a fixed order: the config layer's OptimizerKind is an index into it, and
+/// reads each tag's name and traits (config/options.hpp). A new optimizer adds its tag here.
+using optimizer_tags = type_list<Adam, AdamW, Lamb, OneBitAdam, OneBitLamb, ZeroOneAdam>;
+
+/// Calls f(Tag{}) for the tag of `list` whose name is `name` (exact spelling); false if none is.
+template <class F, class... Ts>
+constexpr bool visit_named(type_list<Ts...>, std::string_view name, F&& f) {
+  return ((Ts::name == name ? (f(Ts{}), true) : false) || ...);
+}
+
+/// GradientCompression<TopK>: the k largest |g| with error feedback (compress/topk.hpp).
+struct TopK { static constexpr std::string_view name = "TopK", key = "topk"; };
+/// GradientCompression<TwoBit>: 4 levels with error feedback (compress/two_bit.hpp).
+struct TwoBit { static constexpr std::string_view name = "TwoBit", key = "2bit"; };
+/// GradientCompression<Sign>: signs and one scale with error feedback (compress/sign.hpp).
+struct Sign { static constexpr std::string_view name = "Sign", key = "1bit"; };
 
 // ---- policy slots ---------------------------------------------------------------------------------
 

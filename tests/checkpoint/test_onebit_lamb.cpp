@@ -22,7 +22,7 @@ using LambEngine = Engine<Partitioner<Stage<0>>, Optimizer<OneBitLamb>, Precisio
 
 EngineOptions lamb_options() {
   EngineOptions o;
-  o.bucket_bytes = 256;
+  o.reduce_bucket_size = 64;  // fp32 elements
   o.optimizer.lr = 2e-3;
   o.optimizer.beta2 = 0.95;
   o.optimizer.eps = 1e-2;

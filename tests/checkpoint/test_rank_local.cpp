@@ -23,7 +23,7 @@ using PlainEngine = Engine<Partitioner<Stage<0>>, Optimizer<AdamW>, Precision<fp
 
 EngineOptions onebit_options() {
   EngineOptions o;
-  o.bucket_bytes = 256;
+  o.reduce_bucket_size = 64;  // fp32 elements
   o.optimizer.lr = 1e-3;
   o.optimizer.beta2 = 0.95;
   o.optimizer.eps = 1e-2;
@@ -41,7 +41,7 @@ EngineOptions zero_one_options() {
 
 EngineOptions topk_options() {
   EngineOptions o;
-  o.bucket_bytes = 256;
+  o.reduce_bucket_size = 64;  // fp32 elements
   o.optimizer.lr = 1e-2;
   o.compression.topk_ratio = 0.05;
   return o;

@@ -199,18 +199,18 @@ TEST_CASE("data_types.grad_accum_dtype: DeepSpeed's spellings, written back cano
     const ParseResult r =
         parse(std::string(R"({"train_batch_size": 8, "data_types": {"grad_accum_dtype": )") + k.json + "}}", ctx);
     REQUIRE_MESSAGE(r.ok(), error_lines(r));
-    CHECK(r.config->data_types.grad_accum_dtype == k.dtype);
+    CHECK(r.config->grad_accum_dtype == k.dtype);
     const Json j = to_json(*r.config);
     CHECK(j["data_types"]["grad_accum_dtype"] == std::string(to_string(k.dtype)));
     const ParseResult back = parse(j.dump(), ctx);
     REQUIRE(back.ok());
-    CHECK(back.config->data_types.grad_accum_dtype == k.dtype);
+    CHECK(back.config->grad_accum_dtype == k.dtype);
   }
   // Absent or null: the training precision, and nothing is written (the JSON of older configs is unchanged).
   for (const char* json : {R"({"train_batch_size": 8})", R"({"train_batch_size": 8, "data_types": {"grad_accum_dtype": null}})"}) {
     const ParseResult r = parse(json, ctx);
     REQUIRE(r.ok());
-    CHECK_FALSE(r.config->data_types.grad_accum_dtype);
+    CHECK_FALSE(r.config->grad_accum_dtype);
     CHECK_FALSE(to_json(*r.config).contains("data_types"));
   }
   ParseResult bad = parse(R"({"train_batch_size": 8, "data_types": {"grad_accum_dtype": "int8"}})", ctx);
@@ -257,14 +257,14 @@ TEST_CASE("zero_allowed_param_types / zero_force_param_types: zerotk's lists of 
                               ctx);
   REQUIRE_MESSAGE(r.ok(), error_lines(r));
   const auto& z = *r.config;
-  CHECK(z.zero_allowed_param_types == std::vector<std::string>{"Block"});
-  CHECK(z.zero_force_param_types == std::vector<std::string>{"Embedding", "LayerNorm"});
+  CHECK(z.zero_optimization.stage3.partitioned_module_types == std::vector<std::string>{"Block"});
+  CHECK(z.zero_optimization.stage3.replicated_module_types == std::vector<std::string>{"Embedding", "LayerNorm"});
   const Json j = to_json(*r.config);
   CHECK(j["zero_force_param_types"] == Json::array({"Embedding", "LayerNorm"}));
   const ParseResult again = parse(j.dump(), ctx);
   REQUIRE(again.ok());
-  CHECK(again.config->zero_allowed_param_types == z.zero_allowed_param_types);
-  CHECK(again.config->zero_force_param_types == z.zero_force_param_types);
+  CHECK(again.config->zero_optimization.stage3.partitioned_module_types == z.zero_optimization.stage3.partitioned_module_types);
+  CHECK(again.config->zero_optimization.stage3.replicated_module_types == z.zero_optimization.stage3.replicated_module_types);
   CHECK_FALSE(to_json(*parse(R"({"train_batch_size": 8})", ctx).config).contains("zero_allowed_param_types"));
 
   ParseResult bad = parse(R"({"train_batch_size": 8, "zero_force_param_types": "Embedding"})", ctx);

@@ -111,17 +111,17 @@ TEST_CASE("HF ZeRO-3 template: bucket sizes from the hidden size, offload blocks
   const ZeroOptions& z = c.zero_optimization;
   CHECK(z.stage == 3);
   CHECK(z.reduce_bucket_size == 1024 * 1024);
-  CHECK(z.stage3_prefetch_bucket_size == 943718);  // floor(0.9 * 1024^2)
-  CHECK(z.stage3_param_persistence_threshold == 10240);
+  CHECK(z.stage3.prefetch_bucket_size == 943718);  // floor(0.9 * 1024^2)
+  CHECK(z.stage3.param_persistence_threshold == 10240);
   CHECK(z.sub_group_size == 1'000'000'000);
-  CHECK(z.stage3_max_live_parameters == 1'000'000'000);
-  CHECK(z.stage3_max_reuse_distance == 1'000'000'000);
+  CHECK(z.stage3.max_live_parameters == 1'000'000'000);
+  CHECK(z.stage3.max_reuse_distance == 1'000'000'000);
   CHECK(z.stage3_gather_16bit_weights_on_model_save);
   CHECK(z.offload_optimizer.device == OffloadDevice::cpu);
   CHECK(z.offload_param.device == OffloadDevice::cpu);
-  CHECK(z.offload_param.buffer_count == 5);
-  CHECK(z.offload_param.buffer_size == 100'000'000);
-  CHECK(z.offload_param.max_in_cpu == 1'000'000'000);
+  CHECK(z.param_nvme.buffer_count == 5);
+  CHECK(z.param_nvme.buffer_size == 100'000'000);
+  CHECK(z.param_nvme.max_in_cpu == 1'000'000'000);
   CHECK(c.precision() == DType::bf16);
   const auto& s = std::get<WarmupDecayLROptions>(c.scheduler->params);
   CHECK(s.total_num_steps == 5000);
@@ -164,8 +164,8 @@ TEST_CASE("stage3_* \"auto\" below stage 3 keeps the default instead of failing"
           "stage3_param_persistence_threshold": "auto"}})",
       ctx);
   REQUIRE_MESSAGE(r.ok(), error_lines(r));
-  CHECK(r.config->zero_optimization.stage3_prefetch_bucket_size == 50'000'000);
-  CHECK(r.config->zero_optimization.stage3_param_persistence_threshold == 100'000);
+  CHECK(r.config->zero_optimization.stage3.prefetch_bucket_size == 50'000'000);
+  CHECK(r.config->zero_optimization.stage3.param_persistence_threshold == 100'000);
 }
 
 TEST_CASE("ZeRO-Infinity config: nvme offload, aio, cosine schedule, csv monitor") {
@@ -192,18 +192,18 @@ TEST_CASE("ZeRO-Infinity config: nvme offload, aio, cosine schedule, csv monitor
   CHECK(s.cos_min_ratio == 0.1);
   const ZeroOptions& z = c.zero_optimization;
   CHECK(z.reduce_bucket_size == 50'000'000);
-  CHECK(z.stage3_prefetch_bucket_size == 45'000'000);
-  CHECK(z.stage3_param_persistence_threshold == 10'000);
-  CHECK(z.stage3_max_live_parameters == 300'000'000);
+  CHECK(z.stage3.prefetch_bucket_size == 45'000'000);
+  CHECK(z.stage3.param_persistence_threshold == 10'000);
+  CHECK(z.stage3.max_live_parameters == 300'000'000);
   CHECK(z.sub_group_size == 100'000'000);
   CHECK(z.offload_optimizer.device == OffloadDevice::nvme);
-  CHECK(z.offload_optimizer.nvme_path == "/local_nvme");
-  CHECK(z.offload_optimizer.buffer_count == 4);
+  CHECK(z.nvme.path == "/local_nvme");
+  CHECK(z.nvme.buffer_count == 4);
   CHECK(z.offload_param.device == OffloadDevice::nvme);
-  CHECK(z.offload_param.buffer_size == 100'000'000);
-  CHECK(c.aio.block_size == 1 << 20);
-  CHECK(c.aio.queue_depth == 16);
-  CHECK(c.aio.intra_op_parallelism == 2);  // from its old name thread_count
+  CHECK(z.param_nvme.buffer_size == 100'000'000);
+  CHECK(c.zero_optimization.nvme.aio.block_size == 1 << 20);
+  CHECK(c.zero_optimization.nvme.aio.queue_depth == 16);
+  CHECK(c.zero_optimization.nvme.aio.intra_op_parallelism == 2);  // from its old name thread_count
   CHECK(has_notice(r, "/aio/thread_count", "intra_op_parallelism"));
   CHECK(c.csv_monitor.enabled);
   CHECK(c.csv_monitor.output_path == "logs/");
@@ -345,18 +345,18 @@ TEST_CASE("a minimal config gets DeepSpeed's defaults") {
   CHECK(c.zero_optimization.stage == 0);
   CHECK(c.zero_optimization.reduce_bucket_size == 500'000'000);
   CHECK(c.zero_optimization.allgather_bucket_size == 500'000'000);
-  CHECK(c.zero_optimization.stage3_prefetch_bucket_size == 50'000'000);
-  CHECK(c.zero_optimization.stage3_param_persistence_threshold == 100'000);
-  CHECK(c.zero_optimization.stage3_max_live_parameters == 1'000'000'000);
-  CHECK(c.zero_optimization.stage3_max_reuse_distance == 1'000'000'000);
+  CHECK(c.zero_optimization.stage3.prefetch_bucket_size == 50'000'000);
+  CHECK(c.zero_optimization.stage3.param_persistence_threshold == 100'000);
+  CHECK(c.zero_optimization.stage3.max_live_parameters == 1'000'000'000);
+  CHECK(c.zero_optimization.stage3.max_reuse_distance == 1'000'000'000);
   CHECK(c.zero_optimization.sub_group_size == 1'000'000'000);
-  CHECK(c.zero_optimization.offload_optimizer.buffer_count == 4);
+  CHECK(c.zero_optimization.nvme.buffer_count == 4);
   CHECK(c.zero_optimization.offload_optimizer.pin_memory);
-  CHECK(c.aio.block_size == 1048576);
-  CHECK(c.aio.queue_depth == 8);
-  CHECK(c.aio.intra_op_parallelism == 1);
-  CHECK(c.aio.overlap_events);
-  CHECK_FALSE(c.aio.single_submit);
+  CHECK(c.zero_optimization.nvme.aio.block_size == 1048576);
+  CHECK(c.zero_optimization.nvme.aio.queue_depth == 8);
+  CHECK(c.zero_optimization.nvme.aio.intra_op_parallelism == 1);
+  CHECK(c.zero_optimization.nvme.aio.overlap_events);
+  CHECK_FALSE(c.zero_optimization.nvme.aio.single_submit);
   CHECK_FALSE(c.optimizer);
   CHECK_FALSE(c.scheduler);
   CHECK_FALSE(c.csv_monitor.enabled);
@@ -402,7 +402,7 @@ TEST_CASE("old spellings are read and reported as deprecated") {
   CHECK(c.zero_optimization.offload_optimizer.device == OffloadDevice::cpu);
   CHECK(c.zero_optimization.offload_param.device == OffloadDevice::cpu);
   CHECK(c.zero_optimization.stage3_gather_16bit_weights_on_model_save);
-  CHECK(c.zero_optimization.stage3_prefetch_bucket_size == 1000);  // pydantic alias
+  CHECK(c.zero_optimization.stage3.prefetch_bucket_size == 1000);  // pydantic alias
   CHECK(has_notice(r, "/bfloat16"));
   CHECK(has_notice(r, "/zero_optimization/cpu_offload"));
   CHECK(has_notice(r, "/zero_optimization/cpu_offload_param"));
@@ -567,7 +567,7 @@ TEST_CASE("zero_hpz_partition_size: hpZ at stage 3 when it divides the world siz
                           ctx);
     REQUIRE_MESSAGE(r.ok(), error_lines(r));
     CHECK(r.notices.empty());
-    CHECK(r.config->zero_optimization.zero_hpz_partition_size == g);
+    CHECK(r.config->zero_optimization.stage3.reshard_after_forward.group_size() == g);
     CHECK(to_json(*r.config)["zero_optimization"]["zero_hpz_partition_size"] == g);  // written back
   }
   for (const char* bad : {"3", "16"}) {  // does not divide 8
@@ -587,7 +587,7 @@ TEST_CASE("zero_hpz_partition_size: hpZ at stage 3 when it divides the world siz
   r = parse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 2, "zero_hpz_partition_size": 2}})", ctx);
   REQUIRE_MESSAGE(r.ok(), error_lines(r));
   CHECK(has_notice(r, "/zero_optimization/zero_hpz_partition_size", "has effect only at ZeRO stage 3 (stage is 2"));
-  CHECK(r.config->zero_optimization.zero_hpz_partition_size == 1);
+  CHECK(r.config->zero_optimization.stage3.reshard_after_forward.group_size() == 1);
   ctx.strict = true;
   r = parse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 1, "zero_hpz_partition_size": 4}})", ctx);
   REQUIRE(r.errors.size() == 1);

@@ -462,7 +462,7 @@ TEST_CASE("offload_param.pin_memory false is a note (the shards are always page-
   REQUIRE(r.notices.size() == 1);
   CHECK(r.notices[0].path == "/zero_optimization/offload_param/pin_memory");
   CHECK(r.notices[0].message.find("always page-locked") != std::string::npos);
-  CHECK(r.config->zero_optimization.offload_param.buffer_count == 8);  // read, validated, not used by cpu
+  CHECK(r.config->zero_optimization.param_nvme.buffer_count == 8);  // read, validated, not used by cpu
   r = parse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}}})", ctx);
   REQUIRE_MESSAGE(r.ok(), error_lines(r));
   CHECK(r.notices.empty());

@@ -31,7 +31,7 @@ Trace train_engine(const gpt::Config& c, int world, int steps, const std::functi
     zerotk::EngineOptions o;
     o.optimizer.lr = 3e-3f;
     o.gradient_clipping = 1.0;
-    o.bucket_bytes = 4096;                     // many buckets
+    o.reduce_bucket_size = 4096 / sizeof(typename zerotk::Precision<Prec>::storage);  // many buckets
     o.stage3.param_persistence_threshold = 0;  // stage 3: every parameter fetched by its layer
     zerotk::Engine<zerotk::Partitioner<zerotk::Stage<Stage>>, zerotk::Optimizer<zerotk::AdamW>,
                    zerotk::Precision<Prec>>

@@ -72,7 +72,7 @@ void check_plan(int world, const std::string& sel) {
   zerotk::comm::run_threads(world, [&](zerotk::comm::ThreadsCommunicator& comm) {
     gpt::Gpt model(c);
     zerotk::EngineOptions o;
-    o.bucket_bytes = 4096;
+    o.reduce_bucket_size = 4096 / sizeof(typename zerotk::Precision<Prec>::storage);
     o.stage3.param_persistence_threshold = 0;
     zerotk::Engine<zerotk::Partitioner<zerotk::Stage<S>>, zerotk::Optimizer<zerotk::AdamW>, zerotk::Precision<Prec>, Off,
                    OffP>
@@ -114,7 +114,7 @@ void check_plan(int world, const std::string& sel) {
   choice.param = offload_params ? plan::OffloadTarget::cpu : plan::OffloadTarget::none;
   choice.checkpointing = plan_choice(sel);
   plan::EngineSettings s;
-  s.bucket_bytes = 4096;
+  s.reduce_bucket_size = 4096 / sizeof(typename zerotk::Precision<Prec>::storage);
   s.param_persistence_threshold = 0;
   s.compute_space = zerotk::MemorySpace::host;
   s.emulated = !std::is_same_v<Prec, zerotk::fp32>;  // float Params over 16-bit storage

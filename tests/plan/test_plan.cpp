@@ -117,7 +117,7 @@ void check_ledger(int world, int gas, int hpz = 1, std::size_t sub_group = 1'000
             : std::is_same_v<ParamOff, OffloadParams<Nvme>> ? plan::OffloadTarget::nvme
                                                             : plan::OffloadTarget::none;
   plan::EngineSettings s;
-  s.bucket_bytes = cfg.bucket_bytes;
+  s.reduce_bucket_size = cfg.bucket_bytes / (c.precision == DType::fp32 ? 4 : 2);  // the engine's elements
   s.gradient_accumulation_steps = gas;
   s.compute_space = MemorySpace::host;
   s.hpz_partition_size = hpz;
@@ -208,7 +208,7 @@ TEST_CASE("plan: OffloadParams<Nvme> with a buffer_size below the largest block 
     c.precision = DType::fp16;
     c.optimizer = c.param = plan::OffloadTarget::nvme;
     plan::EngineSettings s;
-    s.bucket_bytes = cfg.bucket_bytes;
+    s.reduce_bucket_size = cfg.bucket_bytes / 2;  // fp16 elements, as the engine takes the fixture's bytes
     s.compute_space = MemorySpace::host;
     s.param_buffer_size = buffer_size;
     plan::Budget all;
@@ -217,7 +217,7 @@ TEST_CASE("plan: OffloadParams<Nvme> with a buffer_size below the largest block 
     CHECK(e.memory.refused == engine_error[0]);
     CHECK(engine_error[0] == engine_error[1]);
     if (buffer_size == 1) {
-      CHECK(e.memory.refused.find("zero_optimization.offload_param.buffer_size") != std::string::npos);
+      CHECK(e.memory.refused.find("zero_optimization.param_nvme.buffer_size") != std::string::npos);
       CHECK_FALSE(e.fits);  // however much memory there is
     } else {
       CHECK(e.memory.refused.empty());

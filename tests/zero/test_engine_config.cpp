@@ -30,7 +30,7 @@ TEST_CASE("DeepSpeed JSON numbers become EngineOptions") {
   ctx.world_size = 4;
   const config::Config cfg = config::load(kStage2, ctx);
   const EngineOptions o = engine_options<Stage2>(cfg);
-  CHECK(o.bucket_bytes == 500000 * 2);  // elements in JSON, bytes of fp16 here
+  CHECK(o.reduce_bucket_size == 500000);  // elements in JSON and in the engine
   CHECK(o.gradient_accumulation_steps == 2);
   CHECK(o.gradient_clipping == 0.5);
   CHECK(o.overlap_comm);
@@ -97,24 +97,27 @@ TEST_CASE("engine_options copies the layers' structs whole: doubles stay what th
   CHECK(lr_scheduler(cfg)->lr_at(10) == 3e-4);  // after the warm-up: exactly the double the file gives
 }
 
-// Hostile-input issue, item 6, where engine_options narrows: bytes = elements * sizeof(storage), and
-// a Config built in code that the reader never checked.
-TEST_CASE("engine_options rejects values that would narrow, naming the key") {
+// Hostile-input issue, item 6, where engine_options used to narrow (bytes = elements * sizeof(storage)
+// wrapped; an int64 GAS went into an int). The bucket size now counts elements end to end and GAS is
+// the StepOptions int the engine takes, so nothing narrows: a huge bucket is one bucket, and what a
+// Config built in code gets wrong is still named.
+TEST_CASE("engine_options takes sizes as they are and rejects values out of range, naming the key") {
   using Fp32Stage2 = Engine<Partitioner<Stage<2>>, Optimizer<AdamW>>;
   config::ResolveContext ctx;
-  // 2^62 elements of 4 bytes is 2^64 bytes: it used to wrap to 0 (the policy default, silently).
   const config::Config big = config::load(
       R"({"train_batch_size": 8, "zero_optimization": {"stage": 2, "reduce_bucket_size": 4611686018427387904}})", ctx);
-  CHECK_THROWS_WITH_AS(engine_options<Fp32Stage2>(big),
-                       doctest::Contains("/zero_optimization/reduce_bucket_size: is too large: elements * 4 bytes"),
-                       config_error);
+  CHECK(engine_options<Fp32Stage2>(big).reduce_bucket_size == std::size_t{4611686018427387904});
 
   config::Config cfg = config::load(R"({"train_batch_size": 8, "zero_optimization": {"stage": 2}})", ctx);
-  cfg.gradient_accumulation_steps = 4294967297;  // was narrowed to 1
+  cfg.gradient_accumulation_steps = 0;
   CHECK_THROWS_WITH_AS(engine_options<Fp32Stage2>(cfg),
-                       doctest::Contains("/gradient_accumulation_steps: must be an integer in [1, 2147483647] (got 4294967297)"),
-                       config_error);
+                       doctest::Contains("/gradient_accumulation_steps: must be >= 1 (got 0)"), config_error);
+  cfg.zero_optimization.reduce_bucket_size = 0;  // 0 would be "the Bucketer policy's" to the engine
   cfg.gradient_accumulation_steps = 1;
+  CHECK_THROWS_WITH_AS(engine_options<Fp32Stage2>(cfg),
+                       doctest::Contains("/zero_optimization/reduce_bucket_size: must be >= 1 (elements per bucket)"),
+                       config_error);
+  cfg.zero_optimization.reduce_bucket_size = 1000;
   cfg.optimizer = config::OptimizerBlock{};
   cfg.optimizer->params.lr = 1e300;
   cfg.optimizer->params.beta2 = -2;

@@ -144,7 +144,7 @@ Args parse_args(int argc, char** argv) {
     else if (arg == "--bucket-elements") {
       const std::size_t n = plan::parse_count(arg, value());
       if (n == 0) throw zerotk::config_error("must be >= 1", std::string(arg), "0");
-      a.settings.bucket_bytes = n;  // scaled by the element size per precision below
+      a.settings.reduce_bucket_size = n;  // elements, in every precision (as the engine takes it)
     } else if (arg == "--sub-group-size") {
       a.settings.sub_group_size = plan::parse_count(arg, value());
       if (a.settings.sub_group_size == 0) throw zerotk::config_error("must be >= 1", std::string(arg), "0");
@@ -187,9 +187,8 @@ std::string gb2(double bytes) {
   return buf;
 }
 
-plan::EngineSettings for_precision(plan::EngineSettings s, zerotk::DType p) {
-  if (s.bucket_bytes) s.bucket_bytes *= (p == zerotk::DType::fp32 ? 4 : 2);  // elements -> bytes
-  return s;
+plan::EngineSettings for_precision(plan::EngineSettings s, zerotk::DType) {
+  return s;  // the bucket size counts elements in every precision
 }
 
 void print_breakdown(const plan::Evaluation& e) {
@@ -265,23 +264,22 @@ int plan_config(const plan::ModelDescription& m, const Args& a) {
   c.optimizer = target(z.offload_optimizer.device);
   c.param = z.stage == 3 ? target(z.offload_param.device) : plan::OffloadTarget::none;
   plan::EngineSettings s = a.settings;
-  const std::size_t S = c.precision == zerotk::DType::fp32 ? 4 : 2;
-  s.bucket_bytes = static_cast<std::size_t>(z.reduce_bucket_size) * S;  // engine_options: elements x sizeof(S)
-  s.gradient_accumulation_steps = static_cast<int>(cfg.gradient_accumulation_steps);
-  s.grad_accum_fp32 = cfg.data_types.grad_accum_dtype.value_or(cfg.precision()) == zerotk::DType::fp32;
-  s.sub_group_size = static_cast<std::size_t>(z.sub_group_size);
-  s.prefetch_bucket_size = static_cast<std::size_t>(z.stage3_prefetch_bucket_size);
-  s.param_persistence_threshold = static_cast<std::size_t>(z.stage3_param_persistence_threshold);
-  s.model_persistence_threshold = static_cast<std::size_t>(z.stage3_model_persistence_threshold);
-  s.max_live_parameters = static_cast<std::size_t>(z.stage3_max_live_parameters);
-  s.max_reuse_distance = static_cast<std::size_t>(z.stage3_max_reuse_distance);
-  s.hpz_partition_size = static_cast<int>(z.zero_hpz_partition_size);
-  s.optimizer_buffer_count = static_cast<std::size_t>(z.offload_optimizer.buffer_count);
-  s.param_buffer_count = static_cast<std::size_t>(z.offload_param.buffer_count);
-  s.param_buffer_size = static_cast<std::size_t>(z.offload_param.buffer_size);
-  s.param_max_in_cpu = static_cast<std::size_t>(z.offload_param.max_in_cpu);
-  s.optimizer_pipeline_read = z.offload_optimizer.pipeline_read;
-  s.optimizer_pipeline_write = z.offload_optimizer.pipeline_write;
+  s.reduce_bucket_size = z.reduce_bucket_size;  // elements, as the engine takes it
+  s.gradient_accumulation_steps = cfg.gradient_accumulation_steps;
+  s.grad_accum_fp32 = cfg.grad_accum_dtype.value_or(cfg.precision()) == zerotk::DType::fp32;
+  s.sub_group_size = z.sub_group_size;
+  s.prefetch_bucket_size = z.stage3.prefetch_bucket_size;
+  s.param_persistence_threshold = z.stage3.param_persistence_threshold;
+  s.model_persistence_threshold = z.stage3.model_persistence_threshold;
+  s.max_live_parameters = z.stage3.max_live_parameters;
+  s.max_reuse_distance = z.stage3.max_reuse_distance;
+  s.hpz_partition_size = std::max(1, z.stage3.reshard_after_forward.group_size());
+  s.optimizer_buffer_count = z.nvme.buffer_count;
+  s.param_buffer_count = z.param_nvme.buffer_count;
+  s.param_buffer_size = z.param_nvme.buffer_size;
+  s.param_max_in_cpu = z.param_nvme.max_in_cpu;
+  s.optimizer_pipeline_read = z.nvme.pipeline_read;
+  s.optimizer_pipeline_write = z.nvme.pipeline_write;
   plan::Budget b;
   b.device_bytes = a.device_mem.value_or(static_cast<std::size_t>(-1));
   b.host_bytes = a.host_mem.value_or(static_cast<std::size_t>(-1));

@@ -126,7 +126,7 @@ class PendingSave {
  private:
   void write() noexcept {
     try {
-      record_ = write_rank_file(p_.temp, p_.groups, comm_->rank(), comm_->size());
+      record_ = write_rank_file(p_.temp, p_.groups, comm_->rank(), comm_->size(), optimizer_state_names(p_.sig.optimizer));
     } catch (...) {
       error_ = std::current_exception();
     }

@@ -1,13 +1,14 @@
 #pragma once
 /// \file zerotk/checkpoint/rank_file.hpp
 /// One rank's data file <-> that rank's part of an EngineState. Per flat group g (the working-
-/// precision group, then the fp32-kept group), four sections over the rank's owned elements:
+/// precision group, then the fp32-kept group), sections over the rank's owned elements:
 ///   group<g>.step         int64[1]        the optimizer's step count
 ///   group<g>.master       fp32[owned]     the fp32 master partition (padding included, as owned)
-///   group<g>.exp_avg      fp32[owned]     Adam's m
-///   group<g>.exp_avg_sq   fp32[owned]     Adam's v
-/// and two more for 1-bit LAMB (the manifest's optimizer_states end in exp_avg_sq_fresh):
-///   group<g>.exp_avg_sq_fresh    fp32[owned]    its fresh variance v_f
+/// then one per name in the manifest's optimizer_states (the optimizer tag's states, policies.hpp):
+///   group<g>.exp_avg      fp32[owned]     m (every optimizer)
+///   group<g>.exp_avg_sq   fp32[owned]     v (all but the one-moment optimizers)
+///   group<g>.exp_avg_sq_fresh    fp32[owned]    1-bit LAMB's fresh variance v_f
+/// and for 1-bit LAMB (exp_avg_sq_fresh among the states):
 ///   group<g>.lamb_tensor_states  fp64[3 T]      per tensor c_f, F, k (T tensors; k = 0 while unset)
 /// and two more per group when the manifest says `rank_local_state yes` (compressed communication:
 /// engine/state.hpp's RankLocalState, meaningful only to the same rank of the same layout):
@@ -38,7 +39,8 @@
 
 namespace zerotk::checkpoint {
 
-inline constexpr std::size_t kSectionsPerGroup = 4;
+/// step and master, before the per-element optimizer states.
+inline constexpr std::size_t kFixedSectionsPerGroup = 2;
 inline constexpr std::string_view kFreshState = "exp_avg_sq_fresh";
 inline constexpr std::string_view kLambTensorStates = "lamb_tensor_states";
 inline constexpr std::string_view kRankLocal = "rank_local";
@@ -50,7 +52,8 @@ inline bool has_fresh_state(const std::vector<std::string>& states) {
 }
 /// Sections per group of a checkpoint with manifest `m`.
 inline std::size_t sections_per_group(const Manifest& m) {
-  return kSectionsPerGroup + (has_fresh_state(m.optimizer_states) ? 2 : 0) + (m.rank_local ? 2 : 0);
+  return kFixedSectionsPerGroup + m.optimizer_states.size() + (has_fresh_state(m.optimizer_states) ? 1 : 0) +
+         (m.rank_local ? 2 : 0);
 }
 
 /// Whether rank files of `groups` carry rank-local sections: when any group has rank-local state
@@ -64,20 +67,25 @@ inline std::string section_name(std::size_t group, std::string_view what) {
   return "group" + std::to_string(group) + "." + std::string(what);
 }
 
-/// Calls `add(name, span)` for every section of the rank file of groups `groups`, in file order.
+/// The view of per-element state `what` (an optimizer_states name) of group view `gs`.
+inline std::span<const float> state_span(const EngineGroupView& gs, std::string_view what) {
+  if (what == "exp_avg") return gs.m;
+  if (what == "exp_avg_sq") return gs.v;
+  if (what == kFreshState) return gs.v_fresh;
+  throw usage_error("no such per-element optimizer state", "checkpoint::state_span", std::string(what));
+}
+
+/// Calls `add(name, span)` for every section of the rank file of groups `groups`, in file order;
+/// `states`: the optimizer's per-element states (optimizer_state_names).
 template <class Add>
-void for_each_rank_section(std::span<const EngineGroupView> groups, Add&& add) {
+void for_each_rank_section(std::span<const EngineGroupView> groups, const std::vector<std::string>& states, Add&& add) {
   const bool rank_local = has_rank_local(groups);
   for (std::size_t g = 0; g < groups.size(); ++g) {
     const EngineGroupView& gs = groups[g];
     add(section_name(g, "step"), std::span<const std::int64_t>(&gs.step, 1));
     add(section_name(g, "master"), gs.master);
-    add(section_name(g, "exp_avg"), gs.m);
-    add(section_name(g, "exp_avg_sq"), gs.v);
-    if (gs.fresh) {
-      add(section_name(g, kFreshState), gs.v_fresh);
-      add(section_name(g, kLambTensorStates), std::span<const double>(gs.tensor_scalars));
-    }
+    for (const std::string& what : states) add(section_name(g, what), state_span(gs, what));
+    if (has_fresh_state(states)) add(section_name(g, kLambTensorStates), std::span<const double>(gs.tensor_scalars));
     if (rank_local) {
       add(section_name(g, kRankLocal), gs.rank_local_values);
       add(section_name(g, kRankLocalScalars), gs.rank_local_scalars);
@@ -86,15 +94,18 @@ void for_each_rank_section(std::span<const EngineGroupView> groups, Add&& add) {
 }
 
 /// Streams the rank file of `groups` to `dir/<rank file name>` (O_DIRECT where the file system
-/// allows), fsyncs it and the directory; returns its manifest record.
+/// allows), fsyncs it and the directory; returns its manifest record. `states`: the optimizer's
+/// per-element states (optimizer_state_names; Adam's two by default).
 inline FileRecord write_rank_file(const std::filesystem::path& dir, std::span<const EngineGroupView> groups, int rank,
-                                  int world_size) {
+                                  int world_size,
+                                  const std::vector<std::string>& states = optimizer_state_names("AdamW")) {
   const std::string name = rank_file_name(rank);
   std::vector<std::pair<std::string, std::uint64_t>> sizes;
-  for_each_rank_section(groups, [&](const std::string& section, auto span) { sizes.emplace_back(section, span.size_bytes()); });
+  for_each_rank_section(groups, states,
+                        [&](const std::string& section, auto span) { sizes.emplace_back(section, span.size_bytes()); });
   DataFileStreamWriter w(dir / name, rank, world_size, static_cast<std::uint32_t>(sizes.size()),
                          DataFileStreamWriter::file_size(sizes));
-  for_each_rank_section(groups, [&](const std::string& section, auto span) { w.add(section, span); });
+  for_each_rank_section(groups, states, [&](const std::string& section, auto span) { w.add(section, span); });
   FileRecord rec = w.finish(name);
   io::fsync_directory(dir);
   return rec;
@@ -143,12 +154,18 @@ inline void check_rank_file(const DataFileReader& f, const Manifest& m, int rank
 }
 
 /// The per-element sections of one group, by name, and the state's vector each is read into:
-/// master, m, v and, for 1-bit LAMB, v_f.
+/// master, then each of the optimizer's `states` (m, v, 1-bit LAMB's v_f; a one-moment optimizer has m only).
 inline std::vector<std::pair<std::string, std::vector<float>*>> element_sections(EngineGroupState& gs,
                                                                                 const std::vector<std::string>& states) {
-  std::vector<std::pair<std::string, std::vector<float>*>> out = {
-      {"master", &gs.master}, {"exp_avg", &gs.optimizer.m}, {"exp_avg_sq", &gs.optimizer.v}};
-  if (has_fresh_state(states)) out.emplace_back(std::string(kFreshState), &gs.optimizer.v_fresh);
+  std::vector<std::pair<std::string, std::vector<float>*>> out = {{"master", &gs.master}};
+  for (const std::string& what : states) {
+    std::vector<float>* into = what == "exp_avg"      ? &gs.optimizer.m
+                               : what == "exp_avg_sq" ? &gs.optimizer.v
+                               : what == kFreshState  ? &gs.optimizer.v_fresh
+                                                      : nullptr;
+    if (into == nullptr) throw usage_error("no such per-element optimizer state", "checkpoint::element_sections", what);
+    out.emplace_back(what, into);
+  }
   return out;
 }
 

@@ -21,30 +21,20 @@
 
 namespace zerotk::checkpoint {
 
-/// The per-element optimizer states of the optimizer named `optimizer` (optimizer_name), in file
-/// order (DeepSpeed's names): m and v, and 1-bit LAMB's fresh variance.
+/// The per-element optimizer states of the optimizer named `optimizer` (its tag's name), in file
+/// order (DeepSpeed's names): as many of exp_avg, exp_avg_sq, exp_avg_sq_fresh as its tag has
+/// states (policies.hpp). An unknown name has Adam's two.
 inline std::vector<std::string> optimizer_state_names(std::string_view optimizer) {
-  if (optimizer == "OneBitLamb") return {"exp_avg", "exp_avg_sq", "exp_avg_sq_fresh"};
-  return {"exp_avg", "exp_avg_sq"};
+  static constexpr std::string_view kNames[] = {"exp_avg", "exp_avg_sq", "exp_avg_sq_fresh"};
+  std::size_t states = 2;
+  visit_named(optimizer_tags{}, optimizer, [&](auto tag) { states = decltype(tag)::states; });
+  return std::vector<std::string>(kNames, kNames + states);
 }
 
+/// The name a checkpoint records for the optimizer of tag `Tag`: its DeepSpeed type name.
 template <class Tag>
 constexpr std::string_view optimizer_name() {
-  if constexpr (std::is_same_v<Tag, Adam>) {
-    return "Adam";
-  } else if constexpr (std::is_same_v<Tag, AdamW>) {
-    return "AdamW";
-  } else if constexpr (std::is_same_v<Tag, Lamb>) {
-    return "Lamb";
-  } else if constexpr (std::is_same_v<Tag, OneBitAdam>) {
-    return "OneBitAdam";  // m and v as Adam's; the errors are each rank's rank-local state (rank_file.hpp)
-  } else if constexpr (std::is_same_v<Tag, ZeroOneAdam>) {
-    return "ZeroOneAdam";  // m and v; the accumulator, its lr sums and the errors are rank-local state
-  } else if constexpr (std::is_same_v<Tag, OneBitLamb>) {
-    return "OneBitLamb";  // m, v, v_f and per tensor c_f, F, k; the errors and the flat tail are rank-local state
-  } else {
-    static_assert(dependent_false<Tag>, "checkpoint: no name for this optimizer tag (add it to optimizer_name)");
-  }
+  return Tag::name;
 }
 
 /// The structure of one engine on one rank.

@@ -10,11 +10,19 @@
 /// `/zero_optimization/stage3_prefetch_bucket_size`. Bucket and threshold sizes count ELEMENTS,
 /// as in DeepSpeed, not bytes.
 ///
-/// Where a layer has its own options struct, the config holds that struct and the reader fills it
-/// directly (no mirrored fields): the `fp16` block is precision's LossScalerOptions, the optimizer's
-/// hyper-parameters are optim's OptimizerOptions, each schedule's params are optim's options of
-/// that schedule. Their members keep the layer's names where they differ from DeepSpeed's keys
-/// (`loss_scale` -> `static_scale`, `betas` -> `beta1`/`beta2`, `max_coeff` -> `lamb_max_coeff`).
+/// Where a part has its own options struct, the config holds that struct whole and the reader fills
+/// it directly (no mirrored fields; engine_config.hpp composes EngineOptions from the parts, one
+/// assignment each): the `fp16` block is precision's LossScalerOptions; the optimizer's
+/// hyper-parameters optim's OptimizerOptions and the 1-bit keys its OneBitOptions; each schedule's
+/// params optim's options of that schedule; `zero_optimization` is ZeRO's BucketOptions and
+/// offload's OffloadOptions (with the `offload_*` blocks' swap keys and the `aio` block as
+/// `nvme`, `param_nvme` and `nvme.aio`), and holds stage 3's Stage3Options (`stage3_*`,
+/// `zero_hpz_partition_size`, and the top-level `zero_allowed_param_types` /
+/// `zero_force_param_types`); the top level is the boundary's StepOptions (`gradient_clipping`,
+/// `gradient_accumulation_steps`, `data_types.grad_accum_dtype`); `gradient_compression` is
+/// compress's GradientCompressionOptions. Their members keep the part's names where they differ
+/// from DeepSpeed's keys (`loss_scale` -> `static_scale`, `betas` -> `beta1`/`beta2`,
+/// `max_coeff` -> `lamb_max_coeff`, `nvme_path` -> `path`); docs/config.md has the table.
 
 #include <array>
 #include <cmath>
@@ -27,11 +35,18 @@
 #include <variant>
 #include <vector>
 
+#include "zerotk/compress/gradient_options.hpp"
 #include "zerotk/core/dtype.hpp"
+#include "zerotk/engine/options.hpp"
+#include "zerotk/io/aio_options.hpp"
+#include "zerotk/offload/options.hpp"
+#include "zerotk/optim/onebit_options.hpp"
 #include "zerotk/optim/options.hpp"
 #include "zerotk/optim/schedulers.hpp"
 #include "zerotk/optim/zero_one_schedule.hpp"
+#include "zerotk/policies.hpp"
 #include "zerotk/precision/loss_scaler.hpp"
+#include "zerotk/zero/options.hpp"
 
 namespace zerotk::config {
 
@@ -40,8 +55,67 @@ namespace zerotk::config {
 /// How the loss is scaled: DeepSpeed's fp16 `loss_scale` 0 -> dynamic, > 0 -> static; bf16/fp32 -> none.
 enum class ScalerKind : std::uint8_t { none, static_scale, dynamic };
 
-/// Optimizers zerotk implements. JSON "Adam" maps to adamw unless `"adam_w_mode": false`.
-enum class OptimizerKind : std::uint8_t { adam, adamw, lamb, onebit_adam, onebit_lamb, zero_one_adam };
+/// What the config layer reads of an optimizer tag (policies.hpp): one row per tag, made from the
+/// tags themselves (no table of its own).
+struct OptimizerInfo {
+  std::string_view name;  ///< DeepSpeed's "type"
+  unsigned params;        ///< the `optimizer.params` keys it reads (optimizer_params flags)
+  bool one_bit, whole_partition;
+};
+namespace detail {
+template <class... Ts>
+constexpr std::array<OptimizerInfo, sizeof...(Ts)> optimizer_infos(type_list<Ts...>) {
+  return {{{Ts::name, Ts::params, Ts::one_bit, Ts::whole_partition}...}};
+}
+template <class Tag, class... Ts>
+constexpr std::uint8_t tag_index(type_list<Ts...>) {
+  static_assert((std::is_same_v<Tag, Ts> || ...), "OptimizerKind::of<Tag>: Tag is not in zerotk::optimizer_tags");
+  std::uint8_t i = 0, found = 0;
+  ((std::is_same_v<Tag, Ts> ? (found = i, ++i) : ++i), ...);
+  return found;
+}
+}  // namespace detail
+inline constexpr auto kOptimizerInfos = detail::optimizer_infos(optimizer_tags{});
+
+/// An optimizer zerotk implements: an index into zerotk::optimizer_tags (policies.hpp), whose tags
+/// carry the DeepSpeed name and the traits. JSON "Adam" maps to adamw unless `"adam_w_mode": false`.
+class OptimizerKind {
+ public:
+  static const OptimizerKind adam, adamw, lamb, onebit_adam, onebit_lamb, zero_one_adam;
+
+  /// The kind of optimizer tag `Tag` (a compile error for a tag not in optimizer_tags).
+  template <class Tag>
+  static constexpr OptimizerKind of() {
+    return OptimizerKind(detail::tag_index<Tag>(optimizer_tags{}));
+  }
+  /// Every kind, in optimizer_tags' order.
+  static constexpr std::size_t count() noexcept { return kOptimizerInfos.size(); }
+  static constexpr OptimizerKind at(std::size_t i) noexcept { return OptimizerKind(static_cast<std::uint8_t>(i)); }
+
+  /// DeepSpeed's spelling of the type ("Adam", "AdamW", "Lamb", ...).
+  constexpr std::string_view name() const noexcept { return kOptimizerInfos[i_].name; }
+  /// It compresses exchanges of its own (the 1-bit optimizers), and its step needs the whole
+  /// partition at once (LAMB): the traits of its tag.
+  constexpr bool one_bit() const noexcept { return kOptimizerInfos[i_].one_bit; }
+  constexpr bool whole_partition() const noexcept { return kOptimizerInfos[i_].whole_partition; }
+  /// The `optimizer.params` keys it reads (zerotk::optimizer_params flags).
+  constexpr unsigned params() const noexcept { return kOptimizerInfos[i_].params; }
+  /// Whether it reads key group `flag` (an optimizer_params flag).
+  constexpr bool reads(unsigned flag) const noexcept { return (params() & flag) != 0; }
+  constexpr std::size_t index() const noexcept { return i_; }
+
+  friend constexpr bool operator==(OptimizerKind, OptimizerKind) = default;
+
+ private:
+  constexpr explicit OptimizerKind(std::uint8_t i) noexcept : i_(i) {}
+  std::uint8_t i_ = 0;
+};
+inline constexpr OptimizerKind OptimizerKind::adam = OptimizerKind::of<Adam>();
+inline constexpr OptimizerKind OptimizerKind::adamw = OptimizerKind::of<AdamW>();
+inline constexpr OptimizerKind OptimizerKind::lamb = OptimizerKind::of<Lamb>();
+inline constexpr OptimizerKind OptimizerKind::onebit_adam = OptimizerKind::of<OneBitAdam>();
+inline constexpr OptimizerKind OptimizerKind::onebit_lamb = OptimizerKind::of<OneBitLamb>();
+inline constexpr OptimizerKind OptimizerKind::zero_one_adam = OptimizerKind::of<ZeroOneAdam>();
 
 /// Where offloaded state lives (`offload_optimizer.device`, `offload_param.device`).
 enum class OffloadDevice : std::uint8_t { none, cpu, nvme };
@@ -61,19 +135,8 @@ constexpr std::string_view to_string(ScalerKind k) noexcept {
   return "unknown";
 }
 
-/// The DeepSpeed spelling of the optimizer type ("Adam", "AdamW", "Lamb", "OneBitAdam", "OneBitLamb",
-/// "ZeroOneAdam").
-constexpr std::string_view to_string(OptimizerKind k) noexcept {
-  switch (k) {
-    case OptimizerKind::adam: return "Adam";
-    case OptimizerKind::adamw: return "AdamW";
-    case OptimizerKind::lamb: return "Lamb";
-    case OptimizerKind::onebit_adam: return "OneBitAdam";
-    case OptimizerKind::onebit_lamb: return "OneBitLamb";
-    case OptimizerKind::zero_one_adam: return "ZeroOneAdam";
-  }
-  return "unknown";
-}
+/// The DeepSpeed spelling of the optimizer type ("Adam", "AdamW", "Lamb", ...): its tag's name.
+constexpr std::string_view to_string(OptimizerKind k) noexcept { return k.name(); }
 
 constexpr std::string_view to_string(OffloadDevice d) noexcept {
   switch (d) {
@@ -128,59 +191,51 @@ struct Bf16Options {
   bool enabled = false;
 };
 
-/// `zero_optimization.offload_optimizer` (stages 1-3; nvme swaps only with stage 3).
+/// `zero_optimization.offload_optimizer` (stages 1-3; nvme swaps only with stage 3): the device
+/// (the Offload policy) and pin_memory. Its swap keys (nvme_path, buffer_count, pipeline_read,
+/// pipeline_write) are offload's NvmeOptions: ZeroOptions::nvme.
 struct OffloadOptimizerOptions {
   OffloadDevice device = OffloadDevice::none;
-  std::string nvme_path;            ///< required for nvme
-  std::int64_t buffer_count = 4;
   bool pin_memory = true;
-  bool pipeline_read = false;
-  bool pipeline_write = false;
 };
 
-/// `zero_optimization.offload_param` (stage 3 only).
+/// `zero_optimization.offload_param` (stage 3 only): the device (the OffloadParams policy) and
+/// pin_memory. Its swap keys (nvme_path, buffer_count, buffer_size, max_in_cpu) are offload's
+/// ParamNvmeOptions: ZeroOptions::param_nvme.
 struct OffloadParamOptions {
   OffloadDevice device = OffloadDevice::none;
-  std::string nvme_path;            ///< required for nvme
-  std::int64_t buffer_count = 5;
-  std::int64_t buffer_size = 100'000'000;   ///< elements per swap buffer
-  std::int64_t max_in_cpu = 1'000'000'000;  ///< elements kept in CPU memory with nvme
   bool pin_memory = true;
 };
 
-/// `zero_optimization` block (SEMANTICS.md sections 6-8). Sizes in elements.
-struct ZeroOptions {
+/// `aio` block: NVMe swapping I/O (SEMANTICS.md section 8), held as ZeroOptions::nvme.aio.
+using AioOptions = io::AioOptions;
+
+/// `zero_optimization` block (SEMANTICS.md sections 6-8), with DeepSpeed's defaults. Sizes in
+/// elements. It is ZeRO's BucketOptions (`reduce_bucket_size`, `overlap_comm`) and offload's
+/// OffloadOptions (`sub_group_size`; `nvme`: offload_optimizer's swap keys and the `aio` block;
+/// `param_nvme`: offload_param's), and holds stage 3's options (`stage3`).
+struct ZeroOptions : zero::BucketOptions, offload::OffloadOptions {
+  ZeroOptions() {
+    reduce_bucket_size = 500'000'000;  // DeepSpeed's default (BucketOptions' 0 is the Bucketer policy's)
+    overlap_comm = false;              // resolved by the reader: DeepSpeed's default is true for stage 3 only
+  }
   int stage = 0;
   bool contiguous_gradients = true;
   bool reduce_scatter = true;
-  std::int64_t reduce_bucket_size = 500'000'000;
   bool allgather_partitions = true;
   std::int64_t allgather_bucket_size = 500'000'000;
-  bool overlap_comm = false;        ///< resolved: DeepSpeed's default is true for stage 3 only
   bool load_from_fp32_weights = true;
   OffloadOptimizerOptions offload_optimizer;
   OffloadParamOptions offload_param;
-  std::int64_t sub_group_size = 1'000'000'000;
-  std::int64_t stage3_prefetch_bucket_size = 50'000'000;
-  std::int64_t stage3_param_persistence_threshold = 100'000;
-  std::int64_t stage3_model_persistence_threshold = std::numeric_limits<std::int64_t>::max();
-  std::int64_t stage3_max_live_parameters = 1'000'000'000;
-  std::int64_t stage3_max_reuse_distance = 1'000'000'000;
+  /// `stage3_prefetch_bucket_size`, `stage3_param_persistence_threshold`,
+  /// `stage3_model_persistence_threshold`, `stage3_max_live_parameters`,
+  /// `stage3_max_reuse_distance`, `zero_hpz_partition_size` (reshard_after_forward = group(g)), and
+  /// the top-level `zero_allowed_param_types` / `zero_force_param_types` (partitioned_module_types,
+  /// replicated_module_types).
+  zero::Stage3Options stage3;
   bool stage3_gather_16bit_weights_on_model_save = false;
-  /// ZeRO++ hpZ: ranks per group of the secondary parameter shard (1: off). Stage 3 only; divides the
-  /// world size (EngineOptions: Stage3Options::reshard_after_forward = ReshardAfterForward::group(g)).
-  std::int64_t zero_hpz_partition_size = 1;
   bool ignore_unused_parameters = true;
   bool round_robin_gradients = false;
-};
-
-/// `aio` block: NVMe swapping I/O (SEMANTICS.md section 8).
-struct AioOptions {
-  std::int64_t block_size = 1 << 20;  ///< bytes per I/O request
-  std::int64_t queue_depth = 8;
-  std::int64_t intra_op_parallelism = 1;  ///< old name: thread_count
-  bool single_submit = false;
-  bool overlap_events = true;
 };
 
 /// `optimizer` block: the type, the hyper-parameters in the optimizer layer's own struct (filled
@@ -188,18 +243,16 @@ struct AioOptions {
 /// `min_coeff`/`max_coeff` -> lamb_min_coeff/lamb_max_coeff), and the params zerotk's
 /// OptimizerOptions has no home for yet. Only the fields of `kind` are meaningful; the rest keep
 /// DeepSpeed's defaults.
-struct OptimizerBlock {
+///
+/// It is the 1-bit optimizers' OneBitOptions (what EngineOptions::onebit receives): `freeze_step`
+/// (OneBitAdam, OneBitLamb), `zero_one` (ZeroOneAdam's var_freeze_step, var_update_scaler,
+/// local_step_*), `lamb` (OneBitLamb's coeff_beta, factor_max, factor_min, factor_threshold).
+struct OptimizerBlock : OneBitOptions {
   OptimizerKind kind = OptimizerKind::adamw;
   zerotk::OptimizerOptions params;  ///< what EngineOptions::optimizer receives
   bool adam_w_mode = true;          ///< decoupled weight decay (Adam/AdamW/1-bit Adam)
-  std::int64_t freeze_step = 100'000;  ///< OneBitAdam, OneBitLamb: warm-up steps before compression
-  optim::ZeroOneOptions zero_one;   ///< ZeroOneAdam: var_freeze_step, var_update_scaler, local_step_*
   bool cuda_aware = false;          ///< 1-bit: communication back end may use device buffers
   std::string comm_backend_name = "nccl";
-  double coeff_beta = 0.9;          ///< 1-bit LAMB
-  double factor_max = 4.0;
-  double factor_min = 0.5;
-  double factor_threshold = 0.1;
 };
 
 /// The key under `/optimizer/params` that fills OptimizerOptions member `field`.
@@ -224,11 +277,6 @@ static_assert(std::variant_size_v<optim::LrSchedulerOptions> == 5 &&
                              optim::OneCycleOptions>,
               "SchedulerKind follows the order of optim::LrSchedulerOptions");
 
-/// `data_types` block.
-struct DataTypesOptions {
-  /// The dtype micro-steps' gradients are accumulated in; empty: the training precision (DeepSpeed's default).
-  std::optional<DType> grad_accum_dtype;
-};
 
 /// `csv_monitor` block (SEMANTICS.md section 11): files in output_path/job_name on rank 0.
 struct CsvMonitorOptions {
@@ -241,10 +289,10 @@ struct CsvMonitorOptions {
 /// compressed payload with error feedback. No algorithm (block or key absent): no compression.
 /// `topk_ratio` is used by "topk" only and `huffman_coding` by every algorithm; both are accepted
 /// without an algorithm (published configs carry them) and then do nothing.
-struct GradientCompressionConfig {
+/// It is compress's GradientCompressionOptions (topk_ratio, huffman_coding), plus the algorithm
+/// (the GradientCompression policy).
+struct GradientCompressionConfig : compress::GradientCompressionOptions {
   std::optional<CompressionAlgorithm> algorithm;
-  double topk_ratio = 0.01;     ///< fraction of entries top-k keeps, in (0, 1]
-  bool huffman_coding = false;  ///< entropy-code the payload (lossless)
 };
 
 /// `activation_checkpointing` block.
@@ -270,33 +318,29 @@ struct Structure {
   friend bool operator==(const Structure&, const Structure&) = default;
 };
 
-/// A fully resolved DeepSpeed config: no "auto" left, batch triad consistent with world_size.
-struct Config {
+/// A fully resolved DeepSpeed config: no "auto" left, batch triad consistent with world_size. The
+/// top level is the boundary's StepOptions: `gradient_accumulation_steps` (the batch triad's),
+/// `gradient_clipping`, and `grad_accum_dtype` (the `data_types` block's key; the reader resolves
+/// an absent one to the training precision, DeepSpeed's default).
+struct Config : StepOptions {
+  Config() { gradient_clipping = 1.0; }  // DeepSpeed 0.19's default (StepOptions' 0 is no clipping)
+
   int world_size = 1;  ///< data-parallel ranks the batch triad was resolved for
   std::int64_t train_batch_size = 1;
   std::int64_t train_micro_batch_size_per_gpu = 1;
-  std::int64_t gradient_accumulation_steps = 1;
 
-  double gradient_clipping = 1.0;   ///< 0 disables clipping
   std::int64_t steps_per_print = 10;
   bool wall_clock_breakdown = false;
   bool prescale_gradients = false;
   double gradient_predivide_factor = 1.0;
   std::optional<DType> communication_data_type;  ///< empty: reduce in the gradient dtype
-  DataTypesOptions data_types;
   /// Module type names whose parameters stay fp32 in fp16/bf16 training (e.g. "LayerNorm"). zerotk's own
-  /// key: DeepSpeed 0.19 has no `fp16_override_modules`.
+  /// key: DeepSpeed 0.19 has no `fp16_override_modules` (EngineOptions::fp32_module_types).
   std::vector<std::string> fp16_override_modules;
-  /// zerotk's own top-level keys: stage 3 partitions only the parameters of modules of these types
-  /// (empty: every module's), and never those of `zero_force_param_types`; the others stay gathered
-  /// on every rank (EngineOptions::stage3, docs/stage3.md).
-  std::vector<std::string> zero_allowed_param_types;
-  std::vector<std::string> zero_force_param_types;
 
   Fp16Options fp16;
   Bf16Options bf16;
-  ZeroOptions zero_optimization;
-  AioOptions aio;
+  ZeroOptions zero_optimization;  ///< with the `aio` block as zero_optimization.nvme.aio
   std::optional<OptimizerBlock> optimizer;
   std::optional<SchedulerOptions> scheduler;
   CsvMonitorOptions csv_monitor;

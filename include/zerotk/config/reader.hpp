@@ -88,6 +88,15 @@ class Block {
     if (g == Got::value) out = static_cast<int>(v);
     return g;
   }
+  /// get_int into an element or byte count (a part's std::size_t member), the same range rules.
+  Got get_count(std::string_view key, std::size_t& out, std::int64_t lo,
+                std::int64_t hi = std::numeric_limits<std::int64_t>::max(), bool auto_ok = false,
+                std::string_view alias = {}) {
+    std::int64_t v = static_cast<std::int64_t>(std::min<std::size_t>(out, std::numeric_limits<std::int64_t>::max()));
+    Got g = get_int(key, v, lo, hi, auto_ok, alias);
+    if (g == Got::value) out = static_cast<std::size_t>(v);
+    return g;
+  }
   /// A finite number >= lo (> lo when `lo_open`) and <= hi.
   Got get_number(std::string_view key, double& out, double lo, bool lo_open = false,
                  double hi = std::numeric_limits<double>::infinity(), bool auto_ok = false);
@@ -176,6 +185,7 @@ class Reader {
   }
   static std::string text(double v) { return num_text(v); }
   static std::string text(std::int64_t v) { return std::to_string(v); }
+  static std::string text(std::size_t v) { return std::to_string(v); }
   static std::string text(bool v) { return v ? "true" : "false"; }
   static std::string text(const std::array<double, 2>& v) { return cat("[", num_text(v[0]), ", ", num_text(v[1]), "]"); }
 
@@ -529,12 +539,15 @@ inline void Reader::read_precision(Block& root, Config& c) {
   // zerotk's own keys (no DeepSpeed release reads them): which modules' parameters stage 3 partitions.
   // Top level, not in zero_optimization: DeepSpeed ignores unknown top-level keys but refuses unknown
   // zero_optimization ones, so a config with them still loads there.
+  // They fill stage 3's own options (Stage3Options::partitioned_module_types, replicated_module_types).
+  zero::Stage3Options& s3 = c.zero_optimization.stage3;
   read_module_types(root.find("zero_allowed_param_types"), root.path_of("zero_allowed_param_types"),
-                    c.zero_allowed_param_types);
-  read_module_types(root.find("zero_force_param_types"), root.path_of("zero_force_param_types"), c.zero_force_param_types);
-  for (const std::string& t : c.zero_force_param_types) {
-    if (std::find(c.zero_allowed_param_types.begin(), c.zero_allowed_param_types.end(), t) !=
-        c.zero_allowed_param_types.end()) {
+                    s3.partitioned_module_types);
+  read_module_types(root.find("zero_force_param_types"), root.path_of("zero_force_param_types"),
+                    s3.replicated_module_types);
+  for (const std::string& t : s3.replicated_module_types) {
+    if (std::find(s3.partitioned_module_types.begin(), s3.partitioned_module_types.end(), t) !=
+        s3.partitioned_module_types.end()) {
       error(root.path_of("zero_force_param_types"),
             cat("module type \"", t, "\" is also in zero_allowed_param_types; a type is either partitioned or not"),
             cat("\"", t, "\""));
@@ -563,6 +576,12 @@ inline void Reader::read_module_types(const Json* m, const std::string& path, st
 
 constexpr std::array<std::string_view, 3> kDevices{"none", "cpu", "nvme"};
 
+/// A nullable string key into a path (absent or null: unchanged).
+inline void read_path(Block& b, std::string_view key, std::filesystem::path& out) {
+  std::string s;
+  if (b.get_string(key, s, true) == Got::value) out = s;
+}
+
 inline void Reader::read_zero(Block& root, Config& c) {
   constexpr auto kMax = std::numeric_limits<std::int64_t>::max();
   const Json* zj = root.find("zero_optimization");
@@ -585,11 +604,12 @@ inline void Reader::read_zero(Block& root, Config& c) {
   z.overlap_comm = z.stage == 3;  // DeepSpeed's default depends on the stage
   b.get_bool("overlap_comm", z.overlap_comm);
   b.get_bool("load_from_fp32_weights", z.load_from_fp32_weights);
-  b.get_int("sub_group_size", z.sub_group_size, 1, kMax);
-  b.get_int("stage3_max_live_parameters", z.stage3_max_live_parameters, 0, kMax, false, "max_live_parameters");
-  b.get_int("stage3_max_reuse_distance", z.stage3_max_reuse_distance, 0, kMax, false, "max_reuse_distance");
-  b.get_int("stage3_model_persistence_threshold", z.stage3_model_persistence_threshold, 0, kMax, false,
-            "model_persistence_threshold");
+  b.get_count("sub_group_size", z.sub_group_size, 1);
+  zero::Stage3Options& s3 = z.stage3;  // stage 3's own options, filled in place
+  b.get_count("stage3_max_live_parameters", s3.max_live_parameters, 0, kMax, false, "max_live_parameters");
+  b.get_count("stage3_max_reuse_distance", s3.max_reuse_distance, 0, kMax, false, "max_reuse_distance");
+  b.get_count("stage3_model_persistence_threshold", s3.model_persistence_threshold, 0, kMax, false,
+              "model_persistence_threshold");
   {
     std::string used;
     const Json* g16 = b.find("stage3_gather_16bit_weights_on_model_save", "gather_16bit_weights_on_model_save", &used);
@@ -609,20 +629,21 @@ inline void Reader::read_zero(Block& root, Config& c) {
   }
   // ZeRO++ hpZ: a secondary shard of the parameters within groups of g consecutive ranks. Only stage 3
   // partitions parameters (DeepSpeed reads the key there alone); g must divide the world size.
-  if (b.get_int("zero_hpz_partition_size", z.zero_hpz_partition_size, 1, std::numeric_limits<int>::max()) == Got::value &&
-      z.zero_hpz_partition_size > 1) {
-    const std::string g = std::to_string(z.zero_hpz_partition_size);
+  int hpz = 1;
+  if (b.get_int("zero_hpz_partition_size", hpz, 1, std::numeric_limits<int>::max()) == Got::value && hpz > 1) {
+    const std::string g = std::to_string(hpz);
     if (z.stage != 3) {
       unsupported(b.path_of("zero_hpz_partition_size"),
                   cat("has effect only at ZeRO stage 3 (stage is ", std::to_string(z.stage),
                       "; DeepSpeed ignores it too); ignored"),
                   g);
-      z.zero_hpz_partition_size = 1;
-    } else if (ctx.world_size % z.zero_hpz_partition_size != 0) {
+    } else if (ctx.world_size % hpz != 0) {
       error(b.path_of("zero_hpz_partition_size"),
             cat("must divide the world size (", std::to_string(ctx.world_size),
                 "): hpZ keeps a secondary shard within groups of that many consecutive ranks"),
             g);
+    } else {
+      s3.reshard_after_forward = zero::ReshardAfterForward::group(hpz);
     }
   }
   b.get_bool("ignore_unused_parameters", z.ignore_unused_parameters);
@@ -631,31 +652,32 @@ inline void Reader::read_zero(Block& root, Config& c) {
   // Sizes HF's integration fills from the model's hidden size H.
   const auto h = ctx.hidden_size;
   const std::string hidden_hint = "write a number of elements, or give the model's hidden size (zerotk-config --hidden H)";
-  if (b.get_int("reduce_bucket_size", z.reduce_bucket_size, 1, kMax, true) == Got::automatic) {
-    resolve_auto(b.path_of("reduce_bucket_size"), z.reduce_bucket_size, h ? std::optional(*h * *h) : std::nullopt,
-                 "hidden size squared", hidden_hint);
+  // Elements, as DeepSpeed counts them, in both groups (and as the engine takes them).
+  if (b.get_count("reduce_bucket_size", z.reduce_bucket_size, 1, kMax, true) == Got::automatic) {
+    resolve_auto(b.path_of("reduce_bucket_size"), z.reduce_bucket_size,
+                 h ? std::optional(static_cast<std::size_t>(*h * *h)) : std::nullopt, "hidden size squared", hidden_hint);
   }
   // stage3_* sizes mean nothing below stage 3: an unresolvable "auto" there keeps the default.
-  auto stage3_auto = [&](std::string_view key, std::int64_t& out, std::optional<std::int64_t> from_h,
+  auto stage3_auto = [&](std::string_view key, std::size_t& out, std::optional<std::size_t> from_h,
                          std::string_view how) {
     if (from_h) {
       resolve_auto(b.path_of(key), out, from_h, how);
     } else if (z.stage < 3) {
       resolve_auto(b.path_of(key), out, std::optional(out), "default; unused below stage 3");
     } else {
-      resolve_auto(b.path_of(key), out, std::optional<std::int64_t>(), how, hidden_hint);
+      resolve_auto(b.path_of(key), out, std::optional<std::size_t>(), how, hidden_hint);
     }
   };
-  if (b.get_int("stage3_prefetch_bucket_size", z.stage3_prefetch_bucket_size, 0, kMax, true,
-                "prefetch_bucket_size") == Got::automatic) {
-    std::optional<std::int64_t> v;
-    if (h) v = static_cast<std::int64_t>(0.9 * static_cast<double>(*h) * static_cast<double>(*h));
-    stage3_auto("stage3_prefetch_bucket_size", z.stage3_prefetch_bucket_size, v, "0.9 x hidden size squared");
+  if (b.get_count("stage3_prefetch_bucket_size", s3.prefetch_bucket_size, 0, kMax, true, "prefetch_bucket_size") ==
+      Got::automatic) {
+    std::optional<std::size_t> v;
+    if (h) v = static_cast<std::size_t>(0.9 * static_cast<double>(*h) * static_cast<double>(*h));
+    stage3_auto("stage3_prefetch_bucket_size", s3.prefetch_bucket_size, v, "0.9 x hidden size squared");
   }
-  if (b.get_int("stage3_param_persistence_threshold", z.stage3_param_persistence_threshold, 0, kMax, true,
-                "param_persistence_threshold") == Got::automatic) {
-    stage3_auto("stage3_param_persistence_threshold", z.stage3_param_persistence_threshold,
-                h ? std::optional(10 * *h) : std::nullopt, "10 x hidden size");
+  if (b.get_count("stage3_param_persistence_threshold", s3.param_persistence_threshold, 0, kMax, true,
+                  "param_persistence_threshold") == Got::automatic) {
+    stage3_auto("stage3_param_persistence_threshold", s3.param_persistence_threshold,
+                h ? std::optional(static_cast<std::size_t>(10 * *h)) : std::nullopt, "10 x hidden size");
   }
 
   // Offload blocks. The deprecated booleans map onto them as DeepSpeed does.
@@ -684,13 +706,14 @@ inline void Reader::read_zero(Block& root, Config& c) {
   if (oo) {
     Block o(*this, oo, b.path_of("offload_optimizer"));
     auto& x = z.offload_optimizer;
+    offload::NvmeOptions& n = z.nvme;  // the swap keys: offload's own options
     std::size_t dev = 0;
     if (o.get_choice("device", dev, kDevices) == Got::value) x.device = static_cast<OffloadDevice>(dev);
-    o.get_string("nvme_path", x.nvme_path, true);
-    o.get_int("buffer_count", x.buffer_count, 1, kMax);
+    read_path(o, "nvme_path", n.path);
+    o.get_count("buffer_count", n.buffer_count, 1);
     o.get_bool("pin_memory", x.pin_memory);
-    o.get_bool("pipeline_read", x.pipeline_read);
-    o.get_bool("pipeline_write", x.pipeline_write);
+    o.get_bool("pipeline_read", n.pipeline_read);
+    o.get_bool("pipeline_write", n.pipeline_write);
     // Partial offload: DeepSpeed asserts stage 3 for any ratio < 1 (zero/config.py), device or not.
     double ratio = 1.0;
     if (o.get_number("ratio", ratio, 0, false, 1) == Got::value && ratio < 1.0) {
@@ -709,12 +732,13 @@ inline void Reader::read_zero(Block& root, Config& c) {
   if (op) {
     Block o(*this, op, b.path_of("offload_param"));
     auto& x = z.offload_param;
+    offload::ParamNvmeOptions& n = z.param_nvme;  // the swap keys: offload's own options
     std::size_t dev = 0;
     if (o.get_choice("device", dev, kDevices) == Got::value) x.device = static_cast<OffloadDevice>(dev);
-    o.get_string("nvme_path", x.nvme_path, true);
-    o.get_int("buffer_count", x.buffer_count, 1, kMax);
-    o.get_int("buffer_size", x.buffer_size, 1, kMax);
-    o.get_int("max_in_cpu", x.max_in_cpu, 0, kMax);
+    read_path(o, "nvme_path", n.path);
+    o.get_count("buffer_count", n.buffer_count, 1);
+    o.get_count("buffer_size", n.buffer_size, 1);
+    o.get_count("max_in_cpu", n.max_in_cpu, 0);
     o.get_bool("pin_memory", x.pin_memory);
     o.finish();
   }
@@ -742,14 +766,17 @@ inline void Reader::read_zero(Block& root, Config& c) {
 }
 
 inline void Reader::read_aio(Block& root, Config& c) {
-  constexpr auto kMax = std::numeric_limits<std::int64_t>::max();
   Block b(*this, root.get_object("aio"), root.path_of("aio"));
-  auto& a = c.aio;
-  b.get_int("block_size", a.block_size, 1, kMax);
-  b.get_int("queue_depth", a.queue_depth, 1, kMax);
-  if (b.get_int("intra_op_parallelism", a.intra_op_parallelism, 1, kMax, false, "thread_count") == Got::value &&
-      b.find("thread_count") && !b.find("intra_op_parallelism")) {
-    note(Notice::Kind::deprecated, b.path_of("thread_count"), "old name of \"intra_op_parallelism\"");
+  io::AioOptions& a = c.zero_optimization.nvme.aio;  // the I/O layer's own options, shared by both swap files
+  b.get_count("block_size", a.block_size, 1, std::int64_t{1} << 30);
+  std::int64_t v = a.queue_depth;
+  if (b.get_int("queue_depth", v, 1, 4096) == Got::value) a.queue_depth = static_cast<int>(v);
+  v = a.intra_op_parallelism;
+  if (b.get_int("intra_op_parallelism", v, 1, 64, false, "thread_count") == Got::value) {
+    a.intra_op_parallelism = static_cast<int>(v);
+    if (b.find("thread_count") && !b.find("intra_op_parallelism")) {
+      note(Notice::Kind::deprecated, b.path_of("thread_count"), "old name of \"intra_op_parallelism\"");
+    }
   }
   b.get_bool("single_submit", a.single_submit);
   b.get_bool("overlap_events", a.overlap_events);
@@ -760,8 +787,14 @@ inline void Reader::read_optimizer(Block& root, Config& c) {
   const Json* oj = root.get_object("optimizer");
   if (!oj) return;
   Block b(*this, oj, root.path_of("optimizer"));
-  // DeepSpeed's names (matched case-insensitively), in OptimizerKind's order.
-  constexpr std::array<std::string_view, 6> kTypes{"Adam", "AdamW", "Lamb", "OneBitAdam", "OneBitLamb", "ZeroOneAdam"};
+  // DeepSpeed's names (matched case-insensitively): the optimizer tags' (policies.hpp).
+  std::array<std::string_view, OptimizerKind::count()> types{};
+  std::string supported;
+  for (std::size_t i = 0; i < types.size(); ++i) {
+    types[i] = OptimizerKind::at(i).name();
+    supported += cat(i == 0 ? "" : i + 1 == types.size() ? " or " : ", ", types[i]);
+  }
+  // DeepSpeed's other optimizers (none of them is a tag).
   constexpr std::array<std::string_view, 11> kNotYet{"Adagrad", "Lion", "MuAdam", "MuAdamW", "MuSGD", "Muon",
                                                      "SGD", "RMSprop", "Adamax", "CPUAdam", "FusedAdam"};
   std::string type;
@@ -769,25 +802,24 @@ inline void Reader::read_optimizer(Block& root, Config& c) {
   Got got_type = b.get_string("type", type);
   b.finish({{"legacy_fusion", "false"}});
   if (got_type == Got::absent) {
-    error(b.path_of("type"), "required: the optimizer type (Adam, AdamW, Lamb, OneBitAdam, OneBitLamb or ZeroOneAdam)");
+    error(b.path_of("type"), cat("required: the optimizer type (", supported, ")"));
     return;
   }
   if (got_type != Got::value) return;
   std::optional<OptimizerKind> kind;
-  for (std::size_t i = 0; i < kTypes.size(); ++i) {
-    if (iequals(type, kTypes[i])) kind = static_cast<OptimizerKind>(i);
+  for (std::size_t i = 0; i < types.size(); ++i) {
+    if (iequals(type, types[i])) kind = OptimizerKind::at(i);
   }
   if (!kind) {
     for (auto n : kNotYet) {
       if (iequals(type, n)) {
-        error(b.path_of("type"),
-              "optimizer not supported by zerotk yet (supported: Adam, AdamW, Lamb, OneBitAdam, OneBitLamb, ZeroOneAdam)",
+        error(b.path_of("type"), cat("optimizer not supported by zerotk yet (supported: ", supported, ")"),
               show_string(type));
         return;
       }
     }
-    std::string rule = "unknown optimizer type (supported: Adam, AdamW, Lamb, OneBitAdam, OneBitLamb, ZeroOneAdam)";
-    if (auto m = closest_match(type, kTypes)) rule += "; did you mean \"" + *m + "\"?";
+    std::string rule = cat("unknown optimizer type (supported: ", supported, ")");
+    if (auto m = closest_match(type, types)) rule += "; did you mean \"" + *m + "\"?";
     error(b.path_of("type"), std::move(rule), show_string(type));
     return;
   }
@@ -801,29 +833,32 @@ inline void Reader::read_optimizer(Block& root, Config& c) {
           "max_grad_norm is not an optimizer parameter in DeepSpeed configs; use the top-level \"gradient_clipping\"",
           show(*m));
   }
-  if (p.get_number("lr", h.lr, 0, false, std::numeric_limits<double>::infinity(), true) == Got::automatic) {
+  // Each key only where the optimizer's tag says it reads it (policies.hpp, optimizer_params).
+  namespace keys = ::zerotk::optimizer_params;
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  if (o.kind.reads(keys::lr) && p.get_number("lr", h.lr, 0, false, kInf, true) == Got::automatic) {
     resolve_auto(p.path_of("lr"), h.lr, std::optional(ctx.lr.value_or(h.lr)), ctx.lr ? "engine" : "optimizer default");
   }
   std::array<double, 2> betas{h.beta1, h.beta2};
-  if (p.get_betas("betas", betas, true) == Got::automatic) {
+  if (o.kind.reads(keys::betas) && p.get_betas("betas", betas, true) == Got::automatic) {
     resolve_auto(p.path_of("betas"), betas, std::optional(ctx.betas.value_or(betas)),
                  ctx.betas ? "engine" : "optimizer default");
   }
   h.beta1 = betas[0];
   h.beta2 = betas[1];
-  if (p.get_number("eps", h.eps, 0, false, std::numeric_limits<double>::infinity(), true) == Got::automatic) {
+  if (o.kind.reads(keys::eps) && p.get_number("eps", h.eps, 0, false, kInf, true) == Got::automatic) {
     resolve_auto(p.path_of("eps"), h.eps, std::optional(ctx.eps.value_or(h.eps)), ctx.eps ? "engine" : "optimizer default");
   }
-  if (p.get_number("weight_decay", h.weight_decay, 0, false, std::numeric_limits<double>::infinity(), true) ==
-      Got::automatic) {
+  if (o.kind.reads(keys::weight_decay) &&
+      p.get_number("weight_decay", h.weight_decay, 0, false, kInf, true) == Got::automatic) {
     resolve_auto(p.path_of("weight_decay"), h.weight_decay, std::optional(ctx.weight_decay.value_or(h.weight_decay)),
                  ctx.weight_decay ? "engine" : "optimizer default");
   }
-  p.get_bool("bias_correction", h.bias_correction);
-  const bool adam_like = o.kind == OptimizerKind::adam || o.kind == OptimizerKind::adamw;
-  const bool lamb_like = o.kind == OptimizerKind::lamb || o.kind == OptimizerKind::onebit_lamb;
-  const bool zero_one = o.kind == OptimizerKind::zero_one_adam;
-  const bool onebit = o.kind == OptimizerKind::onebit_adam || o.kind == OptimizerKind::onebit_lamb || zero_one;
+  if (o.kind.reads(keys::bias_correction)) p.get_bool("bias_correction", h.bias_correction);
+  const bool adam_like = o.kind.reads(keys::adam_w_mode);
+  const bool lamb_like = o.kind.reads(keys::trust_clamp);
+  const bool zero_one = o.kind.reads(keys::zero_one);
+  const bool onebit = o.kind.reads(keys::onebit_comm);
   if (adam_like) {
     bool w = true;
     if (p.get_bool("adam_w_mode", w) == Got::value && o.kind == OptimizerKind::adamw && !w) {
@@ -842,7 +877,7 @@ inline void Reader::read_optimizer(Block& root, Config& c) {
     }
   }
   constexpr std::int64_t kMaxInt = std::numeric_limits<std::int64_t>::max();
-  if (onebit && !zero_one) p.get_int("freeze_step", o.freeze_step, 0, kMaxInt);
+  if (o.kind.reads(keys::freeze_step)) p.get_int("freeze_step", o.freeze_step, 0, kMaxInt);
   if (zero_one) {  // 0/1 Adam has no freeze_step: its variance phase ends at var_freeze_step
     optim::ZeroOneOptions& z = o.zero_one;
     p.get_int("var_freeze_step", z.var_freeze_step, 0, kMaxInt);
@@ -854,11 +889,11 @@ inline void Reader::read_optimizer(Block& root, Config& c) {
     p.get_bool("cuda_aware", o.cuda_aware);
     p.get_string("comm_backend_name", o.comm_backend_name);
   }
-  if (o.kind == OptimizerKind::onebit_lamb) {
-    p.get_number("coeff_beta", o.coeff_beta, 0, false, 1);
-    p.get_number("factor_max", o.factor_max, 0);
-    p.get_number("factor_min", o.factor_min, 0);
-    p.get_number("factor_threshold", o.factor_threshold, 0);
+  if (o.kind.reads(keys::onebit_lamb)) {
+    p.get_number("coeff_beta", o.lamb.coeff_beta, 0, false, 1);
+    p.get_number("factor_max", o.lamb.factor_max, 0);
+    p.get_number("factor_min", o.lamb.factor_min, 0);
+    p.get_number("factor_threshold", o.lamb.factor_threshold, 0);
   }
   // The optimizer layer's own rules, at JSON paths. They repeat the range checks above (a value
   // those rejected is not assigned, so it is not reported twice) and add what only they know: the
@@ -867,7 +902,9 @@ inline void Reader::read_optimizer(Block& root, Config& c) {
   for (const optim::OptionProblem& e : optim::problems(h)) {
     const std::string_view key = optimizer_param_key(e.field);
     const bool beta = key == "betas";
-    if (!lamb_like && (key == "min_coeff" || key == "max_coeff")) continue;  // not read, not used
+    const unsigned flag = key == "lr" ? keys::lr : key == "betas" ? keys::betas : key == "eps" ? keys::eps
+                          : key == "weight_decay" ? keys::weight_decay : keys::trust_clamp;
+    if (!o.kind.reads(flag)) continue;  // not read, not used
     if (key == "max_coeff" && h.lamb_min_coeff > h.lamb_max_coeff) continue;  // reported at min_coeff above
     error(p.path_of(key), beta ? cat(e.field, " ", e.rule) : e.rule, beta ? text(betas) : num_text(e.value));
   }
@@ -1129,7 +1166,7 @@ inline void Reader::read_batch(Block& root, Config& c) {
   }
   c.train_batch_size = *tbs;
   c.train_micro_batch_size_per_gpu = *mbs;
-  c.gradient_accumulation_steps = *gas;
+  c.gradient_accumulation_steps = static_cast<int>(*gas);  // <= kMaxGas, an int
 }
 
 inline void Reader::read_scalars(Block& root, Config& c) {
@@ -1158,7 +1195,7 @@ inline void Reader::read_scalars(Block& root, Config& c) {
                                            DType::fp16, DType::fp16, DType::fp16, DType::bf16, DType::bf16};
     std::size_t i = 0;
     if (d.get_choice("grad_accum_dtype", i, kNames, /*nullable=*/true) == Got::value) {
-      c.data_types.grad_accum_dtype = kAccum[i];
+      c.grad_accum_dtype = kAccum[i];
     }
     d.finish({{"param_dtype"}, {"buffer_dtype"}});
   }
@@ -1242,11 +1279,16 @@ inline void Reader::cross_check(Config& c) {
               "); use \"cpu\" for stages 1 and 2"),
           "\"nvme\"");
   }
-  if (z.offload_optimizer.device == OffloadDevice::nvme && z.offload_optimizer.nvme_path.empty()) {
+  if (z.offload_optimizer.device == OffloadDevice::nvme && z.nvme.path.empty()) {
     error("/zero_optimization/offload_optimizer/nvme_path", "required when device is \"nvme\"");
   }
-  if (z.offload_param.device == OffloadDevice::nvme && z.offload_param.nvme_path.empty()) {
+  if (z.offload_param.device == OffloadDevice::nvme && z.param_nvme.path.empty()) {
     error("/zero_optimization/offload_param/nvme_path", "required when device is \"nvme\"");
+  }
+  // The aio block matters where a swap file is used: O_DIRECT needs aligned requests.
+  const bool swaps = z.offload_optimizer.device == OffloadDevice::nvme || z.offload_param.device == OffloadDevice::nvme;
+  if (swaps && z.nvme.aio.block_size % io::kDirectAlign != 0) {
+    error("/aio/block_size", "must be a multiple of 4096 bytes (O_DIRECT alignment)", std::to_string(z.nvme.aio.block_size));
   }
 }
 

@@ -27,6 +27,7 @@
 #include "zerotk/config/options.hpp"
 #include "zerotk/core/error.hpp"
 #include "zerotk/core/macros.hpp"
+#include "zerotk/engine/compat.hpp"
 #include "zerotk/policies.hpp"
 
 namespace zerotk::config {
@@ -90,16 +91,10 @@ constexpr ScalerKind scaler_of() {
   else static_assert(dependent_false<T>, "loss_scaler_tag must be zerotk::Dynamic, zerotk::Static or zerotk::None");
 }
 
+/// The kind of an optimizer tag (its index in zerotk::optimizer_tags).
 template <class T>
 constexpr OptimizerKind optimizer_of() {
-  if constexpr (std::is_same_v<T, Adam>) return OptimizerKind::adam;
-  else if constexpr (std::is_same_v<T, AdamW>) return OptimizerKind::adamw;
-  else if constexpr (std::is_same_v<T, Lamb>) return OptimizerKind::lamb;
-  else if constexpr (std::is_same_v<T, OneBitAdam>) return OptimizerKind::onebit_adam;
-  else if constexpr (std::is_same_v<T, OneBitLamb>) return OptimizerKind::onebit_lamb;
-  else if constexpr (std::is_same_v<T, ZeroOneAdam>) return OptimizerKind::zero_one_adam;
-  else static_assert(dependent_false<T>,
-                     "optimizer_tag must be zerotk::Adam, AdamW, Lamb, OneBitAdam, OneBitLamb or ZeroOneAdam");
+  return OptimizerKind::of<T>();
 }
 
 template <class T>
@@ -257,11 +252,38 @@ std::vector<config_error> check_structure(const Config& cfg) {
 
 // ---- what this version of zerotk can build and act on ------------------------------------------------
 //
-// Two tables, updated as features land (DESIGN.md): what no engine of this version can be built
-// with (an error naming what is missing), and settings the reader accepts that the engine does not
-// act on (a note saying why; ResolveContext::strict makes it an error). Every other key is honoured.
+// Updated as features land (DESIGN.md): what no engine of this version can be built with (an error
+// naming what is missing: engine/compat.hpp's table of policy combinations, then kUnbuildable), and
+// settings the reader accepts that the engine does not act on (a note saying why;
+// ResolveContext::strict makes it an error). Every other key is honoured.
 
-/// Something a config asks for that no engine of this zerotk version can be built with.
+namespace detail {
+using Ask = std::optional<std::pair<std::string, std::string>>;
+inline Ask ask(std::string path, std::string value) { return std::pair{std::move(path), std::move(value)}; }
+inline std::string quoted(std::string_view s) { return cat("\"", s, "\""); }
+}  // namespace detail
+
+/// The policies a config asks for, as the compatibility table's Combination (engine/compat.hpp):
+/// the stage, the optimizer's traits (its tag's), where the offload blocks put things, compression.
+/// A config chooses no device: the host's rules apply.
+inline engine::Combination combination_of(const Config& c) {
+  const Structure s = c.structure();
+  auto place = [](OffloadDevice d) {
+    return d == OffloadDevice::cpu ? engine::Place::cpu : d == OffloadDevice::nvme ? engine::Place::nvme : engine::Place::none;
+  };
+  engine::Combination k;
+  k.stage = s.stage;
+  k.reduce_at_boundary = s.stage < 2;
+  k.one_bit = s.optimizer && s.optimizer->one_bit();
+  k.whole_partition = s.optimizer && s.optimizer->whole_partition();
+  k.offload = place(s.offload_optimizer);
+  k.param_offload = place(s.offload_param);
+  k.compression = s.compression.has_value();
+  return k;
+}
+
+/// Something a config asks for that no engine of this version can act on, besides the policy
+/// combinations of engine/compat.hpp's table.
 struct Unbuildable {
   /// The JSON path that asks for it and its value, when `cfg` asks; nullopt otherwise.
   std::optional<std::pair<std::string, std::string>> (*asks)(const Config& cfg);
@@ -269,54 +291,9 @@ struct Unbuildable {
   std::string_view missing;
 };
 
-namespace detail {
-using Ask = std::optional<std::pair<std::string, std::string>>;
-inline Ask ask(std::string path, std::string value) { return std::pair{std::move(path), std::move(value)}; }
-inline std::string quoted(std::string_view s) { return cat("\"", s, "\""); }
-/// The 1-bit optimizers: their own compressed exchanges replace stage 0's gradient all-reduce.
-inline bool one_bit(const Config& c) {
-  return c.optimizer && (c.optimizer->kind == OptimizerKind::onebit_adam ||
-                         c.optimizer->kind == OptimizerKind::zero_one_adam ||
-                         c.optimizer->kind == OptimizerKind::onebit_lamb);
-}
-}  // namespace detail
-
-/// The engine runs ZeRO stages 0-3, Offload<None> (and Offload<Cpu> / Offload<Nvme> of the optimizer
-/// state at stages 1-3 with Adam/AdamW), OffloadParams<None> (and OffloadParams<Cpu> at stage 3,
-/// OffloadParams<Nvme> at stage 3 with Adam/AdamW),
-/// Adam/AdamW/Lamb (activation checkpointing is the trainer's: activation::Options::from),
-/// OneBitAdam, ZeroOneAdam and OneBitLamb at stage 0, gradient compression at stage 0 with an
-/// optimizer other than those three, and averages gradients in the reduction in the training precision.
+/// Settings no engine of this zerotk version acts on (the combinations of policies no engine can be
+/// built from are engine/compat.hpp's table, which check_buildable reads too).
 inline constexpr Unbuildable kUnbuildable[] = {
-    {[](const Config& c) -> detail::Ask {
-       const auto& z = c.zero_optimization;
-       const bool sub_grouped = z.offload_optimizer.device != OffloadDevice::none ||
-                                (z.stage == 3 && z.offload_param.device == OffloadDevice::nvme);
-       if (!sub_grouped || !c.optimizer || c.optimizer->kind != OptimizerKind::lamb) return std::nullopt;
-       return detail::ask("/optimizer/type", detail::quoted(to_string(c.optimizer->kind)));
-     },
-     "Lamb with optimizer offload or NVMe parameter offload; Offload<Cpu>, Offload<Nvme> and OffloadParams<Nvme> "
-     "step the optimizer sub-group by sub-group and run Adam and AdamW (LAMB needs the whole partition's "
-     "per-tensor norms at once)"},
-    {[](const Config& c) -> detail::Ask {
-       if (!detail::one_bit(c) || c.zero_optimization.stage == 0) return std::nullopt;
-       return detail::ask("/zero_optimization/stage", std::to_string(c.zero_optimization.stage));
-     },
-     "OneBitAdam, ZeroOneAdam or OneBitLamb with ZeRO stage 1, 2 or 3; the 1-bit optimizers all-reduce (1-bit) "
-     "what every rank holds in full (momentum, gradients, accumulated updates) in place of stage 0's gradient "
-     "all-reduce (DeepSpeed asserts stage 0 too)"},
-    {[](const Config& c) -> detail::Ask {
-       if (!c.gradient_compression.algorithm || c.zero_optimization.stage == 0) return std::nullopt;
-       return detail::ask("/zero_optimization/stage", std::to_string(c.zero_optimization.stage));
-     },
-     "gradient_compression with ZeRO stage 1, 2 or 3; GradientCompression<TopK|TwoBit|Sign> replaces stage 0's "
-     "gradient all-reduce, and stages 1-3 reduce-scatter into partitions, which no codec does yet (use stage 0)"},
-    {[](const Config& c) -> detail::Ask {
-       if (!c.gradient_compression.algorithm || !detail::one_bit(c)) return std::nullopt;
-       return detail::ask("/optimizer/type", detail::quoted(to_string(c.optimizer->kind)));
-     },
-     "gradient_compression with OneBitAdam, ZeroOneAdam or OneBitLamb; they already compress their own exchanges in place of "
-     "the gradient all-reduce (remove the gradient_compression block or its algorithm)"},
     {[](const Config& c) -> detail::Ask {
        if (!c.prescale_gradients) return std::nullopt;
        return detail::ask("/prescale_gradients", "true");
@@ -334,10 +311,19 @@ inline constexpr Unbuildable kUnbuildable[] = {
      "reducing gradients in another precision; the engine reduces them in the training precision"},
 };
 
-/// Every way `cfg` asks for something no engine of this zerotk version can be built with (see
-/// kUnbuildable), each naming what is missing; empty when some engine can run `cfg`.
+/// Every way `cfg` asks for something no engine of this zerotk version can be built with: each rule
+/// of engine/compat.hpp's table that the config's policies break (at the key the rule blames), then
+/// kUnbuildable; each names what is missing. Empty when some engine can run `cfg`.
 inline std::vector<config_error> check_buildable(const Config& cfg) {
   std::vector<config_error> out;
+  const engine::Combination k = combination_of(cfg);
+  for (const engine::CompatRule& r : engine::kCompatRules) {
+    if (r.blame == engine::Blame::engine_only || r.holds(k)) continue;
+    const bool on_type = r.blame == engine::Blame::optimizer_type && cfg.optimizer;
+    out.emplace_back(detail::cat("zerotk cannot build this yet: ", r.config_words),
+                     on_type ? "/optimizer/type" : "/zero_optimization/stage",
+                     on_type ? detail::quoted(to_string(cfg.optimizer->kind)) : std::to_string(cfg.zero_optimization.stage));
+  }
   for (const Unbuildable& u : kUnbuildable) {
     if (auto a = u.asks(cfg)) out.emplace_back(detail::cat("zerotk cannot build this yet: ", u.missing), a->first, a->second);
   }

@@ -4,7 +4,11 @@
 /// batch triad complete). The output is itself a valid DeepSpeed config: reading it back with the
 /// same world size gives the same Config, and DeepSpeed accepts it unchanged.
 
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
+#include <filesystem>
+#include <limits>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -18,24 +22,34 @@ namespace zerotk::config {
 
 namespace detail {
 
-inline Json offload_json(const OffloadOptimizerOptions& o) {
+/// A count as JSON: DeepSpeed reads them as (signed) integers, so "no limit" is written as the
+/// largest int64 (what the reader reads back into the same "no limit").
+inline Json count_json(std::size_t n) {
+  return Json(static_cast<std::int64_t>(std::min<std::size_t>(n, std::numeric_limits<std::int64_t>::max())));
+}
+
+inline Json path_json(const std::filesystem::path& p) { return p.empty() ? Json(nullptr) : Json(p.string()); }
+
+/// The offload_optimizer block: its device and pin_memory, and offload's NvmeOptions' swap keys.
+inline Json offload_json(const OffloadOptimizerOptions& o, const offload::NvmeOptions& n) {
   Json j;
   j["device"] = to_string(o.device);
-  j["nvme_path"] = o.nvme_path.empty() ? Json(nullptr) : Json(o.nvme_path);
-  j["buffer_count"] = o.buffer_count;
+  j["nvme_path"] = path_json(n.path);
+  j["buffer_count"] = count_json(n.buffer_count);
   j["pin_memory"] = o.pin_memory;
-  j["pipeline_read"] = o.pipeline_read;
-  j["pipeline_write"] = o.pipeline_write;
+  j["pipeline_read"] = n.pipeline_read;
+  j["pipeline_write"] = n.pipeline_write;
   return j;
 }
 
-inline Json offload_json(const OffloadParamOptions& o) {
+/// The offload_param block: its device and pin_memory, and offload's ParamNvmeOptions' swap keys.
+inline Json offload_json(const OffloadParamOptions& o, const offload::ParamNvmeOptions& n) {
   Json j;
   j["device"] = to_string(o.device);
-  j["nvme_path"] = o.nvme_path.empty() ? Json(nullptr) : Json(o.nvme_path);
-  j["buffer_count"] = o.buffer_count;
-  j["buffer_size"] = o.buffer_size;
-  j["max_in_cpu"] = o.max_in_cpu;
+  j["nvme_path"] = path_json(n.path);
+  j["buffer_count"] = count_json(n.buffer_count);
+  j["buffer_size"] = count_json(n.buffer_size);
+  j["max_in_cpu"] = count_json(n.max_in_cpu);
   j["pin_memory"] = o.pin_memory;
   return j;
 }
@@ -99,47 +113,39 @@ inline Json scheduler_json(const SchedulerOptions& s, double optimizer_lr) {
   return j;
 }
 
+/// The type and exactly the `params` keys the optimizer's tag reads (policies.hpp), in the reader's order.
 inline Json optimizer_json(const OptimizerBlock& o) {
+  namespace keys = ::zerotk::optimizer_params;
   Json j;
   j["type"] = to_string(o.kind);
   const OptimizerOptions& h = o.params;
   Json p;
-  p["lr"] = h.lr;
-  p["betas"] = {h.beta1, h.beta2};
-  p["eps"] = h.eps;
-  p["weight_decay"] = h.weight_decay;
-  p["bias_correction"] = h.bias_correction;
-  switch (o.kind) {
-    case OptimizerKind::adam:
-    case OptimizerKind::adamw:
-      p["adam_w_mode"] = o.adam_w_mode;
-      break;
-    case OptimizerKind::lamb:
-      p["max_coeff"] = h.lamb_max_coeff;
-      p["min_coeff"] = h.lamb_min_coeff;
-      break;
-    case OptimizerKind::onebit_adam:
-    case OptimizerKind::onebit_lamb:
-    case OptimizerKind::zero_one_adam:
-      if (o.kind == OptimizerKind::zero_one_adam) {
-        p["var_freeze_step"] = o.zero_one.var_freeze_step;
-        p["var_update_scaler"] = o.zero_one.var_update_scaler;
-        p["local_step_scaler"] = o.zero_one.local_step_scaler;
-        p["local_step_clipper"] = o.zero_one.local_step_clipper;
-      } else {
-        p["freeze_step"] = o.freeze_step;
-      }
-      p["cuda_aware"] = o.cuda_aware;
-      p["comm_backend_name"] = o.comm_backend_name;
-      if (o.kind == OptimizerKind::onebit_lamb) {
-        p["max_coeff"] = h.lamb_max_coeff;
-        p["min_coeff"] = h.lamb_min_coeff;
-        p["coeff_beta"] = o.coeff_beta;
-        p["factor_max"] = o.factor_max;
-        p["factor_min"] = o.factor_min;
-        p["factor_threshold"] = o.factor_threshold;
-      }
-      break;
+  if (o.kind.reads(keys::lr)) p["lr"] = h.lr;
+  if (o.kind.reads(keys::betas)) p["betas"] = {h.beta1, h.beta2};
+  if (o.kind.reads(keys::eps)) p["eps"] = h.eps;
+  if (o.kind.reads(keys::weight_decay)) p["weight_decay"] = h.weight_decay;
+  if (o.kind.reads(keys::bias_correction)) p["bias_correction"] = h.bias_correction;
+  if (o.kind.reads(keys::adam_w_mode)) p["adam_w_mode"] = o.adam_w_mode;
+  if (o.kind.reads(keys::trust_clamp)) {
+    p["max_coeff"] = h.lamb_max_coeff;
+    p["min_coeff"] = h.lamb_min_coeff;
+  }
+  if (o.kind.reads(keys::zero_one)) {
+    p["var_freeze_step"] = o.zero_one.var_freeze_step;
+    p["var_update_scaler"] = o.zero_one.var_update_scaler;
+    p["local_step_scaler"] = o.zero_one.local_step_scaler;
+    p["local_step_clipper"] = o.zero_one.local_step_clipper;
+  }
+  if (o.kind.reads(keys::freeze_step)) p["freeze_step"] = o.freeze_step;
+  if (o.kind.reads(keys::onebit_comm)) {
+    p["cuda_aware"] = o.cuda_aware;
+    p["comm_backend_name"] = o.comm_backend_name;
+  }
+  if (o.kind.reads(keys::onebit_lamb)) {
+    p["coeff_beta"] = o.lamb.coeff_beta;
+    p["factor_max"] = o.lamb.factor_max;
+    p["factor_min"] = o.lamb.factor_min;
+    p["factor_threshold"] = o.lamb.factor_threshold;
   }
   j["params"] = std::move(p);
   return j;
@@ -167,7 +173,7 @@ inline Json to_json(const Config& c) {
   j["communication_data_type"] =
       c.communication_data_type ? Json(to_string(*c.communication_data_type)) : Json(nullptr);
   // Keys newer than the others are written only when set, so a config without them reads back unchanged.
-  if (c.data_types.grad_accum_dtype) j["data_types"]["grad_accum_dtype"] = to_string(*c.data_types.grad_accum_dtype);
+  if (c.grad_accum_dtype) j["data_types"]["grad_accum_dtype"] = to_string(*c.grad_accum_dtype);
 
   Json& f = j["fp16"];
   f["enabled"] = c.fp16.enabled;
@@ -178,40 +184,42 @@ inline Json to_json(const Config& c) {
   f["consecutive_hysteresis"] = c.fp16.consecutive_hysteresis;
   f["min_loss_scale"] = c.fp16.min_loss_scale;
   j["bf16"]["enabled"] = c.bf16.enabled;
-  if (!c.fp16_override_modules.empty()) j["fp16_override_modules"] = c.fp16_override_modules;
-  if (!c.zero_allowed_param_types.empty()) j["zero_allowed_param_types"] = c.zero_allowed_param_types;
-  if (!c.zero_force_param_types.empty()) j["zero_force_param_types"] = c.zero_force_param_types;
-
   const ZeroOptions& z = c.zero_optimization;
+  const zero::Stage3Options& s3 = z.stage3;
+  if (!c.fp16_override_modules.empty()) j["fp16_override_modules"] = c.fp16_override_modules;
+  if (!s3.partitioned_module_types.empty()) j["zero_allowed_param_types"] = s3.partitioned_module_types;
+  if (!s3.replicated_module_types.empty()) j["zero_force_param_types"] = s3.replicated_module_types;
+
   Json& zj = j["zero_optimization"];
   zj["stage"] = z.stage;
   zj["contiguous_gradients"] = z.contiguous_gradients;
   zj["reduce_scatter"] = z.reduce_scatter;
-  zj["reduce_bucket_size"] = z.reduce_bucket_size;
+  zj["reduce_bucket_size"] = detail::count_json(z.reduce_bucket_size);
   zj["allgather_partitions"] = z.allgather_partitions;
   zj["allgather_bucket_size"] = z.allgather_bucket_size;
   zj["overlap_comm"] = z.overlap_comm;
   zj["load_from_fp32_weights"] = z.load_from_fp32_weights;
-  zj["offload_optimizer"] = detail::offload_json(z.offload_optimizer);
+  zj["offload_optimizer"] = detail::offload_json(z.offload_optimizer, z.nvme);
   // offload_param means nothing below stage 3 (DeepSpeed and the reader ignore it there): leave it out.
-  if (z.stage == 3) zj["offload_param"] = detail::offload_json(z.offload_param);
-  zj["sub_group_size"] = z.sub_group_size;
-  zj["stage3_prefetch_bucket_size"] = z.stage3_prefetch_bucket_size;
-  zj["stage3_param_persistence_threshold"] = z.stage3_param_persistence_threshold;
-  zj["stage3_model_persistence_threshold"] = z.stage3_model_persistence_threshold;
-  zj["stage3_max_live_parameters"] = z.stage3_max_live_parameters;
-  zj["stage3_max_reuse_distance"] = z.stage3_max_reuse_distance;
+  if (z.stage == 3) zj["offload_param"] = detail::offload_json(z.offload_param, z.param_nvme);
+  zj["sub_group_size"] = detail::count_json(z.sub_group_size);
+  zj["stage3_prefetch_bucket_size"] = detail::count_json(s3.prefetch_bucket_size);
+  zj["stage3_param_persistence_threshold"] = detail::count_json(s3.param_persistence_threshold);
+  zj["stage3_model_persistence_threshold"] = detail::count_json(s3.model_persistence_threshold);
+  zj["stage3_max_live_parameters"] = detail::count_json(s3.max_live_parameters);
+  zj["stage3_max_reuse_distance"] = detail::count_json(s3.max_reuse_distance);
   zj["stage3_gather_16bit_weights_on_model_save"] = z.stage3_gather_16bit_weights_on_model_save;
-  zj["zero_hpz_partition_size"] = z.zero_hpz_partition_size;
+  zj["zero_hpz_partition_size"] = std::max(1, s3.reshard_after_forward.group_size());
   zj["ignore_unused_parameters"] = z.ignore_unused_parameters;
   zj["round_robin_gradients"] = z.round_robin_gradients;
 
   Json& a = j["aio"];
-  a["block_size"] = c.aio.block_size;
-  a["queue_depth"] = c.aio.queue_depth;
-  a["intra_op_parallelism"] = c.aio.intra_op_parallelism;
-  a["single_submit"] = c.aio.single_submit;
-  a["overlap_events"] = c.aio.overlap_events;
+  const io::AioOptions& aio = z.nvme.aio;
+  a["block_size"] = detail::count_json(aio.block_size);
+  a["queue_depth"] = aio.queue_depth;
+  a["intra_op_parallelism"] = aio.intra_op_parallelism;
+  a["single_submit"] = aio.single_submit;
+  a["overlap_events"] = aio.overlap_events;
 
   if (c.optimizer) j["optimizer"] = detail::optimizer_json(*c.optimizer);
   if (c.scheduler) {
@@ -226,7 +234,7 @@ inline Json to_json(const Config& c) {
 
   // Only when set: a config without the block resolves to the same JSON as before the block existed.
   const GradientCompressionConfig& gc = c.gradient_compression;
-  if (gc.algorithm || gc.topk_ratio != GradientCompressionConfig{}.topk_ratio || gc.huffman_coding) {
+  if (gc.algorithm || gc.topk_ratio != compress::GradientCompressionOptions{}.topk_ratio || gc.huffman_coding) {
     Json& g = j["gradient_compression"];
     g["algorithm"] = gc.algorithm ? Json(std::string(to_string(*gc.algorithm))) : Json(nullptr);
     g["topk_ratio"] = gc.topk_ratio;

@@ -1,67 +1,170 @@
 #pragma once
 /// \file zerotk/engine/compat.hpp
-/// Which policy combinations an Engine can be built from, as one table of rules in words. A rule
-/// that a feature lifts is deleted here when the feature lands; nothing else in the engine checks
-/// policies against each other.
+/// Which policy combinations an engine can be built from: ONE table of rules, written once below
+/// (ZEROTK_COMPAT_RULES), read by the compile-time checks of Engine<...> (each rule a static_assert
+/// whose message is the rule in words, so the first error line says what to change) and by the
+/// config validator (config/structure.hpp: check_buildable, which names the JSON key and value a
+/// config asks for). A rule that a feature lifts is deleted here when the feature lands; nothing
+/// else in the engine or the config layer checks policies against each other.
+///
+/// The rules are written over a Combination: the policies as plain values (the stage, the
+/// optimizer's traits from its tag, where the state and the shards live, compression, device).
 
+#include <cstdint>
+#include <string_view>
 #include <type_traits>
 
 #include "zerotk/policies.hpp"
 
 namespace zerotk::engine {
 
+/// Where an Offload / OffloadParams tag puts things.
+enum class Place : std::uint8_t { none, cpu, nvme };
+
+template <class Tag>
+constexpr Place place_of() {
+  if constexpr (std::is_same_v<Tag, Cpu>) return Place::cpu;
+  else if constexpr (std::is_same_v<Tag, Nvme>) return Place::nvme;
+  else return Place::none;
+}
+
+/// A combination of policies as values.
+struct Combination {
+  int stage = 0;
+  bool reduce_at_boundary = true;      ///< when::at_boundary (else every_micro_step)
+  bool one_bit = false;                ///< a 1-bit optimizer: compressed exchanges of its own
+  bool whole_partition = false;        ///< the step needs the whole partition at once (LAMB's per-tensor norms)
+  Place offload = Place::none;         ///< Offload<...>: the optimizer state
+  Place param_offload = Place::none;   ///< OffloadParams<...>: stage 3's parameter shards
+  bool compression = false;            ///< GradientCompression<TopK|TwoBit|Sign>
+  bool cuda = false;                   ///< Device<Cuda>
+  friend constexpr bool operator==(const Combination&, const Combination&) = default;
+};
+
+/// What a config validator blames when a rule fails: the key whose value it names.
+enum class Blame : std::uint8_t { engine_only, optimizer_type, stage };
+
+// The table. RULE(name, blame, holds, engine words, config words): `holds` is an expression over
+// `c` (a Combination) that is true when the combination is fine; the engine words are the
+// static_assert's message (policies); the config words say the same in DeepSpeed's terms, after
+// "zerotk cannot build this yet: " (empty with Blame::engine_only: a config cannot ask for it, or
+// the reader already refuses it as DeepSpeed does).
+#define ZEROTK_COMPAT_RULES(RULE)                                                                                    \
+  RULE(cpu_offload_needs_partitions, Blame::engine_only, c.offload != Place::cpu || c.stage >= 1,                     \
+       "Engine: Offload<Cpu> (offload_optimizer) needs a partitioned optimizer state: use Partitioner<Stage<1>>, "    \
+       "<2> or <3> (DeepSpeed: ZeRO stage >= 1)",                                                                    \
+       "")                                                                                                           \
+  RULE(nvme_offload_needs_partitions, Blame::engine_only, c.offload != Place::nvme || c.stage >= 1,                   \
+       "Engine: Offload<Nvme> (offload_optimizer) needs a partitioned optimizer state: use Partitioner<Stage<1>>, "   \
+       "<2> or <3> (DeepSpeed: ZeRO stage >= 1)",                                                                    \
+       "")                                                                                                           \
+  RULE(sub_group_steps_need_elementwise, Blame::optimizer_type,                                                      \
+       (c.offload == Place::none && c.param_offload != Place::nvme) || !c.whole_partition,                           \
+       "Engine: Offload<Cpu>, Offload<Nvme> and OffloadParams<Nvme> step the optimizer sub-group by sub-group and "   \
+       "support optimizers that step each element alone (Optimizer<Adam>, <AdamW>, ...); Optimizer<Lamb> needs the "  \
+       "whole partition's per-tensor norms at once (use Offload<None> with OffloadParams<None> or OffloadParams<Cpu>)",\
+       "Lamb with optimizer offload or NVMe parameter offload; Offload<Cpu>, Offload<Nvme> and OffloadParams<Nvme> "  \
+       "step the optimizer sub-group by sub-group and run optimizers that step each element alone (Adam, AdamW, "    \
+       "...); LAMB needs the whole partition's per-tensor norms at once")                                            \
+  RULE(param_offload_needs_stage3, Blame::engine_only, c.param_offload == Place::none || c.stage == 3,               \
+       "Engine: OffloadParams<Cpu> and OffloadParams<Nvme> (offload_param) offload the parameter shards of "         \
+       "Partitioner<Stage<3>>; stages 0-2 keep every parameter in the compute space (DeepSpeed ignores "             \
+       "offload_param there too)",                                                                                   \
+       "")                                                                                                           \
+  RULE(param_offload_host_only, Blame::engine_only, c.param_offload == Place::none || !c.cuda,                       \
+       "Engine: OffloadParams<Cpu> and OffloadParams<Nvme> with Device<Cuda> are not available yet (Device<Host> "    \
+       "only)",                                                                                                      \
+       "")                                                                                                           \
+  RULE(one_bit_needs_stage0, Blame::stage, !c.one_bit || c.stage == 0,                                               \
+       "Engine: Optimizer<OneBitAdam>, Optimizer<ZeroOneAdam> and Optimizer<OneBitLamb> compress what every rank "   \
+       "holds in full (momentum, gradient, accumulated update) in place of stage 0's gradient all-reduce; use "      \
+       "Partitioner<Stage<0>> (DeepSpeed asserts ZeRO stage 0 for all three too)",                                   \
+       "OneBitAdam, ZeroOneAdam or OneBitLamb with ZeRO stage 1, 2 or 3; the 1-bit optimizers all-reduce (1-bit) "   \
+       "what every rank holds in full (momentum, gradients, accumulated updates) in place of stage 0's gradient "    \
+       "all-reduce (DeepSpeed asserts stage 0 too)")                                                                 \
+  RULE(one_bit_host_only, Blame::engine_only, !c.one_bit || !c.cuda,                                                 \
+       "Engine: Optimizer<OneBitAdam>, Optimizer<ZeroOneAdam> and Optimizer<OneBitLamb> with Device<Cuda> are not "  \
+       "available yet (their compressed exchange runs on host memory); use Device<Host>",                           \
+       "")                                                                                                           \
+  RULE(compression_needs_stage0, Blame::stage, !c.compression || c.stage == 0,                                       \
+       "Engine: GradientCompression<TopK|TwoBit|Sign> replaces stage 0's gradient all-reduce; use "                  \
+       "Partitioner<Stage<0>> (stages 1-3 reduce-scatter into partitions, which no codec does yet)",                 \
+       "gradient_compression with ZeRO stage 1, 2 or 3; GradientCompression<TopK|TwoBit|Sign> replaces stage 0's "   \
+       "gradient all-reduce, and stages 1-3 reduce-scatter into partitions, which no codec does yet (use stage 0)")  \
+  RULE(compression_at_boundary, Blame::engine_only, !c.compression || c.reduce_at_boundary,                          \
+       "Engine: GradientCompression compresses the accumulated gradient once per optimizer step; use "              \
+       "Partitioner<Stage<0>> with when::at_boundary (its default)",                                                 \
+       "")                                                                                                           \
+  RULE(compression_not_with_one_bit, Blame::optimizer_type, !c.compression || !c.one_bit,                            \
+       "Engine: Optimizer<OneBitAdam>, Optimizer<ZeroOneAdam> and Optimizer<OneBitLamb> already compress their own " \
+       "exchanges; use GradientCompression<None> with them",                                                         \
+       "gradient_compression with OneBitAdam, ZeroOneAdam or OneBitLamb; they already compress their own exchanges " \
+       "in place of the gradient all-reduce (remove the gradient_compression block or its algorithm)")              \
+  RULE(compression_host_only, Blame::engine_only, !c.compression || !c.cuda,                                         \
+       "Engine: GradientCompression with Device<Cuda> is not available yet (its codecs run on host memory); use "    \
+       "Device<Host>",                                                                                               \
+       "")
+
+/// One rule of the table, as data (the config validator's view).
+struct CompatRule {
+  std::string_view name;
+  Blame blame;
+  bool (*holds)(const Combination&);
+  std::string_view engine_words;
+  std::string_view config_words;
+};
+
+#define ZEROTK_COMPAT_ENTRY(name, blame, holds, engine_words, config_words) \
+  CompatRule{#name, blame, [](const Combination& c) { return static_cast<bool>(holds); }, engine_words, config_words},
+inline constexpr CompatRule kCompatRules[] = {ZEROTK_COMPAT_RULES(ZEROTK_COMPAT_ENTRY)};
+#undef ZEROTK_COMPAT_ENTRY
+
+/// Whether every rule holds for `c` (no diagnostics).
+constexpr bool combines(const Combination& c) {
+  for (const CompatRule& r : kCompatRules) {
+    if (!r.holds(c)) return false;
+  }
+  return true;
+}
+
+/// The compile-time check: one static_assert per rule, in table order, so the first failing rule's
+/// words are the first error line.
+template <Combination C>
+struct CompatCheck {
+#define ZEROTK_COMPAT_ASSERT(name, blame, holds, engine_words, config_words) \
+  static_assert([](const Combination& c) { return static_cast<bool>(holds); }(C), engine_words);
+  ZEROTK_COMPAT_RULES(ZEROTK_COMPAT_ASSERT)
+#undef ZEROTK_COMPAT_ASSERT
+  static constexpr bool value = true;
+};
+
+/// The Combination of a policy pack's resolved policies.
+template <class Partitioner, class Optimizer, class Offload, class Device, class OffloadParams, class GradientCompression>
+constexpr Combination combination_of() {
+  using OptTag = policy_tag_t<Optimizer>;
+  Combination c;
+  c.stage = Partitioner::stage;
+  c.reduce_at_boundary = std::is_same_v<typename Partitioner::when, when::at_boundary>;
+  c.one_bit = OptTag::one_bit;
+  c.whole_partition = OptTag::whole_partition;
+  c.offload = place_of<typename Offload::tag>();
+  c.param_offload = place_of<typename OffloadParams::tag>();
+  c.compression = !std::is_same_v<typename GradientCompression::tag, None>;
+  c.cuda = std::is_same_v<typename Device::tag, Cuda>;
+  return c;
+}
+
+/// The check of a policy pack (engine/resolve.hpp instantiates it; the same arguments as before the
+/// table existed).
 template <class Partitioner, class Optimizer, class Precision, class Offload, class Device,
           class OffloadParams = ::zerotk::OffloadParams<None>,
           class GradientCompression = ::zerotk::GradientCompression<None>>
 struct Compat {
-  static constexpr bool kCpu = std::is_same_v<typename Offload::tag, Cpu>;
-  static constexpr bool kNvme = std::is_same_v<typename Offload::tag, Nvme>;
-  static_assert(!kCpu || Partitioner::stage >= 1,
-                "Engine: Offload<Cpu> (offload_optimizer) needs a partitioned optimizer state: use "
-                "Partitioner<Stage<1>>, <2> or <3> (DeepSpeed: ZeRO stage >= 1)");
-  static_assert(!kNvme || Partitioner::stage >= 1,
-                "Engine: Offload<Nvme> (offload_optimizer) needs a partitioned optimizer state: use "
-                "Partitioner<Stage<1>>, <2> or <3> (DeepSpeed: ZeRO stage >= 1)");
-  // The stores step sub-group by sub-group for optimizer offload, and for a parameter shard file
-  // (offload/writer_passes.hpp): only elementwise optimizers give one fused step's bits that way.
-  static_assert(!(kCpu || kNvme || std::is_same_v<typename OffloadParams::tag, Nvme>) ||
-                    !std::is_same_v<policy_tag_t<Optimizer>, Lamb>,
-                "Engine: Offload<Cpu>, Offload<Nvme> and OffloadParams<Nvme> step the optimizer sub-group by "
-                "sub-group and support Optimizer<Adam> and Optimizer<AdamW>; Optimizer<Lamb> needs the whole "
-                "partition's per-tensor norms at once (use Offload<None> with OffloadParams<None> or "
-                "OffloadParams<Cpu>)");
-  static_assert(std::is_same_v<typename OffloadParams::tag, None> || Partitioner::stage == 3,
-                "Engine: OffloadParams<Cpu> and OffloadParams<Nvme> (offload_param) offload the parameter shards of "
-                "Partitioner<Stage<3>>; stages 0-2 keep every parameter in the compute space (DeepSpeed ignores "
-                "offload_param there too)");
-  static_assert(std::is_same_v<typename OffloadParams::tag, None> || std::is_same_v<typename Device::tag, Host>,
-                "Engine: OffloadParams<Cpu> and OffloadParams<Nvme> with Device<Cuda> are not available yet "
-                "(Device<Host> only)");
-  // The 1-bit optimizers: 1-bit Adam, 0/1 Adam and 1-bit LAMB.
-  static constexpr bool kOneBit = std::is_same_v<policy_tag_t<Optimizer>, OneBitAdam> ||
-                                  std::is_same_v<policy_tag_t<Optimizer>, ZeroOneAdam> ||
-                                  std::is_same_v<policy_tag_t<Optimizer>, OneBitLamb>;
-  static_assert(!kOneBit || Partitioner::stage == 0,
-                "Engine: Optimizer<OneBitAdam>, Optimizer<ZeroOneAdam> and Optimizer<OneBitLamb> compress what every rank holds in full "
-                "(momentum, gradient, accumulated update) in place of stage 0's gradient all-reduce; use "
-                "Partitioner<Stage<0>> (DeepSpeed asserts ZeRO stage 0 for all three too)");
-  static_assert(!kOneBit || std::is_same_v<typename Device::tag, Host>,
-                "Engine: Optimizer<OneBitAdam>, Optimizer<ZeroOneAdam> and Optimizer<OneBitLamb> with Device<Cuda> are not available yet "
-                "(their compressed exchange runs on host memory); use Device<Host>");
-  static constexpr bool kCompressed = !std::is_same_v<typename GradientCompression::tag, None>;
-  static_assert(!kCompressed || Partitioner::stage == 0,
-                "Engine: GradientCompression<TopK|TwoBit|Sign> replaces stage 0's gradient all-reduce; use "
-                "Partitioner<Stage<0>> (stages 1-3 reduce-scatter into partitions, which no codec does yet)");
-  static_assert(!kCompressed || std::is_same_v<typename Partitioner::when, when::at_boundary>,
-                "Engine: GradientCompression compresses the accumulated gradient once per optimizer step; use "
-                "Partitioner<Stage<0>> with when::at_boundary (its default)");
-  static_assert(!kCompressed || !kOneBit,
-                "Engine: Optimizer<OneBitAdam>, Optimizer<ZeroOneAdam> and Optimizer<OneBitLamb> already compress their own exchanges; use "
-                "GradientCompression<None> with them");
-  static_assert(!kCompressed || std::is_same_v<typename Device::tag, Host>,
-                "Engine: GradientCompression with Device<Cuda> is not available yet (its codecs run on host memory); "
-                "use Device<Host>");
-  static constexpr bool value = true;
+  static constexpr Combination combination =
+      combination_of<Partitioner, Optimizer, Offload, Device, OffloadParams, GradientCompression>();
+  static constexpr bool value = CompatCheck<combination>::value;
+  /// Whether the pack combines (false exactly when a static_assert above fired).
+  static constexpr bool ok = combines(combination);
 };
 
 }  // namespace zerotk::engine

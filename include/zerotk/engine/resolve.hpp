@@ -41,15 +41,14 @@ struct Resolved {
   using device = find_policy_t<policy::device, Device<Host>, Ps...>;
   using param_offload = find_policy_t<policy::param_offload, OffloadParams<None>, Ps...>;
   using gradient_compression = find_policy_t<policy::gradient_compression, GradientCompression<None>, Ps...>;
-  static constexpr bool compatible =
-      Compat<partitioner, optimizer, precision, offload, device, param_offload, gradient_compression>::value;
+  using compat = Compat<partitioner, optimizer, precision, offload, device, param_offload, gradient_compression>;
+  static constexpr bool compatible = compat::value;
   /// The Offload tag whose state store the groups use (offload/store.hpp).
   using store_tag = typename offload::tag;
-  /// The OffloadParams tag whose shard home the groups use: None below stage 3 and for Nvme with
-  /// Lamb (Compat reports both), so the first error is Compat's sentence.
-  using shard_tag = std::conditional_t<partitioner::stage != 3 || (std::is_same_v<typename param_offload::tag, Nvme> &&
-                                                                   std::is_same_v<policy_tag_t<optimizer>, Lamb>),
-                                       None, typename param_offload::tag>;
+  /// The OffloadParams tag whose shard home the groups use: None below stage 3 (no shards) and for a
+  /// pack that does not combine (a stand-in, so the first error is the table's sentence).
+  using shard_tag =
+      std::conditional_t<partitioner::stage != 3 || !compat::ok, None, typename param_offload::tag>;
 };
 }  // namespace engine
 

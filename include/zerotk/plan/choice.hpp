@@ -3,6 +3,7 @@
 /// One configuration the planner evaluates (stage x offload x precision x checkpointing) and the
 /// engine's run-time settings that change its memory (EngineOptions' and DeepSpeed's keys).
 
+#include <algorithm>
 #include <cstddef>
 #include <limits>
 #include <string>
@@ -58,9 +59,22 @@ struct Choice {
 
 /// The engine's settings that change per-rank memory. Defaults are EngineOptions' and DeepSpeed's.
 struct EngineSettings {
-  /// Bucket capacity in bytes of the working precision; 0: the engine's default, 5e8 elements
-  /// (DeepSpeed's reduce_bucket_size, which counts elements).
-  std::size_t bucket_bytes = 0;
+  // Out of line and out of -Wdeprecated-declarations' sight, so that only a use of bucket_bytes warns.
+  EngineSettings();
+  EngineSettings(const EngineSettings&);
+  EngineSettings(EngineSettings&&) noexcept;
+  EngineSettings& operator=(const EngineSettings&);
+  EngineSettings& operator=(EngineSettings&&) noexcept;
+  ~EngineSettings();
+
+  /// Elements per gradient bucket, both groups (DeepSpeed's reduce_bucket_size, which the engine
+  /// takes as it is); 0: DeepSpeed's default, 5e8.
+  std::size_t reduce_bucket_size = 0;
+  /// Deprecated: the bucket capacity in bytes of the working precision; a non-zero value is taken as
+  /// bucket_bytes / element size elements.
+  [[deprecated("use reduce_bucket_size (elements, as DeepSpeed counts it)")]] std::size_t bucket_bytes = 0;
+  /// The bucket capacity in elements for an element of `element_bytes`.
+  std::size_t bucket_numel(std::size_t element_bytes) const;
   int gradient_accumulation_steps = 1;
   /// Stages 0/1 with when::every_micro_step (their default is at_boundary; 2 and 3 always reduce
   /// every micro-step).
@@ -92,5 +106,24 @@ struct EngineSettings {
   /// the planner offers nvme to save host memory, which a billion kept elements would not.
   std::size_t param_max_in_cpu = 0;
 };
+
+#if defined(__GNUC__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+#endif
+inline EngineSettings::EngineSettings() = default;
+inline EngineSettings::EngineSettings(const EngineSettings&) = default;
+inline EngineSettings::EngineSettings(EngineSettings&&) noexcept = default;
+inline EngineSettings& EngineSettings::operator=(const EngineSettings&) = default;
+inline EngineSettings& EngineSettings::operator=(EngineSettings&&) noexcept = default;
+inline EngineSettings::~EngineSettings() = default;
+inline std::size_t EngineSettings::bucket_numel(std::size_t element_bytes) const {
+  if (reduce_bucket_size) return reduce_bucket_size;
+  if (bucket_bytes) return std::max<std::size_t>(1, bucket_bytes / element_bytes);
+  return 500'000'000;
+}
+#if defined(__GNUC__)
+#pragma GCC diagnostic pop
+#endif
 
 }  // namespace zerotk::plan

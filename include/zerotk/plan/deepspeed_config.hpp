@@ -26,27 +26,25 @@ inline config::Config deepspeed_config(const Choice& c, const EngineSettings& s,
   config::ZeroOptions& z = cfg.zero_optimization;
   z.stage = c.stage;
   z.overlap_comm = c.stage == 3;
-  if (s.bucket_bytes) {
-    z.reduce_bucket_size = static_cast<std::int64_t>(s.bucket_bytes / (c.precision == DType::fp32 ? 4 : 2));
-  }
-  z.sub_group_size = static_cast<std::int64_t>(s.sub_group_size);
+  z.reduce_bucket_size = s.bucket_numel(c.precision == DType::fp32 ? 4 : 2);
+  z.sub_group_size = s.sub_group_size;
   z.offload_optimizer.device = to_config(c.optimizer);
-  if (c.optimizer == OffloadTarget::nvme) z.offload_optimizer.nvme_path = nvme_path;
-  z.offload_optimizer.buffer_count = static_cast<std::int64_t>(s.optimizer_buffer_count);
+  if (c.optimizer == OffloadTarget::nvme) z.nvme.path = nvme_path;
+  z.nvme.buffer_count = s.optimizer_buffer_count;
   z.offload_param.device = to_config(c.param);
-  if (c.param == OffloadTarget::nvme) z.offload_param.nvme_path = nvme_path;
-  z.offload_param.buffer_count = static_cast<std::int64_t>(s.param_buffer_count);
-  z.offload_param.buffer_size = static_cast<std::int64_t>(s.param_buffer_size);
-  z.offload_param.max_in_cpu = static_cast<std::int64_t>(s.param_max_in_cpu);
-  z.offload_optimizer.pipeline_read = s.optimizer_pipeline_read;
-  z.offload_optimizer.pipeline_write = s.optimizer_pipeline_write;
-  z.stage3_prefetch_bucket_size = static_cast<std::int64_t>(s.prefetch_bucket_size);
-  z.stage3_param_persistence_threshold = static_cast<std::int64_t>(s.param_persistence_threshold);
-  z.stage3_max_live_parameters = static_cast<std::int64_t>(s.max_live_parameters);
-  z.stage3_max_reuse_distance = static_cast<std::int64_t>(s.max_reuse_distance);
-  z.zero_hpz_partition_size = s.hpz_partition_size;
+  if (c.param == OffloadTarget::nvme) z.param_nvme.path = nvme_path;
+  z.param_nvme.buffer_count = s.param_buffer_count;
+  z.param_nvme.buffer_size = s.param_buffer_size;
+  z.param_nvme.max_in_cpu = s.param_max_in_cpu;
+  z.nvme.pipeline_read = s.optimizer_pipeline_read;
+  z.nvme.pipeline_write = s.optimizer_pipeline_write;
+  z.stage3.prefetch_bucket_size = s.prefetch_bucket_size;
+  z.stage3.param_persistence_threshold = s.param_persistence_threshold;
+  z.stage3.max_live_parameters = s.max_live_parameters;
+  z.stage3.max_reuse_distance = s.max_reuse_distance;
+  if (s.hpz_partition_size > 1) z.stage3.reshard_after_forward = zero::ReshardAfterForward::group(s.hpz_partition_size);
   if (!s.grad_accum_fp32 || s.gradient_accumulation_steps > 1) {
-    cfg.data_types.grad_accum_dtype = s.grad_accum_fp32 ? DType::fp32 : c.precision;
+    cfg.grad_accum_dtype = s.grad_accum_fp32 ? DType::fp32 : c.precision;
   }
   if (checkpointed_layers > 0) cfg.activation_checkpointing.number_checkpoints = checkpointed_layers;
   return cfg;

@@ -107,8 +107,7 @@ inline zero::BucketLayout engine_layout(const ModelDescription& m, int world, in
       }
     }
   }
-  const std::size_t bucket_bytes = s.bucket_bytes ? s.bucket_bytes : std::size_t{500'000'000} * elem_bytes;
-  zero::BucketLayout layout(numels, groups, world, std::max<std::size_t>(1, bucket_bytes / elem_bytes), units);
+  zero::BucketLayout layout(numels, groups, world, s.bucket_numel(elem_bytes), units);
   persistent_buckets.assign(layout.buckets().size(), 0);
   if (stage == 3) {
     for (std::size_t k = 0; k < layout.buckets().size(); ++k) {
