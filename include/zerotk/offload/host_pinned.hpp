@@ -57,13 +57,17 @@ class HostPinned {
   using space = PinnedHostSpace;  ///< where the optimizer runs
   /// master(), exp_avg(), exp_avg_sq() are the state itself, in host memory (checkpoints read them in place).
   static constexpr bool kStateInHostMemory = true;
+  /// step_in_host(): it can step from host copies off the training thread (the delayed update).
+  static constexpr bool kCanDelayUpdate = true;
+  /// v is kept only for an optimizer with two moments (optim::moments_v).
+  static constexpr bool kTwoMoments = optim::moments_v<Opt> >= 2;
 
   HostPinned(Ops& ops, MemoryLedger* ledger, std::size_t owned_numel, const std::vector<ParamGroup>& groups,
              std::size_t tensor_count, const StoreOptions& options)
       : steps_(ops, ledger, owned_numel, options.sub_group_size),
         master_(owned_numel, MemoryCategory::master32, ledger),
         m_(owned_numel, MemoryCategory::optimizer_state, ledger),
-        v_(owned_numel, MemoryCategory::optimizer_state, ledger),
+        v_(kTwoMoments ? owned_numel : 0, MemoryCategory::optimizer_state, ledger),
         ops_(&ops),
         opt_(std::make_unique<Opt>(groups)) {
     opt_->set_tensor_count(tensor_count);
@@ -75,7 +79,7 @@ class HostPinned {
   std::size_t sub_group_numel() const noexcept { return steps_.sub_group_numel(); }
   Opt& optimizer() noexcept { return *opt_; }
   const Opt& optimizer() const noexcept { return *opt_; }
-  optim::Moments moments() noexcept { return {m_.data(), v_.data(), m_.size()}; }
+  optim::Moments moments() noexcept { return {m_.data(), v(), m_.size()}; }
   std::span<const float> exp_avg() const noexcept { return {m_.data(), m_.size()}; }
   std::span<const float> exp_avg_sq() const noexcept { return {v_.data(), v_.size()}; }
 
@@ -88,12 +92,12 @@ class HostPinned {
   void step(std::size_t i, std::span<const kernels::Segment> segments, const G* grads, P* out, float grad_scale,
             Reduce&& reduce) {
     if constexpr (zero::OutputWriter<P>) {
-      passes_.prepare(&steps_, *opt_, i, segments, grads, out, grad_scale, master_.data(), m_.data(), v_.data(),
+      passes_.prepare(&steps_, *opt_, i, segments, grads, out, grad_scale, master_.data(), m_.data(), v(),
                       "offload::HostPinned::step");
     } else {
       const std::size_t lo = steps_.begin(i);
       steps_.step(*opt_, i, segments, grads, out, grad_scale, std::forward<Reduce>(reduce), master_.data() + lo,
-                  m_.data() + lo, v_.data() + lo);
+                  m_.data() + lo, v() + lo);
     }
   }
 
@@ -103,7 +107,7 @@ class HostPinned {
   template <class G, class P, class Reduce>
   void commit_step(std::span<const kernels::Segment> segments, const G* grads, P* /*out*/, float grad_scale,
                    Reduce& reduce) {
-    passes_.template commit<P>(steps_, *opt_, segments, grads, grad_scale, reduce, master_.data(), m_.data(), v_.data());
+    passes_.template commit<P>(steps_, *opt_, segments, grads, grad_scale, reduce, master_.data(), m_.data(), v());
   }
   /// Instead of commit_step() (another group's step failed): the state and the step count never
   /// changed. A step into memory cannot be taken back, and never needs to be: it does no I/O, so no
@@ -119,7 +123,7 @@ class HostPinned {
   template <class G, class V>
   void step_in_host(std::size_t i, std::span<const kernels::Segment> segments, const G* grads, V* out, float grad_scale) {
     const std::size_t lo = steps_.begin(i);
-    steps_.step_in_host(*opt_, i, segments, grads, out, grad_scale, master_.data() + lo, m_.data() + lo, v_.data() + lo);
+    steps_.step_in_host(*opt_, i, segments, grads, out, grad_scale, master_.data() + lo, m_.data() + lo, v() + lo);
   }
 
   /// master[at, at + n) := float(src[0, n)), src in the compute space (staged through host memory).
@@ -143,7 +147,7 @@ class HostPinned {
     return {opt_->step_count(), std::vector<float>(m_.begin(), m_.end()), std::vector<float>(v_.begin(), v_.end()), {}, {}};
   }
   void load_optimizer_state(const OptimizerState& s) {
-    optim::check_state(s, m_.size(), "Engine::load_state");
+    optim::check_state(s, m_.size(), "Engine::load_state", optim::moments_v<Opt>);
     optim::check_extra(*opt_, s, "Engine::load_state");
     std::copy(s.m.begin(), s.m.end(), m_.begin());
     std::copy(s.v.begin(), s.v.end(), v_.begin());
@@ -151,9 +155,12 @@ class HostPinned {
   }
 
  private:
+  /// v, or m in its place for a one-moment optimizer (whose kernels never read it).
+  float* v() noexcept { return kTwoMoments ? v_.data() : m_.data(); }
+
   SubGroupSteps<Ops> steps_;              // the sub-group loop and its pinned stagings
   PinnedTrackedBuffer<float> master_;     // [owned_numel] fp32
-  PinnedTrackedBuffer<float> m_, v_;      // [owned_numel] fp32 each
+  PinnedTrackedBuffer<float> m_, v_;      // [owned_numel] fp32 each (v: [0] with one moment)
   WriterPasses passes_;                   // a step through a writer (OffloadParams<Nvme>)
   Ops* ops_;
   std::unique_ptr<Opt> opt_;

@@ -22,7 +22,7 @@
 /// put back from the current slot's master (they equal P(master) at every boundary; values given
 /// to a writer are dropped with its transaction). The error propagates as an io_error naming the
 /// file, offset and errno text; the state is the one before the step, and training can go on once
-/// the cause is fixed. The price is twice the state's size on disk (24 Psi / N bytes).
+/// the cause is fixed. The price is twice the state's size on disk (24 Psi / N bytes with two moments, 16 with one).
 /// If putting the values back fails as well, the error says so (the parameters then hold the new
 /// values of some sub-groups; load a checkpoint).
 ///
@@ -61,6 +61,11 @@ class NvmeSwapped {
   using optimizer_type = Opt;
   using space = PinnedHostSpace;  ///< where the optimizer runs (on the swapped-in buffers)
   static constexpr bool kStateInHostMemory = false;
+  /// Its swap file's slots are the step's transaction: no step off the training thread.
+  static constexpr bool kCanDelayUpdate = false;
+  /// The moments the file keeps beside the master: m, and v for a two-moment optimizer.
+  static constexpr std::size_t kMoments = optim::moments_v<Opt>;
+  static constexpr bool kTwoMoments = kMoments >= 2;
 
   NvmeSwapped(Ops& ops, MemoryLedger* ledger, std::size_t owned_numel, const std::vector<ParamGroup>& groups,
               std::size_t tensor_count, const StoreOptions& options)
@@ -80,7 +85,7 @@ class NvmeSwapped {
     opt_->set_tensor_count(tensor_count);
     if (ledger_ != nullptr) {  // both slots, the bytes asked (each part is padded to 4096 bytes in the file)
       ledger_->add(MemorySpace::disk, MemoryCategory::master32, 2 * owned_numel * sizeof(float));
-      ledger_->add(MemorySpace::disk, MemoryCategory::optimizer_state, 2 * 2 * owned_numel * sizeof(float));
+      ledger_->add(MemorySpace::disk, MemoryCategory::optimizer_state, 2 * kMoments * owned_numel * sizeof(float));
     }
   }
   NvmeSwapped(const NvmeSwapped&) = delete;
@@ -89,7 +94,7 @@ class NvmeSwapped {
     drain();
     if (ledger_ != nullptr) {
       ledger_->sub(MemorySpace::disk, MemoryCategory::master32, 2 * owned_numel() * sizeof(float));
-      ledger_->sub(MemorySpace::disk, MemoryCategory::optimizer_state, 2 * 2 * owned_numel() * sizeof(float));
+      ledger_->sub(MemorySpace::disk, MemoryCategory::optimizer_state, 2 * kMoments * owned_numel() * sizeof(float));
     }
   }
 
@@ -122,7 +127,7 @@ class NvmeSwapped {
       std::byte* base = buffer(b);
       stepped_ = i + 1;  // from here on, out holds sub-group i's new values
       steps_.step(*opt_, i, segments, grads, out, grad_scale, std::forward<Reduce>(reduce), as_floats(base),
-                  as_floats(base + part_bytes_), as_floats(base + 2 * part_bytes_));
+                  as_floats(base + part_bytes_), as_floats(base + (kTwoMoments ? 2 : 1) * part_bytes_));
       writes_[b] = file_.write(region(1 - current_, i), base, region_bytes());
       if (!pipeline_write_) file_.wait(std::exchange(writes_[b], io::IoQueue::kNone));
       if (i + 1 == n) {
@@ -185,22 +190,25 @@ class NvmeSwapped {
   }
 
   OptimizerState optimizer_state() const {
-    OptimizerState s{opt_->step_count(), std::vector<float>(owned_numel()), std::vector<float>(owned_numel()), {}, {}};
+    OptimizerState s{opt_->step_count(), std::vector<float>(owned_numel()),
+                     std::vector<float>(kTwoMoments ? owned_numel() : 0), {}, {}};
     for (std::size_t j = 0; j < sub_groups(); ++j) {
       std::memcpy(s.m.data() + steps_.begin(j), read_part(j, 1), steps_.numel(j) * sizeof(float));
-      std::memcpy(s.v.data() + steps_.begin(j), read_part(j, 2), steps_.numel(j) * sizeof(float));
+      if (kTwoMoments) std::memcpy(s.v.data() + steps_.begin(j), read_part(j, 2), steps_.numel(j) * sizeof(float));
     }
     return s;
   }
   void load_optimizer_state(const OptimizerState& s) {
-    optim::check_state(s, owned_numel(), "Engine::load_state");
+    optim::check_state(s, owned_numel(), "Engine::load_state", optim::moments_v<Opt>);
     optim::check_extra(*opt_, s, "Engine::load_state");
     file_.ensure_size();
     for (std::size_t j = 0; j < sub_groups(); ++j) {
       std::memcpy(buffer(0), s.m.data() + steps_.begin(j), steps_.numel(j) * sizeof(float));
       write_part(j, 1);
-      std::memcpy(buffer(0), s.v.data() + steps_.begin(j), steps_.numel(j) * sizeof(float));
-      write_part(j, 2);
+      if (kTwoMoments) {
+        std::memcpy(buffer(0), s.v.data() + steps_.begin(j), steps_.numel(j) * sizeof(float));
+        write_part(j, 2);
+      }
     }
     opt_->set_step_count(s.step);
   }
@@ -219,7 +227,7 @@ class NvmeSwapped {
   static float* as_floats(std::byte* p) noexcept { return reinterpret_cast<float*>(p); }
 
   /// One sub-group's master, m and v, each padded to 4096 bytes (in the file and in a buffer).
-  std::size_t region_bytes() const noexcept { return 3 * part_bytes_; }
+  std::size_t region_bytes() const noexcept { return (1 + kMoments) * part_bytes_; }
   std::uint64_t region(int slot, std::size_t i) const noexcept {
     return (static_cast<std::uint64_t>(slot) * sub_groups() + i) * region_bytes();
   }
@@ -294,10 +302,10 @@ class NvmeSwapped {
   Ops* ops_;
   MemoryLedger* ledger_;
   std::size_t part_bytes_;  // bytes of one sub-group's master (and of its m, of its v), padded to 4096
-  mutable io::SwapFile file_;  // [2 slots][sub-groups][master | m | v] fp32, each part part_bytes_
+  mutable io::SwapFile file_;  // [2 slots][sub-groups][master | m | v (two moments)] fp32, each part part_bytes_
   bool pipeline_read_, pipeline_write_;
   std::size_t buffer_count_;
-  mutable PinnedTrackedBuffer<std::byte> buffers_;  // [buffer_count][master | m | v] of one sub-group
+  mutable PinnedTrackedBuffer<std::byte> buffers_;  // [buffer_count][master | m | v (two moments)] of one sub-group
   std::vector<io::IoQueue::Ticket> reads_, writes_;  // per buffer, in flight
   std::unique_ptr<Opt> opt_;
   int current_ = 0;            // the slot holding the state

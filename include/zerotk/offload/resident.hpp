@@ -53,13 +53,17 @@ class Resident {
   using space = typename Ops::Space;
   /// master(), exp_avg(), exp_avg_sq() are the state itself (in the compute space).
   static constexpr bool kStateInHostMemory = Ops::Space::host_accessible;
+  /// The state lives in the compute space, which the trainer's next forward uses: no delayed update.
+  static constexpr bool kCanDelayUpdate = false;
+  /// v is kept only for an optimizer with two moments (optim::moments_v).
+  static constexpr bool kTwoMoments = optim::moments_v<Opt> >= 2;
 
   Resident(Ops& ops, MemoryLedger* ledger, std::size_t owned_numel, const std::vector<ParamGroup>& groups,
            std::size_t tensor_count, const StoreOptions& options = {})
       : ops_(&ops),
         master_(ops.template allocate<float>(owned_numel, MemoryCategory::master32, ledger)),
         m_(ops.template allocate<float>(owned_numel, MemoryCategory::optimizer_state, ledger)),
-        v_(ops.template allocate<float>(owned_numel, MemoryCategory::optimizer_state, ledger)),
+        v_(ops.template allocate<float>(kTwoMoments ? owned_numel : 0, MemoryCategory::optimizer_state, ledger)),
         opt_(std::make_unique<Opt>(groups)) {
     if (options.output_writer) {
       if (!kStateInHostMemory) {
@@ -76,7 +80,7 @@ class Resident {
   std::size_t owned_numel() const noexcept { return master_.size(); }
   Opt& optimizer() noexcept { return *opt_; }
   const Opt& optimizer() const noexcept { return *opt_; }
-  optim::Moments moments() noexcept { return {m_.data(), v_.data(), m_.size()}; }
+  optim::Moments moments() noexcept { return {m_.data(), v(), m_.size()}; }
   /// The moments read-only, in the compute space.
   std::span<const float> exp_avg() const noexcept { return {m_.data(), m_.size()}; }
   std::span<const float> exp_avg_sq() const noexcept { return {v_.data(), v_.size()}; }
@@ -106,12 +110,12 @@ class Resident {
       static_assert(kStateInHostMemory, "offload::Resident: a step through a writer (OffloadParams<Nvme>) needs "
                                         "the state in host memory (Device<Host>)");
       passes_.prepare(steps_ ? &*steps_ : nullptr, *opt_, i, segments, grads, out, grad_scale, master_.data(),
-                      m_.data(), v_.data(), "offload::Resident::step");
+                      m_.data(), v(), "offload::Resident::step");
     } else if (steps_) {  // built for a writer, given memory: the same sub-group loop
       if constexpr (kStateInHostMemory) {
         const std::size_t lo = steps_->begin(i);
         steps_->step(*opt_, i, segments, grads, out, grad_scale, std::forward<Reduce>(reduce), master_.data() + lo,
-                     m_.data() + lo, v_.data() + lo);
+                     m_.data() + lo, v() + lo);
       }
     } else {
       ops_->step(*opt_, segments, master_.data(), moments(), grads, out, grad_scale, std::forward<Reduce>(reduce));
@@ -123,8 +127,7 @@ class Resident {
                    Reduce& reduce) {
     if constexpr (kStateInHostMemory) {
       if (steps_) {
-        passes_.template commit<P>(*steps_, *opt_, segments, grads, grad_scale, reduce, master_.data(), m_.data(),
-                                   v_.data());
+        passes_.template commit<P>(*steps_, *opt_, segments, grads, grad_scale, reduce, master_.data(), m_.data(), v());
       }
     }
   }
@@ -146,7 +149,7 @@ class Resident {
   /// Restores a state taken from a store over the same owned range (bit-exact); nothing changes
   /// when `s` does not fit.
   void load_optimizer_state(const OptimizerState& s) {
-    optim::check_state(s, m_.size(), "Engine::load_state");
+    optim::check_state(s, m_.size(), "Engine::load_state", optim::moments_v<Opt>);
     optim::check_extra(*opt_, s, "Engine::load_state");
     ops_->copy_from_host(s.m.data(), m_.data(), s.m.size());
     ops_->copy_from_host(s.v.data(), v_.data(), s.v.size());
@@ -155,9 +158,12 @@ class Resident {
   }
 
  private:
+  /// v, or m in its place for a one-moment optimizer (whose kernels never read it).
+  float* v() noexcept { return kTwoMoments ? v_.data() : m_.data(); }
+
   Ops* ops_;
   typename Ops::template Buffer<float> master_;  // [owned_numel] fp32
-  typename Ops::template Buffer<float> m_, v_;   // the optimizer's moments, [owned_numel] fp32 each
+  typename Ops::template Buffer<float> m_, v_;   // the optimizer's moments, [owned_numel] fp32 each (v: [0] with one)
   std::optional<SubGroupSteps<Ops>> steps_;      // built for a writer: the sub-group loop, its stagings
   WriterPasses passes_;                          // the two passes through a writer
   std::unique_ptr<Opt> opt_;

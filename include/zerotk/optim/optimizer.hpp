@@ -25,6 +25,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -58,6 +59,17 @@ struct OptimizerState {
   std::vector<double> tensor_scalars;  ///< 1-bit LAMB: per tensor c_f, F, k (optim/onebit_lamb.hpp)
 };
 
+/// An optimizer whose step is one elementwise rule (kernels/host/elementwise_step.hpp): it names
+/// its `rule` and gives the rule's constants per group for the next step. optim::Run runs every
+/// such optimizer with the generic drivers on every memory space, so a new one needs no kernel.
+namespace optim {
+template <class Opt>
+concept ElementwiseOptimizer = requires(const Opt& o) {
+  typename Opt::rule;
+  { o.step_consts() } -> std::same_as<std::vector<typename Opt::rule::Consts>>;
+};
+}  // namespace optim
+
 /// The reduction LAMB asks for: sums per-tensor partial sums over all ranks, in place.
 template <class F>
 concept TensorSumReducer = std::invocable<F&, std::span<double>>;
@@ -67,8 +79,8 @@ concept TensorSumReducer = std::invocable<F&, std::span<double>>;
 template <class Tag>
 class Optimizer {
   static_assert(dependent_false<Tag>,
-                "Optimizer: no specialization for this tag; use Optimizer<Adam>, Optimizer<AdamW>, Optimizer<Lamb> or "
-                "Optimizer<OneBitAdam>, Optimizer<ZeroOneAdam> or Optimizer<OneBitLamb>");
+                "Optimizer: no specialization for this tag; the optimizers are zerotk::optimizer_tags (policies.hpp), "
+                "e.g. Optimizer<AdamW>");
 };
 
 namespace optim {
@@ -81,12 +93,20 @@ struct Moments {
   std::size_t numel = 0;
 };
 
-/// Checks that `s` fits a partition of `numel` elements; `where` names the caller in the error.
-inline void check_state(const OptimizerState& s, std::size_t numel, const char* where) {
-  if (s.m.size() != numel || s.v.size() != numel) {
-    throw usage_error("optimizer state is for a partition of another size", where,
+/// The per-element moment vectors a state store keeps for `Opt` beside the master: 1 (m only) or
+/// 2 (m and v): its tag's `moments` (policies.hpp). A store keeps v only when it is 2 (and hands the
+/// kernels m in its place otherwise, which a one-moment rule never reads).
+template <class Opt>
+inline constexpr std::size_t moments_v = Opt::tag::moments;
+
+/// Checks that `s` fits a partition of `numel` elements of an optimizer with `moments` moment
+/// vectors (v is empty with one); `where` names the caller in the error.
+inline void check_state(const OptimizerState& s, std::size_t numel, const char* where, std::size_t moments = 2) {
+  const std::size_t v = moments >= 2 ? numel : 0;
+  if (s.m.size() != numel || s.v.size() != v) {
+    throw usage_error("optimizer state is for a partition of another size (or another optimizer)", where,
                       "m " + std::to_string(s.m.size()) + ", v " + std::to_string(s.v.size()) + " for " +
-                          std::to_string(numel) + " elements");
+                          std::to_string(numel) + " elements and " + std::to_string(moments) + " moments");
   }
   if (s.step < 0) throw usage_error("negative step count", where, std::to_string(s.step));
 }
@@ -110,6 +130,22 @@ void check_extra(const Opt& opt, const OptimizerState& s, const char* where) {
 template <class Opt>
 void load_extra(Opt& opt, const OptimizerState& s) {
   if constexpr (requires { opt.load_extra(s); }) opt.load_extra(s);
+}
+
+/// The extra state viewed where the optimizer keeps it (host memory): 1-bit LAMB's v_f in place
+/// and a copy of its per-tensor scalars (small); empty for optimizers without one.
+struct ExtraView {
+  std::span<const float> v_fresh;
+  std::vector<double> tensor_scalars;
+};
+template <class Opt>
+std::optional<ExtraView> extra_view(const Opt& opt) {
+  if constexpr (requires { opt.fresh_variance(); opt.encoded_tensor_states(); }) {
+    return ExtraView{std::span<const float>(opt.fresh_variance(), opt.buffer_numel()), opt.encoded_tensor_states()};
+  } else {
+    (void)opt;
+    return std::nullopt;
+  }
 }
 
 namespace detail {

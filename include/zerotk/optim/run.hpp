@@ -26,6 +26,7 @@
 #include "zerotk/core/dtype.hpp"
 #include "zerotk/core/memory.hpp"
 #include "zerotk/kernels/host/adam.hpp"
+#include "zerotk/kernels/host/elementwise_step.hpp"
 #include "zerotk/kernels/host/lamb.hpp"
 #include "zerotk/kernels/host/onebit_adam.hpp"
 #include "zerotk/kernels/host/onebit_lamb.hpp"
@@ -62,6 +63,29 @@ struct Run<Optimizer<Tag>, HostSpace> {
     opt.check_step(segments, master, st, grads);
     kernels::host::fused_adam_values<G, P>(segments, opt.step_consts(), master, st.m, st.v, grads, param_out,
                                            grad_scale);
+  }
+};
+
+/// Any elementwise optimizer on host memory (optim/optimizer.hpp, ElementwiseOptimizer): its rule
+/// through the generic fused driver (kernels/host/elementwise_step.hpp), one pass.
+template <ElementwiseOptimizer Opt>
+struct Run<Opt, HostSpace> {
+  using Rule = typename Opt::rule;
+  template <FloatingElement G, class P, TensorSumReducer ReduceFn>
+  static void step(Opt& opt, std::span<const Segment> segments, float* master, const Moments& st, const G* grads,
+                   P* param_out, float grad_scale, ReduceFn&& /*reduce: elementwise, no sums*/) {
+    opt.check_step(segments, master, st, grads);
+    const std::vector<typename Rule::Consts> consts = opt.step_consts();
+    opt.advance();
+    kernels::host::elementwise_step<Rule, G, P>(segments, consts, master, st.m, st.v, grads, param_out, grad_scale);
+  }
+  /// The working-precision values step() would write, the state and the step count unchanged.
+  template <FloatingElement G, class P>
+  static void values(const Opt& opt, std::span<const Segment> segments, const float* master, const Moments& st,
+                     const G* grads, P* param_out, float grad_scale) {
+    opt.check_step(segments, master, st, grads);
+    kernels::host::elementwise_values<Rule, G, P>(segments, opt.step_consts(), master, st.m, st.v, grads, param_out,
+                                                  grad_scale);
   }
 };
 
@@ -235,7 +259,7 @@ class Standalone : public Opt {
   /// optimizer_state category. Resets the step count.
   void init_state(std::size_t partition_numel, MemoryLedger* ledger = nullptr) {
     m_ = TrackedBuffer<float>(partition_numel, MemoryCategory::optimizer_state, ledger);
-    v_ = TrackedBuffer<float>(partition_numel, MemoryCategory::optimizer_state, ledger);
+    v_ = TrackedBuffer<float>(moments_v<Opt> >= 2 ? partition_numel : 0, MemoryCategory::optimizer_state, ledger);
     if constexpr (requires(Opt& o, float* p, std::size_t n) { o.set_accumulator(p, n); }) {
       u_ = TrackedBuffer<float>(partition_numel, MemoryCategory::optimizer_state, ledger);
       this->set_accumulator(u_.data(), u_.size());
@@ -265,7 +289,8 @@ class Standalone : public Opt {
     step(segments, master, grads, param_out, grad_scale, [](std::span<double>) {});
   }
 
-  Moments moments() noexcept { return {m_.data(), v_.data(), m_.size()}; }
+  /// v is m's place for a one-moment optimizer (whose kernels never read it).
+  Moments moments() noexcept { return {m_.data(), moments_v<Opt> >= 2 ? v_.data() : m_.data(), m_.size()}; }
   std::span<float> exp_avg() noexcept { return {m_.data(), m_.size()}; }
   std::span<float> exp_avg_sq() noexcept { return {v_.data(), v_.size()}; }
   std::span<const float> exp_avg() const noexcept { return {m_.data(), m_.size()}; }
@@ -280,7 +305,7 @@ class Standalone : public Opt {
   /// Restores a state taken from an optimizer over a partition of the same size (bit-exact).
   void load_state(const OptimizerState& s) {
     require_state("load_state");
-    check_state(s, m_.size(), "Optimizer::load_state");
+    check_state(s, m_.size(), "Optimizer::load_state", moments_v<Opt>);
     optim::check_extra(static_cast<const Opt&>(*this), s, "Optimizer::load_state");
     std::copy(s.m.begin(), s.m.end(), m_.begin());
     std::copy(s.v.begin(), s.v.end(), v_.begin());
@@ -293,7 +318,7 @@ class Standalone : public Opt {
     if (!initialized_) throw usage_error("init_state(partition_numel) must be called first", std::string("Optimizer::") + what);
   }
 
-  TrackedBuffer<float> m_, v_;  // [partition_numel] fp32 each
+  TrackedBuffer<float> m_, v_;  // [partition_numel] fp32 each (v: [0] for a one-moment optimizer)
   TrackedBuffer<float> u_;        // 0/1 Adam's accumulator, 1-bit LAMB's fresh variance; empty for the others
   TrackedBuffer<float> scratch_;  // 1-bit LAMB's [2 partition_numel]
   bool initialized_ = false;

@@ -22,6 +22,7 @@
 
 #include "zerotk/core/cuda_memory.hpp"
 #include "zerotk/kernels/cuda/adam.cuh"
+#include "zerotk/kernels/cuda/elementwise_step.cuh"
 #include "zerotk/kernels/cuda/lamb.cuh"
 #include "zerotk/kernels/cuda/multi_tensor.cuh"
 #include "zerotk/optim/run.hpp"
@@ -45,6 +46,23 @@ struct Run<Optimizer<Tag>, CudaSpace> {
     opt.advance();
     kernels::cuda::fused_adam<G, P>(segments, std::span<const kernels::AdamStepConsts>(consts), master, st.m, st.v,
                                     grads, param_out, grad_scale, ws, stream);
+  }
+};
+
+/// Any elementwise optimizer on device memory: its rule through the generic multi-tensor kernel
+/// (kernels/cuda/elementwise_step.cuh), the same bits as on the host.
+template <ElementwiseOptimizer Opt>
+struct Run<Opt, CudaSpace> {
+  using Rule = typename Opt::rule;
+  template <FloatingElement G, class P, DeviceSumReducer ReduceFn>
+  static void step(Opt& opt, std::span<const Segment> segments, float* master, const Moments& st, const G* grads,
+                   P* param_out, float grad_scale, ReduceFn&& /*reduce: elementwise, no sums*/, cudaStream_t stream,
+                   kernels::cuda::Workspace& ws) {
+    opt.check_step(segments, master, st, grads);
+    const std::vector<typename Rule::Consts> consts = opt.step_consts();
+    opt.advance();
+    kernels::cuda::elementwise_step<Rule, G, P>(segments, std::span<const typename Rule::Consts>(consts), master, st.m,
+                                                st.v, grads, param_out, grad_scale, ws, stream);
   }
 };
 
