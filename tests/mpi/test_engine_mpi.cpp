@@ -13,6 +13,7 @@
 
 #include "../zero/blob_model.hpp"
 #include "../zero/engine_fixture.hpp"
+#include "zerotk/comm/grid.hpp"
 #include "zerotk/comm/mpi.hpp"
 
 using namespace zerotk;
@@ -206,4 +207,26 @@ TEST_CASE("engine under MPI: stage 3 with Offload<Nvme> (each rank its own swap 
     CHECK(fs::is_empty(dir));  // every rank's file removed with its engine
     fs::remove_all(dir);
   }
+}
+
+TEST_CASE("engine under MPI: on a process grid (tensor 2 where the size allows) it trains as its data group alone, bitwise") {
+  auto world = comm::MpiCommunicator::world();
+  const int tensor = world.size() % 2 == 0 ? 2 : 1;
+  comm::ProcessGrid grid(world, {.tensor = tensor});
+  RunConfig cfg;
+  cfg.world = grid.size(comm::GridDim::data);
+  cfg.steps = 6;
+  cfg.gas = 2;
+  cfg.clip = 0.5;
+  cfg.poison_steps = {2};
+  // The reference is the data group's own communicator, as a plain one: the same ranks, alone.
+  const RunResult alone = train_on<2, fp16>(grid.data(), grid.data_index(), cfg);
+  const RunResult on_grid = train_on<2, fp16>(grid, grid.data_index(), cfg);
+  CHECK(on_grid.params == alone.params);
+  CHECK(on_grid.losses == alone.losses);
+  CHECK(on_grid.norms == alone.norms);
+  CHECK(on_grid.skipped == alone.skipped);
+  CHECK(on_grid.groups == ReportGroups{grid.size(comm::GridDim::data), tensor, 1});
+  CHECK(same_on_all_ranks(world, on_grid.params));  // every tensor replica holds the same values
+  CHECK(on_grid.params != on_grid.initial);
 }

@@ -177,7 +177,7 @@ void ledger_by_space(int world, std::size_t sub_group_size, const fs::path& dir)
     swap.sub_group_size = sub_group_size;
     swap.pipeline_read = swap.pipeline_write = true;
     EngineOptions o = options_for(cfg, swap, dir);
-    o.bucket_bytes = 1 << 20;
+    o.reduce_bucket_size = (1 << 20) / 2;  // fp16 elements
     Eng engine(comm, model, o);
     engine.initialize_master();
     for (auto it = model.ps.rbegin(); it != model.ps.rend(); ++it) {

@@ -206,7 +206,7 @@ TEST_CASE("overlap_param_gather gives the same bits and waits per layer") {
   comm::run_threads(2, [&](auto& comm) {
     Mlp<float> model;
     EngineOptions o;
-    o.bucket_bytes = 64;
+    o.reduce_bucket_size = 16;  // fp32 elements
     o.overlap_param_gather = true;
     Engine<Partitioner<Stage<2>>, Optimizer<AdamW>, Precision<fp32>> engine(comm, model, o);
     model.init(42);
@@ -343,7 +343,7 @@ TEST_CASE("parameter groups and fp32-kept parameters (emulated fp16 over float P
     comm::run_threads(2, [&](auto& comm) {
       Mlp<float> model;
       EngineOptions o;
-      o.bucket_bytes = 128;
+      o.reduce_bucket_size = 32;  // fp32 elements
       o.loss_scaler.initial_scale_power = 8;
       o.optimizer.lr = 1e-2f;
       o.groups = {ParamGroup{o.optimizer}, ParamGroup{o.optimizer}};

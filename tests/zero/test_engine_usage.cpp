@@ -135,7 +135,7 @@ void run_leaky() {
   comm::run_threads(2, [](auto& comm) {
     Leaky<T> m;
     EngineOptions o;
-    o.bucket_bytes = 100 * sizeof(T);  // 100-element buckets: b.w is alone in its own
+    o.reduce_bucket_size = 100;  // 100-element buckets: b.w is alone in its own
     Engine<Partitioner<Stage<2>>, Optimizer<AdamW>, Precision<Prec>> engine(comm, m, o);
     {
       auto s = engine.backward(m.a);

@@ -258,7 +258,7 @@ using FlatEngine = Engine<Partitioner<Stage<0>>, Optimizer<AdamW>, Precision<fp3
 
 EngineOptions engine_options(double ratio, bool huffman) {
   EngineOptions o;
-  o.bucket_bytes = 256;
+  o.reduce_bucket_size = 64;  // fp32 elements
   o.optimizer.lr = 1e-2;
   o.compression.topk_ratio = ratio;
   o.compression.huffman_coding = huffman;

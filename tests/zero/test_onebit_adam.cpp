@@ -29,7 +29,7 @@ using OneBitEngine = Engine<Partitioner<Stage<0>>, Optimizer<OneBitAdam>, Precis
 
 EngineOptions options(std::int64_t freeze_step, double clip = 0.0, std::size_t bucket_bytes = 256) {
   EngineOptions o;
-  o.bucket_bytes = bucket_bytes;
+  o.reduce_bucket_size = bucket_bytes / sizeof(float);  // fp32 elements
   o.gradient_clipping = clip;
   // A short warm-up freezes v near zero wherever the gradient was (about) zero so far, and the
   // compressed phase then divides by sqrt(v) + eps: eps = 1e-2 keeps these short runs finite, with

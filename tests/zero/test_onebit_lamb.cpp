@@ -34,7 +34,7 @@ using LambEngine = Engine<Partitioner<Stage<0>>, Optimizer<OneBitLamb>, Precisio
 
 EngineOptions options(std::int64_t freeze_step, double weight_decay = 0.0, std::size_t bucket_bytes = 256) {
   EngineOptions o;
-  o.bucket_bytes = bucket_bytes;
+  o.reduce_bucket_size = bucket_bytes / sizeof(float);  // fp32 elements
   o.optimizer.lr = 2e-3;
   o.optimizer.beta2 = 0.95;
   o.optimizer.eps = 1e-2;  // a short warm-up leaves v near 0 (see test_onebit_adam.cpp)

@@ -37,7 +37,7 @@ constexpr optim::ZeroOneOptions kTable{.var_freeze_step = 12, .var_update_scaler
 
 EngineOptions options(const optim::ZeroOneOptions& z, double wd = 0.01, std::size_t bucket_bytes = 256) {
   EngineOptions o;
-  o.bucket_bytes = bucket_bytes;
+  o.reduce_bucket_size = bucket_bytes / sizeof(float);  // fp32 elements
   // As in the 1-bit Adam tests: eps = 1e-2 keeps short runs with v frozen early finite.
   o.optimizer.lr = 1e-3;
   o.optimizer.beta2 = 0.95;

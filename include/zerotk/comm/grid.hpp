@@ -1,11 +1,12 @@
 #pragma once
 /// \file zerotk/comm/grid.hpp
-/// The process grid (data x pipeline x tensor parallel groups from one world communicator) and
-/// node-local groups for hierarchical all-reduce, generic over any Communicator.
+/// The process grid (tensor, data and pipeline groups from one world communicator) and node-local
+/// groups for hierarchical all-reduce, generic over any Communicator.
 ///
-/// Rank order is Megatron-LM's: tensor-parallel ranks are adjacent (they exchange the most and
-/// should share a node), then data, then pipeline:
+/// Rank order is Megatron-LM's by default ("tp-dp-pp"): tensor-parallel ranks are adjacent (they
+/// exchange the most and should share a node), then data, then pipeline:
 ///   world_rank = (pipeline_index * data_size + data_index) * tensor_size + tensor_index
+/// GridShape::order picks another.
 ///
 ///   zerotk::comm::ProcessGrid grid(world, {.pipeline = 2, .tensor = 2});   // data = W / 4
 ///   grid.data().reduce_scatter(...);                                      // ZeRO over the data group
@@ -15,10 +16,13 @@
 /// exact; otherwise floating-point sums differ by rounding (the grouping differs). NCCL already
 /// reduces hierarchically inside; NodeGroups serves host-memory communicators.
 
+#include <algorithm>
+#include <array>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "zerotk/comm/communicator.hpp"
@@ -95,66 +99,147 @@ Work hierarchical_all_reduce(NodeGroups<C>& g, const void* send, void* recv, std
   return g.local().broadcast(recv, count, dt, 0);
 }
 
-/// Sizes of the grid's dimensions. `data` = 0 means world size / (pipeline * tensor).
+/// The grid's named dimensions. Context and expert parallelism will add theirs here.
+enum class GridDim : std::uint8_t { tensor, data, pipeline };
+inline constexpr int kGridDims = 3;
+
+constexpr std::string_view to_string(GridDim d) noexcept {
+  switch (d) {
+    case GridDim::tensor: return "tensor";
+    case GridDim::data: return "data";
+    case GridDim::pipeline: return "pipeline";
+  }
+  return "unknown";
+}
+
+/// Sizes of the grid's dimensions and the order ranks are laid out in. `data` = 0 means world size /
+/// (pipeline * tensor). `order` names the dimensions fastest-varying first, Megatron's way:
+/// "tp-dp-pp" (its default, and this one's) puts the ranks of one tensor group next to each other
+/// (they exchange every layer: keep them on one node), then data, then pipeline. Any permutation of
+/// tp, dp and pp is accepted.
 struct GridShape {
   int data = 0;
   int pipeline = 1;
   int tensor = 1;
+  std::string_view order = "tp-dp-pp";
+
+  int size(GridDim d) const noexcept {
+    return d == GridDim::tensor ? tensor : d == GridDim::data ? data : pipeline;
+  }
 };
 
-/// Data, pipeline and tensor parallel groups of one world (Megatron rank order, see the file
-/// comment). Construction is collective over `world` (which must outlive the grid).
+namespace detail {
+/// The dimensions of `order`, fastest first; a config_error naming the order when it is not a
+/// permutation of tp, dp and pp.
+inline std::array<GridDim, kGridDims> parse_grid_order(std::string_view order) {
+  std::array<GridDim, kGridDims> out{};
+  bool seen[kGridDims] = {false, false, false};
+  std::size_t n = 0, at = 0;
+  while (at <= order.size()) {
+    const std::size_t end = std::min(order.find('-', at), order.size());
+    const std::string_view name = order.substr(at, end - at);
+    const int d = name == "tp" ? 0 : name == "dp" ? 1 : name == "pp" ? 2 : -1;
+    if (d < 0 || n == kGridDims || seen[d]) { n = kGridDims + 1; break; }
+    seen[d] = true;
+    out[n++] = static_cast<GridDim>(d);
+    at = end + 1;
+  }
+  if (n != kGridDims) {
+    throw config_error("must name tp, dp and pp once each, fastest-varying first (Megatron's default \"tp-dp-pp\")",
+                       "GridShape::order", std::string(order));
+  }
+  return out;
+}
+}  // namespace detail
+
+/// The groups of one world as a grid: tensor, data and pipeline groups, and the model group
+/// (tensor x pipeline: the ranks holding one replica of the model between them). Construction is
+/// collective over `world`, which must outlive the grid; every group is split from it (threads,
+/// MPI_Comm_split, ncclCommSplit), each rank's group ordered by its coordinate.
+///
+///   zerotk::comm::ProcessGrid grid(world, {.pipeline = 2, .tensor = 2});   // data = W / 4
+///   zerotk::Engine<...> engine(grid, model, options);                     // ZeRO over grid.data()
 template <Communicator C>
 class ProcessGrid {
  public:
   ProcessGrid(C& world, GridShape shape)
       : world_(&world),
         shape_(resolve(world.size(), shape)),
-        tensor_index_(world.rank() % shape_.tensor),
-        data_index_(world.rank() / shape_.tensor % shape_.data),
-        pipeline_index_(world.rank() / (shape_.tensor * shape_.data)),
-        tensor_(world.split(pipeline_index_ * shape_.data + data_index_, tensor_index_)),
-        data_(world.split(pipeline_index_ * shape_.tensor + tensor_index_, data_index_)),
-        pipeline_(world.split(data_index_ * shape_.tensor + tensor_index_, pipeline_index_)),
-        model_(world.split(data_index_, pipeline_index_ * shape_.tensor + tensor_index_)) {}
+        order_(detail::parse_grid_order(shape_.order)),
+        index_(coordinates(world.rank())),
+        tensor_(split_along(GridDim::tensor)),
+        data_(split_along(GridDim::data)),
+        pipeline_(split_along(GridDim::pipeline)),
+        model_(world.split(index_[1], world.rank())) {}
 
-  /// The world rank at grid coordinates (Megatron order).
-  static constexpr int world_rank_of(const GridShape& s, int data_index, int pipeline_index, int tensor_index) noexcept {
-    return (pipeline_index * s.data + data_index) * s.tensor + tensor_index;
+  /// The world rank at grid coordinates, in `s.order` (Megatron's "tp-dp-pp" by default).
+  static int world_rank_of(const GridShape& s, int data_index, int pipeline_index, int tensor_index) {
+    const std::array<GridDim, kGridDims> order = detail::parse_grid_order(s.order);
+    const int index[kGridDims] = {tensor_index, data_index, pipeline_index};
+    int rank = 0, stride = 1;
+    for (GridDim d : order) {
+      rank += index[static_cast<int>(d)] * stride;
+      stride *= s.size(d);
+    }
+    return rank;
   }
 
   const GridShape& shape() const noexcept { return shape_; }
-  int data_index() const noexcept { return data_index_; }
-  int pipeline_index() const noexcept { return pipeline_index_; }
-  int tensor_index() const noexcept { return tensor_index_; }
+  int size(GridDim d) const noexcept { return shape_.size(d); }
+  int index(GridDim d) const noexcept { return index_[static_cast<int>(d)]; }
+  int data_index() const noexcept { return index(GridDim::data); }
+  int pipeline_index() const noexcept { return index(GridDim::pipeline); }
+  int tensor_index() const noexcept { return index(GridDim::tensor); }
 
   C& world() noexcept { return *world_; }
+  /// The ranks along dimension `d` (every other coordinate equal), ordered by their coordinate.
+  C& group(GridDim d) noexcept { return d == GridDim::tensor ? tensor_ : d == GridDim::data ? data_ : pipeline_; }
   /// Ranks holding the same model shard: ZeRO partitions and gradients reduce here.
   C& data() noexcept { return data_; }
   /// Ranks of one pipeline (same data and tensor index), ordered by stage.
   C& pipeline() noexcept { return pipeline_; }
   /// Ranks splitting each layer's tensors (same data and pipeline index).
   C& tensor() noexcept { return tensor_; }
-  /// All ranks of one model replica (pipeline x tensor): global norms of a sharded model.
+  /// All ranks of one model replica (pipeline x tensor, same data index): global norms of a sharded model.
   C& model() noexcept { return model_; }
 
  private:
   static GridShape resolve(int world, GridShape s) {
+    const std::string sizes = std::to_string(s.data) + " x " + std::to_string(s.pipeline) + " x " + std::to_string(s.tensor);
     if (s.pipeline < 1 || s.tensor < 1 || s.data < 0) {
-      throw config_error("grid sizes must be >= 1 (data 0: inferred)", "GridShape",
-                         std::to_string(s.data) + " x " + std::to_string(s.pipeline) + " x " + std::to_string(s.tensor));
+      throw config_error("grid sizes must be >= 1 (data 0: inferred)", "GridShape (data x pipeline x tensor)", sizes);
     }
     if (s.data == 0 && world % (s.pipeline * s.tensor) == 0) s.data = world / (s.pipeline * s.tensor);
     if (s.data * s.pipeline * s.tensor != world) {
-      throw config_error("data x pipeline x tensor must equal the world size " + std::to_string(world), "GridShape",
-                         std::to_string(s.data) + " x " + std::to_string(s.pipeline) + " x " + std::to_string(s.tensor));
+      throw config_error("data x pipeline x tensor must equal the world size " + std::to_string(world),
+                         "GridShape (data x pipeline x tensor)", sizes);
     }
     return s;
   }
 
+  /// This rank's coordinates [tensor, data, pipeline] from its world rank.
+  std::array<int, kGridDims> coordinates(int rank) const {
+    std::array<int, kGridDims> out{};
+    for (GridDim d : order_) {
+      out[static_cast<int>(d)] = rank % shape_.size(d);
+      rank /= shape_.size(d);
+    }
+    return out;
+  }
+
+  /// The group along `d`: color = the other coordinates (mixed radix), key = the coordinate on d.
+  C split_along(GridDim along) {
+    int color = 0;
+    for (GridDim d : order_) {
+      if (d != along) color = color * shape_.size(d) + index_[static_cast<int>(d)];
+    }
+    return world_->split(color, index_[static_cast<int>(along)]);
+  }
+
   C* world_;
   GridShape shape_;
-  int tensor_index_, data_index_, pipeline_index_;
+  std::array<GridDim, kGridDims> order_;
+  std::array<int, kGridDims> index_;  // [tensor, data, pipeline]
   C tensor_, data_, pipeline_, model_;
 };
 

@@ -11,6 +11,11 @@
 /// Because the sum is exact on the grid, the global sum of squares does not depend on how the
 /// gradients are cut into buckets, blocks or shards, on the order of any addition, on threads or on
 /// the device: every ZeRO stage, host or CUDA, gets the same bits (DESIGN.md, decisions).
+///
+/// Both reductions run over `norm`, every rank the parameters span (engine/comms.hpp): with a
+/// process grid its world, where phase 1 agrees on overflow over every rank and phase 2 adds each
+/// element once (`place.counts_replicated()`: one tensor rank adds what every tensor rank holds
+/// whole, and the loss). A rank that adds nothing sends zeros, which change no sum.
 
 #include <cmath>
 #include <cstddef>
@@ -18,6 +23,7 @@
 #include <vector>
 
 #include "zerotk/comm/communicator.hpp"
+#include "zerotk/engine/comms.hpp"
 #include "zerotk/kernels/tensor_list.hpp"
 #include "zerotk/zero/norms.hpp"
 
@@ -34,10 +40,11 @@ struct GlobalNorm {
 /// `count_bound`: an upper bound on the number of elements added over all ranks, equal on every rank.
 /// `rank_local`: the gradients differ by rank (1-bit Adam's compressed phase) and each rank's share is its
 /// whole buffer: the sum of squares is then this rank's own (not summed over ranks), while the
-/// non-finite flag is still agreed by all (so every rank skips the same steps).
+/// non-finite flag is still agreed by all (so every rank skips the same steps). (The 1-bit
+/// optimizers run on a data group alone: engine/compat.hpp.)
 template <class Comm, class Ops, class EachGroup>
-GlobalNorm global_norm(Comm& comm, Ops& ops, std::size_t count_bound, double loss, EachGroup&& each_group,
-                       bool rank_local = false) {
+GlobalNorm global_norm(Comm& comm, const GridPlace& place, Ops& ops, std::size_t count_bound, double loss,
+                       EachGroup&& each_group, bool rank_local = false) {
   zero::SquareBound local;
   each_group([&](auto& g) { g.with_norm_blocks([&](auto blocks) { local = zero::combine(local, ops.square_bound(blocks)); }); });
   double bound[2] = {local.nonfinite ? 0.0 : local.max_square, local.nonfinite ? 1.0 : 0.0};
@@ -46,7 +53,9 @@ GlobalNorm global_norm(Comm& comm, Ops& ops, std::size_t count_bound, double los
   GlobalNorm r;
   r.nonfinite = bound[1] != 0.0;
   zero::FoldSums folds;
-  if (!r.nonfinite) {
+  const bool counts = place.counts_replicated() || rank_local;
+  if (!counts) loss = 0.0;
+  if (!r.nonfinite && counts) {
     const zero::NormGrid grid = zero::NormGrid::make(bound[0], count_bound);
     each_group([&](auto& g) { g.with_norm_blocks([&](auto blocks) { ops.add_squares(blocks, grid, folds); }); });
   }

@@ -13,6 +13,7 @@
 ///   rethrow_with_order(e)  a collective of the micro-step failed: e, with what the schedule knows
 
 #include <cstdint>
+#include <optional>
 
 #include "zerotk/engine/options.hpp"
 #include "zerotk/engine/registry.hpp"
@@ -21,6 +22,15 @@ namespace zerotk::engine {
 
 /// Which scope a fetch serves.
 enum class Phase : std::uint8_t { forward, backward };
+
+/// Stage 3's fetch unit of one parameter: the unit key (a bucket never spans two) and whether it
+/// stays gathered. The schedules' `unit_rule(options)` gives it (none below stage 3), and with
+/// `registry_rules(rules, options)` and `hpz_group_size(options)` says what else of the stage-3
+/// options the engine acts on, so the engine itself never asks which stage it runs.
+struct FetchUnit {
+  std::uint32_t key = 0;
+  bool persistent = false;
+};
 
 /// What a fetch schedule is built from (each takes what it needs).
 template <class Bindings, class MainGroup, class Fp32Group, class Comm>

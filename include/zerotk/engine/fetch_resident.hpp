@@ -5,6 +5,7 @@
 /// (`overlap_param_gather`); nothing is recorded, released or checked (engine/fetch.hpp).
 
 #include <cstdint>
+#include <optional>
 
 #include "zerotk/core/error.hpp"
 #include "zerotk/engine/fetch.hpp"
@@ -15,6 +16,14 @@ template <class Context>
 class ResidentFetch {
  public:
   explicit ResidentFetch(const Context& c) : c_(c) {}
+
+  /// Stages 0-2 have no fetch units, partition every module's parameters and gather nothing per
+  /// layer (no hpZ): the stage-3 options do not apply.
+  static auto unit_rule(const Stage3Options&) {
+    return [](const ParamEntry&) -> std::optional<FetchUnit> { return std::nullopt; };
+  }
+  static void registry_rules(ParamRegistry::Rules&, const Stage3Options&) noexcept {}
+  static int hpz_group_size(const Stage3Options&) noexcept { return 1; }
 
   /// A scope's cost when nothing is in flight (every step without overlap_param_gather): two loads.
   void before(const ModuleEntry& m, Phase) {

@@ -30,6 +30,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,27 @@ template <class Context>
 class ShardedFetch {
  public:
   explicit ShardedFetch(const Context& c) : c_(c) {}
+
+  /// Each parameter's fetch unit: its module's (a bucket never spans two fetch units), and
+  /// persistent parameters form units of their own. A parameter is persistent when small
+  /// (`stage3_param_persistence_threshold`, while `stage3_model_persistence_threshold` lasts, in
+  /// visiting order) or kept unpartitioned by its module's type (outside the budget).
+  static auto unit_rule(const Stage3Options& o) {
+    return [o, persistent_numel = std::size_t{0}](const ParamEntry& e) mutable -> std::optional<FetchUnit> {
+      const bool small = !e.replicated && e.numel <= o.param_persistence_threshold &&
+                         persistent_numel + e.numel <= o.model_persistence_threshold;
+      if (small) persistent_numel += e.numel;
+      const bool persistent = small || e.replicated;
+      return FetchUnit{2 * e.unit + (persistent ? 1u : 0u), persistent};
+    };
+  }
+  /// Which modules' parameters are partitioned (zero_allowed_param_types, zero_force_param_types).
+  static void registry_rules(ParamRegistry::Rules& r, const Stage3Options& o) {
+    r.partitioned_module_types = o.partitioned_module_types;
+    r.replicated_module_types = o.replicated_module_types;
+  }
+  /// hpZ's group size (1: off).
+  static int hpz_group_size(const Stage3Options& o) noexcept { return o.reshard_after_forward.group_size(); }
 
   /// A gather scope (Engine::gather): the buckets are held, outside the recorded order.
   void hold(const ModuleEntry& m) {

@@ -22,6 +22,7 @@
 #include "zerotk/offload/pinned_shard.hpp"
 #include "zerotk/offload/store.hpp"
 #include "zerotk/optim/optimizer.hpp"
+#include "zerotk/zero/concepts.hpp"
 #include "zerotk/zero/grads/compressed_all_reduce.hpp"
 #include "zerotk/zero/grads/context.hpp"
 #include "zerotk/zero/layout.hpp"
@@ -41,10 +42,11 @@ struct GroupMembers {
 };
 
 namespace detail {
-/// The stage's parameter path, with stage 3's shards in the home OffloadParams<Tag> selects.
+/// The stage's parameter path, with stage 3's shards in the home OffloadParams<Tag> selects
+/// (offload::shard_home_t checks it against zero::ShardHome).
 template <class Part, class T, class Ops, class ParamTag>
 struct ParamsOf {
-  using type = typename Part::template params<T, Ops, typename offload::ShardHomeOf<ParamTag>::template type<T, Ops>>;
+  using type = typename Part::template params<T, Ops, offload::shard_home_t<ParamTag, T, Ops>>;
 };
 template <class Part, class T, class Ops>
 struct ParamsOf<Part, T, Ops, None> {
@@ -60,6 +62,17 @@ template <class Part, class T, class Ops>
 struct GradsOf<Part, T, Ops, None> {
   using type = typename Part::template grads<T, Ops>;
 };
+/// The selected paths, checked against their concepts (zero/concepts.hpp) where they are chosen.
+template <class G>
+struct checked_grads {
+  static_assert(zero::check_gradient_path_v<G>);
+  using type = G;
+};
+template <class P>
+struct checked_params {
+  static_assert(zero::check_param_path_v<P>);
+  using type = P;
+};
 }  // namespace detail
 
 /// `OffloadTag` picks the state store (offload/store.hpp), `ParamOffloadTag` where stage 3's
@@ -70,29 +83,36 @@ template <class T, class Part, class Opt, class Ops, class OffloadTag = None, cl
 class FlatGroup {
  public:
   using value_type = T;
-  using Grads = typename detail::GradsOf<Part, T, Ops, CompressTag>::type;
-  using Params = typename detail::ParamsOf<Part, T, Ops, ParamOffloadTag>::type;
-  using Store = typename offload::StoreOf<OffloadTag>::template type<Opt, Ops>;
+  using Grads = typename detail::checked_grads<typename detail::GradsOf<Part, T, Ops, CompressTag>::type>::type;
+  using Params = typename detail::checked_params<typename detail::ParamsOf<Part, T, Ops, ParamOffloadTag>::type>::type;
+  using Store = offload::store_t<OffloadTag, Opt, Ops, T>;
+  /// What this rank owns of the group (zero/ownership.hpp): everything, or its blocks.
+  using Own = typename Part::ownership;
   /// The optimizer's own communication (engine/optimizer_comm.hpp): 1-bit Adam's momentum exchange.
   using OptComm = typename OptimizerCommOf<Opt, std::remove_pointer_t<decltype(zero::PathContext<Ops>::comm)>>::type;
-  static constexpr bool kPartitioned = Part::partitions_optimizer_state;
   /// Stage 2: the reduced-gradient partition is also the all-gather source of the updated values
   /// (a named alias), so a bucket's next reduction waits for its gather.
-  static constexpr bool kSharedGatherSource =
-      requires(Grads& g, Params& p) { p.set_partition_source(g.gather_source()); };
+  static constexpr bool kSharedGatherSource = zero::SharedGatherSource<Grads, Params>;
+
+  /// The optimizer part exchanges the whole model as one flat vector (1-bit LAMB): the engine may
+  /// then have only one group (engine/assemble.hpp).
+  static constexpr bool kOneFlatVector = OptComm::kOneFlatVector;
+  /// The group exchanges compressed state of its own (a 1-bit optimizer, GradientCompression): over
+  /// its data group alone (engine.hpp refuses a grid beyond it).
+  static constexpr bool kCompressedExchange =
+      !std::is_same_v<OptComm, PlainOptimizerComm> || !std::is_base_of_v<zero::Uncompressed, Grads>;
 
   /// `ctx.layout` is ignored (the group owns its layout); `bucket_numel` is the bucket capacity;
   /// `store` configures the state store (sub_group_size bounds what an offloading store stages at
   /// once; Offload<Nvme>'s swap file).
-  FlatGroup(zero::PathContext<Ops> ctx, GroupMembers m, std::size_t bucket_numel, const std::vector<ParamGroup>& groups,
-            bool overlap_param_gather, const offload::StoreOptions& store, const OneBitOptions& onebit = {})
+  FlatGroup(zero::PathContext<Ops> ctx, GroupMembers m, std::size_t bucket_numel, bool overlap_param_gather,
+            const offload::StoreOptions& store, const std::vector<ParamGroup>& groups, const OneBitOptions& onebit = {})
       : members_(std::move(m.ids)),
         layout_(m.numels, m.opt_groups, ctx.world(), bucket_numel, m.units),
         ctx_(with_layout(ctx, &layout_, &local_)),
         grads_(ctx_),
         params_(ctx_, param_options(overlap_param_gather, m.persistent, store)),
-        store_(*ctx.ops, ctx.ledger, kPartitioned ? layout_.partition_numel() : layout_.flat_numel(), groups,
-               m.numels.size(), store),
+        store_(*ctx.ops, ctx.ledger, Own::numel(layout_), groups, m.numels.size(), store),
         opened_(layout_.buckets().size(), 0),
         launched_(layout_.buckets().size(), 0),
         ready_(layout_.buckets().size(), 0) {
@@ -165,11 +185,10 @@ class FlatGroup {
       blocks.reserve(layout_.buckets().size());
       for (std::size_t k = layout_.buckets().size(); k-- > 0;) {
         const zero::Bucket& b = layout_.buckets()[k];
-        const bool partition = owned.owned_shaped && kPartitioned;
         if (local_.on) {  // stage 0, owned = the whole flat buffer: all of bucket k
           blocks.emplace_back(base + b.flat_offset, b.numel);
         } else {
-          blocks.emplace_back(base + (partition ? b.part_offset : layout_.block_flat_offset(k, rank)), b.block);
+          blocks.emplace_back(base + Own::norm_offset(layout_, k, rank, owned.owned_shaped), b.block);
         }
       }
       f(std::span<const kernels::TensorRef<const E>>(blocks));
@@ -203,22 +222,19 @@ class FlatGroup {
     auto reduce = reduce_tensor_sums();
     const auto out = params_.optimizer_out();
     grads_.owned().visit([&](const auto* g) { store_.commit_step(segments_, g, out.base, prepared_scale_, reduce); });
-    if constexpr (requires { params_.commit_update(); }) params_.commit_update();
+    params_.commit_update();
     grads_.clear_accumulated();
     opt_comm_->sync(store_.optimizer());
   }
   void abort_update() {
     store_.abort_step(segments_, params_.optimizer_out().base);
-    if constexpr (requires { params_.abort_update(); }) params_.abort_update();
+    params_.abort_update();
   }
 
   // ---- the delayed parameter update (offload/delayed_update.hpp) ----------------------------------
 
   /// Whether the store can step from host memory off the training thread (Offload<Cpu>).
-  static constexpr bool kCanDelayUpdate =
-      requires(Store& st, std::span<const kernels::Segment> seg, const float* g, T* out) {
-        st.step_in_host(std::size_t{0}, seg, g, out, 1.0f);
-      };
+  static constexpr bool kCanDelayUpdate = Store::kCanDelayUpdate;
 
   /// From now on, update_delayed() runs the optimizer off the training thread (the engine calls it
   /// once, at construction, when the option is set).
@@ -280,27 +296,22 @@ class FlatGroup {
   /// gradient switch follows the restored step count. `local` has rank_local_size() or is empty
   /// (checked before: Engine::load_state).
   void after_state_loaded(const RankLocalState& local) {
-    if constexpr (requires { grads_.reset(); }) grads_.reset();
+    grads_.reset();
     opt_comm_->reset();
     if (!local.empty()) {
       RankLocalReader in(local);
-      if constexpr (kGradsErrorFeedback) grads_.load_error_feedback(in.values(grads_.error_feedback().size()));
+      grads_.load_error_feedback(in.values(grads_.error_feedback().size()));
       opt_comm_->load_rank_local(in);
     }
     opt_comm_->sync(store_.optimizer());
   }
 
-  /// Whether the gradient path keeps error feedback (GradientCompression): its part of the
-  /// rank-local state, saved and restored by the three functions around here.
-  static constexpr bool kGradsErrorFeedback = requires(Grads& gr, const Grads& cg) {
-    cg.error_feedback();
-    gr.load_error_feedback(std::span<const float>{});
-  };
-  /// What this rank alone carries from step to step (engine/state.hpp): the compressed gradient
-  /// path's error feedback, then the optimizer part's share (optimizer_comm.hpp).
+  /// What this rank alone carries from step to step (engine/state.hpp): the gradient path's error
+  /// feedback (GradientCompression; none for the others), then the optimizer part's share
+  /// (optimizer_comm.hpp).
   RankLocalSize rank_local_size() const {
     RankLocalSize n;
-    if constexpr (kGradsErrorFeedback) n.values += grads_.error_feedback().size();
+    n.values += grads_.error_feedback().size();
     n += opt_comm_->rank_local_size();
     return n;
   }
@@ -309,10 +320,8 @@ class FlatGroup {
     const RankLocalSize n = rank_local_size();
     out.values.reserve(n.values);
     out.scalars.reserve(n.scalars);
-    if constexpr (kGradsErrorFeedback) {
-      const std::span<const float> e = grads_.error_feedback();
-      out.values.insert(out.values.end(), e.begin(), e.end());
-    }
+    const std::span<const float> e = grads_.error_feedback();
+    out.values.insert(out.values.end(), e.begin(), e.end());
     opt_comm_->save_rank_local(out);
     return out;
   }
@@ -322,16 +331,8 @@ class FlatGroup {
   /// Bytes of dense gradient all-reduces that were replaced (skipped while the gradients were local,
   /// or compressed), and what was sent instead (the optimizer's own exchanges, the compressed
   /// gradient frames); both since construction.
-  std::uint64_t replaced_dense_bytes() const noexcept {
-    std::uint64_t b = local_.skipped_wire_bytes;
-    if constexpr (requires { grads_.dense_bytes(); }) b += grads_.dense_bytes();
-    return b;
-  }
-  std::uint64_t replacement_wire_bytes() const noexcept {
-    std::uint64_t b = opt_comm_->wire_bytes();
-    if constexpr (requires { grads_.wire_bytes(); }) b += grads_.wire_bytes();
-    return b;
-  }
+  std::uint64_t replaced_dense_bytes() const noexcept { return local_.skipped_wire_bytes + grads_.dense_bytes(); }
+  std::uint64_t replacement_wire_bytes() const noexcept { return opt_comm_->wire_bytes() + grads_.wire_bytes(); }
 
   /// A skipped update: the accumulated (non-finite) gradients are dropped.
   void skip() { grads_.clear_accumulated(); }
@@ -344,14 +345,9 @@ class FlatGroup {
 
   /// fp32 master := this rank's owned parameter values.
   void init_master() {
-    if constexpr (kPartitioned) {
-      for (std::size_t k = 0; k < layout_.buckets().size(); ++k) {
-        const zero::Bucket& b = layout_.buckets()[k];
-        params_.read_owned(k, [&](const T* block) { store_.master_from(block, b.part_offset, b.block); });
-      }
-    } else {
-      store_.master_from(params_.params(), 0, layout_.flat_numel());
-    }
+    Own::for_each_block(layout_, [&](std::size_t k, std::size_t at, std::size_t n) {
+      params_.read_owned(k, [&](const T* owned) { store_.master_from(owned, at, n); });
+    });
   }
 
   /// This rank's owned parameters := T(master), then published (a restored state).
@@ -382,13 +378,7 @@ class FlatGroup {
  private:
   /// The optimizer's reduction of per-tensor sums (LAMB's norms) over the ranks that share a tensor.
   auto reduce_tensor_sums() {
-    return [this](double* sums, std::size_t n) {
-      if constexpr (kPartitioned) {
-        if (n > 0) ctx_.comm->all_reduce(sums, sums, n, DType::fp64, comm::ReduceOp::sum).wait();
-      } else {
-        (void)this, (void)sums, (void)n;
-      }
-    };
+    return [this](double* sums, std::size_t n) { Own::reduce_tensor_sums(*ctx_.comm, sums, n); };
   }
 
   /// The optimizer's output into the parameter path, committed (a swapped shard's blocks become
@@ -399,12 +389,10 @@ class FlatGroup {
     OutputScope(const OutputScope&) = delete;
     OutputScope& operator=(const OutputScope&) = delete;
     ~OutputScope() {
-      if constexpr (requires { p_->abort_update(); }) {
-        if (p_ != nullptr) p_->abort_update();
-      }
+      if (p_ != nullptr) p_->abort_update();
     }
     void commit() {
-      if constexpr (requires { p_->commit_update(); }) p_->commit_update();
+      p_->commit_update();
       p_ = nullptr;
     }
     /// Leaves the transaction open for commit_update() or abort_update().
@@ -435,11 +423,11 @@ class FlatGroup {
     c.local_gradients = local;
     return c;
   }
-  zero::ParamPathOptions param_options(bool overlap_param_gather, const std::vector<char>& persistent,
-                                       const offload::StoreOptions& store) const {
-    zero::ParamPathOptions o;
+  typename Params::Options param_options(bool overlap_param_gather, const std::vector<char>& persistent,
+                                         const offload::StoreOptions& store) const {
+    typename Params::Options o;
     o.overlap_param_gather = overlap_param_gather;
-    o.shard_file = {store.param_nvme, store.nvme.aio, store.rank, store.name};
+    o.home = offload::home_options<typename Params::Options::home_options>(store);
     if (!persistent.empty()) {
       for (const zero::Bucket& b : layout_.buckets()) o.persistent.push_back(persistent[b.params.front()]);
     }
@@ -449,22 +437,8 @@ class FlatGroup {
   /// The optimizer's pieces: owned-shaped offsets (master, m, v), and where its gradients are read
   /// and its 16-bit output written when those live in the flat buffer instead (stage 1, in place).
   void build_segments() {
-    if constexpr (!kPartitioned) {
-      for (const auto& s : layout_.flat_segments()) segments_.push_back(kernels::Segment{s.offset, s.numel, s.group, s.tensor});
-    } else {
-      const bool grads_flat = !grads_.owned().owned_shaped;
-      const bool out_flat = !params_.optimizer_out().owned_shaped;
-      for (std::size_t k = layout_.buckets().size(); k-- > 0;) {
-        const auto part = layout_.block_segments(k, ctx_.rank(), true);
-        const auto flat = layout_.block_segments(k, ctx_.rank(), false);
-        for (std::size_t i = 0; i < part.size(); ++i) {
-          kernels::Segment seg{part[i].offset, part[i].numel, part[i].group, part[i].tensor};
-          if (grads_flat) seg.grad_offset = flat[i].offset;
-          if (out_flat) seg.out_offset = flat[i].offset;
-          segments_.push_back(seg);
-        }
-      }
-    }
+    segments_ = Own::segments(layout_, ctx_.rank(),
+                              {!grads_.owned().owned_shaped, !params_.optimizer_out().owned_shaped});
   }
 
   void launch(std::size_t k) {

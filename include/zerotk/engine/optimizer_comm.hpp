@@ -49,6 +49,7 @@ namespace zerotk::engine {
 /// Optimizers that communicate nothing of their own.
 class PlainOptimizerComm {
  public:
+  static constexpr bool kOneFlatVector = false;
   template <class Opt, class Comm>
   PlainOptimizerComm(Opt&, Comm&, std::span<const kernels::Segment>, MemoryLedger*, zero::LocalGradients*,
                      const OneBitOptions&) {}
@@ -136,6 +137,7 @@ class SegmentExchange {
 template <class Comm>
 class OneBitMomentum {
  public:
+  static constexpr bool kOneFlatVector = false;
   /// Error buffers for every segment (one per tensor at stage 0) on `comm`'s world (DeepSpeed
   /// allocates them at the first compressed step; here the memory a run needs is there from the
   /// start). One rank: no buffers, no exchange.
@@ -170,6 +172,7 @@ class OneBitMomentum {
 template <class Comm>
 class ZeroOneExchange {
  public:
+  static constexpr bool kOneFlatVector = false;
   ZeroOneExchange(Optimizer<ZeroOneAdam>& opt, Comm& comm, std::span<const kernels::Segment> segments,
                   MemoryLedger* ledger, zero::LocalGradients* local, const OneBitOptions& options)
       : opt_(&opt), local_(local), exchange_(comm, segments, ledger),
@@ -225,6 +228,8 @@ class ZeroOneExchange {
 template <class Comm>
 class OneBitLambExchange {
  public:
+  /// The whole model's momentum is one vector: the engine keeps one flat group.
+  static constexpr bool kOneFlatVector = true;
   OneBitLambExchange(Optimizer<OneBitLamb>& opt, Comm& comm, std::span<const kernels::Segment> segments,
                      MemoryLedger* ledger, zero::LocalGradients* local, const OneBitOptions& options)
       : comm_(&comm),

@@ -14,6 +14,15 @@ struct StepTimings {
   double forward_ms = 0, backward_ms = 0, backward_inner_ms = 0, backward_allreduce_ms = 0, step_ms = 0;
 };
 
+/// The size of each group of the process grid the engine runs on (a plain communicator: one data
+/// group). Which figures are over which: `loss` is the mean over the data group; `grad_norm` is over
+/// every rank the parameters span (data x tensor x pipeline, a parameter held whole by every tensor
+/// rank counted once); `comm_*_bytes` are this rank's, over all of its communicators.
+struct ReportGroups {
+  int data = 1, tensor = 1, pipeline = 1;
+  friend bool operator==(const ReportGroups&, const ReportGroups&) = default;
+};
+
 /// What engine.step() tells the trainer.
 struct StepReport {
   bool boundary = false;           ///< an optimizer boundary was reached in this call
@@ -29,7 +38,8 @@ struct StepReport {
   /// DeepSpeed's get_lr() reports after a step and what its csv_monitor writes (monitor/ writes
   /// group_lr[0]). Empty in a hand-filled report: readers then take `{lr}` (monitor::group_lrs).
   std::vector<double> group_lr;
-  double loss = 0.0;               ///< mean over micro-steps and ranks of the losses given to step()
+  double loss = 0.0;               ///< mean over micro-steps and data-parallel ranks of the losses given to step()
+  ReportGroups groups;             ///< the grid's group sizes: what loss, grad_norm and bytes are over
   StepTimings timings;
   /// `timings` holds this boundary's phase times, measured by whoever made the report (Engine::step()
   /// sets it at boundaries). false: `timings` means nothing, and a monitor reads its own timers.
@@ -46,6 +56,21 @@ struct StepReport {
     return comm_wire_bytes == 0 ? 1.0 : static_cast<double>(comm_dense_bytes) / static_cast<double>(comm_wire_bytes);
   }
 };
+
+namespace engine {
+/// The byte counters at the previous boundary, to report what each step sent.
+struct TrafficMarks {
+  std::uint64_t wire = 0, saved = 0;
+  /// `wire_now`: every communicator's wire bytes since construction; `saved_now`: what compressed
+  /// exchanges saved against the dense reductions they replace, since construction.
+  void report(StepReport& r, std::uint64_t wire_now, std::uint64_t saved_now) {
+    r.comm_wire_bytes = wire_now - wire;
+    r.comm_dense_bytes = (wire_now + saved_now) - (wire + saved);
+    wire = wire_now;
+    saved = saved_now;
+  }
+};
+}  // namespace engine
 
 namespace detail {
 using Clock = std::chrono::steady_clock;

@@ -9,8 +9,11 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
+#include "zerotk/core/dtype.hpp"
+#include "zerotk/engine/registry.hpp"
 #include "zerotk/zero/layout.hpp"
 
 namespace zerotk::engine {
@@ -33,5 +36,37 @@ struct ShardTable {
   std::vector<std::vector<std::uint64_t>> owned_numel;  ///< [flat group][rank], padding included
   friend bool operator==(const ShardTable&, const ShardTable&) = default;
 };
+
+/// The table of an engine's groups over a data group of `world` ranks, computed from the layouts
+/// (the same on every rank, no communication): what each rank owns is each group's ownership
+/// (zero/ownership.hpp).
+template <class Groups>
+ShardTable make_shard_table(const Groups& groups, const ParamRegistry& registry, int world) {
+  ShardTable t;
+  std::uint32_t index[2] = {0, 0};  // flat group index of GroupKind::main, ::fp32
+  groups.each([&](const auto& g) {
+    using G = std::remove_cvref_t<decltype(g)>;
+    using Own = typename G::Own;
+    index[std::is_same_v<G, typename Groups::main_type> ? 0 : 1] = static_cast<std::uint32_t>(t.fragments.size());
+    auto& per_rank = t.fragments.emplace_back();
+    auto& owned = t.owned_numel.emplace_back();
+    for (int r = 0; r < world; ++r) {
+      per_rank.push_back(Own::fragments(g.layout(), r));
+      for (zero::Fragment& f : per_rank.back()) f.param = g.member(f.param);
+      owned.push_back(Own::numel(g.layout()));
+    }
+  });
+  for (const ParamEntry& e : registry.entries()) {
+    ShardParam p;
+    p.name = e.name;
+    p.shape.assign(e.shape.begin(), e.shape.end());
+    p.numel = e.numel;
+    p.dtype = std::string(to_string(e.value_dtype));
+    p.group = index[e.group == GroupKind::main ? 0 : 1];
+    p.optimizer_group = e.optimizer_group;
+    t.params.push_back(std::move(p));
+  }
+  return t;
+}
 
 }  // namespace zerotk::engine

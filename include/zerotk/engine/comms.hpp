@@ -1,0 +1,109 @@
+#pragma once
+/// \file zerotk/engine/comms.hpp
+/// EngineComms: the communicators an engine talks over, by role, and where its rank sits in the
+/// process grid.
+///
+///   data()    ZeRO's gradient and parameter paths: partitions, reductions, gathers (the data
+///             group of a grid; the whole communicator otherwise)
+///   hpz()     stage 3's hpZ groups: `zero_hpz_partition_size` consecutive ranks of the data group
+///   norm()    the boundary's global reductions: the gradient norm, the overflow agreement and the
+///             loss, over every rank the parameters span (the grid's world; the data group when the
+///             engine was given a plain communicator, which is then the world)
+///
+/// With a grid, every rank holds the parameters of its pipeline stage, and a parameter that is not
+/// split across the tensor group (all of them until tensor-parallel layers declare splits) is held
+/// whole by every tensor rank: its squares and the loss are counted on tensor rank 0 only, so the
+/// norm and loss over a tensor 2 x data 2 grid are those of the data group alone, bit for bit.
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "zerotk/comm/communicator.hpp"
+#include "zerotk/comm/grid.hpp"
+#include "zerotk/core/error.hpp"
+#include "zerotk/device/ordered.hpp"
+
+namespace zerotk::engine {
+
+/// A rank's place in the grid. A plain communicator is a grid of one data group.
+struct GridPlace {
+  int data_size = 1, tensor_size = 1, pipeline_size = 1;
+  int data_index = 0, tensor_index = 0, pipeline_index = 0;
+
+  /// Whether this rank adds the squares of parameters held whole by every tensor rank (and its
+  /// loss) to the global sums: one tensor rank does.
+  bool counts_replicated() const noexcept { return tensor_index == 0; }
+  /// Only a data group: the boundary's reductions need no other communicator.
+  bool data_only() const noexcept { return tensor_size == 1 && pipeline_size == 1; }
+};
+
+template <class Ops>
+class EngineComms {
+ public:
+  using Comm = device::OrderedCommunicator<Ops>;
+
+  /// A plain communicator: the data group is the whole of it.
+  template <comm::Communicator C>
+  EngineComms(C& comm, Ops& ops) : data_(comm, ops) {
+    place_.data_size = comm.size();
+    place_.data_index = comm.rank();
+  }
+
+  /// A process grid (collective over its world: every rank builds its engine): ZeRO over the data
+  /// group, the boundary's reductions over the world.
+  template <comm::Communicator C>
+  EngineComms(comm::ProcessGrid<C>& grid, Ops& ops) : data_(grid.data(), ops) {
+    place_.data_size = grid.size(comm::GridDim::data);
+    place_.tensor_size = grid.size(comm::GridDim::tensor);
+    place_.pipeline_size = grid.size(comm::GridDim::pipeline);
+    place_.data_index = grid.data_index();
+    place_.tensor_index = grid.tensor_index();
+    place_.pipeline_index = grid.pipeline_index();
+    if (!place_.data_only()) world_.emplace(grid.world(), ops);
+  }
+
+  Comm& data() noexcept { return data_; }
+  const Comm& data() const noexcept { return data_; }
+  Comm* hpz() noexcept { return hpz_ ? &*hpz_ : nullptr; }
+  const Comm* hpz() const noexcept { return hpz_ ? &*hpz_ : nullptr; }
+  Comm& norm() noexcept { return world_ ? *world_ : data_; }
+  const GridPlace& place() const noexcept { return place_; }
+
+  /// hpZ: splits the data group into groups of g consecutive ranks (collective over it). g must
+  /// divide the data group's size.
+  void make_hpz(int g) {
+    const int w = data_.size();
+    if (g <= 1) return;
+    if (w % g != 0) {
+      throw config_error("must divide the data-parallel size (" + std::to_string(w) +
+                             "): hpZ keeps its secondary shard within groups of that many consecutive ranks",
+                         "zero_optimization.zero_hpz_partition_size", std::to_string(g));
+    }
+    hpz_.emplace(data_.split(data_.rank() / g, data_.rank()));
+  }
+
+  /// Bytes this rank sent over all of its communicators (ring convention), since construction.
+  std::uint64_t wire_bytes() const noexcept {
+    return data_.stats().total_wire_bytes() + (hpz_ ? hpz_->stats().total_wire_bytes() : 0) +
+           (world_ ? world_->stats().total_wire_bytes() : 0);
+  }
+
+  /// The number of gradient elements the global norm adds up over every rank, agreed by all (one
+  /// all-reduce over the world with a grid; none otherwise): each model shard's `flat_numel` once.
+  std::uint64_t agree_norm_count(std::uint64_t flat_numel) {
+    if (!world_) return flat_numel;
+    double n = (place_.counts_replicated() && place_.data_index == 0) ? static_cast<double>(flat_numel) : 0.0;
+    world_->all_reduce_host(&n, &n, 1, comm::ReduceOp::sum);
+    return static_cast<std::uint64_t>(n);
+  }
+
+ private:
+  Comm data_;
+  std::optional<Comm> hpz_;    // stage 3 with hpZ
+  std::optional<Comm> world_;  // a grid with more than its data group
+  GridPlace place_;
+};
+
+}  // namespace zerotk::engine

@@ -1,0 +1,138 @@
+#pragma once
+/// \file zerotk/engine/values_resident.hpp
+/// ResidentValues: where the Params' values are when every bucket is always in place (stages 0-2;
+/// engine/bindings.hpp picks it by the parameter path's kResident).
+///
+/// A Param points into its group's flat parameter buffer, or, in emulated 16-bit mode (float Params
+/// over 16-bit storage), into a float copy of the whole working-precision buffer
+/// (zero/float_view.hpp): refreshed from the 16-bit values whenever a bucket is published, written
+/// back (rounded) by take_user_values(), its gradients folded into the bucket at the close of each
+/// Param's backward scope.
+///
+/// Members (FetchedValues, engine/values_fetched.hpp, has the same):
+///   adopt(adopt)            construction: the Params' own values into engine storage
+///   take_user_values()      emulated: what the trainer wrote through float Params becomes the
+///                           16-bit values
+///   published(g, k), replaced(g)   bucket k (all) of group g holds new values
+///   values(e), grads_outside(e)    where Param e points outside its backward scope
+///   binds_bucket_grads(g)   whether g's Params see the bucket's gradients in their scopes (else
+///                           a float buffer: emulated mode)
+///   open_param(e, again), close_param(e, g)   emulated: a Param's backward scope opens / closes
+///   end_micro_step()
+///   broadcast(comm, root), keep_writes(g, k, comm, root)   rank root's values become every rank's
+
+#include <cstddef>
+#include <functional>
+#include <optional>
+#include <string>
+#include <type_traits>
+
+#include "zerotk/core/error.hpp"
+#include "zerotk/core/memory.hpp"
+#include "zerotk/engine/registry.hpp"
+#include "zerotk/zero/float_view.hpp"
+
+namespace zerotk::engine {
+
+template <class Groups, class Ops>
+class ResidentValues {
+  using Main = typename Groups::main_type;
+  using S = typename Main::value_type;
+
+ public:
+  /// `bind(e, data, grad)` points Param e (`point`, which keeps the gradient, is for fetched values).
+  ResidentValues(ParamRegistry& registry, Groups& groups, Ops& ops, MemoryLedger* ledger, float* scratch,
+                 std::function<void(ParamEntry&, void*, void*)> bind, std::function<void(ParamEntry&, void*)> /*point*/)
+      : registry_(&registry), groups_(&groups), scratch_(scratch), bind_(std::move(bind)) {
+    if (registry.emulated()) view_.emplace(ops, ledger, groups.main()->layout().flat_numel());
+  }
+
+  /// Copies every Param's current values into engine storage (if `adopt`; a Param whose data() is
+  /// null keeps zeros), then binds it. Returns whether any values were adopted.
+  bool adopt(bool adopt) {
+    bool adopted = false;
+    for (ParamEntry& e : registry_->entries()) {
+      if (adopt && e.read_initial(values(e))) adopted = true;
+      bind_(e, values(e), grads_outside(e));
+    }
+    if (adopted) take_user_values();
+    return adopted;
+  }
+
+  void take_user_values() {
+    if (view_) view_->take_user_values(groups_->main()->params().params(), groups_->main()->layout().flat_numel());
+  }
+
+  template <class G>
+  void published(G& g, std::size_t k) {
+    if constexpr (std::is_same_v<G, Main>) {
+      if (view_) {
+        const zero::Bucket& b = g.layout().buckets()[k];
+        view_->refresh(g.params().params(), b.flat_offset, b.numel);
+      }
+    }
+  }
+  template <class G>
+  void replaced(G& g) {
+    if constexpr (std::is_same_v<G, Main>) {
+      if (view_) view_->refresh(g.params().params(), 0, g.layout().flat_numel());
+    }
+  }
+
+  void* values(const ParamEntry& e) {
+    if (in_view(e)) return view_->params() + slot(e).flat_offset;
+    void* out = nullptr;
+    groups_->with(e.group, [&](auto& g) { out = g.params().params() + g.layout().param(e.local).flat_offset; });
+    return out;
+  }
+  void* grads_outside(const ParamEntry& e) { return in_view(e) ? view_->grads() + slot(e).flat_offset : scratch_; }
+
+  template <class G>
+  bool binds_bucket_grads(const G&) const noexcept {
+    return !(view_ && std::is_same_v<G, Main>);
+  }
+  /// Emulated: the Param's float gradient is zeroed when its first scope of the micro-step opens;
+  /// it stays bound to the view.
+  void open_param(ParamEntry& e, bool again) {
+    if (in_view(e) && !again) view_->open_param(slot(e));
+  }
+  template <class G>
+  void close_param(ParamEntry&, G& g, const zero::ParamSlot& s) {
+    if constexpr (std::is_same_v<G, Main>) {
+      if (view_) view_->fold_param(s, g.bucket_grads(s.bucket), g.layout().buckets()[s.bucket].flat_offset);
+    }
+  }
+  void end_micro_step() noexcept {}
+
+  /// Every rank's values := rank root's, group by group; the masters follow.
+  template <class Comm>
+  void broadcast(Comm& comm, int root) {
+    groups_->each([&](auto& g) {
+      using T = typename std::remove_cvref_t<decltype(g)>::value_type;
+      comm.broadcast(g.params().params(), g.layout().flat_numel(), dtype_of_v<T>, root).wait();
+      replaced(g);
+      g.init_master();
+    });
+  }
+  /// Rank root's values of bucket k are every rank's (they are in place: nothing else to write).
+  template <class G, class Comm>
+  void keep_writes(G& g, std::size_t k, Comm& comm, int root) {
+    using T = typename G::value_type;
+    comm.broadcast(g.params().values(k), g.layout().buckets()[k].numel, dtype_of_v<T>, root).wait();
+    published(g, k);
+  }
+
+ private:
+  bool in_view(const ParamEntry& e) const noexcept { return view_ && e.group == GroupKind::main; }
+  const zero::ParamSlot& slot(const ParamEntry& e) const {
+    return e.group == GroupKind::main ? groups_->main()->layout().param(e.local) : groups_->f32()->layout().param(e.local);
+  }
+
+  ParamRegistry* registry_;
+  Groups* groups_;
+  float* scratch_;
+  std::function<void(ParamEntry&, void*, void*)> bind_;
+  std::optional<zero::FloatView<S, Ops>> view_;  // emulated 16-bit
+};
+
+}  // namespace zerotk::engine
