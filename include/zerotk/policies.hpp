@@ -119,6 +119,12 @@ struct ZeroOneAdam {  ///< 0/1 Adam (variance freezing with 1-bit gradients, the
   static constexpr bool one_bit = true, whole_partition = false;
 };
 
+struct Lion {  ///< Lion (sign update, one moment; optim/lion.hpp)
+  static constexpr std::string_view name = "Lion";
+  static constexpr unsigned params = optimizer_params::lr | optimizer_params::betas | optimizer_params::weight_decay;
+  static constexpr std::size_t moments = 1, states = 1;
+  static constexpr bool one_bit = false, whole_partition = false;
+};
 
 /// A list of types.
 template <class... Ts>
@@ -128,7 +134,7 @@ struct type_list {
 
 /// Every optimizer tag, in a fixed order: the config layer's OptimizerKind is an index into it, and
 /// reads each tag's name and traits (config/options.hpp). A new optimizer adds its tag here.
-using optimizer_tags = type_list<Adam, AdamW, Lamb, OneBitAdam, OneBitLamb, ZeroOneAdam>;
+using optimizer_tags = type_list<Adam, AdamW, Lamb, OneBitAdam, OneBitLamb, ZeroOneAdam, Lion>;
 
 /// Calls f(Tag{}) for the tag of `list` whose name is `name` (exact spelling); false if none is.
 template <class F, class... Ts>

@@ -92,7 +92,7 @@ const Invalid kCases[] = {
      "/optimizer/params/max_grad_norm", "use the top-level \"gradient_clipping\""},
     {"misspelled optimizer type", R"({"train_batch_size": 8, "optimizer": {"type": "AdamWW"}})", "/optimizer/type",
      "did you mean \"AdamW\"?"},
-    {"optimizer zerotk does not have", R"({"train_batch_size": 8, "optimizer": {"type": "Lion"}})", "/optimizer/type",
+    {"optimizer zerotk does not have", R"({"train_batch_size": 8, "optimizer": {"type": "Adagrad"}})", "/optimizer/type",
      "not supported by zerotk yet"},
     {"1-bit Adam's freeze_step given to 0/1 Adam",
      R"({"train_batch_size": 8, "optimizer": {"type": "ZeroOneAdam", "params": {"freeze_step": 10}}})",

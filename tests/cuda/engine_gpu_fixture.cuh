@@ -162,12 +162,13 @@ RunResult train_gpu(int world, RunConfig cfg, MemoryLedger* ledger = nullptr) {
   return result;
 }
 
-template <int Stage, class Prec, class T = typename Prec::storage>
+template <int Stage, class Prec, class T = typename Prec::storage, class... Extra>
 RunResult train_host(int world, RunConfig cfg, MemoryLedger* ledger = nullptr) {
   cfg.world = world;
   RunResult result;
   comm::run_threads(world, [&](auto& c) {
-    RunResult mine = train_rank<Stage, Prec, comm::ThreadsCommunicator, Mlp<T>>(c, cfg, c.rank() == 0 ? ledger : nullptr);
+    RunResult mine =
+        train_rank<Stage, Prec, comm::ThreadsCommunicator, Mlp<T>, Extra...>(c, cfg, c.rank() == 0 ? ledger : nullptr);
     if (c.rank() == 0) result = std::move(mine);
   });
   return result;
@@ -185,14 +186,15 @@ inline void check_norms_close(const RunResult& a, const RunResult& b) {
   }
 }
 
-template <int Stage, class Prec, class T = typename Prec::storage>
+/// Extra: further policies of both engines (e.g. Optimizer<Lion> instead of AdamW).
+template <int Stage, class Prec, class T = typename Prec::storage, class... Extra>
 void check_one_gpu_equals_host(const RunConfig& cfg) {
   CAPTURE(Stage);
   CAPTURE(cfg.gas);
   CAPTURE(cfg.poison_steps.size());
   MemoryLedger gpu_mem, host_mem;
-  const RunResult g = train_gpu<Stage, Prec, T>(1, cfg, &gpu_mem);
-  const RunResult h = train_host<Stage, Prec, T>(1, cfg, &host_mem);
+  const RunResult g = train_gpu<Stage, Prec, T, Extra...>(1, cfg, &gpu_mem);
+  const RunResult h = train_host<Stage, Prec, T, Extra...>(1, cfg, &host_mem);
   CHECK(g.initial == h.initial);
   CHECK(g.params == h.params);  // bitwise
   CHECK(g.losses == h.losses);

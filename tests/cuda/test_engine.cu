@@ -9,7 +9,8 @@
 //  - fp32, fp16 (dynamic scaling, injected overflow steps) and bf16, stages 0/1/2, GAS 1 and 2: final
 //    parameters, losses, scales and skip decisions are bitwise equal to the host engine's; the grad
 //    norms agree to fp64 rounding (the GPU sums squares in another order);
-//  - the same in emulated mode (float Params over bf16 storage: float compute copies on the GPU);
+//  - the same in emulated mode (float Params over bf16 storage: float compute copies on the GPU),
+//    and with Optimizer<Lion> (the generic elementwise kernels, stages 2 and 3);
 //  - with clipping, the clip factor inherits that rounding: parameters agree to 1e-6;
 //  - per-GPU memory by category equals the host engine's ledger (the ZeRO formulas of tests/zero).
 // With two or more GPUs (one thread each) NCCL sums in its own order: fp32 results agree with the
@@ -54,6 +55,18 @@ TEST_CASE("Device<Cuda> engine on one GPU equals the host engine bit for bit (bf
   RunConfig cfg;
   cfg.steps = 20;
   check_all_stages<bf16>(cfg);
+}
+
+TEST_CASE("Device<Cuda> engine with Optimizer<Lion> (the generic elementwise kernels) equals the host engine") {
+  gpu_count();
+  RunConfig cfg;
+  cfg.steps = 20;
+  cfg.gas = 2;
+  cfg.poison_steps = {5};
+  check_one_gpu_equals_host<2, fp16, typename fp16::storage, Optimizer<Lion>>(cfg);
+  RunConfig fetched = cfg;
+  fetched.stage3.param_persistence_threshold = 0;
+  check_one_gpu_equals_host<3, bf16, typename bf16::storage, Optimizer<Lion>>(fetched);
 }
 
 TEST_CASE("Device<Cuda> engine in emulated mode (float Params over bf16 storage) equals the host engine") {

@@ -1,5 +1,5 @@
 // CUDA kernels against the host drivers on the same inputs (which tests/kernels checks against
-// fp64 references) and against the golden fixtures: Adam/AdamW, casts, flatten and sums of squares (the
+// fp64 references) and against the golden fixtures: Adam/AdamW, Lion (the generic elementwise driver), casts, flatten and sums of squares (the
 // reproducible two-phase norm) bit for bit; LAMB's moments bit for bit and its parameters to one
 // rounding of the trust ratio.
 #include <doctest/doctest.h>
@@ -148,6 +148,39 @@ TEST_CASE("cuda fused_adam over 3000 tensors in one launch equals the host multi
   CHECK(same(dp.get(), p));
   CHECK(same(dm.get(), m));
   CHECK(same(dv.get(), v));
+  CHECK(same(dout.get(), out));
+}
+
+TEST_CASE("cuda Lion (the generic elementwise driver) equals the host driver bit for bit, c = 0 included") {
+  require_gpu();
+  std::vector<Segment> segs;
+  std::size_t n = 0;
+  for (std::uint32_t t = 0; t < 500; ++t) {
+    const std::size_t len = (t * 7919u) % 997 + (t % 100 == 0 ? 40000 : 0);
+    segs.push_back({n + (t % 3), len, t % 2, t});  // gaps and unaligned starts
+    n += len + (t % 3) + 1;
+  }
+  zerotk::OptimizerOptions o0, o1;
+  o0.lr = 3e-3;
+  o0.beta2 = 0.99;
+  o0.weight_decay = 0.1;
+  o1.lr = 1e-3;
+  const std::vector<zerotk::optim::LionStepConsts> k = {zerotk::optim::LionStepConsts::make(o0),
+                                                        zerotk::optim::LionStepConsts::make(o1)};
+  auto p = randn(n, 11), m = randn(n, 12, 0.1f);
+  auto gf = randn(n, 13);
+  for (std::size_t i = 0; i < n; i += 97) gf[i] = m[i] = 0.0f;  // c = 0: FusedLion steps by +lr
+  const auto g = to<bfloat16>(gf);
+  Dev<float> dp(p), dm(m);
+  Dev<bfloat16> dg(g), dout(to<bfloat16>(std::vector<float>(n, 0.0f)));
+  kc::Workspace ws;
+  kc::elementwise_step<zerotk::optim::LionRule, bfloat16, bfloat16>(segs, k, dp.get_ptr(), dm.get_ptr(), nullptr,
+                                                                    dg.get_ptr(), dout.get_ptr(), 0.5f, ws);
+  std::vector<bfloat16> out = to<bfloat16>(std::vector<float>(n, 0.0f));
+  kh::elementwise_step<zerotk::optim::LionRule, bfloat16, bfloat16>(segs, k, p.data(), m.data(), nullptr, g.data(),
+                                                                    out.data(), 0.5f);
+  CHECK(same(dp.get(), p));
+  CHECK(same(dm.get(), m));
   CHECK(same(dout.get(), out));
 }
 

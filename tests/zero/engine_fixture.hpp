@@ -467,7 +467,9 @@ ResumeRuns resume_runs(int world, const zerotk::EngineOptions& o, int before, in
 template <class Part, class Prec, class Comm, class Model, class... Policies>
 RunResult train_rank_with(Comm& comm, const RunConfig& cfg, zerotk::MemoryLedger* ledger_out) {
   using namespace zerotk;
-  using E = Engine<Part, Optimizer<AdamW>, Precision<Prec>, Policies...>;
+  // Optimizer<AdamW> unless Policies name the optimizer.
+  using E = std::conditional_t<(policy_count_v<policy::optimizer, Policies...> > 0), Engine<Part, Precision<Prec>, Policies...>,
+                               Engine<Part, Optimizer<AdamW>, Precision<Prec>, Policies...>>;
   RunResult result;
   {
     Model model = make_model<Model>(cfg);
@@ -523,7 +525,8 @@ RunResult train_on(Source& source, int data_rank, const RunConfig& cfg) {
 /// One rank's training run: `cfg.steps` boundaries of `cfg.gas` micro-steps on this rank's data.
 /// Returns this rank's final values and (rank 0 or not) the per-boundary reports. Model has Mlp's
 /// interface (layers with poison_next_backward, init, values); Policies are the Engine's further
-/// policies (Device, Offload, OffloadParams; none: the Engine's defaults, Device<Host>).
+/// policies (Device, Offload, OffloadParams, an Optimizer instead of AdamW; none: the Engine's
+/// defaults, Device<Host>).
 template <int Stage, class Prec, class Comm, class Model = Mlp<typename Prec::storage>, class... Policies>
 RunResult train_rank(Comm& comm, const RunConfig& cfg, zerotk::MemoryLedger* ledger_out = nullptr) {
   using zerotk::Partitioner;

@@ -6,7 +6,7 @@
 ///   group<g>.master       fp32[owned]     the fp32 master partition (padding included, as owned)
 /// then one per name in the manifest's optimizer_states (the optimizer tag's states, policies.hpp):
 ///   group<g>.exp_avg      fp32[owned]     m (every optimizer)
-///   group<g>.exp_avg_sq   fp32[owned]     v (all but the one-moment optimizers)
+///   group<g>.exp_avg_sq   fp32[owned]     v (all but the one-moment optimizers: Lion)
 ///   group<g>.exp_avg_sq_fresh    fp32[owned]    1-bit LAMB's fresh variance v_f
 /// and for 1-bit LAMB (exp_avg_sq_fresh among the states):
 ///   group<g>.lamb_tensor_states  fp64[3 T]      per tensor c_f, F, k (T tensors; k = 0 while unset)
@@ -154,7 +154,7 @@ inline void check_rank_file(const DataFileReader& f, const Manifest& m, int rank
 }
 
 /// The per-element sections of one group, by name, and the state's vector each is read into:
-/// master, then each of the optimizer's `states` (m, v, 1-bit LAMB's v_f; a one-moment optimizer has m only).
+/// master, then each of the optimizer's `states` (m, v, 1-bit LAMB's v_f; Lion has m only).
 inline std::vector<std::pair<std::string, std::vector<float>*>> element_sections(EngineGroupState& gs,
                                                                                 const std::vector<std::string>& states) {
   std::vector<std::pair<std::string, std::vector<float>*>> out = {{"master", &gs.master}};

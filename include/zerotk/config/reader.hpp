@@ -795,7 +795,7 @@ inline void Reader::read_optimizer(Block& root, Config& c) {
     supported += cat(i == 0 ? "" : i + 1 == types.size() ? " or " : ", ", types[i]);
   }
   // DeepSpeed's other optimizers (none of them is a tag).
-  constexpr std::array<std::string_view, 11> kNotYet{"Adagrad", "Lion", "MuAdam", "MuAdamW", "MuSGD", "Muon",
+  constexpr std::array<std::string_view, 10> kNotYet{"Adagrad", "MuAdam", "MuAdamW", "MuSGD", "Muon",
                                                      "SGD", "RMSprop", "Adamax", "CPUAdam", "FusedAdam"};
   std::string type;
   const Json* params_json = b.get_object("params");

@@ -93,7 +93,7 @@ struct Moments {
   std::size_t numel = 0;
 };
 
-/// The per-element moment vectors a state store keeps for `Opt` beside the master: 1 (m only) or
+/// The per-element moment vectors a state store keeps for `Opt` beside the master: 1 (m: Lion) or
 /// 2 (m and v): its tag's `moments` (policies.hpp). A store keeps v only when it is 2 (and hands the
 /// kernels m in its place otherwise, which a one-moment rule never reads).
 template <class Opt>
@@ -266,3 +266,4 @@ class FreezePhaseCore : public OptimizerCore {
 #include "zerotk/optim/onebit_adam.hpp"
 #include "zerotk/optim/zero_one_adam.hpp"
 #include "zerotk/optim/onebit_lamb.hpp"
+#include "zerotk/optim/lion.hpp"
