@@ -67,7 +67,7 @@ fs::path nvme_dir() {
 
 /// Runs a few steps on `world` ranks and compares every rank's ledger (live bytes by space and
 /// category) with the plan.
-template <int S, class Prec, class Off, class ParamOff = OffloadParams<None>>
+template <int S, class Prec, class Off, class ParamOff = OffloadParams<None>, class Opt = Optimizer<AdamW>>
 void check_ledger(int world, int gas, int hpz = 1, std::size_t sub_group = 1'000'000'000, const NvmeSettings& nv = {}) {
   CAPTURE(S);
   CAPTURE(world);
@@ -95,7 +95,7 @@ void check_ledger(int world, int gas, int hpz = 1, std::size_t sub_group = 1'000
     o.nvme.pipeline_read = o.nvme.pipeline_write = nv.pipeline;
     o.param_nvme.buffer_count = nv.param_buffers;
     o.param_nvme.max_in_cpu = nv.max_in_cpu;
-    Engine<Partitioner<zerotk::Stage<S>>, Optimizer<AdamW>, Precision<Prec>, Off, ParamOff> engine(comm, model, o);
+    Engine<Partitioner<zerotk::Stage<S>>, Opt, Precision<Prec>, Off, ParamOff> engine(comm, model, o);
     {
       auto g = engine.gather(model, 0);
       model.init(42);
@@ -126,6 +126,7 @@ void check_ledger(int world, int gas, int hpz = 1, std::size_t sub_group = 1'000
   s.optimizer_pipeline_read = s.optimizer_pipeline_write = nv.pipeline;
   s.param_buffer_count = nv.param_buffers;
   s.param_max_in_cpu = nv.max_in_cpu;
+  s.optimizer_moments = optim::moments_v<Opt>;
   const plan::MemoryPlan p = plan::model_state_plan(mlp_description(S), world, c, s);
   CHECK(p.approximate.empty());
   for (int r = 0; r < world; ++r) {
@@ -224,6 +225,13 @@ TEST_CASE("plan: OffloadParams<Nvme> with a buffer_size below the largest block 
       CHECK(e.fits);
     }
   }
+  fs::remove_all(nvme_dir());
+}
+
+TEST_CASE("plan: a one-moment optimizer (Lion) equals the engine's ledger, in memory, pinned and on disk") {
+  check_ledger<2, bf16, Offload<None>, OffloadParams<None>, Optimizer<Lion>>(2, 2);
+  check_ledger<3, fp16, Offload<Cpu>, OffloadParams<None>, Optimizer<Lion>>(2, 1);
+  check_ledger<2, fp16, Offload<Nvme>, OffloadParams<None>, Optimizer<Lion>>(3, 1, 1, 64);  // several sub-groups
   fs::remove_all(nvme_dir());
 }
 

@@ -54,6 +54,8 @@ engine settings:
   --checkpoint-every K   also evaluate every:K checkpointing (default 2)
   --host-engine          Device<Host>: the engine's buffers in host memory instead of the device
   --emulated             float parameters over 16-bit storage (the GPT example)
+  --optimizer NAME       the optimizer's DeepSpeed type, for its state's size (default AdamW: 2
+                         moments; Lion keeps 1). With --config, the config's optimizer block
 output:
   --all                  every configuration of the grid, not only the first that fit
   --deepspeed-estimate   DeepSpeed's estimate_zero2/zero3_model_states_mem_needs figures
@@ -105,6 +107,17 @@ std::vector<std::string> split(std::string_view s) {
   return out;
 }
 
+/// The moment count of the optimizer DeepSpeed calls `name` (its "type"; any case).
+std::size_t optimizer_moments(std::string_view flag, std::string_view name) {
+  std::string names;
+  for (std::size_t i = 0; i < zerotk::config::OptimizerKind::count(); ++i) {
+    const zerotk::config::OptimizerKind k = zerotk::config::OptimizerKind::at(i);
+    if (zerotk::config::detail::iequals(name, k.name())) return k.moments();
+    names += (names.empty() ? "" : ", ") + std::string(k.name());
+  }
+  throw zerotk::config_error("must be one of " + names, std::string(flag), std::string(name));
+}
+
 zerotk::DType precision_of(std::string_view flag, std::string_view p) {
   if (p == "fp32") return zerotk::DType::fp32;
   if (p == "fp16") return zerotk::DType::fp16;
@@ -152,6 +165,7 @@ Args parse_args(int argc, char** argv) {
     else if (arg == "--checkpoint-every") a.checkpoint_every = to_int(arg, value(), 1);
     else if (arg == "--host-engine") a.settings.compute_space = MemorySpace::host;
     else if (arg == "--emulated") a.settings.emulated = true;
+    else if (arg == "--optimizer") a.settings.optimizer_moments = optimizer_moments(arg, value());
     else if (arg == "--all") a.all = true;
     else if (arg == "--deepspeed-estimate") a.ds_estimate = true;
     else if (arg == "--gpus-per-node") a.gpus_per_node = to_int(arg, value(), 1);
@@ -215,7 +229,8 @@ void print_breakdown(const plan::Evaluation& e) {
 
 void print_zero_table(const plan::ModelDescription& m, const Args& a, zerotk::DType p) {
   std::cout << "model states per rank (" << zerotk::to_string(p) << (p == zerotk::DType::fp32 ? "" : " mixed precision")
-            << ", Adam; Psi = " << m.total_params() << ", N = " << a.world << "; GB = 1e9 bytes):\n";
+            << ", " << (a.settings.optimizer_moments == 1 ? "one optimizer moment (Lion)" : "Adam")
+            << "; Psi = " << m.total_params() << ", N = " << a.world << "; GB = 1e9 bytes):\n";
   for (int stage = 0; stage <= 3; ++stage) {
     plan::Choice c;
     c.stage = stage;
@@ -280,6 +295,7 @@ int plan_config(const plan::ModelDescription& m, const Args& a) {
   s.param_max_in_cpu = z.param_nvme.max_in_cpu;
   s.optimizer_pipeline_read = z.nvme.pipeline_read;
   s.optimizer_pipeline_write = z.nvme.pipeline_write;
+  if (cfg.optimizer) s.optimizer_moments = cfg.optimizer->kind.moments();  // else --optimizer's (Adam's)
   plan::Budget b;
   b.device_bytes = a.device_mem.value_or(static_cast<std::size_t>(-1));
   b.host_bytes = a.host_mem.value_or(static_cast<std::size_t>(-1));

@@ -60,12 +60,13 @@ enum class ScalerKind : std::uint8_t { none, static_scale, dynamic };
 struct OptimizerInfo {
   std::string_view name;  ///< DeepSpeed's "type"
   unsigned params;        ///< the `optimizer.params` keys it reads (optimizer_params flags)
+  std::size_t moments;    ///< per-element moments beside the master (1 or 2)
   bool one_bit, whole_partition;
 };
 namespace detail {
 template <class... Ts>
 constexpr std::array<OptimizerInfo, sizeof...(Ts)> optimizer_infos(type_list<Ts...>) {
-  return {{{Ts::name, Ts::params, Ts::one_bit, Ts::whole_partition}...}};
+  return {{{Ts::name, Ts::params, Ts::moments, Ts::one_bit, Ts::whole_partition}...}};
 }
 template <class Tag, class... Ts>
 constexpr std::uint8_t tag_index(type_list<Ts...>) {
@@ -100,6 +101,7 @@ class OptimizerKind {
   constexpr bool whole_partition() const noexcept { return kOptimizerInfos[i_].whole_partition; }
   /// The `optimizer.params` keys it reads (zerotk::optimizer_params flags).
   constexpr unsigned params() const noexcept { return kOptimizerInfos[i_].params; }
+  constexpr std::size_t moments() const noexcept { return kOptimizerInfos[i_].moments; }
   /// Whether it reads key group `flag` (an optimizer_params flag).
   constexpr bool reads(unsigned flag) const noexcept { return (params() & flag) != 0; }
   constexpr std::size_t index() const noexcept { return i_; }

@@ -83,6 +83,9 @@ struct EngineSettings {
   /// (a DeepSpeed config without data_types.grad_accum_dtype, read by engine_options).
   bool grad_accum_fp32 = true;
   int bucket_buffers = 2;
+  /// Per-element moments the optimizer keeps beside the fp32 master: its tag's `moments`
+  /// (policies.hpp): 2 for Adam, AdamW, LAMB and the 1-bit ones, 1 for Lion.
+  std::size_t optimizer_moments = 2;
   std::size_t sub_group_size = 1'000'000'000;
   // stage 3 (Stage3Options)
   std::size_t prefetch_bucket_size = 50'000'000;

@@ -204,26 +204,27 @@ inline MemoryPlan model_state_plan(const ModelDescription& m, int world, const C
 
   // Master and optimizer state, and the staging of an offloading store.
   const std::size_t staging = std::min(owned, s.sub_group_size) * F;
+  const std::size_t moments = s.optimizer_moments;
   switch (c.optimizer) {
     case OffloadTarget::none:
       p.at(dev, C::master32) += owned * F;
-      p.at(dev, C::optimizer_state) += 2 * owned * F;
+      p.at(dev, C::optimizer_state) += moments * owned * F;
       break;
     case OffloadTarget::cpu:
       p.at(MemorySpace::pinned_host, C::master32) += owned * F;
-      p.at(MemorySpace::pinned_host, C::optimizer_state) += 2 * owned * F;
+      p.at(MemorySpace::pinned_host, C::optimizer_state) += moments * owned * F;
       break;
     case OffloadTarget::nvme: {
-      // Offload<Nvme> (offload/nvme.hpp): master, m and v in two slots on disk (24 Psi/N); pinned
-      // swap buffers of one sub-group's master, m and v (each padded to 4 KiB), as many as
-      // buffer_count and the pipelining ask, never more than the sub-groups.
+      // Offload<Nvme> (offload/nvme.hpp): master and the moments in two slots on disk (24 Psi/N
+      // with two moments); pinned swap buffers of one sub-group's master and moments (each padded
+      // to 4 KiB), as many as buffer_count and the pipelining ask, never more than the sub-groups.
       p.at(MemorySpace::disk, C::master32) += 2 * owned * F;
-      p.at(MemorySpace::disk, C::optimizer_state) += 4 * owned * F;
+      p.at(MemorySpace::disk, C::optimizer_state) += 2 * moments * owned * F;
       const std::size_t sub = std::max<std::size_t>(1, std::min(owned, s.sub_group_size));
       const std::size_t sub_groups = std::max<std::size_t>(1, (owned + s.sub_group_size - 1) / s.sub_group_size);
       const std::size_t buffers = offload::swap_buffer_count(s.optimizer_buffer_count, s.optimizer_pipeline_read,
                                                              s.optimizer_pipeline_write, sub_groups);
-      p.at(MemorySpace::pinned_host, C::other) += buffers * 3 * io::direct_round(sub * F);
+      p.at(MemorySpace::pinned_host, C::other) += buffers * (1 + moments) * io::direct_round(sub * F);
       break;
     }
   }
