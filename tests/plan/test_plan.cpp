@@ -218,7 +218,7 @@ TEST_CASE("plan: OffloadParams<Nvme> with a buffer_size below the largest block 
     CHECK(e.memory.refused == engine_error[0]);
     CHECK(engine_error[0] == engine_error[1]);
     if (buffer_size == 1) {
-      CHECK(e.memory.refused.find("zero_optimization.param_nvme.buffer_size") != std::string::npos);
+      CHECK(e.memory.refused.find("zero_optimization.offload_param.buffer_size") != std::string::npos);
       CHECK_FALSE(e.fits);  // however much memory there is
     } else {
       CHECK(e.memory.refused.empty());

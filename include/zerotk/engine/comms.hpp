@@ -77,8 +77,9 @@ class EngineComms {
     const int w = data_.size();
     if (g <= 1) return;
     if (w % g != 0) {
-      throw config_error("must divide the data-parallel size (" + std::to_string(w) +
-                             "): hpZ keeps its secondary shard within groups of that many consecutive ranks",
+      // On a plain communicator the data group is the world: name it as the config reader does.
+      throw config_error(std::string(place_.data_only() ? "must divide the world size (" : "must divide the data-parallel size (") +
+                             std::to_string(w) + "): hpZ keeps its secondary shard within groups of that many consecutive ranks",
                          "zero_optimization.zero_hpz_partition_size", std::to_string(g));
     }
     hpz_.emplace(data_.split(data_.rank() / g, data_.rank()));
