@@ -1,7 +1,7 @@
 // examples/02_gpt/engines.hpp: the engine types this binary is built with, what a run reports, and the
 // declaration of train<Engine>(), one engine type's training. Each engine type is a large
-// instantiation, so train<E> is compiled in three files of its own (train_stages.cpp, train_offload.cpp,
-// train_compressed.cpp) that build side by side; main.cpp's dispatch only names the types, and a type
+// instantiation, so train<E> is compiled in files of its own (train_stages.cpp, train_offload.cpp,
+// train_compressed.cpp, train_lion.cpp) that build side by side; main.cpp's dispatch only names the types, and a type
 // it names that none of them compiles fails to link.
 #pragma once
 
@@ -27,8 +27,8 @@ namespace gpt_demo {
 // bf16 (alone or with the optimizer offloaded) and fp32 (with both); --offload-optimizer nvme at stage 3
 // in bf16 (alone, with --offload-param cpu or with --offload-param nvme); --offload-param nvme with the
 // optimizer state offloaded to cpu or not offloaded, in bf16. A config asking for another
-// combination gets dispatch's error naming every candidate. train_stages.cpp, train_offload.cpp and
-// train_compressed.cpp compile train<E> for them.
+// combination gets dispatch's error naming every candidate. train_stages.cpp, train_offload.cpp,
+// train_compressed.cpp and train_lion.cpp compile train<E> for them.
 template <int S, class P, class... Offloads>
 using E = zerotk::Engine<zerotk::Partitioner<zerotk::Stage<S>>, zerotk::Optimizer<zerotk::AdamW>, zerotk::Precision<P>,
                          Offloads...>;
@@ -42,6 +42,11 @@ using ZeroOne = zerotk::Engine<zerotk::Partitioner<zerotk::Stage<0>>, zerotk::Op
 /// --optimizer onebitlamb: 1-bit LAMB at stage 0, in fp32 in this binary.
 using OneBitLambE = zerotk::Engine<zerotk::Partitioner<zerotk::Stage<0>>, zerotk::Optimizer<zerotk::OneBitLamb>,
                                    zerotk::Precision<zerotk::fp32>>;
+/// --optimizer lion: DeepSpeed's Lion (one moment, a sign update) at stages 1-3 in bf16, and at stage 3
+/// with the optimizer state offloaded to cpu; the same ZeRO machinery as AdamW, half its state.
+template <int S, class... Offloads>
+using LionE = zerotk::Engine<zerotk::Partitioner<zerotk::Stage<S>>, zerotk::Optimizer<zerotk::Lion>,
+                             zerotk::Precision<zerotk::bf16>, Offloads...>;
 /// --compress: gradient compression at stage 0, in fp32 in this binary.
 template <class Codec>
 using Compressed = zerotk::Engine<zerotk::Partitioner<zerotk::Stage<0>>, zerotk::Optimizer<zerotk::AdamW>,

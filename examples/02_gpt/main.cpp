@@ -8,6 +8,7 @@
 //   build/default/examples/02_gpt/zerotk_example_02_gpt --stage 3 --offload-optimizer nvme --nvme-path /local_nvme
 //   build/default/examples/02_gpt/zerotk_example_02_gpt --stage 3 --offload-optimizer nvme --offload-param nvme --nvme-path /local_nvme
 //   build/default/examples/02_gpt/zerotk_example_02_gpt --stage 0 --optimizer onebitadam --freeze-step 20
+//   build/default/examples/02_gpt/zerotk_example_02_gpt --stage 2 --optimizer lion --lr 1e-3 --weight-decay 0.1
 //   build/default/examples/02_gpt/zerotk_example_02_gpt --stage 0 --precision fp32 --optimizer zerooneadam
 //   build/default/examples/02_gpt/zerotk_example_02_gpt --stage 0 --precision fp32 --lr 8e-3 --optimizer onebitlamb
 //   build/default/examples/02_gpt/zerotk_example_02_gpt --stage 0 --precision fp32 --compress topk:0.01 --huffman
@@ -113,6 +114,17 @@ void check_offload_flags(const Options& o) {
     throw zerotk::usage_error("this binary builds 0/1 Adam in fp32; use --precision fp32", "--optimizer zerooneadam",
                               "--precision " + o.precision);
   }
+  if (o.optimizer == "lion" && (o.stage == 0 || o.precision != "bf16")) {
+    throw zerotk::usage_error("this binary builds Lion at stages 1-3 in bf16 (the library takes every stage and "
+                              "precision); use --stage 1, 2 or 3 and --precision bf16",
+                              "--optimizer lion", "--stage " + std::to_string(o.stage) + " --precision " + o.precision);
+  }
+  if (o.optimizer == "lion" && (o.offload_param != "none" || o.offload_optimizer == "nvme" ||
+                                (o.offload_optimizer == "cpu" && o.stage != 3))) {
+    throw zerotk::usage_error("this binary builds Lion without offload, or with --offload-optimizer cpu at stage 3",
+                              "--optimizer lion", "--offload-optimizer " + o.offload_optimizer + " --offload-param " +
+                                                      o.offload_param + " --stage " + std::to_string(o.stage));
+  }
   if (o.compress != "none") {
     (void)parse_compress(o.compress);
     if (o.stage != 0) {
@@ -177,7 +189,7 @@ void check_swap_directory(const std::string& dir, const std::string& where) {
 std::string flags_to_deepspeed_json(const Options& o) {
   const bool fp16 = o.precision == "fp16", bf16 = o.precision == "bf16";
   const bool onebit = o.optimizer == "onebitadam", zero_one = o.optimizer == "zerooneadam";
-  const bool onebit_lamb = o.optimizer == "onebitlamb";
+  const bool onebit_lamb = o.optimizer == "onebitlamb", lion = o.optimizer == "lion";
   std::ostringstream j;
   j << "{\n"
     << "  \"train_batch_size\": " << o.batch << ",\n"
@@ -186,9 +198,11 @@ std::string flags_to_deepspeed_json(const Options& o) {
     << "  \"steps_per_print\": " << o.steps_per_print << ",\n"
     << "  \"fp16\": {\"enabled\": " << (fp16 ? "true" : "false") << ", \"initial_scale_power\": 12},\n"
     << "  \"bf16\": {\"enabled\": " << (bf16 ? "true" : "false") << "},\n"
-    << "  \"optimizer\": {\"type\": \"" << (onebit ? "OneBitAdam" : zero_one ? "ZeroOneAdam" : onebit_lamb ? "OneBitLamb" : "AdamW")
-    << "\", \"params\": {\"lr\": " << o.lr
-    << ", \"betas\": [0.9, 0.95], \"eps\": 1e-8, \"weight_decay\": " << o.weight_decay;
+    << "  \"optimizer\": {\"type\": \"" << (onebit ? "OneBitAdam" : zero_one ? "ZeroOneAdam" : onebit_lamb ? "OneBitLamb" : lion ? "Lion" : "AdamW")
+    << "\", \"params\": {\"lr\": " << o.lr;
+  // Lion has no eps; betas (0.9, 0.99) are the Lion paper's (DeepSpeed's FusedLion defaults to 0.999).
+  if (lion) j << ", \"betas\": [0.9, 0.99], \"weight_decay\": " << o.weight_decay;
+  else j << ", \"betas\": [0.9, 0.95], \"eps\": 1e-8, \"weight_decay\": " << o.weight_decay;
   if (onebit || onebit_lamb) j << ", \"freeze_step\": " << o.freeze_step;
   if (zero_one) {
     j << ", \"var_freeze_step\": " << o.var_freeze_step << ", \"var_update_scaler\": " << o.var_update_scaler
@@ -234,19 +248,22 @@ std::string flags_to_deepspeed_json(const Options& o) {
   return j.str();
 }
 
-/// Prints rank memory by category beside the ZeRO formula for this stage (fp16/bf16 Adam, K = 12).
+/// Prints rank memory by category beside the ZeRO formula for this stage (16-bit training; K = 12 for
+/// the Adam family's master, m and v, K = 8 for Lion's master and m: `moments` is 2 or 1).
 /// `sub_group` > 0: the optimizer steps sub-group by sub-group (optimizer offload, or NVMe parameter
 /// offload), with two pinned staging buffers of 4 B x min(sub_group, Psi/N) recorded as gradients
 /// and parameters (docs/offload.md). `nvme`: Offload<Nvme>, whose master, m and v
 /// rows count the two slots in the swap file (24 Psi/N on disk instead of 12 Psi/N in memory).
 void print_memory_table(const Summary& s, int stage, const std::string& precision, int world, int gas,
-                        std::int64_t sub_group, bool nvme, bool delayed) {
+                        std::int64_t sub_group, bool nvme, bool delayed, int moments) {
   const double pad = static_cast<double>(s.padded), N = world;
-  const char* names[] = {"params (working precision)", "gradients", "fp32 master", "optimizer state (m, v)",
+  const char* names[] = {"params (working precision)", "gradients", "fp32 master",
+                         moments == 1 ? "optimizer state (m)" : "optimizer state (m, v)",
                          "bucket buffers", "gathered params (stage 3)", "hpZ secondary shard", "activations", "float compute copy (host)"};
   static_assert(std::size(names) == zerotk::kMemoryCategoryCount);
-  std::printf("\nmemory per rank by category (bytes; Psi = %zu parameters, %zu with bucket padding):\n", s.psi,
-              s.padded);
+  std::printf("\nmemory per rank by category (bytes; Psi = %zu parameters, %zu with bucket padding; N = %d, the\n"
+              "data-parallel group ZeRO partitions over, here every rank):\n",
+              s.psi, s.padded, world);
   std::printf("  %-28s", "category");
   for (int r = 0; r < world; ++r) std::printf("  %12s", ("rank " + std::to_string(r)).c_str());
   std::printf("\n");
@@ -259,31 +276,34 @@ void print_memory_table(const Summary& s, int stage, const std::string& precisio
   }
   if (precision == "fp32") {
     std::printf("  model states (rank 0) %zu B. The ZeRO formula assumes 16-bit training; in fp32 zerotk keeps a\n"
-                "  separate fp32 master, so params 4 + grads 4 + master 4 + m,v 8 bytes per element (stage %d).\n",
-                model_state, stage);
+                "  separate fp32 master, so params 4 + grads 4 + master 4 + optimizer state %d bytes per element (stage %d).\n",
+                model_state, 4 * moments, stage);
     return;
   }
-  const double formula = stage == 0   ? 16 * pad
-                         : stage == 1 ? 4 * pad + 12 * pad / N
-                         : stage == 2 ? 2 * pad + 14 * pad / N
-                                      : 16 * pad / N;
+  const double K = 4.0 + 4.0 * moments;  // fp32 master + 4 B per moment
+  const double formula = stage == 0   ? (4 + K) * pad
+                         : stage == 1 ? 4 * pad + K * pad / N
+                         : stage == 2 ? 2 * pad + (2 + K) * pad / N
+                                      : (4 + K) * pad / N;
+  const std::string k = std::to_string(static_cast<int>(K)), k2 = std::to_string(static_cast<int>(K) + 2),
+                    k4 = std::to_string(static_cast<int>(K) + 4);
+  const std::string formula_text = stage == 0   ? k4 + " Psi"
+                                   : stage == 1 ? "4 Psi + " + k + " Psi/N"
+                                   : stage == 2 ? "2 Psi + " + k2 + " Psi/N"
+                                                : k4 + " Psi/N";
   // Stages 0, 2 and 3 reduce every micro-step and accumulate in fp32 when GAS > 1 (4 Psi, or 4 Psi/N);
   // stage 1 accumulates in its 16-bit flat gradients (DeepSpeed's schedule).
   const bool acc = gas > 1 && stage != 1;
   const double extra = acc ? (stage == 0 ? 4 * pad : 4 * pad / N) : 0;
   std::printf("  model states (rank 0) %zu B  vs ZeRO-%d formula %s = %.0f B", model_state, stage,
-              stage == 0   ? "16 Psi"
-              : stage == 1 ? "4 Psi + 12 Psi/N"
-              : stage == 2 ? "2 Psi + 14 Psi/N"
-                           : "16 Psi/N",
-              formula);
+              formula_text.c_str(), formula);
   if (acc) std::printf(" + fp32 accumulator of GAS > 1 %s = %.0f B", stage == 0 ? "4 Psi" : "4 Psi/N", formula + extra);
   if (sub_group > 0) {
     const double staging = 2.0 * 4.0 * std::min(static_cast<double>(sub_group), pad / N);
     std::printf(" + sub-group staging 2 x 4 B x min(sub_group_size, Psi/N) = %.0f B", formula + extra + staging);
     // Offload<Nvme> keeps a second slot of master, m and v on disk (a failed step leaves the state as it was).
-    const double second_slot = nvme ? 12 * pad / N : 0;
-    if (nvme) std::printf(" + NVMe's second slot 12 Psi/N = %.0f B", formula + extra + staging + second_slot);
+    const double second_slot = nvme ? K * pad / N : 0;
+    if (nvme) std::printf(" + NVMe's second slot %s Psi/N = %.0f B", k.c_str(), formula + extra + staging + second_slot);
     // --delayed-param-update: the gradient snapshot and the delayed values, 4 B x Psi/N each (pinned).
     if (delayed) std::printf(" + delayed update buffers 2 x 4 B x Psi/N = %.0f B", formula + extra + staging + 8 * pad / N);
     // OffloadParams<Nvme>: the shard is its file (two slots of each block not kept in memory, padded
@@ -372,7 +392,8 @@ int run(const Options& o, const gpt::Config& model_config, TrainContext::FillBat
                            E<3, zerotk::fp32, OptCpu, ParamCpu>, E<3, zerotk::bf16, OptNvme>,
                            E<3, zerotk::bf16, OptNvme, ParamCpu>, E<3, zerotk::bf16, OptNvme, ParamNvme>,
                            E<3, zerotk::bf16, OptCpu, ParamNvme>, E<3, zerotk::bf16, ParamNvme>,
-                           OneBit<zerotk::fp32>, OneBit<zerotk::bf16>, ZeroOne, OneBitLambE,
+                           OneBit<zerotk::fp32>, OneBit<zerotk::bf16>, ZeroOne, OneBitLambE, LionE<1>, LionE<2>,
+                           LionE<3>, LionE<3, OptCpu>,
                            Compressed<zerotk::TopK>, Compressed<zerotk::TwoBit>, Compressed<zerotk::Sign>>(cfg, launch);
   if (!root) return 0;
   print_memory_table(summary, cfg.zero_optimization.stage, std::string(zerotk::to_string(cfg.precision())), world,
@@ -382,7 +403,8 @@ int run(const Options& o, const gpt::Config& model_config, TrainContext::FillBat
                          ? 0
                          : cfg.zero_optimization.sub_group_size,
                      cfg.zero_optimization.offload_optimizer.device == zerotk::config::OffloadDevice::nvme,
-                     o.delayed_param_update);
+                     o.delayed_param_update,
+                     cfg.optimizer ? static_cast<int>(cfg.optimizer->kind.moments()) : 2);
   std::printf("activation peak per rank: %zu B (%zu of %d blocks checkpointed, --checkpoint-activations %s)\n",
               summary.activation_peak, summary.checkpointed_blocks, model_config.n_layers, o.checkpoint_activations.c_str());
   std::printf("\ntrained %d steps in %.1f s: %.0f tokens/s; time outside the model's own forward/backward: %.1f%%\n",
@@ -438,6 +460,8 @@ int main(int argc, char** argv) {
   app.add_option("--gas", o.gas, "gradient accumulation steps")->check(CLI::Range(1, 1024));
   app.add_option("--warmup", o.warmup, "warm-up steps of the cosine schedule");
   app.add_option("--lr", o.lr, "peak learning rate")->check(CLI::PositiveNumber);
+  app.add_option("--weight-decay", o.weight_decay, "optimizer.params.weight_decay (decoupled for AdamW and Lion)")
+      ->check(CLI::Range(0.0, 1.0));
   app.add_option("--clip", o.clip, "gradient clipping (0: off)")->check(CLI::NonNegativeNumber);
   app.add_option("--bucket-elements", o.bucket_elements, "reduce_bucket_size in elements")->check(CLI::Range(1LL, 1LL << 40));
   app.add_option("--seed", o.seed, "initialisation and data seed");
@@ -477,7 +501,9 @@ int main(int argc, char** argv) {
                  "puts every block on NVMe only; DeepSpeed's default, 1e9, would keep all of this model in memory")
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40));
   app.add_option("--optimizer", o.optimizer,
-                 "adamw; onebitadam: DeepSpeed's 1-bit Adam (stage 0, fp32 or bf16 in this binary): Adam without "
+                 "adamw; lion: DeepSpeed's Lion (stages 1-3, bf16; with --offload-optimizer cpu at stage 3): a "
+                 "sign update from one moment, so half Adam's optimizer state; wants a smaller --lr (1e-3 "
+                 "here against AdamW's 3e-3) and a larger --weight-decay; onebitadam: DeepSpeed's 1-bit Adam (stage 0, fp32 or bf16 in this binary): Adam without "
                  "bias correction for --freeze-step steps, then each rank's momentum is exchanged 1-bit compressed "
                  "with error feedback and the variance frozen; zerooneadam: DeepSpeed's 0/1 Adam (stage 0, fp32): "
                  "variance updates at doubling intervals with 1-bit gradients between them, then local steps with "
@@ -485,7 +511,7 @@ int main(int argc, char** argv) {
                  "DeepSpeed's 1-bit LAMB (stage 0, fp32): LAMB for --freeze-step steps, then the whole model's momentum "
                  "exchanged 1-bit compressed with error feedback, each tensor's step scaled by its averaged trust "
                  "ratio and a variance factor")
-      ->check(CLI::IsMember({"adamw", "onebitadam", "zerooneadam", "onebitlamb"}));
+      ->check(CLI::IsMember({"adamw", "lion", "onebitadam", "zerooneadam", "onebitlamb"}));
   app.add_option("--freeze-step", o.freeze_step,
                  "with --optimizer onebitadam or onebitlamb: warm-up steps before compression")
       ->check(CLI::Range(0, 1 << 30));

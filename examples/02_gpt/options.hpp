@@ -38,7 +38,7 @@ struct Options {
   std::int64_t max_in_cpu = 0;                  ///< offload_param.max_in_cpu: elements of the nvme shard kept in memory instead
   bool delayed_param_update = false;            ///< with offload_optimizer cpu: each update lands one step late
   int delayed_param_update_start = 0;           ///< optimizer steps taken immediately first
-  std::string optimizer = "adamw";              ///< adamw, onebitadam (1-bit Adam), zerooneadam (0/1 Adam) or onebitlamb (1-bit LAMB), stage 0
+  std::string optimizer = "adamw";              ///< adamw, lion (stages 1-3, bf16), onebitadam (1-bit Adam), zerooneadam (0/1 Adam) or onebitlamb (1-bit LAMB), stage 0
   int freeze_step = 20;                         ///< onebitadam, onebitlamb: warm-up steps before compression
   int var_freeze_step = 30;                     ///< zerooneadam: last step of the variance phase
   int var_update_scaler = 16;                   ///< zerooneadam: var steps per doubling of the variance interval
