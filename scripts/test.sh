@@ -4,6 +4,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
+source scripts/progress.sh
 start=$(date +%s)
-cmake --workflow --preset default
+if [[ ! -f build/default/build.ninja ]]; then
+  # Not measured end to end; the GPT example's share alone took 11 min on a loaded 2-core machine.
+  echo "test.sh: first run: builds every test, example and benchmark, then runs about 120 tests;"
+  echo "test.sh: count on half an hour or more on 2 cores. Progress below; later runs rebuild only what changed."
+fi
+with_progress "test.sh" cmake --workflow --preset default
 echo "test.sh: configure + build + test took $(( $(date +%s) - start )) s"

@@ -15,4 +15,12 @@
 #include "zerotk/plan/transformer.hpp"
 #if ZEROTK_HAS_JSON
 #include "zerotk/plan/deepspeed_config.hpp"
+#else
+#include "zerotk/core/missing.hpp"
+namespace zerotk::plan {
+ZEROTK_MISSING_DEPENDENCY(deepspeed_config,
+                          "zerotk::plan::deepspeed_config writes a DeepSpeed config, which needs nlohmann-json: " ZEROTK_HOW_TO_GET_JSON)
+ZEROTK_MISSING_DEPENDENCY(deepspeed_config_json,
+                          "zerotk::plan::deepspeed_config_json writes a DeepSpeed config, which needs nlohmann-json: " ZEROTK_HOW_TO_GET_JSON)
+}  // namespace zerotk::plan
 #endif

@@ -14,6 +14,22 @@
 #include "zerotk/engine.hpp"
 #if ZEROTK_HAS_XXHASH
 #include "zerotk/checkpoint.hpp"
+#else
+// Without libxxhash: the checkpoint entry points fail where they are called, saying what to do.
+#include "zerotk/core/missing.hpp"
+namespace zerotk::checkpoint {
+#define ZEROTK_CHECKPOINT_NEEDS_XXHASH_(fn) \
+  ZEROTK_MISSING_DEPENDENCY(fn, "zerotk::checkpoint::" #fn " checksums its files, which needs libxxhash: " ZEROTK_HOW_TO_GET_XXHASH)
+ZEROTK_CHECKPOINT_NEEDS_XXHASH_(save)
+ZEROTK_CHECKPOINT_NEEDS_XXHASH_(save_async)
+ZEROTK_CHECKPOINT_NEEDS_XXHASH_(load)
+ZEROTK_CHECKPOINT_NEEDS_XXHASH_(save_16bit_model)
+ZEROTK_CHECKPOINT_NEEDS_XXHASH_(verify)
+ZEROTK_CHECKPOINT_NEEDS_XXHASH_(read_manifest)
+ZEROTK_CHECKPOINT_NEEDS_XXHASH_(read_latest)
+ZEROTK_CHECKPOINT_NEEDS_XXHASH_(export_safetensors)
+#undef ZEROTK_CHECKPOINT_NEEDS_XXHASH_
+}  // namespace zerotk::checkpoint
 #endif
 #include "zerotk/monitor.hpp"
 #include "zerotk/optim/clip.hpp"

@@ -15,7 +15,7 @@
 #include "zerotk/core/macros.hpp"
 
 #if !ZEROTK_HAS_XXHASH
-#error "zerotk/checkpoint needs libxxhash (Debian: libxxhash-dev): link zerotk::xxhash, or define ZEROTK_HAS_XXHASH=1 with xxhash.h on the include path"
+#error "zerotk/checkpoint needs libxxhash: link the CMake target zerotk::xxhash (it defines ZEROTK_HAS_XXHASH=1), or, in a vendored copy, define ZEROTK_HAS_XXHASH=1 and put xxhash.h (Debian: libxxhash-dev) on the include path"
 #endif
 
 #ifndef XXH_INLINE_ALL

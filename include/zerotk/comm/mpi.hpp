@@ -34,7 +34,7 @@
 #include "zerotk/core/macros.hpp"
 
 #if !ZEROTK_HAS_MPI
-#error "zerotk/comm/mpi.hpp needs MPI: link the CMake target zerotk::mpi (it defines ZEROTK_HAS_MPI=1)"
+#error "zerotk/comm/mpi.hpp needs MPI: link the CMake target zerotk::mpi (it defines ZEROTK_HAS_MPI=1), or, in a vendored copy, define ZEROTK_HAS_MPI=1 and compile with mpicxx (or add MPI's include path and libmpi)"
 #endif
 
 // zerotk uses the C API only; the deprecated C++ bindings' header does not compile warning-free.

@@ -25,7 +25,7 @@
 #include "zerotk/core/macros.hpp"
 
 #if !ZEROTK_HAS_NCCL
-#error "zerotk/comm/nccl.hpp needs NCCL: link the CMake target zerotk::nccl (it defines ZEROTK_HAS_NCCL=1)"
+#error "zerotk/comm/nccl.hpp needs NCCL: link the CMake target zerotk::nccl (it defines ZEROTK_HAS_NCCL=1), or, in a vendored copy, define ZEROTK_HAS_NCCL=1 and ZEROTK_HAS_CUDA=1 and add the CUDA and NCCL include paths and -lnccl -lcudart"
 #endif
 
 #include <cuda_runtime_api.h>

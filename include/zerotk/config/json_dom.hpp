@@ -7,7 +7,7 @@
 #include "zerotk/core/macros.hpp"
 
 #if !ZEROTK_HAS_JSON
-#error "zerotk/config needs nlohmann-json: link the zerotk::json CMake target (it sets ZEROTK_HAS_JSON=1)"
+#error "zerotk/config's JSON reader and writer need nlohmann-json: link the CMake target zerotk::json (it defines ZEROTK_HAS_JSON=1), or, in a vendored copy, define ZEROTK_HAS_JSON=1 and put nlohmann/json.hpp (Debian: nlohmann-json3-dev) on the include path"
 #endif
 
 #include <nlohmann/json.hpp>

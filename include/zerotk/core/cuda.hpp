@@ -4,6 +4,13 @@
 /// call and the CUDA error; the sticky "last error" is cleared first so a previous failure is not
 /// blamed on this call.
 
+#include "zerotk/core/macros.hpp"
+
+// nvcc always has the runtime; a host compiler only where the build says so.
+#if !ZEROTK_HAS_CUDA && !defined(__CUDACC__)
+#error "zerotk/core/cuda.hpp needs the CUDA runtime: link the CMake target zerotk::cuda (it defines ZEROTK_HAS_CUDA=1), or, in a vendored copy, define ZEROTK_HAS_CUDA=1, add the CUDA include path and link -lcudart"
+#endif
+
 #include <string>
 
 #include <cuda_runtime_api.h>

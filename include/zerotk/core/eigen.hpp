@@ -6,6 +6,12 @@
 ///   zerotk::EigenParam<float> w{"fc.weight", rows, cols};
 ///   auto W = w.matrix();  // Eigen::Map<Matrix<float, Dynamic, Dynamic, RowMajor>> over engine storage
 
+#include "zerotk/core/macros.hpp"
+
+#if !ZEROTK_HAS_EIGEN
+#error "zerotk/core/eigen.hpp needs Eigen 3.4: link the CMake target zerotk::eigen (it defines ZEROTK_HAS_EIGEN=1), or, in a vendored copy, define ZEROTK_HAS_EIGEN=1 and put Eigen (Debian: libeigen3-dev) on the include path"
+#endif
+
 #include <Eigen/Core>
 #include <string>
 

@@ -31,6 +31,7 @@
 #include <cstdio>
 #include <iostream>
 #include <limits>
+#include <optional>
 #include <ostream>
 #include <span>
 #include <string>
@@ -71,6 +72,60 @@ struct TrainingLogOptions {
 inline std::span<const double> group_lrs(const StepReport& r) noexcept {
   return r.group_lr.empty() ? std::span<const double>(&r.lr, 1) : std::span<const double>(r.group_lr);
 }
+
+// ---- 0.1 API, deprecated in 0.2, removed in 0.3 ----------------------------------------------------
+// A trainer written against 0.1 filled these two structs and called on_step(StepStats). They stay as
+// they were, and the overloads below convert them to the StepReport the log reads now, so such a
+// trainer compiles (with a deprecation warning naming the replacement) and writes the same rows.
+// tests/api/v0_1/ compiles and runs one.
+
+/// Milliseconds per phase over one accumulation boundary, for engines that time themselves.
+struct [[deprecated("use zerotk::StepTimings (StepReport::timings, with timings_measured = true)")]] PhaseTimesMs {
+  double forward = 0, backward = 0, backward_inner = 0, backward_allreduce = 0, step = 0;
+};
+
+// The header's own uses of the deprecated types must not warn in every file that includes it; only a
+// trainer's uses do.
+#if defined(__GNUC__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+#endif
+/// The state after one optimizer boundary (skipped steps included).
+struct [[deprecated("use zerotk::StepReport and TrainingLog::on_step(report, global_samples)")]] StepStats {
+  std::int64_t global_steps = 0;    ///< boundaries done, this one included
+  std::int64_t global_samples = 0;  ///< samples consumed, this boundary included
+  std::int64_t skipped_steps = 0;   ///< overflow-skipped boundaries so far
+  std::span<const double> lr;       ///< per parameter group, after the scheduler step
+  double loss_scale = 1;            ///< current scale after this boundary's update
+  std::optional<double> grad_norm;  ///< unscaled global norm; empty on overflow
+  /// The boundary's phase times when the engine measured them itself; empty: read timers().
+  std::optional<PhaseTimesMs> phase_times;
+};
+
+namespace detail {
+/// The StepReport a 0.1 StepStats stands for: a boundary; an empty grad_norm is -1 (non-finite), as
+/// Engine::step() reports an overflow; phase_times become measured timings. An empty lr becomes
+/// group 0's lr 0 (the csv row 0.1 wrote; the progress line now shows `lr=[0.0]` where 0.1 had `[]`).
+inline StepReport report_of(const StepStats& s) {
+  StepReport r;
+  r.boundary = true;
+  r.global_steps = s.global_steps;
+  r.skipped_steps = s.skipped_steps;
+  r.loss_scale = s.loss_scale;
+  r.grad_norm = s.grad_norm ? *s.grad_norm : -1.0;
+  r.lr = s.lr.empty() ? 0.0 : s.lr.front();
+  r.group_lr.assign(s.lr.begin(), s.lr.end());
+  if (s.phase_times) {
+    const PhaseTimesMs& p = *s.phase_times;
+    r.timings = StepTimings{p.forward, p.backward, p.backward_inner, p.backward_allreduce, p.step};
+    r.timings_measured = true;
+  }
+  return r;
+}
+}  // namespace detail
+#if defined(__GNUC__)
+#pragma GCC diagnostic pop
+#endif
 
 class TrainingLog {
  public:
@@ -160,6 +215,22 @@ class TrainingLog {
       }
     }
   }
+
+#if defined(__GNUC__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+#endif
+  /// 0.1's on_step: `s.global_samples` is the second argument of on_step(report, global_samples).
+  [[deprecated("use on_step(const zerotk::StepReport&, std::int64_t global_samples)")]]
+  void on_step(const StepStats& s) { on_step(detail::report_of(s), s.global_samples); }
+
+  [[deprecated("use progress_line(const zerotk::StepReport&, double samples_per_s)")]]
+  std::string progress_line(const StepStats& s, double samples_per_s) const {
+    return progress_line(detail::report_of(s), samples_per_s);
+  }
+#if defined(__GNUC__)
+#pragma GCC diagnostic pop
+#endif
 
   /// `step=20, skipped=1, lr=[0.0001], loss_scale=32768.0, grad_norm=0.8125, samples/s=1234.56`
   /// (loss_scale only with fp16; lr per parameter group, Python list style; `grad_norm=None` when
