@@ -251,6 +251,70 @@ TEST_CASE("no latest file, or latest naming a missing tag: an io_error naming th
   }
 }
 
+namespace {
+/// Rewrites the value of manifest line `key` to `value` and recomputes the checksum line, as someone
+/// editing a checkpoint by hand would.
+void edit_manifest(const fs::path& manifest, const std::string& key, const std::string& value) {
+  const std::string text = io::read_text_file(manifest);
+  std::string body = text.substr(0, text.rfind("checksum "));
+  const std::size_t at = body.find("\n" + key + " ");
+  REQUIRE(at != std::string::npos);
+  const std::size_t start = at + 1 + key.size() + 1, end = body.find('\n', start);
+  body.replace(start, end - start, value);
+  io::write_file_durable(manifest, body + "checksum " + checkpoint::to_hex(checkpoint::checksum(body)) + "\n");
+}
+}  // namespace
+
+// Issue 49, item 2: values out of range with a recomputed checksum passed verify and (the counters)
+// load; a resumed run printed step=-4. verify() and load() now refuse the same values, naming the
+// manifest key and the value.
+TEST_CASE("a manifest edited out of range (checksum recomputed): verify and load both refuse it, naming file and key") {
+  ScratchDir d("manifest_range");
+  save_reference(d.path());
+  const fs::path manifest = d / "global_step2" / "manifest.txt";
+  const std::string original = io::read_text_file(manifest);
+  SUBCASE("an edit within range still verifies: the edits below fail on their values, not their form") {
+    edit_manifest(manifest, "global_steps", "7");
+    CHECK(checkpoint::verify(d.path()).global_steps == 7);
+  }
+  struct Edit {
+    const char* key;
+    const char* value;
+    const char* rule;
+  };
+  for (const Edit& e : {Edit{"stage", "9", "ZeRO stage must be 0, 1, 2 or 3"}, Edit{"stage", "-1", "ZeRO stage must be 0, 1, 2 or 3"},
+                        Edit{"precision", "fp8", "must be fp32, fp16 or bf16"}, Edit{"global_steps", "-5", "must be >= 0"},
+                        Edit{"micro_steps", "-1", "must be >= 0"}, Edit{"skipped_steps", "-1", "must be in [0, global_steps]"},
+                        Edit{"skipped_steps", "3", "must be in [0, global_steps]"},
+                        Edit{"group0.optimizer_step", "-2", "must be >= 0"},
+                        Edit{"scaler.scale", "nan", "must be positive and finite"},
+                        Edit{"scaler.scale", "inf", "must be positive and finite"},
+                        Edit{"scaler.scale", "0", "must be positive and finite"}, Edit{"scaler.iter", "-100", "must be >= 0"},
+                        Edit{"scaler.last_overflow_iter", "-2", "must be in [-1, iter)"}, Edit{"scaler.hyst", "-1", "must be >= 0"},
+                        Edit{"scheduler.last_batch_iteration", "-7", "the iteration must be >= -1"}}) {
+    const std::string edit = std::string(e.key) + " " + e.value;
+    CAPTURE(edit);
+    io::write_file_durable(manifest, original);
+    edit_manifest(manifest, e.key, e.value);
+    const std::string where = manifest.string() + ": " + e.key;
+    try {
+      (void)checkpoint::verify(d.path());
+      FAIL("verify accepted an edited manifest");
+    } catch (const io_error& x) {
+      CHECK(x.where() == where);
+      CHECK(x.message().find(e.rule) != std::string::npos);
+      CHECK(x.value().find(e.value) != std::string::npos);
+    }
+    const FailedLoad r = try_load(d.path());
+    for (std::size_t i = 0; i < r.what.size(); ++i) {
+      CAPTURE(r.what[i]);
+      CHECK(r.what[i].find(where + ": " + e.rule) != std::string::npos);
+      CHECK(r.kind[i] == ErrorKind::io);
+    }
+    CHECK(r.unchanged);
+  }
+}
+
 // Issue 49, item 3: `latest` as a FIFO hung the loader and zerotk-ckpt, a link to /dev/zero read as
 // "empty", escape sequences in it reached the terminal raw, and a tag naming a path outside the
 // checkpoint (through verify) was read.
