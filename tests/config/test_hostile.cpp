@@ -5,11 +5,16 @@
 
 #include <cerrno>
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <string_view>
 #include <system_error>
 #include <vector>
+
+#include <sys/stat.h>
+#include <unistd.h>
 
 using namespace zerotk;
 using namespace zerotk::config;
@@ -103,6 +108,65 @@ TEST_CASE("a file that cannot be read says why, with its path") {
       CHECK((e.message().starts_with("cannot read config file: ") || e.message().starts_with("cannot open config file: ")));
     }
   }
+}
+
+// Issue 49, item 4: `zerotk-config /dev/zero` and `zerotk-plan --config /dev/zero` grew until
+// killed, and a FIFO blocked. Only regular files of at most kMaxConfigBytes are read.
+TEST_CASE("a config that is not a regular file, or larger than kMaxConfigBytes, is refused without blocking") {
+  const std::filesystem::path dir = std::filesystem::path(ZEROTK_TEST_BINARY_DIR) / ("hostile_read." + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  CHECK(kMaxConfigBytes == std::size_t{16} << 20);
+  SUBCASE("a FIFO with no writer") {
+    const std::string fifo = (dir / "fifo.json").string();
+    REQUIRE(::mkfifo(fifo.c_str(), 0644) == 0);
+    try {
+      (void)read_text_file(fifo);
+      FAIL("a FIFO must be refused");
+    } catch (const io_error& e) {
+      CHECK(e.where() == fifo);
+      CHECK(e.message().starts_with("cannot read config file: not a regular file but a FIFO"));
+    }
+    CHECK_THROWS_AS(load_file(fifo, ResolveContext{}), io_error);
+  }
+  SUBCASE("/dev/zero") {
+    if (std::filesystem::exists("/dev/zero")) {
+      CHECK_THROWS_WITH_AS(read_text_file("/dev/zero"),
+                           "zerotk io error at /dev/zero: cannot read config file: not a regular file but a character device; only "
+                           "regular files are read (a FIFO or device could block or never end)",
+                           io_error);
+    }
+  }
+  SUBCASE("one byte over the limit; the limit itself is read") {
+    const std::string big = (dir / "big.json").string();
+    {
+      std::ofstream f(big, std::ios::binary);
+      f << "{\"train_batch_size\": 8}" << std::string(kMaxConfigBytes - 23, ' ');
+    }
+    REQUIRE(std::filesystem::file_size(big) == kMaxConfigBytes);
+    CHECK(read_text_file(big).size() == kMaxConfigBytes);
+    std::ofstream(big, std::ios::binary | std::ios::app) << ' ';
+    try {
+      (void)read_text_file(big);
+      FAIL("a file over the limit must be refused");
+    } catch (const io_error& e) {
+      CHECK(e.where() == big);
+      CHECK(e.message() == "cannot read config file: larger than the limit of 16777216 bytes");
+      CHECK(e.value() == "16777217 bytes");
+    }
+  }
+  SUBCASE("a stream (stdin) stops at the limit") {
+    std::FILE* f = std::tmpfile();
+    REQUIRE(f != nullptr);
+    std::fputs("0123456789", f);
+    std::rewind(f);
+    CHECK(read_text(f, "-", 10) == "0123456789");
+    std::rewind(f);
+    CHECK_THROWS_WITH_AS(read_text(f, "-", 9), "zerotk io error at -: cannot read config file: larger than the limit of 9 bytes (got more than 9 bytes)",
+                         io_error);
+    std::fclose(f);
+  }
+  std::filesystem::remove_all(dir);
 }
 
 // ---- 3. the engine's hints are checked like config values ----------------------------------------
