@@ -244,6 +244,39 @@ TEST_CASE("very long keys are cut like values") {
   CHECK(r.errors[0].message() == "unknown key");  // no suggestion from a cut key
 }
 
+// Issue 49, item 7: a 100 MB string value was accepted. Strings longer than kMaxStringBytes are an
+// error naming the JSON path, the length and the limit, wherever they are (object member, array
+// element), and however the text was obtained (parse() has no file-size limit in front of it).
+TEST_CASE("string values longer than kMaxStringBytes are errors naming the path and the limit") {
+  CHECK(kMaxStringBytes == 4096);
+  const auto doc = [](const std::string& nvme_path, const std::string& module) {
+    return R"({"train_batch_size": 8, "fp16_override_modules": ["LayerNorm", ")" + module +
+           R"("], "zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": ")" + nvme_path + R"("}}})";
+  };
+  SUBCASE("at the limit: accepted") {
+    const ParseResult r = parse(doc("/" + std::string(kMaxStringBytes - 1, 'p'), std::string(kMaxStringBytes, 'm')), ResolveContext{});
+    CHECK_MESSAGE(r.ok(), error_lines(r));
+  }
+  SUBCASE("one byte over, in an object and in an array: both reported") {
+    const ParseResult r = parse(doc("/" + std::string(kMaxStringBytes, 'p'), std::string(kMaxStringBytes + 1, 'm')), ResolveContext{});
+    REQUIRE(r.errors.size() == 2);
+    CHECK(r.errors[0].where() == "/fp16_override_modules/1");
+    CHECK(r.errors[0].message() ==
+          "string value of 4097 bytes is longer than the limit of 4096 bytes (zerotk::config::kMaxStringBytes)");
+    CHECK(r.errors[0].value().starts_with("\"mmmm"));
+    CHECK(r.errors[0].value().ends_with("..."));
+    CHECK(r.errors[1].where() == "/zero_optimization/offload_param/nvme_path");
+    CHECK(r.errors[1].message().starts_with("string value of 4097 bytes is longer than the limit of 4096 bytes"));
+    check_printable(r);
+  }
+  SUBCASE("a 32 MiB string (over the file limit too): one short error") {
+    const ParseResult r = parse(doc("/nvme", std::string(std::size_t{32} << 20, 'm')), ResolveContext{});
+    REQUIRE(r.errors.size() == 1);
+    CHECK(r.errors[0].message().starts_with("string value of 33554432 bytes is longer than the limit of 4096 bytes"));
+    CHECK(format_line(r.errors[0]).size() < 300);
+  }
+}
+
 TEST_CASE("values with terminal escapes are escaped") {
   const ParseResult r = parse(regression("control_char_value.json"), ResolveContext{});
   REQUIRE(r.errors.size() == 1);
@@ -306,6 +339,8 @@ TEST_CASE("regression inputs: each problem with its path and offending value") {
        "nested deeper than 64 levels", "["},
       {"unknown_keys_many.json", "/stage3_max_live_parametersX00000", "unknown key", "0"},
       {"trailing_garbage.json", "", "(byte offset 24): syntax error while parsing value - unexpected '{'", "{"},
+      {"long_string_value.json", "/zero_optimization/offload_param/nvme_path",
+       "string value of 5001 bytes is longer than the limit of 4096 bytes", "\"/xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx..."},
       // Found by the fuzz target: the input ends inside a literal.
       {"truncated_literal.json", "/fp16/enabled", "(byte offset 46): syntax error while parsing value - invalid literal",
        "tr"},
