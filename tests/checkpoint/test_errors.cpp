@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include <sys/stat.h>
+
 #include "checkpoint_fixture.hpp"
 #include "zerotk/comm/threads.hpp"
 
@@ -246,6 +248,131 @@ TEST_CASE("no latest file, or latest naming a missing tag: an io_error naming th
     CHECK(ok.what[0] == "no error");
     CHECK(ok.what[1] == "no error");
     CHECK(!ok.unchanged);  // this one did load
+  }
+}
+
+namespace {
+/// Rewrites the value of manifest line `key` to `value` and recomputes the checksum line, as someone
+/// editing a checkpoint by hand would.
+void edit_manifest(const fs::path& manifest, const std::string& key, const std::string& value) {
+  const std::string text = io::read_text_file(manifest);
+  std::string body = text.substr(0, text.rfind("checksum "));
+  const std::size_t at = body.find("\n" + key + " ");
+  REQUIRE(at != std::string::npos);
+  const std::size_t start = at + 1 + key.size() + 1, end = body.find('\n', start);
+  body.replace(start, end - start, value);
+  io::write_file_durable(manifest, body + "checksum " + checkpoint::to_hex(checkpoint::checksum(body)) + "\n");
+}
+}  // namespace
+
+// Issue 49, item 2: values out of range with a recomputed checksum passed verify and (the counters)
+// load; a resumed run printed step=-4. verify() and load() now refuse the same values, naming the
+// manifest key and the value.
+TEST_CASE("a manifest edited out of range (checksum recomputed): verify and load both refuse it, naming file and key") {
+  ScratchDir d("manifest_range");
+  save_reference(d.path());
+  const fs::path manifest = d / "global_step2" / "manifest.txt";
+  const std::string original = io::read_text_file(manifest);
+  SUBCASE("an edit within range still verifies: the edits below fail on their values, not their form") {
+    edit_manifest(manifest, "global_steps", "7");
+    CHECK(checkpoint::verify(d.path()).global_steps == 7);
+  }
+  struct Edit {
+    const char* key;
+    const char* value;
+    const char* rule;
+  };
+  for (const Edit& e : {Edit{"stage", "9", "ZeRO stage must be 0, 1, 2 or 3"}, Edit{"stage", "-1", "ZeRO stage must be 0, 1, 2 or 3"},
+                        Edit{"precision", "fp8", "must be fp32, fp16 or bf16"}, Edit{"global_steps", "-5", "must be >= 0"},
+                        Edit{"micro_steps", "-1", "must be >= 0"}, Edit{"skipped_steps", "-1", "must be in [0, global_steps]"},
+                        Edit{"skipped_steps", "3", "must be in [0, global_steps]"},
+                        Edit{"group0.optimizer_step", "-2", "must be >= 0"},
+                        Edit{"scaler.scale", "nan", "must be positive and finite"},
+                        Edit{"scaler.scale", "inf", "must be positive and finite"},
+                        Edit{"scaler.scale", "0", "must be positive and finite"}, Edit{"scaler.iter", "-100", "must be >= 0"},
+                        Edit{"scaler.last_overflow_iter", "-2", "must be in [-1, iter)"}, Edit{"scaler.hyst", "-1", "must be >= 0"},
+                        Edit{"scheduler.last_batch_iteration", "-7", "the iteration must be >= -1"}}) {
+    const std::string edit = std::string(e.key) + " " + e.value;
+    CAPTURE(edit);
+    io::write_file_durable(manifest, original);
+    edit_manifest(manifest, e.key, e.value);
+    const std::string where = manifest.string() + ": " + e.key;
+    try {
+      (void)checkpoint::verify(d.path());
+      FAIL("verify accepted an edited manifest");
+    } catch (const io_error& x) {
+      CHECK(x.where() == where);
+      CHECK(x.message().find(e.rule) != std::string::npos);
+      CHECK(x.value().find(e.value) != std::string::npos);
+    }
+    const FailedLoad r = try_load(d.path());
+    for (std::size_t i = 0; i < r.what.size(); ++i) {
+      CAPTURE(r.what[i]);
+      CHECK(r.what[i].find(where + ": " + e.rule) != std::string::npos);
+      CHECK(r.kind[i] == ErrorKind::io);
+    }
+    CHECK(r.unchanged);
+  }
+}
+
+// Issue 49, item 3: `latest` as a FIFO hung the loader and zerotk-ckpt, a link to /dev/zero read as
+// "empty", escape sequences in it reached the terminal raw, and a tag naming a path outside the
+// checkpoint (through verify) was read.
+TEST_CASE("latest that is not a regular file, holds escapes, or names a path: refused without blocking, escaped") {
+  ScratchDir d("latest_hostile");
+  save_reference(d.path());
+  fs::remove(d / "latest");
+  SUBCASE("a FIFO: refused at once, naming the file and what it is") {
+    REQUIRE(::mkfifo((d / "latest").c_str(), 0644) == 0);  // no writer: an open without O_NONBLOCK would wait forever
+    const FailedLoad r = try_load(d.path());
+    for (std::size_t i = 0; i < r.what.size(); ++i) {
+      CHECK(r.what[i].find((d / "latest").string() + ": cannot read the \"latest\" file: not a regular file but a FIFO") !=
+            std::string::npos);
+      CHECK(r.kind[i] == ErrorKind::io);
+    }
+    CHECK(r.unchanged);
+    CHECK_THROWS_WITH_AS(checkpoint::verify(d.path()), doctest::Contains("not a regular file but a FIFO"), io_error);
+  }
+  SUBCASE("a link to /dev/zero: a character device, not an empty file") {
+    fs::create_symlink("/dev/zero", d / "latest");
+    const FailedLoad r = try_load(d.path());
+    CHECK(r.what[0].find("not a regular file but a character device") != std::string::npos);
+    CHECK(r.what[0].find("empty") == std::string::npos);
+    CHECK(r.unchanged);
+  }
+  SUBCASE("a link to a regular file holding a tag is followed") {
+    write_text(d / "tag.txt", "global_step2\n");
+    fs::create_symlink(d / "tag.txt", d / "latest");
+    CHECK(checkpoint::read_latest(d.path()) == "global_step2");
+  }
+  SUBCASE("larger than kMaxLatestBytes: refused, naming the limit") {
+    write_text(d / "latest", "global_step2" + std::string(checkpoint::kMaxLatestBytes, ' '));
+    CHECK_THROWS_WITH_AS(checkpoint::read_latest(d.path()),
+                         doctest::Contains("cannot read the \"latest\" file: larger than the limit of 4096 bytes"), io_error);
+  }
+  SUBCASE("escape sequences are shown escaped") {
+    write_text(d / "latest", "global\x1b[2Jstep2");
+    try {
+      (void)checkpoint::read_latest(d.path());
+      FAIL("a tag with an escape sequence must be refused");
+    } catch (const io_error& e) {
+      CHECK(e.value() == "\"global\\u001b[2Jstep2\"");
+      CHECK(std::string(e.what()).find('\x1b') == std::string::npos);
+    }
+  }
+  SUBCASE("verify, read_manifest and load take tag names only") {
+    io::create_directories(d / "other" / "global_step2");
+    for (const std::string bad : {"../other/global_step2", "", ".", "..", "a/b"}) {
+      CAPTURE(bad);
+      CHECK_THROWS_WITH_AS(checkpoint::verify(d.path(), bad), doctest::Contains("invalid checkpoint tag"), usage_error);
+      CHECK_THROWS_AS(checkpoint::read_manifest(d.path(), bad), usage_error);
+      checkpoint::LoadOptions o;
+      o.tag = bad;
+      const FailedLoad r = try_load(d.path(), 2, o);
+      CHECK(r.what[0].find("invalid checkpoint tag") != std::string::npos);
+      CHECK(r.unchanged);
+    }
+    CHECK(checkpoint::verify(d.path(), "global_step2").global_steps == 2);
   }
 }
 

@@ -1,9 +1,14 @@
 // The pieces under save/load: durable files, the data file format, the manifest text.
 #include <doctest/doctest.h>
 
+#include <cerrno>
 #include <cstdint>
+#include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
+
+#include <sys/stat.h>
 
 #include "checkpoint_fixture.hpp"
 #include "zerotk/checkpoint/format.hpp"
@@ -12,6 +17,7 @@
 
 using namespace zerotk;
 using namespace zt_test;
+namespace fs = std::filesystem;
 
 TEST_CASE("io: a durable write reads back; a missing file is an io_error naming the path and errno text") {
   ScratchDir d("io");
@@ -26,6 +32,38 @@ TEST_CASE("io: a durable write reads back; a missing file is an io_error naming 
   const std::string missing = (d / "missing.bin").string();
   CHECK_THROWS_WITH_AS(io::read_file(d / "missing.bin"),
                        doctest::Contains((missing + ": cannot open (got No such file or directory (errno 2))").c_str()), io_error);
+}
+
+// Issue 49, items 3 and 4: a FIFO blocked the reader, /dev/zero read as an empty file (st_size 0)
+// or, through a size-less read, grew until killed.
+TEST_CASE("io: only regular files are read, without blocking; the bounded read names its limit") {
+  ScratchDir d("io_regular");
+  REQUIRE(::mkfifo((d / "fifo").c_str(), 0644) == 0);
+  CHECK_THROWS_WITH_AS(io::read_file(d / "fifo"), doctest::Contains("not a regular file but a FIFO"), io_error);
+  CHECK_THROWS_WITH_AS(io::read_text_file(d / "fifo", 100, "test file"),
+                       doctest::Contains(((d / "fifo").string() + ": cannot read test file: not a regular file but a FIFO").c_str()), io_error);
+  if (fs::exists("/dev/zero")) {
+    CHECK_THROWS_WITH_AS(io::read_file("/dev/zero"), doctest::Contains("not a regular file but a character device"), io_error);
+    CHECK_THROWS_WITH_AS(io::read_text_file("/dev/zero", 100, "test file"),
+                         doctest::Contains("not a regular file but a character device"), io_error);
+  }
+  CHECK_THROWS_WITH_AS(io::read_text_file(d.path(), 100, "test file"),
+                       doctest::Contains(("cannot read test file: " + std::string(std::strerror(EISDIR))).c_str()), io_error);
+  CHECK_THROWS_WITH_AS(io::read_text_file(d / "missing", 100, "test file"),
+                       doctest::Contains(("cannot open test file: " + std::string(std::strerror(ENOENT))).c_str()), io_error);
+  io::write_file_durable(d / "ten", std::string("0123456789"));
+  CHECK(io::read_text_file(d / "ten", 10, "test file") == "0123456789");
+  CHECK(io::read_text_file(d / "ten", 11, "test file") == "0123456789");
+  try {
+    (void)io::read_text_file(d / "ten", 9, "test file");
+    FAIL("a file over the limit must be refused");
+  } catch (const io_error& e) {
+    CHECK(e.message() == "cannot read test file: larger than the limit of 9 bytes");
+    CHECK(e.value() == "10 bytes");
+    CHECK(e.where() == (d / "ten").string());
+  }
+  io::write_file_durable(d / "empty", std::string());
+  CHECK(io::read_text_file(d / "empty", 0, "test file").empty());
 }
 
 TEST_CASE("io: exchange_paths swaps two directories atomically") {

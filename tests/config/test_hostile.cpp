@@ -5,11 +5,16 @@
 
 #include <cerrno>
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <string_view>
 #include <system_error>
 #include <vector>
+
+#include <sys/stat.h>
+#include <unistd.h>
 
 using namespace zerotk;
 using namespace zerotk::config;
@@ -105,6 +110,65 @@ TEST_CASE("a file that cannot be read says why, with its path") {
   }
 }
 
+// Issue 49, item 4: `zerotk-config /dev/zero` and `zerotk-plan --config /dev/zero` grew until
+// killed, and a FIFO blocked. Only regular files of at most kMaxConfigBytes are read.
+TEST_CASE("a config that is not a regular file, or larger than kMaxConfigBytes, is refused without blocking") {
+  const std::filesystem::path dir = std::filesystem::path(ZEROTK_TEST_BINARY_DIR) / ("hostile_read." + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  CHECK(kMaxConfigBytes == std::size_t{16} << 20);
+  SUBCASE("a FIFO with no writer") {
+    const std::string fifo = (dir / "fifo.json").string();
+    REQUIRE(::mkfifo(fifo.c_str(), 0644) == 0);
+    try {
+      (void)read_text_file(fifo);
+      FAIL("a FIFO must be refused");
+    } catch (const io_error& e) {
+      CHECK(e.where() == fifo);
+      CHECK(e.message().starts_with("cannot read config file: not a regular file but a FIFO"));
+    }
+    CHECK_THROWS_AS(load_file(fifo, ResolveContext{}), io_error);
+  }
+  SUBCASE("/dev/zero") {
+    if (std::filesystem::exists("/dev/zero")) {
+      CHECK_THROWS_WITH_AS(read_text_file("/dev/zero"),
+                           "zerotk io error at /dev/zero: cannot read config file: not a regular file but a character device; only "
+                           "regular files are read (a FIFO or device could block or never end)",
+                           io_error);
+    }
+  }
+  SUBCASE("one byte over the limit; the limit itself is read") {
+    const std::string big = (dir / "big.json").string();
+    {
+      std::ofstream f(big, std::ios::binary);
+      f << "{\"train_batch_size\": 8}" << std::string(kMaxConfigBytes - 23, ' ');
+    }
+    REQUIRE(std::filesystem::file_size(big) == kMaxConfigBytes);
+    CHECK(read_text_file(big).size() == kMaxConfigBytes);
+    std::ofstream(big, std::ios::binary | std::ios::app) << ' ';
+    try {
+      (void)read_text_file(big);
+      FAIL("a file over the limit must be refused");
+    } catch (const io_error& e) {
+      CHECK(e.where() == big);
+      CHECK(e.message() == "cannot read config file: larger than the limit of 16777216 bytes");
+      CHECK(e.value() == "16777217 bytes");
+    }
+  }
+  SUBCASE("a stream (stdin) stops at the limit") {
+    std::FILE* f = std::tmpfile();
+    REQUIRE(f != nullptr);
+    std::fputs("0123456789", f);
+    std::rewind(f);
+    CHECK(read_text(f, "-", 10) == "0123456789");
+    std::rewind(f);
+    CHECK_THROWS_WITH_AS(read_text(f, "-", 9), "zerotk io error at -: cannot read config file: larger than the limit of 9 bytes (got more than 9 bytes)",
+                         io_error);
+    std::fclose(f);
+  }
+  std::filesystem::remove_all(dir);
+}
+
 // ---- 3. the engine's hints are checked like config values ----------------------------------------
 
 TEST_CASE("hints are checked by the rules of the values they fill") {
@@ -180,6 +244,39 @@ TEST_CASE("very long keys are cut like values") {
   CHECK(r.errors[0].message() == "unknown key");  // no suggestion from a cut key
 }
 
+// Issue 49, item 7: a 100 MB string value was accepted. Strings longer than kMaxStringBytes are an
+// error naming the JSON path, the length and the limit, wherever they are (object member, array
+// element), and however the text was obtained (parse() has no file-size limit in front of it).
+TEST_CASE("string values longer than kMaxStringBytes are errors naming the path and the limit") {
+  CHECK(kMaxStringBytes == 4096);
+  const auto doc = [](const std::string& nvme_path, const std::string& module) {
+    return R"({"train_batch_size": 8, "fp16_override_modules": ["LayerNorm", ")" + module +
+           R"("], "zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": ")" + nvme_path + R"("}}})";
+  };
+  SUBCASE("at the limit: accepted") {
+    const ParseResult r = parse(doc("/" + std::string(kMaxStringBytes - 1, 'p'), std::string(kMaxStringBytes, 'm')), ResolveContext{});
+    CHECK_MESSAGE(r.ok(), error_lines(r));
+  }
+  SUBCASE("one byte over, in an object and in an array: both reported") {
+    const ParseResult r = parse(doc("/" + std::string(kMaxStringBytes, 'p'), std::string(kMaxStringBytes + 1, 'm')), ResolveContext{});
+    REQUIRE(r.errors.size() == 2);
+    CHECK(r.errors[0].where() == "/fp16_override_modules/1");
+    CHECK(r.errors[0].message() ==
+          "string value of 4097 bytes is longer than the limit of 4096 bytes (zerotk::config::kMaxStringBytes)");
+    CHECK(r.errors[0].value().starts_with("\"mmmm"));
+    CHECK(r.errors[0].value().ends_with("..."));
+    CHECK(r.errors[1].where() == "/zero_optimization/offload_param/nvme_path");
+    CHECK(r.errors[1].message().starts_with("string value of 4097 bytes is longer than the limit of 4096 bytes"));
+    check_printable(r);
+  }
+  SUBCASE("a 32 MiB string (over the file limit too): one short error") {
+    const ParseResult r = parse(doc("/nvme", std::string(std::size_t{32} << 20, 'm')), ResolveContext{});
+    REQUIRE(r.errors.size() == 1);
+    CHECK(r.errors[0].message().starts_with("string value of 33554432 bytes is longer than the limit of 4096 bytes"));
+    CHECK(format_line(r.errors[0]).size() < 300);
+  }
+}
+
 TEST_CASE("values with terminal escapes are escaped") {
   const ParseResult r = parse(regression("control_char_value.json"), ResolveContext{});
   REQUIRE(r.errors.size() == 1);
@@ -242,6 +339,8 @@ TEST_CASE("regression inputs: each problem with its path and offending value") {
        "nested deeper than 64 levels", "["},
       {"unknown_keys_many.json", "/stage3_max_live_parametersX00000", "unknown key", "0"},
       {"trailing_garbage.json", "", "(byte offset 24): syntax error while parsing value - unexpected '{'", "{"},
+      {"long_string_value.json", "/zero_optimization/offload_param/nvme_path",
+       "string value of 5001 bytes is longer than the limit of 4096 bytes", "\"/xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx..."},
       // Found by the fuzz target: the input ends inside a literal.
       {"truncated_literal.json", "/fp16/enabled", "(byte offset 46): syntax error while parsing value - invalid literal",
        "tr"},

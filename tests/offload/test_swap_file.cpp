@@ -3,11 +3,16 @@
 // end is io_uring where the build has liburing (unless the kernel refuses rings); errors name the file.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <random>
+#include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include "zerotk/io/swap_file.hpp"
 
@@ -80,5 +85,62 @@ TEST_CASE("SwapFile: regions round-trip through both back ends, any block size a
   io::AioOptions bad;
   bad.block_size = 1000;
   CHECK_THROWS_AS(io::SwapFile(dir, "t", 4096, bad), config_error);
+  fs::remove_all(dir);
+}
+
+namespace {
+/// What the code run by `f` writes to stderr (file descriptor 2).
+template <class F>
+std::string stderr_of(F&& f) {
+  std::fflush(stderr);
+  std::FILE* capture = std::tmpfile();
+  REQUIRE(capture != nullptr);
+  const int saved = ::dup(2);
+  ::dup2(::fileno(capture), 2);
+  f();
+  std::fflush(stderr);
+  ::dup2(saved, 2);
+  ::close(saved);
+  std::string text;
+  std::rewind(capture);
+  for (int c; (c = std::fgetc(capture)) != EOF;) text += static_cast<char>(c);
+  std::fclose(capture);
+  return text;
+}
+}  // namespace
+
+// Issue 49, item 6: a swap directory that turned read-only mid-run left the swap files behind with
+// no word. Removal still cannot throw (it runs in destructors), but it names every file it leaves.
+TEST_CASE("SwapFile: a swap file that cannot be removed at the end is named on stderr and in swap_files_left_behind()") {
+  const fs::path dir = fs::path(ZEROTK_TEST_BINARY_DIR) / "scratch" / "swapfile_left";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  io::AioOptions aio;
+  aio.use_direct = false;
+  fs::path path;
+  const std::string said = stderr_of([&] {
+    io::SwapFile f(dir, "zerotk_optim.r0.main", 8192, aio);
+    path = f.path();
+    if (::geteuid() != 0) {
+      fs::permissions(dir, fs::perms::owner_read | fs::perms::owner_exec);  // the directory turns read-only
+    } else {
+      // root ignores directory permissions: the name is taken by a non-empty directory instead,
+      // which makes the removal fail the same way (the file's data stays reachable until closed).
+      fs::remove(path);
+      fs::create_directories(path / "x");
+    }
+  });
+  fs::permissions(dir, fs::perms::owner_all);
+  CHECK(fs::exists(path));
+  CHECK(said.find("zerotk: warning: the swap file " + path.string() + " (8192 bytes) could not be removed (") != std::string::npos);
+  CHECK(said.find("it is left behind: remove it by hand") != std::string::npos);
+  const std::vector<fs::path> left = io::swap_files_left_behind();
+  CHECK(std::find(left.begin(), left.end(), path) != left.end());
+  fs::remove_all(dir);
+  // A file removed normally is not reported.
+  fs::create_directories(dir);
+  const std::string quiet = stderr_of([&] { io::SwapFile f(dir, "zerotk_optim.r0.main", 8192, aio); });
+  CHECK(quiet.find("could not be removed") == std::string::npos);
+  CHECK(io::swap_files_left_behind().size() == left.size());
   fs::remove_all(dir);
 }

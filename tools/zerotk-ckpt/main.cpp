@@ -46,8 +46,14 @@ commands:
                             tensors, streamed; 16-bit dtypes round to nearest even); FILE appears
                             complete or not at all
 options:
-  --tag T                   the checkpoint tag (default: the one DIR/latest names)
+  --tag T                   the checkpoint tag (default: the one DIR/latest names); a tag is one
+                            directory name in DIR: not empty, at most 200 bytes of printable ASCII,
+                            no '/' or spaces, not starting with '.' (so not . or ..), not "latest"
   --help                    this text
+
+Only regular files are read (a link to one is followed): DIR/latest or a checkpoint file that is a
+FIFO, a device or a socket is refused without blocking, and DIR/latest may hold at most 4096 bytes.
+Names, tags and errors are printed with control characters escaped (\u001b, \n, \xNN).
 
 exit status: 0 done, 1 the checkpoint is missing, corrupt or for something else (the error names the
 file or manifest key), 2 bad command line.
@@ -60,8 +66,11 @@ struct Args {
   zerotk::DType dtype = zerotk::DType::fp32;
 };
 
+/// Text from a checkpoint or the file system, safe to print (control characters escaped).
+std::string shown(std::string_view text) { return zerotk::printable(text); }
+
 [[noreturn]] void bad_usage(const std::string& why) {
-  std::fprintf(stderr, "zerotk-ckpt: %s\n(run zerotk-ckpt --help)\n", why.c_str());
+  std::fprintf(stderr, "zerotk-ckpt: %s\n(run zerotk-ckpt --help)\n", shown(why).c_str());
   std::exit(2);
 }
 
@@ -83,6 +92,11 @@ Args parse(int argc, char** argv) {
     if (i + 1 >= a.size()) bad_usage(std::string(flag) + " needs a value");
     const std::string value(a[++i]);
     if (flag == "--tag") {
+      try {
+        ckpt::check_tag(value, "--tag");
+      } catch (const zerotk::usage_error& e) {
+        bad_usage("--tag: " + e.message() + " (got " + e.value() + ")");
+      }
       r.tag = value;
     } else if (flag == "--out" && r.command == "export") {
       r.out = value;
@@ -136,13 +150,13 @@ void inspect(const Args& a) {
   }
   if (ec) throw zerotk::io_error("cannot list directory", a.dir.string(), ec.message());
   std::sort(tags.begin(), tags.end());
-  std::printf("%s: %zu tag(s)\n", a.dir.string().c_str(), tags.size());
-  for (const std::string& t : tags) std::printf("  %s%s\n", t.c_str(), latest && *latest == t ? "   <- latest" : "");
+  std::printf("%s: %zu tag(s)\n", shown(a.dir.string()).c_str(), tags.size());
+  for (const std::string& t : tags) std::printf("  %s%s\n", shown(t).c_str(), latest && *latest == t ? "   <- latest" : "");
   const std::string tag = a.tag ? *a.tag : latest ? *latest : ckpt::read_latest(a.dir);
   const ckpt::Manifest m = ckpt::read_manifest(a.dir, tag);
-  std::printf("\n%s (manifest checked; data files not read: use verify)\n", (a.dir / tag).string().c_str());
+  std::printf("\n%s (manifest checked; data files not read: use verify)\n", shown((a.dir / tag).string()).c_str());
   std::printf("  world size %d, ZeRO stage %d, precision %s, optimizer %s (%zu state(s) per element)\n", m.world_size, m.stage,
-              m.precision.c_str(), m.optimizer.c_str(), m.optimizer_states.size());
+              shown(m.precision).c_str(), shown(m.optimizer).c_str(), m.optimizer_states.size());
   if (m.rank_local) std::printf("  rank files also hold each rank's compression error feedback (restored on this world size only)\n");
   std::printf("  global steps %lld, skipped %lld, micro-steps %lld\n", static_cast<long long>(m.global_steps),
               static_cast<long long>(m.skipped_steps), static_cast<long long>(m.micro_steps));
@@ -163,7 +177,7 @@ void inspect(const Args& a) {
   }
   std::printf("  %zu parameters, %llu elements:\n", m.shards.params.size(), static_cast<unsigned long long>(m.parameter_count));
   for (const zerotk::engine::ShardParam& p : m.shards.params) {
-    std::printf("    %-40s %-16s %s, group %u, optimizer group %u\n", p.name.c_str(), shape_text(p.shape).c_str(),
+    std::printf("    %-40s %-16s %s, group %u, optimizer group %u\n", shown(p.name).c_str(), shape_text(p.shape).c_str(),
                 p.dtype.c_str(), p.group, p.optimizer_group);
   }
 }
@@ -173,7 +187,7 @@ void verify(const Args& a) {
   const ckpt::Manifest m = ckpt::verify(a.dir, tag);
   std::uint64_t bytes = m.client_state.bytes;
   for (const auto& f : m.rank_files) bytes += f.bytes;
-  std::printf("OK %s: manifest, %zu rank file(s) and the client state verified (%llu bytes)\n", (a.dir / tag).string().c_str(),
+  std::printf("OK %s: manifest, %zu rank file(s) and the client state verified (%llu bytes)\n", shown((a.dir / tag).string()).c_str(),
               m.rank_files.size(), static_cast<unsigned long long>(bytes));
 }
 
@@ -198,7 +212,7 @@ void export_file(const Args& a) {
   const double s = std::chrono::duration<double>(Clock::now() - t0).count();
   if (progress) std::fprintf(stderr, "\n");
   std::printf("wrote %s: %zu tensors of %s (tag %s), %llu bytes in %.2f s; peak resident memory %.1f MiB (%.1f at start)\n",
-              a.out.string().c_str(), r.tensors, std::string(zerotk::to_string(a.dtype)).c_str(), r.tag.c_str(),
+              shown(a.out.string()).c_str(), r.tensors, std::string(zerotk::to_string(a.dtype)).c_str(), shown(r.tag).c_str(),
               static_cast<unsigned long long>(r.bytes), s, status_mib("VmHWM"), g_start_rss_mib);
 }
 
@@ -217,7 +231,8 @@ int main(int argc, char** argv) {
     }
     return 0;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "zerotk-ckpt %s: %s\n", a.command.c_str(), e.what());
+    // Errors quote values read from the checkpoint (a tag, a manifest line): escaped like them.
+    std::fprintf(stderr, "zerotk-ckpt %s: %s\n", a.command.c_str(), shown(e.what()).c_str());
     return 1;
   }
 }

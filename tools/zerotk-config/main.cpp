@@ -29,6 +29,8 @@ constexpr std::string_view kUsage = R"usage(usage: zerotk-config FILE --world N 
 
 Validates a DeepSpeed JSON config for a data-parallel world size, resolves "auto" values and
 the batch triad, and prints the resolved options as DeepSpeed JSON. FILE "-" reads stdin.
+FILE must be a regular file (a FIFO or a device such as /dev/zero is refused at once) of at most
+16 MiB (16777216 bytes; stdin too); a string value may hold at most 4096 bytes.
 
 required:
   --world N            data-parallel world size (ranks)

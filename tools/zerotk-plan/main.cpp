@@ -39,7 +39,8 @@ MODEL, one of:
   --layer-params A,B,..  parameters per layer (each layer one tensor and one ZeRO-3 fetch unit)
   --layers L --hidden D --heads H --seq T --vocab V [--micro-batch B] [--d-ff F] [--context C]
                          [--tied-head]   the GPT example's transformer (examples/02_gpt), with activations
-  --config FILE          a DeepSpeed JSON config: plan exactly that configuration (with a MODEL above)
+  --config FILE          a DeepSpeed JSON config: plan exactly that configuration (with a MODEL above);
+                         a regular file of at most 16 MiB (a FIFO or /dev/zero is refused)
 required:
   --world N              data-parallel ranks
 budget (per rank; suffixes B, KB, MB, GB, TB = powers of 1000, KiB .. TiB = powers of 1024):

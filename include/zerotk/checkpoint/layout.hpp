@@ -8,12 +8,14 @@
 ///   <dir>/<tag>/client_state.bin     the user's bytes (format.hpp, one section)
 ///   <dir>/.tmp.<tag>/                a save in progress (or one a crash interrupted; removed by the next)
 
+#include <cstddef>
 #include <cstdint>
 #include <filesystem>
 #include <string>
 #include <string_view>
 
 #include "zerotk/core/error.hpp"
+#include "zerotk/core/utf8.hpp"
 
 namespace zerotk::checkpoint {
 
@@ -32,12 +34,20 @@ inline std::filesystem::path temp_path(const std::filesystem::path& dir, std::st
   return dir / (std::string(kTempPrefix) + std::string(tag));
 }
 
-/// A tag names one directory entry: non-empty, at most 200 bytes of printable ASCII without '/',
-/// not "." or "..", not "latest", not starting with '.' (reserved for temporaries).
+/// Longest tag, in bytes.
+inline constexpr std::size_t kMaxTagBytes = 200;
+
+/// A tag names one directory entry of the checkpoint directory and nothing else: non-empty, at most
+/// kMaxTagBytes of printable ASCII without '/' or spaces, not "latest", not starting with '.' (so
+/// not "." or "..", and not a temporary). Save, load, verify and export all check it, whether the
+/// tag came from the caller, a command line or the `latest` file. The error shows the tag escaped
+/// (printable()): it may hold terminal escape sequences.
 inline void check_tag(std::string_view tag, const char* where) {
-  auto bad = [&](const char* why) { throw usage_error(std::string("invalid checkpoint tag: ") + why, where, "\"" + std::string(tag) + "\""); };
+  auto bad = [&](const char* why) {
+    throw usage_error(std::string("invalid checkpoint tag: ") + why, where, "\"" + printable(tag, kMaxTagBytes + 40) + "\"");
+  };
   if (tag.empty()) bad("empty");
-  if (tag.size() > 200) bad("longer than 200 bytes");
+  if (tag.size() > kMaxTagBytes) bad("longer than 200 bytes");
   if (tag.front() == '.') bad("starts with '.' (reserved for temporary directories)");
   if (tag == kLatestFile) bad("\"latest\" is the name of the file holding the newest tag");
   for (char c : tag) {

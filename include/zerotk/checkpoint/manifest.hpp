@@ -52,6 +52,7 @@
 
 #include "zerotk/checkpoint/checksum.hpp"
 #include "zerotk/core/error.hpp"
+#include "zerotk/core/utf8.hpp"
 #include "zerotk/engine/shards.hpp"
 #include "zerotk/optim/schedulers.hpp"
 #include "zerotk/precision/loss_scaler.hpp"
@@ -356,7 +357,6 @@ inline void read_structure(ManifestFields& f, Manifest& m) {
   for (std::size_t g = 0; g < groups; ++g) {
     const std::string group = "group" + std::to_string(g);
     m.optimizer_steps.push_back(f.number<std::int64_t>(group + ".optimizer_step"));
-    if (m.optimizer_steps.back() < 0) throw io_error("negative optimizer step count", f.where(group + ".optimizer_step"));
     const std::string key = group + ".owned_numel";
     std::vector<std::uint64_t> counts;
     for (const std::string& w : f.words(key)) counts.push_back(f.parse<std::uint64_t>(w, key));
@@ -388,7 +388,52 @@ inline void read_counters(ManifestFields& f, Manifest& m) {
 
 }  // namespace detail
 
-/// Parses and verifies a manifest (`path` is for errors): checksum first, then every key.
+/// Highest ZeRO stage a checkpoint can hold.
+inline constexpr int kMaxStage = 3;
+
+/// Checks that every value of `m` is in its range, whoever wrote it: a manifest edited by hand (its
+/// checksum recomputed) must not reach an engine with a negative step count or a NaN loss scale.
+/// parse_manifest() calls it, so verify(), load(), export and zerotk-ckpt check the same rules. Each
+/// failure is an io_error at "`path`: key" (the manifest key) with the offending value. The rules:
+///   world_size >= 1; stage in [0, kMaxStage]; precision fp32, fp16 or bf16;
+///   group<g>.optimizer_step >= 0; micro_steps >= 0; global_steps >= 0 (skipped steps included);
+///   skipped_steps in [0, global_steps];
+///   scaler.*: what every loss scaler's load_state() requires (precision::loss_scaler_state_problem:
+///   scale positive and finite, iter >= 0, last_overflow_iter in [-1, iter), hyst >= 0);
+///   scheduler.last_batch_iteration >= -1 (what LrScheduler::load_state requires: optim::detail::check_iteration).
+inline void check_manifest_values(const Manifest& m, const std::string& path) {
+  const auto bad = [&](const std::string& key, const std::string& rule, const std::string& value) {
+    throw io_error(rule, path + ": " + key, value);
+  };
+  if (m.world_size < 1) bad("world_size", "must be >= 1", std::to_string(m.world_size));
+  if (m.stage < 0 || m.stage > kMaxStage) bad("stage", "ZeRO stage must be 0, 1, 2 or 3", std::to_string(m.stage));
+  if (m.precision != "fp32" && m.precision != "fp16" && m.precision != "bf16") {
+    bad("precision", "must be fp32, fp16 or bf16", "\"" + printable(m.precision, 80) + "\"");
+  }
+  for (std::size_t g = 0; g < m.optimizer_steps.size(); ++g) {
+    if (m.optimizer_steps[g] < 0) {
+      bad("group" + std::to_string(g) + ".optimizer_step", "must be >= 0", std::to_string(m.optimizer_steps[g]));
+    }
+  }
+  if (m.micro_steps < 0) bad("micro_steps", "must be >= 0", std::to_string(m.micro_steps));
+  if (m.global_steps < 0) bad("global_steps", "must be >= 0", std::to_string(m.global_steps));
+  if (m.skipped_steps < 0 || m.skipped_steps > m.global_steps) {
+    bad("skipped_steps", "must be in [0, global_steps] (global_steps counts skipped steps too)", std::to_string(m.skipped_steps));
+  }
+  if (const std::optional<precision::LossScalerStateProblem> p = precision::loss_scaler_state_problem(m.scaler)) {
+    bad("scaler." + std::string(p->field), p->rule, p->value);
+  }
+  if (m.scheduler) {
+    try {
+      optim::detail::check_iteration(m.scheduler->last_batch_iteration, "");
+    } catch (const usage_error& e) {
+      bad("scheduler.last_batch_iteration", e.message(), e.value());
+    }
+  }
+}
+
+/// Parses and verifies a manifest (`path` is for errors): checksum first, then every key, then
+/// every value's range (check_manifest_values).
 inline Manifest parse_manifest(std::string_view text, const std::string& path) {
   detail::ManifestFields f(detail::verified_body(text, path), path);
   const auto version = f.number<std::uint32_t>("zerotk_checkpoint");
@@ -403,6 +448,7 @@ inline Manifest parse_manifest(std::string_view text, const std::string& path) {
   m.client_state = detail::read_file_record(f, "file.client_state");
   for (int r = 0; r < m.world_size; ++r) m.rank_files.push_back(detail::read_file_record(f, "file.rank" + std::to_string(r)));
   f.expect_all_read();
+  check_manifest_values(m, path);
   return m;
 }
 

@@ -5,6 +5,7 @@
 /// checkpoint. Every failure is an io_error naming the file.
 
 #include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -21,13 +22,18 @@
 
 namespace zerotk::checkpoint {
 
-/// The tag `<dir>/latest` holds (trailing whitespace ignored).
+/// Largest `latest` file read, in bytes: a tag (at most kMaxTagBytes) and trailing whitespace fit.
+inline constexpr std::uint64_t kMaxLatestBytes = 4096;
+
+/// The tag `<dir>/latest` holds (trailing whitespace ignored). `latest` must be a regular file (a
+/// link to one is followed) of at most kMaxLatestBytes holding a valid tag (check_tag); a FIFO or a
+/// device is refused without blocking. Every failure is an io_error naming the file.
 inline std::string read_latest(const std::filesystem::path& dir) {
   const std::filesystem::path p = dir / kLatestFile;
   if (!io::exists(p)) {
     throw io_error("no \"latest\" file: nothing was saved in this directory (or name a tag: LoadOptions::tag)", p.string());
   }
-  std::string tag = io::read_text_file(p);
+  std::string tag = io::read_text_file(p, kMaxLatestBytes, "the \"latest\" file");
   while (!tag.empty() && (tag.back() == '\n' || tag.back() == '\r' || tag.back() == ' ')) tag.pop_back();
   if (tag.empty()) throw io_error("the \"latest\" file is empty", p.string());
   try {
@@ -38,8 +44,10 @@ inline std::string read_latest(const std::filesystem::path& dir) {
   return tag;
 }
 
-/// The manifest of `<dir>/<tag>`, verified.
+/// The manifest of `<dir>/<tag>`, verified. `tag` must be a valid tag (check_tag: a usage_error
+/// otherwise), so that nothing outside `dir`'s own tags is read.
 inline Manifest read_manifest(const std::filesystem::path& dir, std::string_view tag) {
+  check_tag(tag, "checkpoint tag");
   const std::filesystem::path tdir = tag_path(dir, tag);
   if (!io::exists(tdir)) throw io_error("checkpoint directory is missing", tdir.string(), "tag \"" + std::string(tag) + "\"");
   const std::filesystem::path p = tdir / kManifestFile;

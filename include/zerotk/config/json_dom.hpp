@@ -66,6 +66,17 @@ inline std::string join_path(std::string_view parent, std::string_view key) {
 /// Longest value shown in an error message.
 inline constexpr std::size_t kMaxValueChars = 60;
 
+}  // namespace detail
+
+/// Longest string value a config may hold, in bytes (4096: DeepSpeed's longest strings are paths,
+/// and PATH_MAX is 4096 on Linux). A longer one is an error naming its JSON path and the limit; the
+/// document is still read to the end, so every such string is reported. (Keys need no limit of their
+/// own: no DeepSpeed key is longer than 60 bytes, so a long key is an unknown key, an error shown
+/// cut to kMaxKeyChars.)
+inline constexpr std::size_t kMaxStringBytes = 4096;
+
+namespace detail {
+
 // Appends compact JSON for `v` to `out` until `out` holds more than `limit` characters: the work
 // is bounded by `limit`, not by the size of `v` (a hostile value may be megabytes long).
 inline void show_into(const Json& v, std::string& out, std::size_t limit) {
@@ -195,7 +206,13 @@ class DomBuilder {
   bool number_integer(std::int64_t v) { return put(Json(v)); }
   bool number_unsigned(std::uint64_t v) { return put(Json(v)); }
   bool number_float(double v, const std::string&) { return put(Json(v)); }
-  bool string(std::string& v) { return put(Json(std::move(v))); }
+  bool string(std::string& v) {
+    if (v.size() > kMaxStringBytes) {
+      diag_.error(here(), too_long("string value", v.size()), show_string(v));
+      v.resize(kMaxStringBytes);  // the document is refused; only the limit's worth is kept meanwhile
+    }
+    return put(Json(std::move(v)));
+  }
   bool binary(Json::binary_t& v) { return put(Json::binary(std::move(v))); }
 
   bool start_object(std::size_t) { return open(Json::object()); }
@@ -265,6 +282,11 @@ class DomBuilder {
   }
 
  private:
+  static std::string too_long(std::string_view what, std::size_t bytes) {
+    return cat(what, " of ", std::to_string(bytes), " bytes is longer than the limit of ", std::to_string(kMaxStringBytes),
+               " bytes (zerotk::config::kMaxStringBytes)");
+  }
+
   struct Frame {
     Json* node;
     std::string path;

@@ -36,6 +36,7 @@
 #include "zerotk/config/json_dom.hpp"
 #include "zerotk/config/options.hpp"
 #include "zerotk/config/structure.hpp"
+#include "zerotk/io/durable_file.hpp"
 
 namespace zerotk::config {
 
@@ -1430,16 +1431,27 @@ inline Config load(std::string_view text, const ResolveContext& ctx, std::string
   return std::move(*r.config);
 }
 
-/// Everything `file` holds from its current position on. io_error (where = `source`) with the
-/// system's reason when a read fails: a directory, /proc/self/mem, an I/O error.
-inline std::string read_text(std::FILE* file, std::string_view source) {
+/// Largest config text read_text_file() and read_text() accept, in bytes (16 MiB). DeepSpeed
+/// configs are a few KiB; the limit keeps /dev/zero, a runaway generator or a wrong file from
+/// exhausting memory before parsing starts.
+inline constexpr std::size_t kMaxConfigBytes = std::size_t{16} << 20;
+
+/// Everything `file` holds from its current position on, at most `max_bytes`. io_error (where =
+/// `source`) with the system's reason when a read fails (a directory, /proc/self/mem, an I/O
+/// error), or naming the limit when there is more (it stops reading there: stdin from /dev/zero ends).
+inline std::string read_text(std::FILE* file, std::string_view source, std::size_t max_bytes = kMaxConfigBytes) {
   std::string text;
   char buf[1 << 16];
   for (;;) {
     errno = 0;
-    const std::size_t n = std::fread(buf, 1, sizeof buf, file);
+    const std::size_t want = std::min(sizeof buf, max_bytes + 1 - text.size());
+    const std::size_t n = std::fread(buf, 1, want, file);
     text.append(buf, n);
-    if (n == sizeof buf) continue;
+    if (text.size() > max_bytes) {
+      throw io_error(detail::cat("cannot read config file: larger than the limit of ", std::to_string(max_bytes), " bytes"),
+                     std::string(source), detail::cat("more than ", std::to_string(max_bytes), " bytes"));
+    }
+    if (n == want) continue;
     if (std::ferror(file)) {
       const int e = errno;
       throw io_error(detail::cat("cannot read config file: ", std::generic_category().message(e), " (errno ",
@@ -1450,19 +1462,13 @@ inline std::string read_text(std::FILE* file, std::string_view source) {
   }
 }
 
-/// The bytes of the file at `path`; io_error naming the path and the system's reason (errno
-/// text) when it cannot be opened or read. Reading never mistakes a failure for an empty file.
+/// The bytes of the regular file `path`, at most kMaxConfigBytes (io::read_text_file). io_error
+/// naming the path and why, worded "cannot open config file: <errno text>" or "cannot read config
+/// file: ...": the system's reason, a directory, not a regular file (a FIFO or /dev/zero is refused
+/// at once, never read until memory runs out), or larger than the limit. Reading never mistakes a
+/// failure for an empty file.
 inline std::string read_text_file(const std::filesystem::path& path) {
-  const std::string name = path.string();
-  errno = 0;
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(name.c_str(), "rb"), &std::fclose);
-  if (!file) {
-    const int e = errno;
-    throw io_error(detail::cat("cannot open config file: ", std::generic_category().message(e), " (errno ",
-                               std::to_string(e), ")"),
-                   name);
-  }
-  return read_text(file.get(), name);
+  return io::read_text_file(path, kMaxConfigBytes, "config file");
 }
 
 /// load() of the file at `path` (io_error when it cannot be read).

@@ -3,7 +3,9 @@
 /// Files that survive a crash: whole-file writes that retry EINTR and short writes and end with
 /// fsync, fsync of a directory (which makes a create, rename or unlink inside it durable), atomic
 /// rename and exchange, atomic replacement of a file (whole, or streamed through AtomicFileWriter),
-/// whole-file reads and reads at an offset (RandomAccessFile). POSIX only.
+/// whole-file reads and reads at an offset (RandomAccessFile), of regular files only (a FIFO or a
+/// device is refused without blocking), with a size limit where the file comes from outside.
+/// POSIX only.
 /// Every failure is an io_error whose `where` is the path and whose `value` is strerror(errno).
 ///
 ///   io::write_file_durable(dir / "rank0.bin", bytes);   // data + metadata on disk when it returns
@@ -14,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
@@ -45,6 +48,8 @@ class Fd {
     } while (fd_ < 0 && errno == EINTR);
     if (fd_ < 0) throw_errno("cannot open", path, errno);
   }
+  /// Takes ownership of the open descriptor `fd`.
+  Fd(int fd, const std::filesystem::path& path) noexcept : path_(path), fd_(fd) {}
   Fd(const Fd&) = delete;
   Fd& operator=(const Fd&) = delete;
   ~Fd() {
@@ -196,14 +201,43 @@ inline std::size_t read_at(int fd, std::uint64_t offset, std::span<std::byte> ou
   return done;
 }
 
-/// A file opened for reading at offsets (pread), so that memory use does not depend on its size.
+namespace detail {
+
+/// What `mode` (stat's st_mode) is, in words, for an error saying why a file is refused.
+inline const char* file_kind(mode_t mode) noexcept {
+  if (S_ISFIFO(mode)) return "FIFO";
+  if (S_ISCHR(mode)) return "character device";
+  if (S_ISBLK(mode)) return "block device";
+  if (S_ISSOCK(mode)) return "socket";
+  if (S_ISDIR(mode)) return "directory";
+  return "special file";
+}
+
+/// Opens `path` for reading without blocking (O_NONBLOCK: opening a FIFO with no writer would wait
+/// forever) and returns its fstat size; `refuse(kind)` is called, and must throw, unless it is a
+/// regular file. Only regular files have a size to trust: /dev/zero reports 0 and never ends, a
+/// FIFO blocks. (O_NONBLOCK changes nothing for reads of a regular file.)
+template <class Refuse>
+std::uint64_t open_regular(Fd& fd, Refuse&& refuse) {
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) throw_errno("fstat failed", fd.path(), errno);
+  if (!S_ISREG(st.st_mode)) refuse(st.st_mode);
+  return static_cast<std::uint64_t>(st.st_size);
+}
+
+}  // namespace detail
+
+/// A regular file opened for reading at offsets (pread), so that memory use does not depend on its
+/// size. A directory, FIFO, device or socket is refused with an io_error naming it.
 class RandomAccessFile {
  public:
-  explicit RandomAccessFile(const std::filesystem::path& path) : fd_(path, O_RDONLY) {
-    struct stat st {};
-    if (::fstat(fd_.get(), &st) != 0) detail::throw_errno("fstat failed", path, errno);
-    if (S_ISDIR(st.st_mode)) throw io_error("is a directory, not a file", path.string());
-    size_ = static_cast<std::uint64_t>(st.st_size);
+  explicit RandomAccessFile(const std::filesystem::path& path) : fd_(path, O_RDONLY | O_NONBLOCK) {
+    size_ = detail::open_regular(fd_, [&](mode_t mode) {
+      if (S_ISDIR(mode)) throw io_error("is a directory, not a file", path.string());
+      throw io_error(std::string("not a regular file but a ") + detail::file_kind(mode) +
+                         "; only regular files are read (a FIFO or device could block or never end)",
+                     path.string());
+    });
   }
 
   /// Size in bytes when it was opened.
@@ -237,6 +271,51 @@ inline std::vector<std::byte> read_file(const std::filesystem::path& path) {
 inline std::string read_text_file(const std::filesystem::path& path) {
   const std::vector<std::byte> b = read_file(path);
   return std::string(reinterpret_cast<const char*>(b.data()), b.size());
+}
+
+/// The whole content of the regular file `path`, at most `max_bytes` of it: for files a user or
+/// another program hands over (a config, a checkpoint's `latest`), which must not block, exhaust
+/// memory or stand for something else. Every refusal is an io_error whose `where` is the path and
+/// whose message starts "cannot open <what>: " or "cannot read <what>: " and says why: the system's
+/// reason (errno text), a directory, not a regular file (a FIFO, a device such as /dev/zero, a
+/// socket; reading would block or never end), or larger than `max_bytes` (also when it grows
+/// while being read; the value is its size).
+inline std::string read_text_file(const std::filesystem::path& path, std::uint64_t max_bytes, std::string_view what) {
+  const auto reason = [](int err) { return std::strerror(err) + std::string(" (errno ") + std::to_string(err) + ")"; };
+  int fd = -1;
+  do {
+    fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) throw io_error("cannot open " + std::string(what) + ": " + reason(errno), path.string());
+  detail::Fd f(fd, path);
+  const std::string cannot_read = "cannot read " + std::string(what) + ": ";
+  const std::uint64_t size = detail::open_regular(f, [&](mode_t mode) {
+    if (S_ISDIR(mode)) throw io_error(cannot_read + reason(EISDIR), path.string());
+    throw io_error(cannot_read + "not a regular file but a " + detail::file_kind(mode) +
+                       "; only regular files are read (a FIFO or device could block or never end)",
+                   path.string());
+  });
+  const auto too_large = [&](const std::string& bytes) {
+    return io_error(cannot_read + "larger than the limit of " + std::to_string(max_bytes) + " bytes", path.string(), bytes);
+  };
+  if (size > max_bytes) throw too_large(std::to_string(size) + " bytes");
+  // Room for one byte past the fstat size, to notice a file that grew since; it grows up to the
+  // limit plus one byte, never further.
+  std::string text(static_cast<std::size_t>(size + 1), '\0');
+  std::size_t done = 0;
+  for (;;) {
+    const ::ssize_t n = ::read(f.get(), text.data() + done, text.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw io_error(cannot_read + reason(errno), path.string());
+    }
+    if (n == 0) break;
+    done += static_cast<std::size_t>(n);
+    if (done > max_bytes) throw too_large("more than " + std::to_string(max_bytes) + " bytes (it grew while being read)");
+    if (done == text.size()) text.resize(static_cast<std::size_t>(std::min<std::uint64_t>(2 * done, max_bytes + 1)));
+  }
+  text.resize(done);
+  return text;
 }
 
 /// Creates `dir` and its missing parents.

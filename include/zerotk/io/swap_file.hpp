@@ -16,7 +16,8 @@
 /// per process. aio.use_direct = false opens it buffered without trying. direct() and backend()
 /// (together: info()) report which path runs. Its whole size is reserved with fallocate, so a disk too small fails here, with
 /// ENOSPC, instead of in the middle of a step; where fallocate is unsupported the file is sized
-/// with ftruncate (sparse). The file is removed when the SwapFile is destroyed.
+/// with ftruncate (sparse). The file is removed when the SwapFile is destroyed; one that cannot be
+/// (the directory turned read-only) is named on stderr and in swap_files_left_behind().
 ///
 /// Transfers: offsets, lengths and buffer addresses are multiples of kDirectAlign (4096); a
 /// transfer is split into requests of aio.block_size bytes and handed to an io_uring queue
@@ -41,6 +42,7 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -66,6 +68,15 @@ inline std::string unique_suffix() {
   static std::atomic<unsigned> counter{0};
   return std::to_string(::getpid()) + "." + std::to_string(counter.fetch_add(1));
 }
+/// The swap files this process could not remove, in order (see swap_files_left_behind()).
+struct LeftBehind {
+  std::mutex mutex;
+  std::vector<std::filesystem::path> paths;
+};
+inline LeftBehind& left_behind() {
+  static LeftBehind l;
+  return l;
+}
 inline void say_buffered_once(const std::filesystem::path& dir) {
   static std::atomic<bool> said{false};
   if (!said.exchange(true)) {
@@ -76,6 +87,16 @@ inline void say_buffered_once(const std::filesystem::path& dir) {
   }
 }
 }  // namespace detail
+
+/// The swap files this process created but could not remove when their SwapFile (the engine's NVMe
+/// offload store) was destroyed: the swap directory turned read-only under the run, or the name was
+/// taken by something else. Each is also named on stderr at that moment, with its size and the
+/// system's reason, so that no file is left behind silently; remove them by hand.
+inline std::vector<std::filesystem::path> swap_files_left_behind() {
+  detail::LeftBehind& l = detail::left_behind();
+  const std::lock_guard lock(l.mutex);
+  return l.paths;
+}
 
 class SwapFile {
  public:
@@ -200,11 +221,23 @@ class SwapFile {
     restore_size();
   }
 
+  // Closes and removes the file. A removal that fails cannot throw from a destructor, and must not
+  // pass silently either (a full disk of stale swap files is found much later): it is named on
+  // stderr and kept for swap_files_left_behind(). A file already gone (removed under the run) is fine.
   void discard() noexcept {
     if (fd_ >= 0) ::close(fd_);
     fd_ = -1;
     std::error_code ec;
     std::filesystem::remove(path_, ec);
+    if (!ec) return;
+    try {
+      detail::LeftBehind& l = detail::left_behind();
+      const std::lock_guard lock(l.mutex);
+      l.paths.push_back(path_);
+    } catch (...) {  // out of memory: the line below still names it
+    }
+    std::fprintf(stderr, "zerotk: warning: the swap file %s (%llu bytes) could not be removed (%s, errno %d); it is left behind: remove it by hand\n",
+                 path_.c_str(), static_cast<unsigned long long>(bytes_), std::strerror(ec.value()), ec.value());
   }
 
   Ticket transfer(bool write, std::uint64_t offset, std::byte* buffer, std::size_t n) {

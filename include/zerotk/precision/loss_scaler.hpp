@@ -23,6 +23,7 @@
 #include <concepts>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -73,6 +74,27 @@ struct ScaleChange {
 
 using ScaleChangeHook = std::function<void(const ScaleChange&)>;
 
+/// A rule a LossScalerState breaks: the field ("scale", "iter", ...), the rule in words ("must be
+/// >= 0") and the offending value as text.
+struct LossScalerStateProblem {
+  std::string_view field;
+  std::string rule;
+  std::string value;
+};
+
+/// The first rule that every loss scaler's state must keep and `s` breaks, or nothing: scale positive
+/// and finite, iter >= 0, last_overflow_iter in [-1, iter), hyst >= 0. The scalers' load_state() and
+/// a checkpoint's manifest (checkpoint/manifest.hpp) check the same rules through it.
+inline std::optional<LossScalerStateProblem> loss_scaler_state_problem(const LossScalerState& s) {
+  if (!(s.scale > 0) || !std::isfinite(s.scale)) return LossScalerStateProblem{"scale", "must be positive and finite", to_text(s.scale)};
+  if (s.iter < 0) return LossScalerStateProblem{"iter", "must be >= 0", to_text(s.iter)};
+  if (s.last_overflow_iter < -1 || s.last_overflow_iter >= s.iter) {
+    return LossScalerStateProblem{"last_overflow_iter", "must be in [-1, iter)", to_text(s.last_overflow_iter)};
+  }
+  if (s.hyst < 0) return LossScalerStateProblem{"hyst", "must be >= 0", to_text(s.hyst)};
+  return std::nullopt;
+}
+
 namespace detail {
 
 inline void require(bool ok, std::string_view rule, const char* where, const std::string& value) {
@@ -102,11 +124,9 @@ class ScalerBase {
   }
 
   static void check_common_state(const LossScalerState& s, const char* where) {
-    if (!(s.scale > 0) || !std::isfinite(s.scale))
-      throw usage_error("state.scale must be positive and finite", where, to_text(s.scale));
-    if (s.iter < 0) throw usage_error("state.iter must be >= 0", where, to_text(s.iter));
-    if (s.last_overflow_iter < -1 || s.last_overflow_iter >= s.iter)
-      throw usage_error("state.last_overflow_iter must be in [-1, iter)", where, to_text(s.last_overflow_iter));
+    if (const std::optional<LossScalerStateProblem> p = loss_scaler_state_problem(s)) {
+      throw usage_error("state." + std::string(p->field) + " " + p->rule, where, p->value);
+    }
   }
 
   LossScalerOptions options_;
