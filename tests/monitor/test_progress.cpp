@@ -78,3 +78,28 @@ TEST_CASE("edge cases: no steps, no elapsed time, long ETAs") {
   CHECK(ProgressLine::clock_text(1e300) == "--:--");
   CHECK_THROWS_AS(ProgressLine(-1, out), usage_error);
 }
+
+TEST_CASE("a resumed run: the line counts from start_step, the rate and ETA only the steps run since") {
+  ManualClock clock;
+  std::ostringstream out;
+  // Loaded at step 150 of 300; the first step of this process takes 0.5 s. Counting the loaded steps
+  // as run would print 302.00 it/s and an ETA of 00:00.
+  ProgressLine p(300, out, {.tty = false, .plain_interval_s = 30, .start_step = 150}, clock.fn());
+  clock.now += 0.5;
+  p.update(151, 0.5);
+  CHECK(out.str() == "step 151/300 (50.3%) | 2.00 it/s | ETA 01:15 | loss 0.5000\n");
+  out.str("");
+  clock.now += 74.5;  // 150 steps in 75 s
+  p.update(300, 0.25);
+  CHECK(out.str() == "step 300/300 (100.0%) | 2.00 it/s | ETA 00:00 | loss 0.2500\n");
+}
+
+TEST_CASE("a resumed run that has not stepped yet shows its start step and no rate") {
+  ManualClock clock;
+  std::ostringstream out;
+  ProgressLine p(300, out, {.start_step = 300}, clock.fn());
+  clock.now += 2;
+  p.finish();  // loaded at the last step: nothing to run
+  CHECK(out.str() == "step 300/300 (100.0%) | ETA --:--\n");
+  CHECK_THROWS_AS(ProgressLine(300, out, {.start_step = -1}), usage_error);
+}

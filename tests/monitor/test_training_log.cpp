@@ -212,6 +212,28 @@ TEST_CASE("without fp16 or wall_clock_breakdown: lr and loss only, no scale, no 
   CHECK_FALSE(std::filesystem::exists(dir / "Train_Samples_elapsed_time_ms_forward.csv"));
 }
 
+TEST_CASE("a resumed run: samples/s counts only the samples after start_samples") {
+  ManualClock clock;
+  TrainingLogOptions o;
+  o.steps_per_print = 2;
+  o.start_samples = 150 * 32;  // loaded after step 150 of batch 32
+  std::ostringstream out;
+  TrainingLog log(o, out, clock.fn());
+  StepReport r;
+  r.boundary = true;
+  r.lr = 0.001;
+  r.grad_norm = 0.125;
+  for (int step = 151; step <= 152; ++step) {
+    clock.now += 0.5;
+    r.global_steps = step;
+    log.on_step(r, step * 32);
+  }
+  // 64 samples in 1 s; counting the loaded ones would give 4864.00.
+  CHECK(out.str() == "[Rank 0] step=152, skipped=0, lr=[0.001], grad_norm=0.125, samples/s=64.00\n");
+  o.start_samples = -1;
+  CHECK_THROWS_AS(TrainingLog(o, out, clock.fn()), usage_error);
+}
+
 TEST_CASE("phase times measured by the engine replace the timers") {
   ScratchDir tmp("engine_times");
   ManualClock clock;

@@ -7,6 +7,9 @@
 ///   zerotk::monitor::ProgressLine progress(total_steps, std::cerr, {.tty = zerotk::monitor::is_terminal(stderr)});
 ///   for (...) { ...; progress.update(step + 1, loss); }
 ///   progress.finish();
+///
+/// A run resumed from a checkpoint passes the step it loaded as `start_step`: the line counts from
+/// there (step 151/300), while the rate and ETA count only the steps this process has run.
 
 #include <cmath>
 #include <cstdint>
@@ -39,13 +42,24 @@ struct ProgressOptions {
   double plain_interval_s = 30;    ///< plain lines: at most one per interval (first and last always)
   double tty_interval_s = 0.1;     ///< terminal: at most this many redraws per second
   int bar_width = 20;              ///< terminal: width of the [####....] bar, 0 for none
+  /// Steps done before this line was made (a resumed run's loaded step): shown in "step N/total",
+  /// left out of the rate and ETA, which count only the steps done since.
+  std::int64_t start_step = 0;
 };
 
 class ProgressLine {
  public:
   ProgressLine(std::int64_t total_steps, std::ostream& out, ProgressOptions options = {}, Clock clock = steady_seconds)
-      : total_(total_steps), out_(out), options_(options), clock_(std::move(clock)), start_(clock_()) {
+      : total_(total_steps),
+        out_(out),
+        options_(options),
+        clock_(std::move(clock)),
+        start_(clock_()),
+        done_(options.start_step) {
     if (total_steps < 0) throw usage_error("total steps must be >= 0", "ProgressLine", std::to_string(total_steps));
+    if (options.start_step < 0) {
+      throw usage_error("start_step must be >= 0", "ProgressLine", std::to_string(options.start_step));
+    }
   }
 
   /// Reports `steps_done` (of total). Prints when the interval has passed, at the first update,
@@ -72,7 +86,9 @@ class ProgressLine {
   /// The text of the line for the current state at time `now` (no "\r", no newline).
   std::string render(double now) const {
     const double elapsed = now - start_;
-    const double rate = elapsed > 0 ? static_cast<double>(done_) / elapsed : 0;  // steps per second
+    // Steps per second of this process: a resumed run's loaded steps took no time here.
+    const double ran = static_cast<double>(done_ - options_.start_step);
+    const double rate = elapsed > 0 && ran > 0 ? ran / elapsed : 0;
     std::string s;
     char buf[96];
     if (options_.tty && options_.bar_width > 0 && total_ > 0) {
@@ -142,7 +158,7 @@ class ProgressLine {
   ProgressOptions options_;
   Clock clock_;
   double start_;
-  std::int64_t done_ = 0;
+  std::int64_t done_;
   std::optional<double> loss_;
   bool printed_once_ = false;
   bool finished_ = false;

@@ -54,6 +54,9 @@ struct TrainingLogOptions {
   config::ScalerKind scaler = config::ScalerKind::none;
   double initial_loss_scale = 65536;  ///< dynamic: 2^initial_scale_power
   int rank = 0;
+  /// Global samples consumed before this log was made (a run resumed from a checkpoint): the first
+  /// samples/s counts only the samples after them, which this process trained.
+  std::int64_t start_samples = 0;
 
   static TrainingLogOptions from(const config::Config& c, int rank) {
     TrainingLogOptions o;
@@ -135,9 +138,13 @@ class TrainingLog {
         clock_(clock),
         timers_(clock),
         csv_(options_.csv_monitor, options_.rank),
-        last_report_time_(clock_()) {
+        last_report_time_(clock_()),
+        last_report_samples_(options_.start_samples) {
     if (options_.steps_per_print < 1) {
       throw usage_error("steps_per_print must be >= 1", "TrainingLog", std::to_string(options_.steps_per_print));
+    }
+    if (options_.start_samples < 0) {
+      throw usage_error("start_samples must be >= 0", "TrainingLog", std::to_string(options_.start_samples));
     }
   }
 
@@ -291,7 +298,7 @@ class TrainingLog {
   WallClockTimers timers_;
   CsvMonitor csv_;
   double last_report_time_;
-  std::int64_t last_report_samples_ = 0;
+  std::int64_t last_report_samples_;
   mutable bool scale_changed_ = false;  // sticky, as Python's int -> float promotion is
 };
 
