@@ -62,6 +62,7 @@ struct Summary {
   std::size_t psi = 0, padded = 0;
   double accuracy = 0, digit_accuracy = 0, seconds = 0, tokens_per_s = 0, overhead = 0;
   double final_loss = 0;
+  int steps_run = 0;  ///< optimizer steps this process ran (after --load: from the loaded step on)
   std::size_t activation_peak = 0;  ///< the largest rank's peak of activation bytes (this process's ranks)
   std::size_t checkpointed_blocks = 0;
   std::size_t disk = 0;          ///< rank 0's bytes on disk of Offload<Nvme>'s swap files

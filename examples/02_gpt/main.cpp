@@ -408,7 +408,7 @@ int run(const Options& o, const gpt::Config& model_config, TrainContext::FillBat
   std::printf("activation peak per rank: %zu B (%zu of %d blocks checkpointed, --checkpoint-activations %s)\n",
               summary.activation_peak, summary.checkpointed_blocks, model_config.n_layers, o.checkpoint_activations.c_str());
   std::printf("\ntrained %d steps in %.1f s: %.0f tokens/s; time outside the model's own forward/backward: %.1f%%\n",
-              o.steps, summary.seconds, summary.tokens_per_s, 100.0 * summary.overhead);
+              summary.steps_run, summary.seconds, summary.tokens_per_s, 100.0 * summary.overhead);
   // Counted by the communicator (ring convention), every collective of the run included.
   std::printf("communication (rank 0, whole run): %llu B sent; %llu B without compression (ratio %.2f)\n",
               static_cast<unsigned long long>(summary.wire_bytes), static_cast<unsigned long long>(summary.dense_bytes),

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Checkpoint resume of the GPT demo: save after 3 steps (asynchronously), load and go on to 6, and
 # compare steps 4-6 (loss, lr, gradient norm as the monitor prints them) and the held-out scores with
-# an uninterrupted 6-step run: they must be identical. Then the same checkpoint loads on 1 rank
-# (resharded) and training goes on. Then the same with 1-bit Adam saved in its compressed phase.
+# an uninterrupted 6-step run: they must be identical; the resumed run's summary counts the 3 steps it
+# ran. Then the same checkpoint loads on 1 rank (resharded) and training goes on, and on 3 ranks with
+# --batch 63 (README's command; the default batch 64 is refused, naming the batches that divide).
+# Then the same with 1-bit Adam saved in its compressed phase.
 # Registered as the CTest example.02_gpt_resume.
 #
 #   examples/02_gpt/resume_test.sh build/default/examples/02_gpt/zerotk_example_02_gpt /tmp/gpt_resume
@@ -23,9 +25,19 @@ if ! diff <(compared < "$dir/straight.log") <(compared < "$dir/resumed.log"); th
   echo "FAIL: the resumed run differs from the uninterrupted one"
   exit 1
 fi
+# Its rates count the steps it ran (4-6), not the loaded ones.
+grep -q "^trained 3 steps in " "$dir/resumed.log" || { echo "FAIL: the summary does not count 3 steps run"; exit 1; }
 "$bin" --ranks 1 --csv "" --eval-size 200 --steps-per-print 1 --steps 4 --load "$dir/ckpt" > "$dir/resharded.log"
 grep -q "continuing after step 3 (saved on 2 ranks, resharded)" "$dir/resharded.log" || { echo "FAIL: no resharded resume"; exit 1; }
 grep -q '^\[Rank 0\] step=4,' "$dir/resharded.log" || { echo "FAIL: the resharded run did not reach step 4"; exit 1; }
+if out=$("$bin" --ranks 3 --csv "" --steps 4 --load "$dir/ckpt" 2>&1); then
+  echo "FAIL: --ranks 3 ran with --batch 64"; exit 1
+fi
+grep -qF -- "--batch 64: is not divisible by --ranks 3 x --gas 1 = 3" <<<"$out" && grep -qF "use --batch 63 or 66" <<<"$out" ||
+  { echo "FAIL: the --ranks 3 refusal does not name the flags and the batches that divide"; echo "$out"; exit 1; }
+"$bin" --ranks 3 --batch 63 --csv "" --eval-size 200 --steps-per-print 1 --steps 4 --load "$dir/ckpt" > "$dir/three.log"
+grep -q "continuing after step 3 (saved on 2 ranks, resharded)" "$dir/three.log" || { echo "FAIL: no resume on 3 ranks"; exit 1; }
+grep -q '^\[Rank 0\] step=4,' "$dir/three.log" || { echo "FAIL: the 3-rank run did not reach step 4"; exit 1; }
 # 1-bit Adam past its warm-up (compressed from step 3): the error feedback travels with each rank's
 # file, so a run resumed after step 4 equals the uninterrupted one too.
 onebit=(--ranks 2 --csv "" --eval-size 200 --steps-per-print 1 --stage 0 --precision fp32 --optimizer onebitadam
@@ -42,5 +54,5 @@ if ! diff <(compared_onebit < "$dir/onebit_straight.log") <(compared_onebit < "$
   echo "FAIL: the resumed 1-bit Adam run differs from the uninterrupted one"
   exit 1
 fi
-echo "PASS: the run resumed from $dir/ckpt/global_step3 equals the uninterrupted one (steps 4-6, scores); it also loads on 1 rank;" \
+echo "PASS: the run resumed from $dir/ckpt/global_step3 equals the uninterrupted one (steps 4-6, scores); it also loads on 1 rank and on 3 (--batch 63);" \
   "a 1-bit Adam run resumed in its compressed phase equals the uninterrupted one (steps 5-8, scores)"

@@ -176,15 +176,19 @@ void train_rank(Comm& comm, const TrainContext& ctx, Summary& summary, std::mute
   std::unique_ptr<int> pending;
 #endif
 
-  zerotk::monitor::TrainingLog log(zerotk::monitor::TrainingLogOptions::from(ctx.cfg, rank));
-  zerotk::monitor::ProgressLine progress(o.steps, std::cout);
+  // After --load, samples/s, it/s, the ETA and tokens/s count only the steps this process runs.
+  const std::int64_t start_samples = static_cast<std::int64_t>(start) * ctx.cfg.train_batch_size;
+  zerotk::monitor::TrainingLogOptions log_options = zerotk::monitor::TrainingLogOptions::from(ctx.cfg, rank);
+  log_options.start_samples = start_samples;
+  zerotk::monitor::TrainingLog log(log_options);
+  zerotk::monitor::ProgressLine progress(o.steps, std::cout, {.start_step = start});
   const int micro = static_cast<int>(ctx.cfg.train_micro_batch_size_per_gpu);
   const int gas = static_cast<int>(ctx.cfg.gradient_accumulation_steps);
   gpt::Batch batch;
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
   double user_ms = 0, scope_ms = 0;  // user_ms includes scope_ms
-  std::int64_t samples = static_cast<std::int64_t>(start) * ctx.cfg.train_batch_size;
+  std::int64_t samples = start_samples;
   double last_loss = 0;
   std::uint64_t wire_bytes = 0, dense_bytes = 0;
   for (int step = start; step < o.steps; ++step) {
@@ -247,7 +251,8 @@ void train_rank(Comm& comm, const TrainContext& ctx, Summary& summary, std::mute
     summary.psi = engine.parameter_count();
     summary.padded = engine.flat_numel();
     summary.seconds = seconds;
-    const double tokens = static_cast<double>(samples) * ctx.model_config.context;
+    summary.steps_run = std::max(0, o.steps - start);
+    const double tokens = static_cast<double>(samples - start_samples) * ctx.model_config.context;
     summary.tokens_per_s = tokens / seconds;
     // Wall time that is not the model's own forward/backward math: step(), and the opening and
     // closing of the layers' scopes (stage 3 gathers there; every stage waits there for slower ranks).
