@@ -333,11 +333,29 @@ void print_memory_table(const Summary& s, int stage, const std::string& precisio
   }
 }
 
+/// --batch must split into whole micro batches over the ranks and --gas: said in flags, with the nearest
+/// batches that do, rather than as the config reader's train_batch_size equation (checkpoints load on
+/// any rank count, but a batch of 64 does not split over 3 ranks).
+void check_batch_flags(const Options& o, int world) {
+  const long long per_micro = static_cast<long long>(world) * o.gas;  // samples per micro-step of all ranks
+  if (o.batch % per_micro == 0) return;
+  const std::string ranks = o.mpi ? "the MPI world size " + std::to_string(world) : "--ranks " + std::to_string(world);
+  const long long below = o.batch / per_micro * per_micro, above = below + per_micro;
+  std::string use = "use --batch ";
+  if (below > 0) use += std::to_string(below) + " or ";
+  use += std::to_string(above);
+  if (o.gas > 1) use += " (or another --gas)";
+  throw zerotk::usage_error("is not divisible by " + ranks + " x --gas " + std::to_string(o.gas) + " = " +
+                                std::to_string(per_micro) + " (every rank runs the same whole micro batch); " + use,
+                            "--batch " + std::to_string(o.batch));
+}
+
 int run(const Options& o, const gpt::Config& model_config, TrainContext::FillBatch fill_batch,
         TrainContext::Evaluate evaluate, MpiWorld* mpi_world) {
   zerotk::config::ResolveContext rc;
   const int world = o.mpi ? mpi_world->size() : o.ranks;
   rc.world_size = world;
+  if (o.config_file.empty()) check_batch_flags(o, world);
   const std::string text = o.config_file.empty() ? flags_to_deepspeed_json(o) : zerotk::config::read_text_file(o.config_file);
   const zerotk::config::Config cfg = zerotk::config::load(text, rc, o.config_file.empty() ? "flags" : o.config_file);
   const bool root = !o.mpi || mpi_world->rank() == 0;
@@ -471,7 +489,8 @@ int main(int argc, char** argv) {
   app.add_option("--save", o.save_dir, "checkpoint directory to save into after the last step (and every --save-every)");
   app.add_option("--save-every", o.save_every, "also save every N optimizer steps")->check(CLI::Range(1, 1 << 30));
   app.add_flag("--save-async", o.save_async, "write checkpoints while training goes on; each is committed at the next save");
-  app.add_option("--load", o.load_dir, "checkpoint directory to resume from (its latest tag; any rank count)")
+  app.add_option("--load", o.load_dir,
+                 "checkpoint directory to resume from (its latest tag; any rank count that divides --batch)")
       ->check(CLI::ExistingDirectory);
   app.add_option("--tag", o.load_tag, "with --load: the checkpoint tag to load instead of the latest");
   app.add_option("--checkpoint-activations", o.checkpoint_activations,
