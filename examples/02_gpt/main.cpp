@@ -15,7 +15,7 @@
 //   build/default/examples/02_gpt/zerotk_example_02_gpt --config ds_config.json
 //   mpirun -np 2 build/default/examples/02_gpt/zerotk_example_02_gpt --mpi
 //
-// The flags are turned into a DeepSpeed config (printed with --print-config), so both paths go
+// The flags are turned into a DeepSpeed config (--print-config prints it and exits), so both paths go
 // through the same reader, validation and engine dispatch. This file holds the flags, the config and the
 // dispatch; train.hpp the training loop, compiled per engine type in train_*.cpp (engines.hpp).
 #include <CLI/CLI.hpp>
@@ -241,8 +241,8 @@ std::string flags_to_deepspeed_json(const Options& o) {
     j << "{\"enabled\": false}\n";
   } else {
     const std::filesystem::path dir(o.csv_dir);
-    j << "{\"enabled\": true, \"output_path\": \"" << dir.parent_path().string() << "\", \"job_name\": \""
-      << dir.filename().string() << "\"}\n";
+    j << "{\"enabled\": true, \"output_path\": " << json_string(dir.parent_path().string())
+      << ", \"job_name\": " << json_string(dir.filename().string()) << "}\n";
   }
   j << "}\n";
   return j.str();
@@ -359,12 +359,6 @@ int run(const Options& o, const gpt::Config& model_config, TrainContext::FillBat
   const std::string text = o.config_file.empty() ? flags_to_deepspeed_json(o) : zerotk::config::read_text_file(o.config_file);
   const zerotk::config::Config cfg = zerotk::config::load(text, rc, o.config_file.empty() ? "flags" : o.config_file);
   const bool root = !o.mpi || mpi_world->rank() == 0;
-  if (o.print_config && root) std::printf("%s", text.c_str());
-  if (cfg.zero_optimization.offload_optimizer.device == zerotk::config::OffloadDevice::nvme) {
-    check_swap_directory(cfg.zero_optimization.nvme.path,
-                         o.config_file.empty() ? "--nvme-path"
-                                               : o.config_file + ": /zero_optimization/offload_optimizer/nvme_path");
-  }
   if (o.delayed_param_update_start != 0 && !o.delayed_param_update) {
     throw zerotk::usage_error("delays nothing without --delayed-param-update", "--delayed-param-update-start",
                               std::to_string(o.delayed_param_update_start));
@@ -381,6 +375,18 @@ int run(const Options& o, const gpt::Config& model_config, TrainContext::FillBat
                               "parameter shard could not undo; use --offload-param cpu or none",
                               "--delayed-param-update",
                               o.config_file.empty() ? "--offload-param nvme" : o.config_file + ": offload_param.device \"nvme\"");
+  }
+  // The config alone on stdout, then exit, as zerotk-config does: `--print-config > ds.json` writes a
+  // file that --config takes. Checked like a run for this world size, except the swap directories,
+  // which belong to the machine that will run it.
+  if (o.print_config) {
+    if (root) std::printf("%s", text.c_str());
+    return 0;
+  }
+  if (cfg.zero_optimization.offload_optimizer.device == zerotk::config::OffloadDevice::nvme) {
+    check_swap_directory(cfg.zero_optimization.nvme.path,
+                         o.config_file.empty() ? "--nvme-path"
+                                               : o.config_file + ": /zero_optimization/offload_optimizer/nvme_path");
   }
   if (cfg.zero_optimization.offload_param.device == zerotk::config::OffloadDevice::nvme) {
     check_swap_directory(cfg.zero_optimization.param_nvme.path,
@@ -465,7 +471,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
   app.add_option("--config", o.config_file, "a DeepSpeed JSON config (replaces the training flags)")
       ->check(CLI::ExistingFile);
-  app.add_flag("--print-config", o.print_config, "print the DeepSpeed config in use");
+  app.add_flag("--print-config", o.print_config,
+               "print the DeepSpeed config in use (the flags' or --config's, checked for this world size) and exit "
+               "without training: JSON alone on stdout");
   app.add_option("--task", o.task, "synthetic task: sort or reverse")->check(CLI::IsMember({"sort", "reverse"}));
   app.add_option("--digits", o.digits, "digits per synthetic example")->check(CLI::Range(1, 32));
   app.add_option("--text", o.text_file, "train character-level on this text file instead")->check(CLI::ExistingFile);

@@ -19,8 +19,8 @@ source "$(dirname "$0")/proof_lib.sh"
 
 common=(--ranks 2 --stage 3 --layers 2 --steps 20 --eval-size 50 --steps-per-print 10)
 cpu=$("$bin" "${common[@]}" --offload-optimizer cpu --csv "$dir/csv/cpu" 2>&1 | tr '\r' '\n')
-nvme=$("$bin" "${common[@]}" --offload-optimizer nvme --nvme-path "$dir/swap" --csv "$dir/csv/nvme" --print-config 2>&1 |
-  tr '\r' '\n')
+nvme_flags=(--offload-optimizer nvme --nvme-path "$dir/swap" --csv "$dir/csv/nvme")
+nvme=$("$bin" "${common[@]}" "${nvme_flags[@]}" 2>&1 | tr '\r' '\n')
 summary() { grep -E "step 20/20|held-out" <<<"$1" | sed 's/|.*it\/s//; s/ETA [0-9:]*//'; }
 [[ -n "$(summary "$cpu")" ]] || fail "the cpu-offload run printed no summary" "$cpu"
 [[ "$(summary "$cpu")" == "$(summary "$nvme")" ]] ||
@@ -60,8 +60,8 @@ disk=$(grep -E "NVMe \(rank 0\)" <<<"$both") || fail "no NVMe memory line (--off
 # The parameter shards on NVMe with the optimizer state in pinned host memory (Offload<Cpu>: the step
 # runs on a copy of each sub-group first, so a failed shard write changes nothing): same losses; the
 # memory line equals the ledger, without NVMe's second slot of the optimizer state.
-cpunv=$("$bin" "${common[@]}" --offload-optimizer cpu --offload-param nvme --nvme-path "$dir/swap" --csv "$dir/csv/cpunv" \
-  --print-config 2>&1 | tr '\r' '\n')
+cpunv_flags=(--offload-optimizer cpu --offload-param nvme --nvme-path "$dir/swap" --csv "$dir/csv/cpunv")
+cpunv=$("$bin" "${common[@]}" "${cpunv_flags[@]}" 2>&1 | tr '\r' '\n')
 cmp -s "$dir/csv/cpu/$loss" "$dir/csv/cpunv/$loss" ||
   fail "per-step losses with --offload-optimizer cpu --offload-param nvme differ" \
     "$(diff "$dir/csv/cpu/$loss" "$dir/csv/cpunv/$loss" | head -5)" "$cpunv"
@@ -72,7 +72,8 @@ grep -q "NVMe's second slot" <<<"$states" && fail "the formula counts an optimiz
   fail "model states differ from the formula line (cpu + nvme)" "$states"
 grep -q "writes its values to the shard before it steps" <<<"$cpunv" || fail "no line for the two-pass step" "$cpunv"
 [[ -z "$(ls -A "$dir/swap")" ]] || fail "swap files left behind (cpu + nvme)" "$(ls -l "$dir/swap")"
-awk '{ print } /^}$/ { exit }' <<<"$cpunv" | sed "s#\"job_name\": \"cpunv\"#\"job_name\": \"cpunv_config\"#" >"$dir/cpunv.json"
+# The same from the DeepSpeed config the flags stand for (--print-config prints it alone and exits).
+"$bin" "${common[@]}" "${cpunv_flags[@]}" --print-config | sed "s#\"job_name\": \"cpunv\"#\"job_name\": \"cpunv_config\"#" >"$dir/cpunv.json"
 conf=$("$bin" --ranks 2 --layers 2 --steps 20 --eval-size 50 --config "$dir/cpunv.json" 2>&1 | tr '\r' '\n')
 cmp -s "$dir/csv/cpu/$loss" "$dir/csv/cpunv_config/$loss" || fail "per-step losses of the cpu + nvme --config run differ" "$conf"
 
@@ -103,7 +104,7 @@ grep -qE "its blocks kept in host memory \(max_in_cpu, two copies\) [1-9][0-9]* 
 [[ -z "$(ls -A "$dir/swap")" ]] || fail "swap files left behind (--max-in-cpu)" "$(ls -l "$dir/swap")"
 
 # The same run from the DeepSpeed config the flags stand for (its csv_monitor directory moved).
-awk '{ print } /^}$/ { exit }' <<<"$nvme" | sed "s#\"job_name\": \"nvme\"#\"job_name\": \"config\"#" >"$dir/ds.json"
+"$bin" "${common[@]}" "${nvme_flags[@]}" --print-config | sed "s#\"job_name\": \"nvme\"#\"job_name\": \"config\"#" >"$dir/ds.json"
 grep -q '"nvme_path": ' "$dir/ds.json" || fail "the printed config has no nvme_path" "$(cat "$dir/ds.json")"
 conf=$("$bin" --ranks 2 --layers 2 --steps 20 --eval-size 50 --config "$dir/ds.json" 2>&1 | tr '\r' '\n')
 [[ "$(summary "$conf")" == "$(summary "$cpu")" ]] || fail "the --config run differs" "$(summary "$conf")"
