@@ -345,13 +345,9 @@ int run(int argc, char** argv) {
   plan::Budget b;
   b.device_bytes = *a.device_mem;
   b.host_bytes = *a.host_mem;
-  std::vector<plan::Evaluation> all;
-  for (zerotk::DType p : grid.precisions) {
-    plan::Grid one = grid;
-    one.precisions = {p};
-    for (auto& e : plan::plan_all(m, a.world, for_precision(a.settings, p), b, one)) all.push_back(std::move(e));
-  }
-  std::stable_sort(all.begin(), all.end(), [](const auto& x, const auto& y) { return plan::cheaper(x.choice, y.choice); });
+  // One search over every precision, so that fp16 and bf16 share their layouts (plan_all computes
+  // each once). The order is that of one search per precision: the cost order ranks precision first.
+  const std::vector<plan::Evaluation> all = plan::plan_all(m, a.world, a.settings, b, grid);
   std::printf("%-78s %10s %10s %10s  %s\n", "configuration (cheapest first)", "device GB", "host GB", "disk GB", "fits");
   const auto best = plan::cheapest_fit(all);
   for (const auto& e : all) {
