@@ -423,3 +423,62 @@ TEST_CASE("plan: the grid offers NVMe parameter offload with every optimizer off
   std::sort(with_nvme_params.begin(), with_nvme_params.end());
   CHECK(with_nvme_params == std::vector{plan::OffloadTarget::none, plan::OffloadTarget::cpu, plan::OffloadTarget::nvme});
 }
+
+// Issue 49, item 5: sizes the planner's arithmetic cannot hold are refused.
+TEST_CASE("plan: a transformer's size estimate equals gpt_model's figures, and a shape past 2^53 is refused") {
+  plan::TransformerShape t;
+  t.layers = 3;
+  t.hidden = 48;
+  t.heads = 6;
+  t.sequence = 20;
+  t.vocab = 77;
+  t.micro_batch = 3;
+  for (bool tied : {false, true}) {
+    for (std::size_t d_ff : {std::size_t{0}, std::size_t{100}}) {
+      t.tied_head = tied;
+      t.d_ff = d_ff;
+      t.context = d_ff ? 25 : 0;
+      const plan::ModelDescription m = plan::gpt_model(t);
+      std::size_t activation_bytes = 0;
+      for (const auto& l : m.layers) {
+        activation_bytes += l.activations.total() + l.activations.input_bytes + l.activations.output_bytes;
+      }
+      const auto e = t.size_estimate();
+      CHECK(e.params == static_cast<long double>(m.total_params()));
+      CHECK(e.activation_bytes == static_cast<long double>(activation_bytes));
+    }
+  }
+  // 10^6 blocks of hidden 2^20: 1.3e19 parameters, which wrapped size_t.
+  t.layers = 1'000'000;
+  t.hidden = 1 << 20;
+  t.heads = 16;
+  CHECK_THROWS_WITH_AS(plan::gpt_model(t), doctest::Contains("--layers"), config_error);
+  CHECK_THROWS_WITH_AS(plan::gpt_model(t), doctest::Contains("2^53 parameters"), config_error);
+  t.layers = 2;
+  t.hidden = 1024;
+  t.context = 0;
+  t.sequence = 1 << 24;
+  t.micro_batch = 1 << 20;
+  CHECK_THROWS_WITH_AS(plan::gpt_model(t), doctest::Contains("2^53 activation bytes"), config_error);
+}
+
+TEST_CASE("plan: figures that would wrap size_t are refused, never printed wrapped") {
+  plan::Choice c;
+  c.stage = 1;
+  // 2^54 parameters, and a sum of two tensors that wraps 2^64.
+  CHECK_THROWS_WITH_AS((void)plan::model_state_plan(plan::from_total(std::size_t{1} << 54), 8, c, {}),
+                       doctest::Contains("2^53 parameters"), config_error);
+  const std::size_t wraps[] = {std::size_t{1} << 63, std::size_t{1} << 63, 5};
+  CHECK_THROWS_AS((void)plan::model_state_plan(plan::from_layer_counts(wraps), 8, c, {}), config_error);
+  // Within the limit the settings can still ask for more than 2^60 bytes: a billion optimizer moments.
+  plan::EngineSettings s;
+  s.optimizer_moments = 1'000'000'000'000;
+  CHECK_THROWS_WITH_AS((void)plan::model_state_plan(plan::from_total(1'000'000'000), 8, c, s),
+                       doctest::Contains("optimizer moments"), config_error);
+  // DeepSpeed's estimators with an absurd buffer factor: +inf, never a negative size (a cast to
+  // int64 made it -9.2e18).
+  const auto e2 = plan::deepspeed_zero2_estimate(1e9, 8, 1, true, 1e308);
+  CHECK(e2.cpu_bytes > 0);
+  for (const auto& e3 : plan::deepspeed_zero3_table(1e9, 1e9, 8, 1, 1e308)) CHECK(e3.cpu_bytes > 0);
+  CHECK(plan::deepspeed_zero2_estimate(1.3e9, 8, 1, false).gpu_bytes == 4 * 1.3e9 + 2.6e9);
+}

@@ -121,6 +121,28 @@ inline std::size_t bytes_of(DType t) {
   return t == DType::fp32 ? 4 : 2;
 }
 
+/// The largest figure a plan holds: 2^60 bytes (an exabyte). Every term stays below it and a
+/// ledger cell sums fewer than sixteen terms, so no sum of a plan wraps around 2^64.
+inline constexpr std::size_t kMaxPlanBytes = std::size_t{1} << 60;
+/// The most parameters a model may have (every count a double holds exactly; 16 bytes each and
+/// the layout's padding stay below kMaxPlanBytes).
+inline constexpr std::size_t kMaxPlanParams = std::size_t{1} << 53;
+
+/// a x b x ... bytes for `what`, or config_error when the product passes kMaxPlanBytes (the model
+/// or the settings are too large to plan) instead of a product that wrapped.
+template <class... Rest>
+std::size_t bytes_product(const char* what, std::size_t a, Rest... rest) {
+  std::size_t p = a;
+  const std::size_t factors[] = {static_cast<std::size_t>(rest)...};
+  for (std::size_t f : factors) {
+    if (__builtin_mul_overflow(p, f, &p) || p > kMaxPlanBytes) {
+      throw config_error("too large to plan: more than 2^60 bytes", what, "a product of counts and sizes");
+    }
+  }
+  if (p > kMaxPlanBytes) throw config_error("too large to plan: more than 2^60 bytes", what, std::to_string(p));
+  return p;
+}
+
 /// The most buckets any one layer's parameters touch, counting only those `counted` accepts (a
 /// predicate on the bucket index). The layout fills buckets walking the parameters backwards, so
 /// along the forward order a parameter's bucket index never grows: equal indices are adjacent and
@@ -184,9 +206,25 @@ inline LayoutFacts layout_facts(const ModelDescription& m, int world, int stage,
   f.stage3 = stage == 3;
   f.element_bytes = element_bytes;
   const std::size_t S = element_bytes;
+  // The layout's offsets hold at most the parameters plus 2W of padding per tensor: both bounded
+  // here, before anything is summed in size_t.
+  std::size_t psi = 0, tensors = 0;
+  for (const LayerDesc& l : m.layers) {
+    for (std::size_t n : l.params) {
+      if (__builtin_add_overflow(psi, n, &psi) || psi > kMaxPlanParams) {
+        throw config_error("too large to plan: more than 2^53 parameters", "model", "a sum above 2^53");
+      }
+    }
+    tensors += l.params.size();
+  }
+  if (bytes_product("model: the layout's padding (2 x world per tensor)", tensors, 2, static_cast<std::size_t>(world)) >
+      kMaxPlanParams) {
+    throw config_error("too large to plan: more than 2^53 elements of padding (2 x world per tensor)", "model",
+                       std::to_string(tensors) + " tensors on " + std::to_string(world) + " ranks");
+  }
   std::vector<char> persistent;
   const zero::BucketLayout L = engine_layout(m, world, stage, S, s, persistent);
-  f.psi = m.total_params();
+  f.psi = psi;
   f.flat = L.flat_numel();
   f.partition = L.partition_numel();
   f.buckets = L.buckets().size();
@@ -278,7 +316,9 @@ inline MemoryPlan model_state_plan(const LayoutFacts& facts, const Choice& c, co
       // NvmeShard (layout_facts): pinned blocks, the file's two slots, the read and assembly buffers.
       if (!facts.nvme_refused.empty()) p.refused = facts.nvme_refused;
       p.at(MemorySpace::disk, C::params16) += 2 * std::max(facts.nvme_slot_bytes, io::kDirectAlign);
-      p.at(MemorySpace::pinned_host, C::other) += (s.param_buffer_count + 1) * facts.nvme_largest_bytes;
+      p.at(MemorySpace::pinned_host, C::other) +=
+          detail::bytes_product("zero_optimization.offload_param.buffer_count", s.param_buffer_count + 1,
+                                facts.nvme_largest_bytes);
       p.at(MemorySpace::pinned_host, C::params16) += 2 * facts.nvme_kept_bytes;
     }
   }
@@ -296,23 +336,25 @@ inline MemoryPlan model_state_plan(const LayoutFacts& facts, const Choice& c, co
   switch (c.optimizer) {
     case OffloadTarget::none:
       p.at(dev, C::master32) += owned * F;
-      p.at(dev, C::optimizer_state) += moments * owned * F;
+      p.at(dev, C::optimizer_state) += detail::bytes_product("optimizer moments", moments, owned, F);
       break;
     case OffloadTarget::cpu:
       p.at(MemorySpace::pinned_host, C::master32) += owned * F;
-      p.at(MemorySpace::pinned_host, C::optimizer_state) += moments * owned * F;
+      p.at(MemorySpace::pinned_host, C::optimizer_state) += detail::bytes_product("optimizer moments", moments, owned, F);
       break;
     case OffloadTarget::nvme: {
       // Offload<Nvme> (offload/nvme.hpp): master and the moments in two slots on disk (24 Psi/N
       // with two moments); pinned swap buffers of one sub-group's master and moments (each padded
       // to 4 KiB), as many as buffer_count and the pipelining ask, never more than the sub-groups.
       p.at(MemorySpace::disk, C::master32) += 2 * owned * F;
-      p.at(MemorySpace::disk, C::optimizer_state) += 2 * moments * owned * F;
+      p.at(MemorySpace::disk, C::optimizer_state) += detail::bytes_product("optimizer moments", 2, moments, owned, F);
       const std::size_t sub = std::max<std::size_t>(1, std::min(owned, s.sub_group_size));
       const std::size_t sub_groups = std::max<std::size_t>(1, (owned + s.sub_group_size - 1) / s.sub_group_size);
       const std::size_t buffers = offload::swap_buffer_count(s.optimizer_buffer_count, s.optimizer_pipeline_read,
                                                              s.optimizer_pipeline_write, sub_groups);
-      p.at(MemorySpace::pinned_host, C::other) += buffers * (1 + moments) * io::direct_round(sub * F);
+      p.at(MemorySpace::pinned_host, C::other) +=
+          detail::bytes_product("zero_optimization.offload_optimizer.buffer_count", buffers, 1 + moments,
+                                io::direct_round(sub * F));
       break;
     }
   }
@@ -334,7 +376,7 @@ inline MemoryPlan model_state_plan(const LayoutFacts& facts, const Choice& c, co
   if (c.stage >= 2) {
     const std::size_t pool = std::max(std::min<std::size_t>(static_cast<std::size_t>(s.bucket_buffers), facts.buckets),
                                       facts.most_per_layer);
-    p.at(dev, C::comm_buffers) += pool * biggest * S;
+    p.at(dev, C::comm_buffers) += detail::bytes_product("the bucket pool", pool, biggest, S);
   }
 
   // Stage 3: the pool of gathered buckets and the hpZ secondary shard.
@@ -352,7 +394,7 @@ inline MemoryPlan model_state_plan(const LayoutFacts& facts, const Choice& c, co
         p.approximate.push_back("stage-3 gathered pool: an upper bound under these prefetch / reuse settings");
       }
     }
-    p.at(dev, C::gathered) += pool_buffers * slot * S;
+    p.at(dev, C::gathered) += detail::bytes_product("the stage-3 gathered pool", pool_buffers, slot, S);
     p.at(dev, C::secondary) += facts.secondary_numel * S;
   }
 
@@ -366,7 +408,7 @@ inline MemoryPlan model_state_plan(const LayoutFacts& facts, const Choice& c, co
       // Bound (docs/stage3.md): value buffers for the gathered buckets + gradient buffers for the
       // buckets of one open backward (+1 for a tied head's external parameter).
       const std::size_t per_unit = facts.most_per_layer;
-      p.at(dev, C::other) += (pool_buffers + per_unit + 1) * slot * F;
+      p.at(dev, C::other) += detail::bytes_product("the stage-3 float copies", pool_buffers + per_unit + 1, slot, F);
       p.approximate.push_back("stage-3 emulated float copies: the documented bound");
     }
   }

@@ -50,6 +50,9 @@ inline Evaluation evaluation_of(const Choice& c, MemoryPlan memory, const Activa
   e.choice = c;
   e.memory = std::move(memory);
   e.activations = activations;
+  if (activations.peak() > detail::kMaxPlanBytes) {
+    throw config_error("too large to plan: more than 2^60 bytes", "activations", std::to_string(activations.peak()));
+  }
   e.memory.at(s.compute_space, MemoryCategory::activations) += e.activations.peak();
   e.fits = e.memory.refused.empty() && e.device() <= budget.device_bytes && e.host() <= budget.host_bytes;
   return e;
