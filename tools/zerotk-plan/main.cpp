@@ -96,7 +96,7 @@ struct Args {
 // The tool's limits (docs/plan.md, "Limits"). Within them every figure the planner computes is an
 // exact integer far below 2^64 bytes (16 bytes per parameter and the buffers on 1e15 parameters
 // stay under 2^60), and a search at the largest model takes seconds: the planner is linear in the
-// layers, but it holds every tensor of every layer (about 1.8 GB and 10 s at 1,000,000 GPT blocks).
+// layers, but it holds every tensor of every layer (about 1.8 GB and 7-10 s at 1,000,000 GPT blocks).
 constexpr std::size_t kMaxParams = 1'000'000'000'000'000;  // 1e15: 500 times today's largest models
 constexpr std::size_t kMaxLayers = 1'000'000;              // --layers, and entries of --layer-params
 constexpr std::size_t kMaxWidth = std::size_t{1} << 20;    // --hidden, --heads, --micro-batch
