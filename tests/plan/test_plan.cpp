@@ -9,7 +9,9 @@
 #include <cstddef>
 #include <filesystem>
 #include <mutex>
+#include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine_fixture.hpp"
@@ -422,4 +424,204 @@ TEST_CASE("plan: the grid offers NVMe parameter offload with every optimizer off
   }
   std::sort(with_nvme_params.begin(), with_nvme_params.end());
   CHECK(with_nvme_params == std::vector{plan::OffloadTarget::none, plan::OffloadTarget::cpu, plan::OffloadTarget::nvme});
+}
+
+// Issue 49, item 5: the planner is linear in the layers and refuses what its arithmetic cannot hold.
+namespace {
+
+/// The activation peak as it was computed before issue 49: what is held re-summed over every layer
+/// at each point of the replay (quadratic). The reference for the running sum.
+plan::ActivationPeak activation_peak_resummed(const plan::ModelDescription& m, const std::vector<char>& checkpointed) {
+  const std::size_t n = m.layers.size();
+  auto ck = [&](std::size_t i) { return i < checkpointed.size() && checkpointed[i] != 0; };
+  std::vector<std::size_t> saved(n, 0), output(n, 0), grad(n, 0);
+  std::size_t plain = 0, peak = 0, kept = 0;
+  auto held = [&] {
+    std::size_t h = plain;
+    for (std::size_t i = 0; i < n; ++i) h += saved[i] + output[i] + grad[i];
+    return h;
+  };
+  auto at = [&](std::size_t extra) { peak = std::max(peak, held() + extra); };
+  for (int step = 0; step < 2; ++step) {
+    plain = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (!ck(i) && step > 0) plain += m.layers[i].activations.total();
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+      const plan::LayerActivations& a = m.layers[i].activations;
+      if (!ck(i)) {
+        if (step == 0) plain += a.forward_bytes;
+        at(0);
+        continue;
+      }
+      grad[i] = 0;
+      const bool chained = i > 0 && ck(i - 1) && output[i - 1] != 0;
+      saved[i] = chained ? std::exchange(output[i - 1], 0) : a.input_bytes;
+      at(a.forward_bytes + a.output_bytes);
+      output[i] = a.output_bytes;
+    }
+    if (step == 1) kept = held();
+    for (std::size_t i = n; i-- > 0;) {
+      const plan::LayerActivations& a = m.layers[i].activations;
+      if (!ck(i)) {
+        if (step == 0) plain += a.backward_scratch_bytes;
+        at(0);
+        continue;
+      }
+      output[i] = 0;
+      at(a.total() + a.input_bytes);
+      saved[i] = 0;
+      if (i + 1 < n && ck(i + 1)) grad[i + 1] = 0;
+      grad[i] = a.input_bytes;
+      at(0);
+    }
+  }
+  plan::ActivationPeak p;
+  p.kept = kept;
+  p.transient = peak - std::min(peak, kept);
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("plan: the activation peak's running sum equals re-summing every layer, on random models") {
+  std::mt19937_64 rng(49);
+  for (int trial = 0; trial < 300; ++trial) {
+    plan::ModelDescription m;
+    const std::size_t n = rng() % 24;  // 0 and 1 layer included
+    for (std::size_t i = 0; i < n; ++i) {
+      plan::LayerDesc l;
+      l.checkpointable = rng() % 4 != 0;
+      l.activations.forward_bytes = rng() % 1000;
+      l.activations.backward_scratch_bytes = rng() % 300;
+      l.activations.input_bytes = rng() % 3 == 0 ? 0 : rng() % 200;  // 0: a layer that breaks a chain
+      l.activations.output_bytes = rng() % 3 == 0 ? 0 : rng() % 200;
+      m.layers.push_back(l);
+    }
+    for (const auto& c : {plan::CheckpointChoice::none(), plan::CheckpointChoice::all(), plan::CheckpointChoice::every(2),
+                          plan::CheckpointChoice::every(3)}) {
+      CAPTURE(trial);
+      CAPTURE(c.name());
+      const auto flags = plan::checkpointed_layers(m, c);
+      const auto got = plan::activation_peak(m, flags), want = activation_peak_resummed(m, flags);
+      CHECK(got.kept == want.kept);
+      CHECK(got.transient == want.transient);
+    }
+  }
+}
+
+TEST_CASE("plan: plan_all, which shares layouts and peaks, equals evaluate configuration by configuration") {
+  plan::TransformerShape t;
+  t.layers = 5;
+  t.hidden = 64;
+  t.heads = 4;
+  t.sequence = 32;
+  t.vocab = 300;
+  t.micro_batch = 2;
+  plan::EngineSettings tight;  // several buckets, persistent and gathered ones, hpZ, emulated copies
+  tight.reduce_bucket_size = 20'000;
+  tight.param_persistence_threshold = 100;
+  tight.hpz_partition_size = 2;
+  tight.emulated = true;
+  tight.gradient_accumulation_steps = 2;
+  tight.param_max_in_cpu = 30'000;
+  tight.param_buffer_size = 5'000;  // below some blocks: refused configurations too
+  plan::EngineSettings prefetch = tight;
+  prefetch.max_reuse_distance = 0;
+  prefetch.prefetch_bucket_size = 15'000;
+  const plan::ModelDescription models[] = {plan::gpt_model(t), plan::from_layer_counts(std::vector<std::size_t>{7, 50'000, 0, 3, 12'345})};
+  plan::Budget b;
+  b.device_bytes = 4'000'000;
+  b.host_bytes = 8'000'000;
+  for (const auto& m : models) {
+    for (const plan::EngineSettings& s : {plan::EngineSettings{}, tight, prefetch}) {
+      for (int world : {1, 2, 4}) {
+        if (world % s.hpz_partition_size != 0) continue;
+        const auto all = plan::plan_all(m, world, s, b);
+        REQUIRE(all.size() > 20);
+        for (const plan::Evaluation& e : all) {
+          CAPTURE(world);
+          CAPTURE(e.choice.name());
+          const plan::Evaluation want = plan::evaluate(m, world, e.choice, s, b);
+          CHECK(e.memory.bytes == want.memory.bytes);
+          CHECK(e.memory.psi == want.memory.psi);
+          CHECK(e.memory.psi_padded == want.memory.psi_padded);
+          CHECK(e.memory.partition == want.memory.partition);
+          CHECK(e.memory.buckets == want.memory.buckets);
+          CHECK(e.memory.approximate == want.memory.approximate);
+          CHECK(e.memory.refused == want.memory.refused);
+          CHECK(e.activations.kept == want.activations.kept);
+          CHECK(e.activations.transient == want.activations.transient);
+          CHECK(e.fits == want.fits);
+        }
+      }
+    }
+  }
+  // Facts are one layout's: a choice of another layout is refused, not planned from the wrong one.
+  plan::Choice c3;
+  c3.stage = 3;
+  plan::Choice c2 = c3;
+  c2.stage = 2;
+  const plan::LayoutFacts f = plan::layout_facts(models[0], 2, c3, tight);
+  CHECK_THROWS_AS((void)plan::model_state_plan(f, c2, tight), usage_error);
+  c3.precision = DType::fp32;
+  CHECK_THROWS_AS((void)plan::model_state_plan(f, c3, tight), usage_error);
+}
+
+TEST_CASE("plan: a transformer's size estimate equals gpt_model's figures, and a shape past 2^53 is refused") {
+  plan::TransformerShape t;
+  t.layers = 3;
+  t.hidden = 48;
+  t.heads = 6;
+  t.sequence = 20;
+  t.vocab = 77;
+  t.micro_batch = 3;
+  for (bool tied : {false, true}) {
+    for (std::size_t d_ff : {std::size_t{0}, std::size_t{100}}) {
+      t.tied_head = tied;
+      t.d_ff = d_ff;
+      t.context = d_ff ? 25 : 0;
+      const plan::ModelDescription m = plan::gpt_model(t);
+      std::size_t activation_bytes = 0;
+      for (const auto& l : m.layers) {
+        activation_bytes += l.activations.total() + l.activations.input_bytes + l.activations.output_bytes;
+      }
+      const auto e = t.size_estimate();
+      CHECK(e.params == static_cast<long double>(m.total_params()));
+      CHECK(e.activation_bytes == static_cast<long double>(activation_bytes));
+    }
+  }
+  // 10^6 blocks of hidden 2^20: 1.3e19 parameters, which wrapped size_t.
+  t.layers = 1'000'000;
+  t.hidden = 1 << 20;
+  t.heads = 16;
+  CHECK_THROWS_WITH_AS(plan::gpt_model(t), doctest::Contains("--layers"), config_error);
+  CHECK_THROWS_WITH_AS(plan::gpt_model(t), doctest::Contains("2^53 parameters"), config_error);
+  t.layers = 2;
+  t.hidden = 1024;
+  t.context = 0;
+  t.sequence = 1 << 24;
+  t.micro_batch = 1 << 20;
+  CHECK_THROWS_WITH_AS(plan::gpt_model(t), doctest::Contains("2^53 activation bytes"), config_error);
+}
+
+TEST_CASE("plan: figures that would wrap size_t are refused, never printed wrapped") {
+  plan::Choice c;
+  c.stage = 1;
+  // 2^54 parameters, and a sum of two tensors that wraps 2^64.
+  CHECK_THROWS_WITH_AS((void)plan::model_state_plan(plan::from_total(std::size_t{1} << 54), 8, c, {}),
+                       doctest::Contains("2^53 parameters"), config_error);
+  const std::size_t wraps[] = {std::size_t{1} << 63, std::size_t{1} << 63, 5};
+  CHECK_THROWS_AS((void)plan::model_state_plan(plan::from_layer_counts(wraps), 8, c, {}), config_error);
+  // Within the limit the settings can still ask for more than 2^60 bytes: a billion optimizer moments.
+  plan::EngineSettings s;
+  s.optimizer_moments = 1'000'000'000'000;
+  CHECK_THROWS_WITH_AS((void)plan::model_state_plan(plan::from_total(1'000'000'000), 8, c, s),
+                       doctest::Contains("optimizer moments"), config_error);
+  // DeepSpeed's estimators with an absurd buffer factor: +inf, never a negative size (a cast to
+  // int64 made it -9.2e18).
+  const auto e2 = plan::deepspeed_zero2_estimate(1e9, 8, 1, true, 1e308);
+  CHECK(e2.cpu_bytes > 0);
+  for (const auto& e3 : plan::deepspeed_zero3_table(1e9, 1e9, 8, 1, 1e308)) CHECK(e3.cpu_bytes > 0);
+  CHECK(plan::deepspeed_zero2_estimate(1.3e9, 8, 1, false).gpu_bytes == 4 * 1.3e9 + 2.6e9);
 }

@@ -9,6 +9,7 @@
 // Exit 0: printed (with a budget: a configuration fits). Exit 1: bad input (a config_error naming
 // the flag or key and the value) or nothing fits. Exit 2: bad command line.
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <exception>
@@ -63,6 +64,13 @@ output:
   --gpus-per-node G      for --deepspeed-estimate (default: --world, one node)
   --buffer-factor F      DeepSpeed's additional_buffer_factor (default 1.5)
   --help                 this text
+limits (a number outside them is refused, naming the flag, the value and the range; exit 1):
+  --params, --bucket-elements, --sub-group-size   1 .. 1e15
+  --layer-params         at most 1,000,000 entries, each 0 .. 1e15, their sum 1 .. 1e15
+  --layers               1 .. 1,000,000 (the transformer's parameters at most 1e15 in all)
+  --hidden, --heads, --micro-batch   1 .. 2^20;   --seq, --context, --vocab, --d-ff   1 .. 2^24
+  --world, --hpz, --gpus-per-node    1 .. 2^20;   --gas 1 .. 1e6;   --checkpoint-every 1 .. 1e6
+  --device-mem, --host-mem           0 .. 1e18 bytes;   --buffer-factor 1 .. 1000
 )usage";
 
 struct UsageError {
@@ -85,12 +93,45 @@ struct Args {
   double buffer_factor = 1.5;
 };
 
-int to_int(std::string_view flag, std::string_view text, int lo) {
+// The tool's limits (docs/plan.md, "Limits"). Within them every figure the planner computes is an
+// exact integer far below 2^64 bytes (16 bytes per parameter and the buffers on 1e15 parameters
+// stay under 2^60), and a search at the largest model takes seconds: the planner is linear in the
+// layers, but it holds every tensor of every layer (about 1.8 GB and 7-10 s at 1,000,000 GPT blocks).
+constexpr std::size_t kMaxParams = 1'000'000'000'000'000;  // 1e15: 500 times today's largest models
+constexpr std::size_t kMaxLayers = 1'000'000;              // --layers, and entries of --layer-params
+constexpr std::size_t kMaxWidth = std::size_t{1} << 20;    // --hidden, --heads, --micro-batch
+constexpr std::size_t kMaxLength = std::size_t{1} << 24;   // --seq, --context, --vocab, --d-ff
+constexpr std::size_t kMaxBytes = 1'000'000'000'000'000'000;  // 1e18 B: --device-mem, --host-mem
+constexpr int kMaxWorld = 1 << 20;
+constexpr double kMaxBufferFactor = 1000;
+
+std::string range_text(double lo, double hi) {
+  std::ostringstream os;
+  os.precision(15);
+  os << "[" << lo << ", " << hi << "]";
+  return os.str();
+}
+
+/// A count in [lo, hi]; the error names the flag, the text and the range.
+std::size_t count_in(std::string_view flag, std::string_view text, std::size_t lo, std::size_t hi) {
   const std::size_t v = plan::parse_count(flag, text);
-  if (v < static_cast<std::size_t>(lo) || v > 2147483647u) {
-    throw zerotk::config_error("must be an integer >= " + std::to_string(lo), std::string(flag), std::string(text));
+  if (v < lo || v > hi) {
+    throw zerotk::config_error("out of range: must be in " + range_text(static_cast<double>(lo), static_cast<double>(hi)),
+                               std::string(flag), std::string(text));
   }
-  return static_cast<int>(v);
+  return v;
+}
+
+int to_int(std::string_view flag, std::string_view text, int lo, int hi = 2147483647) {
+  return static_cast<int>(count_in(flag, text, static_cast<std::size_t>(lo), static_cast<std::size_t>(hi)));
+}
+
+std::size_t bytes_in(std::string_view flag, std::string_view text) {
+  const std::size_t v = plan::parse_bytes(flag, text);
+  if (v > kMaxBytes) {
+    throw zerotk::config_error("out of range: must be in [0, 1e18] bytes", std::string(flag), std::string(text));
+  }
+  return v;
 }
 
 std::vector<std::string> split(std::string_view s) {
@@ -136,44 +177,62 @@ Args parse_args(int argc, char** argv) {
       return rest[++i];
     };
     if (arg == "--help" || arg == "-h") a.help = true;
-    else if (arg == "--params") a.params = plan::parse_count(arg, value());
+    else if (arg == "--params") a.params = count_in(arg, value(), 1, kMaxParams);
     else if (arg == "--layer-params") {
-      for (const std::string& s : split(value())) a.layer_params.push_back(plan::parse_count(arg, s));
-    } else if (arg == "--layers") { a.shape.layers = plan::parse_count(arg, value()); a.transformer = true; }
-    else if (arg == "--hidden") { a.shape.hidden = plan::parse_count(arg, value()); a.transformer = true; }
-    else if (arg == "--heads") { a.shape.heads = plan::parse_count(arg, value()); a.transformer = true; }
-    else if (arg == "--seq") { a.shape.sequence = plan::parse_count(arg, value()); a.transformer = true; }
-    else if (arg == "--vocab") { a.shape.vocab = plan::parse_count(arg, value()); a.transformer = true; }
-    else if (arg == "--micro-batch") a.shape.micro_batch = plan::parse_count(arg, value());
-    else if (arg == "--d-ff") a.shape.d_ff = plan::parse_count(arg, value());
-    else if (arg == "--context") a.shape.context = plan::parse_count(arg, value());
+      const std::string_view list = value();
+      const std::size_t entries = static_cast<std::size_t>(std::count(list.begin(), list.end(), ',')) + 1;
+      if (entries > kMaxLayers) {  // counted before any entry is parsed or stored
+        throw zerotk::config_error("too many layers: at most " + std::to_string(kMaxLayers) + " entries", std::string(arg),
+                                   std::to_string(entries) + " entries");
+      }
+      std::size_t total = 0;
+      for (const std::string& s : split(list)) {
+        a.layer_params.push_back(count_in(arg, s, 0, kMaxParams));
+        total += a.layer_params.back();  // both terms <= 1e15: no wrap
+        if (total > kMaxParams) {
+          throw zerotk::config_error("out of range: the layers' sum must be in [1, 1e15]", std::string(arg),
+                                     "a sum above 1e15 at entry " + std::to_string(a.layer_params.size()));
+        }
+      }
+      if (total == 0) throw zerotk::config_error("out of range: the layers' sum must be in [1, 1e15]", std::string(arg), "0");
+    } else if (arg == "--layers") { a.shape.layers = count_in(arg, value(), 1, kMaxLayers); a.transformer = true; }
+    else if (arg == "--hidden") { a.shape.hidden = count_in(arg, value(), 1, kMaxWidth); a.transformer = true; }
+    else if (arg == "--heads") { a.shape.heads = count_in(arg, value(), 1, kMaxWidth); a.transformer = true; }
+    else if (arg == "--seq") { a.shape.sequence = count_in(arg, value(), 1, kMaxLength); a.transformer = true; }
+    else if (arg == "--vocab") { a.shape.vocab = count_in(arg, value(), 1, kMaxLength); a.transformer = true; }
+    else if (arg == "--micro-batch") a.shape.micro_batch = count_in(arg, value(), 1, kMaxWidth);
+    else if (arg == "--d-ff") a.shape.d_ff = count_in(arg, value(), 1, kMaxLength);
+    else if (arg == "--context") a.shape.context = count_in(arg, value(), 1, kMaxLength);
     else if (arg == "--tied-head") a.shape.tied_head = true;
     else if (arg == "--config") a.config_file = std::string(value());
-    else if (arg == "--world") a.world = to_int(arg, value(), 1);
-    else if (arg == "--device-mem") a.device_mem = plan::parse_bytes(arg, value());
-    else if (arg == "--host-mem") a.host_mem = plan::parse_bytes(arg, value());
+    else if (arg == "--world") a.world = to_int(arg, value(), 1, kMaxWorld);
+    else if (arg == "--device-mem") a.device_mem = bytes_in(arg, value());
+    else if (arg == "--host-mem") a.host_mem = bytes_in(arg, value());
     else if (arg == "--precision") {
       for (const std::string& s : split(value())) a.precisions.push_back(precision_of(arg, s));
-    } else if (arg == "--gas") a.settings.gradient_accumulation_steps = to_int(arg, value(), 1);
+    } else if (arg == "--gas") a.settings.gradient_accumulation_steps = to_int(arg, value(), 1, 1'000'000);
     else if (arg == "--bucket-elements") {
-      const std::size_t n = plan::parse_count(arg, value());
-      if (n == 0) throw zerotk::config_error("must be >= 1", std::string(arg), "0");
-      a.settings.reduce_bucket_size = n;  // elements, in every precision (as the engine takes it)
-    } else if (arg == "--sub-group-size") {
-      a.settings.sub_group_size = plan::parse_count(arg, value());
-      if (a.settings.sub_group_size == 0) throw zerotk::config_error("must be >= 1", std::string(arg), "0");
-    } else if (arg == "--hpz") a.settings.hpz_partition_size = to_int(arg, value(), 1);
-    else if (arg == "--checkpoint-every") a.checkpoint_every = to_int(arg, value(), 1);
+      // elements, in every precision (as the engine takes it)
+      a.settings.reduce_bucket_size = count_in(arg, value(), 1, kMaxParams);
+    } else if (arg == "--sub-group-size") a.settings.sub_group_size = count_in(arg, value(), 1, kMaxParams);
+    else if (arg == "--hpz") a.settings.hpz_partition_size = to_int(arg, value(), 1, kMaxWorld);
+    else if (arg == "--checkpoint-every") a.checkpoint_every = to_int(arg, value(), 1, static_cast<int>(kMaxLayers));
     else if (arg == "--host-engine") a.settings.compute_space = MemorySpace::host;
     else if (arg == "--emulated") a.settings.emulated = true;
     else if (arg == "--optimizer") a.settings.optimizer_moments = optimizer_moments(arg, value());
     else if (arg == "--all") a.all = true;
     else if (arg == "--deepspeed-estimate") a.ds_estimate = true;
-    else if (arg == "--gpus-per-node") a.gpus_per_node = to_int(arg, value(), 1);
+    else if (arg == "--gpus-per-node") a.gpus_per_node = to_int(arg, value(), 1, kMaxWorld);
     else if (arg == "--buffer-factor") {
       std::size_t used = 0;
       a.buffer_factor = plan::detail::number_prefix(arg, value(), used);
       if (used != rest[i].size()) throw zerotk::config_error("must be a number", std::string(arg), std::string(rest[i]));
+      // DeepSpeed multiplies the CPU figures by it: below 1 it would predict less than the states
+      // themselves, and 1e308 overflowed to a negative size (issue 49).
+      if (!(a.buffer_factor >= 1 && a.buffer_factor <= kMaxBufferFactor)) {
+        throw zerotk::config_error("out of range: must be in " + range_text(1, kMaxBufferFactor), std::string(arg),
+                                   std::string(rest[i]));
+      }
     } else throw UsageError{"unknown option " + std::string(arg)};
   }
   if (a.help) return a;
@@ -325,7 +384,13 @@ int run(int argc, char** argv) {
   plan::ModelDescription m;
   if (a.params) m = plan::from_total(*a.params);
   else if (!a.layer_params.empty()) m = plan::from_layer_counts(a.layer_params);
-  else m = plan::gpt_model(a.shape);
+  else {
+    m = plan::gpt_model(a.shape);  // refuses shapes whose sizes would not fit the arithmetic
+    if (m.total_params() > kMaxParams) {
+      throw zerotk::config_error("out of range: the transformer's parameters must be in [1, 1e15]",
+                                 "--layers, --hidden, --d-ff, --vocab", std::to_string(m.total_params()));
+    }
+  }
 
   if (!a.config_file.empty()) return plan_config(m, a);
   if (a.ds_estimate) {
@@ -345,13 +410,9 @@ int run(int argc, char** argv) {
   plan::Budget b;
   b.device_bytes = *a.device_mem;
   b.host_bytes = *a.host_mem;
-  std::vector<plan::Evaluation> all;
-  for (zerotk::DType p : grid.precisions) {
-    plan::Grid one = grid;
-    one.precisions = {p};
-    for (auto& e : plan::plan_all(m, a.world, for_precision(a.settings, p), b, one)) all.push_back(std::move(e));
-  }
-  std::stable_sort(all.begin(), all.end(), [](const auto& x, const auto& y) { return plan::cheaper(x.choice, y.choice); });
+  // One search over every precision, so that fp16 and bf16 share their layouts (plan_all computes
+  // each once). The order is that of one search per precision: the cost order ranks precision first.
+  const std::vector<plan::Evaluation> all = plan::plan_all(m, a.world, a.settings, b, grid);
   std::printf("%-78s %10s %10s %10s  %s\n", "configuration (cheapest first)", "device GB", "host GB", "disk GB", "fits");
   const auto best = plan::cheapest_fit(all);
   for (const auto& e : all) {

@@ -90,12 +90,16 @@ inline ActivationPeak activation_peak(const ModelDescription& m, const std::vect
   auto ck = [&](std::size_t i) { return i < checkpointed.size() && checkpointed[i] != 0; };
   std::vector<std::size_t> saved(n, 0), output(n, 0), grad(n, 0);
   std::size_t plain = 0;  // what the plain layers hold (after their first forward/backward)
-  std::size_t peak = 0, kept = 0;
-  auto held = [&] {
-    std::size_t h = plain;
-    for (std::size_t i = 0; i < n; ++i) h += saved[i] + output[i] + grad[i];
-    return h;
+  // sum(saved) + sum(output) + sum(grad), kept up to date by set() so that what is held is known
+  // at every point of the replay without a pass over the layers: the replay is O(layers), and the
+  // sum is the very integer a re-summation would give (unsigned arithmetic is exact modulo 2^64).
+  std::size_t checkpointed_held = 0;
+  auto set = [&](std::vector<std::size_t>& v, std::size_t i, std::size_t bytes) {
+    checkpointed_held = checkpointed_held - v[i] + bytes;
+    v[i] = bytes;
   };
+  std::size_t peak = 0, kept = 0;
+  auto held = [&] { return plain + checkpointed_held; };
   auto at = [&](std::size_t extra) { peak = std::max(peak, held() + extra); };
   for (int step = 0; step < 2; ++step) {
     plain = 0;  // the first step's plain layers grow as they run; from then on they hold all
@@ -109,15 +113,16 @@ inline ActivationPeak activation_peak(const ModelDescription& m, const std::vect
         at(0);
         continue;
       }
-      grad[i] = 0;
+      set(grad, i, 0);
       const bool chained = i > 0 && ck(i - 1) && output[i - 1] != 0;
       if (chained) {
-        saved[i] = std::exchange(output[i - 1], 0);
+        set(saved, i, output[i - 1]);
+        set(output, i - 1, 0);
       } else {
-        saved[i] = a.input_bytes;
+        set(saved, i, a.input_bytes);
       }
       at(a.forward_bytes + a.output_bytes);  // the layer's buffers and the output copy
-      output[i] = a.output_bytes;
+      set(output, i, a.output_bytes);
     }
     if (step == 1) kept = held();
     for (std::size_t i = n; i-- > 0;) {  // backward
@@ -127,11 +132,11 @@ inline ActivationPeak activation_peak(const ModelDescription& m, const std::vect
         at(0);
         continue;
       }
-      output[i] = 0;
+      set(output, i, 0);
       at(a.total() + a.input_bytes);  // recompute + backward, then the gradient copy
-      saved[i] = 0;
-      if (i + 1 < n && ck(i + 1)) grad[i + 1] = 0;
-      grad[i] = a.input_bytes;
+      set(saved, i, 0);
+      if (i + 1 < n && ck(i + 1)) set(grad, i + 1, 0);
+      set(grad, i, a.input_bytes);
       at(0);
     }
   }

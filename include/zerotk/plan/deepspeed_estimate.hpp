@@ -3,7 +3,8 @@
 /// DeepSpeed's own model-state estimators, as closed forms (deepspeed/runtime/zero/stage_1_and_2.py
 /// `estimate_zero2_model_states_mem_needs`, stage3.py `estimate_zero3_model_states_mem_needs`), so a
 /// DeepSpeed user can compare zerotk's exact figures with the numbers they know. Bytes; DeepSpeed
-/// truncates each result to an integer, as here.
+/// truncates each result to an integer, as here (std::trunc: the same integer wherever int64 holds
+/// it, and no undefined conversion beyond, where a cast to int64 made 1e308 x P a negative size).
 ///
 ///   ZeRO-2, offload cpu:  gpu = 2 P                      cpu = P max(4 G, 16) f
 ///   ZeRO-2, no offload:   gpu = 4 P + int(16 P / G)      cpu = 4 P g f
@@ -13,6 +14,7 @@
 ///     no offload:                 gpu = L + int(18 P/G)  cpu = largest 4 g f (zero_init) | 4 P g f
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -35,11 +37,11 @@ inline DeepSpeedEstimate deepspeed_zero2_estimate(double total_params, int gpus_
     e.gpu_bytes = 2 * P;
     e.cpu_bytes = P * std::max(4 * G, 16.0) * f;
   } else {
-    e.gpu_bytes = 4 * P + static_cast<double>(static_cast<std::int64_t>(16 * P / G));
+    e.gpu_bytes = 4 * P + std::trunc(16 * P / G);
     e.cpu_bytes = P * 4 * gpus_per_node * f;
   }
-  e.cpu_bytes = static_cast<double>(static_cast<std::int64_t>(e.cpu_bytes));
-  e.gpu_bytes = static_cast<double>(static_cast<std::int64_t>(e.gpu_bytes));
+  e.cpu_bytes = std::trunc(e.cpu_bytes);
+  e.gpu_bytes = std::trunc(e.gpu_bytes);
   return e;
 }
 
@@ -48,7 +50,7 @@ inline DeepSpeedEstimate deepspeed_zero3_estimate(double total_params, double la
                                                   double additional_buffer_factor = 1.5) {
   const double P = total_params, G = static_cast<double>(gpus_per_node) * nodes, f = additional_buffer_factor;
   const double per_node = 1.0 / nodes, g = gpus_per_node, largest = 4 * largest_layer_params;
-  auto trunc = [](double v) { return static_cast<double>(static_cast<std::int64_t>(v)); };
+  auto trunc = [](double v) { return std::trunc(v); };
   DeepSpeedEstimate e;
   e.options = std::string("offload_param=") + (cpu_offload && cpu_offload_params ? "cpu" : "none") +
               ", offload_optimizer=" + (cpu_offload ? "cpu" : "none") + ", zero_init=" + (zero_init ? "1" : "0");

@@ -121,25 +121,148 @@ inline std::size_t bytes_of(DType t) {
   return t == DType::fp32 ? 4 : 2;
 }
 
-/// The most buckets any one layer's parameters touch (the engine's pool holds at least that many).
-inline std::size_t most_buckets_per_layer(const ModelDescription& m, const zero::BucketLayout& L) {
+/// The largest figure a plan holds: 2^60 bytes (an exabyte). Every term stays below it and a
+/// ledger cell sums fewer than sixteen terms, so no sum of a plan wraps around 2^64.
+inline constexpr std::size_t kMaxPlanBytes = std::size_t{1} << 60;
+/// The most parameters a model may have (every count a double holds exactly; 16 bytes each and
+/// the layout's padding stay below kMaxPlanBytes).
+inline constexpr std::size_t kMaxPlanParams = std::size_t{1} << 53;
+
+/// a x b x ... bytes for `what`, or config_error when the product passes kMaxPlanBytes (the model
+/// or the settings are too large to plan) instead of a product that wrapped.
+template <class... Rest>
+std::size_t bytes_product(const char* what, std::size_t a, Rest... rest) {
+  std::size_t p = a;
+  const std::size_t factors[] = {static_cast<std::size_t>(rest)...};
+  for (std::size_t f : factors) {
+    if (__builtin_mul_overflow(p, f, &p) || p > kMaxPlanBytes) {
+      throw config_error("too large to plan: more than 2^60 bytes", what, "a product of counts and sizes");
+    }
+  }
+  if (p > kMaxPlanBytes) throw config_error("too large to plan: more than 2^60 bytes", what, std::to_string(p));
+  return p;
+}
+
+/// The most buckets any one layer's parameters touch, counting only those `counted` accepts (a
+/// predicate on the bucket index). The layout fills buckets walking the parameters backwards, so
+/// along the forward order a parameter's bucket index never grows: equal indices are adjacent and
+/// one comparison with the previous counted bucket finds each new one. Linear in the parameters.
+template <class Counted>
+std::size_t most_buckets_per_layer(const ModelDescription& m, const zero::BucketLayout& L, Counted counted) {
   std::size_t most = 0, first = 0;
   for (const LayerDesc& l : m.layers) {
-    std::vector<std::uint32_t> seen;
+    std::size_t distinct = 0;
+    std::uint32_t last = 0;
     for (std::size_t i = 0; i < l.params.size(); ++i) {
       const std::uint32_t k = L.param(first + i).bucket;
-      if (std::find(seen.begin(), seen.end(), k) == seen.end()) seen.push_back(k);
+      if (!counted(k) || (distinct > 0 && k == last)) continue;
+      ++distinct;
+      last = k;
     }
     first += l.params.size();
-    most = std::max(most, seen.size());
+    most = std::max(most, distinct);
   }
   return most;
 }
+
+/// The most buckets any one layer's parameters touch (the engine's pool holds at least that many).
+inline std::size_t most_buckets_per_layer(const ModelDescription& m, const zero::BucketLayout& L) {
+  return most_buckets_per_layer(m, L, [](std::uint32_t) { return true; });
+}
 }  // namespace detail
 
-/// Per-rank bytes the engine allocates for `m` under `c` on `world` ranks (activations excluded:
-/// plan/activations.hpp). Throws config_error for a combination DeepSpeed refuses.
-inline MemoryPlan model_state_plan(const ModelDescription& m, int world, const Choice& c, const EngineSettings& s) {
+/// What model_state_plan needs of the engine's bucket layout, reduced to a few numbers. A layout
+/// depends only on whether the stage is 3 (fetch units, persistent parameters), the element size
+/// and the settings, never on the offload or checkpointing choice: the planner's search
+/// (plan/search.hpp) computes these facts once per layout instead of once per configuration,
+/// which is what keeps a search over a model of 100,000 layers under a second.
+struct LayoutFacts {
+  int world = 1;
+  bool stage3 = false;          ///< the layout of stage 3 (units, persistent buckets)
+  std::size_t element_bytes = 2;
+  std::size_t psi = 0, flat = 0, partition = 0, buckets = 0;
+  std::size_t largest_param = 0;
+  std::size_t biggest = 0;         ///< the largest bucket (numel)
+  std::size_t slot = 0;            ///< the largest non-persistent bucket (numel)
+  std::size_t nonpersistent = 0;   ///< buckets that are not persistent
+  std::size_t persistent_numel = 0;  ///< numel summed over persistent buckets (stage 3)
+  std::size_t secondary_numel = 0;   ///< numel / hpz summed over non-persistent buckets (hpz > 1)
+  std::size_t most_per_layer = 0;    ///< the most buckets one layer touches
+  std::size_t most_nonpersistent_per_layer = 0;  ///< the same, non-persistent buckets only (stage 3)
+  // OffloadParams<Nvme> (stage 3): blocks kept in pinned memory, the file's slot bytes, the largest
+  // padded block, and the engine's refusal of the buffer size
+  std::size_t nvme_kept_bytes = 0, nvme_slot_bytes = 0, nvme_largest_bytes = io::kDirectAlign;
+  std::string nvme_refused;
+};
+
+namespace detail {
+
+/// The facts of the engine's layout for `m` at `stage` (0-2 share one layout) with elements of
+/// `element_bytes`. Linear in the parameter count.
+inline LayoutFacts layout_facts(const ModelDescription& m, int world, int stage, std::size_t element_bytes,
+                                const EngineSettings& s) {
+  LayoutFacts f;
+  f.world = world;
+  f.stage3 = stage == 3;
+  f.element_bytes = element_bytes;
+  const std::size_t S = element_bytes;
+  // The layout's offsets hold at most the parameters plus 2W of padding per tensor: both bounded
+  // here, before anything is summed in size_t.
+  std::size_t psi = 0, tensors = 0;
+  for (const LayerDesc& l : m.layers) {
+    for (std::size_t n : l.params) {
+      if (__builtin_add_overflow(psi, n, &psi) || psi > kMaxPlanParams) {
+        throw config_error("too large to plan: more than 2^53 parameters", "model", "a sum above 2^53");
+      }
+    }
+    tensors += l.params.size();
+  }
+  if (bytes_product("model: the layout's padding (2 x world per tensor)", tensors, 2, static_cast<std::size_t>(world)) >
+      kMaxPlanParams) {
+    throw config_error("too large to plan: more than 2^53 elements of padding (2 x world per tensor)", "model",
+                       std::to_string(tensors) + " tensors on " + std::to_string(world) + " ranks");
+  }
+  std::vector<char> persistent;
+  const zero::BucketLayout L = engine_layout(m, world, stage, S, s, persistent);
+  f.psi = psi;
+  f.flat = L.flat_numel();
+  f.partition = L.partition_numel();
+  f.buckets = L.buckets().size();
+  f.largest_param = m.largest_param();
+  for (std::size_t k = 0; k < L.buckets().size(); ++k) {
+    const zero::Bucket& b = L.buckets()[k];
+    f.biggest = std::max(f.biggest, b.numel);
+    if (f.stage3 && persistent[k]) {
+      f.persistent_numel += b.numel;
+    } else {
+      f.slot = std::max(f.slot, b.numel);
+      ++f.nonpersistent;
+      if (s.hpz_partition_size > 1) f.secondary_numel += b.numel / static_cast<std::size_t>(s.hpz_partition_size);
+    }
+  }
+  f.most_per_layer = most_buckets_per_layer(m, L);
+  if (f.stage3) {
+    f.most_nonpersistent_per_layer = most_buckets_per_layer(m, L, [&](std::uint32_t k) { return persistent[k] == 0; });
+    // NvmeShard: the leading blocks that fit whole in max_in_cpu elements in pinned host memory
+    // instead of the file, two copies each (unpadded); the file two slots of every other block,
+    // each padded to 4 KiB (at least one page); buffer_count read buffers and one assembly
+    // buffer of the largest padded block in the file (at least one page).
+    const std::size_t in_cpu = offload::blocks_in_cpu(L, s.param_max_in_cpu);
+    for (std::size_t k = 0; k < L.buckets().size(); ++k) {
+      if (k < in_cpu) {
+        f.nvme_kept_bytes += L.buckets()[k].block * S;
+        continue;
+      }
+      const std::size_t padded = io::direct_round(L.buckets()[k].block * S);
+      f.nvme_slot_bytes += padded;
+      f.nvme_largest_bytes = std::max(f.nvme_largest_bytes, padded);
+    }
+    if (auto e = offload::param_buffer_size_error(L, s.param_buffer_size)) f.nvme_refused = e->what();
+  }
+  return f;
+}
+
+inline void check_settings(int world, const Choice& c, const EngineSettings& s) {
   if (world < 1) throw config_error("must be >= 1", "--world", std::to_string(world));
   if (!c.valid()) throw config_error("not a valid combination (offload needs stage >= 1; offload_param stage 3)", "choice", c.name());
   if (s.gradient_accumulation_steps < 1) {
@@ -150,17 +273,34 @@ inline MemoryPlan model_state_plan(const ModelDescription& m, int world, const C
                        "zero_optimization.zero_hpz_partition_size", std::to_string(s.hpz_partition_size));
   }
   if (s.sub_group_size < 1) throw config_error("must be >= 1", "zero_optimization.sub_group_size", "0");
+}
+
+}  // namespace detail
+
+/// The facts model_state_plan uses for `c`'s layout (its stage and precision) under `s`.
+inline LayoutFacts layout_facts(const ModelDescription& m, int world, const Choice& c, const EngineSettings& s) {
+  detail::check_settings(world, c, s);
+  return detail::layout_facts(m, world, c.stage, detail::bytes_of(c.precision), s);
+}
+
+/// Per-rank bytes the engine allocates under `c`, from the facts of its layout (`facts` must come
+/// from layout_facts with a choice of the same layout, that is of the same stage-3-or-not and
+/// precision, and the same `s`). Throws config_error for a combination DeepSpeed refuses.
+inline MemoryPlan model_state_plan(const LayoutFacts& facts, const Choice& c, const EngineSettings& s) {
+  detail::check_settings(facts.world, c, s);
+  if ((c.stage == 3) != facts.stage3 || detail::bytes_of(c.precision) != facts.element_bytes) {
+    throw usage_error("the layout facts are of another layout (stage 3 or not, element size)", "model_state_plan",
+                      c.name());
+  }
   using C = MemoryCategory;
   const MemorySpace dev = s.compute_space;
-  const std::size_t S = detail::bytes_of(c.precision), F = sizeof(float);
+  const std::size_t S = facts.element_bytes, F = sizeof(float);
   MemoryPlan p;
-  std::vector<char> persistent;
-  const zero::BucketLayout L = detail::engine_layout(m, world, c.stage, S, s, persistent);
-  const std::size_t flat = L.flat_numel(), part = L.partition_numel();
-  p.psi = m.total_params();
+  const std::size_t flat = facts.flat, part = facts.partition;
+  p.psi = facts.psi;
   p.psi_padded = flat;
   p.partition = part;
-  p.buckets = L.buckets().size();
+  p.buckets = facts.buckets;
   const bool partitioned = c.stage >= 1;
   const std::size_t owned = partitioned ? part : flat;
   const bool every_micro = c.stage >= 2 || s.reduce_every_micro_step;
@@ -173,25 +313,13 @@ inline MemoryPlan model_state_plan(const ModelDescription& m, int world, const C
     if (c.param != OffloadTarget::nvme) {
       p.at(c.param == OffloadTarget::none ? dev : MemorySpace::pinned_host, C::params16) += part * S;
     } else {
-      // NvmeShard: the leading blocks that fit whole in max_in_cpu elements in pinned host memory
-      // instead of the file, two copies each (unpadded); the file two slots of every other block,
-      // each padded to 4 KiB (at least one page); buffer_count read buffers and one assembly
-      // buffer of the largest padded block in the file (at least one page).
-      const std::size_t in_cpu = offload::blocks_in_cpu(L, s.param_max_in_cpu);
-      std::size_t slot_bytes = 0, largest = io::kDirectAlign, kept = 0;
-      for (std::size_t k = 0; k < L.buckets().size(); ++k) {
-        if (k < in_cpu) {
-          kept += L.buckets()[k].block * S;
-          continue;
-        }
-        const std::size_t padded = io::direct_round(L.buckets()[k].block * S);
-        slot_bytes += padded;
-        largest = std::max(largest, padded);
-      }
-      if (auto e = offload::param_buffer_size_error(L, s.param_buffer_size)) p.refused = e->what();
-      p.at(MemorySpace::disk, C::params16) += 2 * std::max(slot_bytes, io::kDirectAlign);
-      p.at(MemorySpace::pinned_host, C::other) += (s.param_buffer_count + 1) * largest;
-      p.at(MemorySpace::pinned_host, C::params16) += 2 * kept;
+      // NvmeShard (layout_facts): pinned blocks, the file's two slots, the read and assembly buffers.
+      if (!facts.nvme_refused.empty()) p.refused = facts.nvme_refused;
+      p.at(MemorySpace::disk, C::params16) += 2 * std::max(facts.nvme_slot_bytes, io::kDirectAlign);
+      p.at(MemorySpace::pinned_host, C::other) +=
+          detail::bytes_product("zero_optimization.offload_param.buffer_count", s.param_buffer_count + 1,
+                                facts.nvme_largest_bytes);
+      p.at(MemorySpace::pinned_host, C::params16) += 2 * facts.nvme_kept_bytes;
     }
   }
 
@@ -208,23 +336,25 @@ inline MemoryPlan model_state_plan(const ModelDescription& m, int world, const C
   switch (c.optimizer) {
     case OffloadTarget::none:
       p.at(dev, C::master32) += owned * F;
-      p.at(dev, C::optimizer_state) += moments * owned * F;
+      p.at(dev, C::optimizer_state) += detail::bytes_product("optimizer moments", moments, owned, F);
       break;
     case OffloadTarget::cpu:
       p.at(MemorySpace::pinned_host, C::master32) += owned * F;
-      p.at(MemorySpace::pinned_host, C::optimizer_state) += moments * owned * F;
+      p.at(MemorySpace::pinned_host, C::optimizer_state) += detail::bytes_product("optimizer moments", moments, owned, F);
       break;
     case OffloadTarget::nvme: {
       // Offload<Nvme> (offload/nvme.hpp): master and the moments in two slots on disk (24 Psi/N
       // with two moments); pinned swap buffers of one sub-group's master and moments (each padded
       // to 4 KiB), as many as buffer_count and the pipelining ask, never more than the sub-groups.
       p.at(MemorySpace::disk, C::master32) += 2 * owned * F;
-      p.at(MemorySpace::disk, C::optimizer_state) += 2 * moments * owned * F;
+      p.at(MemorySpace::disk, C::optimizer_state) += detail::bytes_product("optimizer moments", 2, moments, owned, F);
       const std::size_t sub = std::max<std::size_t>(1, std::min(owned, s.sub_group_size));
       const std::size_t sub_groups = std::max<std::size_t>(1, (owned + s.sub_group_size - 1) / s.sub_group_size);
       const std::size_t buffers = offload::swap_buffer_count(s.optimizer_buffer_count, s.optimizer_pipeline_read,
                                                              s.optimizer_pipeline_write, sub_groups);
-      p.at(MemorySpace::pinned_host, C::other) += buffers * (1 + moments) * io::direct_round(sub * F);
+      p.at(MemorySpace::pinned_host, C::other) +=
+          detail::bytes_product("zero_optimization.offload_optimizer.buffer_count", buffers, 1 + moments,
+                                io::direct_round(sub * F));
       break;
     }
   }
@@ -241,23 +371,12 @@ inline MemoryPlan model_state_plan(const ModelDescription& m, int world, const C
 
   // Bucket pool (stages 2/3): bucket_buffers buffers of the largest bucket; it grows when one
   // layer's parameters span more buckets than the pool holds.
-  std::size_t biggest = 0, slot = 0, nonpersistent = 0, secondary = 0;
-  for (std::size_t k = 0; k < L.buckets().size(); ++k) {
-    const zero::Bucket& b = L.buckets()[k];
-    biggest = std::max(biggest, b.numel);
-    if (c.stage == 3 && persistent[k]) {
-      p.at(dev, C::gathered) += b.numel * S;
-    } else {
-      slot = std::max(slot, b.numel);
-      ++nonpersistent;
-      if (s.hpz_partition_size > 1) secondary += b.numel / static_cast<std::size_t>(s.hpz_partition_size);
-    }
-  }
+  const std::size_t biggest = facts.biggest, slot = facts.slot, nonpersistent = facts.nonpersistent;
+  if (c.stage == 3) p.at(dev, C::gathered) += facts.persistent_numel * S;  // the persistent buckets
   if (c.stage >= 2) {
-    const std::size_t most_per_layer = detail::most_buckets_per_layer(m, L);
-    const std::size_t pool = std::max(std::min<std::size_t>(static_cast<std::size_t>(s.bucket_buffers), L.buckets().size()),
-                                      most_per_layer);
-    p.at(dev, C::comm_buffers) += pool * biggest * S;
+    const std::size_t pool = std::max(std::min<std::size_t>(static_cast<std::size_t>(s.bucket_buffers), facts.buckets),
+                                      facts.most_per_layer);
+    p.at(dev, C::comm_buffers) += detail::bytes_product("the bucket pool", pool, biggest, S);
   }
 
   // Stage 3: the pool of gathered buckets and the hpZ secondary shard.
@@ -268,44 +387,38 @@ inline MemoryPlan model_state_plan(const ModelDescription& m, int world, const C
     if (keeps_all) {
       pool_buffers = nonpersistent;  // every bucket stays gathered after its first use
     } else {
-      std::size_t per_unit = 0;
-      std::size_t first = 0;
-      for (const LayerDesc& l : m.layers) {
-        std::vector<std::uint32_t> seen;
-        for (std::size_t i = 0; i < l.params.size(); ++i) {
-          const std::uint32_t k = L.param(first + i).bucket;
-          if (!persistent[k] && std::find(seen.begin(), seen.end(), k) == seen.end()) seen.push_back(k);
-        }
-        first += l.params.size();
-        per_unit = std::max(per_unit, seen.size());
-      }
+      const std::size_t per_unit = facts.most_nonpersistent_per_layer;
       const std::size_t ahead = slot ? s.prefetch_bucket_size / slot + (s.prefetch_bucket_size % slot ? 1 : 0) : 0;
       pool_buffers = std::min(nonpersistent, per_unit + ahead);
       if (s.prefetch_bucket_size > 0 || s.max_reuse_distance > 0) {
         p.approximate.push_back("stage-3 gathered pool: an upper bound under these prefetch / reuse settings");
       }
     }
-    p.at(dev, C::gathered) += pool_buffers * slot * S;
-    p.at(dev, C::secondary) += secondary * S;
+    p.at(dev, C::gathered) += detail::bytes_product("the stage-3 gathered pool", pool_buffers, slot, S);
+    p.at(dev, C::secondary) += facts.secondary_numel * S;
   }
 
   // The scratch gradient of the largest parameter, and the float compute copies of emulated 16-bit.
-  p.at(dev, C::other) += std::max<std::size_t>(1, m.largest_param()) * F;
+  p.at(dev, C::other) += std::max<std::size_t>(1, facts.largest_param) * F;
   if (emulated) {
     if (c.stage <= 2) {
       p.at(dev, C::other) += 2 * flat * F;
     } else {
-      for (std::size_t k = 0; k < L.buckets().size(); ++k) {
-        if (persistent[k]) p.at(dev, C::other) += L.buckets()[k].numel * F;
-      }
+      p.at(dev, C::other) += facts.persistent_numel * F;
       // Bound (docs/stage3.md): value buffers for the gathered buckets + gradient buffers for the
       // buckets of one open backward (+1 for a tied head's external parameter).
-      const std::size_t per_unit = detail::most_buckets_per_layer(m, L);
-      p.at(dev, C::other) += (pool_buffers + per_unit + 1) * slot * F;
+      const std::size_t per_unit = facts.most_per_layer;
+      p.at(dev, C::other) += detail::bytes_product("the stage-3 float copies", pool_buffers + per_unit + 1, slot, F);
       p.approximate.push_back("stage-3 emulated float copies: the documented bound");
     }
   }
   return p;
+}
+
+/// Per-rank bytes the engine allocates for `m` under `c` on `world` ranks (activations excluded:
+/// plan/activations.hpp). Throws config_error for a combination DeepSpeed refuses.
+inline MemoryPlan model_state_plan(const ModelDescription& m, int world, const Choice& c, const EngineSettings& s) {
+  return model_state_plan(layout_facts(m, world, c, s), c, s);
 }
 
 }  // namespace zerotk::plan

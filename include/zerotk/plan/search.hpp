@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <optional>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "zerotk/config/structure.hpp"
@@ -42,16 +43,28 @@ struct Evaluation {
   }
 };
 
-/// One configuration: the engine's allocations plus the activation peak in the compute space.
-inline Evaluation evaluate(const ModelDescription& m, int world, const Choice& c, const EngineSettings& s,
-                           const Budget& budget) {
+namespace detail {
+inline Evaluation evaluation_of(const Choice& c, MemoryPlan memory, const ActivationPeak& activations,
+                                const EngineSettings& s, const Budget& budget) {
   Evaluation e;
   e.choice = c;
-  e.memory = model_state_plan(m, world, c, s);
-  e.activations = activation_peak(m, checkpointed_layers(m, c.checkpointing));
+  e.memory = std::move(memory);
+  e.activations = activations;
+  if (activations.peak() > detail::kMaxPlanBytes) {
+    throw config_error("too large to plan: more than 2^60 bytes", "activations", std::to_string(activations.peak()));
+  }
   e.memory.at(s.compute_space, MemoryCategory::activations) += e.activations.peak();
   e.fits = e.memory.refused.empty() && e.device() <= budget.device_bytes && e.host() <= budget.host_bytes;
   return e;
+}
+}  // namespace detail
+
+/// One configuration: the engine's allocations plus the activation peak in the compute space.
+inline Evaluation evaluate(const ModelDescription& m, int world, const Choice& c, const EngineSettings& s,
+                           const Budget& budget) {
+  MemoryPlan memory = model_state_plan(m, world, c, s);
+  return detail::evaluation_of(c, std::move(memory), activation_peak(m, checkpointed_layers(m, c.checkpointing)), s,
+                               budget);
 }
 
 /// Whether this zerotk builds an engine for `c`. DeepSpeed accepts every valid() choice; the
@@ -122,11 +135,34 @@ inline bool cheaper(const Choice& a, const Choice& b) {
   return key(a) < key(b);
 }
 
-/// Every configuration of the grid, in cost order.
+/// Every configuration of the grid, in cost order; each the same Evaluation evaluate() gives.
+///
+/// Linear in the model's parameters and layers: the grid has up to a hundred configurations but
+/// only four layouts (stage 3 or not, by element size) and three checkpointing choices, so the
+/// layout facts and the activation peaks are computed once each and shared, not once per
+/// configuration (which made a 100,000-layer model take minutes).
 inline std::vector<Evaluation> plan_all(const ModelDescription& m, int world, const EngineSettings& s,
                                         const Budget& budget, const Grid& grid = {}) {
+  struct Facts {
+    bool stage3;
+    std::size_t element_bytes;
+    LayoutFacts facts;
+  };
+  std::vector<Facts> layouts;
+  std::vector<std::pair<CheckpointChoice, ActivationPeak>> peaks;
   std::vector<Evaluation> out;
-  for (const Choice& c : grid.choices(m)) out.push_back(evaluate(m, world, c, s, budget));
+  for (const Choice& c : grid.choices(m)) {
+    const bool stage3 = c.stage == 3;
+    const std::size_t bytes = detail::bytes_of(c.precision);
+    auto f = std::find_if(layouts.begin(), layouts.end(),
+                          [&](const Facts& x) { return x.stage3 == stage3 && x.element_bytes == bytes; });
+    if (f == layouts.end()) f = layouts.insert(layouts.end(), Facts{stage3, bytes, layout_facts(m, world, c, s)});
+    auto a = std::find_if(peaks.begin(), peaks.end(), [&](const auto& x) { return x.first == c.checkpointing; });
+    if (a == peaks.end()) {
+      a = peaks.insert(peaks.end(), {c.checkpointing, activation_peak(m, checkpointed_layers(m, c.checkpointing))});
+    }
+    out.push_back(detail::evaluation_of(c, model_state_plan(f->facts, c, s), a->second, s, budget));
+  }
   std::stable_sort(out.begin(), out.end(), [](const Evaluation& a, const Evaluation& b) { return cheaper(a.choice, b.choice); });
   return out;
 }

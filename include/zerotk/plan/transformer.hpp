@@ -18,6 +18,7 @@
 ///   loss       forward: probs (V) + targets (int32) per row; scratch: dlogits (V) per row
 
 #include <cstddef>
+#include <cstdio>
 #include <cstdint>
 #include <string>
 
@@ -59,6 +60,47 @@ struct TransformerShape {
       throw config_error("the position embedding must cover the sequence", "--context",
                          std::to_string(context) + " < " + std::to_string(sequence));
     }
+    // gpt_model multiplies the sizes in size_t: refuse a shape whose figures would wrap, before
+    // any is computed. 2^53 also keeps every plan figure below 2^60 bytes (model_states.hpp).
+    const auto [params, activation_bytes] = size_estimate();
+    constexpr long double kLimit = 9007199254740992.0L;  // 2^53
+    if (params > kLimit) {
+      throw config_error("too large to plan: more than 2^53 parameters", "--layers, --hidden, --d-ff, --vocab, --context",
+                         approximately(params) + " parameters");
+    }
+    if (activation_bytes > kLimit) {
+      throw config_error("too large to plan: more than 2^53 activation bytes",
+                         "--layers, --hidden, --heads, --seq, --micro-batch, --vocab, --d-ff",
+                         approximately(activation_bytes) + " bytes");
+    }
+  }
+
+  static std::string approximately(long double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.3Lg", v);
+    return buf;
+  }
+
+  struct SizeEstimate {
+    long double params = 0;            ///< gpt_model's total_params()
+    long double activation_bytes = 0;  ///< every layer's forward, scratch, input and output bytes, summed
+  };
+  /// The model's size in long double, which no shape overflows; exact (equal to gpt_model's
+  /// size_t figures) wherever those are below 2^64 (tests/plan checks the two agree).
+  SizeEstimate size_estimate() const {
+    using R = long double;
+    const R d = static_cast<R>(hidden), f = static_cast<R>(mlp_width()), V = static_cast<R>(vocab);
+    const R T = static_cast<R>(sequence), H = static_cast<R>(heads), C = static_cast<R>(positions());
+    const R L = static_cast<R>(layers), rows = static_cast<R>(micro_batch) * T, kF = 4, kI = 4;
+    const R block = 2 * d + (3 * d * d + 3 * d) + (d * d + d) + 2 * d + (f * d + f) + (d * f + d);
+    SizeEstimate e;
+    e.params = V * d + C * d + L * block + 2 * d + (tied_head ? 0 : V * d);
+    const R embedding = (rows * kI + rows * d * kF) + rows * kI + rows * d * kF;
+    const R one_block = kF * rows * (10 * d + 2 * f + H * T + 2) + kF * (rows * (8 * d + f) + T * T) + 2 * rows * d * kF;
+    const R head = kF * rows * (2 * d + V + 1) + kF * rows * 2 * d + rows * d * kF + rows * V * kF;
+    const R loss = (rows * V * kF + rows * kI) + rows * V * kF + rows * V * kF;
+    e.activation_bytes = embedding + L * one_block + head + loss;
+    return e;
   }
 };
 
