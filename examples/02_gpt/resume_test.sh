@@ -4,6 +4,7 @@
 # an uninterrupted 6-step run: they must be identical; the resumed run's summary counts the 3 steps it
 # ran. Then the same checkpoint loads on 1 rank (resharded) and training goes on, and on 3 ranks with
 # --batch 63 (README's command; the default batch 64 is refused, naming the batches that divide).
+# A flipped byte in rank 1's file fails the load with rank 1's reason in the job's error, every time.
 # Then the same with 1-bit Adam saved in its compressed phase.
 # Registered as the CTest example.02_gpt_resume.
 #
@@ -38,6 +39,21 @@ grep -qF -- "--batch 64: is not divisible by --ranks 3 x --gas 1 = 3" <<<"$out" 
 "$bin" --ranks 3 --batch 63 --csv "" --eval-size 200 --steps-per-print 1 --steps 4 --load "$dir/ckpt" > "$dir/three.log"
 grep -q "continuing after step 3 (saved on 2 ranks, resharded)" "$dir/three.log" || { echo "FAIL: no resume on 3 ranks"; exit 1; }
 grep -q '^\[Rank 0\] step=4,' "$dir/three.log" || { echo "FAIL: the 3-rank run did not reach step 4"; exit 1; }
+# A corrupt rank file (issue 49, item 1): byte 0 of rank 1's file flipped. Whichever thread rank's
+# error ends the job, it carries rank 1's reason, every time (5 runs; the order of the ranks' errors
+# varies from run to run under load).
+cp -r "$dir/ckpt" "$dir/ckpt_bad"
+bad=$dir/ckpt_bad/global_step3/rank1.bin
+flipped=$(( 0x$(od -An -tx1 -N1 "$bad" | tr -d ' \n') ^ 0xff ))
+printf "\\$(printf '%03o' "$flipped")" | dd of="$bad" bs=1 count=1 conv=notrunc status=none
+cmp -s "$bad" "$dir/ckpt/global_step3/rank1.bin" && { echo "FAIL: the byte was not flipped"; exit 1; }
+for i in 1 2 3 4 5; do
+  if out=$("$bin" --ranks 2 --csv "" --steps 6 --load "$dir/ckpt_bad" 2>&1); then
+    echo "FAIL: a checkpoint with a flipped byte in rank 1's file loaded"; exit 1
+  fi
+  grep -qF "rank1.bin: checksum differs from the manifest's" <<<"$out" ||
+    { echo "FAIL: run $i: the error does not carry rank 1's reason"; echo "$out"; exit 1; }
+done
 # 1-bit Adam past its warm-up (compressed from step 3): the error feedback travels with each rank's
 # file, so a run resumed after step 4 equals the uninterrupted one too.
 onebit=(--ranks 2 --csv "" --eval-size 200 --steps-per-print 1 --stage 0 --precision fp32 --optimizer onebitadam
@@ -55,4 +71,5 @@ if ! diff <(compared_onebit < "$dir/onebit_straight.log") <(compared_onebit < "$
   exit 1
 fi
 echo "PASS: the run resumed from $dir/ckpt/global_step3 equals the uninterrupted one (steps 4-6, scores); it also loads on 1 rank and on 3 (--batch 63);" \
+  "a corrupt rank 1 file fails with rank 1's reason in 5 of 5 runs;" \
   "a 1-bit Adam run resumed in its compressed phase equals the uninterrupted one (steps 5-8, scores)"

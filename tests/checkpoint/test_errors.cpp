@@ -124,14 +124,14 @@ TEST_CASE("a corrupt, truncated or missing file: an io_error naming it; the othe
     CHECK(r.what[1].find("computed ") != std::string::npos);
     CHECK(r.what[1].find(", manifest says ") != std::string::npos);
     CHECK(r.kind[1] == ErrorKind::io);
-    CHECK(r.what[0].find("failed on rank 1") != std::string::npos);
+    CHECK(r.what[0].find("failed on rank 1: " + p1 + ": checksum differs from the manifest's") != std::string::npos);
     CHECK(r.unchanged);
   }
   SUBCASE("rank 0's file truncated") {
     fs::resize_file(t / "rank0.bin", fs::file_size(t / "rank0.bin") - 5);
     const FailedLoad r = try_load(d.path());
     CHECK(r.what[0].find(p0 + ": truncated: shorter than the manifest records") != std::string::npos);
-    CHECK(r.what[1].find("failed on rank 0") != std::string::npos);
+    CHECK(r.what[1].find("failed on rank 0: " + p0 + ": truncated") != std::string::npos);
     CHECK(r.unchanged);
   }
   SUBCASE("rank 1's file missing") {
@@ -460,7 +460,47 @@ TEST_CASE("rank 0 cannot create the directory: every rank throws, the others nam
     what[static_cast<std::size_t>(comm.rank())] = w;
   });
   CHECK(what[0].find("cannot create directory") != std::string::npos);
-  CHECK(what[1].find("failed on rank 0") != std::string::npos);
+  CHECK(what[1].find("failed on rank 0: ") != std::string::npos);
+  CHECK(what[1].find("cannot create directory") != std::string::npos);  // rank 0's reason, on rank 1 too
+}
+
+// Issue 49, item 1: on thread ranks the error that ends the job is whichever rank's arrives first,
+// which was often a bystander's "failed on rank 1" without the reason. Every rank's error now carries
+// the failing rank's what(), so the job's error says why whatever the order.
+TEST_CASE("agreed(): every rank's error, so the one that ends a threads job, carries the failing rank's reason") {
+  for (int failing : {0, 1, 2}) {
+    CAPTURE(failing);
+    std::vector<std::string> what(3);
+    std::mutex mu;
+    std::string job = "no error";
+    try {
+      comm::run_threads(3, [&](comm::ThreadsCommunicator& c) {
+        std::string w = "no error";
+        try {
+          checkpoint::agreed(c, "load", [&] {
+            if (c.rank() == failing) throw io_error("checksum differs", "rank" + std::to_string(failing) + ".bin");
+          });
+        } catch (const zerotk::error& e) {
+          w = e.what();
+          std::lock_guard lock(mu);
+          what[static_cast<std::size_t>(c.rank())] = w;
+          throw;
+        }
+      });
+    } catch (const zerotk::error& e) {
+      job = e.what();
+    }
+    const std::string reason = "rank" + std::to_string(failing) + ".bin: checksum differs";
+    CHECK(job.find(reason) != std::string::npos);
+    for (int r = 0; r < 3; ++r) {
+      CAPTURE(r);
+      const std::string& w = what[static_cast<std::size_t>(r)];
+      CHECK(w.find(reason) != std::string::npos);
+      if (r != failing) CHECK(w.find("load failed on rank " + std::to_string(failing) + ": ") != std::string::npos);
+    }
+  }
+  // Nothing thrown anywhere: nothing thrown, no broadcast (the all-reduce alone agrees).
+  comm::run_threads(3, [](comm::ThreadsCommunicator& c) { checkpoint::agreed(c, "load", [] {}); });
 }
 
 TEST_CASE("tags that differ between ranks: Fail throws everywhere, Warn and Ignore use rank 0's") {
