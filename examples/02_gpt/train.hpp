@@ -29,12 +29,15 @@
 namespace gpt_demo {
 
 /// --load: restores the engine from the checkpoint (its `latest` tag) and returns the step to go on
-/// from, which the checkpoint's client state holds (the data stream is indexed by step).
+/// from, which the checkpoint's client state holds (the data stream is indexed by step). `tags`: the
+/// config's checkpoint.tag_validation.
 template <class Engine, class Comm>
-int resume([[maybe_unused]] Engine& engine, [[maybe_unused]] Comm& comm, const Options& o) {
+int resume([[maybe_unused]] Engine& engine, [[maybe_unused]] Comm& comm, const Options& o,
+           [[maybe_unused]] zerotk::config::TagValidation tags) {
   if (o.load_dir.empty()) return 0;
 #if ZEROTK_HAS_XXHASH
   zerotk::checkpoint::LoadOptions lo;
+  lo.tag_validation = tags;
   if (!o.load_tag.empty()) lo.tag = o.load_tag;
   const zerotk::checkpoint::LoadResult r = zerotk::checkpoint::load(engine, comm, o.load_dir, lo);
   int step = 0;
@@ -68,14 +71,14 @@ void commit([[maybe_unused]] Comm& comm, Pending& pending) {
 
 /// --save: a checkpoint after `steps` optimizer steps (tag global_step<N>), the step in its client
 /// state. With --save-async the files are written while training goes on: `pending` holds that save
-/// until the next one (or the end of training) commits it.
+/// until the next one (or the end of training) commits it. `tags`: checkpoint.tag_validation.
 template <class Engine, class Comm, class Pending>
 void save([[maybe_unused]] Engine& engine, [[maybe_unused]] Comm& comm, const Options& o, [[maybe_unused]] int steps,
-          [[maybe_unused]] Pending& pending) {
+          [[maybe_unused]] zerotk::config::TagValidation tags, [[maybe_unused]] Pending& pending) {
 #if ZEROTK_HAS_XXHASH
   commit(comm, pending);
   const auto bytes = std::as_bytes(std::span(&steps, 1));
-  pending = zerotk::checkpoint::save_async(engine, comm, o.save_dir, {.client_state = bytes});
+  pending = zerotk::checkpoint::save_async(engine, comm, o.save_dir, {.client_state = bytes, .tag_validation = tags});
   if (!o.save_async) commit(comm, pending);
 #else
   throw zerotk::usage_error("this binary was built without libxxhash, so without checkpoints", "--save", o.save_dir);
@@ -169,7 +172,7 @@ void train_rank(Comm& comm, const TrainContext& ctx, Summary& summary, std::mute
   Checkpointed checkpointed(model, engine.memory(), ctx.cfg,
                             zerotk::activation::Select::parse(o.checkpoint_activations, "--checkpoint-activations"));
   const bool profile_recompute = ctx.cfg.activation_checkpointing.profile && model.checkpointed_blocks() > 0;
-  const int start = resume(engine, comm, o);
+  const int start = resume(engine, comm, o, ctx.cfg.checkpoint.tag_validation);
 #if ZEROTK_HAS_XXHASH
   std::unique_ptr<zerotk::checkpoint::PendingSave<Comm>> pending;
 #else
@@ -213,7 +216,7 @@ void train_rank(Comm& comm, const TrainContext& ctx, Summary& summary, std::mute
       checkpointed.ckpt.clear_profile();
     }
     if (!o.save_dir.empty() && (step + 1 == o.steps || (o.save_every > 0 && (step + 1) % o.save_every == 0))) {
-      save(engine, comm, o, step + 1, pending);
+      save(engine, comm, o, step + 1, ctx.cfg.checkpoint.tag_validation, pending);
     }
   }
   engine.settle();  // --delayed-param-update: the last step's update is published too
@@ -265,6 +268,11 @@ void train_rank(Comm& comm, const TrainContext& ctx, Summary& summary, std::mute
     summary.disk = engine.memory().live_total(zerotk::MemorySpace::disk) - summary.params_disk;
     if constexpr (requires { engine.param_bytes_in_cpu(); }) summary.params_in_cpu = engine.param_bytes_in_cpu();
     summary.pinned_other = engine.memory().live(zerotk::MemorySpace::pinned_host, zerotk::MemoryCategory::other);
+    for (std::size_t sp = 0; sp < zerotk::kMemorySpaceCount; ++sp) {
+      for (std::size_t c = 0; c < zerotk::kMemoryCategoryCount; ++c) {
+        summary.spaces[sp][c] = engine.memory().live(static_cast<zerotk::MemorySpace>(sp), static_cast<zerotk::MemoryCategory>(c));
+      }
+    }
   }
 }
 

@@ -7,4 +7,5 @@
 #include "zerotk/core/macros.hpp"
 #include "zerotk/core/memory.hpp"
 #include "zerotk/core/param.hpp"
+#include "zerotk/core/validation.hpp"
 #include "zerotk/version.hpp"

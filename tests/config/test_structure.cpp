@@ -453,6 +453,57 @@ TEST_CASE("activation_checkpointing: partition_activations is a note (no tensor 
   CHECK(r.errors[0].where() == "/activation_checkpointing/partition_activations");
 }
 
+TEST_CASE("checkpoint: tag_validation is read in any case; the keys without effect here say why, and errors under strict") {
+  ResolveContext ctx;
+  for (auto [text, mode] : {std::pair{"\"Ignore\"", TagValidation::ignore}, std::pair{"\"WARN\"", TagValidation::warn},
+                            std::pair{"\"fail\"", TagValidation::fail}}) {
+    CAPTURE(text);
+    const ParseResult r = parse(std::string(R"({"train_batch_size": 8, "checkpoint": {"tag_validation": )") + text + "}}", ctx);
+    REQUIRE_MESSAGE(r.ok(), error_lines(r));
+    CHECK(r.notices.empty());
+    CHECK(r.config->checkpoint.tag_validation == mode);
+    // The resolved config says it back, so zerotk-config's output keeps the choice.
+    CHECK(to_json(*r.config)["checkpoint"]["tag_validation"] == std::string(to_string(mode)));
+  }
+  CHECK(config_of(R"({"train_batch_size": 8})").checkpoint.tag_validation == TagValidation::warn);  // DeepSpeed's default
+  const ParseResult bad = parse(R"({"train_batch_size": 8, "checkpoint": {"tag_validation": "Strict"}})", ctx);
+  REQUIRE_FALSE(bad.ok());
+  CHECK(error_lines(bad).find("/checkpoint/tag_validation") != std::string::npos);
+  CHECK(error_lines(bad).find("\"Fail\"") != std::string::npos);  // the choices are named
+
+  // DeepSpeed's defaults say nothing; each key set otherwise is a note naming why it does nothing here.
+  ParseResult quiet = parse(R"({"train_batch_size": 8, "checkpoint": {"tag_validation": "Warn", "load_universal": false,
+      "use_node_local_storage": false, "parallel_write": {"pipeline_stage": false}}})",
+                            ctx);
+  CHECK_MESSAGE(quiet.ok(), error_lines(quiet));
+  CHECK(quiet.notices.empty());
+  const char* json = R"({"train_batch_size": 8, "checkpoint": {"load_universal": true, "use_node_local_storage": true,
+      "parallel_write": {"pipeline_stage": true}, "writer": {"type": "fast", "decoupled": true}}})";
+  ParseResult r = parse(json, ctx);
+  REQUIRE_MESSAGE(r.ok(), error_lines(r));
+  REQUIRE(r.notices.size() == 4);
+  const std::pair<const char*, const char*> expected[] = {
+      {"/checkpoint/writer", "save_async"},
+      {"/checkpoint/load_universal", "resharded online"},
+      {"/checkpoint/use_node_local_storage", "shared checkpoint directory"},
+      {"/checkpoint/parallel_write/pipeline_stage", "no pipeline parallelism"}};
+  for (std::size_t i = 0; i < std::size(expected); ++i) {
+    CAPTURE(i);
+    CHECK(r.notices[i].path == expected[i].first);
+    CHECK(r.notices[i].kind == Notice::Kind::unsupported);
+    CHECK(r.notices[i].message.find(expected[i].second) != std::string::npos);
+  }
+  CHECK(r.config->checkpoint.load_universal);
+  ctx.strict = true;
+  r = parse(json, ctx);
+  CHECK(r.errors.size() == 4);
+  ctx.strict = false;
+  // A misspelt key is still an unknown key with a suggestion, not silently taken.
+  r = parse(R"({"train_batch_size": 8, "checkpoint": {"tag_validaton": "Fail"}})", ctx);
+  REQUIRE_FALSE(r.ok());
+  CHECK(error_lines(r).find("tag_validation") != std::string::npos);
+}
+
 TEST_CASE("offload_param.pin_memory false is a note (the shards are always page-locked); the NVMe keys say nothing for cpu") {
   ResolveContext ctx;
   ParseResult r = parse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3,

@@ -12,16 +12,15 @@
 #include <string_view>
 #include <vector>
 
+#include "zerotk/core/validation.hpp"
+
 namespace zerotk::checkpoint {
 
-/// What happens when ranks pass different tags (DeepSpeed's checkpoint.tag_validation). Every rank
-/// then uses rank 0's tag; `warn` reports the difference through `on_warning`, `fail` throws a
-/// usage_error on every rank before anything is written or loaded.
-enum class TagValidation : std::uint8_t { ignore, warn, fail };
-
-constexpr std::string_view to_string(TagValidation v) noexcept {
-  return v == TagValidation::ignore ? "Ignore" : v == TagValidation::warn ? "Warn" : "Fail";
-}
+/// What happens when ranks pass different tags (DeepSpeed's checkpoint.tag_validation, which the
+/// config reader fills as config::Config::checkpoint.tag_validation). Every rank then uses rank 0's
+/// tag; `warn` reports the difference through `on_warning`, `fail` throws a usage_error on every rank
+/// before anything is written or loaded.
+using TagValidation = ValidationMode;
 
 /// Receives warnings; an empty one writes them to stderr.
 using WarningSink = std::function<void(std::string_view)>;

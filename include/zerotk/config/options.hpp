@@ -37,6 +37,7 @@
 
 #include "zerotk/compress/gradient_options.hpp"
 #include "zerotk/core/dtype.hpp"
+#include "zerotk/core/validation.hpp"
 #include "zerotk/engine/options.hpp"
 #include "zerotk/io/aio_options.hpp"
 #include "zerotk/offload/options.hpp"
@@ -307,6 +308,19 @@ struct ActivationCheckpointingOptions {
   bool profile = false;
 };
 
+/// What happens when ranks pass different checkpoint tags (DeepSpeed's `checkpoint.tag_validation`;
+/// checkpoint::SaveOptions / LoadOptions take it, as checkpoint::TagValidation).
+using TagValidation = ValidationMode;
+
+/// `checkpoint` block. Only tag_validation acts (hand it to checkpoint::SaveOptions / LoadOptions);
+/// the other keys are read so that the reader can say why each one has no effect here.
+struct CheckpointConfig {
+  TagValidation tag_validation = TagValidation::warn;
+  bool load_universal = false;                 ///< every zerotk checkpoint loads resharded: no effect
+  bool use_node_local_storage = false;         ///< not supported: ranks read rank 0's manifest
+  bool parallel_write_pipeline_stage = false;  ///< no pipeline parallelism yet: no effect
+};
+
 /// What a config asks of the compiled Engine: the parts chosen at compile time by policies.
 struct Structure {
   int stage = 0;
@@ -348,6 +362,7 @@ struct Config : StepOptions {
   CsvMonitorOptions csv_monitor;
   GradientCompressionConfig gradient_compression;
   ActivationCheckpointingOptions activation_checkpointing;
+  CheckpointConfig checkpoint;
 
   /// Compute precision: fp16 or bf16 when that block is enabled, else fp32.
   DType precision() const noexcept {

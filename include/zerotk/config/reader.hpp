@@ -200,6 +200,7 @@ class Reader {
   void read_batch(Block& root, Config& c);
   void read_scalars(Block& root, Config& c);
   void read_monitor_and_checkpointing(Block& root, Config& c);
+  void read_checkpoint(Block& root, Config& c);
   void read_gradient_compression(Block& root, Config& c);
   void cross_check(Config& c);
 
@@ -1240,6 +1241,49 @@ inline void Reader::read_monitor_and_checkpointing(Block& root, Config& c) {
       error(b.path_of("number_checkpoints"), "required by contiguous_memory_optimization (the number of checkpointed layers)");
     }
   }
+  read_checkpoint(root, c);
+}
+
+inline void Reader::read_checkpoint(Block& root, Config& c) {
+  // DeepSpeed upper-cases tag_validation before checking it; get_choice is case-insensitive too.
+  Block b(*this, root.get_object("checkpoint"), root.path_of("checkpoint"));
+  auto& k = c.checkpoint;
+  constexpr std::array<std::string_view, 3> kModes{"Ignore", "Warn", "Fail"};  // TagValidation's order
+  std::size_t mode = 0;
+  if (b.get_choice("tag_validation", mode, kModes) == Got::value) k.tag_validation = static_cast<TagValidation>(mode);
+  b.get_bool("load_universal", k.load_universal);
+  b.get_bool("use_node_local_storage", k.use_node_local_storage);
+  {
+    Block p(*this, b.get_object("parallel_write"), b.path_of("parallel_write"));
+    p.get_bool("pipeline_stage", k.parallel_write_pipeline_stage);
+    p.finish();
+  }
+  b.finish({{"checkpoint_serialization",
+             {},
+             "has no effect in zerotk: it chooses torch.save's serialization, and zerotk writes its own "
+             "format (docs/checkpoint.md); ignored"},
+            {"writer",
+             {},
+             "has no effect in zerotk: checkpoints are written by zerotk's own writer (fsync, then atomic "
+             "rename); to write beside training use checkpoint::save_async (docs/checkpoint.md); ignored"}});
+  if (k.load_universal) {
+    unsupported(b.path_of("load_universal"),
+                "has no effect in zerotk: every zerotk checkpoint loads on any data-parallel size and ZeRO stage, "
+                "resharded online (docs/checkpoint.md), so there is no universal format to ask for; ignored",
+                "true");
+  }
+  if (k.use_node_local_storage) {
+    unsupported(b.path_of("use_node_local_storage"),
+                "not supported by zerotk: every rank reads the manifest rank 0 writes, so all ranks must see one "
+                "shared checkpoint directory; ignored",
+                "true");
+  }
+  if (k.parallel_write_pipeline_stage) {
+    unsupported(join_path(b.path_of("parallel_write"), "pipeline_stage"),
+                "has no effect in zerotk: there is no pipeline parallelism yet (issue 44), and every rank already "
+                "writes its own files at once; ignored",
+                "true");
+  }
 }
 
 inline void Reader::read_gradient_compression(Block& root, Config& c) {
@@ -1335,7 +1379,6 @@ inline Config Reader::read(const Json& doc) {
                {"compile"},
                {"tensor_parallel"},
                {"pipeline"},
-               {"checkpoint"},
                {"timers"},
                {"torch_autocast"},
                {"memory_breakdown", "false"},

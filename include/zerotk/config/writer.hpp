@@ -249,6 +249,13 @@ inline Json to_json(const Config& c) {
   acj["number_checkpoints"] = ac.number_checkpoints ? Json(*ac.number_checkpoints) : Json(nullptr);
   acj["synchronize_checkpoint_boundary"] = ac.synchronize_checkpoint_boundary;
   acj["profile"] = ac.profile;
+
+  const CheckpointConfig& ck = c.checkpoint;
+  Json& ckj = j["checkpoint"];
+  ckj["tag_validation"] = std::string(to_string(ck.tag_validation));
+  ckj["load_universal"] = ck.load_universal;
+  ckj["use_node_local_storage"] = ck.use_node_local_storage;
+  ckj["parallel_write"]["pipeline_stage"] = ck.parallel_write_pipeline_stage;
   return j;
 }
 
