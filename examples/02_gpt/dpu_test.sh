@@ -44,7 +44,19 @@ grep -q "delayed update buffers 2 x 4 B x Psi/N" <<<"$states" || fail "the formu
 [[ "$(sed -E 's/.*model states \(rank 0\) ([0-9]+) B.*/\1/' <<<"$states")" == "$(sed -E 's/.* = ([0-9]+) B$/\1/' <<<"$states")" ]] ||
   fail "model states differ from the formula line" "$states"
 
+# The memory table says where each row lives: with --offload-optimizer cpu the master and m, v are in
+# pinned host memory, and the pinned parts of the params and gradients rows are the step's staging,
+# the size the line below the table gives (4 B x min(sub_group_size, Psi/N)).
+row() { grep -E "^  $1 " <<<"$now" || fail "no row '$1' in the memory table" "$now"; }
+[[ "$(row 'fp32 master')" == *"  pinned host" ]] || fail "the fp32 master row is not in pinned host memory" "$(row 'fp32 master')"
+[[ "$(row 'optimizer state')" == *"  pinned host" ]] || fail "the optimizer state row is not in pinned host memory" "$now"
+staging=$(sed -nE 's/^ *Psi\/N\) = ([0-9]+) B each.*/\1/p' <<<"$now")
+[[ -n "$staging" ]] || fail "no staging line below the memory table" "$now"
+[[ "$(row 'params \(working')" == *"compute (host) "*" + pinned host $staging" ]] || fail "params row: no pinned staging of $staging B" "$(row 'params \(working')"
+[[ "$(row 'gradients')" == *"compute (host) "*" + pinned host $staging" ]] || fail "gradients row: no pinned staging of $staging B" "$(row gradients)"
+grep -q "float compute copy: this model computes in float" <<<"$now" || fail "the float compute copy row is not explained" "$now"
+
 refused "--delayed-param-update" "--offload-optimizer none" "add --offload-optimizer cpu" -- --stage 2 --delayed-param-update
 refused "--delayed-param-update" "--offload-optimizer nvme" -- --stage 3 --offload-optimizer nvme --nvme-path "$dir" --delayed-param-update
 refused "--delayed-param-update-start" "3" -- --stage 2 --offload-optimizer cpu --delayed-param-update-start 3
-echo "PASS: delayed updates land one step late (losses equal up to step 3 and 6, then differ), training goes on, memory line exact, refusals named"
+echo "PASS: delayed updates land one step late (losses equal up to step 3 and 6, then differ), training goes on, memory line exact, rows placed (staging $staging B pinned), refusals named"

@@ -59,6 +59,8 @@ using ParamNvme = zerotk::OffloadParams<zerotk::Nvme>;
 /// What rank 0 reports at the end (filled after training).
 struct Summary {
   std::vector<std::array<std::size_t, zerotk::kMemoryCategoryCount>> memory;  // per rank
+  /// Rank 0's bytes per memory space (MemorySpace's order) and category: where each row lives.
+  std::array<std::array<std::size_t, zerotk::kMemoryCategoryCount>, zerotk::kMemorySpaceCount> spaces{};
   std::size_t psi = 0, padded = 0;
   double accuracy = 0, digit_accuracy = 0, seconds = 0, tokens_per_s = 0, overhead = 0;
   double final_loss = 0;

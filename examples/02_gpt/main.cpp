@@ -32,6 +32,7 @@
 #include <cstring>
 #include <exception>
 #include <iterator>
+#include <map>
 #include <sstream>
 #include <string>
 #include <type_traits>
@@ -40,6 +41,7 @@
 
 #include <zerotk/config/reader.hpp>
 #include <zerotk/config/structure.hpp>
+#include <zerotk/config/writer.hpp>
 #include <zerotk/engine_config.hpp>
 
 #include "data.hpp"
@@ -254,6 +256,42 @@ std::string flags_to_deepspeed_json(const Options& o) {
 /// offload), with two pinned staging buffers of 4 B x min(sub_group, Psi/N) recorded as gradients
 /// and parameters (docs/offload.md). `nvme`: Offload<Nvme>, whose master, m and v
 /// rows count the two slots in the swap file (24 Psi/N on disk instead of 12 Psi/N in memory).
+/// The memory spaces a row of rank 0 lives in: one name, or each space with its bytes. "compute" is
+/// where the model computes (the host here; the GPU's memory in a device run).
+std::string where_it_lives(const Summary& s, std::size_t category) {
+  constexpr const char* kNames[] = {"compute (host)", "pinned host", "compute (device)", "disk"};
+  static_assert(std::size(kNames) == zerotk::kMemorySpaceCount);
+  std::vector<std::size_t> used;
+  for (std::size_t sp = 0; sp < zerotk::kMemorySpaceCount; ++sp) {
+    if (s.spaces[sp][category] > 0) used.push_back(sp);
+  }
+  if (used.empty()) return "-";
+  if (used.size() == 1) return kNames[used[0]];
+  std::string text;
+  for (std::size_t sp : used) text += (text.empty() ? "" : " + ") + std::string(kNames[sp]) + " " + std::to_string(s.spaces[sp][category]);
+  return text;
+}
+
+/// Below the table: what the spaces mean, and why the params and gradients rows grow under offload.
+void explain_spaces(const Summary& s, std::int64_t sub_group, double shard) {
+  using C = zerotk::MemoryCategory;
+  const auto pinned = [&](C c) { return s.spaces[static_cast<std::size_t>(zerotk::MemorySpace::pinned_host)][static_cast<std::size_t>(c)]; };
+  std::printf("  where: compute = the memory the model computes in (the host here, the GPU's on a device); pinned host =\n"
+              "  page-locked host memory (what offload keeps and stages in); disk = swap files (NVMe offload)\n");
+  if (pinned(C::grads) > 0 && pinned(C::params16) > 0 && sub_group > 0) {
+    const double staging = 4.0 * std::min(static_cast<double>(sub_group), shard);
+    std::printf("  the pinned parts of the params and gradients rows are the offloaded step's staging (%zu + %zu B):\n"
+                "  one sub-group's fp32 gradients copied in and its updated values copied out, 4 B x min(sub_group_size,\n"
+                "  Psi/N) = %.0f B each, reused for every sub-group (zero_optimization.sub_group_size)\n",
+                pinned(C::grads), pinned(C::params16), staging);
+  }
+  if (s.spaces[static_cast<std::size_t>(zerotk::MemorySpace::host)][static_cast<std::size_t>(C::other)] > 0) {
+    std::printf("  float compute copy: this model computes in float while the engine keeps 16-bit parameters (host\n"
+                "  emulation of mixed precision): float copies of the parameters and gradients plus a scratch gradient;\n"
+                "  the model's memory, not part of the model states\n");
+  }
+}
+
 void print_memory_table(const Summary& s, int stage, const std::string& precision, int world, int gas,
                         std::int64_t sub_group, bool nvme, bool delayed, int moments) {
   const double pad = static_cast<double>(s.padded), N = world;
@@ -266,12 +304,12 @@ void print_memory_table(const Summary& s, int stage, const std::string& precisio
               s.psi, s.padded, world);
   std::printf("  %-28s", "category");
   for (int r = 0; r < world; ++r) std::printf("  %12s", ("rank " + std::to_string(r)).c_str());
-  std::printf("\n");
+  std::printf("  where (rank 0)\n");
   std::size_t model_state = 0;
   for (std::size_t c = 0; c < zerotk::kMemoryCategoryCount; ++c) {
     std::printf("  %-28s", names[c]);
     for (int r = 0; r < world; ++r) std::printf("  %12zu", s.memory[static_cast<std::size_t>(r)][c]);
-    std::printf("\n");
+    std::printf("  %s\n", where_it_lives(s, c).c_str());
     if (c < 4) model_state += s.memory[0][c];
   }
   if (precision == "fp32") {
@@ -350,15 +388,88 @@ void check_batch_flags(const Options& o, int world) {
                             "--batch " + std::to_string(o.batch));
 }
 
+std::string flag_number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+/// What the example knows for a --config file's "auto" values, as the Hugging Face Trainer fills them
+/// from its arguments: the flags (their defaults included) and the model. Only "auto" values read
+/// these; a value the file gives wins. `from` gets, per config path, the flags it came from.
+zerotk::config::ResolveContext auto_values(const Options& o, int world, std::map<std::string, std::string>& from) {
+  zerotk::config::ResolveContext rc;
+  rc.world_size = world;
+  rc.hidden_size = o.d_model;
+  from["/zero_optimization/reduce_bucket_size"] = from["/zero_optimization/stage3_prefetch_bucket_size"] =
+      from["/zero_optimization/stage3_param_persistence_threshold"] = "--d-model " + std::to_string(o.d_model);
+  rc.precision = o.precision == "fp16" ? zerotk::DType::fp16 : o.precision == "bf16" ? zerotk::DType::bf16 : zerotk::DType::fp32;
+  from["/fp16/enabled"] = from["/bf16/enabled"] = "--precision " + o.precision;
+  rc.gradient_accumulation_steps = o.gas;
+  from["/gradient_accumulation_steps"] = "--gas " + std::to_string(o.gas);
+  const long long per_micro = static_cast<long long>(world) * o.gas;
+  if (o.batch % per_micro == 0) {  // else an "auto" micro batch is refused in flags' words (check_batch_flags)
+    rc.micro_batch_size = o.batch / per_micro;
+    from["/train_micro_batch_size_per_gpu"] = "--batch " + std::to_string(o.batch) + " / (" + std::to_string(world) +
+                                              " ranks x --gas " + std::to_string(o.gas) + ")";
+  }
+  from["/train_batch_size"] = "micro batch x --gas x ranks";
+  rc.lr = o.lr;
+  from["/optimizer/params/lr"] = from["/scheduler/params/warmup_max_lr"] = "--lr " + flag_number(o.lr);
+  rc.weight_decay = o.weight_decay;
+  from["/optimizer/params/weight_decay"] = "--weight-decay " + flag_number(o.weight_decay);
+  rc.max_grad_norm = o.clip;
+  from["/gradient_clipping"] = "--clip " + flag_number(o.clip);
+  rc.total_num_steps = o.steps;
+  from["/scheduler/params/total_num_steps"] = "--steps " + std::to_string(o.steps);
+  if (o.warmup > 0) {
+    rc.warmup_num_steps = o.warmup;
+    from["/scheduler/params/warmup_num_steps"] = "--warmup " + std::to_string(o.warmup);
+  }
+  return rc;
+}
+
+/// Reads the config (the flags' or --config's) for `world` ranks. With --config, "auto" values are
+/// filled from the flags and each is said on stderr with the flag it came from (stdout stays the
+/// run's, or --print-config's JSON alone); so are the config's notes (keys without effect here).
+struct ReadConfig {
+  zerotk::config::Config cfg;
+  bool resolved_auto = false;  ///< some "auto" value was filled in
+};
+ReadConfig read_config(const Options& o, int world, bool root, const std::string& text) {
+  std::map<std::string, std::string> from;
+  const zerotk::config::ResolveContext rc = o.config_file.empty() ? zerotk::config::ResolveContext{.world_size = world}
+                                                                  : auto_values(o, world, from);
+  zerotk::config::ParseResult r = zerotk::config::parse(text, rc);
+  const std::string source = o.config_file.empty() ? "flags" : o.config_file;
+  if (!r.ok()) {
+    for (const auto& e : r.errors) {  // a batch "auto" that --batch does not divide into: say it in flags
+      if ((e.where() == "/train_micro_batch_size_per_gpu" || e.where() == "/train_batch_size") && e.value() == "\"auto\"") {
+        check_batch_flags(o, world);
+      }
+    }
+    throw zerotk::config::summarize(r.errors, source);
+  }
+  bool resolved_auto = false;
+  for (const auto& n : r.notices) {
+    std::string line = source + ": " + n.path + ": " + n.message;
+    if (n.kind == zerotk::config::Notice::Kind::auto_resolved) {
+      resolved_auto = true;
+      if (auto f = from.find(n.path); f != from.end()) line += "; from " + f->second;
+    }
+    if (root) std::fprintf(stderr, "%s\n", line.c_str());
+  }
+  return {std::move(*r.config), resolved_auto};
+}
+
 int run(const Options& o, const gpt::Config& model_config, TrainContext::FillBatch fill_batch,
         TrainContext::Evaluate evaluate, MpiWorld* mpi_world) {
-  zerotk::config::ResolveContext rc;
   const int world = o.mpi ? mpi_world->size() : o.ranks;
-  rc.world_size = world;
   if (o.config_file.empty()) check_batch_flags(o, world);
   const std::string text = o.config_file.empty() ? flags_to_deepspeed_json(o) : zerotk::config::read_text_file(o.config_file);
-  const zerotk::config::Config cfg = zerotk::config::load(text, rc, o.config_file.empty() ? "flags" : o.config_file);
   const bool root = !o.mpi || mpi_world->rank() == 0;
+  const ReadConfig read = read_config(o, world, root, text);
+  const zerotk::config::Config& cfg = read.cfg;
   if (o.delayed_param_update_start != 0 && !o.delayed_param_update) {
     throw zerotk::usage_error("delays nothing without --delayed-param-update", "--delayed-param-update-start",
                               std::to_string(o.delayed_param_update_start));
@@ -380,7 +491,12 @@ int run(const Options& o, const gpt::Config& model_config, TrainContext::FillBat
   // file that --config takes. Checked like a run for this world size, except the swap directories,
   // which belong to the machine that will run it.
   if (o.print_config) {
-    if (root) std::printf("%s", text.c_str());
+    // A file with "auto" values prints resolved (as zerotk-config does), so that it runs anywhere.
+    if (root && read.resolved_auto) {
+      std::printf("%s\n", zerotk::config::to_json(cfg).dump(2).c_str());
+    } else if (root) {
+      std::printf("%s", text.c_str());
+    }
     return 0;
   }
   if (cfg.zero_optimization.offload_optimizer.device == zerotk::config::OffloadDevice::nvme) {
@@ -429,6 +545,7 @@ int run(const Options& o, const gpt::Config& model_config, TrainContext::FillBat
                      cfg.zero_optimization.offload_optimizer.device == zerotk::config::OffloadDevice::nvme,
                      o.delayed_param_update,
                      cfg.optimizer ? static_cast<int>(cfg.optimizer->kind.moments()) : 2);
+  explain_spaces(summary, cfg.zero_optimization.sub_group_size, static_cast<double>(summary.padded) / world);
   std::printf("activation peak per rank: %zu B (%zu of %d blocks checkpointed, --checkpoint-activations %s)\n",
               summary.activation_peak, summary.checkpointed_blocks, model_config.n_layers, o.checkpoint_activations.c_str());
   std::printf("\ntrained %d steps in %.1f s: %.0f tokens/s; time outside the model's own forward/backward: %.1f%%\n",
