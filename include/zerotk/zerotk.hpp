@@ -35,6 +35,7 @@ ZEROTK_CHECKPOINT_NEEDS_XXHASH_(export_safetensors)
 #include "zerotk/optim/clip.hpp"
 #include "zerotk/optim/optimizer.hpp"
 #include "zerotk/optim/schedulers.hpp"
+#include "zerotk/parallel.hpp"
 #include "zerotk/policies.hpp"
 #include "zerotk/precision.hpp"
 #include "zerotk/version.hpp"
