@@ -66,6 +66,7 @@
 #include "zerotk/engine/shards.hpp"
 #include "zerotk/engine/state.hpp"
 #include "zerotk/engine/state_api.hpp"
+#include "zerotk/engine/tensor_splits.hpp"
 #include "zerotk/optim/schedulers.hpp"
 #include "zerotk/policies.hpp"
 #include "zerotk/version.hpp"
@@ -342,6 +343,7 @@ class Engine : public engine::Introspection<Engine<Ps...>>, public engine::State
     r.group_of = options_.group_of;
     r.optimizer_groups = options_.groups.size();
     r.fp32_module_types = options_.fp32_module_types;
+    r.tensor_split = options_.tensor_split;
     Fetch::registry_rules(r, options_.stage3);
     return r;
   }
@@ -354,9 +356,12 @@ class Engine : public engine::Introspection<Engine<Ps...>>, public engine::State
                          "tensor x pipeline", std::to_string(comms_.place().tensor_size) + " x " +
                                                   std::to_string(comms_.place().pipeline_size));
     }
+    const engine::GridPlace& place = comms_.place();
+    if (place.tensor_size > 1 && place.pipeline_size == 1) engine::check_tensor_splits(comms_.norm(), registry_);
     comms_.make_hpz(Fetch::hpz_group_size(options_.stage3));
     groups_ = engine::assemble_groups<MainGroup, Fp32Group, Fetch>(
         options_, registry_, ops_, comms_, ledger_, options_.bucket_numel(bucketer::bytes, sizeof(S)), facts().shard_file);
+    groups_.each([&](auto& g) { g.set_norm_share(place.counts_replicated()); });
     bindings_.emplace(registry_, groups_, ops_, &ledger_);
     bindings_->adopt_and_bind(options_.adopt_initial_values);
     groups_.init_master();
@@ -367,7 +372,7 @@ class Engine : public engine::Introspection<Engine<Ps...>>, public engine::State
     boundary_.emplace(groups_, scaler_, comms_, ops_, schedule_,
                       engine::BoundarySettings{options_.gradient_accumulation_steps, options_.gradient_clipping,
                                                options_.delayed_param_update, options_.delayed_param_update_start},
-                      comms_.agree_norm_count(groups_.flat_numel()));
+                      comms_.agree_norm_count(groups_.flat_numel(), groups_.split_numel()));
   }
 
   friend ForwardScope;

@@ -36,6 +36,7 @@ std::pair<GroupMembers, GroupMembers> plan_groups(const ParamRegistry& registry,
     m.ids.push_back(i);
     m.numels.push_back(e.numel);
     m.opt_groups.push_back(e.optimizer_group);
+    m.split.push_back(e.tensor_split.is_split() ? 1 : 0);
     if (const std::optional<FetchUnit> u = unit_of(e)) {
       m.units.push_back(u->key);
       m.persistent.push_back(u->persistent ? 1 : 0);

@@ -15,7 +15,8 @@
 /// Both reductions run over `norm`, every rank the parameters span (engine/comms.hpp): with a
 /// process grid its world, where phase 1 agrees on overflow over every rank and phase 2 adds each
 /// element once (`place.counts_replicated()`: one tensor rank adds what every tensor rank holds
-/// whole, and the loss). A rank that adds nothing sends zeros, which change no sum.
+/// whole, and the loss; every tensor rank adds its shards of split parameters). A rank that adds
+/// nothing sends zeros, which change no sum.
 
 #include <cmath>
 #include <cstddef>
@@ -53,11 +54,12 @@ GlobalNorm global_norm(Comm& comm, const GridPlace& place, Ops& ops, std::size_t
   GlobalNorm r;
   r.nonfinite = bound[1] != 0.0;
   zero::FoldSums folds;
-  const bool counts = place.counts_replicated() || rank_local;
-  if (!counts) loss = 0.0;
-  if (!r.nonfinite && counts) {
+  if (!place.counts_replicated() && !rank_local) loss = 0.0;
+  if (!r.nonfinite) {  // each group hands over only what this rank counts (with_norm_blocks' `counted`)
     const zero::NormGrid grid = zero::NormGrid::make(bound[0], count_bound);
-    each_group([&](auto& g) { g.with_norm_blocks([&](auto blocks) { ops.add_squares(blocks, grid, folds); }); });
+    each_group([&](auto& g) {
+      g.with_norm_blocks([&](auto blocks) { ops.add_squares(blocks, grid, folds); }, /*counted=*/true);
+    });
   }
   constexpr std::size_t kFolds = std::size(zero::FoldSums{}.fold);
   double sums[kFolds + 1];

@@ -92,10 +92,12 @@ class EngineComms {
   }
 
   /// The number of gradient elements the global norm adds up over every rank, agreed by all (one
-  /// all-reduce over the world with a grid; none otherwise): each model shard's `flat_numel` once.
-  std::uint64_t agree_norm_count(std::uint64_t flat_numel) {
+  /// all-reduce over the world with a grid; none otherwise): each model shard's `flat_numel` once,
+  /// and on the other tensor ranks their `split_numel` (shards of split parameters).
+  std::uint64_t agree_norm_count(std::uint64_t flat_numel, std::uint64_t split_numel = 0) {
     if (!world_) return flat_numel;
-    double n = (place_.counts_replicated() && place_.data_index == 0) ? static_cast<double>(flat_numel) : 0.0;
+    const std::uint64_t mine = place_.counts_replicated() ? flat_numel : split_numel;
+    double n = place_.data_index == 0 ? static_cast<double>(mine) : 0.0;
     world_->all_reduce_host(&n, &n, 1, comm::ReduceOp::sum);
     return static_cast<std::uint64_t>(n);
   }

@@ -39,6 +39,9 @@ struct GroupMembers {
   /// (persistent parameters get units of their own). Empty below stage 3.
   std::vector<std::uint32_t> units;
   std::vector<char> persistent;
+  /// Whether each is split across the tensor group (ParamEntry::tensor_split): the norm counts it on
+  /// every tensor rank.
+  std::vector<char> split;
 };
 
 namespace detail {
@@ -108,6 +111,7 @@ class FlatGroup {
   FlatGroup(zero::PathContext<Ops> ctx, GroupMembers m, std::size_t bucket_numel, bool overlap_param_gather,
             const offload::StoreOptions& store, const std::vector<ParamGroup>& groups, const OneBitOptions& onebit = {})
       : members_(std::move(m.ids)),
+        split_(std::move(m.split)),
         layout_(m.numels, m.opt_groups, ctx.world(), bucket_numel, m.units),
         ctx_(with_layout(ctx, &layout_, &local_)),
         grads_(ctx_),
@@ -169,23 +173,37 @@ class FlatGroup {
 
   // ---- the boundary --------------------------------------------------------------------------------
 
-  /// Calls f(std::span<const kernels::TensorRef<const E>>) with this rank's share of the gradients the
-  /// norm adds up, block by block (E: the owned gradients' element type). Over all ranks the shares
-  /// cover every element once.
+  /// Whether this rank's norm share holds the parameters every tensor rank holds whole (one tensor
+  /// rank's does: engine/comms.hpp's GridPlace::counts_replicated()); split ones count everywhere.
+  void set_norm_share(bool counts_replicated) noexcept { counts_replicated_ = counts_replicated; }
+  /// Elements of parameters split across the tensor group.
+  std::size_t split_numel() const noexcept {
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < split_.size(); ++i) n += split_[i] ? layout_.param(i).numel : 0;
+    return n;
+  }
+
+  /// Calls f(std::span<const kernels::TensorRef<const E>>) with this rank's share of the gradients, block
+  /// by block (E: the owned gradients' element type). `counted`: only what this rank adds to the norm
+  /// (over all ranks of the grid every element once: a tensor rank other than the counting one leaves
+  /// out the parameters every tensor rank holds whole); otherwise everything it owns (the overflow check).
   /// While the gradients are local (gradients_local()) a rank's share is its whole flat buffer: the
   /// norm is then this rank's own, as DeepSpeed clips each rank's local gradients in 1-bit Adam's
   /// compressed phase.
   template <class F>
-  void with_norm_blocks(F&& f) const {
+  void with_norm_blocks(F&& f, bool counted = false) const {
     const zero::OwnedGrads<T> owned = grads_.owned();
     const int rank = ctx_.rank();
+    const bool only_split = counted && !counts_replicated_;
     owned.visit([&](const auto* base) {
       using E = std::remove_cv_t<std::remove_pointer_t<decltype(base)>>;
       std::vector<kernels::TensorRef<const E>> blocks;
       blocks.reserve(layout_.buckets().size());
       for (std::size_t k = layout_.buckets().size(); k-- > 0;) {
         const zero::Bucket& b = layout_.buckets()[k];
-        if (local_.on) {  // stage 0, owned = the whole flat buffer: all of bucket k
+        if (only_split) {
+          add_split_blocks(blocks, base, k, rank, owned.owned_shaped);
+        } else if (local_.on) {  // stage 0, owned = the whole flat buffer: all of bucket k
           blocks.emplace_back(base + b.flat_offset, b.numel);
         } else {
           blocks.emplace_back(base + Own::norm_offset(layout_, k, rank, owned.owned_shaped), b.block);
@@ -448,7 +466,26 @@ class FlatGroup {
     grads_.ready(k);
   }
 
+  // The pieces of split parameters in what this rank owns of bucket k (with_norm_blocks' share).
+  template <class E>
+  void add_split_blocks(std::vector<kernels::TensorRef<const E>>& blocks, const E* base, std::size_t k, int rank,
+                        bool owned_shaped) const {
+    const zero::Bucket& b = layout_.buckets()[k];
+    if (local_.on) {
+      for (std::uint32_t i : b.params) {
+        if (split_[i]) blocks.emplace_back(base + layout_.param(i).flat_offset, layout_.param(i).numel);
+      }
+      return;
+    }
+    const std::size_t start = Own::norm_offset(layout_, k, rank, owned_shaped), lo = layout_.block_flat_offset(k, rank);
+    for (const zero::PartitionSegment& s : layout_.block_segments(k, rank, false)) {
+      if (split_[s.tensor]) blocks.emplace_back(base + start + (s.offset - lo), s.numel);
+    }
+  }
+
   std::vector<ParamId> members_;
+  std::vector<char> split_;          // per local parameter: split across the tensor group
+  bool counts_replicated_ = true;    // this tensor rank adds the squares of unsplit parameters
   zero::BucketLayout layout_;
   zero::LocalGradients local_;  // the paths' switch of the gradient reduction (1-bit Adam)
   zero::PathContext<Ops> ctx_;

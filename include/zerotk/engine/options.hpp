@@ -21,6 +21,7 @@
 #include "zerotk/offload/options.hpp"
 #include "zerotk/optim/onebit_options.hpp"
 #include "zerotk/optim/optimizer.hpp"
+#include "zerotk/parallel/split.hpp"
 #include "zerotk/precision/loss_scaler.hpp"
 #include "zerotk/zero/options.hpp"
 
@@ -71,6 +72,12 @@ struct ModelOptions {
   /// start at zero; write them through the bound Params and call `initialize_master()` or
   /// `broadcast_parameters()`.
   bool adopt_initial_values = true;
+  /// Tensor parallelism: how each parameter (by name) is split across the grid's tensor group
+  /// (parallel/split.hpp); unset, or replicated(): every tensor rank holds it whole. A split
+  /// parameter's Param holds this rank's shard. The global norm adds a split parameter's squares on
+  /// every tensor rank and a replicated one's on one tensor rank; ZeRO partitions both over the
+  /// data group. Every rank must declare the same splits (checked at construction).
+  std::function<parallel::TensorSplit(std::string_view name)> tensor_split;
 };
 
 /// Run-time settings, composed of each part's own options struct (each with its own check; the

@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "zerotk/parallel/split.hpp"
 #include "zerotk/core/concepts.hpp"
 #include "zerotk/core/dtype.hpp"
 #include "zerotk/core/error.hpp"
@@ -47,6 +48,8 @@ struct ParamEntry {
   /// Stage 3: kept unpartitioned because of its module's type (Rules::partitioned_module_types,
   /// replicated_module_types).
   bool replicated = false;
+  /// How the parameter is split across the tensor group (the Param holds this rank's shard).
+  parallel::TensorSplit tensor_split{};
   /// Points the Param at (data, grad); both typed as the Param's element type.
   std::function<void(void* data, void* grad)> bind;
   /// Copies the values the Param holds before the engine binds it into `dst` (numel elements of
@@ -77,6 +80,8 @@ class ParamRegistry {
     /// those of `replicated_module_types`. A listed type no module declares is an error.
     std::vector<std::string> partitioned_module_types;
     std::vector<std::string> replicated_module_types;
+    /// ModelOptions::tensor_split.
+    std::function<parallel::TensorSplit(std::string_view)> tensor_split;
   };
 
   /// Visits `model` once and records every parameter (and its current values, if it has any).
@@ -192,6 +197,7 @@ class ParamRegistry {
     e.unit = unit != unit_of_.end() ? unit->second : units_++;
     e.replicated = replicated_params_.count(&p) > 0 ||
                    (!rules_.partitioned_module_types.empty() && partitioned_params_.count(&p) == 0);
+    if (rules_.tensor_split) e.tensor_split = rules_.tensor_split(name);
     e.bind = [&p](void* d, void* g) { p.bind(static_cast<V*>(d), static_cast<V*>(g)); };
     e.read_initial = [&p, n = e.numel](void* dst) {
       const V* values = p.data();

@@ -1,0 +1,68 @@
+#pragma once
+/// \file zerotk/engine/tensor_splits.hpp
+/// Construction-time agreement on how parameters are split across the tensor group
+/// (ModelOptions::tensor_split): every rank of a grid must declare the same split for the same
+/// parameter, or the norm would count some elements twice or not at all. Collective over the grid's
+/// world (two small all-reduces, then one of a value per parameter), so a disagreement is a
+/// usage_error on every rank naming the first parameter that differs, never a hang or a wrong norm.
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "zerotk/comm/communicator.hpp"
+#include "zerotk/core/error.hpp"
+#include "zerotk/engine/registry.hpp"
+#include "zerotk/parallel/split.hpp"
+
+namespace zerotk::engine {
+
+namespace detail {
+/// A parameter's declaration as a number below 2^52 (exact in the fp64 all-reduce): its name, split
+/// and element count (the shard's, the same on every rank that holds that shard).
+inline double split_code(const ParamEntry& e) {
+  std::uint64_t h = 1469598103934665603ull;  // FNV-1a
+  const auto mix = [&](std::uint64_t v) {
+    for (int i = 0; i < 8; ++i) h = (h ^ ((v >> (8 * i)) & 0xFF)) * 1099511628211ull;
+  };
+  for (char c : e.name) mix(static_cast<unsigned char>(c));
+  mix(static_cast<std::uint64_t>(e.tensor_split.dim));
+  mix(static_cast<std::uint64_t>(e.tensor_split.parts));
+  mix(e.numel);
+  return static_cast<double>(h & ((std::uint64_t{1} << 52) - 1));
+}
+}  // namespace detail
+
+/// Checks that every rank of `world` declares the same parameters with the same splits. Run it over
+/// the ranks that hold the same parameter list (a grid without pipeline stages: its world).
+template <class Comm>
+void check_tensor_splits(Comm& world, const ParamRegistry& registry) {
+  const std::size_t n = registry.size();
+  double count[2] = {static_cast<double>(n), -static_cast<double>(n)};
+  world.all_reduce_host(count, count, 2, comm::ReduceOp::max);
+  if (count[0] != -count[1]) {
+    throw usage_error("ranks of the grid register different numbers of parameters, so their tensor splits cannot agree",
+                      "rank " + std::to_string(world.rank()),
+                      std::to_string(n) + " here; between " + std::to_string(static_cast<long long>(-count[1])) +
+                          " and " + std::to_string(static_cast<long long>(count[0])) + " on the others");
+  }
+  std::vector<double> hi(2 * n);
+  for (std::size_t i = 0; i < n; ++i) {
+    hi[i] = detail::split_code(registry[static_cast<ParamId>(i)]);
+    hi[n + i] = -hi[i];
+  }
+  world.all_reduce_host(hi.data(), hi.data(), hi.size(), comm::ReduceOp::max);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (hi[i] != -hi[n + i]) {
+      const ParamEntry& e = registry[static_cast<ParamId>(i)];
+      throw usage_error("ranks of the grid declare this parameter differently (its name, tensor split or shard size "
+                        "differ between ranks); ModelOptions::tensor_split must give every rank the same answer",
+                        e.name,
+                        "on rank " + std::to_string(world.rank()) + ": " + parallel::to_text(e.tensor_split) + ", " +
+                            std::to_string(e.numel) + " elements");
+    }
+  }
+}
+
+}  // namespace zerotk::engine
