@@ -1,0 +1,346 @@
+#pragma once
+/// \file zerotk/interop/torch.hpp
+/// libtorch adapter: a `torch::nn::Module`'s parameters become zerotk Parameters in place, and one
+/// `loss.backward()` hands each gradient to the engine as autograd produces it. Requires libtorch
+/// (target zerotk::torch; Debian 12: libtorch-dev 1.13). Stages 0, 1 and 2, `Device<Host>`.
+///
+///   zerotk::interop::TorchModel model(*net);             // named_parameters(), frozen ones left out
+///   Engine engine(comm, model, options);                 // adopts the values, re-points the tensors
+///   zerotk::interop::TorchGradients grads(engine, model);  // hooks on the gradient accumulators
+///   for (...) {
+///     torch::Tensor loss = criterion(net->forward(x), y);
+///     grads.backward(loss);                              // loss * loss_scale, then loss.backward()
+///     zerotk::StepReport r = grads.step(loss.item<double>());
+///   }
+///
+/// How it binds: after the engine is built every parameter tensor's data is `from_blob` over the
+/// engine's storage (`set_data`, same TensorImpl, so the module's own fields and every alias of the
+/// tensor keep working). Each parameter's gradient accumulator (autograd's AccumulateGrad node) gets
+/// a post hook: when autograd has accumulated the parameter's gradient, the hook opens the engine's
+/// backward scope for that parameter alone, adds the gradient into the engine's gradient storage,
+/// drops the tensor's `.grad()`, and closes the scope; a bucket whose last parameter closes starts
+/// reducing while autograd continues with the earlier layers.
+///
+/// Tied weights: the same tensor registered in two modules (`lm_head->weight = emb->weight` through
+/// register_parameter) is one parameter, named by its first name in named_parameters() order; the
+/// other names are listed by aliases(). Two distinct tensors that share storage (a view of another
+/// parameter) are refused, naming both.
+
+#include "zerotk/core/macros.hpp"
+
+#if !ZEROTK_HAS_TORCH
+#error "zerotk/interop/torch.hpp needs libtorch: link the CMake target zerotk::torch (it defines ZEROTK_HAS_TORCH=1), or, in a vendored copy, define ZEROTK_HAS_TORCH=1 and put libtorch (Debian: libtorch-dev) on the include path"
+#endif
+
+#include <torch/torch.h>
+
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "zerotk/core/concepts.hpp"
+#include "zerotk/core/error.hpp"
+
+namespace zerotk::interop {
+
+/// One trainable tensor of a torch module, as a zerotk Parameter. The tensor stays the module's
+/// (same TensorImpl); bind() re-points its data at engine storage.
+class TorchParam {
+ public:
+  using value_type = float;
+
+  /// Refuses what cannot live in a flat fp32 buffer in place, naming the parameter.
+  TorchParam(std::string name, torch::Tensor tensor) : name_(std::move(name)), tensor_(std::move(tensor)) {
+    if (tensor_.layout() != torch::kStrided) {
+      throw usage_error("torch parameter is not a dense (strided) tensor; sparse parameters cannot be bound", name_);
+    }
+    if (tensor_.scalar_type() != torch::kFloat32) {
+      throw usage_error("torch parameter must be float32 (the engine's Precision<> decides the stored type; "
+                        "convert the module with module->to(torch::kFloat32) before wrapping)",
+                        name_, std::string(c10::toString(tensor_.scalar_type())));
+    }
+    if (!tensor_.device().is_cpu()) {
+      throw usage_error("torch parameter must be on the CPU (the adapter supports Device<Host> only)", name_,
+                        tensor_.device().str());
+    }
+    if (!tensor_.is_contiguous()) {
+      throw usage_error("torch parameter is not contiguous; make it contiguous before wrapping", name_);
+    }
+    for (std::int64_t d : tensor_.sizes()) sizes_.push_back(d);
+    for (std::int64_t d : tensor_.sizes()) shape_.push_back(static_cast<std::size_t>(d));
+    numel_ = static_cast<std::size_t>(tensor_.numel());
+  }
+  TorchParam(const TorchParam&) = delete;
+  TorchParam& operator=(const TorchParam&) = delete;
+  TorchParam(TorchParam&&) = default;
+  TorchParam& operator=(TorchParam&&) = default;
+
+  const std::string& name() const noexcept { return name_; }
+  std::size_t numel() const noexcept { return numel_; }
+  const std::vector<std::size_t>& shape() const noexcept { return shape_; }
+  torch::Tensor& tensor() noexcept { return tensor_; }
+  const torch::Tensor& tensor() const noexcept { return tensor_; }
+
+  /// Before the engine binds: the tensor's own values (the engine adopts them). After: engine storage.
+  float* data() noexcept { return bound_ ? data_ : static_cast<float*>(tensor_.data_ptr()); }
+  float* grad() noexcept { return grad_; }
+
+  /// Points the tensor at `data` (numel floats of engine storage) when it moved; `grad` is where
+  /// the engine wants this parameter's gradient now.
+  void bind(float* data, float* grad) {
+    grad_ = grad;
+    if (bound_ && data == data_) return;
+    if (data == nullptr) {
+      throw usage_error("the engine released this parameter's values (stage 3); the torch adapter supports stages "
+                        "0, 1 and 2",
+                        name_);
+    }
+    data_ = data;
+    bound_ = true;
+    torch::NoGradGuard no_grad;
+    tensor_.set_data(torch::from_blob(data, sizes_, torch::TensorOptions().dtype(torch::kFloat32)));
+  }
+
+  /// Whether the tensor still reads the engine's storage (not re-allocated by module->to(...),
+  /// set_data or an assignment behind the engine's back).
+  bool still_bound() const {
+    return !bound_ ||
+           (tensor_.scalar_type() == torch::kFloat32 && tensor_.data_ptr() == static_cast<void*>(data_) &&
+            tensor_.numel() == static_cast<std::int64_t>(numel_) && tensor_.is_contiguous());
+  }
+  void require_bound() const {
+    if (still_bound()) return;
+    throw usage_error("torch parameter no longer points at the engine's storage: the module re-allocated it after "
+                      "wrapping (module->to(...), set_data, or assigning a new tensor); convert the module before "
+                      "building the engine",
+                      name_,
+                      std::string(c10::toString(tensor_.scalar_type())) + " tensor of " +
+                          std::to_string(tensor_.numel()) + " elements");
+  }
+
+  /// Gives the tensor its own copy of the current values again (the engine's storage is about to
+  /// go away).
+  void unbind() {
+    if (!bound_) return;
+    if (still_bound()) {
+      torch::NoGradGuard no_grad;
+      tensor_.set_data(tensor_.detach().clone());
+    }
+    bound_ = false;
+    data_ = nullptr;
+    grad_ = nullptr;
+  }
+
+ private:
+  std::string name_;
+  torch::Tensor tensor_;
+  std::vector<std::int64_t> sizes_;
+  std::vector<std::size_t> shape_;
+  std::size_t numel_ = 0;
+  float* data_ = nullptr;  // [numel] engine storage the tensor reads, once bound
+  float* grad_ = nullptr;  // [numel] where the engine wants the gradient now
+  bool bound_ = false;
+};
+
+static_assert(Parameter<TorchParam>);
+
+/// A torch module's trainable parameters as a zerotk Module, in named_parameters() order.
+/// Neither copyable nor movable: the engine keeps the addresses of its parameters.
+class TorchModel {
+ public:
+  explicit TorchModel(torch::nn::Module& module) {
+    std::unordered_map<const void*, std::size_t> by_impl;    // TensorImpl -> index into params_
+    std::unordered_map<const void*, std::string> by_storage;  // StorageImpl -> the first name using it
+    std::vector<std::pair<std::string, torch::Tensor>> keep;
+    for (const auto& item : module.named_parameters(/*recurse=*/true)) {
+      const torch::Tensor& t = item.value();
+      const void* impl = t.unsafeGetTensorImpl();
+      if (auto it = by_impl.find(impl); it != by_impl.end()) {
+        aliases_.emplace_back(item.key(), keep[it->second].first);
+        continue;
+      }
+      if (!t.requires_grad()) {
+        frozen_.push_back(item.key());
+        continue;
+      }
+      if (t.layout() == torch::kStrided && t.has_storage()) {
+        const void* storage = t.storage().unsafeGetStorageImpl();
+        if (auto it = by_storage.find(storage); it != by_storage.end()) {
+          throw usage_error("two torch parameters share storage (one is a view of the other); tie weights by "
+                            "registering the same tensor in both modules instead",
+                            item.key(), it->second);
+        }
+        by_storage.emplace(storage, item.key());
+      }
+      by_impl.emplace(impl, keep.size());
+      keep.emplace_back(item.key(), t);
+    }
+    params_.reserve(keep.size());
+    for (auto& [name, t] : keep) params_.emplace_back(name, t);
+  }
+  TorchModel(const TorchModel&) = delete;
+  TorchModel& operator=(const TorchModel&) = delete;
+
+  template <class Visit>
+  void parameters(Visit&& visit) {
+    for (TorchParam& p : params_) visit(p.name(), p);
+  }
+
+  std::size_t size() const noexcept { return params_.size(); }
+  TorchParam& operator[](std::size_t i) noexcept { return params_[i]; }
+  const TorchParam& operator[](std::size_t i) const noexcept { return params_[i]; }
+  /// (alias, parameter): a tensor met again under another name (tied weights).
+  const std::vector<std::pair<std::string, std::string>>& aliases() const noexcept { return aliases_; }
+  /// Parameters with requires_grad false: left to the module, not trained.
+  const std::vector<std::string>& frozen() const noexcept { return frozen_; }
+
+  /// Every bound tensor still reads the engine's storage, or a usage_error naming the first that does not.
+  void require_bound() const {
+    for (const TorchParam& p : params_) p.require_bound();
+  }
+  /// Every tensor gets its own copy of its current values (before the engine goes away).
+  void unbind() {
+    for (TorchParam& p : params_) p.unbind();
+  }
+
+ private:
+  std::vector<TorchParam> params_;
+  std::vector<std::pair<std::string, std::string>> aliases_;
+  std::vector<std::string> frozen_;
+};
+
+static_assert(Module<TorchModel>);
+
+namespace detail {
+/// The engine's backward scope is opened per parameter: each is its own "layer" of one parameter.
+struct OneTorchParam {
+  TorchParam* p;
+  template <class Visit>
+  void parameters(Visit&& visit) {
+    visit(p->name(), *p);
+  }
+};
+
+/// Runs after autograd accumulated one parameter's gradient (a post hook of its AccumulateGrad).
+template <class Owner>
+struct AccumulatedHook final : torch::autograd::FunctionPostHook {
+  AccumulatedHook(Owner* owner, std::size_t index) : owner_(owner), index_(index) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list& /*inputs*/) override {
+    owner_->accumulated(index_);
+    return outputs;
+  }
+  Owner* owner_;
+  std::size_t index_;
+};
+}  // namespace detail
+
+/// Connects autograd to an engine built over a TorchModel: hooks on every parameter's gradient
+/// accumulator, for as long as this object lives. Build it after the engine; it must be destroyed
+/// before the engine (it gives the tensors their own copies of the values back then, so the module
+/// stays usable after the engine is gone).
+template <class Engine>
+class TorchGradients {
+  static_assert(Engine::kStage <= 2,
+                "TorchGradients: the libtorch adapter supports ZeRO stages 0, 1 and 2 (stage 3 would release the "
+                "values autograd saved; not implemented yet)");
+
+ public:
+  TorchGradients(Engine& engine, TorchModel& model)
+      : engine_(&engine), model_(&model), got_(model.size(), 0) {
+    units_.reserve(model.size());
+    hooks_.reserve(model.size());
+    for (std::size_t i = 0; i < model.size(); ++i) {
+      units_.push_back(detail::OneTorchParam{&model[i]});
+      model[i].require_bound();
+      std::shared_ptr<torch::autograd::Node> acc = torch::autograd::impl::grad_accumulator(model[i].tensor());
+      if (!acc) throw usage_error("torch parameter has no gradient accumulator (not a leaf?)", model[i].name());
+      const std::uintptr_t key = acc->add_post_hook(std::make_unique<detail::AccumulatedHook<TorchGradients>>(this, i));
+      hooks_.push_back({std::move(acc), key});
+    }
+  }
+  TorchGradients(const TorchGradients&) = delete;
+  TorchGradients& operator=(const TorchGradients&) = delete;
+  ~TorchGradients() {
+    for (Hook& h : hooks_) h.accumulator->del_post_hook(h.key);
+    model_->unbind();
+  }
+
+  /// `loss * engine.loss_scale()` (as is, when the scale is 1), then one backward through autograd.
+  void backward(const torch::Tensor& loss) {
+    const double scale = engine_->loss_scale();
+    if (scale == 1.0) {
+      loss.backward();
+    } else {
+      (loss * scale).backward();
+    }
+  }
+
+  /// Checks that no tensor was re-allocated behind the engine's back, gives every parameter that got
+  /// no gradient in this micro-step (unused in the forward) a zero one, then engine.step(loss).
+  auto step(double loss = 0.0) {
+    model_->require_bound();
+    for (std::size_t i = 0; i < got_.size(); ++i) {
+      if (got_[i]) continue;
+      auto scope = engine_->backward(units_[i]);  // an empty scope: this parameter's gradient is zero
+    }
+    std::fill(got_.begin(), got_.end(), 0);
+    return engine_->step(loss);
+  }
+
+  /// How many gradients the hooks handed to the engine since the last step().
+  std::size_t gradients_received() const noexcept {
+    std::size_t n = 0;
+    for (char g : got_) n += g != 0;
+    return n;
+  }
+
+  /// The hook: autograd accumulated parameter i's gradient into its `.grad()`.
+  void accumulated(std::size_t i) {
+    TorchParam& p = (*model_)[i];
+    p.require_bound();
+    torch::Tensor& t = p.tensor();
+    const torch::Tensor g = t.grad();
+    if (!g.defined()) return;
+    if (g.is_sparse() || g.layout() != torch::kStrided) {
+      throw usage_error("torch parameter got a sparse gradient (e.g. Embedding with sparse=true); the engine reduces "
+                        "dense gradients only",
+                        p.name());
+    }
+    if (got_[i]) {
+      throw usage_error("torch parameter received a second gradient in one micro-step (two backward() calls "
+                        "before step()?)",
+                        p.name());
+    }
+    const torch::Tensor src = g.scalar_type() == torch::kFloat32 ? g.contiguous() : g.to(torch::kFloat32).contiguous();
+    {
+      auto scope = engine_->backward(units_[i]);
+      float* dst = p.grad();
+      const float* s = src.data_ptr<float>();
+      for (std::size_t k = 0; k < p.numel(); ++k) dst[k] += s[k];
+    }
+    got_[i] = 1;
+    t.mutable_grad().reset();  // the engine holds the gradient now; autograd's copy is dropped
+  }
+
+ private:
+  struct Hook {
+    std::shared_ptr<torch::autograd::Node> accumulator;  // kept alive: a tensor holds it only weakly
+    std::uintptr_t key;
+  };
+  Engine* engine_;
+  TorchModel* model_;
+  std::vector<detail::OneTorchParam> units_;  // [parameter]: stable addresses (the engine's module keys)
+  std::vector<Hook> hooks_;
+  std::vector<char> got_;  // [parameter] its gradient arrived in this micro-step
+};
+
+}  // namespace zerotk::interop

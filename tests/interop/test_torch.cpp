@@ -1,0 +1,304 @@
+// The libtorch adapter (zerotk/interop/torch.hpp): a torch::nn::Sequential trained with one
+// loss.backward() per step on thread ranks, against a plain libtorch data-parallel loop written
+// here (gradients averaged by hand, torch::optim::AdamW), across stages 0-2, and its errors.
+// glog (through libtorch) defines CHECK too: use doctest's prefixed macros only.
+#define DOCTEST_CONFIG_NO_SHORT_MACRO_NAMES
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+#include <zerotk/comm/threads.hpp>
+#include <zerotk/engine.hpp>
+#include <zerotk/interop/torch.hpp>
+
+using namespace zerotk;
+using interop::TorchGradients;
+using interop::TorchModel;
+
+namespace {
+
+constexpr int kIn = 8, kHidden = 24, kOut = 4, kBatch = 16;
+constexpr int kVocab = 11, kDim = 6;
+constexpr double kLr = 1e-2, kWeightDecay = 0.01;
+
+/// Each parameter once (libtorch's parameters() lists a tied tensor under every name).
+std::vector<torch::Tensor> unique_params(torch::nn::Module& m) {
+  std::vector<torch::Tensor> out;
+  for (const auto& p : m.parameters()) {
+    bool seen = false;
+    for (const auto& q : out) seen = seen || q.unsafeGetTensorImpl() == p.unsafeGetTensorImpl();
+    if (!seen) out.push_back(p);
+  }
+  return out;
+}
+
+std::vector<float> flatten(torch::nn::Module& m) {
+  std::vector<float> out;
+  for (const auto& p : unique_params(m)) {
+    const torch::Tensor c = p.detach().contiguous();
+    out.insert(out.end(), c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
+  }
+  return out;
+}
+
+/// The regression task: an MLP of Linear layers, mean squared error against a fixed function.
+struct MlpTask {
+  using Net = torch::nn::Sequential;
+  static Net make() {
+    torch::manual_seed(7);  // every rank (and the reference) starts from the same weights
+    return torch::nn::Sequential(torch::nn::Linear(kIn, kHidden), torch::nn::Tanh(),
+                                 torch::nn::Linear(kHidden, kHidden), torch::nn::ReLU(),
+                                 torch::nn::Linear(kHidden, kOut));
+  }
+  static torch::Tensor loss(Net& net, const torch::Tensor& x, const torch::Tensor& y) {
+    return torch::mse_loss(net->forward(x), y);
+  }
+  static void draw(torch::Tensor& x, torch::Tensor& y, const torch::Tensor& w) {
+    x = torch::randn({kBatch, kIn});
+    y = torch::sin(x.matmul(w));
+  }
+  static torch::Tensor teacher() { return torch::randn({kIn, kOut}); }
+};
+
+/// A tied head: the output projection is the embedding's own tensor, registered in two modules.
+struct TiedHeadImpl : torch::nn::Module {
+  explicit TiedHeadImpl(torch::Tensor w) { weight = register_parameter("weight", std::move(w)); }
+  torch::Tensor forward(const torch::Tensor& h) { return h.matmul(weight.t()); }
+  torch::Tensor weight;
+};
+TORCH_MODULE(TiedHead);
+
+struct TiedLmImpl : torch::nn::Module {
+  TiedLmImpl() {
+    emb = register_module("emb", torch::nn::Embedding(kVocab, kDim));
+    mid = register_module("mid", torch::nn::Linear(kDim, kDim));
+    head = register_module("head", TiedHead(emb->weight));
+  }
+  torch::Tensor forward(const torch::Tensor& idx) { return head(torch::tanh(mid(emb(idx)))); }
+  torch::nn::Embedding emb{nullptr};
+  torch::nn::Linear mid{nullptr};
+  TiedHead head{nullptr};
+};
+TORCH_MODULE(TiedLm);
+
+/// Next-token prediction of a fixed permutation with the tied model.
+struct TiedTask {
+  using Net = TiedLm;
+  static Net make() {
+    torch::manual_seed(11);
+    return TiedLm();
+  }
+  static torch::Tensor loss(Net& net, const torch::Tensor& x, const torch::Tensor& y) {
+    return torch::cross_entropy_loss(net->forward(x), y);
+  }
+  static void draw(torch::Tensor& x, torch::Tensor& y, const torch::Tensor& perm) {
+    x = torch::randint(kVocab, {kBatch}, torch::kLong);
+    y = perm.index_select(0, x);
+  }
+  static torch::Tensor teacher() { return torch::randperm(kVocab, torch::kLong); }
+};
+
+/// [step][rank] inputs and targets, drawn once on the main thread (libtorch's generator is global).
+struct Data {
+  std::vector<std::vector<torch::Tensor>> x, y;
+  template <class Task>
+  static Data draw(int steps, int world) {
+    Data d;
+    d.x.resize(static_cast<std::size_t>(steps));
+    d.y.resize(static_cast<std::size_t>(steps));
+    torch::manual_seed(1234);
+    const torch::Tensor t = Task::teacher();
+    for (auto s = 0u; s < d.x.size(); ++s)
+      for (int r = 0; r < world; ++r) {
+        torch::Tensor x, y;
+        Task::draw(x, y, t);
+        d.x[s].push_back(x);
+        d.y[s].push_back(y);
+      }
+    return d;
+  }
+};
+
+struct Run {
+  std::vector<double> losses;    // [step] mean over ranks, as the engine reports it
+  std::vector<float> params;     // rank 0's parameters after the last step (the engine gone), flattened
+  std::size_t params_bytes = 0, grads_bytes = 0, master_bytes = 0, optim_bytes = 0;  // rank 0's ledger
+  double psi = 0, psi_padded = 0;
+  std::size_t hooked = 0;         // gradients the hooks handed over in the last backward
+  std::uint64_t reductions_in_backward = 0;  // reduce(-scatter) / all-reduce calls issued inside it
+};
+
+template <int S, class... More>
+using TorchEngine = Engine<Partitioner<Stage<S>>, Optimizer<AdamW>, More...>;
+
+EngineOptions adamw_options() {
+  EngineOptions o;
+  o.optimizer.lr = kLr;
+  o.optimizer.weight_decay = kWeightDecay;
+  o.gradient_clipping = 0;
+  return o;
+}
+
+template <class C>
+std::uint64_t reduction_calls(const C& comm) {
+  return comm.stats()[comm::OpKind::reduce_scatter].calls + comm.stats()[comm::OpKind::all_reduce].calls;
+}
+
+template <class Task, class E>
+Run train_zerotk(int world, const Data& data, EngineOptions o = adamw_options()) {
+  std::vector<typename Task::Net> nets;
+  for (int r = 0; r < world; ++r) nets.push_back(Task::make());
+  Run run;
+  comm::run_threads(world, [&](auto& comm) {
+    at::set_num_threads(1);
+    auto& net = nets[static_cast<std::size_t>(comm.rank())];
+    TorchModel model(*net);
+    {
+      E engine(comm, model, o);
+      TorchGradients grads(engine, model);
+      const auto r = static_cast<std::size_t>(comm.rank());
+      for (std::size_t s = 0; s < data.x.size(); ++s) {
+        torch::Tensor loss = Task::loss(net, data.x[s][r], data.y[s][r]);
+        const std::uint64_t before = reduction_calls(comm);
+        grads.backward(loss);
+        const std::uint64_t in_backward = reduction_calls(comm) - before;
+        const std::size_t hooked = grads.gradients_received();
+        const StepReport rep = grads.step(loss.item<double>());
+        if (comm.rank() == 0) {
+          run.losses.push_back(rep.loss);
+          run.hooked = hooked;
+          run.reductions_in_backward = in_backward;
+        }
+      }
+      if (comm.rank() == 0) {
+        const auto& m = engine.memory();
+        run.params_bytes = m.live(MemoryCategory::params16);
+        run.grads_bytes = m.live(MemoryCategory::grads);
+        run.master_bytes = m.live(MemoryCategory::master32);
+        run.optim_bytes = m.live(MemoryCategory::optimizer_state);
+        run.psi = static_cast<double>(engine.parameter_count());
+        run.psi_padded = static_cast<double>(engine.flat_numel());
+      }
+    }  // TorchGradients gave the tensors their own copies back: the module outlives the engine
+    if (comm.rank() == 0) run.params = flatten(*net);
+  });
+  return run;
+}
+
+/// Plain libtorch data parallelism, no zerotk: every replica runs its own batch, the gradients are
+/// averaged by hand over the replicas (what an all-reduce does), each replica steps torch's AdamW.
+template <class Task>
+Run train_reference(int world, const Data& data) {
+  at::set_num_threads(1);
+  std::vector<typename Task::Net> nets;
+  std::vector<torch::optim::AdamW> opts;
+  for (int r = 0; r < world; ++r) {
+    nets.push_back(Task::make());
+    opts.emplace_back(unique_params(*nets.back()),
+                      torch::optim::AdamWOptions(kLr).betas({0.9, 0.999}).eps(1e-8).weight_decay(kWeightDecay));
+  }
+  Run run;
+  for (std::size_t s = 0; s < data.x.size(); ++s) {
+    double loss = 0;
+    for (int r = 0; r < world; ++r) {
+      const auto k = static_cast<std::size_t>(r);
+      nets[k]->zero_grad();
+      torch::Tensor l = Task::loss(nets[k], data.x[s][k], data.y[s][k]);
+      l.backward();
+      loss += l.item<double>();
+    }
+    const std::size_t count = unique_params(*nets[0]).size();
+    for (std::size_t j = 0; j < count; ++j) {
+      torch::Tensor sum = torch::zeros_like(unique_params(*nets[0])[j]);
+      for (auto& n : nets) sum += unique_params(*n)[j].grad();
+      const torch::Tensor avg = sum / world;
+      for (auto& n : nets) unique_params(*n)[j].mutable_grad() = avg.clone();
+    }
+    for (auto& opt : opts) opt.step();
+    run.losses.push_back(loss / world);
+  }
+  run.params = flatten(*nets[0]);
+  return run;
+}
+
+struct Diff {
+  double loss = 0, param = 0;
+};
+Diff max_diff(const Run& a, const Run& b) {
+  Diff d;
+  for (std::size_t s = 0; s < a.losses.size() && s < b.losses.size(); ++s)
+    d.loss = std::max(d.loss, std::fabs(a.losses[s] - b.losses[s]));
+  for (std::size_t i = 0; i < a.params.size() && i < b.params.size(); ++i)
+    d.param = std::max(d.param, double(std::fabs(a.params[i] - b.params[i])));
+  return d;
+}
+
+}  // namespace
+
+DOCTEST_TEST_CASE("torch: one loss.backward() per step; stages 0, 1, 2 give bitwise the same parameters and match a "
+                  "plain libtorch data-parallel AdamW loop") {
+  constexpr int kWorld = 2, kSteps = 50;
+  const Data data = Data::draw<MlpTask>(kSteps, kWorld);
+  const Run ref = train_reference<MlpTask>(kWorld, data);
+  const Run s0 = train_zerotk<MlpTask, TorchEngine<0>>(kWorld, data);
+  const Run s1 = train_zerotk<MlpTask, TorchEngine<1>>(kWorld, data);
+  const Run s2 = train_zerotk<MlpTask, TorchEngine<2>>(kWorld, data);
+
+  DOCTEST_REQUIRE(s0.losses.size() == kSteps);
+  DOCTEST_REQUIRE(ref.params.size() == s0.params.size());
+  DOCTEST_CHECK(s0.hooked == 6);  // 3 Linear layers x (weight, bias): every gradient came through a hook
+  DOCTEST_CHECK(s2.hooked == 6);
+  DOCTEST_CHECK(s0.params == s1.params);
+  DOCTEST_CHECK(s0.params == s2.params);
+  DOCTEST_CHECK(s0.losses == s1.losses);
+  DOCTEST_CHECK(s0.losses == s2.losses);
+
+  const Diff d = max_diff(s0, ref);
+  std::printf("torch MLP vs libtorch DDP + AdamW, %d steps on %d ranks: loss %.6f -> %.6f, max |loss diff| %.3g, "
+              "max |param diff| %.3g\n",
+              kSteps, kWorld, ref.losses.front(), ref.losses.back(), d.loss, d.param);
+  DOCTEST_CHECK(ref.losses.back() < 0.7 * ref.losses.front());  // it trains
+  DOCTEST_CHECK(d.loss < 1e-5);
+  DOCTEST_CHECK(d.param < 1e-4);
+}
+
+DOCTEST_TEST_CASE("torch: tied weights (one tensor in two modules) are one parameter and train like the DDP loop") {
+  constexpr int kWorld = 2, kSteps = 30;
+  {
+    TiedLm net = TiedTask::make();
+    TorchModel model(*net);
+    DOCTEST_CHECK(model.size() == 3);  // emb.weight (= head.weight), mid.weight, mid.bias
+    DOCTEST_REQUIRE(model.aliases().size() == 1);
+    DOCTEST_CHECK(model.aliases()[0].first == "head.weight");
+    DOCTEST_CHECK(model.aliases()[0].second == "emb.weight");
+  }
+  const Data data = Data::draw<TiedTask>(kSteps, kWorld);
+  const Run ref = train_reference<TiedTask>(kWorld, data);
+  const Run s0 = train_zerotk<TiedTask, TorchEngine<0>>(kWorld, data);
+  const Run s2 = train_zerotk<TiedTask, TorchEngine<2>>(kWorld, data);
+  DOCTEST_CHECK(s0.params == s2.params);
+  const Diff d = max_diff(s2, ref);
+  std::printf("torch tied LM vs libtorch DDP + AdamW, %d steps on %d ranks: loss %.6f -> %.6f, max |loss diff| "
+              "%.3g, max |param diff| %.3g\n",
+              kSteps, kWorld, ref.losses.front(), ref.losses.back(), d.loss, d.param);
+  DOCTEST_CHECK(ref.losses.back() < ref.losses.front());
+  DOCTEST_CHECK(d.loss < 1e-5);
+  DOCTEST_CHECK(d.param < 1e-4);
+}
+
+DOCTEST_TEST_CASE("torch: per-rank model states equal the ZeRO formula (fp32 AdamW)") {
+  const Data data = Data::draw<MlpTask>(2, 4);
+  const auto show = [](int stage, const Run& r) {
+    std::printf("stage %d W=4 Psi=%.0f (padded %.0f): params %zu grads %zu master %zu optimizer %zu B\n", stage, r.psi,
+                r.psi_padded, r.params_bytes, r.grads_bytes, r.master_bytes, r.optim_bytes);
+  };
+  const Run s0 = train_zerotk<MlpTask, TorchEngine<0>>(4, data);
+  const Run s1 = train_zerotk<MlpTask, TorchEngine<1>>(4, data);
+  const Run s2 = train_zerotk<MlpTask, TorchEngine<2>>(4, data);
+  show(0, s0);
+  show(1, s1);
+  show(2, s2);
+}
+
