@@ -126,6 +126,7 @@ struct Run {
   std::vector<float> params;     // rank 0's parameters after the last step (the engine gone), flattened
   std::size_t params_bytes = 0, grads_bytes = 0, master_bytes = 0, optim_bytes = 0;  // rank 0's ledger
   double psi = 0, psi_padded = 0;
+  std::size_t buckets = 0;
   std::size_t hooked = 0;         // gradients the hooks handed over in the last backward
   std::uint64_t reductions_in_backward = 0;  // reduce(-scatter) / all-reduce calls issued inside it
 };
@@ -180,6 +181,7 @@ Run train_zerotk(int world, const Data& data, EngineOptions o = adamw_options())
         run.optim_bytes = m.live(MemoryCategory::optimizer_state);
         run.psi = static_cast<double>(engine.parameter_count());
         run.psi_padded = static_cast<double>(engine.flat_numel());
+        run.buckets = engine.bucket_count();
       }
     }  // TorchGradients gave the tensors their own copies back: the module outlives the engine
     if (comm.rank() == 0) run.params = flatten(*net);
@@ -288,17 +290,157 @@ DOCTEST_TEST_CASE("torch: tied weights (one tensor in two modules) are one param
   DOCTEST_CHECK(d.param < 1e-4);
 }
 
-DOCTEST_TEST_CASE("torch: per-rank model states equal the ZeRO formula (fp32 AdamW)") {
-  const Data data = Data::draw<MlpTask>(2, 4);
-  const auto show = [](int stage, const Run& r) {
-    std::printf("stage %d W=4 Psi=%.0f (padded %.0f): params %zu grads %zu master %zu optimizer %zu B\n", stage, r.psi,
-                r.psi_padded, r.params_bytes, r.grads_bytes, r.master_bytes, r.optim_bytes);
+DOCTEST_TEST_CASE("torch: per-rank model states equal the ZeRO formula (fp32 AdamW: 4 + 4 + K=12)") {
+  constexpr int kWorld = 4;
+  const Data data = Data::draw<MlpTask>(2, kWorld);
+  const auto check = [&](int stage, const Run& r) {
+    const double p = r.psi_padded, n = kWorld;
+    const double states = double(r.params_bytes + r.grads_bytes + r.master_bytes + r.optim_bytes);
+    // fp32 working copy 4, gradients 4, fp32 master 4 and Adam's m, v 8 (the master and the moments
+    // partitioned from stage 1, the gradients from stage 2), on Psi with bucket padding.
+    const double formula = stage == 0 ? 20 * p : stage == 1 ? 8 * p + 12 * p / n : 4 * p + 16 * p / n;
+    std::printf("stage %d W=%d Psi=%.0f (padded %.0f): params %zu grads %zu master %zu optimizer %zu = %.0f B, "
+                "formula %.0f B\n",
+                stage, kWorld, r.psi, p, r.params_bytes, r.grads_bytes, r.master_bytes, r.optim_bytes, states, formula);
+    DOCTEST_CHECK(r.psi == 916);  // 8*24+24 + 24*24+24 + 24*4+4: every trainable parameter, once
+    DOCTEST_CHECK(p - r.psi < 2 * n * double(r.buckets));
+    DOCTEST_CHECK(states == formula);
   };
-  const Run s0 = train_zerotk<MlpTask, TorchEngine<0>>(4, data);
-  const Run s1 = train_zerotk<MlpTask, TorchEngine<1>>(4, data);
-  const Run s2 = train_zerotk<MlpTask, TorchEngine<2>>(4, data);
-  show(0, s0);
-  show(1, s1);
-  show(2, s2);
+  check(0, train_zerotk<MlpTask, TorchEngine<0>>(kWorld, data));
+  check(1, train_zerotk<MlpTask, TorchEngine<1>>(kWorld, data));
+  check(2, train_zerotk<MlpTask, TorchEngine<2>>(kWorld, data));
 }
 
+DOCTEST_TEST_CASE("torch: stage 2 reduces buckets inside loss.backward(), the last layer's before autograd reaches "
+                  "the first") {
+  using E = TorchEngine<2, Bucketer<Bytes<1024>>>;  // 256 floats per bucket: several buckets
+  const Data data = Data::draw<MlpTask>(3, 2);
+  const Run run = train_zerotk<MlpTask, E>(2, data);
+  DOCTEST_CHECK(run.buckets > 2);
+  DOCTEST_CHECK(run.reductions_in_backward == run.buckets);  // all of them launched before backward returned
+
+  std::vector<std::uint64_t> at_first_layer(2, 0), buckets(2, 0);
+  std::vector<MlpTask::Net> nets{MlpTask::make(), MlpTask::make()};
+  comm::run_threads(2, [&](auto& comm) {
+    at::set_num_threads(1);
+    const auto r = static_cast<std::size_t>(comm.rank());
+    TorchModel model(*nets[r]);
+    E engine(comm, model, adamw_options());
+    TorchGradients grads(engine, model);
+    // Layer 0's output gradient is computed after every later layer's parameters got theirs and
+    // before layer 0's own: count the reductions issued by then.
+    auto it = nets[r]->begin();
+    torch::Tensor h = it->forward(data.x[0][r]);
+    h.register_hook([&](const torch::Tensor&) { at_first_layer[r] = reduction_calls(comm); });
+    for (++it; it != nets[r]->end(); ++it) h = it->forward(h);
+    grads.backward(torch::mse_loss(h, data.y[0][r]));
+    static_cast<void>(grads.step(0.0));
+    buckets[r] = engine.bucket_count();
+  });
+  std::printf("stage 2, %llu buckets: %llu reduce-scatters issued before autograd reached layer 0\n",
+              static_cast<unsigned long long>(buckets[0]), static_cast<unsigned long long>(at_first_layer[0]));
+  DOCTEST_CHECK(at_first_layer[0] >= 1);
+  DOCTEST_CHECK(at_first_layer[0] < buckets[0]);  // and not all: layer 0's bucket(s) came after
+}
+
+namespace {
+struct OddParamsImpl : torch::nn::Module {
+  explicit OddParamsImpl(int kind) {
+    torch::NoGradGuard no_grad;
+    if (kind == 0) register_parameter("transposed", torch::randn({4, 3}).t());
+    if (kind == 1) {
+      torch::Tensor base = register_parameter("base", torch::randn({10}));
+      register_parameter("view", base.detach().narrow(0, 2, 5));
+    }
+  }
+};
+TORCH_MODULE(OddParams);
+
+struct FrozenUnusedImpl : torch::nn::Module {
+  FrozenUnusedImpl() {
+    torch::manual_seed(3);
+    used = register_module("used", torch::nn::Linear(4, 4));
+    unused = register_module("unused", torch::nn::Linear(4, 4));
+    used->weight.requires_grad_(false);
+  }
+  torch::Tensor forward(const torch::Tensor& x) { return used(x); }
+  torch::nn::Linear used{nullptr}, unused{nullptr};
+};
+TORCH_MODULE(FrozenUnused);
+}  // namespace
+
+DOCTEST_TEST_CASE("torch: what cannot be bound is refused, naming the parameter") {
+  using E = TorchEngine<2>;
+  DOCTEST_SUBCASE("a non-float parameter") {
+    torch::nn::Linear l(3, 2);
+    l->to(torch::kFloat64);
+    DOCTEST_CHECK_THROWS_WITH_AS(TorchModel{*l}, doctest::Contains("weight"), usage_error);
+  }
+  DOCTEST_SUBCASE("a non-contiguous parameter") {
+    OddParams m(0);
+    DOCTEST_CHECK_THROWS_WITH_AS(TorchModel{*m}, doctest::Contains("transposed"), usage_error);
+  }
+  DOCTEST_SUBCASE("two parameters sharing storage") {
+    OddParams m(1);
+    DOCTEST_CHECK_THROWS_WITH_AS(TorchModel{*m}, doctest::Contains("view"), usage_error);
+  }
+  DOCTEST_SUBCASE("a sparse gradient") {
+    comm::run_threads(1, [&](auto& comm) {
+      torch::nn::Embedding emb(torch::nn::EmbeddingOptions(5, 3).sparse(true));
+      TorchModel model(*emb);
+      E engine(comm, model, adamw_options());
+      TorchGradients grads(engine, model);
+      torch::Tensor loss = emb(torch::tensor({1, 2}, torch::kLong)).sum();
+      DOCTEST_CHECK_THROWS_WITH_AS(grads.backward(loss), doctest::Contains("sparse"), usage_error);
+    });
+  }
+  DOCTEST_SUBCASE("a module converted after wrapping") {
+    comm::run_threads(1, [&](auto& comm) {
+      torch::nn::Linear l(3, 2);
+      TorchModel model(*l);
+      E engine(comm, model, adamw_options());
+      TorchGradients grads(engine, model);
+      l->to(torch::kFloat64);
+      DOCTEST_CHECK_THROWS_WITH_AS(static_cast<void>(grads.step(0.0)), doctest::Contains("weight"), usage_error);
+    });
+  }
+  DOCTEST_SUBCASE("a tensor re-allocated after wrapping, found in backward") {
+    comm::run_threads(1, [&](auto& comm) {
+      torch::nn::Linear l(3, 2);
+      TorchModel model(*l);
+      E engine(comm, model, adamw_options());
+      TorchGradients grads(engine, model);
+      {
+        torch::NoGradGuard no_grad;
+        l->bias.set_data(torch::zeros({2}));
+      }
+      torch::Tensor loss = l(torch::ones({1, 3})).sum();
+      DOCTEST_CHECK_THROWS_WITH_AS(grads.backward(loss), doctest::Contains("bias"), usage_error);
+    });
+  }
+}
+
+DOCTEST_TEST_CASE("torch: frozen parameters stay the module's; an unused one gets a zero gradient") {
+  FrozenUnused net;
+  const torch::Tensor frozen_before = net->used->weight.detach().clone();
+  const torch::Tensor unused_before = net->unused->weight.detach().clone();
+  comm::run_threads(1, [&](auto& comm) {
+    TorchModel model(*net);
+    DOCTEST_CHECK(model.size() == 3);  // used.bias, unused.weight, unused.bias
+    DOCTEST_REQUIRE(model.frozen().size() == 1);
+    DOCTEST_CHECK(model.frozen()[0] == "used.weight");
+    TorchEngine<2> engine(comm, model, adamw_options());
+    TorchGradients grads(engine, model);
+    for (int s = 0; s < 3; ++s) {
+      grads.backward(torch::mse_loss(net(torch::ones({2, 4})), torch::zeros({2, 4})));
+      DOCTEST_CHECK(grads.gradients_received() == 1);  // used.bias only
+      static_cast<void>(grads.step(0.0));
+    }
+  });
+  DOCTEST_CHECK(torch::equal(net->used->weight, frozen_before));
+  // A zero gradient leaves Adam's update at 0: only the decoupled weight decay moves it.
+  const double decay = std::pow(1.0 - kLr * kWeightDecay, 3);
+  const torch::Tensor expect = unused_before * decay;
+  DOCTEST_CHECK(torch::allclose(net->unused->weight, expect, 1e-6, 1e-7));
+  DOCTEST_CHECK(!torch::equal(net->unused->weight, unused_before));
+}
