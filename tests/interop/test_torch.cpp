@@ -55,6 +55,11 @@ struct MlpTask {
   static torch::Tensor loss(Net& net, const torch::Tensor& x, const torch::Tensor& y) {
     return torch::mse_loss(net->forward(x), y);
   }
+  /// Through the adapter: each child a unit (gathered around its forward at stage 3).
+  template <class G>
+  static torch::Tensor loss(G& grads, Net& net, const torch::Tensor& x, const torch::Tensor& y) {
+    return torch::mse_loss(grads.forward(net, x), y);
+  }
   static void draw(torch::Tensor& x, torch::Tensor& y, const torch::Tensor& w) {
     x = torch::randn({kBatch, kIn});
     y = torch::sin(x.matmul(w));
@@ -93,6 +98,10 @@ struct TiedTask {
   static torch::Tensor loss(Net& net, const torch::Tensor& x, const torch::Tensor& y) {
     return torch::cross_entropy_loss(net->forward(x), y);
   }
+  template <class G>
+  static torch::Tensor loss(G&, Net& net, const torch::Tensor& x, const torch::Tensor& y) {
+    return loss(net, x, y);
+  }
   static void draw(torch::Tensor& x, torch::Tensor& y, const torch::Tensor& perm) {
     x = torch::randint(kVocab, {kBatch}, torch::kLong);
     y = perm.index_select(0, x);
@@ -127,6 +136,7 @@ struct Run {
   std::size_t params_bytes = 0, grads_bytes = 0, master_bytes = 0, optim_bytes = 0;  // rank 0's ledger
   double psi = 0, psi_padded = 0;
   std::size_t buckets = 0;
+  bool empty_outside_scopes = false;
   std::size_t hooked = 0;         // gradients the hooks handed over in the last backward
   std::uint64_t reductions_in_backward = 0;  // reduce(-scatter) / all-reduce calls issued inside it
 };
@@ -136,6 +146,7 @@ using TorchEngine = Engine<Partitioner<Stage<S>>, Optimizer<AdamW>, More...>;
 
 EngineOptions adamw_options() {
   EngineOptions o;
+  o.stage3.param_persistence_threshold = 0;  // stage 3 really releases every parameter
   o.optimizer.lr = kLr;
   o.optimizer.weight_decay = kWeightDecay;
   o.gradient_clipping = 0;
@@ -161,7 +172,7 @@ Run train_zerotk(int world, const Data& data, EngineOptions o = adamw_options())
       TorchGradients grads(engine, model);
       const auto r = static_cast<std::size_t>(comm.rank());
       for (std::size_t s = 0; s < data.x.size(); ++s) {
-        torch::Tensor loss = Task::loss(net, data.x[s][r], data.y[s][r]);
+        torch::Tensor loss = Task::loss(grads, net, data.x[s][r], data.y[s][r]);
         const std::uint64_t before = reduction_calls(comm);
         grads.backward(loss);
         const std::uint64_t in_backward = reduction_calls(comm) - before;
@@ -173,7 +184,11 @@ Run train_zerotk(int world, const Data& data, EngineOptions o = adamw_options())
           run.reductions_in_backward = in_backward;
         }
       }
+      bool empty = true;  // stage 3: outside scopes every parameter tensor is empty
+      for (std::size_t i = 0; i < model.size(); ++i) empty = empty && model[i].tensor().numel() == 0;
+      grads.release_module();  // collective at stage 3
       if (comm.rank() == 0) {
+        run.empty_outside_scopes = empty;
         const auto& m = engine.memory();
         run.params_bytes = m.live(MemoryCategory::params16);
         run.grads_bytes = m.live(MemoryCategory::grads);
@@ -266,6 +281,24 @@ DOCTEST_TEST_CASE("torch: one loss.backward() per step; stages 0, 1, 2 give bitw
   DOCTEST_CHECK(d.param < 1e-4);
 }
 
+DOCTEST_TEST_CASE("torch: stage 3 gathers each child around its forward and its recomputed backward; bitwise "
+                  "stage 2's parameters") {
+  constexpr int kWorld = 2, kSteps = 20;
+  const Data data = Data::draw<MlpTask>(kSteps, kWorld);
+  const Run s2 = train_zerotk<MlpTask, TorchEngine<2>>(kWorld, data);
+  const Run s3 = train_zerotk<MlpTask, TorchEngine<3>>(kWorld, data);
+  const Run ref = train_reference<MlpTask>(kWorld, data);
+  DOCTEST_CHECK(s3.empty_outside_scopes);
+  DOCTEST_CHECK(!s2.empty_outside_scopes);
+  DOCTEST_CHECK(s3.hooked == 6);  // every gradient handed over (by the recomputing backward)
+  DOCTEST_CHECK(s3.losses == s2.losses);
+  DOCTEST_CHECK(s3.params == s2.params);
+  const Diff d = max_diff(s3, ref);
+  std::printf("torch MLP stage 3 vs libtorch DDP + AdamW, %d steps: max |loss diff| %.3g, max |param diff| %.3g\n",
+              kSteps, d.loss, d.param);
+  DOCTEST_CHECK(d.loss < 1e-5);
+}
+
 DOCTEST_TEST_CASE("torch: tied weights (one tensor in two modules) are one parameter and train like the DDP loop") {
   constexpr int kWorld = 2, kSteps = 30;
   {
@@ -290,7 +323,7 @@ DOCTEST_TEST_CASE("torch: tied weights (one tensor in two modules) are one param
   DOCTEST_CHECK(d.param < 1e-4);
 }
 
-DOCTEST_TEST_CASE("torch: per-rank model states equal the ZeRO formula (fp32 AdamW: 4 + 4 + K=12)") {
+DOCTEST_TEST_CASE("torch: per-rank model states equal the ZeRO formula at stages 0-3 (fp32 AdamW: 4 + 4 + K=12)") {
   constexpr int kWorld = 4;
   const Data data = Data::draw<MlpTask>(2, kWorld);
   const auto check = [&](int stage, const Run& r) {
@@ -298,7 +331,10 @@ DOCTEST_TEST_CASE("torch: per-rank model states equal the ZeRO formula (fp32 Ada
     const double states = double(r.params_bytes + r.grads_bytes + r.master_bytes + r.optim_bytes);
     // fp32 working copy 4, gradients 4, fp32 master 4 and Adam's m, v 8 (the master and the moments
     // partitioned from stage 1, the gradients from stage 2), on Psi with bucket padding.
-    const double formula = stage == 0 ? 20 * p : stage == 1 ? 8 * p + 12 * p / n : 4 * p + 16 * p / n;
+    const double formula = stage == 0   ? 20 * p
+                           : stage == 1 ? 8 * p + 12 * p / n
+                           : stage == 2 ? 4 * p + 16 * p / n
+                                        : 20 * p / n;  // stage 3: everything partitioned
     std::printf("stage %d W=%d Psi=%.0f (padded %.0f): params %zu grads %zu master %zu optimizer %zu = %.0f B, "
                 "formula %.0f B\n",
                 stage, kWorld, r.psi, p, r.params_bytes, r.grads_bytes, r.master_bytes, r.optim_bytes, states, formula);
@@ -309,6 +345,7 @@ DOCTEST_TEST_CASE("torch: per-rank model states equal the ZeRO formula (fp32 Ada
   check(0, train_zerotk<MlpTask, TorchEngine<0>>(kWorld, data));
   check(1, train_zerotk<MlpTask, TorchEngine<1>>(kWorld, data));
   check(2, train_zerotk<MlpTask, TorchEngine<2>>(kWorld, data));
+  check(3, train_zerotk<MlpTask, TorchEngine<3>>(kWorld, data));
 }
 
 DOCTEST_TEST_CASE("torch: stage 2 reduces buckets inside loss.backward(), the last layer's before autograd reaches "
@@ -383,6 +420,14 @@ DOCTEST_TEST_CASE("torch: what cannot be bound is refused, naming the parameter"
   DOCTEST_SUBCASE("two parameters sharing storage") {
     OddParams m(1);
     DOCTEST_CHECK_THROWS_WITH_AS(TorchModel{*m}, doctest::Contains("view"), usage_error);
+  }
+  DOCTEST_SUBCASE("a tensor tied across two children, at stage 3") {
+    comm::run_threads(1, [&](auto& comm) {
+      TiedLm net = TiedTask::make();
+      TorchModel model(*net);
+      TorchEngine<3> engine(comm, model, adamw_options());
+      DOCTEST_CHECK_THROWS_WITH_AS(TorchGradients(engine, model), doctest::Contains("head.weight"), usage_error);
+    });
   }
   DOCTEST_SUBCASE("a sparse gradient") {
     comm::run_threads(1, [&](auto& comm) {

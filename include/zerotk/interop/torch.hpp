@@ -2,16 +2,19 @@
 /// \file zerotk/interop/torch.hpp
 /// libtorch adapter: a `torch::nn::Module`'s parameters become zerotk Parameters in place, and one
 /// `loss.backward()` hands each gradient to the engine as autograd produces it. Requires libtorch
-/// (target zerotk::torch; Debian 12: libtorch-dev 1.13). Stages 0, 1 and 2, `Device<Host>`.
+/// (target zerotk::torch; Debian 12: libtorch-dev 1.13). Stages 0-3, fp32 tested, `Device<Host>`.
 ///
 ///   zerotk::interop::TorchModel model(*net);             // named_parameters(), frozen ones left out
 ///   Engine engine(comm, model, options);                 // adopts the values, re-points the tensors
 ///   zerotk::interop::TorchGradients grads(engine, model);  // hooks on the gradient accumulators
 ///   for (...) {
-///     torch::Tensor loss = criterion(net->forward(x), y);
+///     torch::Tensor out = grads.forward(net, x);         // a Sequential child by child (stage 3
+///                                                        // gathers each; stages 0-2: net->forward(x))
+///     torch::Tensor loss = criterion(out, y);
 ///     grads.backward(loss);                              // loss * loss_scale, then loss.backward()
 ///     zerotk::StepReport r = grads.step(loss.item<double>());
 ///   }
+///   grads.release_module();                              // the module keeps its values (collective at 3)
 ///
 /// How it binds: after the engine is built every parameter tensor's data is `from_blob` over the
 /// engine's storage (`set_data`, same TensorImpl, so the module's own fields and every alias of the
@@ -20,6 +23,14 @@
 /// backward scope for that parameter alone, adds the gradient into the engine's gradient storage,
 /// drops the tensor's `.grad()`, and closes the scope; a bucket whose last parameter closes starts
 /// reducing while autograd continues with the earlier layers.
+///
+/// Stage 3: libtorch modules have no forward hooks in C++, so each direct child's forward runs
+/// through `grads.forward(name, fn, x)` (or `grads.forward(sequential, x)`): an autograd function
+/// gathers the child's parameters, runs fn without recording a graph, releases them; its backward
+/// gathers again, runs fn again with autograd on (a recompute, as activation checkpointing does),
+/// takes the parameters' and the input's gradients with torch::autograd::grad and releases. Nothing
+/// autograd keeps points into gathered memory; the price is one more forward per child. Outside
+/// these calls the parameter tensors are empty. fn must be deterministic (no dropout).
 ///
 /// Tied weights: the same tensor registered in two modules (`lm_head->weight = emb->weight` through
 /// register_parameter) is one parameter, named by its first name in named_parameters() order; the
@@ -41,7 +52,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <deque>
+#include <functional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -96,25 +110,30 @@ class TorchParam {
   /// Points the tensor at `data` (numel floats of engine storage) when it moved; `grad` is where
   /// the engine wants this parameter's gradient now.
   void bind(float* data, float* grad) {
+    if (detached_) return;
     grad_ = grad;
     if (bound_ && data == data_) return;
-    if (data == nullptr) {
-      throw usage_error("the engine released this parameter's values (stage 3); the torch adapter supports stages "
-                        "0, 1 and 2",
-                        name_);
-    }
     data_ = data;
     bound_ = true;
     torch::NoGradGuard no_grad;
-    tensor_.set_data(torch::from_blob(data, sizes_, torch::TensorOptions().dtype(torch::kFloat32)));
+    if (data == nullptr) {  // stage 3 released the values: an empty tensor, as DeepSpeed's
+      tensor_.set_data(torch::empty({0}, torch::TensorOptions().dtype(torch::kFloat32)));
+    } else {
+      tensor_.set_data(torch::from_blob(data, sizes_, torch::TensorOptions().dtype(torch::kFloat32)));
+    }
   }
+
+  /// Stage 3: whether the values are gathered now (outside scopes the tensor is empty).
+  bool has_values() const noexcept { return !bound_ || data_ != nullptr; }
 
   /// Whether the tensor still reads the engine's storage (not re-allocated by module->to(...),
   /// set_data or an assignment behind the engine's back).
   bool still_bound() const {
-    return !bound_ ||
-           (tensor_.scalar_type() == torch::kFloat32 && tensor_.data_ptr() == static_cast<void*>(data_) &&
-            tensor_.numel() == static_cast<std::int64_t>(numel_) && tensor_.is_contiguous());
+    if (!bound_) return true;
+    if (tensor_.scalar_type() != torch::kFloat32) return false;
+    if (data_ == nullptr) return tensor_.numel() == 0;
+    return tensor_.data_ptr() == static_cast<void*>(data_) && tensor_.numel() == static_cast<std::int64_t>(numel_) &&
+           tensor_.is_contiguous();
   }
   void require_bound() const {
     if (still_bound()) return;
@@ -126,15 +145,16 @@ class TorchParam {
                           std::to_string(tensor_.numel()) + " elements");
   }
 
-  /// Gives the tensor its own copy of the current values again (the engine's storage is about to
-  /// go away).
+  /// Gives the tensor its own copy of the current values again and stops following the engine
+  /// (its storage is about to go away). Stage 3: call it while the values are gathered.
   void unbind() {
     if (!bound_) return;
-    if (still_bound()) {
+    if (data_ != nullptr && still_bound()) {
       torch::NoGradGuard no_grad;
       tensor_.set_data(tensor_.detach().clone());
     }
     bound_ = false;
+    detached_ = true;
     data_ = nullptr;
     grad_ = nullptr;
   }
@@ -148,6 +168,7 @@ class TorchParam {
   float* data_ = nullptr;  // [numel] engine storage the tensor reads, once bound
   float* grad_ = nullptr;  // [numel] where the engine wants the gradient now
   bool bound_ = false;
+  bool detached_ = false;  // unbind() ran: later binds are ignored
 };
 
 static_assert(Parameter<TorchParam>);
@@ -185,6 +206,44 @@ class TorchModel {
     }
     params_.reserve(keep.size());
     for (auto& [name, t] : keep) params_.emplace_back(name, t);
+    // Stage 3's fetch units: the module's direct children, each with the parameters under its name.
+    for (const auto& child : module.named_children()) {
+      Unit u{child.key(), {}};
+      for (TorchParam& p : params_) {
+        if (first_segment(p.name()) == child.key()) u.params.push_back(&p);
+      }
+      if (!u.params.empty()) units_.push_back(std::move(u));
+    }
+    for (const auto& [alias, name] : aliases_) {
+      if (first_segment(alias) != first_segment(name)) cross_unit_aliases_.emplace_back(alias, name);
+    }
+  }
+
+  /// A direct child of the module with the parameters under its name: one fetch unit at stage 3.
+  struct Unit {
+    std::string name;
+    std::vector<TorchParam*> params;
+    template <class Visit>
+    void parameters(Visit&& visit) {
+      for (TorchParam* p : params) visit(p->name(), *p);
+    }
+  };
+  /// The units, for the engine (stage 3 gathers one unit's parameters together).
+  template <class Visit>
+  void modules(Visit&& visit) {
+    for (Unit& u : units_) visit(u);
+  }
+  /// The unit of the child `name`, or null if that child has no trainable parameter.
+  Unit* unit(std::string_view name) noexcept {
+    for (Unit& u : units_) {
+      if (u.name == name) return &u;
+    }
+    return nullptr;
+  }
+  std::size_t unit_count() const noexcept { return units_.size(); }
+  /// Tied tensors whose names sit under two different children (stage 3 refuses them).
+  const std::vector<std::pair<std::string, std::string>>& cross_unit_aliases() const noexcept {
+    return cross_unit_aliases_;
   }
   TorchModel(const TorchModel&) = delete;
   TorchModel& operator=(const TorchModel&) = delete;
@@ -212,8 +271,11 @@ class TorchModel {
   }
 
  private:
+  static std::string_view first_segment(std::string_view name) noexcept { return name.substr(0, name.find('.')); }
+
   std::vector<TorchParam> params_;
-  std::vector<std::pair<std::string, std::string>> aliases_;
+  std::vector<Unit> units_;
+  std::vector<std::pair<std::string, std::string>> aliases_, cross_unit_aliases_;
   std::vector<std::string> frozen_;
 };
 
@@ -226,6 +288,35 @@ struct OneTorchParam {
   template <class Visit>
   void parameters(Visit&& visit) {
     visit(p->name(), *p);
+  }
+};
+
+/// One call of a unit's forward through TorchGradients::forward at stage 3: what the backward
+/// recomputes. Kept by TorchGradients until the next step().
+struct TorchCall {
+  std::function<torch::Tensor(const torch::Tensor&)> fn;
+  void* unit;  // TorchModel::Unit
+};
+
+/// Stage 3's autograd function around one unit's forward. Forward: gather, run without recording
+/// (nothing autograd saves can point into gathered memory), release. Backward: gather again, run the
+/// forward again with autograd on, take the parameters' and the input's gradients with
+/// torch::autograd::grad, hand the parameters' to the engine, release.
+template <class Owner>
+struct GatheredCall : torch::autograd::Function<GatheredCall<Owner>> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                               const torch::Tensor& /*anchor*/, Owner* owner, TorchCall* call) {
+    ctx->saved_data["owner"] = static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(owner));
+    ctx->saved_data["call"] = static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(call));
+    ctx->save_for_backward({x});
+    return owner->gathered_forward(*call, x);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs) {
+    auto* owner = reinterpret_cast<Owner*>(static_cast<std::intptr_t>(ctx->saved_data["owner"].toInt()));
+    auto* call = reinterpret_cast<TorchCall*>(static_cast<std::intptr_t>(ctx->saved_data["call"].toInt()));
+    const torch::Tensor x = ctx->get_saved_variables()[0];
+    return {owner->gathered_backward(*call, x, grad_outputs[0]), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -249,18 +340,24 @@ struct AccumulatedHook final : torch::autograd::FunctionPostHook {
 /// stays usable after the engine is gone).
 template <class Engine>
 class TorchGradients {
-  static_assert(Engine::kStage <= 2,
-                "TorchGradients: the libtorch adapter supports ZeRO stages 0, 1 and 2 (stage 3 would release the "
-                "values autograd saved; not implemented yet)");
+  static constexpr bool kSharded = Engine::kStage == 3;
 
  public:
   TorchGradients(Engine& engine, TorchModel& model)
       : engine_(&engine), model_(&model), got_(model.size(), 0) {
+    if (kSharded && !model.cross_unit_aliases().empty()) {
+      throw usage_error("stage 3 gathers one child module's parameters at a time; a tensor tied across two children "
+                        "is not supported there (use stages 0-2, or keep the tied modules in one child)",
+                        model.cross_unit_aliases().front().first, model.cross_unit_aliases().front().second);
+    }
     units_.reserve(model.size());
     hooks_.reserve(model.size());
     for (std::size_t i = 0; i < model.size(); ++i) {
       units_.push_back(detail::OneTorchParam{&model[i]});
       model[i].require_bound();
+      // Stage 3 takes the gradients in the recomputing backward instead, and must not hold the
+      // accumulators: one made while the tensor is empty would keep that shape as its metadata.
+      if constexpr (kSharded) continue;
       std::shared_ptr<torch::autograd::Node> acc = torch::autograd::impl::grad_accumulator(model[i].tensor());
       if (!acc) throw usage_error("torch parameter has no gradient accumulator (not a leaf?)", model[i].name());
       const std::uintptr_t key = acc->add_post_hook(std::make_unique<detail::AccumulatedHook<TorchGradients>>(this, i));
@@ -269,9 +366,48 @@ class TorchGradients {
   }
   TorchGradients(const TorchGradients&) = delete;
   TorchGradients& operator=(const TorchGradients&) = delete;
+  /// Stages 0-2: the tensors get their own copies of the last values (the module outlives the
+  /// engine). Stage 3: call release_module() on every rank first, or the tensors stay empty.
   ~TorchGradients() {
     for (Hook& h : hooks_) h.accumulator->del_post_hook(h.key);
-    model_->unbind();
+    if constexpr (!kSharded) model_->unbind();
+  }
+
+  /// The module's tensors get their own copies of the current values and stop following the engine
+  /// (the end of training). Stage 3: collective (it gathers every parameter).
+  void release_module() {
+    if constexpr (kSharded) {
+      auto all = engine_->gather(*model_);
+      model_->unbind();
+    } else {
+      model_->unbind();
+    }
+  }
+
+  /// Runs `fn(x)`, the forward of the module's child `unit` (a name from named_children()). Stages
+  /// 0-2: just fn(x). Stage 3: an autograd function gathers the child's parameters around fn and
+  /// again around its recomputation in backward (see detail::GatheredCall); `fn` must compute the
+  /// same output from the same input each time (no dropout) and is kept until step().
+  template <class F>
+  torch::Tensor forward(std::string_view unit, F&& fn, const torch::Tensor& x) {
+    if constexpr (!kSharded) {
+      return fn(x);
+    } else {
+      TorchModel::Unit* u = model_->unit(unit);
+      if (u == nullptr) return fn(x);  // no trainable parameter: nothing to gather
+      calls_.push_back(detail::TorchCall{std::forward<F>(fn), u});
+      return detail::GatheredCall<TorchGradients>::apply(x, anchor_, this, &calls_.back());
+    }
+  }
+
+  /// Runs a Sequential child by child through forward(name, ...).
+  torch::Tensor forward(torch::nn::Sequential& seq, torch::Tensor x) {
+    std::size_t i = 0;
+    for (auto it = seq->begin(); it != seq->end(); ++it, ++i) {
+      torch::nn::AnyModule* m = &*it;
+      x = forward(std::to_string(i), [m](const torch::Tensor& in) { return m->forward(in); }, x);
+    }
+    return x;
   }
 
   /// `loss * engine.loss_scale()` (as is, when the scale is 1), then one backward through autograd.
@@ -293,7 +429,42 @@ class TorchGradients {
       auto scope = engine_->backward(units_[i]);  // an empty scope: this parameter's gradient is zero
     }
     std::fill(got_.begin(), got_.end(), 0);
+    calls_.clear();
     return engine_->step(loss);
+  }
+
+  /// Stage 3, forward: the unit's values gathered around fn; an output that is a view of them is copied.
+  torch::Tensor gathered_forward(detail::TorchCall& call, const torch::Tensor& x) {
+    auto& unit = *static_cast<TorchModel::Unit*>(call.unit);
+    auto scope = engine_->forward(unit);
+    torch::Tensor y = call.fn(x);
+    for (TorchParam* p : unit.params) {
+      if (y.is_alias_of(p->tensor())) return y.clone();
+    }
+    return y;
+  }
+
+  /// Stage 3, backward: gather, recompute, the parameters' gradients into the engine, dL/dx back.
+  torch::Tensor gathered_backward(detail::TorchCall& call, const torch::Tensor& x, const torch::Tensor& dy) {
+    auto& unit = *static_cast<TorchModel::Unit*>(call.unit);
+    auto scope = engine_->backward(unit);
+    torch::AutoGradMode grad_on(true);
+    const bool want_dx = x.requires_grad();
+    torch::Tensor in = x.detach();
+    if (want_dx) in.requires_grad_(true);
+    const torch::Tensor y = call.fn(in);
+    std::vector<torch::Tensor> inputs;
+    for (TorchParam* p : unit.params) inputs.push_back(p->tensor());
+    if (want_dx) inputs.push_back(in);
+    const std::vector<torch::Tensor> g =
+        torch::autograd::grad({y}, inputs, {dy}, /*retain_graph=*/false, /*create_graph=*/false, /*allow_unused=*/true);
+    for (std::size_t k = 0; k < unit.params.size(); ++k) {
+      TorchParam& p = *unit.params[k];
+      got_[static_cast<std::size_t>(&p - &(*model_)[0])] = 1;
+      if (!g[k].defined()) continue;
+      add_into(p, g[k]);
+    }
+    return want_dx ? g.back() : torch::Tensor();
   }
 
   /// How many gradients the hooks handed to the engine since the last step().
@@ -315,23 +486,36 @@ class TorchGradients {
                         "dense gradients only",
                         p.name());
     }
+    if (kSharded) {
+      throw usage_error("at stage 3 every parameter must be used inside its child module's forward(name, fn, x) "
+                        "(its values are gathered only there); this one got a gradient outside",
+                        p.name());
+    }
     if (got_[i]) {
       throw usage_error("torch parameter received a second gradient in one micro-step (two backward() calls "
                         "before step()?)",
                         p.name());
     }
-    const torch::Tensor src = g.scalar_type() == torch::kFloat32 ? g.contiguous() : g.to(torch::kFloat32).contiguous();
     {
       auto scope = engine_->backward(units_[i]);
-      float* dst = p.grad();
-      const float* s = src.data_ptr<float>();
-      for (std::size_t k = 0; k < p.numel(); ++k) dst[k] += s[k];
+      add_into(p, g);
     }
     got_[i] = 1;
     t.mutable_grad().reset();  // the engine holds the gradient now; autograd's copy is dropped
   }
 
  private:
+  /// p.grad() += g (inside p's backward scope: the engine's gradient storage is bound).
+  static void add_into(TorchParam& p, const torch::Tensor& g) {
+    const torch::Tensor src = g.scalar_type() == torch::kFloat32 ? g.contiguous() : g.to(torch::kFloat32).contiguous();
+    if (static_cast<std::size_t>(src.numel()) != p.numel()) {
+      throw usage_error("torch gradient has the wrong number of elements", p.name(), std::to_string(src.numel()));
+    }
+    float* dst = p.grad();
+    const float* s = src.data_ptr<float>();
+    for (std::size_t k = 0; k < p.numel(); ++k) dst[k] += s[k];
+  }
+
   struct Hook {
     std::shared_ptr<torch::autograd::Node> accumulator;  // kept alive: a tensor holds it only weakly
     std::uintptr_t key;
@@ -341,6 +525,9 @@ class TorchGradients {
   std::vector<detail::OneTorchParam> units_;  // [parameter]: stable addresses (the engine's module keys)
   std::vector<Hook> hooks_;
   std::vector<char> got_;  // [parameter] its gradient arrived in this micro-step
+  std::deque<detail::TorchCall> calls_;  // stage 3: this micro-step's unit calls (stable addresses)
+  torch::Tensor anchor_ = torch::zeros({}, torch::TensorOptions().requires_grad(true));  // makes every
+      // GatheredCall's output require grad, also when its input does not (the first layer)
 };
 
 }  // namespace zerotk::interop
