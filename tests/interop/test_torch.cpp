@@ -299,6 +299,18 @@ DOCTEST_TEST_CASE("torch: stage 3 gathers each child around its forward and its 
   DOCTEST_CHECK(d.loss < 1e-5);
 }
 
+DOCTEST_TEST_CASE("torch: gradient accumulation over micro-steps: stage 2 equals stage 0 reducing every micro-step") {
+  EngineOptions o = adamw_options();
+  o.gradient_accumulation_steps = 2;
+  const Data data = Data::draw<MlpTask>(20, 2);  // 20 micro-steps = 10 optimizer steps
+  using Stage0Every = Engine<Partitioner<Stage<0>, when::every_micro_step>, Optimizer<AdamW>>;
+  const Run s0 = train_zerotk<MlpTask, Stage0Every>(2, data, o);
+  const Run s2 = train_zerotk<MlpTask, TorchEngine<2>>(2, data, o);
+  MlpTask::Net initial = MlpTask::make();
+  DOCTEST_CHECK(s0.params == s2.params);
+  DOCTEST_CHECK(s2.params != flatten(*initial));  // it trained
+}
+
 DOCTEST_TEST_CASE("torch: tied weights (one tensor in two modules) are one parameter and train like the DDP loop") {
   constexpr int kWorld = 2, kSteps = 30;
   {
