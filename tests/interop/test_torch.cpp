@@ -12,6 +12,12 @@
 #include <zerotk/comm/threads.hpp>
 #include <zerotk/engine.hpp>
 #include <zerotk/interop/torch.hpp>
+#if ZEROTK_HAS_XXHASH
+#include <filesystem>
+#include <unistd.h>
+
+#include <zerotk/checkpoint.hpp>
+#endif
 
 using namespace zerotk;
 using interop::TorchGradients;
@@ -158,8 +164,14 @@ std::uint64_t reduction_calls(const C& comm) {
   return comm.stats()[comm::OpKind::reduce_scatter].calls + comm.stats()[comm::OpKind::all_reduce].calls;
 }
 
+/// Optional checkpoint work around a training run: load before the first step, save after the last.
+struct Checkpointing {
+  std::string load_dir, save_dir;
+  std::size_t first_step = 0;  // the data index of the first step (a resumed run starts later)
+};
+
 template <class Task, class E>
-Run train_zerotk(int world, const Data& data, EngineOptions o = adamw_options()) {
+Run train_zerotk(int world, const Data& data, EngineOptions o = adamw_options(), const Checkpointing& ck = {}) {
   std::vector<typename Task::Net> nets;
   for (int r = 0; r < world; ++r) nets.push_back(Task::make());
   Run run;
@@ -171,7 +183,10 @@ Run train_zerotk(int world, const Data& data, EngineOptions o = adamw_options())
       E engine(comm, model, o);
       TorchGradients grads(engine, model);
       const auto r = static_cast<std::size_t>(comm.rank());
-      for (std::size_t s = 0; s < data.x.size(); ++s) {
+#if ZEROTK_HAS_XXHASH
+      if (!ck.load_dir.empty()) checkpoint::load(engine, comm, ck.load_dir);
+#endif
+      for (std::size_t s = ck.first_step; s < data.x.size(); ++s) {
         torch::Tensor loss = Task::loss(grads, net, data.x[s][r], data.y[s][r]);
         const std::uint64_t before = reduction_calls(comm);
         grads.backward(loss);
@@ -184,6 +199,9 @@ Run train_zerotk(int world, const Data& data, EngineOptions o = adamw_options())
           run.reductions_in_backward = in_backward;
         }
       }
+#if ZEROTK_HAS_XXHASH
+      if (!ck.save_dir.empty()) checkpoint::save(engine, comm, ck.save_dir);
+#endif
       bool empty = true;  // stage 3: outside scopes every parameter tensor is empty
       for (std::size_t i = 0; i < model.size(); ++i) empty = empty && model[i].tensor().numel() == 0;
       grads.release_module();  // collective at stage 3
@@ -346,6 +364,34 @@ DOCTEST_TEST_CASE("torch: fp16 with dynamic loss scaling (grads.backward scales 
   DOCTEST_CHECK(d.loss < 3e-3);
   DOCTEST_CHECK(d.param < 2e-2);
 }
+
+#if ZEROTK_HAS_XXHASH
+DOCTEST_TEST_CASE("torch: a checkpoint saved at stage 2 on 2 ranks loads at stage 3 on 2 and on 3 ranks") {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("zerotk_interop_torch_ckpt_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  const Data data = Data::draw<MlpTask>(10, 2);
+  Data first_half = data;
+  first_half.x.resize(5);
+  first_half.y.resize(5);
+  const Run saved = train_zerotk<MlpTask, TorchEngine<2>>(2, first_half, adamw_options(), {"", dir.string(), 0});
+  const Run straight = train_zerotk<MlpTask, TorchEngine<2>>(2, data);
+  // Resumed at stage 3 on the same 2 ranks: bitwise the run that never stopped (stages agree bitwise).
+  const Run resumed = train_zerotk<MlpTask, TorchEngine<3>>(2, data, adamw_options(), {dir.string(), "", 5});
+  DOCTEST_CHECK(resumed.params == straight.params);
+  DOCTEST_CHECK(resumed.params != saved.params);
+  // On 3 ranks: the loaded parameters are the saved ones, and training goes on from them.
+  const Data three = Data::draw<MlpTask>(0, 3);
+  const Run loaded = train_zerotk<MlpTask, TorchEngine<3>>(3, three, adamw_options(), {dir.string(), "", 0});
+  DOCTEST_CHECK(loaded.params == saved.params);
+  const Data three_more = Data::draw<MlpTask>(4, 3);
+  const Run continued = train_zerotk<MlpTask, TorchEngine<3>>(3, three_more, adamw_options(), {dir.string(), "", 0});
+  DOCTEST_REQUIRE(continued.losses.size() == 4);
+  for (double l : continued.losses) DOCTEST_CHECK(std::isfinite(l));
+  DOCTEST_CHECK(continued.params != saved.params);
+  std::filesystem::remove_all(dir);
+}
+#endif
 
 DOCTEST_TEST_CASE("torch: tied weights (one tensor in two modules) are one parameter and train like the DDP loop") {
   constexpr int kWorld = 2, kSteps = 30;

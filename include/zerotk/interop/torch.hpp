@@ -2,7 +2,8 @@
 /// \file zerotk/interop/torch.hpp
 /// libtorch adapter: a `torch::nn::Module`'s parameters become zerotk Parameters in place, and one
 /// `loss.backward()` hands each gradient to the engine as autograd produces it. Requires libtorch
-/// (target zerotk::torch; Debian 12: libtorch-dev 1.13). Stages 0-3; fp32, bf16, fp16 (float32 tensors); `Device<Host>`.
+/// (target zerotk::torch; Debian 12: libtorch-dev 1.13). Stages 0-3; fp32, bf16, fp16 (float32
+/// tensors); `Device<Host>`.
 ///
 ///   zerotk::interop::TorchModel model(*net);             // named_parameters(), frozen ones left out
 ///   Engine engine(comm, model, options);                 // adopts the values, re-points the tensors
