@@ -140,6 +140,7 @@ struct Run {
   std::vector<double> losses;    // [step] mean over ranks, as the engine reports it
   std::vector<float> params;     // rank 0's parameters after the last step (the engine gone), flattened
   std::size_t params_bytes = 0, grads_bytes = 0, master_bytes = 0, optim_bytes = 0;  // rank 0's ledger
+  std::size_t pinned_master_bytes = 0, pinned_params_bytes = 0;  // of which in pinned host memory
   double psi = 0, psi_padded = 0;
   std::size_t buckets = 0;
   bool empty_outside_scopes = false;
@@ -211,6 +212,8 @@ Run train_zerotk(int world, const Data& data, EngineOptions o = adamw_options(),
         run.params_bytes = m.live(MemoryCategory::params16);
         run.grads_bytes = m.live(MemoryCategory::grads);
         run.master_bytes = m.live(MemoryCategory::master32);
+        run.pinned_master_bytes = m.live(MemorySpace::pinned_host, MemoryCategory::master32);
+        run.pinned_params_bytes = m.live(MemorySpace::pinned_host, MemoryCategory::params16);
         run.optim_bytes = m.live(MemoryCategory::optimizer_state);
         run.psi = static_cast<double>(engine.parameter_count());
         run.psi_padded = static_cast<double>(engine.flat_numel());
@@ -392,6 +395,21 @@ DOCTEST_TEST_CASE("torch: a checkpoint saved at stage 2 on 2 ranks loads at stag
   std::filesystem::remove_all(dir);
 }
 #endif
+
+DOCTEST_TEST_CASE("torch: optimizer and parameter offload (Offload<Cpu>, OffloadParams<Cpu>) change no bit") {
+  const Data data = Data::draw<MlpTask>(10, 2);
+  const Run s2 = train_zerotk<MlpTask, TorchEngine<2>>(2, data);
+  const Run s2_off = train_zerotk<MlpTask, TorchEngine<2, Offload<Cpu>>>(2, data);
+  const Run s3_off = train_zerotk<MlpTask, TorchEngine<3, Offload<Cpu>, OffloadParams<Cpu>>>(2, data);
+  DOCTEST_CHECK(s2_off.params == s2.params);
+  DOCTEST_CHECK(s3_off.params == s2.params);
+  DOCTEST_CHECK(s3_off.empty_outside_scopes);
+  // The same model states per rank, wherever they live (the ledger sums over memory spaces).
+  DOCTEST_CHECK(s2_off.master_bytes + s2_off.optim_bytes == s2.master_bytes + s2.optim_bytes);
+  DOCTEST_CHECK(s2.pinned_master_bytes == 0);
+  DOCTEST_CHECK(s2_off.pinned_master_bytes == s2_off.master_bytes);  // all of the master in pinned memory
+  DOCTEST_CHECK(s3_off.pinned_params_bytes > 0);                      // the parameter shards too
+}
 
 DOCTEST_TEST_CASE("torch: tied weights (one tensor in two modules) are one parameter and train like the DDP loop") {
   constexpr int kWorld = 2, kSteps = 30;
