@@ -5,6 +5,7 @@
 //
 //   build/default/examples/04_libtorch_gpt/zerotk_example_04_libtorch_gpt [--stage 2] [--ranks 2]
 //       [--steps 300] [--config ds_config.json]
+//   mpirun -np 2 build/default/examples/04_libtorch_gpt/zerotk_example_04_libtorch_gpt --mpi
 //
 // Prints the loss every 50 steps, the held-out accuracy of greedy decoding, and a checksum of the
 // final parameters' bits (equal across stages 0-3: CTest's example.04_libtorch_gpt_stages checks it).
@@ -15,6 +16,9 @@
 #include <zerotk/engine.hpp>
 #include <zerotk/engine_config.hpp>
 #include <zerotk/interop/torch.hpp>
+#if ZEROTK_HAS_MPI
+#include <zerotk/comm/mpi.hpp>
+#endif
 
 #include <algorithm>
 #include <chrono>
@@ -152,20 +156,33 @@ struct Result {
   std::uint64_t checksum = 0;
 };
 
+/// Where the ranks are: threads of this process, or one rank per MPI process (world set).
+struct Launch {
+  int ranks = 2;
+  int rank = 0;  // this process's rank under MPI (0 with threads: rank 0 prints)
+#if ZEROTK_HAS_MPI
+  zerotk::comm::MpiCommunicator* world = nullptr;
+  bool mpi() const noexcept { return world != nullptr; }
+#else
+  bool mpi() const noexcept { return false; }
+#endif
+};
+
 template <class E>
-void train(const zerotk::config::Config& cfg, int ranks, int steps, Result& out) {
+void train(const zerotk::config::Config& cfg, const Launch& launch, int steps, Result& out) {
   const int micro = static_cast<int>(cfg.train_micro_batch_size_per_gpu);
   const int gas = static_cast<int>(cfg.gradient_accumulation_steps);
-  std::vector<Gpt> nets;
-  for (int r = 0; r < ranks; ++r) {
+  const int ranks = launch.ranks;
+  std::vector<Gpt> nets;  // one per rank of this process
+  for (int r = 0; r < (launch.mpi() ? 1 : ranks); ++r) {
     torch::manual_seed(42);  // the same initial weights on every rank (libtorch's generator is global)
     nets.emplace_back(64, 4, 2);
   }
   const auto t0 = std::chrono::steady_clock::now();
-  zerotk::comm::run_threads(ranks, [&](auto& comm) {
+  const auto body = [&](auto& comm) {
     at::set_num_threads(1);
     const auto rank = static_cast<std::size_t>(comm.rank());
-    Gpt& net = nets[rank];
+    Gpt& net = nets[launch.mpi() ? 0 : rank];
     zerotk::interop::TorchModel model(*net);
     E engine(comm, model, zerotk::engine_options<E>(cfg));
     if (auto s = zerotk::lr_scheduler(cfg)) engine.set_scheduler(*s);
@@ -186,7 +203,16 @@ void train(const zerotk::config::Config& cfg, int ranks, int steps, Result& out)
         std::printf("step %4d  loss %.4f  lr %.5f  grad_norm %.3f\n", s, r.loss, r.lr, r.grad_norm);
     }
     grads.release_module();  // the module keeps its trained values (collective at stage 3)
-  });
+  };
+#if ZEROTK_HAS_MPI
+  if (launch.mpi()) {
+    body(*launch.world);
+  } else {
+    zerotk::comm::run_threads(ranks, body);
+  }
+#else
+  zerotk::comm::run_threads(ranks, body);
+#endif
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   at::set_num_threads(1);
   out.accuracy = accuracy(nets[0], 1000);
@@ -196,35 +222,66 @@ void train(const zerotk::config::Config& cfg, int ranks, int steps, Result& out)
 template <int S>
 using E = zerotk::Engine<zerotk::Partitioner<zerotk::Stage<S>>, zerotk::Optimizer<zerotk::AdamW>>;
 
+bool flag(int argc, char** argv, const char* name) {
+  for (int i = 1; i < argc; ++i)
+    if (std::strcmp(argv[i], name) == 0) return true;
+  return false;
+}
+
+int run(int argc, char** argv, const Launch& launch) {
+  const int steps = std::atoi(arg(argc, argv, "--steps", "300").c_str());
+  const int stage = std::atoi(arg(argc, argv, "--stage", "2").c_str());
+  const std::string file = arg(argc, argv, "--config", "");
+  const bool root = launch.rank == 0;
+  zerotk::config::ResolveContext rc;
+  rc.world_size = launch.ranks;
+  const zerotk::config::Config cfg =
+      file.empty() ? zerotk::config::load(default_config(stage, steps), rc, "flags") : zerotk::config::load_file(file, rc);
+  if (root) {
+    std::printf("zerotk + libtorch %d.%d: %d ranks (%s), ZeRO stage %d, fp32, batch %lld = %lld micro x %lld "
+                "accumulation x %d ranks\n",
+                TORCH_VERSION_MAJOR, TORCH_VERSION_MINOR, launch.ranks, launch.mpi() ? "MPI" : "threads",
+                cfg.zero_optimization.stage, static_cast<long long>(cfg.train_batch_size),
+                static_cast<long long>(cfg.train_micro_batch_size_per_gpu),
+                static_cast<long long>(cfg.gradient_accumulation_steps), launch.ranks);
+  }
+  Result res;
+  zerotk::config::dispatch<E<0>, E<1>, E<2>, E<3>>(cfg, [&]<class Engine>(std::type_identity<Engine>) {
+    train<Engine>(cfg, launch, steps, res);
+    return 0;
+  });
+  if (!root) return 0;
+  std::printf("trained %d steps in %.1f s; loss %.4f -> %.4f\n", steps, res.seconds, res.first_loss, res.last_loss);
+  std::printf("task sort 8 digits: held-out sequence accuracy %.4f (1000 sequences, greedy decoding)\n",
+              res.accuracy);
+  std::printf("parameter checksum %016llx\n", static_cast<unsigned long long>(res.checksum));
+  const bool ok = res.last_loss < 0.5 * res.first_loss;
+  std::printf("%s\n", ok ? "PASS (the loss halved)" : "FAIL (the loss did not halve)");
+  return ok ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   try {
-    const int ranks = std::atoi(arg(argc, argv, "--ranks", "2").c_str());
-    const int steps = std::atoi(arg(argc, argv, "--steps", "300").c_str());
-    const int stage = std::atoi(arg(argc, argv, "--stage", "2").c_str());
-    const std::string file = arg(argc, argv, "--config", "");
-    zerotk::config::ResolveContext rc;
-    rc.world_size = ranks;
-    const zerotk::config::Config cfg =
-        file.empty() ? zerotk::config::load(default_config(stage, steps), rc, "flags") : zerotk::config::load_file(file, rc);
-    std::printf("zerotk + libtorch %d.%d: %d ranks (threads), ZeRO stage %d, fp32, batch %lld = %lld micro x %lld "
-                "accumulation x %d ranks\n",
-                TORCH_VERSION_MAJOR, TORCH_VERSION_MINOR, ranks, cfg.zero_optimization.stage, static_cast<long long>(cfg.train_batch_size),
-                static_cast<long long>(cfg.train_micro_batch_size_per_gpu),
-                static_cast<long long>(cfg.gradient_accumulation_steps), ranks);
-    Result res;
-    zerotk::config::dispatch<E<0>, E<1>, E<2>, E<3>>(cfg, [&]<class Engine>(std::type_identity<Engine>) {
-      train<Engine>(cfg, ranks, steps, res);
-      return 0;
-    });
-    std::printf("trained %d steps in %.1f s; loss %.4f -> %.4f\n", steps, res.seconds, res.first_loss, res.last_loss);
-    std::printf("task sort 8 digits: held-out sequence accuracy %.4f (1000 sequences, greedy decoding)\n",
-                res.accuracy);
-    std::printf("parameter checksum %016llx\n", static_cast<unsigned long long>(res.checksum));
-    const bool ok = res.last_loss < 0.5 * res.first_loss;
-    std::printf("%s\n", ok ? "PASS (the loss halved)" : "FAIL (the loss did not halve)");
-    return ok ? 0 : 1;
+    Launch launch;
+    launch.ranks = std::atoi(arg(argc, argv, "--ranks", "2").c_str());
+    if (!flag(argc, argv, "--mpi")) return run(argc, argv, launch);
+#if ZEROTK_HAS_MPI
+    zerotk::comm::MpiSession session;
+    zerotk::comm::MpiCommunicator world = zerotk::comm::MpiCommunicator::world();
+    launch.world = &world;
+    launch.ranks = world.size();
+    launch.rank = world.rank();
+    try {
+      return run(argc, argv, launch);
+    } catch (const std::exception& e) {  // a rank's error ends the job: its peers may wait in a collective
+      if (world.size() > 1) zerotk::comm::MpiSession::abort("rank " + std::to_string(world.rank()) + ": " + e.what());
+      throw;
+    }
+#else
+    throw zerotk::usage_error("this binary was built without MPI", "--mpi");
+#endif
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return 2;
