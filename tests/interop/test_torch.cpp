@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <vector>
 
 #include <zerotk/comm/threads.hpp>
@@ -409,6 +410,77 @@ DOCTEST_TEST_CASE("torch: optimizer and parameter offload (Offload<Cpu>, Offload
   DOCTEST_CHECK(s2.pinned_master_bytes == 0);
   DOCTEST_CHECK(s2_off.pinned_master_bytes == s2_off.master_bytes);  // all of the master in pinned memory
   DOCTEST_CHECK(s3_off.pinned_params_bytes > 0);                      // the parameter shards too
+}
+
+DOCTEST_TEST_CASE("torch: stage 3 after the forward: NaN written over the released gathered values changes no gradient") {
+  constexpr int kWorld = 2, kSteps = 5;
+  const Data data = Data::draw<MlpTask>(kSteps, kWorld);
+  EngineOptions o = adamw_options();
+  o.stage3.prefetch_bucket_size = 0;  // nothing gathered ahead: after the forward no bucket is live
+  o.stage3.max_reuse_distance = 0;    // released at once
+  std::vector<std::vector<float>> result(2);
+  std::vector<std::size_t> poisoned(2, 0);
+  for (int poison = 0; poison < 2; ++poison) {
+    std::vector<MlpTask::Net> nets{MlpTask::make(), MlpTask::make()};
+    comm::run_threads(kWorld, [&](auto& comm) {
+      at::set_num_threads(1);
+      const auto r = static_cast<std::size_t>(comm.rank());
+      TorchModel model(*nets[r]);
+      TorchEngine<3> engine(comm, model, o);
+      TorchGradients grads(engine, model);
+      for (std::size_t s = 0; s < kSteps; ++s) {
+        std::vector<std::pair<float*, std::int64_t>> seen;  // gathered values the forward read
+        torch::Tensor h = data.x[s][r];
+        std::size_t i = 0;
+        for (auto it = nets[r]->begin(); it != nets[r]->end(); ++it, ++i) {
+          torch::nn::AnyModule* m = &*it;
+          h = grads.forward(
+              std::to_string(i),
+              [m, &seen](const torch::Tensor& in) {
+                for (const auto& p : m->ptr()->parameters()) seen.emplace_back(p.data_ptr<float>(), p.numel());
+                return m->forward(in);
+              },
+              h);
+        }
+        const torch::Tensor loss = torch::mse_loss(h, data.y[s][r]);
+        if (poison) {
+          for (const auto& [ptr, n] : seen) std::fill(ptr, ptr + n, std::numeric_limits<float>::quiet_NaN());
+          if (r == 0) poisoned[1] += seen.size();
+        }
+        grads.backward(loss);
+        static_cast<void>(grads.step(loss.item<double>()));
+      }
+      grads.release_module();
+    });
+    result[static_cast<std::size_t>(poison)] = flatten(*nets[0]);
+  }
+  DOCTEST_CHECK(poisoned[1] == 6 * kSteps);  // every parameter's gathered values, every step
+  // The poisoned memory is what the forward computes from: NaN written there while a child is
+  // gathered reaches the loss.
+  std::vector<double> inside(kWorld, 0);
+  std::vector<MlpTask::Net> nets{MlpTask::make(), MlpTask::make()};
+  comm::run_threads(kWorld, [&](auto& comm) {
+    at::set_num_threads(1);
+    const auto r = static_cast<std::size_t>(comm.rank());
+    TorchModel model(*nets[r]);
+    TorchEngine<3> engine(comm, model, o);
+    TorchGradients grads(engine, model);
+    torch::nn::AnyModule* first = &*nets[r]->begin();
+    const torch::Tensor h = grads.forward(
+        "0",
+        [first](const torch::Tensor& in) {
+          for (const auto& p : first->ptr()->parameters())
+            std::fill(p.data_ptr<float>(), p.data_ptr<float>() + p.numel(), std::numeric_limits<float>::quiet_NaN());
+          return first->forward(in);
+        },
+        data.x[0][r]);
+    inside[r] = h.sum().item<double>();
+  });
+  DOCTEST_CHECK(std::isnan(inside[0]));
+  bool finite = true;
+  for (float v : result[1]) finite = finite && std::isfinite(v);
+  DOCTEST_CHECK(finite);
+  DOCTEST_CHECK(result[1] == result[0]);
 }
 
 DOCTEST_TEST_CASE("torch: tied weights (one tensor in two modules) are one parameter and train like the DDP loop") {
