@@ -483,6 +483,43 @@ DOCTEST_TEST_CASE("torch: stage 3 after the forward: NaN written over the releas
   DOCTEST_CHECK(result[1] == result[0]);
 }
 
+namespace {
+/// The MLP with every child run through grads.checkpoint (activation checkpointing).
+template <class E>
+std::vector<float> train_checkpointed(const Data& data) {
+  std::vector<MlpTask::Net> nets{MlpTask::make(), MlpTask::make()};
+  comm::run_threads(2, [&](auto& comm) {
+    at::set_num_threads(1);
+    const auto r = static_cast<std::size_t>(comm.rank());
+    TorchModel model(*nets[r]);
+    E engine(comm, model, adamw_options());
+    TorchGradients grads(engine, model);
+    for (std::size_t s = 0; s < data.x.size(); ++s) {
+      torch::Tensor h = data.x[s][r];
+      std::size_t i = 0;
+      for (auto it = nets[r]->begin(); it != nets[r]->end(); ++it, ++i) {
+        torch::nn::AnyModule* m = &*it;
+        h = grads.checkpoint(std::to_string(i), [m](const torch::Tensor& in) { return m->forward(in); }, h);
+      }
+      const torch::Tensor loss = torch::mse_loss(h, data.y[s][r]);
+      grads.backward(loss);
+      DOCTEST_CHECK(grads.gradients_received() == 6);
+      static_cast<void>(grads.step(loss.item<double>()));
+    }
+    grads.release_module();
+  });
+  return flatten(*nets[0]);
+}
+}  // namespace
+
+DOCTEST_TEST_CASE("torch: activation checkpointing of children (grads.checkpoint) changes no bit at stages 0, 2, 3") {
+  const Data data = Data::draw<MlpTask>(10, 2);
+  const Run plain = train_zerotk<MlpTask, TorchEngine<0>>(2, data);
+  DOCTEST_CHECK(train_checkpointed<TorchEngine<0>>(data) == plain.params);
+  DOCTEST_CHECK(train_checkpointed<TorchEngine<2>>(data) == plain.params);
+  DOCTEST_CHECK(train_checkpointed<TorchEngine<3>>(data) == plain.params);
+}
+
 DOCTEST_TEST_CASE("torch: tied weights (one tensor in two modules) are one parameter and train like the DDP loop") {
   constexpr int kWorld = 2, kSteps = 30;
   {

@@ -401,6 +401,20 @@ class TorchGradients {
     }
   }
 
+  /// Activation checkpointing of the child `unit`: the forward keeps no activations of fn (only its
+  /// input), the backward runs fn again and takes the gradients from that graph. At stage 3 this is
+  /// what forward() does anyway; at stages 0-2 the same autograd function runs without gathering, and
+  /// hands the child's parameter gradients to the engine itself. fn must be deterministic.
+  template <class F>
+  torch::Tensor checkpoint(std::string_view unit, F&& fn, const torch::Tensor& x) {
+    if constexpr (kSharded) {
+      return forward(unit, std::forward<F>(fn), x);
+    } else {
+      calls_.push_back(detail::TorchCall{std::forward<F>(fn), model_->unit(unit)});
+      return detail::GatheredCall<TorchGradients>::apply(x, anchor_, this, &calls_.back());
+    }
+  }
+
   /// Runs a Sequential child by child through forward(name, ...).
   torch::Tensor forward(torch::nn::Sequential& seq, torch::Tensor x) {
     std::size_t i = 0;
@@ -434,38 +448,37 @@ class TorchGradients {
     return engine_->step(loss);
   }
 
-  /// Stage 3, forward: the unit's values gathered around fn; an output that is a view of them is copied.
+  /// GatheredCall's forward: fn without a graph (stage 3: inside the unit's gather); an output that
+  /// is a view of the parameters is copied.
   torch::Tensor gathered_forward(detail::TorchCall& call, const torch::Tensor& x) {
-    auto& unit = *static_cast<TorchModel::Unit*>(call.unit);
-    auto scope = engine_->forward(unit);
-    torch::Tensor y = call.fn(x);
-    for (TorchParam* p : unit.params) {
-      if (y.is_alias_of(p->tensor())) return y.clone();
+    auto* unit = static_cast<TorchModel::Unit*>(call.unit);
+    if (unit == nullptr) return call.fn(x);  // a checkpointed child without trainable parameters
+    const auto run = [&] {
+      torch::Tensor y = call.fn(x);
+      for (TorchParam* p : unit->params) {
+        if (y.is_alias_of(p->tensor())) return y.clone();
+      }
+      return y;
+    };
+    if constexpr (kSharded) {
+      auto scope = engine_->forward(*unit);
+      return run();
+    } else {
+      return run();
     }
-    return y;
   }
 
-  /// Stage 3, backward: gather, recompute, the parameters' gradients into the engine, dL/dx back.
+  /// GatheredCall's backward: (stage 3: gather,) recompute, the parameters' gradients into the
+  /// engine, dL/dx back.
   torch::Tensor gathered_backward(detail::TorchCall& call, const torch::Tensor& x, const torch::Tensor& dy) {
-    auto& unit = *static_cast<TorchModel::Unit*>(call.unit);
-    auto scope = engine_->backward(unit);
-    torch::AutoGradMode grad_on(true);
-    const bool want_dx = x.requires_grad();
-    torch::Tensor in = x.detach();
-    if (want_dx) in.requires_grad_(true);
-    const torch::Tensor y = call.fn(in);
-    std::vector<torch::Tensor> inputs;
-    for (TorchParam* p : unit.params) inputs.push_back(p->tensor());
-    if (want_dx) inputs.push_back(in);
-    const std::vector<torch::Tensor> g =
-        torch::autograd::grad({y}, inputs, {dy}, /*retain_graph=*/false, /*create_graph=*/false, /*allow_unused=*/true);
-    for (std::size_t k = 0; k < unit.params.size(); ++k) {
-      TorchParam& p = *unit.params[k];
-      got_[static_cast<std::size_t>(&p - &(*model_)[0])] = 1;
-      if (!g[k].defined()) continue;
-      add_into(p, g[k]);
+    static TorchModel::Unit no_params;
+    TorchModel::Unit& unit = call.unit != nullptr ? *static_cast<TorchModel::Unit*>(call.unit) : no_params;
+    if constexpr (kSharded) {
+      auto scope = engine_->backward(unit);  // gathered again; gradient storage bound
+      return recompute(unit, call, x, dy);
+    } else {
+      return recompute(unit, call, x, dy);
     }
-    return want_dx ? g.back() : torch::Tensor();
   }
 
   /// How many gradients the hooks handed to the engine since the last step().
@@ -506,6 +519,33 @@ class TorchGradients {
   }
 
  private:
+  torch::Tensor recompute(TorchModel::Unit& unit, detail::TorchCall& call, const torch::Tensor& x,
+                          const torch::Tensor& dy) {
+    torch::AutoGradMode grad_on(true);
+    const bool want_dx = x.requires_grad();
+    torch::Tensor in = x.detach();
+    if (want_dx) in.requires_grad_(true);
+    const torch::Tensor y = call.fn(in);
+    std::vector<torch::Tensor> inputs;
+    for (TorchParam* p : unit.params) inputs.push_back(p->tensor());
+    if (want_dx) inputs.push_back(in);
+    const std::vector<torch::Tensor> g =
+        torch::autograd::grad({y}, inputs, {dy}, /*retain_graph=*/false, /*create_graph=*/false, /*allow_unused=*/true);
+    for (std::size_t k = 0; k < unit.params.size(); ++k) {
+      TorchParam& p = *unit.params[k];
+      const auto i = static_cast<std::size_t>(&p - &(*model_)[0]);
+      if (got_[i]) throw usage_error("torch parameter received a second gradient in one micro-step", p.name());
+      got_[i] = 1;
+      if constexpr (kSharded) {
+        if (g[k].defined()) add_into(p, g[k]);  // inside the unit's backward scope
+      } else {
+        auto one = engine_->backward(units_[i]);  // an empty scope gives a zero gradient when undefined
+        if (g[k].defined()) add_into(p, g[k]);
+      }
+    }
+    return want_dx ? g.back() : torch::Tensor();
+  }
+
   /// p.grad() += g (inside p's backward scope: the engine's gradient storage is bound).
   static void add_into(TorchParam& p, const torch::Tensor& g) {
     const torch::Tensor src = g.scalar_type() == torch::kFloat32 ? g.contiguous() : g.to(torch::kFloat32).contiguous();
