@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -18,6 +19,11 @@
 #include <unistd.h>
 
 #include <zerotk/checkpoint.hpp>
+#endif
+#if ZEROTK_HAS_XXHASH && ZEROTK_HAS_JSON
+#include <fstream>
+
+#include <nlohmann/json.hpp>
 #endif
 
 using namespace zerotk;
@@ -519,6 +525,50 @@ DOCTEST_TEST_CASE("torch: activation checkpointing of children (grads.checkpoint
   DOCTEST_CHECK(train_checkpointed<TorchEngine<2>>(data) == plain.params);
   DOCTEST_CHECK(train_checkpointed<TorchEngine<3>>(data) == plain.params);
 }
+
+#if ZEROTK_HAS_XXHASH && ZEROTK_HAS_JSON
+DOCTEST_TEST_CASE("torch: save_16bit_model at stage 3 writes safetensors that read back as the module's parameters") {
+  const std::filesystem::path file =
+      std::filesystem::temp_directory_path() / ("zerotk_interop_torch_" + std::to_string(::getpid()) + ".safetensors");
+  const Data data = Data::draw<MlpTask>(3, 2);
+  std::vector<MlpTask::Net> nets{MlpTask::make(), MlpTask::make()};
+  comm::run_threads(2, [&](auto& comm) {
+    at::set_num_threads(1);
+    const auto r = static_cast<std::size_t>(comm.rank());
+    TorchModel model(*nets[r]);
+    TorchEngine<3> engine(comm, model, adamw_options());
+    TorchGradients grads(engine, model);
+    for (std::size_t s = 0; s < data.x.size(); ++s) {
+      const torch::Tensor loss = torch::mse_loss(grads.forward(nets[r], data.x[s][r]), data.y[s][r]);
+      grads.backward(loss);
+      static_cast<void>(grads.step(loss.item<double>()));
+    }
+    checkpoint::save_16bit_model(engine, model, comm, file);
+    grads.release_module();
+  });
+  // safetensors, read by hand: 8-byte little-endian header size, a JSON header, then the data.
+  std::ifstream in(file, std::ios::binary);
+  std::uint64_t header_bytes = 0;
+  in.read(reinterpret_cast<char*>(&header_bytes), 8);
+  std::string header(header_bytes, '\0');
+  in.read(header.data(), static_cast<std::streamsize>(header_bytes));
+  const std::vector<char> body((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const nlohmann::json j = nlohmann::json::parse(header);
+  std::size_t matched = 0;
+  for (const auto& item : nets[0]->named_parameters()) {
+    DOCTEST_REQUIRE(j.contains(item.key()));
+    const auto& t = j[item.key()];
+    DOCTEST_CHECK(t["dtype"] == "F32");
+    const std::size_t begin = t["data_offsets"][0], end = t["data_offsets"][1];
+    const torch::Tensor p = item.value().detach().contiguous();
+    DOCTEST_REQUIRE(end - begin == static_cast<std::size_t>(p.numel()) * sizeof(float));
+    DOCTEST_CHECK(std::memcmp(body.data() + begin, p.data_ptr(), end - begin) == 0);
+    ++matched;
+  }
+  DOCTEST_CHECK(matched == 6);
+  std::filesystem::remove(file);
+}
+#endif
 
 DOCTEST_TEST_CASE("torch: tied weights (one tensor in two modules) are one parameter and train like the DDP loop") {
   constexpr int kWorld = 2, kSteps = 30;
