@@ -710,6 +710,23 @@ DOCTEST_TEST_CASE("torch: what cannot be bound is refused, naming the parameter"
       DOCTEST_CHECK_THROWS_WITH_AS(grads.backward(loss), doctest::Contains("sparse"), usage_error);
     });
   }
+  DOCTEST_SUBCASE("a sparse parameter") {
+    torch::nn::Linear l(3, 2);
+    torch::Tensor sparse = torch::eye(3).to_sparse();
+    l->register_parameter("sparse", sparse);
+    DOCTEST_CHECK_THROWS_WITH_AS(TorchModel{*l}, doctest::Contains("sparse"), usage_error);
+  }
+  DOCTEST_SUBCASE("two backward() calls before step()") {
+    comm::run_threads(1, [&](auto& comm) {
+      torch::nn::Linear l(3, 2);
+      TorchModel model(*l);
+      E engine(comm, model, adamw_options());
+      TorchGradients grads(engine, model);
+      const torch::Tensor loss = l(torch::ones({1, 3})).sum();
+      loss.backward({}, /*retain_graph=*/true);
+      DOCTEST_CHECK_THROWS_WITH_AS(loss.backward(), doctest::Contains("second gradient"), usage_error);
+    });
+  }
   DOCTEST_SUBCASE("a module converted after wrapping") {
     comm::run_threads(1, [&](auto& comm) {
       torch::nn::Linear l(3, 2);
