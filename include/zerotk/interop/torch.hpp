@@ -336,9 +336,10 @@ struct AccumulatedHook final : torch::autograd::FunctionPostHook {
 }  // namespace detail
 
 /// Connects autograd to an engine built over a TorchModel: hooks on every parameter's gradient
-/// accumulator, for as long as this object lives. Build it after the engine; it must be destroyed
-/// before the engine (it gives the tensors their own copies of the values back then, so the module
-/// stays usable after the engine is gone).
+/// accumulator (stages 0-2), for as long as this object lives. Build it after the engine; destroy it
+/// before the engine. At stages 0-2 its destructor gives the tensors their own copies of the values,
+/// so the module stays usable after the engine is gone; at stage 3 call release_module() on every
+/// rank for that (it gathers).
 template <class Engine>
 class TorchGradients {
   static constexpr bool kSharded = Engine::kStage == 3;
