@@ -32,3 +32,24 @@ endif()
 if(ZEROTK_CUDA_ENABLED)
   find_package(NCCL QUIET)
 endif()
+
+# libtorch (PyTorch's C++ API) for the adapter in zerotk/interop/torch.hpp. Debian 12's libtorch-dev
+# ships TorchConfig.cmake in the default prefix; a downloaded libtorch is found with
+# -DCMAKE_PREFIX_PATH=<libtorch>. Its headers are slow to compile, so only the adapter's own test
+# and example include them.
+set(ZEROTK_WITH_TORCH "AUTO" CACHE STRING "Build the libtorch adapter's tests and example: AUTO (when libtorch is found), ON (required), OFF")
+set_property(CACHE ZEROTK_WITH_TORCH PROPERTY STRINGS AUTO ON OFF)
+set(ZEROTK_TORCH_ENABLED OFF)
+if(NOT ZEROTK_WITH_TORCH STREQUAL "OFF")
+  find_package(Torch QUIET)
+  if(Torch_FOUND AND TARGET torch)
+    set(ZEROTK_TORCH_ENABLED ON)
+  elseif(ZEROTK_WITH_TORCH STREQUAL "ON")
+    message(FATAL_ERROR "ZEROTK_WITH_TORCH=ON but libtorch was not found. Install it (Debian: apt-get install "
+                        "libtorch-dev), point CMAKE_PREFIX_PATH at an unpacked libtorch, or configure with "
+                        "-DZEROTK_WITH_TORCH=OFF.")
+  else()
+    message(STATUS "zerotk: libtorch not found: the torch adapter's tests and example are not built "
+                   "(Debian: apt-get install libtorch-dev)")
+  endif()
+endif()

@@ -9,7 +9,8 @@ set -euo pipefail
 
 packages=(cmake ninja-build g++ pkg-config libeigen3-dev doctest-dev libopenmpi-dev openmpi-bin
           nlohmann-json3-dev liburing-dev libxxhash-dev libbenchmark-dev libcli11-dev gnuplot-nox
-          python3)  # python3: read_safetensors.py, the independent check of the safetensors writer
+          python3      # python3: read_safetensors.py, the independent check of the safetensors writer
+          libtorch-dev)  # libtorch 1.13 (CPU): the torch adapter's test (tests/interop)
 if [[ "${1:-}" == "--dev" ]]; then
   packages+=(python3-torch python3-numpy)
 fi

@@ -32,6 +32,9 @@
 #ifndef ZEROTK_HAS_XXHASH
 #define ZEROTK_HAS_XXHASH 0
 #endif
+#ifndef ZEROTK_HAS_TORCH
+#define ZEROTK_HAS_TORCH 0
+#endif
 
 // A feature that is on must really be usable: catch -DZEROTK_HAS_CUDA=1 in a host-only TU early.
 #if ZEROTK_HAS_NCCL && !ZEROTK_HAS_CUDA

@@ -1,0 +1,575 @@
+#pragma once
+/// \file zerotk/interop/torch.hpp
+/// libtorch adapter: a `torch::nn::Module`'s parameters become zerotk Parameters in place, and one
+/// `loss.backward()` hands each gradient to the engine as autograd produces it. Requires libtorch
+/// (target zerotk::torch; Debian 12: libtorch-dev 1.13). Stages 0-3; fp32, bf16, fp16 (float32
+/// tensors); `Device<Host>`.
+///
+///   zerotk::interop::TorchModel model(*net);             // named_parameters(), frozen ones left out
+///   Engine engine(comm, model, options);                 // adopts the values, re-points the tensors
+///   zerotk::interop::TorchGradients grads(engine, model);  // hooks on the gradient accumulators
+///   for (...) {
+///     torch::Tensor out = grads.forward(net, x);         // a Sequential child by child (stage 3
+///                                                        // gathers each; stages 0-2: net->forward(x))
+///     torch::Tensor loss = criterion(out, y);
+///     grads.backward(loss);                              // loss * loss_scale, then loss.backward()
+///     zerotk::StepReport r = grads.step(loss.item<double>());
+///   }
+///   grads.release_module();                              // the module keeps its values (collective at 3)
+///
+/// How it binds: after the engine is built every parameter tensor's data is `from_blob` over the
+/// engine's storage (`set_data`, same TensorImpl, so the module's own fields and every alias of the
+/// tensor keep working). Each parameter's gradient accumulator (autograd's AccumulateGrad node) gets
+/// a post hook: when autograd has accumulated the parameter's gradient, the hook opens the engine's
+/// backward scope for that parameter alone, adds the gradient into the engine's gradient storage,
+/// drops the tensor's `.grad()`, and closes the scope; a bucket whose last parameter closes starts
+/// reducing while autograd continues with the earlier layers.
+///
+/// Stage 3: libtorch modules have no forward hooks in C++, so each direct child's forward runs
+/// through `grads.forward(name, fn, x)` (or `grads.forward(sequential, x)`): an autograd function
+/// gathers the child's parameters, runs fn without recording a graph, releases them; its backward
+/// gathers again, runs fn again with autograd on (a recompute, as activation checkpointing does),
+/// takes the parameters' and the input's gradients with torch::autograd::grad and releases. Nothing
+/// autograd keeps points into gathered memory; the price is one more forward per child. Outside
+/// these calls the parameter tensors are empty. fn must be deterministic (no dropout).
+///
+/// Tied weights: the same tensor registered in two modules (`lm_head->weight = emb->weight` through
+/// register_parameter) is one parameter, named by its first name in named_parameters() order; the
+/// other names are listed by aliases(). Two distinct tensors that share storage (a view of another
+/// parameter) are refused, naming both.
+
+#include "zerotk/core/macros.hpp"
+
+#if !ZEROTK_HAS_TORCH
+#error "zerotk/interop/torch.hpp needs libtorch: link the CMake target zerotk::torch (it defines ZEROTK_HAS_TORCH=1), or, in a vendored copy, define ZEROTK_HAS_TORCH=1 and put libtorch (Debian: libtorch-dev) on the include path"
+#endif
+
+#include <torch/torch.h>
+
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <deque>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "zerotk/core/concepts.hpp"
+#include "zerotk/core/error.hpp"
+
+namespace zerotk::interop {
+
+/// One trainable tensor of a torch module, as a zerotk Parameter. The tensor stays the module's
+/// (same TensorImpl); bind() re-points its data at engine storage.
+class TorchParam {
+ public:
+  using value_type = float;
+
+  /// Refuses what cannot live in a flat fp32 buffer in place, naming the parameter.
+  TorchParam(std::string name, torch::Tensor tensor) : name_(std::move(name)), tensor_(std::move(tensor)) {
+    if (tensor_.layout() != torch::kStrided) {
+      throw usage_error("torch parameter is not a dense (strided) tensor; sparse parameters cannot be bound", name_);
+    }
+    if (tensor_.scalar_type() != torch::kFloat32) {
+      throw usage_error("torch parameter must be float32 (the engine's Precision<> decides the stored type; "
+                        "convert the module with module->to(torch::kFloat32) before wrapping)",
+                        name_, std::string(c10::toString(tensor_.scalar_type())));
+    }
+    if (!tensor_.device().is_cpu()) {
+      throw usage_error("torch parameter must be on the CPU (the adapter supports Device<Host> only)", name_,
+                        tensor_.device().str());
+    }
+    if (!tensor_.is_contiguous()) {
+      throw usage_error("torch parameter is not contiguous; make it contiguous before wrapping", name_);
+    }
+    for (std::int64_t d : tensor_.sizes()) sizes_.push_back(d);
+    for (std::int64_t d : tensor_.sizes()) shape_.push_back(static_cast<std::size_t>(d));
+    numel_ = static_cast<std::size_t>(tensor_.numel());
+  }
+  TorchParam(const TorchParam&) = delete;
+  TorchParam& operator=(const TorchParam&) = delete;
+  TorchParam(TorchParam&&) = default;
+  TorchParam& operator=(TorchParam&&) = default;
+
+  const std::string& name() const noexcept { return name_; }
+  std::size_t numel() const noexcept { return numel_; }
+  const std::vector<std::size_t>& shape() const noexcept { return shape_; }
+  torch::Tensor& tensor() noexcept { return tensor_; }
+  const torch::Tensor& tensor() const noexcept { return tensor_; }
+
+  /// Before the engine binds: the tensor's own values (the engine adopts them). After: engine storage.
+  float* data() noexcept { return bound_ ? data_ : static_cast<float*>(tensor_.data_ptr()); }
+  float* grad() noexcept { return grad_; }
+
+  /// Points the tensor at `data` (numel floats of engine storage) when it moved; `grad` is where
+  /// the engine wants this parameter's gradient now.
+  void bind(float* data, float* grad) {
+    if (detached_) return;
+    grad_ = grad;
+    if (bound_ && data == data_) return;
+    data_ = data;
+    bound_ = true;
+    torch::NoGradGuard no_grad;
+    if (data == nullptr) {  // stage 3 released the values: an empty tensor, as DeepSpeed's
+      tensor_.set_data(torch::empty({0}, torch::TensorOptions().dtype(torch::kFloat32)));
+    } else {
+      tensor_.set_data(torch::from_blob(data, sizes_, torch::TensorOptions().dtype(torch::kFloat32)));
+    }
+  }
+
+  /// Stage 3: whether the values are gathered now (outside scopes the tensor is empty).
+  bool has_values() const noexcept { return !bound_ || data_ != nullptr; }
+
+  /// Whether the tensor still reads the engine's storage (not re-allocated by module->to(...),
+  /// set_data or an assignment behind the engine's back).
+  bool still_bound() const {
+    if (!bound_) return true;
+    if (tensor_.scalar_type() != torch::kFloat32) return false;
+    if (data_ == nullptr) return tensor_.numel() == 0;
+    return tensor_.data_ptr() == static_cast<void*>(data_) && tensor_.numel() == static_cast<std::int64_t>(numel_) &&
+           tensor_.is_contiguous();
+  }
+  void require_bound() const {
+    if (still_bound()) return;
+    throw usage_error("torch parameter no longer points at the engine's storage: the module re-allocated it after "
+                      "wrapping (module->to(...), set_data, or assigning a new tensor); convert the module before "
+                      "building the engine",
+                      name_,
+                      std::string(c10::toString(tensor_.scalar_type())) + " tensor of " +
+                          std::to_string(tensor_.numel()) + " elements");
+  }
+
+  /// Gives the tensor its own copy of the current values again and stops following the engine
+  /// (its storage is about to go away). Stage 3: call it while the values are gathered.
+  void unbind() {
+    if (!bound_) return;
+    if (data_ != nullptr && still_bound()) {
+      torch::NoGradGuard no_grad;
+      tensor_.set_data(tensor_.detach().clone());
+    }
+    bound_ = false;
+    detached_ = true;
+    data_ = nullptr;
+    grad_ = nullptr;
+  }
+
+ private:
+  std::string name_;
+  torch::Tensor tensor_;
+  std::vector<std::int64_t> sizes_;
+  std::vector<std::size_t> shape_;
+  std::size_t numel_ = 0;
+  float* data_ = nullptr;  // [numel] engine storage the tensor reads, once bound
+  float* grad_ = nullptr;  // [numel] where the engine wants the gradient now
+  bool bound_ = false;
+  bool detached_ = false;  // unbind() ran: later binds are ignored
+};
+
+static_assert(Parameter<TorchParam>);
+
+/// A torch module's trainable parameters as a zerotk Module, in named_parameters() order.
+/// Neither copyable nor movable: the engine keeps the addresses of its parameters.
+class TorchModel {
+ public:
+  explicit TorchModel(torch::nn::Module& module) {
+    std::unordered_map<const void*, std::size_t> by_impl;    // TensorImpl -> index into params_
+    std::unordered_map<const void*, std::string> by_storage;  // StorageImpl -> the first name using it
+    std::vector<std::pair<std::string, torch::Tensor>> keep;
+    for (const auto& item : module.named_parameters(/*recurse=*/true)) {
+      const torch::Tensor& t = item.value();
+      const void* impl = t.unsafeGetTensorImpl();
+      if (auto it = by_impl.find(impl); it != by_impl.end()) {
+        aliases_.emplace_back(item.key(), keep[it->second].first);
+        continue;
+      }
+      if (!t.requires_grad()) {
+        frozen_.push_back(item.key());
+        continue;
+      }
+      if (t.layout() == torch::kStrided && t.has_storage()) {
+        const void* storage = t.storage().unsafeGetStorageImpl();
+        if (auto it = by_storage.find(storage); it != by_storage.end()) {
+          throw usage_error("two torch parameters share storage (one is a view of the other); tie weights by "
+                            "registering the same tensor in both modules instead",
+                            item.key(), it->second);
+        }
+        by_storage.emplace(storage, item.key());
+      }
+      by_impl.emplace(impl, keep.size());
+      keep.emplace_back(item.key(), t);
+    }
+    params_.reserve(keep.size());
+    for (auto& [name, t] : keep) params_.emplace_back(name, t);
+    // Stage 3's fetch units: the module's direct children, each with the parameters under its name.
+    for (const auto& child : module.named_children()) {
+      Unit u{child.key(), {}};
+      for (TorchParam& p : params_) {
+        if (first_segment(p.name()) == child.key()) u.params.push_back(&p);
+      }
+      if (!u.params.empty()) units_.push_back(std::move(u));
+    }
+    for (const auto& [alias, name] : aliases_) {
+      if (first_segment(alias) != first_segment(name)) cross_unit_aliases_.emplace_back(alias, name);
+    }
+  }
+
+  /// A direct child of the module with the parameters under its name: one fetch unit at stage 3.
+  struct Unit {
+    std::string name;
+    std::vector<TorchParam*> params;
+    template <class Visit>
+    void parameters(Visit&& visit) {
+      for (TorchParam* p : params) visit(p->name(), *p);
+    }
+  };
+  /// The units, for the engine (stage 3 gathers one unit's parameters together).
+  template <class Visit>
+  void modules(Visit&& visit) {
+    for (Unit& u : units_) visit(u);
+  }
+  /// The unit of the child `name`, or null if that child has no trainable parameter.
+  Unit* unit(std::string_view name) noexcept {
+    for (Unit& u : units_) {
+      if (u.name == name) return &u;
+    }
+    return nullptr;
+  }
+  std::size_t unit_count() const noexcept { return units_.size(); }
+  /// Tied tensors whose names sit under two different children (stage 3 refuses them).
+  const std::vector<std::pair<std::string, std::string>>& cross_unit_aliases() const noexcept {
+    return cross_unit_aliases_;
+  }
+  TorchModel(const TorchModel&) = delete;
+  TorchModel& operator=(const TorchModel&) = delete;
+
+  template <class Visit>
+  void parameters(Visit&& visit) {
+    for (TorchParam& p : params_) visit(p.name(), p);
+  }
+
+  std::size_t size() const noexcept { return params_.size(); }
+  TorchParam& operator[](std::size_t i) noexcept { return params_[i]; }
+  const TorchParam& operator[](std::size_t i) const noexcept { return params_[i]; }
+  /// (alias, parameter): a tensor met again under another name (tied weights).
+  const std::vector<std::pair<std::string, std::string>>& aliases() const noexcept { return aliases_; }
+  /// Parameters with requires_grad false: left to the module, not trained.
+  const std::vector<std::string>& frozen() const noexcept { return frozen_; }
+
+  /// Every bound tensor still reads the engine's storage, or a usage_error naming the first that does not.
+  void require_bound() const {
+    for (const TorchParam& p : params_) p.require_bound();
+  }
+  /// Every tensor gets its own copy of its current values (before the engine goes away).
+  void unbind() {
+    for (TorchParam& p : params_) p.unbind();
+  }
+
+ private:
+  static std::string_view first_segment(std::string_view name) noexcept { return name.substr(0, name.find('.')); }
+
+  std::vector<TorchParam> params_;
+  std::vector<Unit> units_;
+  std::vector<std::pair<std::string, std::string>> aliases_, cross_unit_aliases_;
+  std::vector<std::string> frozen_;
+};
+
+static_assert(Module<TorchModel>);
+
+namespace detail {
+/// The engine's backward scope is opened per parameter: each is its own "layer" of one parameter.
+struct OneTorchParam {
+  TorchParam* p;
+  template <class Visit>
+  void parameters(Visit&& visit) {
+    visit(p->name(), *p);
+  }
+};
+
+/// One call of a unit's forward through TorchGradients::forward at stage 3: what the backward
+/// recomputes. Kept by TorchGradients until the next step().
+struct TorchCall {
+  std::function<torch::Tensor(const torch::Tensor&)> fn;
+  void* unit;  // TorchModel::Unit
+};
+
+/// Stage 3's autograd function around one unit's forward. Forward: gather, run without recording
+/// (nothing autograd saves can point into gathered memory), release. Backward: gather again, run the
+/// forward again with autograd on, take the parameters' and the input's gradients with
+/// torch::autograd::grad, hand the parameters' to the engine, release.
+template <class Owner>
+struct GatheredCall : torch::autograd::Function<GatheredCall<Owner>> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                               const torch::Tensor& /*anchor*/, Owner* owner, TorchCall* call) {
+    ctx->saved_data["owner"] = static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(owner));
+    ctx->saved_data["call"] = static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(call));
+    ctx->save_for_backward({x});
+    return owner->gathered_forward(*call, x);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs) {
+    auto* owner = reinterpret_cast<Owner*>(static_cast<std::intptr_t>(ctx->saved_data["owner"].toInt()));
+    auto* call = reinterpret_cast<TorchCall*>(static_cast<std::intptr_t>(ctx->saved_data["call"].toInt()));
+    const torch::Tensor x = ctx->get_saved_variables()[0];
+    return {owner->gathered_backward(*call, x, grad_outputs[0]), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+/// Runs after autograd accumulated one parameter's gradient (a post hook of its AccumulateGrad).
+template <class Owner>
+struct AccumulatedHook final : torch::autograd::FunctionPostHook {
+  AccumulatedHook(Owner* owner, std::size_t index) : owner_(owner), index_(index) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list& /*inputs*/) override {
+    owner_->accumulated(index_);
+    return outputs;
+  }
+  Owner* owner_;
+  std::size_t index_;
+};
+}  // namespace detail
+
+/// Connects autograd to an engine built over a TorchModel: hooks on every parameter's gradient
+/// accumulator (stages 0-2), for as long as this object lives. Build it after the engine; destroy it
+/// before the engine. At stages 0-2 its destructor gives the tensors their own copies of the values,
+/// so the module stays usable after the engine is gone; at stage 3 call release_module() on every
+/// rank for that (it gathers).
+template <class Engine>
+class TorchGradients {
+  static constexpr bool kSharded = Engine::kStage == 3;
+
+ public:
+  TorchGradients(Engine& engine, TorchModel& model)
+      : engine_(&engine), model_(&model), got_(model.size(), 0) {
+    if (kSharded && !model.cross_unit_aliases().empty()) {
+      throw usage_error("stage 3 gathers one child module's parameters at a time; a tensor tied across two children "
+                        "is not supported there (use stages 0-2, or keep the tied modules in one child)",
+                        model.cross_unit_aliases().front().first, model.cross_unit_aliases().front().second);
+    }
+    units_.reserve(model.size());
+    hooks_.reserve(model.size());
+    for (std::size_t i = 0; i < model.size(); ++i) {
+      units_.push_back(detail::OneTorchParam{&model[i]});
+      model[i].require_bound();
+      // Stage 3 takes the gradients in the recomputing backward instead, and must not hold the
+      // accumulators: one made while the tensor is empty would keep that shape as its metadata.
+      if constexpr (kSharded) continue;
+      std::shared_ptr<torch::autograd::Node> acc = torch::autograd::impl::grad_accumulator(model[i].tensor());
+      if (!acc) throw usage_error("torch parameter has no gradient accumulator (not a leaf?)", model[i].name());
+      const std::uintptr_t key = acc->add_post_hook(std::make_unique<detail::AccumulatedHook<TorchGradients>>(this, i));
+      hooks_.push_back({std::move(acc), key});
+    }
+  }
+  TorchGradients(const TorchGradients&) = delete;
+  TorchGradients& operator=(const TorchGradients&) = delete;
+  /// Stages 0-2: the tensors get their own copies of the last values (the module outlives the
+  /// engine). Stage 3: call release_module() on every rank first, or the tensors stay empty.
+  ~TorchGradients() {
+    for (Hook& h : hooks_) h.accumulator->del_post_hook(h.key);
+    if constexpr (!kSharded) model_->unbind();
+  }
+
+  /// The module's tensors get their own copies of the current values and stop following the engine
+  /// (the end of training). Stage 3: collective (it gathers every parameter).
+  void release_module() {
+    if constexpr (kSharded) {
+      auto all = engine_->gather(*model_);
+      model_->unbind();
+    } else {
+      model_->unbind();
+    }
+  }
+
+  /// Runs `fn(x)`, the forward of the module's child `unit` (a name from named_children()). Stages
+  /// 0-2: just fn(x). Stage 3: an autograd function gathers the child's parameters around fn and
+  /// again around its recomputation in backward (see detail::GatheredCall); `fn` must compute the
+  /// same output from the same input each time (no dropout) and is kept until step().
+  template <class F>
+  torch::Tensor forward(std::string_view unit, F&& fn, const torch::Tensor& x) {
+    if constexpr (!kSharded) {
+      return fn(x);
+    } else {
+      TorchModel::Unit* u = model_->unit(unit);
+      if (u == nullptr) return fn(x);  // no trainable parameter: nothing to gather
+      calls_.push_back(detail::TorchCall{std::forward<F>(fn), u});
+      return detail::GatheredCall<TorchGradients>::apply(x, anchor_, this, &calls_.back());
+    }
+  }
+
+  /// Activation checkpointing of the child `unit`: the forward keeps no activations of fn (only its
+  /// input), the backward runs fn again and takes the gradients from that graph. At stage 3 this is
+  /// what forward() does anyway; at stages 0-2 the same autograd function runs without gathering, and
+  /// hands the child's parameter gradients to the engine itself. fn must be deterministic.
+  template <class F>
+  torch::Tensor checkpoint(std::string_view unit, F&& fn, const torch::Tensor& x) {
+    if constexpr (kSharded) {
+      return forward(unit, std::forward<F>(fn), x);
+    } else {
+      calls_.push_back(detail::TorchCall{std::forward<F>(fn), model_->unit(unit)});
+      return detail::GatheredCall<TorchGradients>::apply(x, anchor_, this, &calls_.back());
+    }
+  }
+
+  /// Runs a Sequential child by child through forward(name, ...).
+  torch::Tensor forward(torch::nn::Sequential& seq, torch::Tensor x) {
+    std::size_t i = 0;
+    for (auto it = seq->begin(); it != seq->end(); ++it, ++i) {
+      torch::nn::AnyModule* m = &*it;
+      x = forward(std::to_string(i), [m](const torch::Tensor& in) { return m->forward(in); }, x);
+    }
+    return x;
+  }
+
+  /// `loss * engine.loss_scale()` (as is, when the scale is 1), then one backward through autograd.
+  void backward(const torch::Tensor& loss) {
+    const double scale = engine_->loss_scale();
+    if (scale == 1.0) {
+      loss.backward();
+    } else {
+      (loss * scale).backward();
+    }
+  }
+
+  /// Checks that no tensor was re-allocated behind the engine's back, gives every parameter that got
+  /// no gradient in this micro-step (unused in the forward) a zero one, then engine.step(loss).
+  auto step(double loss = 0.0) {
+    model_->require_bound();
+    for (std::size_t i = 0; i < got_.size(); ++i) {
+      if (got_[i]) continue;
+      auto scope = engine_->backward(units_[i]);  // an empty scope: this parameter's gradient is zero
+    }
+    std::fill(got_.begin(), got_.end(), 0);
+    calls_.clear();
+    return engine_->step(loss);
+  }
+
+  /// GatheredCall's forward: fn without a graph (stage 3: inside the unit's gather); an output that
+  /// is a view of the parameters is copied.
+  torch::Tensor gathered_forward(detail::TorchCall& call, const torch::Tensor& x) {
+    auto* unit = static_cast<TorchModel::Unit*>(call.unit);
+    if (unit == nullptr) return call.fn(x);  // a checkpointed child without trainable parameters
+    const auto run = [&] {
+      torch::Tensor y = call.fn(x);
+      for (TorchParam* p : unit->params) {
+        if (y.is_alias_of(p->tensor())) return y.clone();
+      }
+      return y;
+    };
+    if constexpr (kSharded) {
+      auto scope = engine_->forward(*unit);
+      return run();
+    } else {
+      return run();
+    }
+  }
+
+  /// GatheredCall's backward: (stage 3: gather,) recompute, the parameters' gradients into the
+  /// engine, dL/dx back.
+  torch::Tensor gathered_backward(detail::TorchCall& call, const torch::Tensor& x, const torch::Tensor& dy) {
+    static TorchModel::Unit no_params;
+    TorchModel::Unit& unit = call.unit != nullptr ? *static_cast<TorchModel::Unit*>(call.unit) : no_params;
+    if constexpr (kSharded) {
+      auto scope = engine_->backward(unit);  // gathered again; gradient storage bound
+      return recompute(unit, call, x, dy);
+    } else {
+      return recompute(unit, call, x, dy);
+    }
+  }
+
+  /// How many gradients the hooks handed to the engine since the last step().
+  std::size_t gradients_received() const noexcept {
+    std::size_t n = 0;
+    for (char g : got_) n += g != 0;
+    return n;
+  }
+
+  /// The hook: autograd accumulated parameter i's gradient into its `.grad()`.
+  void accumulated(std::size_t i) {
+    TorchParam& p = (*model_)[i];
+    p.require_bound();
+    torch::Tensor& t = p.tensor();
+    const torch::Tensor g = t.grad();
+    if (!g.defined()) return;
+    if (g.is_sparse() || g.layout() != torch::kStrided) {
+      throw usage_error("torch parameter got a sparse gradient (e.g. Embedding with sparse=true); the engine reduces "
+                        "dense gradients only",
+                        p.name());
+    }
+    if (kSharded) {
+      throw usage_error("at stage 3 every parameter must be used inside its child module's forward(name, fn, x) "
+                        "(its values are gathered only there); this one got a gradient outside",
+                        p.name());
+    }
+    if (got_[i]) {
+      throw usage_error("torch parameter received a second gradient in one micro-step (two backward() calls "
+                        "before step()?)",
+                        p.name());
+    }
+    {
+      auto scope = engine_->backward(units_[i]);
+      add_into(p, g);
+    }
+    got_[i] = 1;
+    t.mutable_grad().reset();  // the engine holds the gradient now; autograd's copy is dropped
+  }
+
+ private:
+  torch::Tensor recompute(TorchModel::Unit& unit, detail::TorchCall& call, const torch::Tensor& x,
+                          const torch::Tensor& dy) {
+    torch::AutoGradMode grad_on(true);
+    const bool want_dx = x.requires_grad();
+    torch::Tensor in = x.detach();
+    if (want_dx) in.requires_grad_(true);
+    const torch::Tensor y = call.fn(in);
+    std::vector<torch::Tensor> inputs;
+    for (TorchParam* p : unit.params) inputs.push_back(p->tensor());
+    if (want_dx) inputs.push_back(in);
+    const std::vector<torch::Tensor> g =
+        torch::autograd::grad({y}, inputs, {dy}, /*retain_graph=*/false, /*create_graph=*/false, /*allow_unused=*/true);
+    for (std::size_t k = 0; k < unit.params.size(); ++k) {
+      TorchParam& p = *unit.params[k];
+      const auto i = static_cast<std::size_t>(&p - &(*model_)[0]);
+      if (got_[i]) throw usage_error("torch parameter received a second gradient in one micro-step", p.name());
+      got_[i] = 1;
+      if constexpr (kSharded) {
+        if (g[k].defined()) add_into(p, g[k]);  // inside the unit's backward scope
+      } else {
+        auto one = engine_->backward(units_[i]);  // an empty scope gives a zero gradient when undefined
+        if (g[k].defined()) add_into(p, g[k]);
+      }
+    }
+    return want_dx ? g.back() : torch::Tensor();
+  }
+
+  /// p.grad() += g (inside p's backward scope: the engine's gradient storage is bound).
+  static void add_into(TorchParam& p, const torch::Tensor& g) {
+    const torch::Tensor src = g.scalar_type() == torch::kFloat32 ? g.contiguous() : g.to(torch::kFloat32).contiguous();
+    if (static_cast<std::size_t>(src.numel()) != p.numel()) {
+      throw usage_error("torch gradient has the wrong number of elements", p.name(), std::to_string(src.numel()));
+    }
+    float* dst = p.grad();
+    const float* s = src.data_ptr<float>();
+    for (std::size_t k = 0; k < p.numel(); ++k) dst[k] += s[k];
+  }
+
+  struct Hook {
+    std::shared_ptr<torch::autograd::Node> accumulator;  // kept alive: a tensor holds it only weakly
+    std::uintptr_t key;
+  };
+  Engine* engine_;
+  TorchModel* model_;
+  std::vector<detail::OneTorchParam> units_;  // [parameter]: stable addresses (the engine's module keys)
+  std::vector<Hook> hooks_;
+  std::vector<char> got_;  // [parameter] its gradient arrived in this micro-step
+  std::deque<detail::TorchCall> calls_;  // stage 3: this micro-step's unit calls (stable addresses)
+  torch::Tensor anchor_ = torch::zeros({}, torch::TensorOptions().requires_grad(true));  // makes every
+      // GatheredCall's output require grad, also when its input does not (the first layer)
+};
+
+}  // namespace zerotk::interop

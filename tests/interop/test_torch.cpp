@@ -1,0 +1,779 @@
+// The libtorch adapter (zerotk/interop/torch.hpp): a torch::nn::Sequential trained with one
+// loss.backward() per step on thread ranks, against a plain libtorch data-parallel loop written
+// here (gradients averaged by hand, torch::optim::AdamW), across stages 0-2, and its errors.
+// glog (through libtorch) defines CHECK too: use doctest's prefixed macros only.
+#define DOCTEST_CONFIG_NO_SHORT_MACRO_NAMES
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include <zerotk/comm/threads.hpp>
+#include <zerotk/engine.hpp>
+#include <zerotk/interop/torch.hpp>
+#if ZEROTK_HAS_XXHASH
+#include <filesystem>
+#include <unistd.h>
+
+#include <zerotk/checkpoint.hpp>
+#endif
+#if ZEROTK_HAS_XXHASH && ZEROTK_HAS_JSON
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+#endif
+
+using namespace zerotk;
+using interop::TorchGradients;
+using interop::TorchModel;
+
+namespace {
+
+constexpr int kIn = 8, kHidden = 24, kOut = 4, kBatch = 16;
+constexpr int kVocab = 11, kDim = 6;
+constexpr double kLr = 1e-2, kWeightDecay = 0.01;
+
+/// Each parameter once (libtorch's parameters() lists a tied tensor under every name).
+std::vector<torch::Tensor> unique_params(torch::nn::Module& m) {
+  std::vector<torch::Tensor> out;
+  for (const auto& p : m.parameters()) {
+    bool seen = false;
+    for (const auto& q : out) seen = seen || q.unsafeGetTensorImpl() == p.unsafeGetTensorImpl();
+    if (!seen) out.push_back(p);
+  }
+  return out;
+}
+
+std::vector<float> flatten(torch::nn::Module& m) {
+  std::vector<float> out;
+  for (const auto& p : unique_params(m)) {
+    const torch::Tensor c = p.detach().contiguous();
+    out.insert(out.end(), c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
+  }
+  return out;
+}
+
+/// The regression task: an MLP of Linear layers, mean squared error against a fixed function.
+struct MlpTask {
+  using Net = torch::nn::Sequential;
+  static Net make() {
+    torch::manual_seed(7);  // every rank (and the reference) starts from the same weights
+    return torch::nn::Sequential(torch::nn::Linear(kIn, kHidden), torch::nn::Tanh(),
+                                 torch::nn::Linear(kHidden, kHidden), torch::nn::ReLU(),
+                                 torch::nn::Linear(kHidden, kOut));
+  }
+  static torch::Tensor loss(Net& net, const torch::Tensor& x, const torch::Tensor& y) {
+    return torch::mse_loss(net->forward(x), y);
+  }
+  /// Through the adapter: each child a unit (gathered around its forward at stage 3).
+  template <class G>
+  static torch::Tensor loss(G& grads, Net& net, const torch::Tensor& x, const torch::Tensor& y) {
+    return torch::mse_loss(grads.forward(net, x), y);
+  }
+  static void draw(torch::Tensor& x, torch::Tensor& y, const torch::Tensor& w) {
+    x = torch::randn({kBatch, kIn});
+    y = torch::sin(x.matmul(w));
+  }
+  static torch::Tensor teacher() { return torch::randn({kIn, kOut}); }
+};
+
+/// A tied head: the output projection is the embedding's own tensor, registered in two modules.
+struct TiedHeadImpl : torch::nn::Module {
+  explicit TiedHeadImpl(torch::Tensor w) { weight = register_parameter("weight", std::move(w)); }
+  torch::Tensor forward(const torch::Tensor& h) { return h.matmul(weight.t()); }
+  torch::Tensor weight;
+};
+TORCH_MODULE(TiedHead);
+
+struct TiedLmImpl : torch::nn::Module {
+  TiedLmImpl() {
+    emb = register_module("emb", torch::nn::Embedding(kVocab, kDim));
+    mid = register_module("mid", torch::nn::Linear(kDim, kDim));
+    head = register_module("head", TiedHead(emb->weight));
+  }
+  torch::Tensor forward(const torch::Tensor& idx) { return head(torch::tanh(mid(emb(idx)))); }
+  torch::nn::Embedding emb{nullptr};
+  torch::nn::Linear mid{nullptr};
+  TiedHead head{nullptr};
+};
+TORCH_MODULE(TiedLm);
+
+/// Next-token prediction of a fixed permutation with the tied model.
+struct TiedTask {
+  using Net = TiedLm;
+  static Net make() {
+    torch::manual_seed(11);
+    return TiedLm();
+  }
+  static torch::Tensor loss(Net& net, const torch::Tensor& x, const torch::Tensor& y) {
+    return torch::cross_entropy_loss(net->forward(x), y);
+  }
+  template <class G>
+  static torch::Tensor loss(G&, Net& net, const torch::Tensor& x, const torch::Tensor& y) {
+    return loss(net, x, y);
+  }
+  static void draw(torch::Tensor& x, torch::Tensor& y, const torch::Tensor& perm) {
+    x = torch::randint(kVocab, {kBatch}, torch::kLong);
+    y = perm.index_select(0, x);
+  }
+  static torch::Tensor teacher() { return torch::randperm(kVocab, torch::kLong); }
+};
+
+/// [step][rank] inputs and targets, drawn once on the main thread (libtorch's generator is global).
+struct Data {
+  std::vector<std::vector<torch::Tensor>> x, y;
+  template <class Task>
+  static Data draw(int steps, int world) {
+    Data d;
+    d.x.resize(static_cast<std::size_t>(steps));
+    d.y.resize(static_cast<std::size_t>(steps));
+    torch::manual_seed(1234);
+    const torch::Tensor t = Task::teacher();
+    for (auto s = 0u; s < d.x.size(); ++s)
+      for (int r = 0; r < world; ++r) {
+        torch::Tensor x, y;
+        Task::draw(x, y, t);
+        d.x[s].push_back(x);
+        d.y[s].push_back(y);
+      }
+    return d;
+  }
+};
+
+struct Run {
+  std::vector<double> losses;    // [step] mean over ranks, as the engine reports it
+  std::vector<float> params;     // rank 0's parameters after the last step (the engine gone), flattened
+  std::size_t params_bytes = 0, grads_bytes = 0, master_bytes = 0, optim_bytes = 0;  // rank 0's ledger
+  std::size_t pinned_master_bytes = 0, pinned_params_bytes = 0;  // of which in pinned host memory
+  double psi = 0, psi_padded = 0;
+  std::size_t buckets = 0;
+  bool empty_outside_scopes = false;
+  std::size_t hooked = 0;         // gradients the hooks handed over in the last backward
+  std::uint64_t reductions_in_backward = 0;  // reduce(-scatter) / all-reduce calls issued inside it
+};
+
+template <int S, class... More>
+using TorchEngine = Engine<Partitioner<Stage<S>>, Optimizer<AdamW>, More...>;
+
+EngineOptions adamw_options() {
+  EngineOptions o;
+  o.stage3.param_persistence_threshold = 0;  // stage 3 really releases every parameter
+  o.optimizer.lr = kLr;
+  o.optimizer.weight_decay = kWeightDecay;
+  o.gradient_clipping = 0;
+  return o;
+}
+
+template <class C>
+std::uint64_t reduction_calls(const C& comm) {
+  return comm.stats()[comm::OpKind::reduce_scatter].calls + comm.stats()[comm::OpKind::all_reduce].calls;
+}
+
+/// Optional checkpoint work around a training run: load before the first step, save after the last.
+struct Checkpointing {
+  std::string load_dir, save_dir;
+  std::size_t first_step = 0;  // the data index of the first step (a resumed run starts later)
+};
+
+template <class Task, class E>
+Run train_zerotk(int world, const Data& data, EngineOptions o = adamw_options(), const Checkpointing& ck = {}) {
+  std::vector<typename Task::Net> nets;
+  for (int r = 0; r < world; ++r) nets.push_back(Task::make());
+  Run run;
+  comm::run_threads(world, [&](auto& comm) {
+    at::set_num_threads(1);
+    auto& net = nets[static_cast<std::size_t>(comm.rank())];
+    TorchModel model(*net);
+    {
+      E engine(comm, model, o);
+      TorchGradients grads(engine, model);
+      const auto r = static_cast<std::size_t>(comm.rank());
+#if ZEROTK_HAS_XXHASH
+      if (!ck.load_dir.empty()) checkpoint::load(engine, comm, ck.load_dir);
+#endif
+      for (std::size_t s = ck.first_step; s < data.x.size(); ++s) {
+        torch::Tensor loss = Task::loss(grads, net, data.x[s][r], data.y[s][r]);
+        const std::uint64_t before = reduction_calls(comm);
+        grads.backward(loss);
+        const std::uint64_t in_backward = reduction_calls(comm) - before;
+        const std::size_t hooked = grads.gradients_received();
+        const StepReport rep = grads.step(loss.item<double>());
+        if (comm.rank() == 0) {
+          run.losses.push_back(rep.loss);
+          run.hooked = hooked;
+          run.reductions_in_backward = in_backward;
+        }
+      }
+#if ZEROTK_HAS_XXHASH
+      if (!ck.save_dir.empty()) checkpoint::save(engine, comm, ck.save_dir);
+#endif
+      bool empty = true;  // stage 3: outside scopes every parameter tensor is empty
+      for (std::size_t i = 0; i < model.size(); ++i) empty = empty && model[i].tensor().numel() == 0;
+      grads.release_module();  // collective at stage 3
+      if (comm.rank() == 0) {
+        run.empty_outside_scopes = empty;
+        const auto& m = engine.memory();
+        run.params_bytes = m.live(MemoryCategory::params16);
+        run.grads_bytes = m.live(MemoryCategory::grads);
+        run.master_bytes = m.live(MemoryCategory::master32);
+        run.pinned_master_bytes = m.live(MemorySpace::pinned_host, MemoryCategory::master32);
+        run.pinned_params_bytes = m.live(MemorySpace::pinned_host, MemoryCategory::params16);
+        run.optim_bytes = m.live(MemoryCategory::optimizer_state);
+        run.psi = static_cast<double>(engine.parameter_count());
+        run.psi_padded = static_cast<double>(engine.flat_numel());
+        run.buckets = engine.bucket_count();
+      }
+    }  // TorchGradients gave the tensors their own copies back: the module outlives the engine
+    if (comm.rank() == 0) run.params = flatten(*net);
+  });
+  return run;
+}
+
+/// Plain libtorch data parallelism, no zerotk: every replica runs its own batch, the gradients are
+/// averaged by hand over the replicas (what an all-reduce does), each replica steps torch's AdamW.
+template <class Task>
+Run train_reference(int world, const Data& data) {
+  at::set_num_threads(1);
+  std::vector<typename Task::Net> nets;
+  std::vector<torch::optim::AdamW> opts;
+  for (int r = 0; r < world; ++r) {
+    nets.push_back(Task::make());
+    opts.emplace_back(unique_params(*nets.back()),
+                      torch::optim::AdamWOptions(kLr).betas({0.9, 0.999}).eps(1e-8).weight_decay(kWeightDecay));
+  }
+  Run run;
+  for (std::size_t s = 0; s < data.x.size(); ++s) {
+    double loss = 0;
+    for (int r = 0; r < world; ++r) {
+      const auto k = static_cast<std::size_t>(r);
+      nets[k]->zero_grad();
+      torch::Tensor l = Task::loss(nets[k], data.x[s][k], data.y[s][k]);
+      l.backward();
+      loss += l.item<double>();
+    }
+    const std::size_t count = unique_params(*nets[0]).size();
+    for (std::size_t j = 0; j < count; ++j) {
+      torch::Tensor sum = torch::zeros_like(unique_params(*nets[0])[j]);
+      for (auto& n : nets) sum += unique_params(*n)[j].grad();
+      const torch::Tensor avg = sum / world;
+      for (auto& n : nets) unique_params(*n)[j].mutable_grad() = avg.clone();
+    }
+    for (auto& opt : opts) opt.step();
+    run.losses.push_back(loss / world);
+  }
+  run.params = flatten(*nets[0]);
+  return run;
+}
+
+struct Diff {
+  double loss = 0, param = 0;
+};
+Diff max_diff(const Run& a, const Run& b) {
+  Diff d;
+  for (std::size_t s = 0; s < a.losses.size() && s < b.losses.size(); ++s)
+    d.loss = std::max(d.loss, std::fabs(a.losses[s] - b.losses[s]));
+  for (std::size_t i = 0; i < a.params.size() && i < b.params.size(); ++i)
+    d.param = std::max(d.param, double(std::fabs(a.params[i] - b.params[i])));
+  return d;
+}
+
+}  // namespace
+
+DOCTEST_TEST_CASE("torch: one loss.backward() per step; stages 0, 1, 2 give bitwise the same parameters and match a "
+                  "plain libtorch data-parallel AdamW loop") {
+  constexpr int kWorld = 2, kSteps = 50;
+  const Data data = Data::draw<MlpTask>(kSteps, kWorld);
+  const Run ref = train_reference<MlpTask>(kWorld, data);
+  const Run s0 = train_zerotk<MlpTask, TorchEngine<0>>(kWorld, data);
+  const Run s1 = train_zerotk<MlpTask, TorchEngine<1>>(kWorld, data);
+  const Run s2 = train_zerotk<MlpTask, TorchEngine<2>>(kWorld, data);
+
+  DOCTEST_REQUIRE(s0.losses.size() == kSteps);
+  DOCTEST_REQUIRE(ref.params.size() == s0.params.size());
+  DOCTEST_CHECK(s0.hooked == 6);  // 3 Linear layers x (weight, bias): every gradient came through a hook
+  DOCTEST_CHECK(s2.hooked == 6);
+  DOCTEST_CHECK(s0.params == s1.params);
+  DOCTEST_CHECK(s0.params == s2.params);
+  DOCTEST_CHECK(s0.losses == s1.losses);
+  DOCTEST_CHECK(s0.losses == s2.losses);
+
+  const Diff d = max_diff(s0, ref);
+  std::printf("torch MLP vs libtorch DDP + AdamW, %d steps on %d ranks: loss %.6f -> %.6f, max |loss diff| %.3g, "
+              "max |param diff| %.3g\n",
+              kSteps, kWorld, ref.losses.front(), ref.losses.back(), d.loss, d.param);
+  DOCTEST_CHECK(ref.losses.back() < 0.7 * ref.losses.front());  // it trains
+  DOCTEST_CHECK(d.loss < 1e-5);
+  DOCTEST_CHECK(d.param < 1e-4);
+}
+
+DOCTEST_TEST_CASE("torch: stage 3 gathers each child around its forward and its recomputed backward; bitwise "
+                  "stage 2's parameters") {
+  constexpr int kWorld = 2, kSteps = 20;
+  const Data data = Data::draw<MlpTask>(kSteps, kWorld);
+  const Run s2 = train_zerotk<MlpTask, TorchEngine<2>>(kWorld, data);
+  const Run s3 = train_zerotk<MlpTask, TorchEngine<3>>(kWorld, data);
+  const Run ref = train_reference<MlpTask>(kWorld, data);
+  DOCTEST_CHECK(s3.empty_outside_scopes);
+  DOCTEST_CHECK(!s2.empty_outside_scopes);
+  DOCTEST_CHECK(s3.hooked == 6);  // every gradient handed over (by the recomputing backward)
+  DOCTEST_CHECK(s3.losses == s2.losses);
+  DOCTEST_CHECK(s3.params == s2.params);
+  const Diff d = max_diff(s3, ref);
+  std::printf("torch MLP stage 3 vs libtorch DDP + AdamW, %d steps: max |loss diff| %.3g, max |param diff| %.3g\n",
+              kSteps, d.loss, d.param);
+  DOCTEST_CHECK(d.loss < 1e-5);
+}
+
+DOCTEST_TEST_CASE("torch: gradient accumulation over micro-steps: stage 2 equals stage 0 reducing every micro-step") {
+  EngineOptions o = adamw_options();
+  o.gradient_accumulation_steps = 2;
+  const Data data = Data::draw<MlpTask>(20, 2);  // 20 micro-steps = 10 optimizer steps
+  using Stage0Every = Engine<Partitioner<Stage<0>, when::every_micro_step>, Optimizer<AdamW>>;
+  const Run s0 = train_zerotk<MlpTask, Stage0Every>(2, data, o);
+  const Run s2 = train_zerotk<MlpTask, TorchEngine<2>>(2, data, o);
+  MlpTask::Net initial = MlpTask::make();
+  DOCTEST_CHECK(s0.params == s2.params);
+  DOCTEST_CHECK(s2.params != flatten(*initial));  // it trained
+}
+
+DOCTEST_TEST_CASE("torch: bf16 (float tensors over the engine's 16-bit storage): stages 0-3 bitwise identical") {
+  const Data data = Data::draw<MlpTask>(20, 2);
+  const Run s0 = train_zerotk<MlpTask, TorchEngine<0, Precision<bf16>>>(2, data);
+  const Run s1 = train_zerotk<MlpTask, TorchEngine<1, Precision<bf16>>>(2, data);
+  const Run s2 = train_zerotk<MlpTask, TorchEngine<2, Precision<bf16>>>(2, data);
+  const Run s3 = train_zerotk<MlpTask, TorchEngine<3, Precision<bf16>>>(2, data);
+  const Run f32 = train_zerotk<MlpTask, TorchEngine<2>>(2, data);
+  DOCTEST_CHECK(s0.params == s1.params);
+  DOCTEST_CHECK(s0.params == s2.params);
+  DOCTEST_CHECK(s0.params == s3.params);
+  DOCTEST_CHECK(s0.losses == s3.losses);
+  const Diff d = max_diff(s2, f32);
+  std::printf("torch MLP bf16 vs fp32, 20 steps: max |loss diff| %.3g, max |param diff| %.3g\n", d.loss, d.param);
+  DOCTEST_CHECK(d.loss > 0);     // the 16-bit rounding is real
+  DOCTEST_CHECK(d.loss < 2e-2);  // and small
+  for (float v : s0.params) {    // every value the module holds afterwards is a bf16 value
+    const bfloat16 b(v);
+    DOCTEST_REQUIRE(float(b) == v);
+  }
+}
+
+DOCTEST_TEST_CASE("torch: fp16 with dynamic loss scaling (grads.backward scales the loss): stages 0 and 3 agree") {
+  const Data data = Data::draw<MlpTask>(20, 2);
+  const Run s0 = train_zerotk<MlpTask, TorchEngine<0, Precision<fp16>>>(2, data);
+  const Run s3 = train_zerotk<MlpTask, TorchEngine<3, Precision<fp16>>>(2, data);
+  const Run f32 = train_zerotk<MlpTask, TorchEngine<0>>(2, data);
+  DOCTEST_CHECK(s0.params == s3.params);
+  const Diff d = max_diff(s0, f32);
+  std::printf("torch MLP fp16 vs fp32, 20 steps: max |loss diff| %.3g, max |param diff| %.3g\n", d.loss, d.param);
+  DOCTEST_CHECK(d.loss > 0);
+  // Without the loss scale in backward the gradients come out 65536 times too small: measured then
+  // 8.1e-3 (loss) and 5.7e-2 (parameters); with it 5.8e-4 and 8.3e-3.
+  DOCTEST_CHECK(d.loss < 3e-3);
+  DOCTEST_CHECK(d.param < 2e-2);
+}
+
+#if ZEROTK_HAS_XXHASH
+DOCTEST_TEST_CASE("torch: a checkpoint saved at stage 2 on 2 ranks loads at stage 3 on 2 and on 3 ranks") {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("zerotk_interop_torch_ckpt_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  const Data data = Data::draw<MlpTask>(10, 2);
+  Data first_half = data;
+  first_half.x.resize(5);
+  first_half.y.resize(5);
+  const Run saved = train_zerotk<MlpTask, TorchEngine<2>>(2, first_half, adamw_options(), {"", dir.string(), 0});
+  const Run straight = train_zerotk<MlpTask, TorchEngine<2>>(2, data);
+  // Resumed at stage 3 on the same 2 ranks: bitwise the run that never stopped (stages agree bitwise).
+  const Run resumed = train_zerotk<MlpTask, TorchEngine<3>>(2, data, adamw_options(), {dir.string(), "", 5});
+  DOCTEST_CHECK(resumed.params == straight.params);
+  DOCTEST_CHECK(resumed.params != saved.params);
+  // On 3 ranks: the loaded parameters are the saved ones, and training goes on from them.
+  const Data three = Data::draw<MlpTask>(0, 3);
+  const Run loaded = train_zerotk<MlpTask, TorchEngine<3>>(3, three, adamw_options(), {dir.string(), "", 0});
+  DOCTEST_CHECK(loaded.params == saved.params);
+  const Data three_more = Data::draw<MlpTask>(4, 3);
+  const Run continued = train_zerotk<MlpTask, TorchEngine<3>>(3, three_more, adamw_options(), {dir.string(), "", 0});
+  DOCTEST_REQUIRE(continued.losses.size() == 4);
+  for (double l : continued.losses) DOCTEST_CHECK(std::isfinite(l));
+  DOCTEST_CHECK(continued.params != saved.params);
+  std::filesystem::remove_all(dir);
+}
+#endif
+
+DOCTEST_TEST_CASE("torch: optimizer and parameter offload (Offload<Cpu>, OffloadParams<Cpu>) change no bit") {
+  const Data data = Data::draw<MlpTask>(10, 2);
+  const Run s2 = train_zerotk<MlpTask, TorchEngine<2>>(2, data);
+  const Run s2_off = train_zerotk<MlpTask, TorchEngine<2, Offload<Cpu>>>(2, data);
+  const Run s3_off = train_zerotk<MlpTask, TorchEngine<3, Offload<Cpu>, OffloadParams<Cpu>>>(2, data);
+  DOCTEST_CHECK(s2_off.params == s2.params);
+  DOCTEST_CHECK(s3_off.params == s2.params);
+  DOCTEST_CHECK(s3_off.empty_outside_scopes);
+  // The same model states per rank, wherever they live (the ledger sums over memory spaces).
+  DOCTEST_CHECK(s2_off.master_bytes + s2_off.optim_bytes == s2.master_bytes + s2.optim_bytes);
+  DOCTEST_CHECK(s2.pinned_master_bytes == 0);
+  DOCTEST_CHECK(s2_off.pinned_master_bytes == s2_off.master_bytes);  // all of the master in pinned memory
+  DOCTEST_CHECK(s3_off.pinned_params_bytes > 0);                      // the parameter shards too
+}
+
+DOCTEST_TEST_CASE("torch: stage 3 after the forward: NaN written over the released gathered values changes no gradient") {
+  constexpr int kWorld = 2, kSteps = 5;
+  const Data data = Data::draw<MlpTask>(kSteps, kWorld);
+  EngineOptions o = adamw_options();
+  o.stage3.prefetch_bucket_size = 0;  // nothing gathered ahead: after the forward no bucket is live
+  o.stage3.max_reuse_distance = 0;    // released at once
+  std::vector<std::vector<float>> result(2);
+  std::vector<std::size_t> poisoned(2, 0);
+  for (int poison = 0; poison < 2; ++poison) {
+    std::vector<MlpTask::Net> nets{MlpTask::make(), MlpTask::make()};
+    comm::run_threads(kWorld, [&](auto& comm) {
+      at::set_num_threads(1);
+      const auto r = static_cast<std::size_t>(comm.rank());
+      TorchModel model(*nets[r]);
+      TorchEngine<3> engine(comm, model, o);
+      TorchGradients grads(engine, model);
+      for (std::size_t s = 0; s < kSteps; ++s) {
+        std::vector<std::pair<float*, std::int64_t>> seen;  // gathered values the forward read
+        torch::Tensor h = data.x[s][r];
+        std::size_t i = 0;
+        for (auto it = nets[r]->begin(); it != nets[r]->end(); ++it, ++i) {
+          torch::nn::AnyModule* m = &*it;
+          h = grads.forward(
+              std::to_string(i),
+              [m, &seen](const torch::Tensor& in) {
+                for (const auto& p : m->ptr()->parameters()) seen.emplace_back(p.data_ptr<float>(), p.numel());
+                return m->forward(in);
+              },
+              h);
+        }
+        const torch::Tensor loss = torch::mse_loss(h, data.y[s][r]);
+        if (poison) {
+          for (const auto& [ptr, n] : seen) std::fill(ptr, ptr + n, std::numeric_limits<float>::quiet_NaN());
+          if (r == 0) poisoned[1] += seen.size();
+        }
+        grads.backward(loss);
+        static_cast<void>(grads.step(loss.item<double>()));
+      }
+      grads.release_module();
+    });
+    result[static_cast<std::size_t>(poison)] = flatten(*nets[0]);
+  }
+  DOCTEST_CHECK(poisoned[1] == 6 * kSteps);  // every parameter's gathered values, every step
+  // The poisoned memory is what the forward computes from: NaN written there while a child is
+  // gathered reaches the loss.
+  std::vector<double> inside(kWorld, 0);
+  std::vector<MlpTask::Net> nets{MlpTask::make(), MlpTask::make()};
+  comm::run_threads(kWorld, [&](auto& comm) {
+    at::set_num_threads(1);
+    const auto r = static_cast<std::size_t>(comm.rank());
+    TorchModel model(*nets[r]);
+    TorchEngine<3> engine(comm, model, o);
+    TorchGradients grads(engine, model);
+    torch::nn::AnyModule* first = &*nets[r]->begin();
+    const torch::Tensor h = grads.forward(
+        "0",
+        [first](const torch::Tensor& in) {
+          for (const auto& p : first->ptr()->parameters())
+            std::fill(p.data_ptr<float>(), p.data_ptr<float>() + p.numel(), std::numeric_limits<float>::quiet_NaN());
+          return first->forward(in);
+        },
+        data.x[0][r]);
+    inside[r] = h.sum().item<double>();
+  });
+  DOCTEST_CHECK(std::isnan(inside[0]));
+  bool finite = true;
+  for (float v : result[1]) finite = finite && std::isfinite(v);
+  DOCTEST_CHECK(finite);
+  DOCTEST_CHECK(result[1] == result[0]);
+}
+
+namespace {
+/// The MLP with every child run through grads.checkpoint (activation checkpointing).
+template <class E>
+std::vector<float> train_checkpointed(const Data& data) {
+  std::vector<MlpTask::Net> nets{MlpTask::make(), MlpTask::make()};
+  comm::run_threads(2, [&](auto& comm) {
+    at::set_num_threads(1);
+    const auto r = static_cast<std::size_t>(comm.rank());
+    TorchModel model(*nets[r]);
+    E engine(comm, model, adamw_options());
+    TorchGradients grads(engine, model);
+    for (std::size_t s = 0; s < data.x.size(); ++s) {
+      torch::Tensor h = data.x[s][r];
+      std::size_t i = 0;
+      for (auto it = nets[r]->begin(); it != nets[r]->end(); ++it, ++i) {
+        torch::nn::AnyModule* m = &*it;
+        h = grads.checkpoint(std::to_string(i), [m](const torch::Tensor& in) { return m->forward(in); }, h);
+      }
+      const torch::Tensor loss = torch::mse_loss(h, data.y[s][r]);
+      grads.backward(loss);
+      DOCTEST_CHECK(grads.gradients_received() == 6);
+      static_cast<void>(grads.step(loss.item<double>()));
+    }
+    grads.release_module();
+  });
+  return flatten(*nets[0]);
+}
+}  // namespace
+
+DOCTEST_TEST_CASE("torch: activation checkpointing of children (grads.checkpoint) changes no bit at stages 0, 2, 3") {
+  const Data data = Data::draw<MlpTask>(10, 2);
+  const Run plain = train_zerotk<MlpTask, TorchEngine<0>>(2, data);
+  DOCTEST_CHECK(train_checkpointed<TorchEngine<0>>(data) == plain.params);
+  DOCTEST_CHECK(train_checkpointed<TorchEngine<2>>(data) == plain.params);
+  DOCTEST_CHECK(train_checkpointed<TorchEngine<3>>(data) == plain.params);
+}
+
+#if ZEROTK_HAS_XXHASH && ZEROTK_HAS_JSON
+DOCTEST_TEST_CASE("torch: save_16bit_model at stage 3 writes safetensors that read back as the module's parameters") {
+  const std::filesystem::path file =
+      std::filesystem::temp_directory_path() / ("zerotk_interop_torch_" + std::to_string(::getpid()) + ".safetensors");
+  const Data data = Data::draw<MlpTask>(3, 2);
+  std::vector<MlpTask::Net> nets{MlpTask::make(), MlpTask::make()};
+  comm::run_threads(2, [&](auto& comm) {
+    at::set_num_threads(1);
+    const auto r = static_cast<std::size_t>(comm.rank());
+    TorchModel model(*nets[r]);
+    TorchEngine<3> engine(comm, model, adamw_options());
+    TorchGradients grads(engine, model);
+    for (std::size_t s = 0; s < data.x.size(); ++s) {
+      const torch::Tensor loss = torch::mse_loss(grads.forward(nets[r], data.x[s][r]), data.y[s][r]);
+      grads.backward(loss);
+      static_cast<void>(grads.step(loss.item<double>()));
+    }
+    checkpoint::save_16bit_model(engine, model, comm, file);
+    grads.release_module();
+  });
+  // safetensors, read by hand: 8-byte little-endian header size, a JSON header, then the data.
+  std::ifstream in(file, std::ios::binary);
+  std::uint64_t header_bytes = 0;
+  in.read(reinterpret_cast<char*>(&header_bytes), 8);
+  std::string header(header_bytes, '\0');
+  in.read(header.data(), static_cast<std::streamsize>(header_bytes));
+  const std::vector<char> body((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const nlohmann::json j = nlohmann::json::parse(header);
+  std::size_t matched = 0;
+  for (const auto& item : nets[0]->named_parameters()) {
+    DOCTEST_REQUIRE(j.contains(item.key()));
+    const auto& t = j[item.key()];
+    DOCTEST_CHECK(t["dtype"] == "F32");
+    const std::size_t begin = t["data_offsets"][0], end = t["data_offsets"][1];
+    const torch::Tensor p = item.value().detach().contiguous();
+    DOCTEST_REQUIRE(end - begin == static_cast<std::size_t>(p.numel()) * sizeof(float));
+    DOCTEST_CHECK(std::memcmp(body.data() + begin, p.data_ptr(), end - begin) == 0);
+    ++matched;
+  }
+  DOCTEST_CHECK(matched == 6);
+  std::filesystem::remove(file);
+}
+#endif
+
+DOCTEST_TEST_CASE("torch: tied weights (one tensor in two modules) are one parameter and train like the DDP loop") {
+  constexpr int kWorld = 2, kSteps = 30;
+  {
+    TiedLm net = TiedTask::make();
+    TorchModel model(*net);
+    DOCTEST_CHECK(model.size() == 3);  // emb.weight (= head.weight), mid.weight, mid.bias
+    DOCTEST_REQUIRE(model.aliases().size() == 1);
+    DOCTEST_CHECK(model.aliases()[0].first == "head.weight");
+    DOCTEST_CHECK(model.aliases()[0].second == "emb.weight");
+  }
+  const Data data = Data::draw<TiedTask>(kSteps, kWorld);
+  const Run ref = train_reference<TiedTask>(kWorld, data);
+  const Run s0 = train_zerotk<TiedTask, TorchEngine<0>>(kWorld, data);
+  const Run s2 = train_zerotk<TiedTask, TorchEngine<2>>(kWorld, data);
+  DOCTEST_CHECK(s0.params == s2.params);
+  const Diff d = max_diff(s2, ref);
+  std::printf("torch tied LM vs libtorch DDP + AdamW, %d steps on %d ranks: loss %.6f -> %.6f, max |loss diff| "
+              "%.3g, max |param diff| %.3g\n",
+              kSteps, kWorld, ref.losses.front(), ref.losses.back(), d.loss, d.param);
+  DOCTEST_CHECK(ref.losses.back() < ref.losses.front());
+  DOCTEST_CHECK(d.loss < 1e-5);
+  DOCTEST_CHECK(d.param < 1e-4);
+}
+
+DOCTEST_TEST_CASE("torch: per-rank model states equal the ZeRO formula at stages 0-3 (fp32 AdamW: 4 + 4 + K=12)") {
+  constexpr int kWorld = 4;
+  const Data data = Data::draw<MlpTask>(2, kWorld);
+  const auto check = [&](int stage, const Run& r) {
+    const double p = r.psi_padded, n = kWorld;
+    const double states = double(r.params_bytes + r.grads_bytes + r.master_bytes + r.optim_bytes);
+    // fp32 working copy 4, gradients 4, fp32 master 4 and Adam's m, v 8 (the master and the moments
+    // partitioned from stage 1, the gradients from stage 2), on Psi with bucket padding.
+    const double formula = stage == 0   ? 20 * p
+                           : stage == 1 ? 8 * p + 12 * p / n
+                           : stage == 2 ? 4 * p + 16 * p / n
+                                        : 20 * p / n;  // stage 3: everything partitioned
+    std::printf("stage %d W=%d Psi=%.0f (padded %.0f): params %zu grads %zu master %zu optimizer %zu = %.0f B, "
+                "formula %.0f B\n",
+                stage, kWorld, r.psi, p, r.params_bytes, r.grads_bytes, r.master_bytes, r.optim_bytes, states, formula);
+    DOCTEST_CHECK(r.psi == 916);  // 8*24+24 + 24*24+24 + 24*4+4: every trainable parameter, once
+    DOCTEST_CHECK(p - r.psi < 2 * n * double(r.buckets));
+    DOCTEST_CHECK(states == formula);
+  };
+  check(0, train_zerotk<MlpTask, TorchEngine<0>>(kWorld, data));
+  check(1, train_zerotk<MlpTask, TorchEngine<1>>(kWorld, data));
+  check(2, train_zerotk<MlpTask, TorchEngine<2>>(kWorld, data));
+  check(3, train_zerotk<MlpTask, TorchEngine<3>>(kWorld, data));
+}
+
+DOCTEST_TEST_CASE("torch: stage 2 reduces buckets inside loss.backward(), the last layer's before autograd reaches "
+                  "the first") {
+  using E = TorchEngine<2, Bucketer<Bytes<1024>>>;  // 256 floats per bucket: several buckets
+  const Data data = Data::draw<MlpTask>(3, 2);
+  const Run run = train_zerotk<MlpTask, E>(2, data);
+  DOCTEST_CHECK(run.buckets > 2);
+  DOCTEST_CHECK(run.reductions_in_backward == run.buckets);  // all of them launched before backward returned
+
+  std::vector<std::uint64_t> at_first_layer(2, 0), buckets(2, 0);
+  std::vector<MlpTask::Net> nets{MlpTask::make(), MlpTask::make()};
+  comm::run_threads(2, [&](auto& comm) {
+    at::set_num_threads(1);
+    const auto r = static_cast<std::size_t>(comm.rank());
+    TorchModel model(*nets[r]);
+    E engine(comm, model, adamw_options());
+    TorchGradients grads(engine, model);
+    // Layer 0's output gradient is computed after every later layer's parameters got theirs and
+    // before layer 0's own: count the reductions issued by then.
+    auto it = nets[r]->begin();
+    torch::Tensor h = it->forward(data.x[0][r]);
+    h.register_hook([&](const torch::Tensor&) { at_first_layer[r] = reduction_calls(comm); });
+    for (++it; it != nets[r]->end(); ++it) h = it->forward(h);
+    grads.backward(torch::mse_loss(h, data.y[0][r]));
+    static_cast<void>(grads.step(0.0));
+    buckets[r] = engine.bucket_count();
+  });
+  std::printf("stage 2, %llu buckets: %llu reduce-scatters issued before autograd reached layer 0\n",
+              static_cast<unsigned long long>(buckets[0]), static_cast<unsigned long long>(at_first_layer[0]));
+  DOCTEST_CHECK(at_first_layer[0] >= 1);
+  DOCTEST_CHECK(at_first_layer[0] < buckets[0]);  // and not all: layer 0's bucket(s) came after
+}
+
+namespace {
+struct OddParamsImpl : torch::nn::Module {
+  explicit OddParamsImpl(int kind) {
+    torch::NoGradGuard no_grad;
+    if (kind == 0) register_parameter("transposed", torch::randn({4, 3}).t());
+    if (kind == 1) {
+      torch::Tensor base = register_parameter("base", torch::randn({10}));
+      register_parameter("view", base.detach().narrow(0, 2, 5));
+    }
+  }
+};
+TORCH_MODULE(OddParams);
+
+struct FrozenUnusedImpl : torch::nn::Module {
+  FrozenUnusedImpl() {
+    torch::manual_seed(3);
+    used = register_module("used", torch::nn::Linear(4, 4));
+    unused = register_module("unused", torch::nn::Linear(4, 4));
+    used->weight.requires_grad_(false);
+  }
+  torch::Tensor forward(const torch::Tensor& x) { return used(x); }
+  torch::nn::Linear used{nullptr}, unused{nullptr};
+};
+TORCH_MODULE(FrozenUnused);
+}  // namespace
+
+DOCTEST_TEST_CASE("torch: what cannot be bound is refused, naming the parameter") {
+  using E = TorchEngine<2>;
+  DOCTEST_SUBCASE("a non-float parameter") {
+    torch::nn::Linear l(3, 2);
+    l->to(torch::kFloat64);
+    DOCTEST_CHECK_THROWS_WITH_AS(TorchModel{*l}, doctest::Contains("weight"), usage_error);
+  }
+  DOCTEST_SUBCASE("a non-contiguous parameter") {
+    OddParams m(0);
+    DOCTEST_CHECK_THROWS_WITH_AS(TorchModel{*m}, doctest::Contains("transposed"), usage_error);
+  }
+  DOCTEST_SUBCASE("two parameters sharing storage") {
+    OddParams m(1);
+    DOCTEST_CHECK_THROWS_WITH_AS(TorchModel{*m}, doctest::Contains("view"), usage_error);
+  }
+  DOCTEST_SUBCASE("a tensor tied across two children, at stage 3") {
+    comm::run_threads(1, [&](auto& comm) {
+      TiedLm net = TiedTask::make();
+      TorchModel model(*net);
+      TorchEngine<3> engine(comm, model, adamw_options());
+      DOCTEST_CHECK_THROWS_WITH_AS(TorchGradients(engine, model), doctest::Contains("head.weight"), usage_error);
+    });
+  }
+  DOCTEST_SUBCASE("a sparse gradient") {
+    comm::run_threads(1, [&](auto& comm) {
+      torch::nn::Embedding emb(torch::nn::EmbeddingOptions(5, 3).sparse(true));
+      TorchModel model(*emb);
+      E engine(comm, model, adamw_options());
+      TorchGradients grads(engine, model);
+      torch::Tensor loss = emb(torch::tensor({1, 2}, torch::kLong)).sum();
+      DOCTEST_CHECK_THROWS_WITH_AS(grads.backward(loss), doctest::Contains("sparse"), usage_error);
+    });
+  }
+  DOCTEST_SUBCASE("a sparse parameter") {
+    torch::nn::Linear l(3, 2);
+    torch::Tensor sparse = torch::eye(3).to_sparse();
+    l->register_parameter("sparse", sparse);
+    DOCTEST_CHECK_THROWS_WITH_AS(TorchModel{*l}, doctest::Contains("sparse"), usage_error);
+  }
+  DOCTEST_SUBCASE("two backward() calls before step()") {
+    comm::run_threads(1, [&](auto& comm) {
+      torch::nn::Linear l(3, 2);
+      TorchModel model(*l);
+      E engine(comm, model, adamw_options());
+      TorchGradients grads(engine, model);
+      const torch::Tensor loss = l(torch::ones({1, 3})).sum();
+      loss.backward({}, /*retain_graph=*/true);
+      DOCTEST_CHECK_THROWS_WITH_AS(loss.backward(), doctest::Contains("second gradient"), usage_error);
+    });
+  }
+  DOCTEST_SUBCASE("a module converted after wrapping") {
+    comm::run_threads(1, [&](auto& comm) {
+      torch::nn::Linear l(3, 2);
+      TorchModel model(*l);
+      E engine(comm, model, adamw_options());
+      TorchGradients grads(engine, model);
+      l->to(torch::kFloat64);
+      DOCTEST_CHECK_THROWS_WITH_AS(static_cast<void>(grads.step(0.0)), doctest::Contains("weight"), usage_error);
+    });
+  }
+  DOCTEST_SUBCASE("a tensor re-allocated after wrapping, found in backward") {
+    comm::run_threads(1, [&](auto& comm) {
+      torch::nn::Linear l(3, 2);
+      TorchModel model(*l);
+      E engine(comm, model, adamw_options());
+      TorchGradients grads(engine, model);
+      {
+        torch::NoGradGuard no_grad;
+        l->bias.set_data(torch::zeros({2}));
+      }
+      torch::Tensor loss = l(torch::ones({1, 3})).sum();
+      DOCTEST_CHECK_THROWS_WITH_AS(grads.backward(loss), doctest::Contains("bias"), usage_error);
+    });
+  }
+}
+
+DOCTEST_TEST_CASE("torch: frozen parameters stay the module's; an unused one gets a zero gradient") {
+  FrozenUnused net;
+  const torch::Tensor frozen_before = net->used->weight.detach().clone();
+  const torch::Tensor unused_before = net->unused->weight.detach().clone();
+  comm::run_threads(1, [&](auto& comm) {
+    TorchModel model(*net);
+    DOCTEST_CHECK(model.size() == 3);  // used.bias, unused.weight, unused.bias
+    DOCTEST_REQUIRE(model.frozen().size() == 1);
+    DOCTEST_CHECK(model.frozen()[0] == "used.weight");
+    TorchEngine<2> engine(comm, model, adamw_options());
+    TorchGradients grads(engine, model);
+    for (int s = 0; s < 3; ++s) {
+      grads.backward(torch::mse_loss(net(torch::ones({2, 4})), torch::zeros({2, 4})));
+      DOCTEST_CHECK(grads.gradients_received() == 1);  // used.bias only
+      static_cast<void>(grads.step(0.0));
+    }
+  });
+  DOCTEST_CHECK(torch::equal(net->used->weight, frozen_before));
+  // A zero gradient leaves Adam's update at 0: only the decoupled weight decay moves it.
+  const double decay = std::pow(1.0 - kLr * kWeightDecay, 3);
+  const torch::Tensor expect = unused_before * decay;
+  DOCTEST_CHECK(torch::allclose(net->unused->weight, expect, 1e-6, 1e-7));
+  DOCTEST_CHECK(!torch::equal(net->unused->weight, unused_before));
+}
