@@ -8,6 +8,7 @@
 #include <cstring>
 #include <vector>
 
+#include "../parallel/common.hpp"  // the host tests' inputs
 #include "zerotk/parallel/cuda/kernels.cuh"
 
 using namespace zerotk;
@@ -27,15 +28,7 @@ std::vector<T> to_host(const T* d, std::size_t n) {
   ZEROTK_CUDA_CHECK(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
   return h;
 }
-std::vector<float> values(std::size_t n, std::uint32_t seed) {
-  std::vector<float> v(n);
-  std::uint32_t s = seed * 2654435761u + 12345u;
-  for (auto& x : v) {
-    s = s * 1664525u + 1013904223u;
-    x = static_cast<float>(s >> 8) / 8388608.0f - 1.0f;
-  }
-  return v;
-}
+using zt_parallel_test::values;
 }  // namespace
 
 TEST_CASE("cuda parallel: shards, the last-dim reordering and split dropout equal the host's bit for bit") {

@@ -109,6 +109,7 @@ TEST_CASE("one MLP block's communication, counted: 1 + 1 all-reduce each way; un
   const int t = 2;
   const auto x = values(n * d, 30), w1 = values(h * d, 31), w2 = values(d * h, 32), b2 = values(d, 33);
   const auto dy = values(n * d, 34);
+  std::vector<std::vector<float>> plain;  // without sequence parallel: rank 0's output, input gradient, bias gradient
   for (bool sp : {false, true}) {
     CAPTURE(sp);
     const auto got = comm::run_threads(t, [&](ThreadsCommunicator& tp) {
@@ -166,7 +167,6 @@ TEST_CASE("one MLP block's communication, counted: 1 + 1 all-reduce each way; un
     });
     // Both layouts give the same tokens' outputs and input gradients; the bias gradient is the same on
     // every rank only after the sum under sequence parallel (each rank saw its own tokens).
-    static std::vector<std::vector<float>> plain;
     if (!sp) {
       plain = {got[0][0], got[0][1], got[0][2]};
       CHECK(same_bits(got[0][2], got[1][2]));

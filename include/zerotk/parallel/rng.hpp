@@ -72,9 +72,15 @@ class TensorParallelRng {
 /// Per element: inverted dropout of `x` (kept values scaled by 1 / (1 - p)).
 ZEROTK_HD constexpr float dropout_value(float x, bool keep, float p) noexcept { return keep ? x / (1.0f - p) : 0.0f; }
 
+namespace detail {
+inline void check_drop_probability(float p, const char* fn) {
+  if (!(p >= 0.0f && p < 1.0f)) throw usage_error("the drop probability must be in [0, 1)", fn, std::to_string(p));
+}
+}  // namespace detail
+
 /// In place over `x`, element i drawn at index `offset + i`.
 inline void dropout(RngStream s, std::span<float> x, float p, std::uint64_t offset) {
-  if (!(p >= 0.0f && p < 1.0f)) throw usage_error("the drop probability must be in [0, 1)", "zerotk::parallel::dropout", std::to_string(p));
+  detail::check_drop_probability(p, "zerotk::parallel::dropout");
   for (std::size_t i = 0; i < x.size(); ++i) x[i] = dropout_value(x[i], s.keep(offset + i, p), p);
 }
 
@@ -88,7 +94,7 @@ ZEROTK_HD constexpr std::uint64_t split_cols_index(std::size_t i, std::size_t co
 /// Dropout over rank `rank`'s column block `x` ([rows, cols / size]) of a [rows, cols] activation,
 /// drawn by the elements' full-tensor indices: the same mask as `dropout(s, full, p, 0)` at any split.
 inline void dropout_split_cols(RngStream s, std::span<float> x, float p, std::size_t cols, int rank, int size) {
-  if (!(p >= 0.0f && p < 1.0f)) throw usage_error("the drop probability must be in [0, 1)", "zerotk::parallel::dropout_split_cols", std::to_string(p));
+  detail::check_drop_probability(p, "zerotk::parallel::dropout_split_cols");
   if (size < 1 || rank < 0 || rank >= size || cols % static_cast<std::size_t>(size) != 0 ||
       x.size() % (cols / static_cast<std::size_t>(size)) != 0) {
     throw usage_error("the column block does not match the split", "zerotk::parallel::dropout_split_cols",
