@@ -594,3 +594,66 @@ TEST_CASE("zero_hpz_partition_size: hpZ at stage 3 when it divides the world siz
   CHECK(r.errors[0].where() == "/zero_optimization/zero_hpz_partition_size");
   CHECK(r.errors[0].value() == "4");
 }
+
+TEST_CASE("tensor size: tensor_model_parallel_size or tensor_parallel.autotp_size; the batch triad counts world / tensor") {
+  ResolveContext ctx;
+  ctx.world_size = 8;
+  // The seeds' key: 8 ranks = tensor 4 x data 2, so the micro batch is 64 / (2 x 4) = 8, not 64 / 8 / 4.
+  ParseResult r = parse(R"({"train_batch_size": 64, "gradient_accumulation_steps": 4, "tensor_model_parallel_size": 4,
+                            "zero_optimization": {"stage": 3}})",
+                        ctx);
+  REQUIRE_MESSAGE(r.ok(), error_lines(r));
+  CHECK(r.config->world_size == 8);
+  CHECK(r.config->tensor_parallel_size == 4);
+  CHECK(r.config->data_parallel_size == 2);
+  CHECK(r.config->train_micro_batch_size_per_gpu == 8);
+  CHECK(to_json(*r.config)["tensor_model_parallel_size"] == 4);  // written back, and reads back the same
+  const ParseResult back = parse(to_json(*r.config).dump(), ctx);
+  REQUIRE_MESSAGE(back.ok(), error_lines(back));
+  CHECK(back.config->tensor_parallel_size == 4);
+  CHECK(back.config->train_micro_batch_size_per_gpu == 8);
+
+  // DeepSpeed's key; 0 (its default) is off. The keys of its automatic module replacement say why they do nothing.
+  r = parse(R"({"train_micro_batch_size_per_gpu": 2, "tensor_parallel": {"autotp_size": 2, "preset_model": "llama",
+                "tp_overlap_comm": true}})",
+            ctx);
+  REQUIRE_MESSAGE(r.ok(), error_lines(r));
+  CHECK(r.config->tensor_parallel_size == 2);
+  CHECK(r.config->train_batch_size == 2 * 4);  // micro x data 4
+  CHECK(has_notice(r, "/tensor_parallel/preset_model", "declares its own splits"));
+  CHECK(has_notice(r, "/tensor_parallel/tp_overlap_comm", "inside the model's own layers"));
+  CHECK(r.notices.size() == 2);
+  r = parse(R"({"train_micro_batch_size_per_gpu": 2, "tensor_parallel": {"autotp_size": 0}})", ctx);
+  REQUIRE_MESSAGE(r.ok(), error_lines(r));
+  CHECK(r.config->tensor_parallel_size == 1);
+  CHECK(r.config->data_parallel_size == 8);
+  CHECK(r.notices.empty());
+  CHECK_FALSE(to_json(*r.config).contains("tensor_model_parallel_size"));  // unchanged output without a split
+
+  // Both keys, disagreeing; a tensor size the world does not divide; a batch the data size does not divide.
+  r = parse(R"({"train_batch_size": 8, "tensor_model_parallel_size": 2, "tensor_parallel": {"autotp_size": 4}})", ctx);
+  REQUIRE(r.errors.size() == 1);
+  CHECK(r.errors[0].where() == "/tensor_parallel/autotp_size");
+  CHECK(r.errors[0].value() == "4");
+  CHECK(r.errors[0].message().find("differs from /tensor_model_parallel_size (2)") != std::string::npos);
+  r = parse(R"({"train_batch_size": 8, "tensor_model_parallel_size": 3})", ctx);
+  REQUIRE(r.errors.size() >= 1);
+  CHECK(r.errors[0].where() == "/tensor_model_parallel_size");
+  CHECK(r.errors[0].value() == "3");
+  CHECK(r.errors[0].message().find("must divide the world size (8)") != std::string::npos);
+  r = parse(R"({"train_batch_size": 6, "train_micro_batch_size_per_gpu": 1, "tensor_model_parallel_size": 2})", ctx);
+  REQUIRE(r.errors.size() == 1);
+  CHECK(r.errors[0].where() == "/train_batch_size");
+  CHECK(r.errors[0].message().find("6 != 1 * 1 * 4 (the data-parallel size: world 8 / tensor 2)") != std::string::npos);
+  r = parse(R"({"train_batch_size": 8, "tensor_model_parallel_size": 0})", ctx);
+  REQUIRE(r.errors.size() == 1);
+  CHECK(r.errors[0].where() == "/tensor_model_parallel_size");
+
+  // hpZ groups live inside the data group: 4 divides the world (8) but not the data size (2).
+  r = parse(R"({"train_batch_size": 8, "tensor_model_parallel_size": 4, "zero_optimization": {"stage": 3,
+                "zero_hpz_partition_size": 4}})",
+            ctx);
+  REQUIRE(r.errors.size() == 1);
+  CHECK(r.errors[0].where() == "/zero_optimization/zero_hpz_partition_size");
+  CHECK(r.errors[0].message().find("must divide the data-parallel size (2 = world 8 / tensor 4)") != std::string::npos);
+}

@@ -27,13 +27,14 @@ namespace cfg = zerotk::config;
 
 constexpr std::string_view kUsage = R"usage(usage: zerotk-config FILE --world N [options]
 
-Validates a DeepSpeed JSON config for a data-parallel world size, resolves "auto" values and
+Validates a DeepSpeed JSON config for a world size, resolves "auto" values and
 the batch triad, and prints the resolved options as DeepSpeed JSON. FILE "-" reads stdin.
 FILE must be a regular file (a FIFO or a device such as /dev/zero is refused at once) of at most
 16 MiB (16777216 bytes; stdin too); a string value may hold at most 4096 bytes.
 
 required:
-  --world N            data-parallel world size (ranks)
+  --world N            every rank of the job; the batch triad counts world / tensor size
+                       (tensor_model_parallel_size or tensor_parallel.autotp_size, 1 when absent)
 what the engine knows (fills "auto" values; an "auto" nothing can decide is an error):
   --hidden H           model hidden size: reduce_bucket_size = H*H,
                        stage3_prefetch_bucket_size = 0.9*H*H, stage3_param_persistence_threshold = 10*H
@@ -196,7 +197,13 @@ int run(int argc, char** argv) {
     std::cerr << "zerotk-config: " << zerotk::config::detail::printable(args.file) << " is usable on "
               << c.world_size << " rank" << (c.world_size == 1 ? "" : "s") << ": " << cfg::describe(c.structure())
               << "; train_batch_size " << c.train_batch_size << " = micro batch " << c.train_micro_batch_size_per_gpu
-              << " x accumulation " << c.gradient_accumulation_steps << " x world " << c.world_size << "\n";
+              << " x accumulation " << c.gradient_accumulation_steps;
+    if (c.tensor_parallel_size > 1) {
+      std::cerr << " x data " << c.data_parallel_size << " (world " << c.world_size << " / tensor "
+                << c.tensor_parallel_size << ")\n";
+    } else {
+      std::cerr << " x world " << c.world_size << "\n";
+    }
   }
   return 0;
 }

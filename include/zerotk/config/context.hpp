@@ -14,7 +14,9 @@
 namespace zerotk::config {
 
 struct ResolveContext {
-  /// Data-parallel world size W of the batch rules (SEMANTICS.md section 5). Must be >= 1.
+  /// Every rank of the job. Must be >= 1. The batch rules (SEMANTICS.md section 5) use the
+  /// data-parallel size W = world_size / tensor size, the tensor size being the config's
+  /// `tensor_model_parallel_size` or `tensor_parallel.autotp_size` (1 when absent: W = world_size).
   int world_size = 1;
   /// Model hidden size H: "auto" bucket sizes become reduce_bucket_size = H^2,
   /// stage3_prefetch_bucket_size = floor(0.9 H^2), stage3_param_persistence_threshold = 10 H.

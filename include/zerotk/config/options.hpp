@@ -341,7 +341,14 @@ struct Structure {
 struct Config : StepOptions {
   Config() { gradient_clipping = 1.0; }  // DeepSpeed 0.19's default (StepOptions' 0 is no clipping)
 
-  int world_size = 1;  ///< data-parallel ranks the batch triad was resolved for
+  /// Every rank of the job (ResolveContext::world_size): tensor_parallel_size x data_parallel_size.
+  int world_size = 1;
+  /// Ranks a layer's matrices are split across (zerotk's `tensor_model_parallel_size`, DeepSpeed's
+  /// `tensor_parallel.autotp_size`); 1 when neither is given. The model must be written tensor
+  /// parallel (zerotk::parallel) and declare its splits: nothing is split automatically.
+  int tensor_parallel_size = 1;
+  /// Ranks ZeRO partitions over and the batch triad counts: world_size / tensor_parallel_size.
+  int data_parallel_size = 1;
   std::int64_t train_batch_size = 1;
   std::int64_t train_micro_batch_size_per_gpu = 1;
 

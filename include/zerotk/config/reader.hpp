@@ -190,6 +190,9 @@ class Reader {
   static std::string text(bool v) { return v ? "true" : "false"; }
   static std::string text(const std::array<double, 2>& v) { return cat("[", num_text(v[0]), ", ", num_text(v[1]), "]"); }
 
+  /// The tensor size (`tensor_model_parallel_size`, `tensor_parallel.autotp_size`) and from it the
+  /// data-parallel size the batch rules and hpZ use. Runs first.
+  void read_parallel(Block& root, Config& c);
   void read_precision(Block& root, Config& c);
   void read_zero(Block& root, Config& c);
   /// An array of distinct non-empty module type names at `path` (absent or null: none).
@@ -204,6 +207,7 @@ class Reader {
   void read_gradient_compression(Block& root, Config& c);
   void cross_check(Config& c);
 
+  int data_size_ = 1;  // ranks of one data-parallel group: world / tensor size (read_parallel)
   std::vector<Unknown> unknown_;
   std::size_t unknown_not_kept_ = 0;
   std::vector<std::pair<std::string, std::string_view>> all_known_;  // (block path, key)
@@ -639,10 +643,14 @@ inline void Reader::read_zero(Block& root, Config& c) {
                   cat("has effect only at ZeRO stage 3 (stage is ", std::to_string(z.stage),
                       "; DeepSpeed ignores it too); ignored"),
                   g);
-    } else if (ctx.world_size % hpz != 0) {
+    } else if (data_size_ % hpz != 0) {
       error(b.path_of("zero_hpz_partition_size"),
-            cat("must divide the world size (", std::to_string(ctx.world_size),
-                "): hpZ keeps a secondary shard within groups of that many consecutive ranks"),
+            data_size_ == ctx.world_size
+                ? cat("must divide the world size (", std::to_string(ctx.world_size),
+                      "): hpZ keeps a secondary shard within groups of that many consecutive ranks")
+                : cat("must divide the data-parallel size (", std::to_string(data_size_), " = world ",
+                      std::to_string(ctx.world_size), " / tensor ", std::to_string(c.tensor_parallel_size),
+                      "): hpZ keeps a secondary shard within groups of that many consecutive ranks"),
             g);
     } else {
       s3.reshard_after_forward = zero::ReshardAfterForward::group(hpz);
@@ -1064,9 +1072,60 @@ inline void Reader::read_scheduler(Block& root, Config& c) {
   c.scheduler = s;
 }
 
+inline void Reader::read_parallel(Block& root, Config& c) {
+  constexpr int kMaxInt = std::numeric_limits<int>::max();
+  int tp = 1;
+  std::string from;  // the key the tensor size came from
+  if (root.get_int("tensor_model_parallel_size", tp, 1, kMaxInt) == Got::value) from = root.path_of("tensor_model_parallel_size");
+  {
+    // DeepSpeed's AutoTP training block. autotp_size 0 (its default) means off. zerotk splits nothing
+    // by itself: the model is written with zerotk::parallel's layers and declares its splits, so the
+    // keys that steer DeepSpeed's automatic module replacement have no effect here.
+    Block t(*this, root.get_object("tensor_parallel"), root.path_of("tensor_parallel"));
+    int autotp = 0;
+    if (t.get_int("autotp_size", autotp, 0, kMaxInt) == Got::value && autotp > 0) {
+      if (!from.empty() && autotp != tp) {
+        error(t.path_of("autotp_size"),
+              cat("differs from ", from, " (", std::to_string(tp), "): both set the tensor size; give one"),
+              std::to_string(autotp));
+      } else {
+        tp = autotp;
+        from = t.path_of("autotp_size");
+      }
+    }
+    constexpr std::string_view kAuto =
+        "has no effect in zerotk: it steers DeepSpeed's automatic module replacement, and zerotk's model declares "
+        "its own splits (EngineOptions::tensor_split); ignored";
+    t.finish({{"tp_overlap_comm", "false",
+               "has no effect in zerotk: the tensor-parallel collectives run inside the model's own layers; ignored"},
+              {"tp", "", kAuto},
+              {"tensor_parallel", "", kAuto},
+              {"dtype", "", kAuto},
+              {"partition_config", "", kAuto},
+              {"preset_model", "", kAuto},
+              {"injection_policy_tuple", "", kAuto},
+              {"keep_module_on_host", "false", kAuto},
+              {"replace_with_kernel_inject", "false", kAuto},
+              {"kernel_inject", "false", kAuto},
+              {"vocab_parallel_lm_head", "false", kAuto},
+              {"vocab_parallel_ce_backend", "", kAuto}});
+  }
+  c.tensor_parallel_size = tp;
+  if (ctx.world_size % tp != 0) {
+    error(from,
+          cat("must divide the world size (", std::to_string(ctx.world_size),
+              "): every data-parallel replica holds that many tensor ranks"),
+          std::to_string(tp));
+    data_size_ = 1;  // the batch rules below then report in terms of what is left
+    return;
+  }
+  data_size_ = ctx.world_size / tp;
+  c.data_parallel_size = data_size_;
+}
+
 inline void Reader::read_batch(Block& root, Config& c) {
   constexpr auto kMax = std::numeric_limits<std::int64_t>::max();
-  const std::int64_t w = ctx.world_size;
+  const std::int64_t w = data_size_;  // SEMANTICS.md section 5's W: the data-parallel ranks
   std::optional<std::int64_t> tbs, mbs, gas;
   std::int64_t v = 0;
   const std::string p_tbs = root.path_of("train_batch_size");
@@ -1144,7 +1203,8 @@ inline void Reader::read_batch(Block& root, Config& c) {
   }
   if (tbs_auto) {
     note(Notice::Kind::auto_resolved, p_tbs,
-         cat("\"auto\" resolved to ", std::to_string(*tbs), " (micro batch x accumulation steps x world size)"));
+         cat("\"auto\" resolved to ", std::to_string(*tbs), " (micro batch x accumulation steps x ",
+             w == ctx.world_size ? "world size)" : "data-parallel size)"));
   }
   std::int64_t product = 0;
   if (__builtin_mul_overflow(*mbs, *gas, &product) || __builtin_mul_overflow(product, w, &product)) {
@@ -1153,10 +1213,15 @@ inline void Reader::read_batch(Block& root, Config& c) {
     return;
   }
   if (*tbs != product || *mbs < 1 || *gas < 1) {
+    // With a tensor size the product's last factor is the data-parallel size: say where it came from.
+    const std::string w_is = w == ctx.world_size ? std::string()
+                                                 : cat(" (the data-parallel size: world ", std::to_string(ctx.world_size),
+                                                       " / tensor ", std::to_string(c.tensor_parallel_size), ")");
     error(p_tbs,
-          cat("train_batch_size must equal train_micro_batch_size_per_gpu * gradient_accumulation_steps * world_size: ",
-              std::to_string(*tbs), " != ", std::to_string(*mbs), " * ", std::to_string(*gas), " * ",
-              std::to_string(w), " (= ", std::to_string(product), ")", derived),
+          cat("train_batch_size must equal train_micro_batch_size_per_gpu * gradient_accumulation_steps * ",
+              w == ctx.world_size ? "world_size" : "data_parallel_size", ": ", std::to_string(*tbs), " != ",
+              std::to_string(*mbs), " * ", std::to_string(*gas), " * ", std::to_string(w), w_is, " (= ",
+              std::to_string(product), ")", derived),
           std::to_string(*tbs));
     return;
   }
@@ -1348,6 +1413,8 @@ inline Config Reader::read(const Json& doc) {
     return c;
   }
   Block root(*this, &doc, "");
+  data_size_ = ctx.world_size;
+  read_parallel(root, c);
   read_precision(root, c);
   read_zero(root, c);
   read_aio(root, c);
@@ -1377,7 +1444,6 @@ inline Config Reader::read(const Json& doc) {
                {"weight_quantization"},
                {"quantize_training"},
                {"compile"},
-               {"tensor_parallel"},
                {"pipeline"},
                {"timers"},
                {"torch_autocast"},

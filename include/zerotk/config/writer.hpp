@@ -166,6 +166,9 @@ inline Json to_json(const Config& c) {
   j["train_micro_batch_size_per_gpu"] = c.train_micro_batch_size_per_gpu;
   j["gradient_accumulation_steps"] = c.gradient_accumulation_steps;
   j["gradient_clipping"] = c.gradient_clipping;
+  // zerotk's own key (the seeds'); DeepSpeed's top level ignores it. Written only when it splits, so a
+  // config without it reads back unchanged.
+  if (c.tensor_parallel_size > 1) j["tensor_model_parallel_size"] = c.tensor_parallel_size;
   j["steps_per_print"] = c.steps_per_print;
   j["wall_clock_breakdown"] = c.wall_clock_breakdown;
   j["prescale_gradients"] = c.prescale_gradients;
