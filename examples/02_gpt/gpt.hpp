@@ -21,6 +21,18 @@
 // - Eigen must not spawn threads here (ranks are threads already): targets that include this header
 //   define EIGEN_DONT_PARALLELIZE (see CMakeLists.txt).
 //
+// Tensor parallelism (Megatron-LM's layout, `TensorParallel`): each block's attention heads and MLP
+// columns split across T tensor ranks. qkv and mlp.fc are column-parallel (this rank's output rows:
+// q, k and v of its heads; its MLP columns), attn.proj and mlp.proj row-parallel (its input columns,
+// partial sums added over the tensor group, the replicated bias after the sum). The embedding, the
+// LayerNorms and the head are replicated: every tensor rank computes them on the same values. Per
+// block that is one all-reduce after each row-parallel linear forward and one after each
+// column-parallel linear's input gradient: 2 forward and 2 backward. With sequence parallelism the
+// activations between the regions are split by tokens instead: each all-reduce becomes an all-gather
+// entering a region and a reduce-scatter leaving it, and the LayerNorms' gradients (from this rank's
+// tokens only) are summed over the tensor group. `tensor_split(name)` says how each parameter is
+// split, for the engine.
+//
 // Tied head: with `Config::tied_head` the head multiplies by the embedding's wte. The Param belongs to
 // the embedding layer alone (only it visits wte); the head reaches it through `external_parameters`.
 // Backward runs the head before the embedding, so the head adds its part of d(wte) first and the
@@ -33,6 +45,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -48,6 +61,7 @@
 #include <zerotk/core/concepts.hpp>
 #include <zerotk/core/error.hpp>
 #include <zerotk/core/param.hpp>
+#include <zerotk/parallel/split.hpp>
 
 namespace gpt {
 
@@ -86,6 +100,55 @@ struct Config {
     }
   }
 };
+
+/// The tensor-parallel group the model's blocks split across, and the collectives their region
+/// operators need over float buffers. Size 1 (the default) splits nothing and calls nothing. A
+/// trainer fills the functions from zerotk::parallel's region operators over its process grid's
+/// tensor group (examples/02_gpt/train.hpp does).
+struct TensorParallel {
+  int size = 1;
+  int rank = 0;
+  /// Activations outside the tensor regions split by tokens (rank r holds rows [r N/T, (r+1) N/T)).
+  bool sequence_parallel = false;
+  /// Sum over the tensor group, in place: "g" after a row-parallel linear, "f"'s backward.
+  std::function<void(std::span<float>)> all_reduce;
+  /// Sequence parallel: every rank's [rows / T][cols] side by side -> [rows][cols] ("f" forward).
+  std::function<void(std::span<const float>, std::span<float>)> all_gather_rows;
+  /// Sequence parallel: [rows][cols] partial sums -> this rank's [rows / T][cols] of their sum ("g").
+  std::function<void(std::span<const float>, std::span<float>)> reduce_scatter_rows;
+
+  bool split() const noexcept { return size > 1; }
+
+  /// Throws zerotk::usage_error naming the size when `c` cannot be split this way.
+  void check(const Config& c) const {
+    if (size < 1 || rank < 0 || rank >= size) {
+      throw zerotk::usage_error("the tensor rank is outside the tensor group", "gpt::TensorParallel",
+                                std::to_string(rank) + " of " + std::to_string(size));
+    }
+    if (!split()) return;
+    zerotk::parallel::check_heads("gpt.n_heads", c.n_heads, size);
+    if (c.mlp_width() % size != 0) {
+      throw zerotk::usage_error("the MLP width is not divisible by the tensor size " + std::to_string(size) +
+                                    " (each tensor rank computes d_ff / T columns)",
+                                "gpt.d_ff", std::to_string(c.mlp_width()));
+    }
+    if (!all_reduce || (sequence_parallel && (!all_gather_rows || !reduce_scatter_rows))) {
+      throw zerotk::usage_error("a split model needs the tensor group's collectives", "gpt::TensorParallel",
+                                sequence_parallel ? "all_reduce, all_gather_rows, reduce_scatter_rows" : "all_reduce");
+    }
+  }
+};
+
+/// How parameter `name` of the model is split across the tensor group (Megatron-LM's layout): the
+/// qkv projection row-split in its three stacked parts (q, k and v of this rank's heads), mlp.fc
+/// row-split, the two output projections' weights column-split; everything else replicated.
+inline zerotk::parallel::TensorSplit tensor_split(std::string_view name) {
+  using zerotk::parallel::TensorSplit;
+  if (name.ends_with(".attn.qkv.weight") || name.ends_with(".attn.qkv.bias")) return TensorSplit::rows(3);
+  if (name.ends_with(".mlp.fc.weight") || name.ends_with(".mlp.fc.bias")) return TensorSplit::rows();
+  if (name.ends_with(".attn.proj.weight") || name.ends_with(".mlp.proj.weight")) return TensorSplit::cols();
+  return TensorSplit::replicated();
+}
 
 /// Token ids of one micro-batch, [batch][seq] row-major; the embedding layer's input.
 struct TokenView {
@@ -152,10 +215,14 @@ inline void ensure_shape(Matrix& m, Eigen::Index rows, Eigen::Index cols) {
 // dst += sum over rows of `rows_of(n)`, n = 0 .. count-1, summed in row order in `acc` first. Eigen's own
 // colwise().sum() picks its summation order by the destination's alignment, which would make gradients
 // depend on where the engine placed a parameter; this order never does.
+// `across`, when set, sums the row sum over other ranks (sequence parallel: each holds some tokens)
+// before it is added, so that a gradient accumulating over micro-steps is summed once per micro-step.
 template <class RowAt>
-void add_row_sum(Eigen::Index count, RowAt&& rows_of, Eigen::RowVectorXf& acc, Eigen::Map<Eigen::RowVectorXf> dst) {
+void add_row_sum(Eigen::Index count, RowAt&& rows_of, Eigen::RowVectorXf& acc, Eigen::Map<Eigen::RowVectorXf> dst,
+                 const std::function<void(std::span<float>)>* across = nullptr) {
   acc.setZero(dst.size());
   for (Eigen::Index n = 0; n < count; ++n) acc += rows_of(n);
+  if (across != nullptr && *across) (*across)(std::span<float>(acc.data(), static_cast<std::size_t>(acc.size())));
   dst += acc;
 }
 
@@ -183,6 +250,13 @@ class Linear {
     y.noalias() = x * detail::value_matrix(weight).transpose();
     y.rowwise() += detail::value_row(bias);
   }
+
+  // Row-parallel: y = x W^T, a partial sum over the tensor group; the bias goes on after the sum.
+  void forward_partial(const Matrix& x, Matrix& y) {
+    detail::ensure_shape(y, x.rows(), static_cast<Eigen::Index>(weight.dim(0)));
+    y.noalias() = x * detail::value_matrix(weight).transpose();
+  }
+  void add_bias(Matrix& y) { y.rowwise() += detail::value_row(bias); }
 
   // dW += dy^T x, db += sum over rows of dy; dx = dy W when dx is given. dy [N][out], x [N][in].
   void backward(const Matrix& x, const Matrix& dy, Matrix* dx) {
@@ -245,9 +319,13 @@ class LayerNorm {
       dx.row(n).array() += rstd[n] * (g - mean_g - xh * mean_gx);
     }
     detail::add_row_sum(rows, [&](Eigen::Index n) { return dy.row(n).cwiseProduct(xhat.row(n)); }, acc_,
-                        detail::grad_row(weight));
-    detail::add_row_sum(rows, [&](Eigen::Index n) { return dy.row(n); }, acc_, detail::grad_row(bias));
+                        detail::grad_row(weight), &token_sum);
+    detail::add_row_sum(rows, [&](Eigen::Index n) { return dy.row(n); }, acc_, detail::grad_row(bias), &token_sum);
   }
+
+  /// Sequence parallel: the gain and shift gradients of this rank's tokens are summed over the
+  /// tensor group through this (each micro-step's own contribution, before it accumulates).
+  std::function<void(std::span<float>)> token_sum;
 
  private:
   Eigen::RowVectorXf acc_;  // [d] scratch for the gain and shift gradients
@@ -326,20 +404,25 @@ class Block {
   using output_type = Matrix;
 
   LayerNorm ln1;
-  Linear qkv;   // [3d][d]: rows 0..d-1 make q, d..2d-1 k, 2d..3d-1 v; head h uses columns h*hd.. of each
-  Linear proj;  // [d][d]
+  Linear qkv;   // [3d/T][d]: q, k, v rows of this rank's heads (rows(3)); head h uses columns h*hd.. of each
+  Linear proj;  // [d][d/T]: this rank's input columns (cols), the bias [d] replicated
   LayerNorm ln2;
-  Linear fc;       // [d_ff][d]
-  Linear fc_proj;  // [d][d_ff]
+  Linear fc;       // [d_ff/T][d] (rows)
+  Linear fc_proj;  // [d][d_ff/T] (cols), the bias [d] replicated
 
-  Block(const Config& c, int index)
+  /// Block `index` of a model shaped `c`, split across `tp` (nullptr or size 1: whole; `tp` must
+  /// outlive the block and have passed TensorParallel::check(c)).
+  Block(const Config& c, int index, const TensorParallel* tp = nullptr)
       : ln1(prefix(index) + "ln1", c.d_model),
-        qkv(prefix(index) + "attn.qkv", c.d_model, 3 * c.d_model),
-        proj(prefix(index) + "attn.proj", c.d_model, c.d_model),
+        qkv(prefix(index) + "attn.qkv", c.d_model, 3 * c.d_model / parts(tp)),
+        proj(prefix(index) + "attn.proj", c.d_model / parts(tp), c.d_model),
         ln2(prefix(index) + "ln2", c.d_model),
-        fc(prefix(index) + "mlp.fc", c.d_model, c.mlp_width()),
-        fc_proj(prefix(index) + "mlp.proj", c.mlp_width(), c.d_model),
-        n_heads_(c.n_heads) {}
+        fc(prefix(index) + "mlp.fc", c.d_model, c.mlp_width() / parts(tp)),
+        fc_proj(prefix(index) + "mlp.proj", c.mlp_width() / parts(tp), c.d_model),
+        tp_(tp != nullptr && tp->split() ? tp : nullptr),
+        n_heads_(c.n_heads / parts(tp)) {
+    if (tp_ != nullptr && tp_->sequence_parallel) ln1.token_sum = ln2.token_sum = tp_->all_reduce;
+  }
 
   template <class Visit>
   void parameters(Visit&& visit) {
@@ -355,8 +438,9 @@ class Block {
   /// Gpt sets it before forward; a caller driving blocks directly sets it too.
   void set_sequence_length(int seq) noexcept { seq_ = seq; }
 
-  /// x [B*T][d] -> out [B*T][d].
+  /// x [B*T][d] -> out [B*T][d] (sequence parallel: this rank's [B*T / tp][d] in and out).
   const Matrix& forward(const Matrix& x) {
+    if (tp_ != nullptr) return forward_split(x);
     ln1.forward(x, a_, xhat1_, rstd1_);
     qkv.forward(a_, qkv_);
     attention_forward();
@@ -373,7 +457,8 @@ class Block {
   /// Activation memory held now: what forward keeps for backward and backward's scratch.
   std::size_t activation_bytes() const noexcept {
     return detail::bytes_of(xhat1_, a_, qkv_, probs_, att_, x1_, xhat2_, c_, h_, g_, out_, rstd1_, rstd2_) +
-           detail::bytes_of(dx1_, dg_, dc_, datt_, dqkv_, da_, dx_, dp_);
+           detail::bytes_of(dx1_, dg_, dc_, datt_, dqkv_, da_, dx_, dp_) +
+           detail::bytes_of(a_full_, c_full_, partial_, dy_full_, dpartial_);
   }
 
   /// Drops every activation and scratch buffer (zerotk::Recomputable): the next forward allocates
@@ -382,12 +467,14 @@ class Block {
   void release_activations() noexcept {
     detail::free_all(xhat1_, a_, qkv_, probs_, att_, x1_, xhat2_, c_, h_, g_, out_);
     detail::free_all(dx1_, dg_, dc_, datt_, dqkv_, da_, dx_, dp_);
+    detail::free_all(a_full_, c_full_, partial_, dy_full_, dpartial_);
     detail::free_vector(rstd1_);
     detail::free_vector(rstd2_);
   }
 
   /// dout [B*T][d] -> dx [B*T][d]; parameter gradients accumulate.
   const Matrix& backward(const Matrix& dout) {
+    if (tp_ != nullptr) return backward_split(dout);
     dx1_ = dout;  // the residual path
     fc_proj.backward(g_, dout, &dg_);
     gelu_backward();  // dg_ becomes d(h)
@@ -403,6 +490,76 @@ class Block {
 
  private:
   static std::string prefix(int index) { return "blocks." + std::to_string(index) + "."; }
+  static int parts(const TensorParallel* tp) noexcept { return tp != nullptr ? tp->size : 1; }
+
+  // ---- the split block: the same math, with the region operators around the tensor regions ----
+  // f enters a region (identity, or an all-gather of the token rows under sequence parallel); g leaves
+  // it (an all-reduce of the partial sums, or a reduce-scatter to this rank's token rows). Backward,
+  // f's gradient is an all-reduce (reduce-scatter) of the partial input gradients and g's an
+  // identity (all-gather).
+  const Matrix& enter(const Matrix& local, Matrix& full) {
+    if (!tp_->sequence_parallel) return local;
+    detail::ensure_shape(full, local.rows() * tp_->size, local.cols());
+    tp_->all_gather_rows(span_of(local), span_of(full));
+    return full;
+  }
+  void leave(Matrix& partial, Matrix& out) {
+    if (!tp_->sequence_parallel) {
+      tp_->all_reduce(span_of(partial));
+      out.swap(partial);
+      return;
+    }
+    detail::ensure_shape(out, partial.rows() / tp_->size, partial.cols());
+    tp_->reduce_scatter_rows(span_of(partial), span_of(out));
+  }
+  const Matrix& enter_backward(Matrix& partial, Matrix& local) {  // f's backward
+    if (!tp_->sequence_parallel) {
+      tp_->all_reduce(span_of(partial));
+      return partial;
+    }
+    detail::ensure_shape(local, partial.rows() / tp_->size, partial.cols());
+    tp_->reduce_scatter_rows(span_of(partial), span_of(local));
+    return local;
+  }
+  const Matrix& leave_backward(const Matrix& local, Matrix& full) { return enter(local, full); }  // g's backward
+  static std::span<float> span_of(Matrix& m) { return {m.data(), static_cast<std::size_t>(m.size())}; }
+  static std::span<const float> span_of(const Matrix& m) { return {m.data(), static_cast<std::size_t>(m.size())}; }
+
+  const Matrix& forward_split(const Matrix& x) {
+    ln1.forward(x, a_, xhat1_, rstd1_);
+    const Matrix& a = enter(a_, a_full_);
+    qkv.forward(a, qkv_);  // column-parallel: this rank's heads
+    attention_forward();
+    proj.forward_partial(att_, partial_);  // row-parallel: a partial sum
+    leave(partial_, x1_);
+    proj.add_bias(x1_);
+    x1_ += x;
+    ln2.forward(x1_, c_, xhat2_, rstd2_);
+    fc.forward(enter(c_, c_full_), h_);
+    gelu_forward();
+    fc_proj.forward_partial(g_, partial_);
+    leave(partial_, out_);
+    fc_proj.add_bias(out_);
+    out_ += x1_;
+    return out_;
+  }
+
+  // The row-parallel biases take their gradient from every token (dy gathered), the same on every
+  // tensor rank; the LayerNorms' come from this rank's tokens under sequence parallel and are summed
+  // over the tensor group (LayerNorm::token_sum).
+  const Matrix& backward_split(const Matrix& dout) {
+    dx1_ = dout;
+    fc_proj.backward(g_, leave_backward(dout, dy_full_), &dg_);
+    gelu_backward();
+    fc.backward(tp_->sequence_parallel ? c_full_ : c_, dg_, &dpartial_);
+    ln2.backward(enter_backward(dpartial_, dc_), xhat2_, rstd2_, dx1_);
+    proj.backward(att_, leave_backward(dx1_, dy_full_), &datt_);
+    attention_backward();
+    qkv.backward(tp_->sequence_parallel ? a_full_ : a_, dqkv_, &dpartial_);
+    dx_ = dx1_;
+    ln1.backward(enter_backward(dpartial_, da_), xhat1_, rstd1_, dx_);
+    return dx_;
+  }
 
   // Per sequence b and head h, with Q, K, V [T][hd] column blocks of qkv_:
   //   P = causal_softmax(Q K^T / sqrt(hd)) [T][T], kept in probs_ rows (b*H + h)*T ...
@@ -476,13 +633,16 @@ class Block {
     dg_.array() *= 0.5f * (1.0f + t) + 0.5f * h * (1.0f - t.square()) * kGeluC * (1.0f + 3.0f * kGeluA * h.square());
   }
 
-  int n_heads_;
+  const TensorParallel* tp_;  // null: the whole block
+  int n_heads_;              // this rank's heads
   int seq_ = 0;
   // forward activations, [B*T][...] unless noted
   Matrix xhat1_, a_, qkv_, probs_ /* [B*H*T][T] */, att_, x1_, xhat2_, c_, h_, g_, out_;
   Vector rstd1_, rstd2_;
   // backward scratch
   Matrix dx1_, dg_, dc_, datt_, dqkv_, da_, dx_, dp_ /* [T][T] */;
+  // split blocks: gathered inputs and partial sums [B*T][...]
+  Matrix a_full_, c_full_, partial_, dy_full_, dpartial_;
 };
 
 /// Final LayerNorm and the vocabulary projection (no bias, as GPT-2). Untied: owns head.weight
@@ -635,11 +795,14 @@ struct NoScope {
 /// embedding's Param (hold a Gpt by unique_ptr to move it around).
 struct Gpt {
   Config config;
+  TensorParallel tensor;  ///< how the blocks split (size 1: not at all); the embedding and head are replicated
   Embedding embedding;
   std::vector<Block> blocks;
   Head head;
 
-  explicit Gpt(const Config& c) : config(validated(c)), embedding(config), blocks(make_blocks(config)), head(config, embedding) {}
+  explicit Gpt(const Config& c, TensorParallel tp = {})
+      : config(validated(c)), tensor(checked(std::move(tp), config)), embedding(config), blocks(make_blocks(config, &tensor)),
+        head(config, embedding) {}
   Gpt(const Gpt&) = delete;
   Gpt& operator=(const Gpt&) = delete;
   Gpt(Gpt&&) = delete;
@@ -708,6 +871,7 @@ struct Gpt {
       x = &embedding.forward(tokens);
       report(embedding);
     }
+    x = &to_blocks(*x);
     for (std::size_t i = 0; i < blocks.size(); ++i) {
       Block& b = blocks[i];
       [[maybe_unused]] auto guard = scope.forward(b);
@@ -715,11 +879,18 @@ struct Gpt {
       x = checkpointed(i) ? &recompute_[i]->forward(*x) : &b.forward(*x);
       report(b);
     }
+    x = &from_blocks(*x);
     [[maybe_unused]] auto guard = scope.forward(head);
     const Matrix& out = head.forward(*x);
     report(head);
     return out;
   }
+
+  /// Whether the blocks run sequence parallel (TensorParallel::sequence_parallel). Evaluation may turn
+  /// it off (set_sequence_parallel(false)): the blocks then see every token, so any batch fits; the
+  /// math is the same up to rounding.
+  bool sequence_parallel() const noexcept { return tensor.split() && tensor.sequence_parallel && sequence_parallel_on_; }
+  void set_sequence_parallel(bool on) noexcept { sequence_parallel_on_ = on; }
 
   /// Forward and loss: returns the mean cross-entropy over the batch's targeted positions.
   template <class Scope = NoScope>
@@ -746,12 +917,14 @@ struct Gpt {
       dx = &head.backward(*dx);
       report(head);
     }
+    dx = &to_blocks(*dx);  // the head ran on every token alike: this rank's rows of its gradient
     for (std::size_t i = blocks.size(); i-- > 0;) {
       Block& b = blocks[i];
       [[maybe_unused]] auto guard = scope.backward(b);  // at ZeRO-3 this gathers for the recompute too
       dx = checkpointed(i) ? &recompute_[i]->backward(*dx) : &b.backward(*dx);
       report(b);
     }
+    dx = &from_blocks(*dx);
     [[maybe_unused]] auto guard = scope.backward(embedding);
     embedding.backward(*dx);
   }
@@ -773,11 +946,40 @@ struct Gpt {
     c.validate();
     return c;
   }
-  static std::vector<Block> make_blocks(const Config& c) {
+  static TensorParallel checked(TensorParallel tp, const Config& c) {
+    tp.check(c);
+    return tp;
+  }
+  static std::vector<Block> make_blocks(const Config& c, const TensorParallel* tp) {
     std::vector<Block> out;
     out.reserve(static_cast<std::size_t>(c.n_layers));
-    for (int i = 0; i < c.n_layers; ++i) out.emplace_back(c, i);
+    for (int i = 0; i < c.n_layers; ++i) out.emplace_back(c, i, tp);
     return out;
+  }
+
+  // Sequence parallel: the embedding and the head are replicated, so every tensor rank holds all
+  // token rows before the blocks and needs all of them after. Into the blocks each rank takes its
+  // rows (their gradient, coming back, is gathered); out of them the rows are gathered (their
+  // gradient, the head's, is the same on every rank, so each takes its rows). Otherwise: identity.
+  const Matrix& to_blocks(const Matrix& all) {
+    if (!sequence_parallel()) return all;
+    const auto t = static_cast<Eigen::Index>(tensor.size);
+    if (all.rows() % t != 0) {
+      throw zerotk::usage_error("under sequence parallel the token rows (micro batch x sequence length) must divide by "
+                                "the tensor size",
+                                "gpt::Gpt", std::to_string(all.rows()) + " rows, tensor " + std::to_string(tensor.size));
+    }
+    const Eigen::Index rows = all.rows() / t;
+    detail::ensure_shape(local_, rows, all.cols());
+    local_ = all.middleRows(rows * tensor.rank, rows);
+    return local_;
+  }
+  const Matrix& from_blocks(const Matrix& mine) {
+    if (!sequence_parallel()) return mine;
+    detail::ensure_shape(gathered_, mine.rows() * tensor.size, mine.cols());
+    tensor.all_gather_rows(std::span<const float>(mine.data(), static_cast<std::size_t>(mine.size())),
+                           std::span<float>(gathered_.data(), static_cast<std::size_t>(gathered_.size())));
+    return gathered_;
   }
 
   bool checkpointed(std::size_t i) const noexcept { return i < recompute_.size() && recompute_[i] != nullptr; }
@@ -787,6 +989,8 @@ struct Gpt {
   }
 
   CrossEntropy loss_;
+  bool sequence_parallel_on_ = true;
+  Matrix local_, gathered_;  // sequence parallel: this rank's token rows, and every rank's
   std::vector<std::unique_ptr<zerotk::Recompute<Block>>> recompute_;  // [block]: null = not checkpointed
   zerotk::activation::Meter* meter_ = nullptr;
 };
@@ -828,9 +1032,20 @@ inline float standard_normal(std::uint64_t key, std::uint64_t i) noexcept {
   return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(kTwoPi * u2));
 }
 
-inline void fill_normal(Param& p, std::uint64_t seed, float stddev) {
+// Element i of a tensor rank's shard takes the value of its element in the whole parameter
+// (parallel::full_index), so a split model starts where the whole one does.
+inline void fill_normal(Param& p, std::uint64_t seed, float stddev, const TensorParallel& tp = {}) {
   const std::uint64_t key = splitmix64(seed) ^ hash_name(p.name());
-  for (std::size_t i = 0; i < p.numel(); ++i) p.data()[i] = stddev * standard_normal(key, i);
+  const zerotk::parallel::TensorSplit split = tp.split() ? tensor_split(p.name()) : zerotk::parallel::TensorSplit{};
+  const std::size_t rows = p.dim(0), cols = p.numel() / std::max<std::size_t>(rows, 1);
+  const auto t = static_cast<std::size_t>(tp.size);
+  const zerotk::parallel::MatrixShape full =
+      split.dim == zerotk::parallel::SplitDim::rows   ? zerotk::parallel::MatrixShape{rows * t, cols}
+      : split.dim == zerotk::parallel::SplitDim::cols ? zerotk::parallel::MatrixShape{rows, cols * t}
+                                                      : zerotk::parallel::MatrixShape{rows, cols};
+  for (std::size_t i = 0; i < p.numel(); ++i) {
+    p.data()[i] = stddev * standard_normal(key, zerotk::parallel::full_index(i, full, split, tp.rank, tp.size));
+  }
 }
 
 inline void fill_constant(Param& p, float v) { std::fill_n(p.data(), p.numel(), v); }
@@ -840,7 +1055,8 @@ inline void fill_constant(Param& p, float v) { std::fill_n(p.data(), p.numel(), 
 /// Writes GPT-2 style initial values into the bound parameters: weights and embeddings normal(0, 0.02),
 /// the two residual projections of each block normal(0, 0.02 / sqrt(2 L)), biases 0, LayerNorm gain 1.
 /// Element i of a parameter depends only on (seed, parameter name, i): the result is the same for any
-/// binding layout, visiting order, thread count or rank.
+/// binding layout, visiting order, thread count or rank, and a tensor rank's shard holds its elements
+/// of the whole parameter's values.
 inline void init_parameters(Gpt& model, std::uint64_t seed) {
   constexpr float kStd = 0.02f;
   const float residual_std = kStd / std::sqrt(2.0f * static_cast<float>(model.config.n_layers));
@@ -849,7 +1065,7 @@ inline void init_parameters(Gpt& model, std::uint64_t seed) {
     detail::fill_constant(ln.bias, 0.0f);
   };
   auto linear = [&](Linear& l, float stddev) {
-    detail::fill_normal(l.weight, seed, stddev);
+    detail::fill_normal(l.weight, seed, stddev, model.tensor);
     detail::fill_constant(l.bias, 0.0f);
   };
   detail::fill_normal(model.embedding.wte, seed, kStd);
