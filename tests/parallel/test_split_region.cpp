@@ -3,6 +3,7 @@
 #include "common.hpp"
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "zerotk/comm/threads.hpp"
@@ -54,6 +55,44 @@ TEST_CASE("column blocks with fused parts; round trips for every split and tenso
       CAPTURE(to_text(split));
       CAPTURE(t);
       CHECK(same_bits(back, src));
+    }
+  }
+}
+
+TEST_CASE("for_each_run: contiguous stretches of a shard in the full parameter, element for element full_index") {
+  const MatrixShape big{24, 12};
+  for (TensorSplit split : {TensorSplit::rows(), TensorSplit::rows(3), TensorSplit::cols(), TensorSplit::cols(2),
+                            TensorSplit::replicated()}) {
+    for (int t : {1, 2, 4}) {
+      const int ranks = split.is_split() ? t : 1;
+      if (!split_problem(big, split, ranks).empty()) continue;  // cols(2) at 4: 6 columns a part do not split 4 ways
+      for (int r = 0; r < ranks; ++r) {
+        const std::size_t n = shard_shape(big, split, ranks).numel();
+        CHECK(full_shape(shard_shape(big, split, ranks), split, ranks) == big);
+        // Whole shards and ranges that start and end inside stretches.
+        for (const auto& [begin, count] : {std::pair<std::size_t, std::size_t>{0, n}, {5, n - 11}, {n / 3, 1}, {0, 0}}) {
+          CAPTURE(to_text(split));
+          CAPTURE(t);
+          CAPTURE(r);
+          CAPTURE(begin);
+          std::size_t next = begin, runs = 0;
+          bool mapped = true;
+          for_each_run(big, split, r, ranks, begin, count, [&](std::size_t at, std::size_t full_at, std::size_t len) {
+            mapped = mapped && at == next && len > 0;  // in order, no gaps, no empty runs
+            for (std::size_t k = 0; k < len; ++k) mapped = mapped && full_index(at + k, big, split, r, ranks) == full_at + k;
+            next = at + len;
+            ++runs;
+          });
+          CHECK(mapped);
+          CHECK(next == begin + count);
+          // Maximal stretches: rows give one per fused part, cols one per row and part.
+          if (begin == 0 && count == n && ranks > 1) {
+            const auto parts = static_cast<std::size_t>(split.parts);
+            CHECK(runs == (split.dim == SplitDim::rows ? parts : big.rows * parts));
+          }
+          if (!split.is_split() && count > 0) CHECK(runs == 1);
+        }
+      }
     }
   }
 }

@@ -27,8 +27,12 @@ template <class E>
 class Introspection {
  public:
   /// Where every parameter's master and optimizer state live on every rank of the data group
-  /// (engine/shards.hpp): the same on every rank, computed from the layouts without communication.
-  ShardTable shard_table() const { return make_shard_table(e().groups_, e().registry_, world_size()); }
+  /// (engine/shards.hpp): the same on every rank of it, computed from the layouts without
+  /// communication. On a grid, a split parameter's entry says which tensor rank's shard it is.
+  ShardTable shard_table() const {
+    const GridPlace& place = e().comms_.place();
+    return make_shard_table(e().groups_, e().registry_, world_size(), place.tensor_index, place.tensor_size);
+  }
 
   const MemoryLedger& memory() const noexcept { return e().ledger_; }
   /// The ledger, to record memory the trainer owns (its activations: activation::Meter).

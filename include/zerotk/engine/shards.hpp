@@ -14,17 +14,41 @@
 
 #include "zerotk/core/dtype.hpp"
 #include "zerotk/engine/registry.hpp"
+#include "zerotk/parallel/split.hpp"
 #include "zerotk/zero/layout.hpp"
 
 namespace zerotk::engine {
 
 struct ShardParam {
   std::string name;
-  std::vector<std::uint64_t> shape;  ///< the parameter's shape ({numel} if its type has none)
+  std::vector<std::uint64_t> shape;  ///< the parameter's shape ({numel} if its type has none); a shard's own
   std::uint64_t numel = 0;
   std::string dtype;                  ///< the parameter's own element type ("fp32", "fp16", "bf16")
   std::uint32_t group = 0;            ///< flat group index in EngineState::groups
   std::uint32_t optimizer_group = 0;
+  /// A parameter split across the tensor group (ModelOptions::tensor_split) is recorded once per
+  /// tensor rank: tensor rank `tensor_index`'s shard of `tensor_size`, cut by `tensor_split`. A
+  /// whole parameter (replicated, or a tensor size of 1) has tensor_size 1.
+  int tensor_index = 0, tensor_size = 1;
+  parallel::TensorSplit tensor_split{};
+
+  bool is_shard() const noexcept { return tensor_size > 1; }
+  /// The shard's extent as a matrix: dim 0 by the product of the others.
+  parallel::MatrixShape shard_matrix() const noexcept {
+    const std::uint64_t rows = shape.empty() ? numel : shape[0];
+    return {static_cast<std::size_t>(rows), static_cast<std::size_t>(rows == 0 ? 0 : numel / rows)};
+  }
+  /// The whole parameter's extent (the shard's own when it is whole).
+  parallel::MatrixShape full_matrix() const noexcept {
+    return parallel::full_shape(shard_matrix(), tensor_split, tensor_size);
+  }
+  /// The whole parameter's shape: the shard's with the split dimension multiplied back.
+  std::vector<std::uint64_t> full_shape() const {
+    std::vector<std::uint64_t> s = shape.empty() ? std::vector<std::uint64_t>{numel} : shape;
+    if (is_shard()) s[tensor_split.dim == parallel::SplitDim::rows ? 0 : 1] *= static_cast<std::uint64_t>(tensor_size);
+    return s;
+  }
+  std::uint64_t full_numel() const noexcept { return numel * static_cast<std::uint64_t>(tensor_size); }
   friend bool operator==(const ShardParam&, const ShardParam&) = default;
 };
 
@@ -39,9 +63,11 @@ struct ShardTable {
 
 /// The table of an engine's groups over a data group of `world` ranks, computed from the layouts
 /// (the same on every rank, no communication): what each rank owns is each group's ownership
-/// (zero/ownership.hpp).
+/// (zero/ownership.hpp). `tensor_index` of `tensor_size`: this rank's place in its tensor group,
+/// which a split parameter's entry records.
 template <class Groups>
-ShardTable make_shard_table(const Groups& groups, const ParamRegistry& registry, int world) {
+ShardTable make_shard_table(const Groups& groups, const ParamRegistry& registry, int world, int tensor_index = 0,
+                            int tensor_size = 1) {
   ShardTable t;
   std::uint32_t index[2] = {0, 0};  // flat group index of GroupKind::main, ::fp32
   groups.each([&](const auto& g) {
@@ -64,6 +90,11 @@ ShardTable make_shard_table(const Groups& groups, const ParamRegistry& registry,
     p.dtype = std::string(to_string(e.value_dtype));
     p.group = index[e.group == GroupKind::main ? 0 : 1];
     p.optimizer_group = e.optimizer_group;
+    if (tensor_size > 1 && e.tensor_split.is_split()) {
+      p.tensor_index = tensor_index;
+      p.tensor_size = tensor_size;
+      p.tensor_split = e.tensor_split;
+    }
     t.params.push_back(std::move(p));
   }
   return t;

@@ -34,13 +34,47 @@ inline double split_code(const ParamEntry& e) {
 }
 }  // namespace detail
 
-/// Checks that every rank of `world` declares the same parameters with the same splits. Run it over
-/// the ranks that hold the same parameter list (a grid without pipeline stages: its world).
+/// Why parameter `e`'s declared split cannot describe the shard its Param holds, or empty: a column
+/// split needs a matrix (2 dimensions: the checkpoint merges and splits it by columns), and the split
+/// dimension of the shard must divide into the fused parts.
+inline std::string split_shape_problem(const ParamEntry& e) {
+  const parallel::TensorSplit s = e.tensor_split;
+  if (!s.is_split()) return {};
+  if (s.parts < 1) return "the fused part count must be >= 1";
+  if (s.dim == parallel::SplitDim::cols && e.shape.size() != 2) {
+    return "a column split needs a parameter of 2 dimensions (rows, cols); this one has " + std::to_string(e.shape.size());
+  }
+  const std::size_t extent = s.dim == parallel::SplitDim::rows ? (e.shape.empty() ? e.numel : e.shape[0]) : e.shape[1];
+  if (extent % static_cast<std::size_t>(s.parts) != 0) {
+    return std::string(s.dim == parallel::SplitDim::rows ? "dim 0" : "dim 1") + " of this rank's shard (" +
+           std::to_string(extent) + ") does not divide into " + std::to_string(s.parts) + " fused parts";
+  }
+  return {};
+}
+
+/// Checks that every rank of `world` declares the same parameters with the same splits, each one a
+/// split its shard's shape allows. Run it over the ranks that hold the same parameter list (a grid
+/// without pipeline stages: its world).
 template <class Comm>
 void check_tensor_splits(Comm& world, const ParamRegistry& registry) {
   const std::size_t n = registry.size();
-  double count[2] = {static_cast<double>(n), -static_cast<double>(n)};
-  world.all_reduce_host(count, count, 2, comm::ReduceOp::max);
+  std::size_t bad = n;  // the first parameter whose split does not fit its shape
+  for (std::size_t i = 0; i < n && bad == n; ++i) {
+    if (!split_shape_problem(registry[static_cast<ParamId>(i)]).empty()) bad = i;
+  }
+  // Agreed before anyone throws: a rank that threw alone would leave the others in the next collective.
+  double count[3] = {static_cast<double>(n), -static_cast<double>(n), bad < n ? 1.0 : 0.0};
+  world.all_reduce_host(count, count, 3, comm::ReduceOp::max);
+  if (bad < n) {
+    const ParamEntry& e = registry[static_cast<ParamId>(bad)];
+    throw usage_error("the declared tensor split does not fit the parameter: " + split_shape_problem(e), e.name,
+                      parallel::to_text(e.tensor_split) + " of a shard of " + std::to_string(e.numel) + " elements");
+  }
+  if (count[2] > 0) {
+    throw usage_error("another rank of the grid declares a tensor split its parameter's shape does not allow (that "
+                      "rank's error names it)",
+                      "rank " + std::to_string(world.rank()));
+  }
   if (count[0] != -count[1]) {
     throw usage_error("ranks of the grid register different numbers of parameters, so their tensor splits cannot agree",
                       "rank " + std::to_string(world.rank()),

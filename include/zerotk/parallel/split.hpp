@@ -20,6 +20,7 @@
 ///   zerotk::parallel::check_split("block0.qkv.weight", {3 * 512, 512}, s, tp);   // usage_error if it cannot
 ///   zerotk::parallel::take_shard<float>(full, {3 * 512, 512}, s, rank, tp, shard);
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -108,6 +109,14 @@ constexpr MatrixShape shard_shape(MatrixShape full, TensorSplit split, int size)
   return full;
 }
 
+/// The whole parameter's extent, from the extent of one rank's shard of it.
+constexpr MatrixShape full_shape(MatrixShape shard, TensorSplit split, int size) noexcept {
+  const auto n = static_cast<std::size_t>(size);
+  if (split.dim == SplitDim::rows) return {shard.rows * n, shard.cols};
+  if (split.dim == SplitDim::cols) return {shard.rows, shard.cols * n};
+  return shard;
+}
+
 /// Per element: the index in the full parameter of element `i` of rank `rank`'s shard. The one
 /// definition the host loops below and device kernels use.
 ZEROTK_HD constexpr std::size_t full_index(std::size_t i, MatrixShape full, TensorSplit split, int rank,
@@ -128,6 +137,33 @@ ZEROTK_HD constexpr std::size_t full_index(std::size_t i, MatrixShape full, Tens
     return row * full.cols + part * (full.cols / parts) + r * piece + k;
   }
   return i;
+}
+
+/// Calls `run(shard_offset, full_offset, count)` for each stretch of elements [begin, begin + count)
+/// of rank `rank`'s shard that sits contiguously in the full parameter, in shard order: what a
+/// checkpoint merges or splits by (rows: one stretch per fused part; cols: one per row and part).
+/// The same mapping as full_index, a run at a time (check_split first).
+template <class Run>
+void for_each_run(MatrixShape full, TensorSplit split, int rank, int size, std::size_t begin, std::size_t count,
+                  Run&& run) {
+  const std::size_t end = begin + count, n = static_cast<std::size_t>(size), r = static_cast<std::size_t>(rank);
+  const auto parts = static_cast<std::size_t>(split.parts);
+  for (std::size_t at = begin; at < end;) {
+    std::size_t full_at = at, len = end - at;
+    if (split.dim == SplitDim::rows) {
+      const std::size_t piece = full.rows / parts / n, stretch = piece * full.cols;  // one part's rows on this rank
+      const std::size_t part = at / stretch, within = at % stretch;
+      full_at = (part * (full.rows / parts) + r * piece) * full.cols + within;
+      len = std::min(len, stretch - within);
+    } else if (split.dim == SplitDim::cols) {
+      const std::size_t shard_cols = full.cols / n, piece = full.cols / parts / n;
+      const std::size_t row = at / shard_cols, col = at % shard_cols, part = col / piece, k = col % piece;
+      full_at = row * full.cols + part * (full.cols / parts) + r * piece + k;
+      len = std::min(len, piece - k);
+    }
+    run(at, full_at, len);
+    at += len;
+  }
 }
 
 namespace detail {
