@@ -196,9 +196,9 @@ TEST_CASE("saved at stage 0 (every rank holds everything): each rank reads the f
   const auto want = m.shards.fragments;
   std::vector<std::vector<zero::Fragment>> mine;
   for (const auto& g : want) mine.push_back(g[2]);
-  CHECK(checkpoint::plan_reshard(m, mine, 5, "m").size() == 1);
-  CHECK(checkpoint::plan_reshard(m, mine, 5, "m").begin()->first == 0);
-  CHECK(checkpoint::plan_reshard(m, mine, 2, "m").begin()->first == 2);
+  CHECK(checkpoint::plan_reshard(m, m.shards, mine, 5, "m").size() == 1);
+  CHECK(checkpoint::plan_reshard(m, m.shards, mine, 5, "m").begin()->first == 0);
+  CHECK(checkpoint::plan_reshard(m, m.shards, mine, 2, "m").begin()->first == 2);
 }
 
 TEST_CASE("the same layout loads from the rank's own file without resharding") {

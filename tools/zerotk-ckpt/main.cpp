@@ -177,8 +177,14 @@ void inspect(const Args& a) {
   }
   std::printf("  %zu parameters, %llu elements:\n", m.shards.params.size(), static_cast<unsigned long long>(m.parameter_count));
   for (const zerotk::engine::ShardParam& p : m.shards.params) {
-    std::printf("    %-40s %-16s %s, group %u, optimizer group %u\n", shown(p.name).c_str(), shape_text(p.shape).c_str(),
-                p.dtype.c_str(), p.group, p.optimizer_group);
+    std::string split;  // a tensor rank's shard of a split parameter: which, of what
+    if (p.is_shard()) {
+      split = ", tensor shard " + std::to_string(p.tensor_index) + " of " + std::to_string(p.tensor_size) + " of " +
+              shape_text(p.full_shape()) + " split by " + (p.tensor_split.dim == zerotk::parallel::SplitDim::rows ? "rows" : "cols") +
+              (p.tensor_split.parts > 1 ? " in " + std::to_string(p.tensor_split.parts) + " fused parts" : "");
+    }
+    std::printf("    %-40s %-16s %s, group %u, optimizer group %u%s\n", shown(p.name).c_str(), shape_text(p.shape).c_str(),
+                p.dtype.c_str(), p.group, p.optimizer_group, split.c_str());
   }
 }
 

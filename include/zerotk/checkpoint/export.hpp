@@ -7,7 +7,8 @@
 ///   zerotk::checkpoint::export_safetensors("ckpt", "model.safetensors", {.dtype = zerotk::DType::bf16});
 ///
 /// Streamed: each tensor is assembled piece by piece from the saved ranks' files (the fragment
-/// tables, reshard.hpp) and written as it is read, through a buffer of kExportChunk values, so the
+/// tables, whole.hpp; a parameter split across the tensor group is merged from its shards) and
+/// written as it is read, through a buffer of kExportChunk values, so the
 /// memory used does not grow with the model. Every rank file read is verified against its checksum
 /// first (file_reader.hpp). The output appears atomically, complete, or not at all.
 
@@ -28,7 +29,7 @@
 #include "zerotk/checkpoint/manifest.hpp"
 #include "zerotk/checkpoint/rank_file.hpp"
 #include "zerotk/checkpoint/read.hpp"
-#include "zerotk/checkpoint/reshard.hpp"
+#include "zerotk/checkpoint/whole.hpp"
 #include "zerotk/core/dtype.hpp"
 #include "zerotk/core/error.hpp"
 #include "zerotk/io/safetensors.hpp"
@@ -73,9 +74,9 @@ class RankFiles {
   std::map<int, std::unique_ptr<DataFileReader>> open_;
 };
 
-inline std::vector<io::TensorInfo> export_tensors(const Manifest& m, DType dtype) {
+inline std::vector<io::TensorInfo> export_tensors(const std::vector<WholeParam>& params, DType dtype) {
   std::vector<io::TensorInfo> out;
-  for (const engine::ShardParam& p : m.shards.params) out.push_back(io::TensorInfo{p.name, dtype, p.shape});
+  for (const WholeParam& p : params) out.push_back(io::TensorInfo{p.name, dtype, p.shape});
   return out;
 }
 
@@ -98,20 +99,20 @@ inline ExportResult export_safetensors(const std::filesystem::path& dir, const s
                                             {"zerotk_global_steps", std::to_string(m.global_steps)},
                                             {"zerotk_world_size", std::to_string(m.world_size)},
                                             {"zerotk_stage", std::to_string(m.stage)}};
-  io::SafetensorsWriter writer(out, detail::export_tensors(m, options.dtype), metadata);
-  const FragmentIndex index(m, (tdir / kManifestFile).string());
+  const WholeIndex index(m, (tdir / kManifestFile).string());
+  const std::vector<WholeParam>& params = index.params();
+  io::SafetensorsWriter writer(out, detail::export_tensors(params, options.dtype), metadata);
   detail::RankFiles files(tdir, m);
   std::vector<float> buf;
-  for (std::size_t i = 0; i < m.shards.params.size(); ++i) {
-    const engine::ShardParam& p = m.shards.params[i];
+  for (std::size_t i = 0; i < params.size(); ++i) {
     std::map<int, std::vector<PieceCopy>> plan;
-    index.cover(zero::Fragment{static_cast<std::uint32_t>(i), 0, p.numel, 0}, p.group, 0, plan);
+    index.cover_whole(i, 0, params[i].numel, 0, params[i].group, 0, plan);
     std::vector<std::pair<PieceCopy, int>> pieces;  // in tensor order
     for (const auto& [rank, copies] : plan) {
       for (const PieceCopy& c : copies) pieces.emplace_back(c, rank);
     }
     std::sort(pieces.begin(), pieces.end(), [](const auto& a, const auto& b) { return a.first.dst_offset < b.first.dst_offset; });
-    const std::string section = section_name(p.group, "master");
+    const std::string section = section_name(params[i].group, "master");
     for (const auto& [c, rank] : pieces) {
       for (std::uint64_t done = 0; done < c.numel;) {
         const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(c.numel - done, kExportChunk));
@@ -121,10 +122,10 @@ inline ExportResult export_safetensors(const std::filesystem::path& dir, const s
         done += n;
       }
     }
-    if (options.on_tensor) options.on_tensor(i + 1, m.shards.params.size());
+    if (options.on_tensor) options.on_tensor(i + 1, params.size());
   }
   writer.finish();
-  return ExportResult{tag, m.shards.params.size(), writer.layout().header.size() + writer.layout().data_bytes};
+  return ExportResult{tag, params.size(), writer.layout().header.size() + writer.layout().data_bytes};
 }
 
 }  // namespace zerotk::checkpoint

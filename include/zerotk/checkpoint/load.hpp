@@ -63,19 +63,17 @@ inline EngineState read_rank_state(const std::filesystem::path& dir, const std::
   return s;
 }
 
-}  // namespace detail
-
-/// Loads `<dir>/<tag>` (default: the tag `<dir>/latest` holds) into `engine`. Collective over `comm`;
-/// only at an optimizer boundary. The checkpoint must be of the same model, precision and optimizer
-/// (signature.hpp); it may come from another world size, stage or bucket size (reshard.hpp).
-template <class E, HostCommunicator C>
-LoadResult load(E& engine, C& comm, const std::filesystem::path& dir, const LoadOptions& options = {}) {
+/// load's collective body over `comm`; `check()` (local) refuses a communicator the engine was not
+/// built on, `signature()` (local) gives the engine's structure over comm's ranks.
+template <class E, HostCommunicator C, class Check, class Signature>
+LoadResult load_with(E& engine, C& comm, const std::filesystem::path& dir, const LoadOptions& options, Check&& check,
+                     Signature&& signature) {
   detail::settle(engine);
   engine.synchronize();
   EngineState current;
   std::string tag;
   agreed(comm, "checkpoint load", [&] {
-    detail::check_same_group(engine, comm, "checkpoint::load");
+    check();
     current = engine.state();  // usage_error between micro-steps; the shapes the checkpoint must have
     tag = options.tag ? *options.tag : read_latest(dir);
     check_tag(tag, "checkpoint::load");
@@ -84,12 +82,25 @@ LoadResult load(E& engine, C& comm, const std::filesystem::path& dir, const Load
   LoadResult result;
   EngineState loaded;
   agreed(comm, "checkpoint load (reading " + tag_path(dir, tag).string() + ")", [&] {
-    loaded = detail::read_rank_state(dir, tag, signature_of(engine), current, result);
+    loaded = detail::read_rank_state(dir, tag, signature(), current, result);
   });
   engine.load_state(loaded);  // cannot fail now: every size was checked above, on every rank
   result.tag = tag;
   result.global_steps = loaded.global_steps;
   return result;
+}
+
+}  // namespace detail
+
+/// Loads `<dir>/<tag>` (default: the tag `<dir>/latest` holds) into `engine`. Collective over `comm`;
+/// only at an optimizer boundary. The checkpoint must be of the same model, precision and optimizer
+/// (signature.hpp); it may come from another world size, tensor size, stage or bucket size
+/// (reshard.hpp). An engine on a process grid loads with load(engine, grid, dir) (grid.hpp).
+template <class E, HostCommunicator C>
+LoadResult load(E& engine, C& comm, const std::filesystem::path& dir, const LoadOptions& options = {}) {
+  return detail::load_with(
+      engine, comm, dir, options, [&] { detail::check_same_group(engine, comm, "checkpoint::load"); },
+      [&] { return signature_of(engine); });
 }
 
 }  // namespace zerotk::checkpoint

@@ -17,6 +17,8 @@
 ///   parameters 2
 ///   param0 0 0 384 fp16 [16,24] fc1.weight               flat group, optimizer group, numel, dtype, shape, name
 ///   param1 0 0 112 fp16 [112] fc1.bias
+///   param1.tensor 1 2 rows 3                             version 3, a split parameter's shard: tensor
+///                                                        index, tensor size, split dim, fused parts
 ///   groups 1
 ///   group0.optimizer_step 2
 ///   group0.owned_numel 252 252                           one count per rank, padding included
@@ -59,7 +61,10 @@
 
 namespace zerotk::checkpoint {
 
-inline constexpr std::uint32_t kManifestVersion = 2;
+/// Version 3 adds `param<i>.tensor` lines (parameters split across a tensor group); a checkpoint
+/// without split parameters is still written as version 2, which every zerotk since reads.
+inline constexpr std::uint32_t kManifestVersion = 3;
+inline constexpr std::uint32_t kManifestVersionWhole = 2;
 
 /// A data file of the checkpoint: its name in the tag directory, size and checksum.
 struct FileRecord {
@@ -121,7 +126,8 @@ inline void put_file(std::ostringstream& os, const std::string& key, const FileR
 /// The manifest's text, checksum line included.
 inline std::string to_text(const Manifest& m) {
   std::ostringstream os;
-  os << "zerotk_checkpoint " << kManifestVersion << "\ntag " << m.tag << "\nworld_size " << m.world_size
+  const bool split = std::any_of(m.shards.params.begin(), m.shards.params.end(), [](const auto& p) { return p.is_shard(); });
+  os << "zerotk_checkpoint " << (split ? kManifestVersion : kManifestVersionWhole) << "\ntag " << m.tag << "\nworld_size " << m.world_size
      << "\nstage " << m.stage << "\nprecision " << m.precision << "\noptimizer " << m.optimizer << "\noptimizer_states";
   for (const std::string& s : m.optimizer_states) os << ' ' << s;
   if (m.rank_local) os << "\nrank_local_state yes";
@@ -132,6 +138,10 @@ inline std::string to_text(const Manifest& m) {
     os << "param" << i << ' ' << p.group << ' ' << p.optimizer_group << ' ' << p.numel << ' ' << p.dtype << " [";
     for (std::size_t d = 0; d < p.shape.size(); ++d) os << (d ? "," : "") << p.shape[d];
     os << "] " << p.name << '\n';
+    if (p.is_shard()) {
+      os << "param" << i << ".tensor " << p.tensor_index << ' ' << p.tensor_size << ' '
+         << (p.tensor_split.dim == parallel::SplitDim::rows ? "rows" : "cols") << ' ' << p.tensor_split.parts << '\n';
+    }
   }
   os << "groups " << m.shards.owned_numel.size() << '\n';
   for (std::size_t g = 0; g < m.shards.owned_numel.size(); ++g) {
@@ -247,6 +257,28 @@ inline std::string_view verified_body(std::string_view text, const std::string& 
   return body;
 }
 
+/// "index size rows|cols parts": which tensor rank's shard entry `p` is, of a split its shape allows.
+inline void read_tensor_placement(ManifestFields& f, const std::string& key, engine::ShardParam& p) {
+  const std::vector<std::string> w = f.words(key);
+  if (w.size() != 4 || (w[2] != "rows" && w[2] != "cols")) {
+    throw io_error("expected: tensor_index tensor_size rows|cols parts", f.where(key));
+  }
+  p.tensor_index = f.parse<int>(w[0], key);
+  p.tensor_size = f.parse<int>(w[1], key);
+  p.tensor_split = w[2] == "rows" ? parallel::TensorSplit::rows(f.parse<int>(w[3], key))
+                                  : parallel::TensorSplit::cols(f.parse<int>(w[3], key));
+  const std::string text = w[0] + " " + w[1] + " " + w[2] + " " + w[3];
+  if (p.tensor_size < 2 || p.tensor_index < 0 || p.tensor_index >= p.tensor_size || p.tensor_split.parts < 1) {
+    throw io_error("needs a tensor size >= 2, an index below it and >= 1 fused part", f.where(key), text);
+  }
+  const bool cols = p.tensor_split.dim == parallel::SplitDim::cols;
+  if (cols && p.shape.size() != 2) throw io_error("a column split needs a 2-dimensional shape", f.where(key), text);
+  const std::uint64_t extent = cols ? p.shape[1] : p.shape.at(0);
+  if (extent % static_cast<std::uint64_t>(p.tensor_split.parts) != 0) {
+    throw io_error("the shard's split dimension does not divide into the fused parts", f.where(key), text);
+  }
+}
+
 /// "g og numel dtype [d0,d1,...] name": one parameter of the table (the name is the rest of the line).
 inline engine::ShardParam read_param(ManifestFields& f, const std::string& key) {
   const std::string v = f.text(key);
@@ -275,6 +307,7 @@ inline engine::ShardParam read_param(ManifestFields& f, const std::string& key) 
   }
   if (product != p.numel) throw io_error("the shape's product differs from numel", f.where(key), shape + " vs " + std::to_string(p.numel));
   p.name = v.substr(pos);
+  if (f.has(key + ".tensor")) read_tensor_placement(f, key + ".tensor", p);
   return p;
 }
 
@@ -437,9 +470,10 @@ inline void check_manifest_values(const Manifest& m, const std::string& path) {
 inline Manifest parse_manifest(std::string_view text, const std::string& path) {
   detail::ManifestFields f(detail::verified_body(text, path), path);
   const auto version = f.number<std::uint32_t>("zerotk_checkpoint");
-  if (version != kManifestVersion) {
+  if (version != kManifestVersion && version != kManifestVersionWhole) {
     throw io_error("unsupported manifest version", f.where("zerotk_checkpoint"),
-                   std::to_string(version) + ", this zerotk reads " + std::to_string(kManifestVersion));
+                   std::to_string(version) + ", this zerotk reads " + std::to_string(kManifestVersionWhole) + " and " +
+                       std::to_string(kManifestVersion));
   }
   Manifest m;
   detail::read_structure(f, m);

@@ -41,18 +41,18 @@ void check_same_group(const E& engine, const C& comm, const char* where) {
 }
 
 /// The collective first half of both saves: boundary check, scalar state, signature, the agreed
-/// tag, the temporary directory. `groups(parts)` fills the parts' state and group views.
-template <class E, HostCommunicator C, class Groups>
+/// tag, the temporary directory. `groups(parts)` fills the parts' state and group views;
+/// `signature()` (local, no communication) gives the engine's structure over `comm`'s ranks.
+template <class E, HostCommunicator C, class Groups, class Signature>
 std::unique_ptr<PendingSave<C>> start_save(E& engine, C& comm, const std::filesystem::path& dir, const SaveOptions& options,
-                                           bool background, Groups&& groups) {
+                                           bool background, Groups&& groups, Signature&& signature) {
   detail::settle(engine);
   engine.synchronize();  // no parameter gather of the engine's in flight under our collectives
   typename PendingSave<C>::Parts p;
   p.dir = dir;
   agreed(comm, "checkpoint save", [&] {
-    check_same_group(engine, comm, "checkpoint::save");
     groups(p);  // usage_error between micro-steps
-    p.sig = signature_of(engine);
+    p.sig = signature();
     check_names(p.sig);
     p.tag = options.tag ? *options.tag : default_tag(p.state.global_steps);
     check_tag(p.tag, "checkpoint::save");
@@ -64,6 +64,29 @@ std::unique_ptr<PendingSave<C>> start_save(E& engine, C& comm, const std::filesy
   });
   p.client_state.assign(options.client_state.begin(), options.client_state.end());
   return std::make_unique<PendingSave<C>>(comm, std::move(p), background);
+}
+
+/// save_async's rank state: a snapshot the PendingSave owns (training may go on).
+template <class E>
+auto snapshot_of(E& engine) {
+  return [&engine](auto& p) {
+    p.state = engine.state();
+    p.groups = views_of(p.state);
+  };
+}
+
+/// save's rank state: views of the engine's own buffers where it has them (no copy).
+template <class E>
+auto views_into(E& engine) {
+  return [&engine](auto& p) {
+    if constexpr (requires { engine.state_views(); }) {
+      p.state = engine.scalar_state();
+      p.groups = engine.state_views();
+    } else {
+      p.state = engine.state();
+      p.groups = views_of(p.state);
+    }
+  };
 }
 
 }  // namespace detail
@@ -79,9 +102,9 @@ std::unique_ptr<PendingSave<C>> start_save(E& engine, C& comm, const std::filesy
 template <class E, HostCommunicator C>
 std::unique_ptr<PendingSave<C>> save_async(E& engine, C& comm, const std::filesystem::path& dir,
                                            const SaveOptions& options = {}) {
-  return detail::start_save(engine, comm, dir, options, true, [&](auto& p) {
-    p.state = engine.state();
-    p.groups = views_of(p.state);
+  return detail::start_save(engine, comm, dir, options, true, detail::snapshot_of(engine), [&] {
+    detail::check_same_group(engine, comm, "checkpoint::save");
+    return signature_of(engine);
   });
 }
 
@@ -92,14 +115,9 @@ std::unique_ptr<PendingSave<C>> save_async(E& engine, C& comm, const std::filesy
 /// state of compressed communication, gathered from several buffers: engine/state.hpp).
 template <class E, HostCommunicator C>
 SaveResult save(E& engine, C& comm, const std::filesystem::path& dir, const SaveOptions& options = {}) {
-  return detail::start_save(engine, comm, dir, options, false, [&](auto& p) {
-    if constexpr (requires { engine.state_views(); }) {
-      p.state = engine.scalar_state();
-      p.groups = engine.state_views();
-    } else {
-      p.state = engine.state();
-      p.groups = views_of(p.state);
-    }
+  return detail::start_save(engine, comm, dir, options, false, detail::views_into(engine), [&] {
+    detail::check_same_group(engine, comm, "checkpoint::save");
+    return signature_of(engine);
   })->commit();
 }
 

@@ -37,6 +37,14 @@ void save_16bit_model(E& engine, M& model, C& comm, const std::filesystem::path&
     throw usage_error("writer_rank must name a rank of the communicator", "save_16bit_model",
                       std::to_string(writer_rank) + " of " + std::to_string(comm.size()));
   }
+  if constexpr (requires { engine.grid_place(); }) {
+    if (engine.grid_place().tensor_size > 1) {  // the same answer on every rank: no collective is left waiting
+      throw usage_error("with a tensor size above 1 each rank holds shards of the split parameters, and this writes one "
+                        "rank's: save a checkpoint (checkpoint::save(engine, grid, dir)) and export it, which merges "
+                        "them (checkpoint::export_safetensors, zerotk-ckpt export)",
+                        "save_16bit_model", "tensor size " + std::to_string(engine.grid_place().tensor_size));
+    }
+  }
   const std::vector<DType> stored = engine.stored_dtypes();
   detail::settle(engine);  // the model saved is the master's, the last update included
   auto scope = engine.gather(model);

@@ -1,8 +1,8 @@
 #pragma once
 /// \file zerotk/checkpoint/signature.hpp
 /// What a checkpoint must agree with before an engine loads it: precision, optimizer, the model's
-/// parameters (names, shapes, groups) and the scheduler setting. World size, stage and bucket size
-/// may differ: the fragment tables say where every element went (load.hpp reshards). A mismatch is
+/// parameters (names, whole shapes, groups) and the scheduler setting. World size, tensor size, stage
+/// and bucket size may differ: the fragment tables say where every element went (load.hpp reshards). A mismatch is
 /// a usage_error naming the manifest key and both values (the checkpoint is intact; it is for
 /// another engine).
 
@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "zerotk/checkpoint/manifest.hpp"
+#include "zerotk/checkpoint/whole.hpp"
 #include "zerotk/core/dtype.hpp"
 #include "zerotk/core/error.hpp"
 #include "zerotk/engine/shards.hpp"
@@ -84,7 +85,7 @@ void require_same(const std::string& manifest_path, const char* key, const char*
 
 namespace detail {
 
-inline std::string param_text(const engine::ShardParam& p) {
+inline std::string param_text(const WholeParam& p) {
   std::string s = "\"" + p.name + "\" " + p.dtype + " [";
   for (std::size_t d = 0; d < p.shape.size(); ++d) s += (d ? "," : "") + std::to_string(p.shape[d]);
   return s + "] group " + std::to_string(p.group) + " optimizer group " + std::to_string(p.optimizer_group);
@@ -104,11 +105,13 @@ inline void check_compatible(const Manifest& m, const EngineSignature& sig, cons
   for (const auto& s : optimizer_state_names(sig.optimizer)) here_states += (here_states.empty() ? "" : " ") + s;
   require_same(manifest_path, "optimizer_states", "other optimizer states", saved_states, here_states);
   require_same(manifest_path, "parameter_count", "another model", m.parameter_count, sig.parameter_count);
-  require_same(manifest_path, "parameters", "another model", m.shards.params.size(), sig.shards.params.size());
-  for (std::size_t i = 0; i < m.shards.params.size(); ++i) {
-    const std::string key = "param" + std::to_string(i);
-    require_same(manifest_path, key.c_str(), "another model (parameters differ)", detail::param_text(m.shards.params[i]),
-                 detail::param_text(sig.shards.params[i]));
+  // The model's whole parameters, however each side split them across its tensor group.
+  const std::vector<WholeParam> saved = whole_params(m.shards, manifest_path), here = whole_params(sig.shards, "this engine");
+  require_same(manifest_path, "parameters", "another model", saved.size(), here.size());
+  for (std::size_t i = 0; i < saved.size(); ++i) {
+    const std::string key = "param" + std::to_string(saved[i].entries.front());
+    require_same(manifest_path, key.c_str(), "another model (parameters differ)", detail::param_text(saved[i]),
+                 detail::param_text(here[i]));
   }
   require_same(manifest_path, "groups", "another split into fp32-kept and working-precision groups",
                m.shards.owned_numel.size(), current.groups.size());
@@ -119,10 +122,10 @@ inline void check_compatible(const Manifest& m, const EngineSignature& sig, cons
 }
 
 /// True when rank `sig.rank` owns exactly what the saving rank of the same number owned: its file
-/// then holds its state as is, and no resharding is needed.
+/// then holds its state as is, and no resharding is needed. (The whole tables are compared: on a
+/// grid the same fragments can belong to another tensor rank's shards.)
 inline bool same_layout(const Manifest& m, const EngineSignature& sig) {
-  return m.world_size == sig.world_size && m.shards.owned_numel == sig.shards.owned_numel &&
-         m.shards.fragments == sig.shards.fragments;
+  return m.world_size == sig.world_size && m.shards == sig.shards;
 }
 
 }  // namespace zerotk::checkpoint

@@ -1,0 +1,280 @@
+// Checkpoints of parameters split across a tensor group (checkpoint/grid.hpp): saved at tensor 2 x
+// data 2, loaded at tensor 1 x data 4, tensor 4 x data 1, on a plain communicator, and on the same
+// grid; exported as whole tensors.
+//
+// The model's gradients depend only on each element's index in the whole parameter and the step, and
+// are small dyadic numbers (data-parallel averages are exact), with clipping off: every element then
+// trains the same whatever the grid, stage or world size, so a run that saved and loaded elsewhere
+// must end bit for bit where one uninterrupted run on another grid ends. That checks the masters, both
+// Adam moments and the step count after every merge and split, element by element.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "checkpoint_fixture.hpp"
+#include "zerotk/checkpoint/grid.hpp"
+#include "zerotk/comm/grid.hpp"
+#include "zerotk/comm/threads.hpp"
+#include "zerotk/io/durable_file.hpp"
+#include "zerotk/parallel/split.hpp"
+
+using namespace zerotk;
+using parallel::MatrixShape;
+using parallel::TensorSplit;
+
+namespace {
+
+constexpr int kSteps = 3;
+
+struct Spec {
+  const char* name;
+  MatrixShape full;
+  TensorSplit split;
+  bool matrix;  // 2-D (else a vector)
+};
+// Column-parallel rows, a fused QKV (3 stacked parts), a row-parallel weight's columns, replicated vectors.
+const Spec kSpecs[] = {{"col.weight", {8, 6}, TensorSplit::rows(), true},  {"col.bias", {8, 1}, TensorSplit::rows(), false},
+                       {"qkv.weight", {12, 4}, TensorSplit::rows(3), true}, {"row.weight", {6, 8}, TensorSplit::cols(), true},
+                       {"norm.weight", {6, 1}, TensorSplit::replicated(), false}, {"row.bias", {6, 1}, TensorSplit::replicated(), false}};
+
+TensorSplit split_of(std::string_view name) {
+  for (const Spec& s : kSpecs) {
+    if (name == s.name) return s.split;
+  }
+  return {};
+}
+
+std::uint32_t name_hash(std::string_view s) {
+  std::uint32_t h = 2166136261u;
+  for (char c : s) h = (h ^ static_cast<unsigned char>(c)) * 16777619u;
+  return h;
+}
+
+/// Element `full` of parameter `name` at step `step`: a multiple of 1/64 in [-8/64, 8/64].
+float grad_of(std::string_view name, std::size_t full, int step) {
+  return static_cast<float>(static_cast<int>((name_hash(name) + full * 7 + static_cast<std::size_t>(step) * 13) % 17) - 8) / 64.0f;
+}
+
+/// This tensor rank's shards (whole parameters at tensor size 1), initialised from the whole values.
+struct SplitModel {
+  int rank, size;
+  std::vector<Param<float>> ps;
+  std::vector<std::vector<float>> init;
+  SplitModel(int r, int t) : rank(r), size(t) {
+    for (const Spec& s : kSpecs) {
+      const int n = s.split.is_split() ? t : 1;
+      const MatrixShape sh = parallel::shard_shape(s.full, s.split, n);
+      if (s.matrix) {
+        ps.emplace_back(s.name, std::initializer_list<std::size_t>{sh.rows, sh.cols});
+      } else {
+        ps.emplace_back(s.name, std::initializer_list<std::size_t>{sh.rows});
+      }
+      std::vector<float> v(sh.numel());
+      for (std::size_t i = 0; i < v.size(); ++i) {
+        v[i] = 0.25f * static_cast<float>((name_hash(s.name) + 3 * parallel::full_index(i, s.full, s.split, r % n, n)) % 9);
+      }
+      init.push_back(std::move(v));
+    }
+    for (std::size_t k = 0; k < ps.size(); ++k) ps[k].bind(init[k].data(), nullptr);  // adopted by the engine
+  }
+  template <class V>
+  void parameters(V&& visit) {
+    for (auto& p : ps) visit(p.name(), p);
+  }
+  template <class E>
+  void step(E& engine, int s) {
+    { auto f = engine.forward(*this); }
+    {
+      auto b = engine.backward(*this);
+      for (std::size_t k = 0; k < ps.size(); ++k) {
+        const Spec& spec = kSpecs[k];
+        const int n = spec.split.is_split() ? size : 1;
+        for (std::size_t i = 0; i < ps[k].numel(); ++i) {
+          ps[k].grads()[i] += grad_of(spec.name, parallel::full_index(i, spec.full, spec.split, rank % n, n), s);
+        }
+      }
+    }
+    engine.step(0.0);
+  }
+};
+
+/// The same names and element count as SplitModel's whole parameters, row.weight 8 x 6 instead of 6 x 8.
+struct OtherModel {
+  Param<float> a{"col.weight", {8, 6}}, b{"col.bias", {8}}, q{"qkv.weight", {12, 4}}, r{"row.weight", {8, 6}},
+      n{"norm.weight", {6}}, rb{"row.bias", {6}};
+  template <class V>
+  void parameters(V&& v) {
+    for (Param<float>* p : {&a, &b, &q, &r, &n, &rb}) v(p->name(), *p);
+  }
+};
+
+using Whole = std::map<std::string, std::vector<float>>;
+
+/// Merges every tensor rank's shards into whole parameters (under `mu`).
+void merge_into(Whole& out, SplitModel& m, std::mutex& mu) {
+  std::lock_guard lock(mu);
+  for (std::size_t k = 0; k < m.ps.size(); ++k) {
+    const Spec& s = kSpecs[k];
+    auto& w = out[s.name];
+    w.resize(s.full.numel());
+    const int n = s.split.is_split() ? m.size : 1;
+    parallel::put_shard<float>(std::span<const float>(m.ps[k].data(), m.ps[k].numel()), s.full, s.split, m.rank % n, n, w);
+  }
+}
+
+zerotk::EngineOptions options(int tensor) {
+  zerotk::EngineOptions o;
+  o.optimizer.lr = 1e-2f;
+  o.optimizer.weight_decay = 0.01f;
+  o.gradient_clipping = 0.0;  // each element on its own: the premise of the bitwise comparisons
+  o.reduce_bucket_size = 40;  // several buckets and fragments
+  o.stage3.param_persistence_threshold = 0;
+  if (tensor > 1) o.tensor_split = split_of;
+  return o;
+}
+
+template <int S>
+using E = zerotk::Engine<zerotk::Partitioner<zerotk::Stage<S>>, zerotk::Optimizer<zerotk::AdamW>, zerotk::Precision<zerotk::fp32>>;
+
+/// `steps` steps on tensor x data thread ranks from the initial values, or after loading `load_dir`;
+/// saves into `save_dir` at the end when given. Returns the whole parameters.
+template <int S>
+Whole run(int tensor, int data, int steps, const std::filesystem::path& save_dir = {}, const std::filesystem::path& load_dir = {},
+          bool* resharded = nullptr) {
+  Whole out;
+  std::mutex mu;
+  comm::run_threads(tensor * data, [&](comm::ThreadsCommunicator& world) {
+    comm::ProcessGrid grid(world, {.tensor = tensor});
+    SplitModel model(grid.tensor_index(), tensor);
+    E<S> engine(grid, model, options(tensor));
+    int first = 0;
+    if (!load_dir.empty()) {
+      const checkpoint::LoadResult r = checkpoint::load(engine, grid, load_dir);
+      first = static_cast<int>(r.global_steps);
+      if (resharded != nullptr && world.rank() == 0) *resharded = r.resharded;
+    }
+    for (int s = first; s < first + steps; ++s) model.step(engine, s);
+    if (!save_dir.empty()) checkpoint::save(engine, grid, save_dir);
+    auto g = engine.gather(model);
+    if (grid.data_index() == 0) merge_into(out, model, mu);
+  });
+  return out;
+}
+
+/// The tensors of a safetensors file (fp32), found by name in its JSON header.
+Whole read_safetensors(const std::filesystem::path& file) {
+  const std::vector<std::byte> bytes = io::read_file(file);
+  std::uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);  // little-endian on this machine, as the format is
+  const std::string header(reinterpret_cast<const char*>(bytes.data()) + 8, n);
+  Whole out;
+  for (const Spec& s : kSpecs) {
+    const std::size_t at = header.find("\"" + std::string(s.name) + "\"");
+    REQUIRE(at != std::string::npos);
+    const std::size_t offsets = header.find("\"data_offsets\":[", at) + 16;
+    const std::uint64_t a = std::stoull(header.substr(offsets)), b = std::stoull(header.substr(header.find(',', offsets) + 1));
+    REQUIRE(b - a == s.full.numel() * 4);
+    std::vector<float> v(s.full.numel());
+    std::memcpy(v.data(), bytes.data() + 8 + n + a, b - a);
+    out[s.name] = std::move(v);
+  }
+  return out;
+}
+
+bool same(const Whole& a, const Whole& b) {
+  if (a.size() != b.size()) return false;
+  for (const auto& [k, v] : a) {
+    if (!zt_test::same_bits(v, b.at(k))) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("a tensor 2 x data 2 checkpoint loads at tensor 1 x data 4, tensor 4 x data 1 and on a plain communicator, bitwise") {
+  // The premise: uninterrupted runs on different grids and stages agree bit for bit.
+  const Whole reference = run<2>(1, 4, 2 * kSteps);
+  CHECK(same(run<2>(2, 2, 2 * kSteps), reference));
+  CHECK(same(run<1>(4, 1, 2 * kSteps), reference));
+  const Whole halfway = run<0>(1, 1, kSteps);
+  CHECK_FALSE(same(halfway, reference));  // it trains
+
+  zt_test::ScratchDir dir("tensor_reshard");
+  const Whole saved = run<2>(2, 2, kSteps, dir.path());
+  CHECK(same(saved, halfway));
+
+  const checkpoint::Manifest m = checkpoint::verify(dir.path());
+  CHECK(m.world_size == 4);
+  CHECK(m.parameter_count == 8 * 6 + 8 + 12 * 4 + 6 * 8 + 6 + 6);  // every element once
+  std::size_t shards = 0;
+  for (const auto& p : m.shards.params) shards += p.is_shard() ? 1 : 0;
+  CHECK(shards == 2 * 4);  // 4 split parameters, 2 shards each; the replicated ones once
+
+  // Exported: whole tensors, bitwise the merged shards.
+  checkpoint::export_safetensors(dir.path(), dir / "model.safetensors");
+  CHECK(same(read_safetensors(dir / "model.safetensors"), saved));
+
+  bool resharded = false;
+  SUBCASE("tensor 1 x data 4 at stage 3") {
+    CHECK(same(run<3>(1, 4, kSteps, {}, dir.path(), &resharded), reference));
+    CHECK(resharded);
+  }
+  SUBCASE("tensor 4 x data 1 at stage 1") {
+    CHECK(same(run<1>(4, 1, kSteps, {}, dir.path(), &resharded), reference));
+    CHECK(resharded);
+  }
+  SUBCASE("the same grid: every rank reads its own file") {
+    CHECK(same(run<2>(2, 2, kSteps, {}, dir.path(), &resharded), reference));
+    CHECK_FALSE(resharded);
+  }
+  SUBCASE("a plain communicator of 2 ranks at stage 0") {
+    Whole out;
+    std::mutex mu;
+    comm::run_threads(2, [&](comm::ThreadsCommunicator& c) {
+      SplitModel model(0, 1);
+      E<0> engine(c, model, options(1));
+      const checkpoint::LoadResult r = checkpoint::load(engine, c, dir.path());
+      CHECK(r.saved_world_size == 4);
+      for (int s = kSteps; s < 2 * kSteps; ++s) model.step(engine, s);
+      if (c.rank() == 0) merge_into(out, model, mu);
+    });
+    CHECK(same(out, reference));
+  }
+}
+
+TEST_CASE("tensor checkpoints: a whole shape that differs, or a split the shape cannot take, is an error naming the parameter") {
+  zt_test::ScratchDir dir("tensor_reshard_bad");
+  run<2>(2, 1, 1, dir.path());
+  // Another model: the same names and element count, row.weight 8 x 6 instead of 6 x 8 (whole).
+  comm::run_threads(1, [&](comm::ThreadsCommunicator& c) {
+    OtherModel other;
+    E<1> engine(c, other, options(1));
+    try {
+      checkpoint::load(engine, c, dir.path());
+      FAIL("loaded a checkpoint of another model");
+    } catch (const usage_error& e) {
+      CHECK(std::string(e.what()).find("\"row.weight\" fp32 [6,8]") != std::string::npos);
+      CHECK(std::string(e.what()).find("\"row.weight\" fp32 [8,6]") != std::string::npos);
+    }
+  });
+  // A column split of a vector: refused at construction, on every rank, naming it.
+  comm::run_threads(2, [&](comm::ThreadsCommunicator& world) {
+    comm::ProcessGrid grid(world, {.tensor = 2});
+    SplitModel model(grid.tensor_index(), 2);
+    zerotk::EngineOptions o = options(2);
+    o.tensor_split = [](std::string_view name) { return name == "norm.weight" ? TensorSplit::cols() : split_of(name); };
+    try {
+      E<1> engine(grid, model, o);
+      FAIL("built an engine with a column split of a vector");
+    } catch (const usage_error& e) {
+      CHECK(e.where() == "norm.weight");
+      CHECK(e.message().find("a column split needs a parameter of 2 dimensions") != std::string::npos);
+    }
+  });
+}
