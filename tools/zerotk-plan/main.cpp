@@ -43,7 +43,10 @@ MODEL, one of:
   --config FILE          a DeepSpeed JSON config: plan exactly that configuration (with a MODEL above);
                          a regular file of at most 16 MiB (a FIFO or /dev/zero is refused)
 required:
-  --world N              data-parallel ranks
+  --world N              every rank of the job: data-parallel ranks x --tp
+  --tp T                 tensor-parallel size (with the transformer flags: the GPT example's Megatron
+                         split; the plan is one tensor rank's, N = --world / T data ranks)
+  --sequence-parallel    with --tp: the blocks' activations split by tokens
 budget (per rank; suffixes B, KB, MB, GB, TB = powers of 1000, KiB .. TiB = powers of 1024):
   --device-mem SIZE      accelerator memory
   --host-mem SIZE        host memory (pageable + pinned)
@@ -69,7 +72,7 @@ limits (a number outside them is refused, naming the flag, the value and the ran
   --layer-params         at most 1,000,000 entries, each 0 .. 1e15, their sum 1 .. 1e15
   --layers               1 .. 1,000,000 (the transformer's parameters at most 1e15 in all)
   --hidden, --heads, --micro-batch   1 .. 2^20;   --seq, --context, --vocab, --d-ff   1 .. 2^24
-  --world, --hpz, --gpus-per-node    1 .. 2^20;   --gas 1 .. 1e6;   --checkpoint-every 1 .. 1e6
+  --world, --tp, --hpz, --gpus-per-node   1 .. 2^20;   --gas 1 .. 1e6;   --checkpoint-every 1 .. 1e6
   --device-mem, --host-mem           0 .. 1e18 bytes;   --buffer-factor 1 .. 1000
 )usage";
 
@@ -84,6 +87,8 @@ struct Args {
   bool transformer = false;
   std::string config_file;
   int world = 0;
+  /// The data-parallel ranks ZeRO partitions over: --world / --tp.
+  int data() const noexcept { return world / static_cast<int>(shape.tensor); }
   std::optional<std::size_t> device_mem, host_mem;
   std::vector<zerotk::DType> precisions;
   plan::EngineSettings settings;
@@ -204,6 +209,8 @@ Args parse_args(int argc, char** argv) {
     else if (arg == "--d-ff") a.shape.d_ff = count_in(arg, value(), 1, kMaxLength);
     else if (arg == "--context") a.shape.context = count_in(arg, value(), 1, kMaxLength);
     else if (arg == "--tied-head") a.shape.tied_head = true;
+    else if (arg == "--tp") a.shape.tensor = count_in(arg, value(), 1, kMaxWorld);
+    else if (arg == "--sequence-parallel") a.shape.sequence_parallel = true;
     else if (arg == "--config") a.config_file = std::string(value());
     else if (arg == "--world") a.world = to_int(arg, value(), 1, kMaxWorld);
     else if (arg == "--device-mem") a.device_mem = bytes_in(arg, value());
@@ -243,9 +250,19 @@ Args parse_args(int argc, char** argv) {
   if (a.device_mem.has_value() != a.host_mem.has_value()) {
     throw UsageError{"--device-mem and --host-mem go together (the budget per rank)"};
   }
-  if (a.world % a.settings.hpz_partition_size != 0) {
-    throw zerotk::config_error("must divide --world (" + std::to_string(a.world) + ")", "--hpz",
-                               std::to_string(a.settings.hpz_partition_size));
+  if (a.shape.tensor > 1 && !a.transformer) {
+    throw UsageError{"--tp splits the transformer's tensors (qkv, MLP, projections): give the model as "
+                     "--layers/--hidden/--heads/..., which says which tensors split"};
+  }
+  if (a.shape.tensor > 1 && a.ds_estimate) {
+    throw UsageError{"--deepspeed-estimate: DeepSpeed's estimators know no tensor parallelism (drop --tp)"};
+  }
+  if (a.world % static_cast<int>(a.shape.tensor) != 0) {
+    throw zerotk::config_error("must divide --world (" + std::to_string(a.world) + ")", "--tp", std::to_string(a.shape.tensor));
+  }
+  if (a.data() % a.settings.hpz_partition_size != 0) {
+    throw zerotk::config_error("must divide the data-parallel ranks (" + std::to_string(a.data()) + " = --world / --tp)",
+                               "--hpz", std::to_string(a.settings.hpz_partition_size));
   }
   return a;
 }
@@ -290,12 +307,13 @@ void print_breakdown(const plan::Evaluation& e) {
 void print_zero_table(const plan::ModelDescription& m, const Args& a, zerotk::DType p) {
   std::cout << "model states per rank (" << zerotk::to_string(p) << (p == zerotk::DType::fp32 ? "" : " mixed precision")
             << ", " << (a.settings.optimizer_moments == 1 ? "one optimizer moment (Lion)" : "Adam")
-            << "; Psi = " << m.total_params() << ", N = " << a.world << "; GB = 1e9 bytes):\n";
+            << "; Psi = " << m.total_params() << (a.shape.tensor > 1 ? " on one tensor rank" : "") << ", N = " << a.data()
+            << "; GB = 1e9 bytes):\n";
   for (int stage = 0; stage <= 3; ++stage) {
     plan::Choice c;
     c.stage = stage;
     c.precision = p;
-    const plan::MemoryPlan mp = plan::model_state_plan(m, a.world, c, for_precision(a.settings, p));
+    const plan::MemoryPlan mp = plan::model_state_plan(m, a.data(), c, for_precision(a.settings, p));
     std::cout << "  stage " << stage << ": " << gb(static_cast<double>(mp.model_states())) << " GB  ("
               << mp.model_states() << " B)\n";
   }
@@ -320,13 +338,28 @@ void print_deepspeed_estimate(const plan::ModelDescription& m, const Args& a) {
   }
 }
 
-/// --config: the one configuration the DeepSpeed file asks for.
-int plan_config(const plan::ModelDescription& m, const Args& a) {
+/// --config: the one configuration the DeepSpeed file asks for (its tensor size with it).
+int plan_config(plan::ModelDescription m, const Args& a) {
   zerotk::config::ResolveContext ctx;
   ctx.world_size = a.world;
   ctx.micro_batch_size = static_cast<std::int64_t>(a.shape.micro_batch);
   if (a.precisions.size() == 1) ctx.precision = a.precisions.front();  // fills fp16/bf16 "enabled": "auto"
   const zerotk::config::Config cfg = zerotk::config::load_file(a.config_file, ctx);
+  const auto tensor = static_cast<std::size_t>(cfg.tensor_parallel_size);
+  if (tensor != a.shape.tensor) {
+    if (a.shape.tensor != 1) {
+      throw zerotk::config_error("differs from the config's tensor size (" + std::to_string(tensor) + ")", "--tp",
+                                 std::to_string(a.shape.tensor));
+    }
+    if (!a.transformer) {
+      throw zerotk::config_error("the config splits the model's tensors, which needs the model as --layers/--hidden/... "
+                                 "(it says which tensors split)",
+                                 a.config_file + ": tensor_model_parallel_size", std::to_string(tensor));
+    }
+    plan::TransformerShape shape = a.shape;
+    shape.tensor = tensor;
+    m = plan::gpt_model(shape);
+  }
   const auto& z = cfg.zero_optimization;
   plan::Choice c;
   c.stage = z.stage;
@@ -359,7 +392,7 @@ int plan_config(const plan::ModelDescription& m, const Args& a) {
   plan::Budget b;
   b.device_bytes = a.device_mem.value_or(static_cast<std::size_t>(-1));
   b.host_bytes = a.host_mem.value_or(static_cast<std::size_t>(-1));
-  const plan::Evaluation e = plan::evaluate(m, a.world, c, s, b);
+  const plan::Evaluation e = plan::evaluate(m, cfg.data_parallel_size, c, s, b);
   print_breakdown(e);
   if (!e.memory.refused.empty()) {
     std::cout << "the engine would refuse this configuration: " << e.memory.refused << "\n";
@@ -412,7 +445,7 @@ int run(int argc, char** argv) {
   b.host_bytes = *a.host_mem;
   // One search over every precision, so that fp16 and bf16 share their layouts (plan_all computes
   // each once). The order is that of one search per precision: the cost order ranks precision first.
-  const std::vector<plan::Evaluation> all = plan::plan_all(m, a.world, a.settings, b, grid);
+  const std::vector<plan::Evaluation> all = plan::plan_all(m, a.data(), a.settings, b, grid);
   std::printf("%-78s %10s %10s %10s  %s\n", "configuration (cheapest first)", "device GB", "host GB", "disk GB", "fits");
   const auto best = plan::cheapest_fit(all);
   for (const auto& e : all) {
@@ -438,8 +471,9 @@ int run(int argc, char** argv) {
     std::cout << "GPT example: --checkpoint-activations " << best->choice.checkpointing.name() << "\n";
   }
   std::cout << "DeepSpeed config:\n"
-            << plan::deepspeed_config_json(best->choice, for_precision(a.settings, best->choice.precision), a.world,
-                                           static_cast<std::int64_t>(a.shape.micro_batch), n)
+            << plan::deepspeed_config_json(best->choice, for_precision(a.settings, best->choice.precision), a.data(),
+                                           static_cast<std::int64_t>(a.shape.micro_batch), n,
+                                           static_cast<int>(a.shape.tensor))
                    .dump(2)
             << "\n";
   return 0;

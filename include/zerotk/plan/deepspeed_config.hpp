@@ -11,13 +11,17 @@
 
 namespace zerotk::plan {
 
-/// The config for `c`. Activation checkpointing has no per-layer key in DeepSpeed's JSON: the number
-/// of checkpointed layers goes to `activation_checkpointing.number_checkpoints` and the choice itself
-/// to the GPT example's --checkpoint-activations flag (docs/plan.md).
+/// The config for `c` on `world` data-parallel ranks, each data replica `tensor` ranks (written as
+/// tensor_model_parallel_size when above 1). Activation checkpointing has no per-layer key in
+/// DeepSpeed's JSON: the number of checkpointed layers goes to `activation_checkpointing.number_checkpoints`
+/// and the choice itself to the GPT example's --checkpoint-activations flag (docs/plan.md).
 inline config::Config deepspeed_config(const Choice& c, const EngineSettings& s, int world, std::int64_t micro_batch,
-                                       std::int64_t checkpointed_layers, const std::string& nvme_path = "/local_nvme") {
+                                       std::int64_t checkpointed_layers, const std::string& nvme_path = "/local_nvme",
+                                       int tensor = 1) {
   config::Config cfg;
-  cfg.world_size = world;
+  cfg.world_size = world * tensor;
+  cfg.tensor_parallel_size = tensor;
+  cfg.data_parallel_size = world;
   cfg.train_micro_batch_size_per_gpu = micro_batch;
   cfg.gradient_accumulation_steps = s.gradient_accumulation_steps;
   cfg.train_batch_size = micro_batch * s.gradient_accumulation_steps * world;
@@ -51,8 +55,8 @@ inline config::Config deepspeed_config(const Choice& c, const EngineSettings& s,
 }
 
 inline config::Json deepspeed_config_json(const Choice& c, const EngineSettings& s, int world, std::int64_t micro_batch,
-                                          std::int64_t checkpointed_layers) {
-  return config::to_json(deepspeed_config(c, s, world, micro_batch, checkpointed_layers));
+                                          std::int64_t checkpointed_layers, int tensor = 1) {
+  return config::to_json(deepspeed_config(c, s, world, micro_batch, checkpointed_layers, "/local_nvme", tensor));
 }
 
 }  // namespace zerotk::plan

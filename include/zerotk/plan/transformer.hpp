@@ -16,11 +16,20 @@
 ///              example's activation_bytes() does not count them either)
 ///   head       forward: xhat, xf (2d) + logits (V) + rstd (1) per row; scratch: dxf, dx (2d) per row
 ///   loss       forward: probs (V) + targets (int32) per row; scratch: dlogits (V) per row
+/// Tensor parallel (`tensor` = t > 1, the example's Megatron layout): one tensor rank's share. qkv,
+/// mlp.fc and the two output projections' weights hold 1/t (q, k, v and MLP columns of its heads),
+/// the LayerNorms, the row-parallel biases, the embedding and the head stay whole. A block keeps
+/// xhat1, a, x1, xhat2, c, out (6d) + qkv (3d/t) + att (d/t) + h, g (2F/t) + probs (H/t T) + 2 per
+/// row, scratch dx1, dc, da, dx (4d) + dqkv (3d/t) + datt (d/t) + dg (F/t) per row and dp. Sequence
+/// parallel: the block's own rows are R/t (xhat1, a, x1, xhat2, c, out, rstd; dx1, dc, da, dx), and
+/// it holds the gathered a and c, the partial sums, the gathered output gradient and the partial
+/// input gradients (5d per row of R: 3d forward, 2d scratch).
 
 #include <cstddef>
 #include <cstdio>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "zerotk/core/error.hpp"
 #include "zerotk/plan/model.hpp"
@@ -37,6 +46,8 @@ struct TransformerShape {
   std::size_t d_ff = 0;     ///< 0: 4 * hidden
   std::size_t context = 0;  ///< rows of the position embedding; 0: sequence
   bool tied_head = false;
+  std::size_t tensor = 1;          ///< tensor-parallel size: the description is one tensor rank's
+  bool sequence_parallel = false;  ///< with tensor > 1: the blocks' activations split by tokens
 
   std::size_t mlp_width() const noexcept { return d_ff ? d_ff : 4 * hidden; }
   std::size_t positions() const noexcept { return context ? context : sequence; }
@@ -55,6 +66,19 @@ struct TransformerShape {
     if (hidden % heads != 0) {
       throw config_error("hidden must be a multiple of heads", "--hidden",
                          std::to_string(hidden) + " with " + std::to_string(heads) + " heads");
+    }
+    positive(tensor, "--tp");
+    if (tensor > 1 && (heads % tensor != 0 || mlp_width() % tensor != 0)) {
+      throw config_error("the heads and the MLP width must divide by the tensor size (each tensor rank computes whole "
+                         "heads and d_ff / t columns)",
+                         "--tp", std::to_string(tensor) + " with " + std::to_string(heads) + " heads, d_ff " +
+                                     std::to_string(mlp_width()));
+    }
+    if (sequence_parallel && (tensor < 2 || micro_batch * sequence % tensor != 0)) {
+      throw config_error("needs a tensor size above 1 that divides micro batch x sequence (each tensor rank takes 1/t of "
+                         "the tokens)",
+                         "--sequence-parallel", "tensor " + std::to_string(tensor) + ", " +
+                                                    std::to_string(micro_batch * sequence) + " tokens");
     }
     if (context != 0 && context < sequence) {
       throw config_error("the position embedding must cover the sequence", "--context",
@@ -104,10 +128,17 @@ struct TransformerShape {
   }
 };
 
-/// Parameters of one block: 12 d^2 + 13 d when d_ff = 4d.
+/// Parameters of one block: 12 d^2 + 13 d when d_ff = 4d (the whole block, whatever the tensor size).
 inline std::size_t block_params(const TransformerShape& s) {
   const std::size_t d = s.hidden, f = s.mlp_width();
   return 2 * d + (3 * d * d + 3 * d) + (d * d + d) + 2 * d + (f * d + f) + (d * f + d);
+}
+
+/// One block's parameter tensors on one tensor rank, in the model's visiting order: ln1, qkv, proj,
+/// ln2, fc, fc_proj (weight, bias each); the split ones hold 1/t.
+inline std::vector<std::size_t> block_tensors(const TransformerShape& s) {
+  const std::size_t d = s.hidden, f = s.mlp_width(), t = s.tensor;
+  return {d, d, 3 * d * d / t, 3 * d / t, d * d / t, d, d, d, f * d / t, f / t, d * f / t, d};
 }
 
 /// The GPT example's layers: embedding, blocks (checkpointable), head, and the loss (no
@@ -127,14 +158,17 @@ inline ModelDescription gpt_model(const TransformerShape& s) {
   emb.activations.output_bytes = R * d * kF;
   m.layers.push_back(emb);
 
+  const std::size_t t = s.tensor;
+  const std::size_t own = s.sequence_parallel ? R / t : R;  // the rows a block holds of its own
+  const std::size_t all = s.sequence_parallel ? R : 0;      // rows of the gathered and partial buffers
   for (std::size_t i = 0; i < s.layers; ++i) {
     LayerDesc b;
     b.name = "block" + std::to_string(i);
-    b.params = {d, d, 3 * d * d, 3 * d, d * d, d, d, d, f * d, f, d * f, d};
-    b.activations.forward_bytes = kF * R * (10 * d + 2 * f + H * T + 2);
-    b.activations.backward_scratch_bytes = kF * (R * (8 * d + f) + T * T);
-    b.activations.input_bytes = R * d * kF;
-    b.activations.output_bytes = R * d * kF;
+    b.params = block_tensors(s);
+    b.activations.forward_bytes = kF * (own * (6 * d + 2) + R * (4 * d / t + 2 * f / t + H / t * T) + all * 3 * d);
+    b.activations.backward_scratch_bytes = kF * (own * 4 * d + R * (4 * d / t + f / t) + all * 2 * d + T * T);
+    b.activations.input_bytes = own * d * kF;
+    b.activations.output_bytes = own * d * kF;
     b.checkpointable = true;
     m.layers.push_back(b);
   }
