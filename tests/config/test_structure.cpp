@@ -433,7 +433,7 @@ TEST_CASE("offload_param.max_in_cpu is acted on with nvme: any value is read wit
   CHECK(error_lines(bad).find("/zero_optimization/offload_param/max_in_cpu") != std::string::npos);
 }
 
-TEST_CASE("activation_checkpointing: partition_activations is a note (no tensor parallelism), the rest is read") {
+TEST_CASE("activation_checkpointing: partition_activations is a note (Recompute keeps whole inputs), the rest is read") {
   ResolveContext ctx;
   const char* json = R"({"train_batch_size": 8, "activation_checkpointing": {"partition_activations": true,
       "cpu_checkpointing": true, "contiguous_memory_optimization": true, "number_checkpoints": 6,
@@ -443,7 +443,7 @@ TEST_CASE("activation_checkpointing: partition_activations is a note (no tensor 
   REQUIRE(r.notices.size() == 1);
   CHECK(r.notices[0].path == "/activation_checkpointing/partition_activations");
   CHECK(r.notices[0].kind == Notice::Kind::unsupported);
-  CHECK(r.notices[0].message.find("tensor parallelism") != std::string::npos);
+  CHECK(r.notices[0].message.find("across the tensor-parallel group") != std::string::npos);
   const auto& a = r.config->activation_checkpointing;
   CHECK(a.cpu_checkpointing);
   CHECK(a.number_checkpoints == 6);

@@ -1294,8 +1294,9 @@ inline void Reader::read_monitor_and_checkpointing(Block& root, Config& c) {
     b.finish();
     if (a.partition_activations) {
       unsupported(b.path_of("partition_activations"),
-                  "has no effect in zerotk: it splits saved activations across the tensor-parallel group, and "
-                  "zerotk has no tensor parallelism (a group of one rank); ignored",
+                  "has no effect in zerotk: it would split the saved block inputs across the tensor-parallel group, "
+                  "and zerotk's Recompute keeps each rank's whole (under sequence parallel they are split already); "
+                  "ignored",
                   "true");
     }
     // DeepSpeed's checkpointing.configure() asserts these two (cpu_checkpointing alone is allowed).
