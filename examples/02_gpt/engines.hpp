@@ -61,7 +61,9 @@ struct Summary {
   std::vector<std::array<std::size_t, zerotk::kMemoryCategoryCount>> memory;  // per rank
   /// Rank 0's bytes per memory space (MemorySpace's order) and category: where each row lives.
   std::array<std::array<std::size_t, zerotk::kMemoryCategoryCount>, zerotk::kMemorySpaceCount> spaces{};
-  std::size_t psi = 0, padded = 0;
+  std::size_t psi = 0, padded = 0;  ///< rank 0's parameters (its tensor shard) and its padded flat buffer
+  std::size_t psi_model = 0;         ///< the whole model's parameters
+  int tensor = 1, data = 1;          ///< the grid: tensor ranks x data ranks
   double accuracy = 0, digit_accuracy = 0, seconds = 0, tokens_per_s = 0, overhead = 0;
   double final_loss = 0;
   int steps_run = 0;  ///< optimizer steps this process ran (after --load: from the loaded step on)
@@ -79,12 +81,14 @@ struct Summary {
 /// digit task or a text corpus) behind two calls made once per micro-batch and once per run.
 struct TrainContext {
   using FillBatch = std::function<void(std::uint64_t index, int rank, int world, int micro_batch, gpt::Batch& out)>;
-  using Evaluate = std::function<double(gpt::Gpt& model, Summary& summary)>;
+  /// Runs on every rank of data group 0 (a split model evaluates on its tensor ranks together);
+  /// `report` (world rank 0) prints and fills the summary.
+  using Evaluate = std::function<double(gpt::Gpt& model, Summary& summary, bool report)>;
   const Options& o;
   const zerotk::config::Config& cfg;
   const gpt::Config& model_config;
-  FillBatch fill_batch;  ///< micro-batch `index` of the data stream, `rank`'s share of it
-  Evaluate evaluate;     ///< rank 0, after training: held-out accuracy, printed and stored in the summary
+  FillBatch fill_batch;  ///< micro-batch `index` of the data stream, data rank `rank`'s share of it (of `world` data ranks)
+  Evaluate evaluate;     ///< after training: held-out accuracy, printed and stored in the summary by rank 0
 };
 
 #if ZEROTK_HAS_MPI

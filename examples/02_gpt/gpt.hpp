@@ -496,50 +496,52 @@ class Block {
   // f enters a region (identity, or an all-gather of the token rows under sequence parallel); g leaves
   // it (an all-reduce of the partial sums, or a reduce-scatter to this rank's token rows). Backward,
   // f's gradient is an all-reduce (reduce-scatter) of the partial input gradients and g's an
-  // identity (all-gather).
-  const Matrix& enter(const Matrix& local, Matrix& full) {
-    if (!tp_->sequence_parallel) return local;
-    detail::ensure_shape(full, local.rows() * tp_->size, local.cols());
-    tp_->all_gather_rows(span_of(local), span_of(full));
-    return full;
+  // identity (all-gather). Without sequence parallel the buffers are the whole block's, narrower
+  // where the block is split; with it, the gathered rows and partial sums have buffers of their own.
+  const Matrix& enter(const Matrix& mine, Matrix& all) {  // f; also g's backward
+    if (!tp_->sequence_parallel) return mine;
+    detail::ensure_shape(all, mine.rows() * tp_->size, mine.cols());
+    tp_->all_gather_rows(span_of(mine), span_of(all));
+    return all;
   }
-  void leave(Matrix& partial, Matrix& out) {
+  // g after row-parallel `l`: out = sum over the tensor group of in * W_r^T (this rank's token rows
+  // of it under sequence parallel), then the replicated bias.
+  void row_parallel(Linear& l, const Matrix& in, Matrix& out) {
     if (!tp_->sequence_parallel) {
-      tp_->all_reduce(span_of(partial));
-      out.swap(partial);
+      l.forward_partial(in, out);
+      tp_->all_reduce(span_of(out));
+    } else {
+      l.forward_partial(in, partial_);
+      detail::ensure_shape(out, partial_.rows() / tp_->size, partial_.cols());
+      tp_->reduce_scatter_rows(span_of(partial_), span_of(out));
+    }
+    l.add_bias(out);
+  }
+  // f's backward after column-parallel `l`: d(in) = sum over the tensor group of dy_r W_r (this
+  // rank's token rows of it under sequence parallel) into `din`.
+  void column_parallel_backward(Linear& l, const Matrix& in, const Matrix& dy, Matrix& din) {
+    if (!tp_->sequence_parallel) {
+      l.backward(in, dy, &din);
+      tp_->all_reduce(span_of(din));
       return;
     }
-    detail::ensure_shape(out, partial.rows() / tp_->size, partial.cols());
-    tp_->reduce_scatter_rows(span_of(partial), span_of(out));
+    l.backward(in, dy, &dpartial_);
+    detail::ensure_shape(din, dpartial_.rows() / tp_->size, dpartial_.cols());
+    tp_->reduce_scatter_rows(span_of(dpartial_), span_of(din));
   }
-  const Matrix& enter_backward(Matrix& partial, Matrix& local) {  // f's backward
-    if (!tp_->sequence_parallel) {
-      tp_->all_reduce(span_of(partial));
-      return partial;
-    }
-    detail::ensure_shape(local, partial.rows() / tp_->size, partial.cols());
-    tp_->reduce_scatter_rows(span_of(partial), span_of(local));
-    return local;
-  }
-  const Matrix& leave_backward(const Matrix& local, Matrix& full) { return enter(local, full); }  // g's backward
   static std::span<float> span_of(Matrix& m) { return {m.data(), static_cast<std::size_t>(m.size())}; }
   static std::span<const float> span_of(const Matrix& m) { return {m.data(), static_cast<std::size_t>(m.size())}; }
 
   const Matrix& forward_split(const Matrix& x) {
     ln1.forward(x, a_, xhat1_, rstd1_);
-    const Matrix& a = enter(a_, a_full_);
-    qkv.forward(a, qkv_);  // column-parallel: this rank's heads
+    qkv.forward(enter(a_, a_full_), qkv_);  // column-parallel: this rank's heads
     attention_forward();
-    proj.forward_partial(att_, partial_);  // row-parallel: a partial sum
-    leave(partial_, x1_);
-    proj.add_bias(x1_);
+    row_parallel(proj, att_, x1_);
     x1_ += x;
     ln2.forward(x1_, c_, xhat2_, rstd2_);
     fc.forward(enter(c_, c_full_), h_);
     gelu_forward();
-    fc_proj.forward_partial(g_, partial_);
-    leave(partial_, out_);
-    fc_proj.add_bias(out_);
+    row_parallel(fc_proj, g_, out_);
     out_ += x1_;
     return out_;
   }
@@ -548,16 +550,17 @@ class Block {
   // tensor rank; the LayerNorms' come from this rank's tokens under sequence parallel and are summed
   // over the tensor group (LayerNorm::token_sum).
   const Matrix& backward_split(const Matrix& dout) {
+    const bool sp = tp_->sequence_parallel;
     dx1_ = dout;
-    fc_proj.backward(g_, leave_backward(dout, dy_full_), &dg_);
+    fc_proj.backward(g_, enter(dout, dy_full_), &dg_);
     gelu_backward();
-    fc.backward(tp_->sequence_parallel ? c_full_ : c_, dg_, &dpartial_);
-    ln2.backward(enter_backward(dpartial_, dc_), xhat2_, rstd2_, dx1_);
-    proj.backward(att_, leave_backward(dx1_, dy_full_), &datt_);
+    column_parallel_backward(fc, sp ? c_full_ : c_, dg_, dc_);
+    ln2.backward(dc_, xhat2_, rstd2_, dx1_);
+    proj.backward(att_, enter(dx1_, dy_full_), &datt_);
     attention_backward();
-    qkv.backward(tp_->sequence_parallel ? a_full_ : a_, dqkv_, &dpartial_);
+    column_parallel_backward(qkv, sp ? a_full_ : a_, dqkv_, da_);
     dx_ = dx1_;
-    ln1.backward(enter_backward(dpartial_, da_), xhat1_, rstd1_, dx_);
+    ln1.backward(da_, xhat1_, rstd1_, dx_);
     return dx_;
   }
 
@@ -641,7 +644,7 @@ class Block {
   Vector rstd1_, rstd2_;
   // backward scratch
   Matrix dx1_, dg_, dc_, datt_, dqkv_, da_, dx_, dp_ /* [T][T] */;
-  // split blocks: gathered inputs and partial sums [B*T][...]
+  // sequence parallel: gathered token rows and partial sums, [B*T][d]
   Matrix a_full_, c_full_, partial_, dy_full_, dpartial_;
 };
 

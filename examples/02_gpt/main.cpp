@@ -194,8 +194,9 @@ std::string flags_to_deepspeed_json(const Options& o) {
   const bool onebit_lamb = o.optimizer == "onebitlamb", lion = o.optimizer == "lion";
   std::ostringstream j;
   j << "{\n"
-    << "  \"train_batch_size\": " << o.batch << ",\n"
-    << "  \"gradient_accumulation_steps\": " << o.gas << ",\n"
+    << "  \"train_batch_size\": " << o.batch << ",\n";
+  if (o.tp > 1) j << "  \"tensor_model_parallel_size\": " << o.tp << ",\n";
+  j << "  \"gradient_accumulation_steps\": " << o.gas << ",\n"
     << "  \"gradient_clipping\": " << o.clip << ",\n"
     << "  \"steps_per_print\": " << o.steps_per_print << ",\n"
     << "  \"fp16\": {\"enabled\": " << (fp16 ? "true" : "false") << ", \"initial_scale_power\": 12},\n"
@@ -294,14 +295,21 @@ void explain_spaces(const Summary& s, std::int64_t sub_group, double shard) {
 
 void print_memory_table(const Summary& s, int stage, const std::string& precision, int world, int gas,
                         std::int64_t sub_group, bool nvme, bool delayed, int moments) {
-  const double pad = static_cast<double>(s.padded), N = world;
+  const double pad = static_cast<double>(s.padded), N = s.data;
   const char* names[] = {"params (working precision)", "gradients", "fp32 master",
                          moments == 1 ? "optimizer state (m)" : "optimizer state (m, v)",
                          "bucket buffers", "gathered params (stage 3)", "hpZ secondary shard", "activations", "float compute copy (host)"};
   static_assert(std::size(names) == zerotk::kMemoryCategoryCount);
-  std::printf("\nmemory per rank by category (bytes; Psi = %zu parameters, %zu with bucket padding; N = %d, the\n"
-              "data-parallel group ZeRO partitions over, here every rank):\n",
-              s.psi, s.padded, world);
+  if (s.tensor > 1) {
+    std::printf("\nmemory per rank by category (bytes; Psi = %zu parameters on rank 0, its tensor shard of the model's %zu\n"
+                "(the split matrices' 1/%d and every replicated parameter), %zu with bucket padding; N = %d, the\n"
+                "data-parallel group ZeRO partitions over: ranks / tensor %d):\n",
+                s.psi, s.psi_model, s.tensor, s.padded, s.data, s.tensor);
+  } else {
+    std::printf("\nmemory per rank by category (bytes; Psi = %zu parameters, %zu with bucket padding; N = %d, the\n"
+                "data-parallel group ZeRO partitions over, here every rank):\n",
+                s.psi, s.padded, s.data);
+  }
   std::printf("  %-28s", "category");
   for (int r = 0; r < world; ++r) std::printf("  %12s", ("rank " + std::to_string(r)).c_str());
   std::printf("  where (rank 0)\n");
@@ -374,10 +382,25 @@ void print_memory_table(const Summary& s, int stage, const std::string& precisio
 /// --batch must split into whole micro batches over the ranks and --gas: said in flags, with the nearest
 /// batches that do, rather than as the config reader's train_batch_size equation (checkpoints load on
 /// any rank count, but a batch of 64 does not split over 3 ranks).
+std::string ranks_flag(const Options& o, int world) {
+  return o.mpi ? "the MPI world size " + std::to_string(world) : "--ranks " + std::to_string(world);
+}
+
+/// --tp must divide the ranks (checked first, whatever else is given).
+void check_tp_flag(const Options& o, int world) {
+  if (world % o.tp != 0) {
+    throw zerotk::usage_error("the tensor size must divide the rank count (each data-parallel replica is --tp ranks)",
+                              "--tp " + std::to_string(o.tp), ranks_flag(o, world));
+  }
+}
+
 void check_batch_flags(const Options& o, int world) {
-  const long long per_micro = static_cast<long long>(world) * o.gas;  // samples per micro-step of all ranks
+  check_tp_flag(o, world);
+  const int data = world / o.tp;
+  const long long per_micro = static_cast<long long>(data) * o.gas;  // samples per micro-step of all data ranks
   if (o.batch % per_micro == 0) return;
-  const std::string ranks = o.mpi ? "the MPI world size " + std::to_string(world) : "--ranks " + std::to_string(world);
+  const std::string ranks = o.tp > 1 ? ranks_flag(o, world) + " / --tp " + std::to_string(o.tp) + " (data ranks)"
+                                      : ranks_flag(o, world);
   const long long below = o.batch / per_micro * per_micro, above = below + per_micro;
   std::string use = "use --batch ";
   if (below > 0) use += std::to_string(below) + " or ";
@@ -386,6 +409,38 @@ void check_batch_flags(const Options& o, int world) {
   throw zerotk::usage_error("is not divisible by " + ranks + " x --gas " + std::to_string(o.gas) + " = " +
                                 std::to_string(per_micro) + " (every rank runs the same whole micro batch); " + use,
                             "--batch " + std::to_string(o.batch));
+}
+
+/// What a tensor-parallel run needs of the model and the batch, said in flags before any rank starts.
+void check_tensor_flags(const Options& o, const zerotk::config::Config& cfg, const gpt::Config& model) {
+  const int t = cfg.tensor_parallel_size;
+  const std::string tensor_from = o.config_file.empty() ? "--tp " + std::to_string(t)
+                                                        : o.config_file + ": tensor size " + std::to_string(t);
+  if (!o.config_file.empty() && o.tp != 1 && o.tp != t) {  // --config replaces the flags: say so rather than drop --tp
+    throw zerotk::usage_error("differs from the config's tensor size (its tensor_model_parallel_size or "
+                              "tensor_parallel.autotp_size decides; drop --tp or change the file)",
+                              "--tp " + std::to_string(o.tp), tensor_from);
+  }
+  if (o.sequence_parallel && t == 1) {
+    throw zerotk::usage_error("splits the activations between the tensor regions by tokens, which needs a tensor size "
+                              "above 1 (--tp N, or the config's tensor_model_parallel_size)",
+                              "--sequence-parallel");
+  }
+  if (t == 1) return;
+  if (model.n_heads % t != 0) {
+    throw zerotk::usage_error("the attention heads must divide by the tensor size (each tensor rank computes whole heads)",
+                              "--heads " + std::to_string(model.n_heads), tensor_from);
+  }
+  if (model.mlp_width() % t != 0) {
+    throw zerotk::usage_error("the MLP width (4 x --d-model) must divide by the tensor size",
+                              "--d-model " + std::to_string(model.d_model), tensor_from);
+  }
+  const long long tokens = cfg.train_micro_batch_size_per_gpu * static_cast<long long>(model.context);
+  if (o.sequence_parallel && tokens % t != 0) {
+    throw zerotk::usage_error("under sequence parallel each tensor rank takes 1/T of a micro-batch's tokens (micro batch x "
+                              "sequence length = " + std::to_string(tokens) + ")",
+                              "--sequence-parallel", tensor_from);
+  }
 }
 
 std::string flag_number(double v) {
@@ -407,13 +462,14 @@ zerotk::config::ResolveContext auto_values(const Options& o, int world, std::map
   from["/fp16/enabled"] = from["/bf16/enabled"] = "--precision " + o.precision;
   rc.gradient_accumulation_steps = o.gas;
   from["/gradient_accumulation_steps"] = "--gas " + std::to_string(o.gas);
-  const long long per_micro = static_cast<long long>(world) * o.gas;
+  // The data ranks of a config without a tensor size; a file that splits is checked against it by the reader.
+  const long long per_micro = static_cast<long long>(world / o.tp) * o.gas;
   if (o.batch % per_micro == 0) {  // else an "auto" micro batch is refused in flags' words (check_batch_flags)
     rc.micro_batch_size = o.batch / per_micro;
-    from["/train_micro_batch_size_per_gpu"] = "--batch " + std::to_string(o.batch) + " / (" + std::to_string(world) +
-                                              " ranks x --gas " + std::to_string(o.gas) + ")";
+    from["/train_micro_batch_size_per_gpu"] = "--batch " + std::to_string(o.batch) + " / (" + std::to_string(world / o.tp) +
+                                              " data ranks x --gas " + std::to_string(o.gas) + ")";
   }
-  from["/train_batch_size"] = "micro batch x --gas x ranks";
+  from["/train_batch_size"] = "micro batch x --gas x data ranks";
   rc.lr = o.lr;
   from["/optimizer/params/lr"] = from["/scheduler/params/warmup_max_lr"] = "--lr " + flag_number(o.lr);
   rc.weight_decay = o.weight_decay;
@@ -465,6 +521,7 @@ ReadConfig read_config(const Options& o, int world, bool root, const std::string
 int run(const Options& o, const gpt::Config& model_config, TrainContext::FillBatch fill_batch,
         TrainContext::Evaluate evaluate, MpiWorld* mpi_world) {
   const int world = o.mpi ? mpi_world->size() : o.ranks;
+  check_tp_flag(o, world);
   if (o.config_file.empty()) check_batch_flags(o, world);
   const std::string text = o.config_file.empty() ? flags_to_deepspeed_json(o) : zerotk::config::read_text_file(o.config_file);
   const bool root = !o.mpi || mpi_world->rank() == 0;
@@ -509,12 +566,17 @@ int run(const Options& o, const gpt::Config& model_config, TrainContext::FillBat
                          o.config_file.empty() ? "--nvme-path"
                                                : o.config_file + ": /zero_optimization/offload_param/nvme_path");
   }
+  check_tensor_flags(o, cfg, model_config);
+  const int tensor = cfg.tensor_parallel_size, data = cfg.data_parallel_size;
   if (root) {
-    std::printf("zerotk %s: %d ranks (%s), ZeRO stage %d, %s, batch %lld = %lld micro x %lld accumulation x %d ranks\n",
-                zerotk::kVersionString, world, o.mpi ? "MPI" : "threads", cfg.zero_optimization.stage,
+    const std::string grid = tensor > 1 ? ", tensor " + std::to_string(tensor) + (o.sequence_parallel ? " (sequence parallel)" : "") +
+                                              " x data " + std::to_string(data)
+                                        : "";
+    std::printf("zerotk %s: %d ranks (%s)%s, ZeRO stage %d, %s, batch %lld = %lld micro x %lld accumulation x %d %s\n",
+                zerotk::kVersionString, world, o.mpi ? "MPI" : "threads", grid.c_str(), cfg.zero_optimization.stage,
                 std::string(zerotk::to_string(cfg.precision())).c_str(), static_cast<long long>(cfg.train_batch_size),
                 static_cast<long long>(cfg.train_micro_batch_size_per_gpu),
-                static_cast<long long>(cfg.gradient_accumulation_steps), world);
+                static_cast<long long>(cfg.gradient_accumulation_steps), data, tensor > 1 ? "data ranks" : "ranks");
   }
 
   Summary summary;
@@ -545,7 +607,7 @@ int run(const Options& o, const gpt::Config& model_config, TrainContext::FillBat
                      cfg.zero_optimization.offload_optimizer.device == zerotk::config::OffloadDevice::nvme,
                      o.delayed_param_update,
                      cfg.optimizer ? static_cast<int>(cfg.optimizer->kind.moments()) : 2);
-  explain_spaces(summary, cfg.zero_optimization.sub_group_size, static_cast<double>(summary.padded) / world);
+  explain_spaces(summary, cfg.zero_optimization.sub_group_size, static_cast<double>(summary.padded) / summary.data);
   std::printf("activation peak per rank: %zu B (%zu of %d blocks checkpointed, --checkpoint-activations %s)\n",
               summary.activation_peak, summary.checkpointed_blocks, model_config.n_layers, o.checkpoint_activations.c_str());
   std::printf("\ntrained %d steps in %.1f s: %.0f tokens/s; time outside the model's own forward/backward: %.1f%%\n",
@@ -583,6 +645,12 @@ int main(int argc, char** argv) {
   CLI::App app{"zerotk GPT demo: a small transformer trained with ZeRO on N ranks"};
   app.add_option("--ranks", o.ranks, "in-process ranks (threads communicator)")->check(CLI::Range(1, 64));
   app.add_flag("--mpi", o.mpi, "one rank per MPI process (run under mpirun)");
+  app.add_option("--tp", o.tp,
+                 "tensor-parallel size (tensor_model_parallel_size): each block's attention heads and MLP split "
+                 "Megatron-style across this many adjacent ranks; ZeRO partitions over the data ranks = ranks / tp")
+      ->check(CLI::Range(1, 64));
+  app.add_flag("--sequence-parallel", o.sequence_parallel,
+               "with --tp: the activations between the tensor regions split by tokens (all-gather in, reduce-scatter out)");
   app.add_option("--stage", o.stage, "ZeRO stage")->check(CLI::Range(0, 3));
   app.add_option("--precision", o.precision, "fp32, fp16 (dynamic loss scaling) or bf16")
       ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
@@ -698,8 +766,9 @@ int main(int argc, char** argv) {
       const auto fill = [&task](std::uint64_t i, int rank, int world, int micro, gpt::Batch& b) {
         task.fill_batch(i, rank, world, micro, b);
       };
-      return start(o, config, fill, [&](gpt::Gpt& model, Summary& s) {
+      return start(o, config, fill, [&](gpt::Gpt& model, Summary& s, bool report) {
         const gpt::DigitScore score = gpt::evaluate_digits(model, task, 0, o.eval_size);
+        if (!report) return score.sequence_accuracy();
         s.accuracy = score.sequence_accuracy();
         s.digit_accuracy = score.digit_accuracy();
         std::printf("task %s %d digits: held-out sequence accuracy %.4f, digit accuracy %.4f (%zu sequences)\n",
@@ -713,8 +782,9 @@ int main(int argc, char** argv) {
     const auto fill = [&corpus](std::uint64_t i, int rank, int world, int micro, gpt::Batch& b) {
       corpus.fill_batch(i, rank, world, micro, b);
     };
-    return start(o, config, fill, [&](gpt::Gpt& model, Summary& s) {
+    return start(o, config, fill, [&](gpt::Gpt& model, Summary& s, bool report) {
       const gpt::TextScore score = gpt::evaluate_text(model, corpus, static_cast<std::size_t>(o.eval_size));
+      if (!report) return score.accuracy;
       s.accuracy = score.accuracy;
       std::printf("text: held-out loss %.4f nats/char, next-char accuracy %.4f (%zu chars)\n", score.loss,
                   score.accuracy, score.positions);

@@ -10,6 +10,8 @@ namespace gpt_demo {
 struct Options {
   int ranks = 4;
   bool mpi = false;
+  int tp = 1;                      ///< --tp: tensor-parallel size (tensor_model_parallel_size); data = ranks / tp
+  bool sequence_parallel = false;  ///< --sequence-parallel: with --tp, activations between the tensor regions split by tokens
   int stage = 2;
   std::string precision = "bf16";
   std::string config_file;

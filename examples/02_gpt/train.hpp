@@ -17,6 +17,7 @@
 
 #include <zerotk/activation.hpp>
 #include <zerotk/checkpoint/save_16bit.hpp>
+#include <zerotk/comm/grid.hpp>
 #include <zerotk/comm/threads.hpp>
 #include <zerotk/monitor/progress.hpp>
 #include <zerotk/monitor/training_log.hpp>
@@ -25,21 +26,23 @@
 #endif
 
 #include "engines.hpp"
+#include "tensor_group.hpp"
 
 namespace gpt_demo {
 
 /// --load: restores the engine from the checkpoint (its `latest` tag) and returns the step to go on
 /// from, which the checkpoint's client state holds (the data stream is indexed by step). `tags`: the
 /// config's checkpoint.tag_validation.
-template <class Engine, class Comm>
-int resume([[maybe_unused]] Engine& engine, [[maybe_unused]] Comm& comm, const Options& o,
+template <class Engine, class Grid>
+int resume([[maybe_unused]] Engine& engine, [[maybe_unused]] Grid& grid, const Options& o,
            [[maybe_unused]] zerotk::config::TagValidation tags) {
   if (o.load_dir.empty()) return 0;
 #if ZEROTK_HAS_XXHASH
+  auto& comm = grid.world();
   zerotk::checkpoint::LoadOptions lo;
   lo.tag_validation = tags;
   if (!o.load_tag.empty()) lo.tag = o.load_tag;
-  const zerotk::checkpoint::LoadResult r = zerotk::checkpoint::load(engine, comm, o.load_dir, lo);
+  const zerotk::checkpoint::LoadResult r = zerotk::checkpoint::load(engine, grid, o.load_dir, lo);
   int step = 0;
   if (r.client_state.size() != sizeof step) {
     throw zerotk::usage_error("the checkpoint was not written by this demo (no step in its client state)", "--load",
@@ -48,7 +51,7 @@ int resume([[maybe_unused]] Engine& engine, [[maybe_unused]] Comm& comm, const O
   std::memcpy(&step, r.client_state.data(), sizeof step);
   if (comm.rank() == 0) {
     std::printf("loaded %s/%s: continuing after step %d", o.load_dir.c_str(), r.tag.c_str(), step);
-    if (r.saved_world_size != comm.size()) std::printf(" (saved on %d ranks, resharded)", r.saved_world_size);
+    if (r.resharded) std::printf(" (saved on %d ranks, resharded)", r.saved_world_size);
     if (r.rank_local_restored) std::printf(" with every rank's compression error feedback");
     std::printf("\n");
   }
@@ -60,7 +63,7 @@ int resume([[maybe_unused]] Engine& engine, [[maybe_unused]] Comm& comm, const O
 
 /// Finishes the save in flight, if any.
 template <class Comm, class Pending>
-void commit([[maybe_unused]] Comm& comm, Pending& pending) {
+void commit([[maybe_unused]] Comm& comm, Pending& pending) {  // comm: the grid's world
 #if ZEROTK_HAS_XXHASH
   if (!pending) return;
   const auto r = pending->commit();
@@ -72,14 +75,14 @@ void commit([[maybe_unused]] Comm& comm, Pending& pending) {
 /// --save: a checkpoint after `steps` optimizer steps (tag global_step<N>), the step in its client
 /// state. With --save-async the files are written while training goes on: `pending` holds that save
 /// until the next one (or the end of training) commits it. `tags`: checkpoint.tag_validation.
-template <class Engine, class Comm, class Pending>
-void save([[maybe_unused]] Engine& engine, [[maybe_unused]] Comm& comm, const Options& o, [[maybe_unused]] int steps,
+template <class Engine, class Grid, class Pending>
+void save([[maybe_unused]] Engine& engine, [[maybe_unused]] Grid& grid, const Options& o, [[maybe_unused]] int steps,
           [[maybe_unused]] zerotk::config::TagValidation tags, [[maybe_unused]] Pending& pending) {
 #if ZEROTK_HAS_XXHASH
-  commit(comm, pending);
+  commit(grid.world(), pending);
   const auto bytes = std::as_bytes(std::span(&steps, 1));
-  pending = zerotk::checkpoint::save_async(engine, comm, o.save_dir, {.client_state = bytes, .tag_validation = tags});
-  if (!o.save_async) commit(comm, pending);
+  pending = zerotk::checkpoint::save_async(engine, grid, o.save_dir, {.client_state = bytes, .tag_validation = tags});
+  if (!o.save_async) commit(grid.world(), pending);
 #else
   throw zerotk::usage_error("this binary was built without libxxhash, so without checkpoints", "--save", o.save_dir);
 #endif
@@ -150,8 +153,14 @@ template <class Engine, class Comm>
 void train_rank(Comm& comm, const TrainContext& ctx, Summary& summary, std::mutex& mu) {
   const Options& o = ctx.o;
   const int rank = comm.rank(), world = comm.size();
-  gpt::Gpt model(ctx.model_config);
+  // The config's grid: tensor ranks adjacent (Megatron's order), ZeRO over the data group. Every
+  // tensor rank of a data group trains on that group's micro-batches.
+  zerotk::comm::ProcessGrid grid(comm, zerotk::grid_shape(ctx.cfg));
+  const int data_rank = grid.data_index(), data_size = grid.size(zerotk::comm::GridDim::data);
+  const int tensor = grid.size(zerotk::comm::GridDim::tensor);
+  gpt::Gpt model(ctx.model_config, gpt::tensor_parallel(grid.tensor(), o.sequence_parallel));
   zerotk::EngineOptions eo = zerotk::engine_options<Engine>(ctx.cfg);
+  if (tensor > 1) eo.tensor_split = gpt::tensor_split;
   // No weight decay for biases, LayerNorm and embeddings (group 1).
   eo.groups = {zerotk::ParamGroup{eo.optimizer}, zerotk::ParamGroup{eo.optimizer}};
   eo.groups[1].options.weight_decay = 0.0f;
@@ -162,8 +171,8 @@ void train_rank(Comm& comm, const TrainContext& ctx, Summary& summary, std::mute
   };
   eo.delayed_param_update = o.delayed_param_update;  // no DeepSpeed key: a flag of its own
   eo.delayed_param_update_start = o.delayed_param_update_start;
-  Engine engine(comm, model, eo);
-  {  // rank 0's initial values become every rank's (at stage 3, written into the shards)
+  Engine engine(grid, model, eo);
+  {  // data rank 0's initial values become its data group's (at stage 3, written into the shards)
     auto g = engine.gather(model, 0);
     gpt::init_parameters(model, o.seed);
   }
@@ -172,7 +181,7 @@ void train_rank(Comm& comm, const TrainContext& ctx, Summary& summary, std::mute
   Checkpointed checkpointed(model, engine.memory(), ctx.cfg,
                             zerotk::activation::Select::parse(o.checkpoint_activations, "--checkpoint-activations"));
   const bool profile_recompute = ctx.cfg.activation_checkpointing.profile && model.checkpointed_blocks() > 0;
-  const int start = resume(engine, comm, o, ctx.cfg.checkpoint.tag_validation);
+  const int start = resume(engine, grid, o, ctx.cfg.checkpoint.tag_validation);
 #if ZEROTK_HAS_XXHASH
   std::unique_ptr<zerotk::checkpoint::PendingSave<Comm>> pending;
 #else
@@ -197,7 +206,7 @@ void train_rank(Comm& comm, const TrainContext& ctx, Summary& summary, std::mute
   for (int step = start; step < o.steps; ++step) {
     zerotk::StepReport r;
     for (int m = 0; m < gas; ++m) {
-      ctx.fill_batch(static_cast<std::uint64_t>(step * gas + m), rank, world, micro, batch);
+      ctx.fill_batch(static_cast<std::uint64_t>(step * gas + m), data_rank, data_size, micro, batch);
       const auto u0 = Clock::now();
       const float loss = model.train_step(batch, TimedScope<Engine>{&engine, &scope_ms},
                                           static_cast<float>(engine.loss_scale()));
@@ -216,9 +225,12 @@ void train_rank(Comm& comm, const TrainContext& ctx, Summary& summary, std::mute
       checkpointed.ckpt.clear_profile();
     }
     if (!o.save_dir.empty() && (step + 1 == o.steps || (o.save_every > 0 && (step + 1) % o.save_every == 0))) {
-      save(engine, comm, o, step + 1, ctx.cfg.checkpoint.tag_validation, pending);
+      save(engine, grid, o, step + 1, ctx.cfg.checkpoint.tag_validation, pending);
     }
   }
+  // A run that loaded the step it was asked to reach has nothing to train: with --save it writes the
+  // loaded state on this grid (a checkpoint moved to another tensor or data size, stage or world).
+  if (!o.save_dir.empty() && start >= o.steps) save(engine, grid, o, start, ctx.cfg.checkpoint.tag_validation, pending);
   engine.settle();  // --delayed-param-update: the last step's update is published too
   commit(comm, pending);
   if (rank == 0) progress.finish();
@@ -233,9 +245,12 @@ void train_rank(Comm& comm, const TrainContext& ctx, Summary& summary, std::mute
     if (rank == 0) std::printf("wrote %s (stage3_gather_16bit_weights_on_model_save)\n", file.string().c_str());
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  {  // evaluation reads parameters outside the layers' scopes (stage 3: gathered for it)
+  {  // evaluation reads parameters outside the layers' scopes (stage 3: gathered for it); a split
+     // model evaluates on every tensor rank of data group 0 together, on every token (no sequence
+     // parallel: any batch fits), and rank 0 reports
     auto g = engine.gather(model);
-    if (rank == 0) (void)ctx.evaluate(model, summary);
+    model.set_sequence_parallel(false);
+    if (data_rank == 0) (void)ctx.evaluate(model, summary, rank == 0);
   }
 
   // Every rank's ledger, gathered (under MPI each process only sees its own).
@@ -252,6 +267,12 @@ void train_rank(Comm& comm, const TrainContext& ctx, Summary& summary, std::mute
   summary.checkpointed_blocks = checkpointed_blocks;
   if (rank == 0) {
     summary.psi = engine.parameter_count();
+    summary.tensor = tensor;
+    summary.data = data_size;
+    summary.psi_model = 0;  // the whole model: each split parameter tensor x this rank's shard
+    model.parameters([&](std::string_view name, gpt::Param& p) {
+      summary.psi_model += tensor > 1 && gpt::tensor_split(name).is_split() ? p.numel() * static_cast<std::size_t>(tensor) : p.numel();
+    });
     summary.padded = engine.flat_numel();
     summary.seconds = seconds;
     summary.steps_run = std::max(0, o.steps - start);

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The sample configs in examples/configs/ (CTest example.configs): each passes zerotk-config on 4
-# ranks (hf_auto.json with the flags that fill its "auto" values, as a Hugging Face Trainer would)
+# ranks (hf_auto.json with the flags that fill its "auto" values, as a Hugging Face Trainer would;
+# zero3_tp2.json splits the model across 2 tensor ranks, so its batch counts 2 data ranks)
 # and trains the GPT example for 5 steps through --config on 4 thread ranks, with the stage,
 # precision and optimizer the config names in the example's header line.
 #   configs_test.sh <zerotk-config> <zerotk_example_02_gpt> <work dir>
@@ -16,6 +17,7 @@ cases=(
   "zero2_bf16.json||ZeRO stage 2, bf16"
   "zero3_offload.json||ZeRO stage 3, bf16"
   "onebit_adam.json||ZeRO stage 0, fp32"
+  "zero3_tp2.json||tensor 2 x data 2, ZeRO stage 3, bf16"
   "hf_auto.json|--hidden 64 --precision bf16 --micro-batch 16 --grad-accum 1 --lr 3e-3 --total-steps 300 --warmup-steps 30|ZeRO stage 2, bf16"
 )
 n=0
@@ -38,7 +40,7 @@ grep -q '"auto"' "$dir/hf_auto.json" && fail "zerotk-config left an \"auto\" val
 # says on stderr what each became and which flag decided it.
 out=$("$bin" --config "$here/hf_auto.json" --ranks 4 --steps 5 --batch 32 --lr 2e-3 --eval-size 50 --csv "" 2>&1 | tr '\r' '\n') ||
   fail "the example did not train with hf_auto.json as it is" "$out"
-for want in '/train_micro_batch_size_per_gpu: "auto" resolved to 8 (engine); from --batch 32 / (4 ranks x --gas 1)' \
+for want in '/train_micro_batch_size_per_gpu: "auto" resolved to 8 (engine); from --batch 32 / (4 data ranks x --gas 1)' \
             '/optimizer/params/lr: "auto" resolved to 0.002 (engine); from --lr 0.002' \
             '/scheduler/params/total_num_steps: "auto" resolved to 5 (engine); from --steps 5' \
             '/bf16/enabled: "auto" resolved to true' \

@@ -7,10 +7,13 @@
 //  - the tensor group carries exactly Megatron's collectives per block: 2 all-reduces forward and 2
 //    backward of tokens x d floats, or under sequence parallel all-gathers and reduce-scatters of the
 //    same bytes (plus the LayerNorms' gradient sums), counted by the communicator;
-//  - each rank's model states equal the ZeRO formula on its own shard of the parameters.
+//  - each rank's model states equal the ZeRO formula on its own shard of the parameters, its data
+//    group carries 2 (stage 3: 3) shards' worth of wire bytes per step, and the
+//    planner (plan::gpt_model with a tensor size) predicts them and the activation peak exactly.
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <map>
@@ -22,9 +25,12 @@
 #include "gpt.hpp"
 #include "tensor_group.hpp"
 #include "zerotk/comm/grid.hpp"
+#include "zerotk/activation/meter.hpp"
 #include "zerotk/comm/threads.hpp"
 #include "zerotk/engine.hpp"
 #include "zerotk/parallel/split.hpp"
+#include "zerotk/plan/search.hpp"
+#include "zerotk/plan/transformer.hpp"
 
 namespace {
 
@@ -44,7 +50,10 @@ struct Run {
   std::vector<double> losses;                        // data rank 0's, tensor rank 0
   std::map<std::string, std::vector<float>> params;  // whole parameters, merged from the tensor ranks
   zerotk::comm::CommStats tensor_per_step;           // tensor rank 0's tensor group, one step (gas 1)
+  std::uint64_t data_wire_per_step = 0;              // tensor rank 0's data group (ZeRO's traffic), one step
   std::size_t model_states = 0, psi_rank = 0, padded = 0;  // tensor rank 0, data rank 0
+  std::array<std::size_t, zerotk::kMemoryCategoryCount> live{};
+  std::size_t activation_peak = 0;
 };
 
 /// Trains on tensor x kData thread ranks (Megatron's order: tensor ranks adjacent).
@@ -62,6 +71,7 @@ Run train(int tensor, bool sequence_parallel) {
     o.gradient_clipping = 1.0;
     o.reduce_bucket_size = 1024;  // several buckets
     o.stage3.param_persistence_threshold = 0;
+    o.stage3.max_reuse_distance = 0;  // stage 3 gathers again in backward: 3 Psi per step
     if (tensor > 1) o.tensor_split = gpt::tensor_split;
     zerotk::Engine<zerotk::Partitioner<zerotk::Stage<Stage>>, zerotk::Optimizer<zerotk::AdamW>,
                    zerotk::Precision<zerotk::fp32>>
@@ -71,33 +81,46 @@ Run train(int tensor, bool sequence_parallel) {
       gpt::init_parameters(model, 11);
     }
     engine.initialize_master();
+    zerotk::activation::Meter meter(&engine.memory());
+    model.set_meter(&meter);
+    engine.memory().reset_peaks();
     gpt::Batch batch;
     std::vector<double> losses;
     zerotk::comm::CommStats before;
+    std::uint64_t data_before = 0;
     for (int s = 0; s < kSteps; ++s) {
-      if (s == kSteps - 1) before = grid.tensor().stats();
+      if (s == kSteps - 1) {
+        before = grid.tensor().stats();
+        data_before = engine.comm_stats().total_wire_bytes();
+      }
       // Every tensor rank of a data group sees that group's micro-batch.
       task.fill_batch(static_cast<std::uint64_t>(s), grid.data_index(), kData, kMicro, batch);
       const float loss = model.train_step(batch, engine);
       losses.push_back(engine.step(loss).loss);
     }
+    const std::uint64_t data_step = engine.comm_stats().total_wire_bytes() - data_before;
     zerotk::comm::CommStats step = grid.tensor().stats();
     for (std::size_t k = 0; k < zerotk::comm::kOpKindCount; ++k) {
       step.by_op[k].calls -= before.by_op[k].calls;
       step.by_op[k].payload_bytes -= before.by_op[k].payload_bytes;
       step.by_op[k].wire_bytes -= before.by_op[k].wire_bytes;
     }
+    const std::size_t activation_peak = engine.memory().peak(zerotk::MemoryCategory::activations);
+    model.set_meter(nullptr);
     auto g = engine.gather(model);
     std::lock_guard lock(mu);
     if (grid.data_index() != 0) return;
     if (grid.tensor_index() == 0) {
       run.losses = losses;
       run.tensor_per_step = step;
+      run.data_wire_per_step = data_step;
       const auto& m = engine.memory();
       run.model_states = m.live(zerotk::MemoryCategory::params16) + m.live(zerotk::MemoryCategory::grads) +
                          m.live(zerotk::MemoryCategory::master32) + m.live(zerotk::MemoryCategory::optimizer_state);
       run.psi_rank = engine.parameter_count();
       run.padded = engine.flat_numel();
+      for (std::size_t k = 0; k < zerotk::kMemoryCategoryCount; ++k) run.live[k] = m.live(static_cast<zerotk::MemoryCategory>(k));
+      run.activation_peak = activation_peak;
     }
     model.parameters([&](std::string_view name, gpt::Param& p) {
       const zerotk::parallel::TensorSplit split = tensor > 1 ? gpt::tensor_split(name) : zerotk::parallel::TensorSplit{};
@@ -189,15 +212,50 @@ TEST_CASE("GPT at tensor 2: each rank's model states are the ZeRO formula on its
   const std::size_t d = static_cast<std::size_t>(c.d_model), f = static_cast<std::size_t>(c.mlp_width());
   const std::size_t per_block_split = (3 * d * d + 3 * d) + d * d + (f * d + f) + d * f;  // qkv, proj.w, fc, fc_proj.w
   const std::size_t whole = train<0>(1, false).psi_rank;
-  const auto check = [&](const Run& r, int stage) {
+  const auto check = [&](const Run& r, int stage, bool sequence_parallel) {
     CAPTURE(stage);
+    CAPTURE(sequence_parallel);
     CHECK(r.psi_rank == whole - static_cast<std::size_t>(c.n_layers) * per_block_split / 2);
     const double pad = static_cast<double>(r.padded), N = kData;
     const double formula = stage == 0 ? 20 * pad : stage == 1 ? 8 * pad + 12 * pad / N : stage == 2 ? 4 * pad + 16 * pad / N : 20 * pad / N;
     CHECK(static_cast<double>(r.model_states) == formula);
+    // ZeRO's traffic over the data group, per step: 2 Psi_r (N-1)/N at stages 0-2, 3 Psi_r (N-1)/N
+    // at stage 3 (fp32: 4 B an element), on the rank's own padded shard; stage 3 also agrees on the
+    // order of its scopes each micro-step (an all-reduce of 6 doubles, engine/fetch_sharded.hpp).
+    const double order_check = stage == 3 ? 2 * (N - 1) / N * 6 * 8 : 0;
+    CHECK(static_cast<double>(r.data_wire_per_step) == (stage == 3 ? 3 : 2) * 4 * pad * (N - 1) / N + order_check);
+    // The planner: one tensor rank's description, the data group's size.
+    zerotk::plan::TransformerShape shape;
+    shape.layers = static_cast<std::size_t>(c.n_layers);
+    shape.hidden = d;
+    shape.heads = static_cast<std::size_t>(c.n_heads);
+    shape.sequence = 8;
+    shape.micro_batch = kMicro;
+    shape.vocab = static_cast<std::size_t>(c.vocab_size);
+    shape.tensor = 2;
+    shape.sequence_parallel = sequence_parallel;
+    zerotk::plan::Choice choice;
+    choice.stage = stage;
+    choice.precision = zerotk::DType::fp32;
+    zerotk::plan::EngineSettings settings;
+    settings.reduce_bucket_size = 1024;
+    settings.param_persistence_threshold = 0;
+    settings.max_reuse_distance = 0;
+    settings.compute_space = zerotk::MemorySpace::host;
+    zerotk::plan::Budget unlimited;
+    unlimited.device_bytes = unlimited.host_bytes = std::size_t{1} << 50;
+    const zerotk::plan::Evaluation e = zerotk::plan::evaluate(zerotk::plan::gpt_model(shape), kData, choice, settings, unlimited);
+    CHECK(e.memory.psi == r.psi_rank);
+    for (zerotk::MemoryCategory k : {zerotk::MemoryCategory::params16, zerotk::MemoryCategory::grads,
+                                     zerotk::MemoryCategory::master32, zerotk::MemoryCategory::optimizer_state}) {
+      CAPTURE(std::string(zerotk::to_string(k)));
+      CHECK(r.live[static_cast<std::size_t>(k)] == e.memory.category_total(k));
+    }
+    CHECK(r.activation_peak == e.activations.peak());
   };
-  check(train<0>(2, false), 0);
-  check(train<1>(2, false), 1);
-  check(train<2>(2, false), 2);
-  check(train<3>(2, false), 3);
+  check(train<0>(2, false), 0, false);
+  check(train<1>(2, false), 1, false);
+  check(train<2>(2, false), 2, false);
+  check(train<3>(2, false), 3, false);
+  check(train<2>(2, true), 2, true);
 }
