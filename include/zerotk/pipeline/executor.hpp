@@ -34,6 +34,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <list>
 #include <memory>
@@ -149,6 +150,7 @@ class Executor {
     check_functions(f);
     expected_ = &f.expected_input;
     begin_step();
+    const PendingGuard guard{this};  // a failing step gives its transfers up, releasing the peers
     const auto& list = s_.ranks[static_cast<std::size_t>(rank_)];
     const auto t0 = std::chrono::steady_clock::now();
     for (std::size_t i = 0; i < list.size(); ++i) {
@@ -182,6 +184,17 @@ class Executor {
     comm::Work header_work, data_work, stamp_work;
   };
 
+  // While an exception leaves run(): destroys the step's pending transfers during the unwinding, so
+  // that each Work gives its operation up (WorkState::abandon) instead of waiting for it later.
+  struct PendingGuard {
+    Executor* e;
+    ~PendingGuard() {
+      if (std::uncaught_exceptions() == 0) return;
+      e->recvs_.clear();
+      e->sends_.clear();
+    }
+  };
+
   // ---- the step -------------------------------------------------------------------------------
 
   void check_functions(const StageFunctions& f) const {
@@ -209,6 +222,8 @@ class Executor {
   void begin_step() {
     const auto n = static_cast<std::size_t>(s_.chunks * s_.micro_batches);
     if (slots_.size() != n) slots_.resize(n);
+    for (Slot& sl : slots_) sl.has_input = false;  // a failed step may have left inputs behind
+    std::fill(header_wait_.begin(), header_wait_.end(), -1);
     recvs_.clear();
     recvs_.resize(s_.ranks[static_cast<std::size_t>(rank_)].size());
     losses_.assign(static_cast<std::size_t>(s_.micro_batches), 0.0);
