@@ -7,7 +7,8 @@
 // its stage functions took and the step's span; measured bubble = idle / (p x span). The
 // schedule's bubble comes from the simulator on the same unit costs (exact; the closed forms of
 // SEMANTICS.md 14 for GPipe, 1F1B and interleaved 1F1B), and `vs_formula` = measured / predicted,
-// in the same run. p = 2 ranks on a 2-core machine: one core per rank; more ranks would share cores
+// in the same run; `span_vs_sim` = the measured step / the simulated makespan in calibrated
+// milliseconds (a lower bound: preemption and transfers only add). p = 2 ranks on a 2-core machine: one core per rank; more ranks would share cores
 // and measure the scheduler, not the pipeline.
 //
 //   build/default/bench/pipeline/zerotk_bench_pipeline --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
@@ -32,7 +33,10 @@ std::uint64_t spin(std::uint64_t iterations) {
   return acc;
 }
 
-// Loop iterations per unit of compute (about 5 ms), measured once: the best of 5 timed spins.
+constexpr double kUnitMs = 5.0;
+
+// Loop iterations per unit of compute (kUnitMs), measured once: the best of 5 timed spins (a
+// preempted spin only runs longer, so the best is the machine's loop speed).
 std::uint64_t unit_iterations() {
   static const std::uint64_t unit = [] {
     constexpr std::uint64_t probe = 20'000'000;
@@ -42,7 +46,7 @@ std::uint64_t unit_iterations() {
       spin(probe);
       best = std::min(best, std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
     }
-    return static_cast<std::uint64_t>(static_cast<double>(probe) / best * 5.0);
+    return static_cast<std::uint64_t>(static_cast<double>(probe) / best * kUnitMs);
   }();
   return unit;
 }
@@ -71,7 +75,9 @@ void BM_PipelineBubble(benchmark::State& state) {
   const int m = static_cast<int>(state.range(1));
   const Schedule s = make_schedule(ScheduleSpec::parse(spec), p, m);
   // Unit costs per chunk scaled by v leave the bubble fraction unchanged: the simulator's is exact.
-  const Fraction predicted = simulate(s).bubble();
+  const SimulationReport sim = simulate(s);
+  const Fraction predicted = sim.bubble();
+  const double predicted_ms = static_cast<double>(sim.makespan) * kUnitMs / s.chunks;  // unit costs, 1/v per chunk
   double measured = 0, span_ms = 0;
   int steps = 0;
   for (auto _ : state) {
@@ -91,6 +97,7 @@ void BM_PipelineBubble(benchmark::State& state) {
   state.counters["formula"] = predicted.value();
   state.counters["vs_formula"] = measured / steps / predicted.value();
   state.counters["step_ms"] = span_ms / steps;
+  state.counters["span_vs_sim"] = span_ms / steps / predicted_ms;  // >= 1: the simulated span is the bound
 }
 
 }  // namespace
