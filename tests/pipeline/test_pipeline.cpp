@@ -387,7 +387,8 @@ TEST_CASE("partition: uniform as DeepSpeed's, balanced minimises the largest sta
 
 TEST_CASE("executor on threads: every schedule gives the serial run's gradients and losses, bit for bit") {
   for (std::string_view spec : {"gpipe", "1f1b", "interleaved:2", "zbh1"}) {
-    for (int p : {2, 4}) {
+    for (int p : {1, 2, 4}) {
+      if (p == 1 && spec == "interleaved:2") continue;  // needs 2 stages
       for (int m : {4, 8}) {
         CAPTURE(spec);
         CAPTURE(p);
