@@ -3,7 +3,7 @@
 // Each compute action spins a calibrated number of loop iterations (not a sleep): a forward, an
 // input gradient and a weight gradient one unit each, a full backward two; with v chunks per rank
 // each chunk's actions cost 1/v of that, so every schedule does the same work (the unit is
-// calibrated at start-up to about 5 ms of this machine's loop). The executor measures, per rank, the time
+// calibrated before each benchmark to 5 ms of CPU time of this machine's loop). The executor measures, per rank, the time
 // its stage functions took and the step's span; measured bubble = idle / (p x span). The
 // schedule's bubble comes from the simulator on the same unit costs (exact; the closed forms of
 // SEMANTICS.md 14 for GPipe, 1F1B and interleaved 1F1B), and `vs_formula` = measured / predicted,
@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "common/thread_cpu.hpp"
 #include "zerotk/comm/threads.hpp"
 #include "zerotk/pipeline.hpp"
 
@@ -35,27 +36,24 @@ std::uint64_t spin(std::uint64_t iterations) {
 
 constexpr double kUnitMs = 5.0;
 
-// Loop iterations per unit of compute (kUnitMs), measured once: the best of 5 timed spins (a
-// preempted spin only runs longer, so the best is the machine's loop speed).
+// Loop iterations per unit of compute (kUnitMs of this thread's CPU time, which preemption on a
+// shared machine does not stretch): the best of 5 spins. Measured again by every benchmark.
 std::uint64_t unit_iterations() {
-  static const std::uint64_t unit = [] {
-    constexpr std::uint64_t probe = 20'000'000;
-    double best = 1e30;
-    for (int i = 0; i < 5; ++i) {
-      const auto t0 = Clock::now();
-      spin(probe);
-      best = std::min(best, std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
-    }
-    return static_cast<std::uint64_t>(static_cast<double>(probe) / best * kUnitMs);
-  }();
-  return unit;
+  constexpr std::uint64_t probe = 20'000'000;
+  double best = 1e30;
+  for (int i = 0; i < 5; ++i) {
+    const double t0 = zerotk::bench::thread_cpu_ms();
+    spin(probe);
+    best = std::min(best, zerotk::bench::thread_cpu_ms() - t0);
+  }
+  return static_cast<std::uint64_t>(static_cast<double>(probe) / best * kUnitMs);
 }
 
 const char* kSpecs[] = {"gpipe", "1f1b", "interleaved:2", "zbh1"};
 
-StageFunctions spinning_stage(int chunks) {
+StageFunctions spinning_stage(std::uint64_t unit_loops, int chunks) {
   StageFunctions f;
-  const std::uint64_t unit = unit_iterations() / static_cast<std::uint64_t>(chunks);
+  const std::uint64_t unit = unit_loops / static_cast<std::uint64_t>(chunks);
   const Shape shape{{256}, zerotk::DType::fp32};  // 1 KiB activations: transfers cost next to nothing
   f.forward = [=](const MicroBatch&, const Activation*, Activation& out) {
     spin(unit);
@@ -78,13 +76,14 @@ void BM_PipelineBubble(benchmark::State& state) {
   const SimulationReport sim = simulate(s);
   const Fraction predicted = sim.bubble();
   const double predicted_ms = static_cast<double>(sim.makespan) * kUnitMs / s.chunks;  // unit costs, 1/v per chunk
+  const std::uint64_t unit_loops = unit_iterations();
   double measured = 0, span_ms = 0;
   int steps = 0;
   for (auto _ : state) {
     std::vector<Figures> figs(p);
     zerotk::comm::run_threads(p, [&](zerotk::comm::ThreadsCommunicator& c) {
       Executor exec(c, s);
-      StageFunctions f = spinning_stage(s.chunks);
+      StageFunctions f = spinning_stage(unit_loops, s.chunks);
       (void)exec.run(f);  // warm-up: shapes, buffers, threads
       figs[static_cast<std::size_t>(c.rank())] = exec.run(f).figures;
     });
