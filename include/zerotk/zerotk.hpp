@@ -36,6 +36,7 @@ ZEROTK_CHECKPOINT_NEEDS_XXHASH_(export_safetensors)
 #include "zerotk/optim/optimizer.hpp"
 #include "zerotk/optim/schedulers.hpp"
 #include "zerotk/parallel.hpp"
+#include "zerotk/pipeline.hpp"
 #include "zerotk/policies.hpp"
 #include "zerotk/precision.hpp"
 #include "zerotk/version.hpp"
