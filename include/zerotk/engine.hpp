@@ -318,7 +318,7 @@ class Engine : public engine::Introspection<Engine<Ps...>>, public engine::State
   Engine(C& data, GridOrComm& grid_or_comm, M& model, EngineOptions options)
       : options_(engine::checked_options(std::move(options), facts())),
         ops_(ops_type::create(data, options_.stream)),
-        comms_(grid_or_comm, ops_),
+        comms_(grid_or_comm, ops_, options_.communication.topology),
         scaler_(options_.loss_scaler),
         registry_(model, registry_rules()),
         schedule_(options_.groups) {

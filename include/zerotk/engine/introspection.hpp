@@ -38,6 +38,11 @@ class Introspection {
   /// Stage 3 with hpZ (`Stage3Options::reshard_after_forward` = group(g), g > 1): the byte counters
   /// of this rank's group communicator, which carries the backward's gathers; null without hpZ.
   const comm::CommStats* group_comm_stats() const { return e().comms_.hpz() ? &e().comms_.hpz()->stats() : nullptr; }
+  /// The data group's topology (`communication.topology`; flat by default).
+  const comm::Topology& topology() const noexcept { return e().comms_.topology(); }
+  /// What the data group's hierarchical collectives sent per link level since construction (ring
+  /// convention, docs/comm.md); null when the topology is flat.
+  const comm::LinkStats* link_stats() const noexcept { return e().comms_.link_stats(); }
   /// Where this rank sits in the process grid (a plain communicator: one data group).
   const GridPlace& grid_place() const noexcept { return e().comms_.place(); }
   /// OffloadParams<Nvme>: fetches whose block was read ahead, fetches that read it themselves and
