@@ -43,6 +43,11 @@ class Introspection {
   /// What the data group's hierarchical collectives sent per link level since construction (ring
   /// convention, docs/comm.md); null when the topology is flat.
   const comm::LinkStats* link_stats() const noexcept { return e().comms_.link_stats(); }
+  /// This rank's part of the data group's next micro-batch (engine/slow_ranks.hpp): which samples
+  /// to process and the weight of each sample's loss. Equal parts unless the slow-rank detector
+  /// rebalanced (communication.slow_node_action "rebalance"); needs
+  /// `communication.slow_ranks.micro_batch_size` (else samples 0, weight 1: keep your own batch).
+  BatchShare batch_share() const { return e().slow_.share(); }
   /// Where this rank sits in the process grid (a plain communicator: one data group).
   const GridPlace& grid_place() const noexcept { return e().comms_.place(); }
   /// OffloadParams<Nvme>: fetches whose block was read ahead, fetches that read it themselves and
