@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "reference.hpp"
+#include "zerotk/comm/any.hpp"
 #include "zerotk/comm/hierarchical.hpp"
 #include "zerotk/comm/threads.hpp"
 #include "zerotk/comm/topology.hpp"
@@ -98,6 +99,9 @@ TEST_CASE("topology: declared, mapped or detected on threads; bad options name t
   comm::run_threads(
       4,
       [](ThreadsCommunicator& c) {
+        // sockets: one per node unless simulated (below)
+        CHECK(comm::detect_topology(c, sockets_of(0, 0)) == Topology::from_groups({{0, 0, 1, 1}, {0, 0, 1, 1}}));
+        CHECK(comm::detect_topology(c, sockets_of(0, 0)).hierarchical());
         const Topology detected = comm::detect_topology(c, nodes_of(0));
         CHECK(detected == Topology::from_groups({{0, 0, 1, 1}}));
         CHECK(comm::detect_topology(c, nodes_of(2)) == detected);
@@ -124,7 +128,33 @@ TEST_CASE("topology: declared, mapped or detected on threads; bad options name t
   fails(node_map({0, -1, 1, 1}), "communication.topology.node_of_rank[1]: ids must be >= 0");
   fails(nodes_of(3), "communication.topology.ranks_per_node: must divide the world size (4) (got 3)");
   fails(node_map({0, 0, 0, 1}), "same number of ranks in every node");
-  fails(sockets_of(4, 0), "this communicator cannot detect sockets (only Open MPI can); give ranks_per_socket");
+  // A communicator that cannot tell nodes or sockets (type-erased here) is told what to declare.
+  CHECK_THROWS_WITH_AS(comm::run_threads(4,
+                                         [&](ThreadsCommunicator& c) {
+                                           comm::AnyCommunicator any(c);
+                                           (void)comm::detect_topology(any, sockets_of(4, 0));
+                                         }),
+                       doctest::Contains("this communicator cannot detect sockets (Open MPI and the threads back end "
+                                         "can); give ranks_per_socket or socket_of_rank"),
+                       config_error);
+  CHECK_THROWS_WITH_AS(comm::run_threads(4,
+                                         [&](ThreadsCommunicator& c) {
+                                           comm::AnyCommunicator any(c);
+                                           (void)comm::detect_topology(any, nodes_of(0));
+                                         }),
+                       doctest::Contains("cannot detect nodes; give ranks_per_node or node_of_rank"), config_error);
+  // Simulated sockets: 8 ranks = 2 nodes x 2 sockets x 2, all detected.
+  comm::ThreadsOptions sockets;
+  sockets.ranks_per_node = 4;
+  sockets.ranks_per_socket = 2;
+  comm::run_threads(
+      8, [](ThreadsCommunicator& c) { CHECK(comm::detect_topology(c, sockets_of(0, 0)) == comm::detect_topology(c, sockets_of(4, 2))); },
+      sockets);
+  // What zerotk-config checks without a communicator.
+  CHECK(comm::declared_topology(sockets_of(4, 2), 8) == Topology::from_groups({{0, 0, 1, 1, 0, 0, 1, 1}, {0, 0, 0, 0, 1, 1, 1, 1}}));
+  CHECK_FALSE(comm::declared_topology(nodes_of(0), 8).has_value());
+  CHECK_THROWS_WITH_AS(comm::declared_topology(node_map({0, 0, 0, 1}), 4), doctest::Contains("(got node 0: 3, node 1: 1)"),
+                       config_error);
   TopologyOptions socket_without_level = nodes_of(2);
   socket_without_level.ranks_per_socket = 1;
   fails(socket_without_level, "communication.topology.levels: a socket level needs levels 3");

@@ -90,6 +90,17 @@ inline LinkStats flat_ring_links(const Topology& t, OpKind kind, std::uint64_t p
   return s;
 }
 
+/// Copies the W blocks of `block_bytes` each of `send` (rank order) into `out` in the topology's
+/// packed order (coordinates with c_0 slowest): what a hierarchical reduce-scatter reduces level by
+/// level (also compress/quantized_collectives.hpp's qgZ).
+inline void pack_blocks(const Topology& t, const void* send, std::size_t block_bytes, void* out) {
+  const auto* in = static_cast<const std::byte*>(send);
+  auto* o = static_cast<std::byte*>(out);
+  for (int q = 0; q < t.size(); ++q) {
+    std::memcpy(o + t.packed_index(q) * block_bytes, in + static_cast<std::size_t>(q) * block_bytes, block_bytes);
+  }
+}
+
 template <Communicator C>
 class HierarchicalCommunicator {
  public:
@@ -254,12 +265,7 @@ class HierarchicalCommunicator {
     }
     if (!s_->topo.hierarchical()) return;
     for (int l = 0; l < s_->topo.levels(); ++l) {
-      if (s_->topo.fanout(l) == 1) continue;
-      int color = 0;  // the other coordinates, mixed radix
-      for (int j = 0; j < s_->topo.levels(); ++j) {
-        if (j != l) color = color * s_->topo.fanout(j) + coord(j);
-      }
-      s_->level[static_cast<std::size_t>(l)].emplace(s_->flat->split(color, coord(l)));
+      if (s_->topo.fanout(l) > 1) s_->level[static_cast<std::size_t>(l)].emplace(s_->flat->split(s_->topo.level_color(rank(), l), coord(l)));
     }
   }
 
@@ -291,10 +297,7 @@ class HierarchicalCommunicator {
   /// The W send blocks of `block_bytes` each, in packed order.
   std::byte* pack(const void* send, std::size_t block_bytes) {
     std::byte* buf = scratch(static_cast<std::size_t>(size()) * block_bytes);
-    const auto* in = static_cast<const std::byte*>(send);
-    for (int q = 0; q < size(); ++q) {
-      std::memcpy(buf + s_->topo.packed_index(q) * block_bytes, in + static_cast<std::size_t>(q) * block_bytes, block_bytes);
-    }
+    pack_blocks(s_->topo, send, block_bytes, buf);
     return buf;
   }
 

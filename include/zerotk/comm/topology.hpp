@@ -28,6 +28,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -66,6 +67,8 @@ struct TopologyOptions {
 
   /// The config key of each field, for errors.
   static constexpr std::string_view kKey = "communication.topology";
+
+  friend bool operator==(const TopologyOptions&, const TopologyOptions&) = default;
 
   /// The values that are wrong whatever the world (the rest is checked against the world where the
   /// topology is resolved).
@@ -182,6 +185,15 @@ class Topology {
   /// Rank's coordinate at `level` (see the file comment).
   int coordinate(int rank, int level) const noexcept {
     return coord_[static_cast<std::size_t>(rank)][static_cast<std::size_t>(level)];
+  }
+  /// The color of rank's group at `level` (the ranks that differ from it in that coordinate only):
+  /// its other coordinates, mixed radix. Split a communicator with (color, coordinate(rank, level)).
+  int level_color(int rank, int level) const noexcept {
+    int color = 0;
+    for (int j = 0; j < levels_; ++j) {
+      if (j != level) color = color * fanout(j) + coordinate(rank, j);
+    }
+    return color;
   }
   /// Whether there is more than one level with more than one member (else the hierarchy is flat).
   bool hierarchical() const noexcept {
@@ -306,17 +318,32 @@ inline void check_divides(int per, int of, std::string_view name, std::string_vi
   }
 }
 
-/// Every rank's node id over `comm`: the map, consecutive blocks, or the back end's node split.
+/// Every rank's node id from the options alone (the map, or consecutive blocks); empty when the
+/// node level must be detected.
+inline std::vector<int> declared_nodes(const TopologyOptions& o, int w) {
+  if (!o.node_of_rank.empty()) return o.node_of_rank;
+  if (o.ranks_per_node <= 0) return {};
+  check_divides(o.ranks_per_node, w, "ranks_per_node", "world size");
+  std::vector<int> ids(static_cast<std::size_t>(w));
+  for (int r = 0; r < w; ++r) ids[static_cast<std::size_t>(r)] = r / o.ranks_per_node;
+  return ids;
+}
+
+/// Every rank's socket id within its node from the options alone; empty when it must be detected.
+inline std::vector<int> declared_sockets(const TopologyOptions& o, const std::vector<int>& nodes) {
+  if (!o.socket_of_rank.empty()) return o.socket_of_rank;
+  if (o.ranks_per_socket <= 0) return {};
+  std::vector<int> ids(nodes.size());
+  std::map<int, int> in_node;  // node -> ranks seen so far
+  for (std::size_t r = 0; r < nodes.size(); ++r) ids[r] = in_node[nodes[r]]++ / o.ranks_per_socket;
+  for (const auto& [node, n] : in_node) check_divides(o.ranks_per_socket, n, "ranks_per_socket", "ranks of each node");
+  return ids;
+}
+
+/// Every rank's node id over `comm`: declared, or the back end's node split.
 template <Communicator C>
 std::vector<int> node_ids(C& comm, const TopologyOptions& o) {
-  const int w = comm.size();
-  if (!o.node_of_rank.empty()) return o.node_of_rank;
-  if (o.ranks_per_node > 0) {
-    check_divides(o.ranks_per_node, w, "ranks_per_node", "world size");
-    std::vector<int> ids(static_cast<std::size_t>(w));
-    for (int r = 0; r < w; ++r) ids[static_cast<std::size_t>(r)] = r / o.ranks_per_node;
-    return ids;
-  }
+  if (std::vector<int> ids = declared_nodes(o, comm.size()); !ids.empty()) return ids;
   if constexpr (NodeMapCommunicator<C>) {
     return comm.node_of_ranks();
   } else if constexpr (NodeAwareCommunicator<C>) {
@@ -328,42 +355,36 @@ std::vector<int> node_ids(C& comm, const TopologyOptions& o) {
   }
 }
 
-/// Every rank's socket id within its node.
+/// Every rank's socket id within its node: declared, or the back end's socket / NUMA split.
 template <Communicator C>
 std::vector<int> socket_ids(C& comm, const TopologyOptions& o, const std::vector<int>& nodes) {
-  const int w = comm.size();
-  if (!o.socket_of_rank.empty()) return o.socket_of_rank;
-  if (o.ranks_per_socket > 0) {
-    std::vector<int> ids(static_cast<std::size_t>(w));
-    std::map<int, int> in_node;  // node -> ranks seen so far
-    for (int r = 0; r < w; ++r) ids[static_cast<std::size_t>(r)] = in_node[nodes[static_cast<std::size_t>(r)]]++ / o.ranks_per_socket;
-    for (const auto& [node, n] : in_node) check_divides(o.ranks_per_socket, n, "ranks_per_socket", "ranks of each node");
-    return ids;
-  }
+  if (std::vector<int> ids = declared_sockets(o, nodes); !ids.empty()) return ids;
   if constexpr (DomainAwareCommunicator<C>) {
     C domain = comm.split_domain_local(o.inner);
     return gather_ints(comm, part_id(comm, domain));  // ids unique in the world, so unique in the node
   } else {
     throw config_error(std::string("this communicator cannot detect ") + std::string(to_string(o.inner)) +
-                           "s (only Open MPI can); give ranks_per_socket or socket_of_rank",
+                           "s (Open MPI and the threads back end can); give ranks_per_socket or socket_of_rank",
                        std::string(TopologyOptions::kKey), std::to_string(o.levels));
   }
 }
 
-}  // namespace detail
-
-namespace detail {
+/// The checks of the options alone and against the world size.
+inline void check_options(const TopologyOptions& o, int world) {
+  std::vector<config_error> problems;
+  o.check(problems);
+  if (!problems.empty()) throw problems.front();
+  if (o.levels == 1) return;
+  check_map(o.node_of_rank, world, "node_of_rank");
+  check_map(o.socket_of_rank, world, "socket_of_rank");
+}
 
 /// Every rank's group id at each inner level (innermost first: socket, then node), from `o`.
 /// Collective over `comm`, whose ranks the maps index. Empty for a flat topology.
 template <Communicator C>
 std::vector<std::vector<int>> inner_ids(C& comm, const TopologyOptions& o) {
-  std::vector<config_error> problems;
-  o.check(problems);
-  if (!problems.empty()) throw problems.front();
+  check_options(o, comm.size());
   if (o.levels == 1) return {};
-  check_map(o.node_of_rank, comm.size(), "node_of_rank");
-  check_map(o.socket_of_rank, comm.size(), "socket_of_rank");
   std::vector<int> nodes = node_ids(comm, o);
   if (o.levels == 2) return {std::move(nodes)};
   std::vector<int> sockets = socket_ids(comm, o, nodes);
@@ -380,6 +401,19 @@ template <Communicator C>
 Topology detect_topology(C& comm, const TopologyOptions& o) {
   const std::vector<std::vector<int>> ids = detail::inner_ids(comm, o);
   return ids.empty() ? Topology::flat(comm.size()) : Topology::from_groups(ids);
+}
+
+/// The topology `o` declares for `world` ranks, without a communicator (what zerotk-config checks),
+/// or nullopt when a level is left to detection. Throws config_error as detect_topology() does.
+inline std::optional<Topology> declared_topology(const TopologyOptions& o, int world) {
+  detail::check_options(o, world);
+  if (o.levels == 1) return Topology::flat(world);
+  std::vector<int> nodes = detail::declared_nodes(o, world);
+  if (nodes.empty()) return std::nullopt;
+  if (o.levels == 2) return Topology::from_groups({std::move(nodes)});
+  std::vector<int> sockets = detail::declared_sockets(o, nodes);
+  if (sockets.empty()) return std::nullopt;
+  return Topology::from_groups({std::move(sockets), std::move(nodes)});
 }
 
 /// This rank's group ids at each inner level (innermost first), for gather_topology() over a

@@ -202,6 +202,7 @@ class Reader {
   void read_monitor_and_checkpointing(Block& root, Config& c);
   void read_checkpoint(Block& root, Config& c);
   void read_gradient_compression(Block& root, Config& c);
+  void read_communication(Block& root, Config& c);  // config/communication.hpp
   void cross_check(Config& c);
 
   std::vector<Unknown> unknown_;
@@ -1357,6 +1358,7 @@ inline Config Reader::read(const Json& doc) {
   read_scalars(root, c);
   read_monitor_and_checkpointing(root, c);
   read_gradient_compression(root, c);
+  read_communication(root, c);  // after the batch: rebalancing splits its micro-batch
   root.finish({{"amp"},
                {"tensorboard"},
                {"wandb"},
@@ -1520,3 +1522,6 @@ inline Config load_file(const std::filesystem::path& path, const ResolveContext&
 }
 
 }  // namespace zerotk::config
+
+// Reader::read_communication, the `communication` block in a file of its own.
+#include "zerotk/config/communication.hpp"

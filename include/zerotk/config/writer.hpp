@@ -15,6 +15,7 @@
 #include <type_traits>
 #include <variant>
 
+#include "zerotk/config/communication.hpp"
 #include "zerotk/config/json_dom.hpp"
 #include "zerotk/config/options.hpp"
 
@@ -256,6 +257,7 @@ inline Json to_json(const Config& c) {
   ckj["load_universal"] = ck.load_universal;
   ckj["use_node_local_storage"] = ck.use_node_local_storage;
   ckj["parallel_write"]["pipeline_stage"] = ck.parallel_write_pipeline_stage;
+  if (Json cj = detail::communication_json(c.communication); !cj.is_null()) j["communication"] = std::move(cj);
   return j;
 }
 
