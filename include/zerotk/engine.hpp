@@ -365,6 +365,13 @@ class Engine : public engine::Introspection<Engine<Ps...>>, public engine::State
     const engine::GridPlace& place = comms_.place();
     if (place.tensor_size > 1 && place.pipeline_size == 1) engine::check_tensor_splits(comms_.norm(), registry_);
     comms_.make_hpz(Fetch::hpz_group_size(options_.stage3));
+    if (kStage != 3 && (options_.stage3.quantized_weights || options_.stage3.quantized_gradients)) {
+      throw config_error("ZeRO++'s quantized weights and gradients need ZeRO stage 3 (stage is " + std::to_string(kStage) + ")",
+                         options_.stage3.quantized_weights ? "zero_optimization.zero_quantized_weights"
+                                                           : "zero_optimization.zero_quantized_gradients",
+                         "true");
+    }
+    comms_.make_quantized(options_.stage3.quantized_weights, options_.stage3.quantized_gradients, device::is_cuda);
     groups_ = engine::assemble_groups<MainGroup, Fp32Group, Fetch>(
         options_, registry_, ops_, comms_, ledger_, options_.bucket_numel(bucketer::bytes, sizeof(S)), facts().shard_file);
     groups_.each([&](auto& g) { g.set_norm_share(place.counts_replicated()); });

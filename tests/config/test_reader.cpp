@@ -420,7 +420,7 @@ TEST_CASE("keys for features not built yet are accepted and reported, never sile
   CHECK(has_notice(r, "/tensorboard", "not supported"));
   CHECK(has_notice(r, "/flops_profiler", "not supported"));
   CHECK(has_notice(r, "/zero_allow_untested_optimizer", "no effect"));
-  CHECK(has_notice(r, "/zero_optimization/zero_quantized_gradients", "not supported"));
+  CHECK(has_notice(r, "/zero_optimization/zero_quantized_gradients", "has effect only at ZeRO stage 3 (stage is 2"));
   // Disabled features and DeepSpeed's default values say nothing.
   CHECK_FALSE(has_notice(r, "/wandb"));
   CHECK_FALSE(has_notice(r, "/memory_breakdown"));
@@ -641,4 +641,24 @@ TEST_CASE("communication block: topology as a number or a map, the slow-rank key
   REQUIRE(r.ok());
   CHECK_FALSE(r.config->communication.slow_ranks.enabled);
   CHECK_FALSE(to_json(*r.config).contains("communication"));
+}
+
+TEST_CASE("ZeRO++ qwZ and qgZ: zero_quantized_weights / zero_quantized_gradients at stage 3, written back") {
+  ResolveContext ctx;
+  ctx.world_size = 4;
+  ParseResult r = parse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3, "zero_quantized_weights": true,
+                           "zero_quantized_gradients": true}})",
+                        ctx);
+  REQUIRE_MESSAGE(r.ok(), error_lines(r));
+  CHECK(r.notices.empty());
+  CHECK(r.config->zero_optimization.stage3.quantized_weights);
+  CHECK(r.config->zero_optimization.stage3.quantized_gradients);
+  const Json j = to_json(*r.config);
+  CHECK(j["zero_optimization"]["zero_quantized_weights"] == true);
+  ParseResult back = parse(j.dump(), ctx);
+  REQUIRE_MESSAGE(back.ok(), error_lines(back));
+  CHECK(back.config->zero_optimization.stage3.quantized_gradients);
+  r = parse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3, "zero_quantized_weights": 1}})", ctx);
+  REQUIRE(r.errors.size() == 1);
+  CHECK(r.errors[0].where() == "/zero_optimization/zero_quantized_weights");
 }

@@ -133,7 +133,10 @@ ZEROTK_HD ZEROTK_FORCEINLINE float load(T x) {
   }
 }
 
-/// The params of group g (values x[0 .. n)), from its absmax or its min and max.
+inline constexpr float kFloatMax = 3.40282346638528859812e+38f;
+
+/// The params of a group (values x[0 .. n)), from its absmax or its min and max (NaN ignored; the
+/// GPU's reduction gives the same: max and min are exact in any order).
 template <class T>
 ZEROTK_HD GroupParams params_of(const T* x, std::size_t n, const Format& f) {
   if (f.scheme == Scheme::symmetric) {
@@ -144,8 +147,8 @@ ZEROTK_HD GroupParams params_of(const T* x, std::size_t n, const Format& f) {
     }
     return symmetric_params(m, f.bits);
   }
-  float lo = load(x[0]), hi = lo;
-  for (std::size_t i = 1; i < n; ++i) {
+  float lo = kFloatMax, hi = -kFloatMax;  // NaN never compares: ignored, as by the symmetric absmax
+  for (std::size_t i = 0; i < n; ++i) {
     lo = load(x[i]) < lo ? load(x[i]) : lo;
     hi = load(x[i]) > hi ? load(x[i]) : hi;
   }

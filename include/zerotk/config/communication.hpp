@@ -111,6 +111,22 @@ inline void detail::Reader::read_communication(Block& root, Config& c) {
   b.finish();
 }
 
+/// ZeRO++ qwZ and qgZ (`zero_optimization.zero_quantized_weights`, `zero_quantized_gradients`):
+/// stage 3 only, as DeepSpeed reads them; below stage 3 a note (an error under strict).
+inline void detail::Reader::read_quantized(Block& b, ZeroOptions& z) {
+  for (const char* key : {"zero_quantized_weights", "zero_quantized_gradients"}) {
+    bool on = false;
+    if (b.get_bool(key, on) != Got::value || !on) continue;
+    if (z.stage != 3) {
+      unsupported(b.path_of(key),
+                  cat("has effect only at ZeRO stage 3 (stage is ", std::to_string(z.stage), "; DeepSpeed ignores it too); ignored"),
+                  "true");
+      continue;
+    }
+    (std::string_view(key) == "zero_quantized_weights" ? z.stage3.quantized_weights : z.stage3.quantized_gradients) = true;
+  }
+}
+
 namespace detail {
 
 /// The block as JSON, every value spelled out; null when it is all defaults (a config without the

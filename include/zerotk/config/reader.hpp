@@ -203,6 +203,7 @@ class Reader {
   void read_checkpoint(Block& root, Config& c);
   void read_gradient_compression(Block& root, Config& c);
   void read_communication(Block& root, Config& c);  // config/communication.hpp
+  void read_quantized(Block& zero, ZeroOptions& z);  // config/communication.hpp
   void cross_check(Config& c);
 
   std::vector<Unknown> unknown_;
@@ -649,6 +650,7 @@ inline void Reader::read_zero(Block& root, Config& c) {
       s3.reshard_after_forward = zero::ReshardAfterForward::group(hpz);
     }
   }
+  read_quantized(b, z);  // ZeRO++ qwZ / qgZ, config/communication.hpp
   b.get_bool("ignore_unused_parameters", z.ignore_unused_parameters);
   b.get_bool("round_robin_gradients", z.round_robin_gradients);
 
@@ -749,9 +751,7 @@ inline void Reader::read_zero(Block& root, Config& c) {
             {"elastic_checkpoint", "false"},
             {"legacy_stage1", "false"},
             {"use_multi_rank_bucket_allreduce", "true"},
-            {"zero_quantized_weights", "false"},
             {"zero_quantized_nontrainable_weights", "false"},
-            {"zero_quantized_gradients", "false"},
             {"zeropp_loco_param"},
             {"mics_shard_size", "-1"},
             {"mics_hierarchical_params_gather", "false"},

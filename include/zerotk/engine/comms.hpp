@@ -31,6 +31,7 @@
 #include "zerotk/comm/hierarchical.hpp"
 #include "zerotk/comm/topology.hpp"
 #include "zerotk/comm/typed.hpp"
+#include "zerotk/compress/quantized_collectives.hpp"
 #include "zerotk/core/error.hpp"
 #include "zerotk/device/ordered.hpp"
 
@@ -102,10 +103,29 @@ class EngineComms {
     hpz_.emplace(data_.split(data_.rank() / g, data_.rank()));
   }
 
+  /// ZeRO++ qwZ / qgZ (stage 3): the int8 gathers count into quantized_weights(); the int4
+  /// reduce-scatter gets one communicator per level of the data group's topology (collective over
+  /// the data group). Host memory only: NCCL's buffers would need the CUDA kernels wired in.
+  void make_quantized(bool weights, bool gradients, bool device_memory) {
+    if (!weights && !gradients) return;
+    if (device_memory) {
+      throw config_error("ZeRO++'s quantized exchanges run on host memory only for now (the CUDA kernels in "
+                         "compress/cuda/quantize.cuh are compiled but not wired into the engine)",
+                         weights ? "zero_optimization.zero_quantized_weights" : "zero_optimization.zero_quantized_gradients",
+                         "true");
+    }
+    if (weights) qwz_.emplace();
+    if (gradients) qgz_.emplace(data_, topology_.size() == data_.size() ? topology_ : comm::Topology::flat(data_.size()));
+  }
+  compress::QuantizedReduceScatter<Comm>* quantized_grads() noexcept { return qgz_ ? &*qgz_ : nullptr; }
+  compress::QuantizedStats* quantized_weights() noexcept { return qwz_ ? &*qwz_ : nullptr; }
+  const compress::QuantizedStats* quantized_grads_stats() const noexcept { return qgz_ ? &qgz_->stats() : nullptr; }
+  const compress::QuantizedStats* quantized_weights_stats() const noexcept { return qwz_ ? &*qwz_ : nullptr; }
+
   /// Bytes this rank sent over all of its communicators (ring convention), since construction.
   std::uint64_t wire_bytes() const noexcept {
     return data_.stats().total_wire_bytes() + (hpz_ ? hpz_->stats().total_wire_bytes() : 0) +
-           (world_ ? world_->stats().total_wire_bytes() : 0);
+           (world_ ? world_->stats().total_wire_bytes() : 0) + (qgz_ ? qgz_->stats().wire_bytes() : 0);
   }
 
   /// The number of gradient elements the global norm adds up over every rank, agreed by all (one
@@ -153,6 +173,8 @@ class EngineComms {
   Comm data_;
   std::optional<Comm> hpz_;    // stage 3 with hpZ
   std::optional<Comm> world_;  // a grid with more than its data group
+  std::optional<compress::QuantizedStats> qwz_;                // qwZ: the int8 gathers' counters
+  std::optional<compress::QuantizedReduceScatter<Comm>> qgz_;  // qgZ: its level communicators
   GridPlace place_;
 };
 

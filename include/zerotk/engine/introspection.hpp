@@ -48,6 +48,11 @@ class Introspection {
   /// rebalanced (communication.slow_node_action "rebalance"); needs
   /// `communication.slow_ranks.micro_batch_size` (else samples 0, weight 1: keep your own batch).
   BatchShare batch_share() const { return e().slow_.share(); }
+  /// ZeRO++ qwZ / qgZ: what the quantized gathers and reduce-scatters sent, per link level of the
+  /// data group's topology (qgZ) or in all (qwZ: its gathers also show in comm_stats() and, on a
+  /// topology, link_stats()); null when off.
+  const compress::QuantizedStats* quantized_weights_stats() const noexcept { return e().comms_.quantized_weights_stats(); }
+  const compress::QuantizedStats* quantized_gradients_stats() const noexcept { return e().comms_.quantized_grads_stats(); }
   /// Where this rank sits in the process grid (a plain communicator: one data group).
   const GridPlace& grid_place() const noexcept { return e().comms_.place(); }
   /// OffloadParams<Nvme>: fetches whose block was read ahead, fetches that read it themselves and

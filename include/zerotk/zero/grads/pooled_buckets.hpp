@@ -61,8 +61,10 @@ class PooledBuckets : public Uncompressed {
 
   void ready(std::size_t k) {
     const Bucket& b = c_.layout->buckets()[k];
-    inflight_.push(k, c_.comm->reduce_scatter(bucket_grads(k), part_.data() + b.part_offset, b.block, dtype_of_v<T>,
-                                              comm::ReduceOp::avg));
+    T* mine = part_.data() + b.part_offset;
+    inflight_.push(k, c_.quantized_grads ? c_.quantized_grads->reduce_scatter_avg(bucket_grads(k), mine, b.block)
+                                         : c_.comm->reduce_scatter(bucket_grads(k), mine, b.block, dtype_of_v<T>,
+                                                                   comm::ReduceOp::avg));
     if (!c_.overlap_comm) {
       while (!inflight_.empty()) complete_oldest();
     }
