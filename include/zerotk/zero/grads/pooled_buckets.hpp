@@ -10,7 +10,8 @@
 /// 16-bit values into it and the parameter path all-gathers from it (`gather_source()`), so a
 /// bucket's next reduction must wait until that bucket's gather is done (engine/group.hpp,
 /// `kSharedGatherSource`). Stage 3 reduces the same way, but its parameter path keeps a shard of its
-/// own and takes no gather source.
+/// own and takes no gather source. With qgZ (PathContext::quantized_grads, stage 3) a bucket's
+/// reduce-scatter travels as int4 through the topology's levels instead (complete on return).
 
 #include <algorithm>
 #include <cstddef>
