@@ -18,6 +18,7 @@ cases=(
   "zero3_offload.json||ZeRO stage 3, bf16"
   "onebit_adam.json||ZeRO stage 0, fp32"
   "zero3_tp2.json||tensor 2 x data 2, ZeRO stage 3, bf16"
+  "topology.json||ZeRO stage 2, bf16"
   "hf_auto.json|--hidden 64 --precision bf16 --micro-batch 16 --grad-accum 1 --lr 3e-3 --total-steps 300 --warmup-steps 30|ZeRO stage 2, bf16"
 )
 n=0

@@ -64,6 +64,7 @@
 #include "zerotk/engine/schedule.hpp"
 #include "zerotk/engine/scopes.hpp"
 #include "zerotk/engine/shards.hpp"
+#include "zerotk/engine/slow_rank_monitor.hpp"
 #include "zerotk/engine/state.hpp"
 #include "zerotk/engine/state_api.hpp"
 #include "zerotk/engine/tensor_splits.hpp"
@@ -172,6 +173,7 @@ class Engine : public engine::Introspection<Engine<Ps...>>, public engine::State
   /// end releases them (engine/fetch_sharded.hpp).
   template <Module L>
   ForwardScope forward(L& layer) {
+    const auto busy = slow_.busy(engine::ComputePhase::forward);
     const auto t0 = detail::Clock::now();  // waiting for parameters counts as forward time
     const engine::ModuleId id = registry_.module(layer);
     fetch_->before(registry_.module_entry(id), engine::Phase::forward);
@@ -212,6 +214,7 @@ class Engine : public engine::Introspection<Engine<Ps...>>, public engine::State
   /// later in the same micro-step.
   template <Module L>
   BackwardScope backward(L& layer) {
+    const auto busy = slow_.busy(engine::ComputePhase::backward);
     const engine::ModuleId id = registry_.module(layer);
     const engine::ModuleEntry& m = registry_.module_entry(id);
     fetch_->before(m, engine::Phase::backward);
@@ -228,6 +231,7 @@ class Engine : public engine::Introspection<Engine<Ps...>>, public engine::State
   /// (engine/boundary_step.hpp). Every parameter must have been in a backward scope during the
   /// micro-step (usage_error naming those that were not).
   StepReport step(double loss = 0.0) {
+    const auto busy = slow_.busy(engine::ComputePhase::other);
     engine::StepCounters& c = counters_;
     bindings_->check_every_parameter_had_backward(c.micro_steps + 1);
     const bool first = c.micro_in_accum == 0;
@@ -242,6 +246,7 @@ class Engine : public engine::Introspection<Engine<Ps...>>, public engine::State
     c.loss_sum += loss;
     ++c.micro_in_accum;
     ++c.micro_steps;
+    slow_.end_micro_step();
     bindings_->end_micro_step();
     timings_.backward_allreduce_ms += detail::ms_since(t0);
 
@@ -260,8 +265,9 @@ class Engine : public engine::Introspection<Engine<Ps...>>, public engine::State
       timings_.step_ms += detail::ms_since(ts);
       r.timings = std::exchange(timings_, StepTimings{});
       r.timings_measured = true;
-      traffic_.report(r, comms_.wire_bytes(), groups_.saved_wire_bytes());
+      traffic_.report(r, comms_.wire_bytes() + slow_.wire_bytes(), groups_.saved_wire_bytes());
       c.end_accumulation();
+      slow_.at_boundary(r, c.global_steps);  // abort: slow_rank_error here, on every rank
     }
     r.global_steps = c.global_steps;
     r.skipped_steps = c.skipped_steps;
@@ -318,7 +324,7 @@ class Engine : public engine::Introspection<Engine<Ps...>>, public engine::State
   Engine(C& data, GridOrComm& grid_or_comm, M& model, EngineOptions options)
       : options_(engine::checked_options(std::move(options), facts())),
         ops_(ops_type::create(data, options_.stream)),
-        comms_(grid_or_comm, ops_),
+        comms_(grid_or_comm, ops_, options_.communication.topology),
         scaler_(options_.loss_scaler),
         registry_(model, registry_rules()),
         schedule_(options_.groups) {
@@ -359,6 +365,13 @@ class Engine : public engine::Introspection<Engine<Ps...>>, public engine::State
     const engine::GridPlace& place = comms_.place();
     if (place.tensor_size > 1 && place.pipeline_size == 1) engine::check_tensor_splits(comms_.norm(), registry_);
     comms_.make_hpz(Fetch::hpz_group_size(options_.stage3));
+    if (kStage != 3 && (options_.stage3.quantized_weights || options_.stage3.quantized_gradients)) {
+      throw config_error("ZeRO++'s quantized weights and gradients need ZeRO stage 3 (stage is " + std::to_string(kStage) + ")",
+                         options_.stage3.quantized_weights ? "zero_optimization.zero_quantized_weights"
+                                                           : "zero_optimization.zero_quantized_gradients",
+                         "true");
+    }
+    comms_.make_quantized(options_.stage3.quantized_weights, options_.stage3.quantized_gradients, device::is_cuda);
     groups_ = engine::assemble_groups<MainGroup, Fp32Group, Fetch>(
         options_, registry_, ops_, comms_, ledger_, options_.bucket_numel(bucketer::bytes, sizeof(S)), facts().shard_file);
     groups_.each([&](auto& g) { g.set_norm_share(place.counts_replicated()); });
@@ -373,6 +386,7 @@ class Engine : public engine::Introspection<Engine<Ps...>>, public engine::State
                       engine::BoundarySettings{options_.gradient_accumulation_steps, options_.gradient_clipping,
                                                options_.delayed_param_update, options_.delayed_param_update_start},
                       comms_.agree_norm_count(groups_.flat_numel(), groups_.split_numel()));
+    slow_ = engine::SlowRankMonitor<Comm>(options_.communication.slow_ranks, comms_.norm(), place);
   }
 
   friend ForwardScope;
@@ -382,10 +396,12 @@ class Engine : public engine::Introspection<Engine<Ps...>>, public engine::State
   friend class engine::StateAccess<Engine>;
 
   void end_forward(engine::ModuleId id, detail::Clock::time_point t0) {
+    const auto busy = slow_.busy(engine::ComputePhase::other);
     close_scope(id, engine::Phase::forward);
     timings_.forward_ms += detail::ms_since(t0);
   }
   void end_backward(engine::ModuleId id, detail::Clock::time_point t0) {
+    const auto busy = slow_.busy(engine::ComputePhase::other);
     timings_.backward_inner_ms += detail::ms_since(t0);
     if (std::uncaught_exceptions() == 0) bindings_->end_backward(registry_.module_entry(id).own);
     close_scope(id, engine::Phase::backward);
@@ -447,6 +463,7 @@ class Engine : public engine::Introspection<Engine<Ps...>>, public engine::State
   std::optional<Fetch> fetch_;
   std::optional<Boundary> boundary_;
   engine::StepCounters counters_;
+  engine::SlowRankMonitor<Comm> slow_;
   StepTimings timings_;
   engine::TrafficMarks traffic_;
 };

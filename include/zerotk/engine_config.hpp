@@ -46,6 +46,7 @@ EngineOptions engine_options(const config::Config& cfg) {
   o.loss_scaler = cfg.fp16;
   o.fp32_module_types = cfg.fp16_override_modules;
   o.compression = cfg.gradient_compression;
+  o.communication = cfg.communication;
   if (cfg.optimizer) {
     o.optimizer = cfg.optimizer->params;
     o.onebit = *cfg.optimizer;

@@ -420,7 +420,7 @@ TEST_CASE("keys for features not built yet are accepted and reported, never sile
   CHECK(has_notice(r, "/tensorboard", "not supported"));
   CHECK(has_notice(r, "/flops_profiler", "not supported"));
   CHECK(has_notice(r, "/zero_allow_untested_optimizer", "no effect"));
-  CHECK(has_notice(r, "/zero_optimization/zero_quantized_gradients", "not supported"));
+  CHECK(has_notice(r, "/zero_optimization/zero_quantized_gradients", "has effect only at ZeRO stage 3 (stage is 2"));
   // Disabled features and DeepSpeed's default values say nothing.
   CHECK_FALSE(has_notice(r, "/wandb"));
   CHECK_FALSE(has_notice(r, "/memory_breakdown"));
@@ -656,4 +656,70 @@ TEST_CASE("tensor size: tensor_model_parallel_size or tensor_parallel.autotp_siz
   REQUIRE(r.errors.size() == 1);
   CHECK(r.errors[0].where() == "/zero_optimization/zero_hpz_partition_size");
   CHECK(r.errors[0].message().find("must divide the data-parallel size (2 = world 8 / tensor 4)") != std::string::npos);
+TEST_CASE("communication block: topology as a number or a map, the slow-rank keys, written back as read") {
+  ResolveContext ctx;
+  ctx.world_size = 4;
+  // The seed config's block: levels 3 (detected where the ranks run) and a tolerance.
+  ParseResult r = parse(R"({"train_batch_size": 8, "communication": {"topology": 3, "slow_node_tolerance": 0.1}})", ctx);
+  REQUIRE_MESSAGE(r.ok(), error_lines(r));
+  const CommunicationOptions& c = r.config->communication;
+  CHECK(c.topology.levels == 3);
+  CHECK(c.topology.ranks_per_node == 0);
+  CHECK(c.slow_ranks.enabled);
+  CHECK(c.slow_ranks.tolerance == 0.1);
+  CHECK(c.slow_ranks.window == 20);
+  CHECK(c.slow_ranks.count == 3);
+  CHECK(c.slow_ranks.action == SlowRankAction::report);
+  CHECK(c.slow_ranks.micro_batch_size == 2);  // 8 / 4 ranks: what rebalance would split
+  Json j = to_json(*r.config);
+  CHECK(j["communication"]["topology"] == 3);
+  CHECK(j["communication"]["slow_node_action"] == "report");
+  ParseResult back = parse(j.dump(), ctx);
+  REQUIRE_MESSAGE(back.ok(), error_lines(back));
+  CHECK(back.config->communication.topology == c.topology);
+  CHECK(back.config->communication.slow_ranks.tolerance == 0.1);
+
+  r = parse(R"({"train_batch_size": 8, "communication": {"topology": {"node_of_rank": [0, 1, 0, 1]},
+                "slow_node_window": 5, "slow_node_count": 2, "slow_node_action": "Rebalance"}})",
+            ctx);
+  REQUIRE_MESSAGE(r.ok(), error_lines(r));
+  const CommunicationOptions& m = r.config->communication;
+  CHECK(m.topology.levels == 2);  // a node map alone: two levels
+  CHECK(m.topology.node_of_rank == std::vector<int>{0, 1, 0, 1});
+  CHECK(m.slow_ranks.action == SlowRankAction::rebalance);
+  CHECK(m.slow_ranks.window == 5);
+  back = parse(to_json(*r.config).dump(), ctx);
+  REQUIRE_MESSAGE(back.ok(), error_lines(back));
+  CHECK(back.config->communication.topology == m.topology);
+  CHECK(back.config->communication.slow_ranks.count == 2);
+
+  r = parse(R"({"train_batch_size": 8, "communication": {"topology": {"ranks_per_node": 4, "ranks_per_socket": 2}}})", ctx);
+  REQUIRE_MESSAGE(r.ok(), error_lines(r));
+  CHECK(r.config->communication.topology.levels == 3);
+  CHECK_FALSE(r.config->communication.slow_ranks.enabled);
+  // Without the block: nothing written, detection off.
+  r = parse(R"({"train_batch_size": 8})", ctx);
+  REQUIRE(r.ok());
+  CHECK_FALSE(r.config->communication.slow_ranks.enabled);
+  CHECK_FALSE(to_json(*r.config).contains("communication"));
+}
+
+TEST_CASE("ZeRO++ qwZ and qgZ: zero_quantized_weights / zero_quantized_gradients at stage 3, written back") {
+  ResolveContext ctx;
+  ctx.world_size = 4;
+  ParseResult r = parse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3, "zero_quantized_weights": true,
+                           "zero_quantized_gradients": true}})",
+                        ctx);
+  REQUIRE_MESSAGE(r.ok(), error_lines(r));
+  CHECK(r.notices.empty());
+  CHECK(r.config->zero_optimization.stage3.quantized_weights);
+  CHECK(r.config->zero_optimization.stage3.quantized_gradients);
+  const Json j = to_json(*r.config);
+  CHECK(j["zero_optimization"]["zero_quantized_weights"] == true);
+  ParseResult back = parse(j.dump(), ctx);
+  REQUIRE_MESSAGE(back.ok(), error_lines(back));
+  CHECK(back.config->zero_optimization.stage3.quantized_gradients);
+  r = parse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3, "zero_quantized_weights": 1}})", ctx);
+  REQUIRE(r.errors.size() == 1);
+  CHECK(r.errors[0].where() == "/zero_optimization/zero_quantized_weights");
 }

@@ -157,6 +157,39 @@ TEST_CASE("comm rows: a boundary's wire and dense bytes and their ratio, at ever
   CHECK(read_bytes(dir / "Train_Samples_lr.csv") == "step,lr\r\n32,0.5\r\n64,0.5\r\n");
 }
 
+TEST_CASE("slow-rank rows and the progress line's slow_ranks field, only while the detector is on") {
+  ScratchDir tmp("slow_rows");
+  TrainingLogOptions o;
+  o.csv_monitor.enabled = true;
+  o.csv_monitor.output_path = tmp.path().string();
+  o.csv_monitor.job_name = "slow";
+  o.steps_per_print = 1;
+  std::ostringstream out;
+  ManualClock clock;
+  {
+    TrainingLog log(o, out, clock.fn());
+    StepReport r;
+    r.boundary = true;
+    r.global_steps = 1;
+    r.lr = 0.5;
+    log.on_step(r, 8);  // detector off: no rows, no field
+    r.slow_rank_detection = true;
+    r.compute_ms = 12.5;
+    r.global_steps = 2;
+    log.on_step(r, 16);
+    r.global_steps = 3;
+    r.slow_ranks = {SlowRank{3, "node1", 1.25, "backward", 3}, SlowRank{1, "node0", 1.5, "forward", 3}};
+    log.on_step(r, 24);
+  }
+  const auto dir = tmp.path() / "slow";
+  CHECK(read_bytes(dir / "Train_Samples_compute_ms.csv") == "step,compute_ms\r\n16,12.5\r\n24,12.5\r\n");
+  CHECK(read_bytes(dir / "Train_Samples_slow_rank.csv") == "step,slow_rank\r\n16,-1\r\n24,1\r\n");
+  CHECK(read_bytes(dir / "Train_Samples_slow_rank_factor.csv") == "step,slow_rank_factor\r\n16,1.0\r\n24,1.5\r\n");
+  const std::string lines = out.str();
+  CHECK(lines.find("step=2, skipped=0, lr=[0.5], grad_norm=0.0, samples/s=0.00\n") != std::string::npos);
+  CHECK(lines.find(", slow_ranks=[3 (node1) 1.25x backward, 1 (node0) 1.50x forward]\n") != std::string::npos);
+}
+
 TEST_CASE("printed lines: progress every steps_per_print, micro and boundary timers like DeepSpeed") {
   ScratchDir tmp("short_run_log");
   ManualClock clock;

@@ -275,6 +275,52 @@ TEST_CASE("mpi: split by color/key, node-local split, process grid, hierarchical
   CHECK(comm::all_reduce_value(any, 2.0, ReduceOp::sum) == 2.0 * w);
 }
 
+TEST_CASE("mpi: topology detected by shared memory (and Open MPI's sockets), hierarchical collectives equal flat") {
+  MpiCommunicator& c = world();
+  const int w = c.size(), r = c.rank();
+  comm::TopologyOptions two;
+  two.levels = 2;
+  const comm::Topology detected = comm::detect_topology(c, two);
+  CHECK(detected.fanout(0) == w);  // mpiexec on one machine: one node
+  CHECK(detected.fanout(1) == 1);
+  CHECK_FALSE(detected.hierarchical());
+  // Sockets: found where Open MPI can place every rank, else every rank is told to declare them.
+  comm::TopologyOptions three = two;
+  three.levels = 3;
+  try {
+    const comm::Topology t = comm::detect_topology(c, three);
+    CHECK(t.levels() == 3);
+    CHECK(t.fanout(0) * t.fanout(1) * t.fanout(2) == w);
+  } catch (const config_error& e) {
+    CHECK(contains(e.what(), "communication.topology"));
+    CHECK(contains(e.what(), "ranks_per_socket"));
+  }
+  // Simulated nodes of two ranks (np 2 and 4; np 3 would be uneven: refused on every rank).
+  two.ranks_per_node = 2;
+  if (w % 2 == 1) {
+    CHECK_THROWS_WITH_AS(comm::detect_topology(c, two), doctest::Contains("must divide the world size"), config_error);
+    return;
+  }
+  comm::HierarchicalCommunicator h(c, comm::detect_topology(c, two));
+  CHECK(h.topology().fanout(1) == w / 2);
+  constexpr std::size_t n = 257;
+  for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg, ReduceOp::max}) {
+    const auto x = test::make_data<float>(23, r, n * static_cast<std::size_t>(w), true);
+    std::vector<float> flat(n), hier(n), flat_ar(x.size()), hier_ar(x.size());
+    c.reduce_scatter(x.data(), flat.data(), n, DType::fp32, op).wait();
+    h.reduce_scatter(x.data(), hier.data(), n, DType::fp32, op).wait();
+    CHECK(test::compare_bits("reduce_scatter", hier.data(), flat.data(), n) == "");
+    c.all_reduce(x.data(), flat_ar.data(), x.size(), DType::fp32, op).wait();
+    h.all_reduce(x.data(), hier_ar.data(), x.size(), DType::fp32, op).wait();
+    CHECK(test::compare_bits("all_reduce", hier_ar.data(), flat_ar.data(), x.size()) == "");
+    std::vector<float> gathered(x.size()), hgathered(x.size());
+    c.all_gather(flat.data(), gathered.data(), n, DType::fp32).wait();
+    h.all_gather(flat.data(), hgathered.data(), n, DType::fp32).wait();
+    CHECK(gathered == hgathered);
+  }
+  CHECK(h.link_stats()[1].calls == (w > 2 ? 9u : 0u));  // across the simulated nodes: 3 collectives x 3 ops
+}
+
 TEST_CASE("mpi: byte counters follow the same ring conventions as the threads back end") {
   MpiCommunicator c = world().split(0, world().rank());  // fresh counters
   const int w = c.size();

@@ -218,6 +218,7 @@ struct RunConfig {
   zerotk::Stage3Options stage3;  // Partitioner<Stage<3>> only
   zerotk::offload::NvmeOptions nvme;  // Offload<Nvme> only (its swap directory, buffers, aio)
   std::size_t sub_group_size = 1'000'000'000;  // Offload<Cpu> and Offload<Nvme>: elements stepped at once
+  zerotk::CommunicationOptions communication;  // the data group's topology, the slow-rank detector
 };
 
 struct RunResult {
@@ -267,6 +268,7 @@ inline zerotk::EngineOptions engine_options(const RunConfig& cfg) {
   o.stage3 = cfg.stage3;
   o.nvme = cfg.nvme;
   o.sub_group_size = cfg.sub_group_size;
+  o.communication = cfg.communication;
   return o;
 }
 

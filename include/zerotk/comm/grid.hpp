@@ -28,17 +28,11 @@
 #include "zerotk/comm/communicator.hpp"
 #include "zerotk/comm/detail/checks.hpp"
 #include "zerotk/comm/detail/reduce.hpp"
+#include "zerotk/comm/topology.hpp"
 #include "zerotk/comm/typed.hpp"
 #include "zerotk/core/error.hpp"
 
 namespace zerotk::comm {
-
-/// A communicator that can split itself by node (MPI_COMM_TYPE_SHARED, or the threads back end's
-/// simulated nodes).
-template <class C>
-concept NodeAwareCommunicator = Communicator<C> && requires(C& c) {
-  { c.split_node_local() } -> std::same_as<C>;
-};
 
 /// Node-local groups of a communicator: `local()` holds the ranks of this rank's node (local rank 0
 /// is the node's leader), `leaders()` the leaders of all nodes (meaningful on leaders only).

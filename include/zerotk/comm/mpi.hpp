@@ -61,6 +61,7 @@
 #include "zerotk/comm/detail/checks.hpp"
 #include "zerotk/comm/detail/mpi_engine.hpp"
 #include "zerotk/comm/timeout.hpp"
+#include "zerotk/comm/topology.hpp"
 #include "zerotk/core/error.hpp"
 
 namespace zerotk::comm {
@@ -405,6 +406,36 @@ class MpiCommunicator {
     MPI_Comm out = MPI_COMM_NULL;
     check(MPI_Comm_split_type(s_->data, MPI_COMM_TYPE_SHARED, rank(), MPI_INFO_NULL, &out), "MPI_Comm_split_type");
     return MpiCommunicator(out, s_->name + "/node", s_->timeout_ms);
+  }
+
+  /// Collective: the ranks in this rank's socket or NUMA domain, ordered by rank (Open MPI's
+  /// OMPI_COMM_TYPE_SOCKET / OMPI_COMM_TYPE_NUMA, from the process binding hwloc sees). With another
+  /// MPI library, or when Open MPI cannot place some rank in one domain (an unbound process), every
+  /// rank gets a config_error naming communication.topology: declare ranks_per_socket instead.
+  MpiCommunicator split_domain_local(InnerDomain d) {
+    detail::mpi::Signature sig;
+    sig.kind = detail::mpi::kSplitDomainKind;
+    sig.color = static_cast<int>(d);
+    wait_verified(sig);
+    const std::string what = std::string(to_string(d)) + " split";
+#if defined(OPEN_MPI) && OPEN_MPI
+    MPI_Comm out = MPI_COMM_NULL;
+    const int type = d == InnerDomain::socket ? OMPI_COMM_TYPE_SOCKET : OMPI_COMM_TYPE_NUMA;
+    check(MPI_Comm_split_type(s_->data, type, rank(), MPI_INFO_NULL, &out), "MPI_Comm_split_type");
+    const std::int32_t placed = out != MPI_COMM_NULL ? 1 : 0;
+    std::int32_t all_placed = 0;
+    all_reduce(&placed, &all_placed, 1, DType::int32, ReduceOp::min).wait();
+    if (all_placed == 1) return MpiCommunicator(out, s_->name + "/" + std::string(to_string(d)), s_->timeout_ms);
+    if (out != MPI_COMM_NULL) MPI_Comm_free(&out);
+    throw config_error("Open MPI could not place every rank in one " + std::string(to_string(d)) +
+                           " (bind the processes, e.g. mpiexec --bind-to " + std::string(to_string(d)) +
+                           ", or declare ranks_per_socket)",
+                       std::string(TopologyOptions::kKey), what);
+#else
+    throw config_error("detecting sockets or NUMA domains needs Open MPI's split types (this MPI library has none); "
+                       "declare ranks_per_socket or socket_of_rank",
+                       std::string(TopologyOptions::kKey), what);
+#endif
   }
 
  private:

@@ -400,6 +400,13 @@ class NcclCommunicator {
 
   /// Collective: the ranks on this host (by host name), ordered by rank.
   NcclCommunicator split_node_local() {
+    const std::vector<int> nodes = node_of_ranks();
+    return split(nodes[static_cast<std::size_t>(rank())], rank());
+  }
+
+  /// Collective: every rank's node, named by the lowest rank on the same host (by host name). The
+  /// topology's node level on NCCL (comm/topology.hpp).
+  std::vector<int> node_of_ranks() {
     char host[256] = {};
     gethostname(host, sizeof host - 1);
     const std::uint64_t mine = std::hash<std::string>{}(host);
@@ -413,9 +420,13 @@ class NcclCommunicator {
     all_gather(slot, d, sizeof mine, DType::uint8).wait();
     detail::nccl::check_cuda(cudaMemcpy(all.data(), d, all.size() * sizeof mine, cudaMemcpyDeviceToHost), "cudaMemcpy",
                              s_->at());
-    int color = 0;
-    while (all[static_cast<std::size_t>(color)] != mine) ++color;  // the host's first rank names it
-    return split(color, rank());
+    std::vector<int> nodes(all.size());
+    for (std::size_t r = 0; r < all.size(); ++r) {
+      int first = 0;
+      while (all[static_cast<std::size_t>(first)] != all[r]) ++first;  // the host's first rank names it
+      nodes[r] = first;
+    }
+    return nodes;
   }
 
   /// RAII batch: operations issued while it lives are launched together when it is destroyed.

@@ -40,6 +40,7 @@
 #include "zerotk/comm/detail/checks.hpp"
 #include "zerotk/comm/detail/threads_engine.hpp"
 #include "zerotk/comm/timeout.hpp"
+#include "zerotk/comm/topology.hpp"
 #include "zerotk/core/error.hpp"
 
 namespace zerotk::comm {
@@ -50,6 +51,9 @@ struct ThreadsOptions {
   std::int64_t timeout_ms = default_timeout_ms();
   /// Simulated nodes for split_node_local(): world rank r is on node r / ranks_per_node. 0: one node.
   int ranks_per_node = 0;
+  /// Simulated sockets for split_domain_local() (socket and NUMA alike): a rank's index within its
+  /// node / ranks_per_socket. 0: one per node.
+  int ranks_per_socket = 0;
 };
 
 class ThreadsCommunicator;
@@ -194,6 +198,14 @@ class ThreadsCommunicator {
     return split(rpn > 0 ? world_rank() / rpn : 0, rank_);
   }
 
+  /// Collective: the ranks of this communicator in the same (simulated) socket of the same node,
+  /// ordered by rank (ThreadsOptions::ranks_per_socket; one socket per node when 0).
+  ThreadsCommunicator split_domain_local(InnerDomain /*socket or numa: simulated alike*/) {
+    const int rpn = group_->ctx->ranks_per_node, rps = group_->ctx->ranks_per_socket;
+    const int w = world_rank(), node = rpn > 0 ? w / rpn : 0, local = rpn > 0 ? w % rpn : w;
+    return split(node * (group_->ctx->world + 1) + (rps > 0 ? local / rps : 0), rank_);
+  }
+
   /// Fails every pending and future collective of this world with a comm_error naming this rank.
   void abort(std::string_view reason) {
     auto& ctx = *group_->ctx;
@@ -271,11 +283,16 @@ struct Access {
       throw usage_error("ranks_per_node must be >= 0", "zerotk::comm::ThreadsOptions",
                         std::to_string(opts.ranks_per_node));
     }
+    if (opts.ranks_per_socket < 0) {
+      throw usage_error("ranks_per_socket must be >= 0", "zerotk::comm::ThreadsOptions",
+                        std::to_string(opts.ranks_per_socket));
+    }
     detail::last_level_cache_bytes();  // reads sysfs once, here rather than under the lock of a job
     auto ctx = std::make_shared<Context>();
     ctx->world = world;
     ctx->timeout_ms = opts.timeout_ms;
     ctx->ranks_per_node = opts.ranks_per_node;
+    ctx->ranks_per_socket = opts.ranks_per_socket;
     ctx->exited.assign(static_cast<std::size_t>(world), 0);
     ctx->waiting_in.assign(static_cast<std::size_t>(world), {});
     ctx->unobserved.assign(static_cast<std::size_t>(world), nullptr);

@@ -370,6 +370,9 @@ struct Config : StepOptions {
   GradientCompressionConfig gradient_compression;
   ActivationCheckpointingOptions activation_checkpointing;
   CheckpointConfig checkpoint;
+  /// `communication` block (zerotk's keys, config/communication.hpp): the data group's topology and
+  /// the slow-rank detector, what EngineOptions::communication receives.
+  CommunicationOptions communication;
 
   /// Compute precision: fp16 or bf16 when that block is enabled, else fp32.
   DType precision() const noexcept {

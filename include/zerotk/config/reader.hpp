@@ -205,6 +205,8 @@ class Reader {
   void read_monitor_and_checkpointing(Block& root, Config& c);
   void read_checkpoint(Block& root, Config& c);
   void read_gradient_compression(Block& root, Config& c);
+  void read_communication(Block& root, Config& c);  // config/communication.hpp
+  void read_quantized(Block& zero, ZeroOptions& z);  // config/communication.hpp
   void cross_check(Config& c);
 
   int data_size_ = 1;  // ranks of one data-parallel group: world / tensor size (read_parallel)
@@ -656,6 +658,7 @@ inline void Reader::read_zero(Block& root, Config& c) {
       s3.reshard_after_forward = zero::ReshardAfterForward::group(hpz);
     }
   }
+  read_quantized(b, z);  // ZeRO++ qwZ / qgZ, config/communication.hpp
   b.get_bool("ignore_unused_parameters", z.ignore_unused_parameters);
   b.get_bool("round_robin_gradients", z.round_robin_gradients);
 
@@ -756,9 +759,7 @@ inline void Reader::read_zero(Block& root, Config& c) {
             {"elastic_checkpoint", "false"},
             {"legacy_stage1", "false"},
             {"use_multi_rank_bucket_allreduce", "true"},
-            {"zero_quantized_weights", "false"},
             {"zero_quantized_nontrainable_weights", "false"},
-            {"zero_quantized_gradients", "false"},
             {"zeropp_loco_param"},
             {"mics_shard_size", "-1"},
             {"mics_hierarchical_params_gather", "false"},
@@ -1425,6 +1426,7 @@ inline Config Reader::read(const Json& doc) {
   read_scalars(root, c);
   read_monitor_and_checkpointing(root, c);
   read_gradient_compression(root, c);
+  read_communication(root, c);  // after the batch: rebalancing splits its micro-batch
   root.finish({{"amp"},
                {"tensorboard"},
                {"wandb"},
@@ -1587,3 +1589,6 @@ inline Config load_file(const std::filesystem::path& path, const ResolveContext&
 }
 
 }  // namespace zerotk::config
+
+// Reader::read_communication, the `communication` block in a file of its own.
+#include "zerotk/config/communication.hpp"

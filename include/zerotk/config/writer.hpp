@@ -15,6 +15,7 @@
 #include <type_traits>
 #include <variant>
 
+#include "zerotk/config/communication.hpp"
 #include "zerotk/config/json_dom.hpp"
 #include "zerotk/config/options.hpp"
 
@@ -213,6 +214,8 @@ inline Json to_json(const Config& c) {
   zj["stage3_max_reuse_distance"] = detail::count_json(s3.max_reuse_distance);
   zj["stage3_gather_16bit_weights_on_model_save"] = z.stage3_gather_16bit_weights_on_model_save;
   zj["zero_hpz_partition_size"] = std::max(1, s3.reshard_after_forward.group_size());
+  zj["zero_quantized_weights"] = s3.quantized_weights;
+  zj["zero_quantized_gradients"] = s3.quantized_gradients;
   zj["ignore_unused_parameters"] = z.ignore_unused_parameters;
   zj["round_robin_gradients"] = z.round_robin_gradients;
 
@@ -259,6 +262,7 @@ inline Json to_json(const Config& c) {
   ckj["load_universal"] = ck.load_universal;
   ckj["use_node_local_storage"] = ck.use_node_local_storage;
   ckj["parallel_write"]["pipeline_stage"] = ck.parallel_write_pipeline_stage;
+  if (Json cj = detail::communication_json(c.communication); !cj.is_null()) j["communication"] = std::move(cj);
   return j;
 }
 

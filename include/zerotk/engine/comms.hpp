@@ -4,7 +4,10 @@
 /// process grid.
 ///
 ///   data()    ZeRO's gradient and parameter paths: partitions, reductions, gathers (the data
-///             group of a grid; the whole communicator otherwise)
+///             group of a grid; the whole communicator otherwise). With a hierarchical
+///             `communication.topology` its reduce-scatters, all-gathers and all-reduces run
+///             through the topology's levels (comm/hierarchical.hpp): selected here, once, so
+///             that every stage's paths use it without knowing
 ///   hpz()     stage 3's hpZ groups: `zero_hpz_partition_size` consecutive ranks of the data group
 ///   norm()    the boundary's global reductions: the gradient norm, the overflow agreement and the
 ///             loss, over every rank the parameters span (the grid's world; the data group when the
@@ -19,9 +22,16 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "zerotk/comm/any.hpp"
 #include "zerotk/comm/communicator.hpp"
 #include "zerotk/comm/grid.hpp"
+#include "zerotk/comm/hierarchical.hpp"
+#include "zerotk/comm/topology.hpp"
+#include "zerotk/comm/typed.hpp"
+#include "zerotk/compress/quantized_collectives.hpp"
 #include "zerotk/core/error.hpp"
 #include "zerotk/device/ordered.hpp"
 
@@ -44,17 +54,21 @@ class EngineComms {
  public:
   using Comm = device::OrderedCommunicator<Ops>;
 
-  /// A plain communicator: the data group is the whole of it.
+  /// A plain communicator: the data group is the whole of it, placed by `topology` (collective).
   template <comm::Communicator C>
-  EngineComms(C& comm, Ops& ops) : data_(comm, ops) {
+  EngineComms(C& comm, Ops& ops, const comm::TopologyOptions& topology = {})
+      : data_(data_group(comm, topology.levels > 1 ? comm::detect_topology(comm, topology) : comm::Topology(),
+                         topology, ops)) {
     place_.data_size = comm.size();
     place_.data_index = comm.rank();
   }
 
   /// A process grid (collective over its world: every rank builds its engine): ZeRO over the data
-  /// group, the boundary's reductions over the world.
+  /// group, the boundary's reductions over the world. The topology's maps index the world; the
+  /// data group's placement is gathered from it.
   template <comm::Communicator C>
-  EngineComms(comm::ProcessGrid<C>& grid, Ops& ops) : data_(grid.data(), ops) {
+  EngineComms(comm::ProcessGrid<C>& grid, Ops& ops, const comm::TopologyOptions& topology = {})
+      : data_(data_group(grid.data(), placed(grid, topology), topology, ops)) {
     place_.data_size = grid.size(comm::GridDim::data);
     place_.tensor_size = grid.size(comm::GridDim::tensor);
     place_.pipeline_size = grid.size(comm::GridDim::pipeline);
@@ -65,6 +79,10 @@ class EngineComms {
   }
 
   Comm& data() noexcept { return data_; }
+  /// The data group's topology (flat unless `communication.topology` asked for levels).
+  const comm::Topology& topology() const noexcept { return topology_; }
+  /// What the data group's hierarchical collectives sent per link level; null when flat.
+  const comm::LinkStats* link_stats() const noexcept { return links_; }
   const Comm& data() const noexcept { return data_; }
   Comm* hpz() noexcept { return hpz_ ? &*hpz_ : nullptr; }
   const Comm* hpz() const noexcept { return hpz_ ? &*hpz_ : nullptr; }
@@ -85,10 +103,29 @@ class EngineComms {
     hpz_.emplace(data_.split(data_.rank() / g, data_.rank()));
   }
 
+  /// ZeRO++ qwZ / qgZ (stage 3): the int8 gathers count into quantized_weights(); the int4
+  /// reduce-scatter gets one communicator per level of the data group's topology (collective over
+  /// the data group). Host memory only: NCCL's buffers would need the CUDA kernels wired in.
+  void make_quantized(bool weights, bool gradients, bool device_memory) {
+    if (!weights && !gradients) return;
+    if (device_memory) {
+      throw config_error("ZeRO++'s quantized exchanges run on host memory only for now (the CUDA kernels in "
+                         "compress/cuda/quantize.cuh are compiled but not wired into the engine)",
+                         weights ? "zero_optimization.zero_quantized_weights" : "zero_optimization.zero_quantized_gradients",
+                         "true");
+    }
+    if (weights) qwz_.emplace();
+    if (gradients) qgz_.emplace(data_, topology_.size() == data_.size() ? topology_ : comm::Topology::flat(data_.size()));
+  }
+  compress::QuantizedReduceScatter<Comm>* quantized_grads() noexcept { return qgz_ ? &*qgz_ : nullptr; }
+  compress::QuantizedStats* quantized_weights() noexcept { return qwz_ ? &*qwz_ : nullptr; }
+  const compress::QuantizedStats* quantized_grads_stats() const noexcept { return qgz_ ? &qgz_->stats() : nullptr; }
+  const compress::QuantizedStats* quantized_weights_stats() const noexcept { return qwz_ ? &*qwz_ : nullptr; }
+
   /// Bytes this rank sent over all of its communicators (ring convention), since construction.
   std::uint64_t wire_bytes() const noexcept {
     return data_.stats().total_wire_bytes() + (hpz_ ? hpz_->stats().total_wire_bytes() : 0) +
-           (world_ ? world_->stats().total_wire_bytes() : 0);
+           (world_ ? world_->stats().total_wire_bytes() : 0) + (qgz_ ? qgz_->stats().wire_bytes() : 0);
   }
 
   /// The number of gradient elements the global norm adds up over every rank, agreed by all (one
@@ -103,9 +140,41 @@ class EngineComms {
   }
 
  private:
+  template <comm::Communicator C>
+  static comm::Topology placed(comm::ProcessGrid<C>& grid, const comm::TopologyOptions& topology) {
+    if (topology.levels <= 1) return comm::Topology::flat(grid.data().size());
+    if constexpr (comm::uses_device_memory<C>) {
+      return comm::detect_topology(grid.data(), topology);  // refused below, with the reason
+    } else {
+      const std::vector<int> mine = comm::locate(grid.world(), topology);
+      return comm::gather_topology(grid.data(), mine);
+    }
+  }
+
+  /// The data group's communicator: `comm` itself, or a hierarchical one over it when the topology
+  /// has more than one level with more than one member.
+  template <comm::Communicator C>
+  Comm data_group(C& comm, comm::Topology topology, const comm::TopologyOptions& options, Ops& ops) {
+    topology_ = topology;
+    if (!topology.hierarchical()) return Comm(comm, ops);
+    if constexpr (comm::uses_device_memory<C>) {
+      throw config_error("hierarchical collectives need a host-memory communicator (threads, MPI); NCCL runs its "
+                         "own rings and trees across nodes: use topology 1 with it",
+                         std::string(comm::TopologyOptions::kKey), std::to_string(options.levels));
+    } else {
+      comm::HierarchicalCommunicator<C> h(comm, std::move(topology));
+      links_ = &h.link_stats();  // in the shared state the AnyCommunicator keeps alive
+      return Comm(comm::AnyCommunicator(std::move(h)), ops);
+    }
+  }
+
+  comm::Topology topology_;
+  const comm::LinkStats* links_ = nullptr;
   Comm data_;
   std::optional<Comm> hpz_;    // stage 3 with hpZ
   std::optional<Comm> world_;  // a grid with more than its data group
+  std::optional<compress::QuantizedStats> qwz_;                // qwZ: the int8 gathers' counters
+  std::optional<compress::QuantizedReduceScatter<Comm>> qgz_;  // qgZ: its level communicators
   GridPlace place_;
 };
 

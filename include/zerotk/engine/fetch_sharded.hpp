@@ -67,11 +67,12 @@ class ShardedFetch {
   /// hpZ's group size (1: off).
   static int hpz_group_size(const Stage3Options& o) noexcept { return o.reshard_after_forward.group_size(); }
 
-  /// A gather scope (Engine::gather): the buckets are held, outside the recorded order.
+  /// A gather scope (Engine::gather): the buckets are held, outside the recorded order, with the
+  /// shards' exact values (never qwZ's quantized ones).
   void hold(const ModuleEntry& m) {
     const Event e = event_of(m, Phase::forward);
-    for (const Unit& u : e.units) with_params(u, [&](auto& p) { p.fetch(u.bucket); });
-    for (const Unit& u : e.units) with_params(u, [&](auto& p) { p.acquire(u.bucket); });
+    for (const Unit& u : e.units) with_params(u, [&](auto& p) { p.fetch(u.bucket, true); });
+    for (const Unit& u : e.units) with_params(u, [&](auto& p) { p.acquire(u.bucket, true); });
   }
   void unhold(const ModuleEntry& m) { release(event_of(m, Phase::forward), /*reuse=*/false); }
 

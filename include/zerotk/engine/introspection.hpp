@@ -42,6 +42,21 @@ class Introspection {
   /// Stage 3 with hpZ (`Stage3Options::reshard_after_forward` = group(g), g > 1): the byte counters
   /// of this rank's group communicator, which carries the backward's gathers; null without hpZ.
   const comm::CommStats* group_comm_stats() const { return e().comms_.hpz() ? &e().comms_.hpz()->stats() : nullptr; }
+  /// The data group's topology (`communication.topology`; flat by default).
+  const comm::Topology& topology() const noexcept { return e().comms_.topology(); }
+  /// What the data group's hierarchical collectives sent per link level since construction (ring
+  /// convention, docs/comm.md); null when the topology is flat.
+  const comm::LinkStats* link_stats() const noexcept { return e().comms_.link_stats(); }
+  /// This rank's part of the data group's next micro-batch (engine/slow_ranks.hpp): which samples
+  /// to process and the weight of each sample's loss. Equal parts unless the slow-rank detector
+  /// rebalanced (communication.slow_node_action "rebalance"); needs
+  /// `communication.slow_ranks.micro_batch_size` (else samples 0, weight 1: keep your own batch).
+  BatchShare batch_share() const { return e().slow_.share(); }
+  /// ZeRO++ qwZ / qgZ: what the quantized gathers and reduce-scatters sent, per link level of the
+  /// data group's topology (qgZ) or in all (qwZ: its gathers also show in comm_stats() and, on a
+  /// topology, link_stats()); null when off.
+  const compress::QuantizedStats* quantized_weights_stats() const noexcept { return e().comms_.quantized_weights_stats(); }
+  const compress::QuantizedStats* quantized_gradients_stats() const noexcept { return e().comms_.quantized_grads_stats(); }
   /// Where this rank sits in the process grid (a plain communicator: one data group).
   const GridPlace& grid_place() const noexcept { return e().comms_.place(); }
   /// OffloadParams<Nvme>: fetches whose block was read ahead, fetches that read it themselves and

@@ -18,6 +18,7 @@
 #include "zerotk/compress/gradient_options.hpp"
 #include "zerotk/core/dtype.hpp"
 #include "zerotk/core/error.hpp"
+#include "zerotk/engine/communication.hpp"
 #include "zerotk/offload/options.hpp"
 #include "zerotk/optim/onebit_options.hpp"
 #include "zerotk/optim/optimizer.hpp"
@@ -111,6 +112,8 @@ struct EngineOptions : StepOptions, ModelOptions, zero::BucketOptions, offload::
   OneBitOptions onebit;
   /// GradientCompression<TopK|TwoBit|Sign>: topk_ratio and huffman_coding (ignored without one).
   compress::GradientCompressionOptions compression;
+  /// The data group's topology and the slow-rank detector (config: the `communication` block).
+  CommunicationOptions communication;
 
   /// Every part's values out of range, each naming the DeepSpeed key and the value (empty: none).
   /// `swaps`: the engine reads or writes a swap file (the aio block then matters).
@@ -122,6 +125,7 @@ struct EngineOptions : StepOptions, ModelOptions, zero::BucketOptions, offload::
     stage3.check(out);
     onebit.check(out);
     compression.check(out);
+    communication.check(out);
     return out;
   }
 

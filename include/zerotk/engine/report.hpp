@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "zerotk/engine/slow_ranks.hpp"
+
 namespace zerotk {
 
 /// Milliseconds spent in each phase since the previous report (DeepSpeed's wall_clock_breakdown names).
@@ -50,6 +52,12 @@ struct StepReport {
   /// all-reduces they stand in for.
   /// Equal to comm_wire_bytes when nothing was compressed.
   std::uint64_t comm_dense_bytes = 0;
+  /// The slow-rank detector is on (communication.slow_node_*; engine/slow_ranks.hpp): then
+  /// `compute_ms` is this rank's compute time in the step (outside the engine's calls), and
+  /// `slow_ranks` the ranks flagged slow as of this boundary (empty: none).
+  bool slow_rank_detection = false;
+  double compute_ms = 0;
+  std::vector<SlowRank> slow_ranks;
 
   /// comm_dense_bytes / comm_wire_bytes (1 when nothing was sent).
   double compression_ratio() const noexcept {

@@ -195,6 +195,15 @@ class TrainingLog {
     csv_.write("Train/Samples/comm_wire_bytes", byte_count(r.comm_wire_bytes), global_samples);
     csv_.write("Train/Samples/comm_dense_bytes", byte_count(r.comm_dense_bytes), global_samples);
     csv_.write("Train/Samples/compression_ratio", MetricValue(r.compression_ratio()), global_samples);
+    if (r.slow_rank_detection) {
+      // The slow-rank detector's rows (engine/slow_ranks.hpp): rank 0's own compute time, and the
+      // slowest flagged rank with its factor (-1 and 1.0 while none is flagged).
+      const SlowRank* worst = nullptr;
+      for (const SlowRank& x : r.slow_ranks) worst = !worst || x.factor > worst->factor ? &x : worst;
+      csv_.write("Train/Samples/compute_ms", MetricValue(r.compute_ms), global_samples);
+      csv_.write("Train/Samples/slow_rank", MetricValue(static_cast<std::int64_t>(worst ? worst->rank : -1)), global_samples);
+      csv_.write("Train/Samples/slow_rank_factor", MetricValue(worst ? worst->factor : 1.0), global_samples);
+    }
 
     if (options_.wall_clock_breakdown) {
       on_micro_step();
@@ -241,7 +250,8 @@ class TrainingLog {
 
   /// `step=20, skipped=1, lr=[0.0001], loss_scale=32768.0, grad_norm=0.8125, samples/s=1234.56`
   /// (loss_scale only with fp16; lr per parameter group, Python list style; `grad_norm=None` when
-  /// the report's norm is -1, i.e. non-finite, as DeepSpeed prints an overflow step's).
+  /// the report's norm is -1, i.e. non-finite, as DeepSpeed prints an overflow step's), then
+  /// `, slow_ranks=[1 (node7) 1.31x backward]` while the slow-rank detector flags ranks.
   std::string progress_line(const StepReport& r, double samples_per_s) const {
     std::string s = "step=";
     s += std::to_string(r.global_steps);
@@ -263,6 +273,19 @@ class TrainingLog {
     char buf[64];
     std::snprintf(buf, sizeof buf, ", samples/s=%.2f", samples_per_s);
     s += buf;
+    if (!r.slow_ranks.empty()) {  // `, slow_ranks=[1 (node7) 1.31x backward]`
+      s += ", slow_ranks=[";
+      for (std::size_t i = 0; i < r.slow_ranks.size(); ++i) {
+        const SlowRank& x = r.slow_ranks[i];
+        std::snprintf(buf, sizeof buf, "%s%d (", i ? ", " : "", x.rank);
+        s += buf;
+        s += x.host;
+        std::snprintf(buf, sizeof buf, ") %.2fx ", x.factor);
+        s += buf;
+        s += x.phase;
+      }
+      s += "]";
+    }
     return s;
   }
 

@@ -98,6 +98,13 @@ struct Stage3Options {
   /// (they do not count against `model_persistence_threshold`); their gradients and optimizer
   /// state are partitioned as usual.
   std::vector<std::string> replicated_module_types;
+  /// ZeRO++ qwZ (`zero_quantized_weights`): the layers' gathers from the primary shards travel as
+  /// int8 blocks (compress/quantized_collectives.hpp) and every rank computes with the dequantized
+  /// values; Engine::gather() scopes and persistent buckets are gathered exactly. Host memory only.
+  bool quantized_weights = false;
+  /// ZeRO++ qgZ (`zero_quantized_gradients`): the gradient reduce-scatter travels as int4 through
+  /// the topology's levels (all-to-all, fp32 sums). Host memory only.
+  bool quantized_gradients = false;
 
   /// What is out of range, naming DeepSpeed's key and the value (the sizes cannot be: unsigned).
   void check(std::vector<config_error>& out) const {

@@ -115,6 +115,7 @@ inline MPI_Datatype datatype(DType dt) {
 
 inline constexpr std::uint8_t kSplitKind = 100;      // split(color, key): not an OpKind
 inline constexpr std::uint8_t kSplitNodeKind = 101;  // split_node_local()
+inline constexpr std::uint8_t kSplitDomainKind = 102;  // split_domain_local(d): color = d
 
 inline bool has_reduce_op(OpKind k) noexcept {
   return k == OpKind::all_reduce || k == OpKind::reduce_scatter || k == OpKind::reduce;
@@ -190,6 +191,7 @@ inline Signature make_signature(OpKind k, std::uint64_t count, DType dt, ReduceO
 inline std::string describe(const Signature& s) {
   if (s.kind == kSplitKind) return "split(color " + std::to_string(s.color) + ", key " + std::to_string(s.key) + ")";
   if (s.kind == kSplitNodeKind) return "split_node_local()";
+  if (s.kind == kSplitDomainKind) return s.color == 0 ? "split_domain_local(socket)" : "split_domain_local(numa)";
   if (s.kind >= kOpKindCount) return "unknown call (kind " + std::to_string(s.kind) + ")";
   const auto k = static_cast<OpKind>(s.kind);
   std::string out(to_string(k));

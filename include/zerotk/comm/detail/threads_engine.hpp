@@ -288,6 +288,7 @@ struct Context {
   int world = 0;
   std::int64_t timeout_ms = 60000;        // initial timeout of every communicator of the world
   int ranks_per_node = 0;
+  int ranks_per_socket = 0;
   std::optional<ErrorInfo> abort;         // a rank failed: release everyone
   int abort_rank = -1;                    // world rank that failed first
   std::vector<char> exited;               // by world rank: its function returned

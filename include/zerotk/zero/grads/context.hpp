@@ -22,6 +22,7 @@
 
 #include "zerotk/comm/communicator.hpp"
 #include "zerotk/compress/gradient_options.hpp"
+#include "zerotk/compress/quantized_collectives.hpp"
 #include "zerotk/core/dtype.hpp"
 #include "zerotk/core/memory.hpp"
 #include "zerotk/device/ordered.hpp"
@@ -53,6 +54,12 @@ struct PathContext {
   /// GradientCompression's topk_ratio and huffman_coding (zero/grads/compressed_all_reduce.hpp);
   /// null: the defaults.
   const compress::GradientCompressionOptions* compression = nullptr;
+  /// Stage 3 with qgZ (Stage3Options::quantized_gradients): the data group's int4 reduce-scatter
+  /// through the topology's levels; null: the communicator's reduce-scatter.
+  compress::QuantizedReduceScatter<device::OrderedCommunicator<Ops>>* quantized_grads = nullptr;
+  /// Stage 3 with qwZ (Stage3Options::quantized_weights): where the int8 gathers count their
+  /// calls; null: plain gathers.
+  compress::QuantizedStats* quantized_weights = nullptr;
   int gradient_accumulation_steps = 1;
   bool overlap_comm = true;
   int bucket_buffers = 2;

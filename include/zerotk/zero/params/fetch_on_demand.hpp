@@ -27,6 +27,12 @@
 /// ends with commit_update() (or abort_update() when the step failed): a swapped home hands out a
 /// writer there and makes its blocks current only at the commit.
 ///
+/// qwZ (`PathContext::quantized_weights` set): the gathers the layers' scopes start move int8 blocks
+/// (compress/quantized_collectives.hpp, complete on return) and the bucket holds the dequantized
+/// values, the same on every rank; fetch(k, exact = true) (Engine::gather()) and the persistent
+/// buckets gather the values themselves. With hpZ the secondary slice keeps what the world's gather
+/// gave, so the backward computes with the forward's weights.
+///
 /// hpZ (`PathContext::group_comm` set, zero/params/secondary_shard.hpp): a bucket gathered over the
 /// world also refreshes this rank's secondary slice, and while that slice is current the next gather
 /// of the bucket (the backward's) runs on the group communicator instead. Every accessor through
@@ -60,7 +66,8 @@ class FetchOnDemand {
   FetchOnDemand(const PathContext<Ops>& c, const Options& o)
       : c_(c),
         shard_(*c.ops, *c.layout, c.rank(), c.ledger, o.home),
-        state_(c.layout->buckets().size()) {
+        state_(c.layout->buckets().size()),
+        secondary_quantized_(c.layout->buckets().size(), 0) {
     const auto buckets = c.layout->buckets();
     for (std::size_t k = 0; k < buckets.size(); ++k) {
       if (k < o.persistent.size() && o.persistent[k]) {
@@ -167,10 +174,21 @@ class FetchOnDemand {
   /// The home itself (tests and statistics).
   const Home& home() const noexcept { return shard_; }
 
-  /// Starts gathering bucket k unless it is resident or in flight.
-  void fetch(std::size_t k) {
+  /// Starts gathering bucket k unless it is resident or in flight. `exact`: the values must be the
+  /// shards' own (Engine::gather() scopes), never qwZ's dequantized ones; a bucket resident with
+  /// those is gathered again.
+  void fetch(std::size_t k, bool exact = false) {
     State& s = state_[k];
+    if (resident(k) && exact && s.quantized) {
+      if (s.holds > 0) {
+        throw usage_error("a gather scope needs the exact values of a bucket a layer scope holds quantized (qwZ); "
+                          "close the layer's scopes first",
+                          "FetchOnDemand", std::to_string(k));
+      }
+      evict(k);
+    }
     if (resident(k)) return;
+    exact_ = exact;
     if (s.persistent) {  // its own buffer: gathered on first use and again after every update
       s.stale = false;
       try {
@@ -205,12 +223,15 @@ class FetchOnDemand {
     s.gathering = false;
     --pending_;
     s.work.wait();
-    if (s.from_world && secondary_) secondary_->keep(k, buffer(k));
+    if (s.from_world && secondary_) {
+      secondary_->keep(k, buffer(k));
+      secondary_quantized_[k] = s.quantized;  // its slice holds what the gather gave
+    }
     if (on_residency_) on_residency_(k, buffer(k));
   }
 
-  void acquire(std::size_t k) {
-    fetch(k);
+  void acquire(std::size_t k, bool exact = false) {
+    fetch(k, exact);
     if (state_[k].holds++ == 0 && !state_[k].persistent) held_numel_ += c_.layout->buckets()[k].numel;
     wait(k);
   }
@@ -280,6 +301,7 @@ class FetchOnDemand {
     bool persistent = false;
     bool stale = true;     ///< persistent buckets: the buffer does not hold the shards' current values
     bool from_world = false;  ///< the gather in flight reads the primary shards (hpZ: refresh the slice)
+    bool quantized = false;   ///< the values are qwZ's dequantized ones
   };
 
   T* buffer(std::size_t k) noexcept {
@@ -291,14 +313,23 @@ class FetchOnDemand {
   void start_gather(std::size_t k) {
     const Bucket& b = c_.layout->buckets()[k];
     State& s = state_[k];
-    s.from_world = !(secondary_ && secondary_->current(k));
+    const bool from_secondary = secondary_ && secondary_->current(k) && !(exact_ && secondary_quantized_[k]);
+    s.from_world = !from_secondary;
     if (s.from_world) {
       T* out = buffer(k);
       T* slot = out + static_cast<std::size_t>(c_.rank()) * b.block;  // in place when the home stages
       const T* send = shard_.gather_source(*c_.ops, k, slot);
+      // qwZ: the layers' gathers as int8 blocks (complete on return); gather scopes and persistent
+      // buckets exact.
+      s.quantized = c_.quantized_weights != nullptr && !exact_ && !s.persistent;
       // (void): nvcc takes the Work& an assignment returns for a discarded [[nodiscard]] Work.
-      (void)(s.work = c_.comm->all_gather(send, out, b.block, dtype_of_v<T>));
+      if (s.quantized) {
+        (void)(s.work = compress::quantized_all_gather(*c_.comm, send, out, b.block, quantized_scratch_, c_.quantized_weights));
+      } else {
+        (void)(s.work = c_.comm->all_gather(send, out, b.block, dtype_of_v<T>));
+      }
     } else {
+      s.quantized = secondary_quantized_[k];
       (void)(s.work = secondary_->gather(k, buffer(k)));
     }
     s.gathering = true;
@@ -314,6 +345,9 @@ class FetchOnDemand {
   std::function<void(std::size_t, T*)> on_residency_;
   std::optional<SecondaryShard<T, Ops>> secondary_;          // hpZ only
   std::size_t slot_numel_ = 0, live_numel_ = 0, held_numel_ = 0, pending_ = 0;
+  std::vector<std::uint8_t> quantized_scratch_;  // qwZ: the W int8 records of one gather
+  std::vector<char> secondary_quantized_;        // [bucket] hpZ: the slice came from a qwZ gather
+  bool exact_ = false;                           // the fetch being started needs exact values
 };
 
 }  // namespace zerotk::zero
