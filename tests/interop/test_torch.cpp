@@ -808,6 +808,29 @@ DOCTEST_TEST_CASE("torch: frozen parameters stay the module's; an unused one get
   DOCTEST_CHECK(!torch::equal(net->unused->weight, unused_before));
 }
 
+DOCTEST_TEST_CASE("torch: NVMe offload (Offload<Nvme> and OffloadParams<Nvme> at stage 3) changes no bit") {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("zerotk_interop_torch_nvme_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const Data data = Data::draw<MlpTask>(10, 2);
+  EngineOptions o = adamw_options();
+  o.nvme.path = dir;        // offload_optimizer.nvme_path
+  o.param_nvme.path = dir;  // offload_param.nvme_path
+  const Run s2 = train_zerotk<MlpTask, TorchEngine<2>>(2, data);
+  const Run nvme = train_zerotk<MlpTask, TorchEngine<3, Offload<Nvme>, OffloadParams<Nvme>>>(2, data, o);
+  DOCTEST_CHECK(nvme.params == s2.params);
+  DOCTEST_CHECK(nvme.losses == s2.losses);
+  DOCTEST_CHECK(nvme.empty_outside_scopes);
+  // The master and the parameter shards live in the swap files, not in host memory.
+  DOCTEST_CHECK(nvme.disk_master_bytes > 0);
+  DOCTEST_CHECK(nvme.disk_params_bytes > 0);
+  DOCTEST_CHECK(nvme.host_master_bytes == 0);
+  DOCTEST_CHECK(nvme.pinned_master_bytes == 0);
+  DOCTEST_CHECK(std::filesystem::is_empty(dir));  // the engines removed their swap files
+  std::filesystem::remove_all(dir);
+}
+
 namespace {
 /// A Linear followed by dropout, one child: at stage 3 (and under grads.checkpoint) the child is
 /// recomputed in backward, and its mask must be the forward's.
