@@ -1077,3 +1077,49 @@ DOCTEST_TEST_CASE("torch: an error inside backward on one rank reaches every ran
   }
 }
 
+#if ZEROTK_HAS_XXHASH && ZEROTK_HAS_JSON
+namespace {
+/// Writes `flat` (flatten()'s order) into the module's parameters.
+void load_flat(torch::nn::Module& m, const std::vector<float>& flat) {
+  torch::NoGradGuard no_grad;
+  std::size_t at = 0;
+  for (auto& p : unique_params(m)) {
+    std::memcpy(p.data_ptr<float>(), flat.data() + at, static_cast<std::size_t>(p.numel()) * sizeof(float));
+    at += static_cast<std::size_t>(p.numel());
+  }
+  DOCTEST_REQUIRE(at == flat.size());
+}
+}  // namespace
+
+DOCTEST_TEST_CASE("torch: a checkpoint saved from a torch model exports to safetensors holding its parameters bitwise") {
+  // The checkpoint and a reference dump of the module's tensors stay in the build tree for CTest
+  // interop_torch_zerotk_ckpt, which exports the same checkpoint with the zerotk-ckpt tool and reads
+  // it back with tests/checkpoint/read_safetensors.py (Python's standard library only).
+  const std::filesystem::path dir = std::filesystem::path(ZEROTK_TEST_BINARY_DIR) / "torch_export";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  constexpr int kSteps = 4;
+  const Data data = Data::draw<MlpTask>(kSteps, 2);
+  // Stage 2 on 2 ranks: each rank saves its half of the fp32 master; the export joins the halves.
+  const Run saved = train_zerotk<MlpTask, TorchEngine<2>>(2, data, adamw_options(), {"", (dir / "ckpt").string(), 0});
+  const checkpoint::ExportResult r = checkpoint::export_safetensors(dir / "ckpt", dir / "in_process.safetensors");
+  DOCTEST_CHECK(r.tensors == 6);
+  MlpTask::Net trained = MlpTask::make();  // named_parameters() and shapes of the model, values of the trained one
+  load_flat(*trained, saved.params);
+  DOCTEST_CHECK(tensors_equal_module(dir / "in_process.safetensors", *trained) == 6);
+
+  zt_test::ReferenceDump ref;
+  ref.metadata("format", "pt");
+  ref.metadata("zerotk_tag", r.tag);
+  ref.metadata("zerotk_global_steps", std::to_string(kSteps));
+  ref.metadata("zerotk_world_size", "2");
+  ref.metadata("zerotk_stage", "2");
+  for (const auto& item : trained->named_parameters()) {
+    const torch::Tensor p = item.value().detach().contiguous();
+    std::vector<std::uint64_t> shape;
+    for (std::int64_t d : p.sizes()) shape.push_back(static_cast<std::uint64_t>(d));
+    ref.tensor(item.key(), "F32", shape, zt_test::le_bytes({p.data_ptr<float>(), static_cast<std::size_t>(p.numel())}));
+  }
+  ref.write(dir, "torch");
+}
+#endif
