@@ -727,6 +727,16 @@ DOCTEST_TEST_CASE("torch: what cannot be bound is refused, naming the parameter"
       DOCTEST_CHECK_THROWS_WITH_AS(TorchGradients(engine, model), doctest::Contains("head.weight"), usage_error);
     });
   }
+  DOCTEST_SUBCASE("overlap_param_gather (the forward would read parameters before their gather ends)") {
+    comm::run_threads(1, [&](auto& comm) {
+      torch::nn::Linear l(3, 2);
+      TorchModel model(*l);
+      EngineOptions o = adamw_options();
+      o.overlap_param_gather = true;
+      E engine(comm, model, o);
+      DOCTEST_CHECK_THROWS_WITH_AS(TorchGradients(engine, model), doctest::Contains("overlap_param_gather"), usage_error);
+    });
+  }
   DOCTEST_SUBCASE("a sparse gradient") {
     comm::run_threads(1, [&](auto& comm) {
       torch::nn::Embedding emb(torch::nn::EmbeddingOptions(5, 3).sparse(true));

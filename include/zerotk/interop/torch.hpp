@@ -410,6 +410,13 @@ class TorchGradients {
                         "is not supported there (use stages 0-2, or keep the tied modules in one child)",
                         model.cross_unit_aliases().front().first, model.cross_unit_aliases().front().second);
     }
+    if (!kSharded && engine.options().overlap_param_gather) {
+      // Its forward scopes would wait for the updated parameters' all-gather; a torch module's
+      // forward reads them without any scope, possibly before the gather has finished.
+      throw usage_error("overlap_param_gather cannot be used with a torch module: its forward reads the parameters "
+                        "outside zerotk's scopes, before the all-gather of the update may have finished",
+                        "EngineOptions::overlap_param_gather", "true");
+    }
     units_.reserve(model.size());
     hooks_.reserve(model.size());
     for (std::size_t i = 0; i < model.size(); ++i) {
