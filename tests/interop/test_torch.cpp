@@ -1027,7 +1027,7 @@ bool contains(const std::string& s, const std::string& part) { return s.find(par
 
 DOCTEST_TEST_CASE("torch: an error inside backward on one rank reaches every rank at step(), naming that rank and why") {
   // Without the agreement the other ranks would go on into step()'s reductions, which the failed
-  // rank never joins, and wait there until the communicator's timeout (60 s; MPI: forever). Here
+  // rank never joins, and wait there until the communicator's timeout (60 s by default). Here
   // each rank catches its own error: the bystanders' must be the agreed usage_error, not a
   // comm_error from a timeout or from mismatched calls.
   DOCTEST_SUBCASE("stage 2, 3 ranks: rank 1's hook finds a re-allocated tensor") {
