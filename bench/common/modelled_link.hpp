@@ -24,6 +24,7 @@
 #include <memory>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "zerotk/comm/communicator.hpp"
 #include "zerotk/core/error.hpp"
@@ -68,6 +69,16 @@ class ModelledLink {
   /// Time the link has been busy so far (what the operations cost by the model, queueing aside).
   std::chrono::microseconds busy() const { return busy_; }
 
+  /// One operation as the model scheduled it: issued by the caller, started on the link (after the
+  /// operations before it), done (its wait() returns no earlier).
+  struct Op {
+    Clock::time_point issued, start, done;
+    std::uint64_t wire_bytes = 0;
+  };
+  /// Every operation so far, in issue order (tests/interop counts those that started before
+  /// loss.backward() returned).
+  const std::vector<Op>& ops() const noexcept { return ops_; }
+
  private:
   struct State final : zerotk::comm::WorkState {
     zerotk::comm::Work inner;
@@ -86,10 +97,12 @@ class ModelledLink {
   };
   zerotk::comm::Work delayed(zerotk::comm::Work w, std::uint64_t bytes) {
     // The link is busy with earlier operations first: operations queue behind each other.
-    const auto start = std::max(Clock::now(), link_free_);
+    const auto now = Clock::now();
+    const auto start = std::max(now, link_free_);
     const auto busy = latency_ + std::chrono::microseconds(static_cast<long long>(double(bytes) / bytes_per_us_));
     link_free_ = start + busy;
     busy_ += busy;
+    ops_.push_back(Op{now, start, link_free_, bytes});
     auto s = std::make_unique<State>();
     s->inner = std::move(w);
     s->done_at = link_free_;
@@ -100,6 +113,7 @@ class ModelledLink {
   std::chrono::microseconds latency_;
   Clock::time_point link_free_{};
   std::chrono::microseconds busy_{0};
+  std::vector<Op> ops_;
 };
 
 }  // namespace zerotk::bench

@@ -7,8 +7,10 @@
 //       [--steps 300] [--config ds_config.json]
 //   mpirun -np 2 build/default/examples/04_libtorch_gpt/zerotk_example_04_libtorch_gpt --mpi
 //
-// Prints the loss every 50 steps, the held-out accuracy of greedy decoding, and a checksum of the
-// final parameters' bits (equal across stages 0-3: CTest's example.04_libtorch_gpt_stages checks it).
+// Prints DeepSpeed's step lines every steps_per_print steps and a progress line with the loss
+// (the config's csv_monitor writes DeepSpeed's csv files), the held-out accuracy of greedy decoding,
+// and a checksum of the final parameters' bits (equal across stages 0-3: CTest's
+// example.04_libtorch_gpt_stages checks it).
 #include <torch/torch.h>
 
 #include <zerotk/comm/threads.hpp>
@@ -16,6 +18,8 @@
 #include <zerotk/engine.hpp>
 #include <zerotk/engine_config.hpp>
 #include <zerotk/interop/torch.hpp>
+#include <zerotk/monitor/progress.hpp>
+#include <zerotk/monitor/training_log.hpp>
 #if ZEROTK_HAS_MPI
 #include <zerotk/comm/mpi.hpp>
 #endif
@@ -27,89 +31,16 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <random>
+#include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "gpt.hpp"
+
 namespace {
 
-constexpr int kDigits = 8, kSeparator = 10, kVocab = 11, kSeq = 2 * kDigits;  // model reads 16 tokens
-
-struct BlockImpl : torch::nn::Module {
-  BlockImpl(int dim, int heads) : heads_(heads) {
-    ln1 = register_module("ln1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({dim})));
-    qkv = register_module("qkv", torch::nn::Linear(dim, 3 * dim));
-    proj = register_module("proj", torch::nn::Linear(dim, dim));
-    ln2 = register_module("ln2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({dim})));
-    fc = register_module("fc", torch::nn::Linear(dim, 4 * dim));
-    out = register_module("out", torch::nn::Linear(4 * dim, dim));
-  }
-  torch::Tensor forward(torch::Tensor x) {  // [B, T, C]
-    const std::int64_t b = x.size(0), t = x.size(1), c = x.size(2), hd = c / heads_;
-    const std::vector<torch::Tensor> parts = qkv(ln1(x)).chunk(3, -1);
-    const auto heads = [&](const torch::Tensor& z) { return z.reshape({b, t, heads_, hd}).transpose(1, 2); };
-    const torch::Tensor q = heads(parts[0]), k = heads(parts[1]), v = heads(parts[2]);
-    const torch::Tensor causal = torch::ones({t, t}, torch::kBool).triu(1);
-    const torch::Tensor att =
-        (q.matmul(k.transpose(-2, -1)) / std::sqrt(double(hd))).masked_fill(causal, -INFINITY).softmax(-1);
-    x = x + proj(att.matmul(v).transpose(1, 2).reshape({b, t, c}));
-    return x + out(torch::gelu(fc(ln2(x))));
-  }
-  std::int64_t heads_;
-  torch::nn::LayerNorm ln1{nullptr}, ln2{nullptr};
-  torch::nn::Linear qkv{nullptr}, proj{nullptr}, fc{nullptr}, out{nullptr};
-};
-TORCH_MODULE(Block);
-
-/// Children tok, pos, block0.., ln_f, head: each one fetch unit at stage 3.
-struct GptImpl : torch::nn::Module {
-  GptImpl(int dim, int heads, int layers) {
-    tok = register_module("tok", torch::nn::Embedding(kVocab, dim));
-    pos = register_module("pos", torch::nn::Embedding(kSeq, dim));
-    for (int i = 0; i < layers; ++i) blocks.push_back(register_module("block" + std::to_string(i), Block(dim, heads)));
-    ln_f = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({dim})));
-    head = register_module("head", torch::nn::Linear(dim, kVocab));
-  }
-  /// `run(name, fn, x)`: the adapter's TorchGradients::forward in training, a plain call elsewhere.
-  template <class Run>
-  torch::Tensor forward(const torch::Tensor& idx, Run&& run) {
-    const torch::Tensor positions = torch::arange(idx.size(1), torch::kLong);
-    torch::Tensor h = run("tok", [m = tok](const torch::Tensor& in) mutable { return m(in); }, idx) +
-                      run("pos", [m = pos](const torch::Tensor& in) mutable { return m(in); }, positions);
-    for (std::size_t i = 0; i < blocks.size(); ++i)
-      h = run("block" + std::to_string(i), [m = blocks[i]](const torch::Tensor& in) mutable { return m(in); }, h);
-    h = run("ln_f", [m = ln_f](const torch::Tensor& in) mutable { return m(in); }, h);
-    return run("head", [m = head](const torch::Tensor& in) mutable { return m(in); }, h);
-  }
-  torch::nn::Embedding tok{nullptr}, pos{nullptr};
-  std::vector<Block> blocks;
-  torch::nn::LayerNorm ln_f{nullptr};
-  torch::nn::Linear head{nullptr};
-};
-TORCH_MODULE(Gpt);
-
-const auto plain_call = [](const std::string&, auto&& fn, const torch::Tensor& x) { return fn(x); };
-
-/// `count` examples of 8 digits, separator, the digits sorted: [count, 17] int64.
-torch::Tensor sort_examples(std::uint64_t seed, int count) {
-  std::mt19937_64 gen(seed);
-  std::vector<std::int64_t> v(static_cast<std::size_t>(count) * (kSeq + 1));
-  for (int n = 0; n < count; ++n) {
-    std::int64_t* e = v.data() + static_cast<std::size_t>(n) * (kSeq + 1);
-    for (int j = 0; j < kDigits; ++j) e[j] = static_cast<std::int64_t>(gen() % 10);
-    e[kDigits] = kSeparator;
-    std::copy(e, e + kDigits, e + kDigits + 1);
-    std::sort(e + kDigits + 1, e + kSeq + 1);
-  }
-  return torch::from_blob(v.data(), {count, kSeq + 1}, torch::kLong).clone();
-}
-
-/// Cross entropy of the 8 answer digits (positions 8..15 predict tokens 9..16).
-torch::Tensor answer_loss(const torch::Tensor& logits, const torch::Tensor& batch) {
-  const torch::Tensor l = logits.slice(1, kDigits, kSeq).reshape({-1, kVocab});
-  const torch::Tensor y = batch.slice(1, kDigits + 1, kSeq + 1).reshape({-1});
-  return torch::nn::functional::cross_entropy(l, y);
-}
+using namespace gpt04;
 
 /// Greedy decoding of held-out examples: the fraction sorted entirely right.
 double accuracy(Gpt& net, int count) {
@@ -133,6 +64,7 @@ std::string arg(int argc, char** argv, const char* name, const std::string& fall
 /// What the flags stand for, as a DeepSpeed config (the same keys a --config file gives).
 std::string default_config(int stage, int steps) {
   return R"({"train_batch_size": 64, "gradient_accumulation_steps": 1, "gradient_clipping": 1.0,
+  "steps_per_print": 50,
   "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.01}},
   "scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": )" +
          std::to_string(steps) + R"(, "warmup_num_steps": 30, "warmup_type": "linear", "cos_min_ratio": 0.1}},
@@ -188,6 +120,12 @@ void train(const zerotk::config::Config& cfg, const Launch& launch, int steps, R
     if (auto s = zerotk::lr_scheduler(cfg)) engine.set_scheduler(*s);
     zerotk::interop::TorchGradients grads(engine, model);
     const auto run = [&](const std::string& name, auto&& fn, const torch::Tensor& x) { return grads.forward(name, fn, x); };
+    // The config's csv_monitor, steps_per_print and wall_clock_breakdown, in DeepSpeed's formats
+    // (docs/monitor.md; rank 0 writes), and a progress line with the loss on rank 0.
+    zerotk::monitor::TrainingLog log(zerotk::monitor::TrainingLogOptions::from(cfg, static_cast<int>(rank)));
+    std::optional<zerotk::monitor::ProgressLine> progress;
+    if (rank == 0) progress.emplace(steps, std::cout, zerotk::monitor::ProgressOptions{.tty = zerotk::monitor::is_terminal(stdout)});
+    std::int64_t samples = 0;
     for (int s = 0; s < steps; ++s) {
       zerotk::StepReport r;
       for (int m = 0; m < gas; ++m) {
@@ -195,13 +133,17 @@ void train(const zerotk::config::Config& cfg, const Launch& launch, int steps, R
         const torch::Tensor loss = answer_loss(net->forward(batch.slice(1, 0, kSeq), run), batch);
         grads.backward(loss);
         r = grads.step(loss.item<double>());
+        if (!r.boundary) log.on_micro_step();
       }
+      samples += cfg.train_batch_size;
+      log.on_boundary_loss(r.loss, samples - cfg.train_batch_size);  // train_loss: the samples before the step
+      log.on_step(r, samples);                                       // the rest: the samples after it
       if (rank != 0) continue;
+      progress->update(s + 1, r.loss);
       if (s == 0) out.first_loss = r.loss;
       out.last_loss = r.loss;
-      if (s % 50 == 0 || s + 1 == steps)
-        std::printf("step %4d  loss %.4f  lr %.5f  grad_norm %.3f\n", s, r.loss, r.lr, r.grad_norm);
     }
+    if (progress) progress->finish();
     grads.release_module();  // the module keeps its trained values (collective at stage 3)
   };
 #if ZEROTK_HAS_MPI

@@ -27,3 +27,17 @@ TEST_CASE("each error type is catchable as its own type and as zerotk::error") {
   CHECK(u.kind() == ErrorKind::usage);
   CHECK(to_text(3.5) == "3.5");
 }
+
+TEST_CASE("throw_error throws the typed error of a kind (a kind passed on from another rank)") {
+  CHECK_THROWS_AS(throw_error(ErrorKind::config, "m"), config_error);
+  CHECK_THROWS_AS(throw_error(ErrorKind::comm, "m"), comm_error);
+  CHECK_THROWS_AS(throw_error(ErrorKind::io, "m"), io_error);
+  CHECK_THROWS_AS(throw_error(ErrorKind::numerics, "m"), numerics_error);
+  CHECK_THROWS_AS(throw_error(ErrorKind::usage, "m"), usage_error);
+  try {
+    throw_error(ErrorKind::io, "short read", "rank1.bin:64", "12 bytes");
+  } catch (const error& e) {
+    CHECK(e.kind() == ErrorKind::io);
+    CHECK(std::string(e.what()) == "zerotk io error at rank1.bin:64: short read (got 12 bytes)");
+  }
+}

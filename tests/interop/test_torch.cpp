@@ -1,24 +1,34 @@
 // The libtorch adapter (zerotk/interop/torch.hpp): a torch::nn::Sequential trained with one
 // loss.backward() per step on thread ranks, against a plain libtorch data-parallel loop written
-// here (gradients averaged by hand, torch::optim::AdamW), across stages 0-2, and its errors.
+// here (gradients averaged by hand, torch::optim::AdamW), across stages 0-3, with offload,
+// checkpoints and their export, recomputed dropout, a modelled network link, and its errors.
 // glog (through libtorch) defines CHECK too: use doctest's prefixed macros only.
 #define DOCTEST_CONFIG_NO_SHORT_MACRO_NAMES
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <functional>
 #include <limits>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include <zerotk/comm/threads.hpp>
 #include <zerotk/engine.hpp>
 #include <zerotk/interop/torch.hpp>
-#if ZEROTK_HAS_XXHASH
-#include <filesystem>
-#include <unistd.h>
 
+#include "common/modelled_link.hpp"  // bench/common: the threads communicator slowed to a modelled link
+#if ZEROTK_HAS_XXHASH
 #include <zerotk/checkpoint.hpp>
+#include <zerotk/checkpoint/export.hpp>
+
+#include "../checkpoint/reference_dump.hpp"  // the dump read_safetensors.py compares a file with
 #endif
 #if ZEROTK_HAS_XXHASH && ZEROTK_HAS_JSON
 #include <fstream>
@@ -148,6 +158,8 @@ struct Run {
   std::vector<float> params;     // rank 0's parameters after the last step (the engine gone), flattened
   std::size_t params_bytes = 0, grads_bytes = 0, master_bytes = 0, optim_bytes = 0;  // rank 0's ledger
   std::size_t pinned_master_bytes = 0, pinned_params_bytes = 0;  // of which in pinned host memory
+  std::size_t disk_master_bytes = 0, disk_params_bytes = 0;      // and of which on disk (NVMe offload)
+  std::size_t host_master_bytes = 0;                             // in plain host memory
   double psi = 0, psi_padded = 0;
   std::size_t buckets = 0;
   bool empty_outside_scopes = false;
@@ -221,6 +233,9 @@ Run train_zerotk(int world, const Data& data, EngineOptions o = adamw_options(),
         run.master_bytes = m.live(MemoryCategory::master32);
         run.pinned_master_bytes = m.live(MemorySpace::pinned_host, MemoryCategory::master32);
         run.pinned_params_bytes = m.live(MemorySpace::pinned_host, MemoryCategory::params16);
+        run.disk_master_bytes = m.live(MemorySpace::disk, MemoryCategory::master32);
+        run.disk_params_bytes = m.live(MemorySpace::disk, MemoryCategory::params16);
+        run.host_master_bytes = m.live(MemorySpace::host, MemoryCategory::master32);
         run.optim_bytes = m.live(MemoryCategory::optimizer_state);
         run.psi = static_cast<double>(engine.parameter_count());
         run.psi_padded = static_cast<double>(engine.flat_numel());
@@ -490,11 +505,12 @@ DOCTEST_TEST_CASE("torch: stage 3 after the forward: NaN written over the releas
 }
 
 namespace {
-/// The MLP with every child run through grads.checkpoint (activation checkpointing).
-template <class E>
-std::vector<float> train_checkpointed(const Data& data) {
-  std::vector<MlpTask::Net> nets{MlpTask::make(), MlpTask::make()};
-  comm::run_threads(2, [&](auto& comm) {
+/// The task's Sequential with every child run through grads.checkpoint (activation checkpointing).
+template <class E, class Task = MlpTask>
+std::vector<float> train_checkpointed(const Data& data, int world = 2) {
+  std::vector<typename Task::Net> nets;
+  for (int r = 0; r < world; ++r) nets.push_back(Task::make());
+  comm::run_threads(world, [&](auto& comm) {
     at::set_num_threads(1);
     const auto r = static_cast<std::size_t>(comm.rank());
     TorchModel model(*nets[r]);
@@ -527,6 +543,36 @@ DOCTEST_TEST_CASE("torch: activation checkpointing of children (grads.checkpoint
 }
 
 #if ZEROTK_HAS_XXHASH && ZEROTK_HAS_JSON
+namespace {
+/// Reads the safetensors `file` by hand (8-byte little-endian header size, a JSON header, the data;
+/// no zerotk or torch reader) and checks that it holds exactly the module's named_parameters(), each
+/// F32 with the tensor's shape and bits. Returns how many matched.
+std::size_t tensors_equal_module(const std::filesystem::path& file, torch::nn::Module& module) {
+  std::ifstream in(file, std::ios::binary);
+  std::uint64_t header_bytes = 0;
+  in.read(reinterpret_cast<char*>(&header_bytes), 8);
+  std::string header(header_bytes, '\0');
+  in.read(header.data(), static_cast<std::streamsize>(header_bytes));
+  const std::vector<char> body((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const nlohmann::json j = nlohmann::json::parse(header);
+  std::size_t matched = 0;
+  for (const auto& item : module.named_parameters()) {
+    DOCTEST_REQUIRE(j.contains(item.key()));
+    const auto& t = j[item.key()];
+    DOCTEST_CHECK(t["dtype"] == "F32");
+    const torch::Tensor p = item.value().detach().contiguous();
+    DOCTEST_CHECK(t["shape"].get<std::vector<std::int64_t>>() == p.sizes().vec());
+    const std::size_t begin = t["data_offsets"][0], end = t["data_offsets"][1];
+    DOCTEST_REQUIRE(end - begin == static_cast<std::size_t>(p.numel()) * sizeof(float));
+    DOCTEST_REQUIRE(end <= body.size());
+    DOCTEST_CHECK(std::memcmp(body.data() + begin, p.data_ptr(), end - begin) == 0);
+    ++matched;
+  }
+  DOCTEST_CHECK(j.size() - (j.contains("__metadata__") ? 1 : 0) == matched);  // nothing else in the file
+  return matched;
+}
+}  // namespace
+
 DOCTEST_TEST_CASE("torch: save_16bit_model at stage 3 writes safetensors that read back as the module's parameters") {
   const std::filesystem::path file =
       std::filesystem::temp_directory_path() / ("zerotk_interop_torch_" + std::to_string(::getpid()) + ".safetensors");
@@ -546,26 +592,7 @@ DOCTEST_TEST_CASE("torch: save_16bit_model at stage 3 writes safetensors that re
     checkpoint::save_16bit_model(engine, model, comm, file);
     grads.release_module();
   });
-  // safetensors, read by hand: 8-byte little-endian header size, a JSON header, then the data.
-  std::ifstream in(file, std::ios::binary);
-  std::uint64_t header_bytes = 0;
-  in.read(reinterpret_cast<char*>(&header_bytes), 8);
-  std::string header(header_bytes, '\0');
-  in.read(header.data(), static_cast<std::streamsize>(header_bytes));
-  const std::vector<char> body((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const nlohmann::json j = nlohmann::json::parse(header);
-  std::size_t matched = 0;
-  for (const auto& item : nets[0]->named_parameters()) {
-    DOCTEST_REQUIRE(j.contains(item.key()));
-    const auto& t = j[item.key()];
-    DOCTEST_CHECK(t["dtype"] == "F32");
-    const std::size_t begin = t["data_offsets"][0], end = t["data_offsets"][1];
-    const torch::Tensor p = item.value().detach().contiguous();
-    DOCTEST_REQUIRE(end - begin == static_cast<std::size_t>(p.numel()) * sizeof(float));
-    DOCTEST_CHECK(std::memcmp(body.data() + begin, p.data_ptr(), end - begin) == 0);
-    ++matched;
-  }
-  DOCTEST_CHECK(matched == 6);
+  DOCTEST_CHECK(tensors_equal_module(file, *nets[0]) == 6);
   std::filesystem::remove(file);
 }
 #endif
@@ -700,6 +727,16 @@ DOCTEST_TEST_CASE("torch: what cannot be bound is refused, naming the parameter"
       DOCTEST_CHECK_THROWS_WITH_AS(TorchGradients(engine, model), doctest::Contains("head.weight"), usage_error);
     });
   }
+  DOCTEST_SUBCASE("overlap_param_gather (the forward would read parameters before their gather ends)") {
+    comm::run_threads(1, [&](auto& comm) {
+      torch::nn::Linear l(3, 2);
+      TorchModel model(*l);
+      EngineOptions o = adamw_options();
+      o.overlap_param_gather = true;
+      E engine(comm, model, o);
+      DOCTEST_CHECK_THROWS_WITH_AS(TorchGradients(engine, model), doctest::Contains("overlap_param_gather"), usage_error);
+    });
+  }
   DOCTEST_SUBCASE("a sparse gradient") {
     comm::run_threads(1, [&](auto& comm) {
       torch::nn::Embedding emb(torch::nn::EmbeddingOptions(5, 3).sparse(true));
@@ -707,7 +744,8 @@ DOCTEST_TEST_CASE("torch: what cannot be bound is refused, naming the parameter"
       E engine(comm, model, adamw_options());
       TorchGradients grads(engine, model);
       torch::Tensor loss = emb(torch::tensor({1, 2}, torch::kLong)).sum();
-      DOCTEST_CHECK_THROWS_WITH_AS(grads.backward(loss), doctest::Contains("sparse"), usage_error);
+      grads.backward(loss);  // the hook keeps the error; step() throws it (after agreeing across ranks)
+      DOCTEST_CHECK_THROWS_WITH_AS(static_cast<void>(grads.step(0.0)), doctest::Contains("sparse"), usage_error);
     });
   }
   DOCTEST_SUBCASE("a sparse parameter") {
@@ -724,7 +762,8 @@ DOCTEST_TEST_CASE("torch: what cannot be bound is refused, naming the parameter"
       TorchGradients grads(engine, model);
       const torch::Tensor loss = l(torch::ones({1, 3})).sum();
       loss.backward({}, /*retain_graph=*/true);
-      DOCTEST_CHECK_THROWS_WITH_AS(loss.backward(), doctest::Contains("second gradient"), usage_error);
+      loss.backward();
+      DOCTEST_CHECK_THROWS_WITH_AS(static_cast<void>(grads.step(0.0)), doctest::Contains("second gradient"), usage_error);
     });
   }
   DOCTEST_SUBCASE("a module converted after wrapping") {
@@ -737,7 +776,7 @@ DOCTEST_TEST_CASE("torch: what cannot be bound is refused, naming the parameter"
       DOCTEST_CHECK_THROWS_WITH_AS(static_cast<void>(grads.step(0.0)), doctest::Contains("weight"), usage_error);
     });
   }
-  DOCTEST_SUBCASE("a tensor re-allocated after wrapping, found in backward") {
+  DOCTEST_SUBCASE("a tensor re-allocated after wrapping, found by its hook in backward") {
     comm::run_threads(1, [&](auto& comm) {
       torch::nn::Linear l(3, 2);
       TorchModel model(*l);
@@ -748,7 +787,9 @@ DOCTEST_TEST_CASE("torch: what cannot be bound is refused, naming the parameter"
         l->bias.set_data(torch::zeros({2}));
       }
       torch::Tensor loss = l(torch::ones({1, 3})).sum();
-      DOCTEST_CHECK_THROWS_WITH_AS(grads.backward(loss), doctest::Contains("bias"), usage_error);
+      grads.backward(loss);
+      DOCTEST_CHECK(grads.gradients_received() == 2);  // the refused one with a zero gradient
+      DOCTEST_CHECK_THROWS_WITH_AS(static_cast<void>(grads.step(0.0)), doctest::Contains("bias"), usage_error);
     });
   }
 }
@@ -777,3 +818,318 @@ DOCTEST_TEST_CASE("torch: frozen parameters stay the module's; an unused one get
   DOCTEST_CHECK(torch::allclose(net->unused->weight, expect, 1e-6, 1e-7));
   DOCTEST_CHECK(!torch::equal(net->unused->weight, unused_before));
 }
+
+DOCTEST_TEST_CASE("torch: NVMe offload (Offload<Nvme> and OffloadParams<Nvme> at stage 3) changes no bit") {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("zerotk_interop_torch_nvme_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const Data data = Data::draw<MlpTask>(10, 2);
+  EngineOptions o = adamw_options();
+  o.nvme.path = dir;        // offload_optimizer.nvme_path
+  o.param_nvme.path = dir;  // offload_param.nvme_path
+  const Run s2 = train_zerotk<MlpTask, TorchEngine<2>>(2, data);
+  const Run nvme = train_zerotk<MlpTask, TorchEngine<3, Offload<Nvme>, OffloadParams<Nvme>>>(2, data, o);
+  DOCTEST_CHECK(nvme.params == s2.params);
+  DOCTEST_CHECK(nvme.losses == s2.losses);
+  DOCTEST_CHECK(nvme.empty_outside_scopes);
+  // The master and the parameter shards live in the swap files, not in host memory.
+  DOCTEST_CHECK(nvme.disk_master_bytes > 0);
+  DOCTEST_CHECK(nvme.disk_params_bytes > 0);
+  DOCTEST_CHECK(nvme.host_master_bytes == 0);
+  DOCTEST_CHECK(nvme.pinned_master_bytes == 0);
+  DOCTEST_CHECK(std::filesystem::is_empty(dir));  // the engines removed their swap files
+  std::filesystem::remove_all(dir);
+}
+
+DOCTEST_TEST_CASE("torch: on a modelled network link, stage 2's reduce-scatters start before loss.backward() returns") {
+  // 10 MB/s and 20 us per operation: a 1 KiB bucket's reduce-scatter (512 wire bytes on 2 ranks)
+  // keeps the link busy ~71 us, comparable to this MLP's backward, so the reductions queue on the
+  // link while autograd still runs.
+  using E = TorchEngine<2, Bucketer<Bytes<1024>>>;
+  using Link = bench::ModelledLink<comm::ThreadsCommunicator>;
+  using Clock = std::chrono::steady_clock;
+  constexpr int kSteps = 3;
+  const Data data = Data::draw<MlpTask>(kSteps, 2);
+  std::vector<MlpTask::Net> nets{MlpTask::make(), MlpTask::make()};
+  std::vector<std::vector<std::size_t>> issued(2), started(2);  // [rank][step]
+  std::vector<std::size_t> buckets(2, 0);
+  std::vector<double> busy_ms(2, 0), hidden_ms(2, 0);  // link time of the backward's reductions, and of it before return
+  comm::run_threads(2, [&](comm::ThreadsCommunicator& threads) {
+    at::set_num_threads(1);
+    const auto r = static_cast<std::size_t>(threads.rank());
+    Link link(threads, 0.01, std::chrono::microseconds(20));
+    TorchModel model(*nets[r]);
+    E engine(link, model, adamw_options());
+    TorchGradients grads(engine, model);
+    for (std::size_t s = 0; s < kSteps; ++s) {
+      const torch::Tensor loss = MlpTask::loss(grads, nets[r], data.x[s][r], data.y[s][r]);
+      const std::size_t before = link.ops().size();
+      grads.backward(loss);
+      const Clock::time_point returned = Clock::now();
+      const std::size_t after = link.ops().size();
+      std::size_t n = 0;
+      for (std::size_t k = before; k < after; ++k) {
+        const Link::Op& op = link.ops()[k];
+        n += op.start < returned;
+        busy_ms[r] += std::chrono::duration<double, std::milli>(op.done - op.start).count();
+        if (op.start < returned)
+          hidden_ms[r] += std::chrono::duration<double, std::milli>(std::min(op.done, returned) - op.start).count();
+      }
+      issued[r].push_back(after - before);
+      started[r].push_back(n);
+      static_cast<void>(grads.step(loss.item<double>()));
+    }
+    buckets[r] = engine.bucket_count();
+  });
+  std::printf("modelled link, stage 2, %zu buckets: per step %zu reduce-scatters issued in backward, %zu started "
+              "before it returned; %.2f of %.2f ms of their link time before the return (rank 0)\n",
+              buckets[0], issued[0].back(), started[0].back(), hidden_ms[0] / kSteps, busy_ms[0] / kSteps);
+  DOCTEST_CHECK(buckets[0] > 2);
+  for (std::size_t r = 0; r < 2; ++r) {
+    for (std::size_t s = 0; s < kSteps; ++s) {
+      DOCTEST_CHECK(issued[r][s] == buckets[r]);  // every reduction was issued from the hooks, none deferred to step()
+      // The link is idle when backward starts (step() waited for the previous step's traffic), so
+      // at least the first reduction starts on it while autograd runs: counted, not timed.
+      DOCTEST_CHECK(started[r][s] >= 1);
+    }
+  }
+}
+
+namespace {
+/// A Linear followed by dropout, one child: at stage 3 (and under grads.checkpoint) the child is
+/// recomputed in backward, and its mask must be the forward's.
+struct DropLinearImpl : torch::nn::Module {
+  DropLinearImpl(int in, int out, double p) : p_(p) { fc = register_module("fc", torch::nn::Linear(in, out)); }
+  torch::Tensor forward(const torch::Tensor& x) { return torch::dropout(fc(x), p_, is_training()); }
+  torch::nn::Linear fc{nullptr};
+  double p_;
+};
+TORCH_MODULE(DropLinear);
+
+/// The MLP task with dropout inside two of its parameterized children (p in percent).
+template <int kDropPercent>
+struct DropoutTask : MlpTask {
+  static Net make() {
+    torch::manual_seed(7);
+    const double p = kDropPercent / 100.0;
+    return torch::nn::Sequential(DropLinear(kIn, kHidden, p), torch::nn::Tanh(), DropLinear(kHidden, kHidden, p),
+                                 torch::nn::ReLU(), torch::nn::Linear(kHidden, kOut));
+  }
+};
+}  // namespace
+
+DOCTEST_TEST_CASE("torch: a recomputed child draws the forward's dropout mask and leaves torch's generator as it was") {
+  // One rank: torch's CPU generator is one per process, shared by thread ranks.
+  const auto run = [](bool checkpointed) {
+    std::vector<torch::Tensor> kept;  // the mask of every call of the child's forward
+    torch::Tensor after;              // what the generator draws after the step
+    comm::run_threads(1, [&](auto& comm) {
+      at::set_num_threads(1);
+      torch::manual_seed(5);
+      torch::nn::Sequential net(DropLinear(kIn, kHidden, 0.5));
+      TorchModel model(*net);
+      TorchEngine<2> engine(comm, model, adamw_options());
+      TorchGradients grads(engine, model);
+      torch::nn::AnyModule* child = &*net->begin();
+      const auto fn = [&](const torch::Tensor& in) {
+        torch::Tensor y = child->forward(in);
+        kept.push_back(y.ne(0).clone());
+        return y;
+      };
+      const torch::Tensor x = torch::randn({kBatch, kIn});
+      const torch::Tensor h = checkpointed ? grads.checkpoint("0", fn, x) : fn(x);
+      grads.backward(h.square().mean());
+      static_cast<void>(grads.step(0.0));
+      after = torch::rand({8});
+    });
+    return std::pair{kept, after};
+  };
+  const auto [ck_masks, ck_after] = run(true);
+  const auto [plain_masks, plain_after] = run(false);
+  DOCTEST_REQUIRE(ck_masks.size() == 2);  // the forward and its recompute
+  DOCTEST_REQUIRE(plain_masks.size() == 1);
+  DOCTEST_CHECK(torch::equal(ck_masks[0], ck_masks[1]));     // the recompute drew the forward's mask
+  DOCTEST_CHECK(torch::equal(ck_masks[0], plain_masks[0]));  // the one a plain forward draws
+  const double kept_share = ck_masks[0].to(torch::kFloat64).mean().item<double>();
+  DOCTEST_CHECK(kept_share > 0.3);  // dropout with p = 0.5 really dropped
+  DOCTEST_CHECK(kept_share < 0.7);
+  DOCTEST_CHECK(torch::equal(ck_after, plain_after));  // and the stream goes on as without the recompute
+}
+
+DOCTEST_TEST_CASE("torch: children with dropout at stage 3 and under grads.checkpoint train bitwise like stage 2") {
+  // One rank: torch's CPU generator is one per process, so on thread ranks their dropout draws
+  // interleave in scheduling order (not reproducible at any stage); one rank per process is.
+  const Data data = Data::draw<MlpTask>(10, 1);
+  const Run s2 = train_zerotk<DropoutTask<25>, TorchEngine<2>>(1, data);
+  const Run s3 = train_zerotk<DropoutTask<25>, TorchEngine<3>>(1, data);
+  const Run no_dropout = train_zerotk<DropoutTask<0>, TorchEngine<2>>(1, data);
+  DOCTEST_CHECK(s3.hooked == 6);
+  DOCTEST_CHECK(s3.losses == s2.losses);
+  DOCTEST_CHECK(s3.params == s2.params);
+  DOCTEST_CHECK((train_checkpointed<TorchEngine<2>, DropoutTask<25>>(data, 1) == s2.params));
+  DOCTEST_CHECK(s2.params != no_dropout.params);  // the masks changed the training
+}
+
+namespace {
+/// What one rank's step threw.
+struct RankError {
+  bool thrown = false;
+  std::optional<ErrorKind> kind;  // nullopt: not a zerotk::error
+  std::string what;
+};
+
+/// An identity whose backward throws where `fail` is set: an error of code other than the
+/// adapter's, raised inside autograd, before any parameter got its gradient.
+struct FailingBackward : torch::autograd::Function<FailingBackward> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, bool fail) {
+    ctx->saved_data["fail"] = fail;
+    return x.clone();
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list g) {
+    if (ctx->saved_data["fail"].toBool()) throw std::runtime_error("the loss's own backward failed on purpose");
+    return {g[0], torch::Tensor()};
+  }
+};
+
+/// One micro-step of the MLP on `world` thread ranks whose loss comes from `loss_of(grads, net, x, y,
+/// rank)` (which may break something on one rank); every rank catches what its grads.step() throws,
+/// then all meet in a barrier: after the failed step they are still in step with each other.
+template <class E, class LossOf>
+std::vector<RankError> failing_step(int world, LossOf&& loss_of) {
+  const Data data = Data::draw<MlpTask>(1, world);
+  std::vector<MlpTask::Net> nets;
+  for (int r = 0; r < world; ++r) nets.push_back(MlpTask::make());
+  std::vector<RankError> out(static_cast<std::size_t>(world));
+  comm::run_threads(world, [&](auto& comm) {
+    at::set_num_threads(1);
+    const auto r = static_cast<std::size_t>(comm.rank());
+    TorchModel model(*nets[r]);
+    E engine(comm, model, adamw_options());
+    TorchGradients grads(engine, model);
+    RankError& e = out[r];
+    try {
+      const torch::Tensor loss = loss_of(grads, nets[r], data.x[0][r], data.y[0][r], comm.rank());
+      grads.backward(loss);
+      static_cast<void>(grads.step(loss.item<double>()));
+    } catch (const zerotk::error& x) {
+      e = {true, x.kind(), x.what()};
+    } catch (const std::exception& x) {
+      e = {true, std::nullopt, x.what()};
+    }
+    comm.barrier().wait();
+  });
+  return out;
+}
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+}  // namespace
+
+DOCTEST_TEST_CASE("torch: an error inside backward on one rank reaches every rank at step(), naming that rank and why") {
+  // Without the agreement the other ranks would go on into step()'s reductions, which the failed
+  // rank never joins, and wait there until the communicator's timeout (60 s by default). Here
+  // each rank catches its own error: the bystanders' must be the agreed usage_error, not a
+  // comm_error from a timeout or from mismatched calls.
+  DOCTEST_SUBCASE("stage 2, 3 ranks: rank 1's hook finds a re-allocated tensor") {
+    const auto errors = failing_step<TorchEngine<2>>(3, [](auto& grads, MlpTask::Net& net, const torch::Tensor& x,
+                                                              const torch::Tensor& y, int rank) {
+      if (rank == 1) {
+        torch::NoGradGuard no_grad;
+        net->ptr(2)->named_parameters()["bias"].set_data(torch::zeros({kHidden}));
+      }
+      return MlpTask::loss(grads, net, x, y);
+    });
+    const std::string reason = "2.bias: torch parameter no longer points at the engine's storage";
+    DOCTEST_CHECK(errors[1].kind == ErrorKind::usage);
+    DOCTEST_CHECK(contains(errors[1].what, "at 2.bias: torch parameter no longer points"));
+    for (int r : {0, 2}) {
+      DOCTEST_CAPTURE(r);
+      const RankError& e = errors[static_cast<std::size_t>(r)];
+      DOCTEST_CHECK(e.kind == ErrorKind::usage);
+      DOCTEST_CHECK(contains(e.what, "at rank " + std::to_string(r) + ": backward failed on rank 1: " + reason));
+    }
+  }
+  DOCTEST_SUBCASE("stage 3, 2 ranks: rank 1's recomputed child throws") {
+    const auto errors = failing_step<TorchEngine<3>>(2, [](auto& grads, MlpTask::Net& net, const torch::Tensor& x,
+                                                              const torch::Tensor& y, int rank) {
+      torch::Tensor h = x;
+      std::size_t i = 0;
+      for (auto it = net->begin(); it != net->end(); ++it, ++i) {
+        torch::nn::AnyModule* m = &*it;
+        h = grads.forward(std::to_string(i),
+                          [m, rank, i](const torch::Tensor& in) {
+                            // The recompute runs with autograd on; the forward without.
+                            if (rank == 1 && i == 2 && torch::GradMode::is_enabled())
+                              throw std::runtime_error("child 2's recompute failed on purpose");
+                            return m->forward(in);
+                          },
+                          h);
+      }
+      return torch::mse_loss(h, y);
+    });
+    DOCTEST_CHECK(!errors[1].kind);  // its own std::runtime_error, rethrown
+    DOCTEST_CHECK(contains(errors[1].what, "child 2's recompute failed on purpose"));
+    DOCTEST_CHECK(errors[0].kind == ErrorKind::usage);
+    DOCTEST_CHECK(contains(errors[0].what, "at rank 0: backward failed on rank 1: child 2's recompute failed on purpose"));
+  }
+  DOCTEST_SUBCASE("stages 2 and 3, 2 ranks: another autograd node throws on rank 0, before any parameter's gradient") {
+    const auto loss_of = [](auto& grads, MlpTask::Net& net, const torch::Tensor& x, const torch::Tensor& y, int rank) {
+      return torch::mse_loss(FailingBackward::apply(MlpTask::loss(grads, net, x, y).unsqueeze(0), rank == 0), y.new_zeros({1}));
+    };
+    const auto two = failing_step<TorchEngine<2>>(2, loss_of);
+    const auto three = failing_step<TorchEngine<3>>(2, loss_of);
+    for (const auto& errors : {two, three}) {
+      DOCTEST_CHECK(contains(errors[0].what, "the loss's own backward failed on purpose"));
+      DOCTEST_CHECK(errors[1].kind == ErrorKind::usage);
+      DOCTEST_CHECK(contains(errors[1].what, "at rank 1: backward failed on rank 0: "));
+      DOCTEST_CHECK(contains(errors[1].what, "the loss's own backward failed on purpose"));
+    }
+  }
+}
+
+#if ZEROTK_HAS_XXHASH && ZEROTK_HAS_JSON
+namespace {
+/// Writes `flat` (flatten()'s order) into the module's parameters.
+void load_flat(torch::nn::Module& m, const std::vector<float>& flat) {
+  torch::NoGradGuard no_grad;
+  std::size_t at = 0;
+  for (auto& p : unique_params(m)) {
+    std::memcpy(p.data_ptr<float>(), flat.data() + at, static_cast<std::size_t>(p.numel()) * sizeof(float));
+    at += static_cast<std::size_t>(p.numel());
+  }
+  DOCTEST_REQUIRE(at == flat.size());
+}
+}  // namespace
+
+DOCTEST_TEST_CASE("torch: a checkpoint saved from a torch model exports to safetensors holding its parameters bitwise") {
+  // The checkpoint and a reference dump of the module's tensors stay in the build tree for CTest
+  // interop_torch_zerotk_ckpt, which exports the same checkpoint with the zerotk-ckpt tool and reads
+  // it back with tests/checkpoint/read_safetensors.py (Python's standard library only).
+  const std::filesystem::path dir = std::filesystem::path(ZEROTK_TEST_BINARY_DIR) / "torch_export";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  constexpr int kSteps = 4;
+  const Data data = Data::draw<MlpTask>(kSteps, 2);
+  // Stage 2 on 2 ranks: each rank saves its half of the fp32 master; the export joins the halves.
+  const Run saved = train_zerotk<MlpTask, TorchEngine<2>>(2, data, adamw_options(), {"", (dir / "ckpt").string(), 0});
+  const checkpoint::ExportResult r = checkpoint::export_safetensors(dir / "ckpt", dir / "in_process.safetensors");
+  DOCTEST_CHECK(r.tensors == 6);
+  MlpTask::Net trained = MlpTask::make();  // named_parameters() and shapes of the model, values of the trained one
+  load_flat(*trained, saved.params);
+  DOCTEST_CHECK(tensors_equal_module(dir / "in_process.safetensors", *trained) == 6);
+
+  zt_test::ReferenceDump ref;
+  ref.metadata("format", "pt");
+  ref.metadata("zerotk_tag", r.tag);
+  ref.metadata("zerotk_global_steps", std::to_string(kSteps));
+  ref.metadata("zerotk_world_size", "2");
+  ref.metadata("zerotk_stage", "2");
+  for (const auto& item : trained->named_parameters()) {
+    const torch::Tensor p = item.value().detach().contiguous();
+    std::vector<std::uint64_t> shape;
+    for (std::int64_t d : p.sizes()) shape.push_back(static_cast<std::uint64_t>(d));
+    ref.tensor(item.key(), "F32", shape, zt_test::le_bytes({p.data_ptr<float>(), static_cast<std::size_t>(p.numel())}));
+  }
+  ref.write(dir, "torch");
+}
+#endif

@@ -13,6 +13,22 @@ endfunction()
 set(common -G "${GENERATOR}" -DCMAKE_CXX_COMPILER=${CXX} -DCMAKE_BUILD_TYPE=Release)
 set(consumer "${SOURCE_DIR}/tests/package/consumer")
 
+if(MODE STREQUAL "find_package_torch")
+  # The prefix package.find_package installed (its fixture): find_package(zerotk COMPONENTS torch).
+  if(NOT EXISTS "${PREFIX}")
+    message(FATAL_ERROR "no zerotk install at ${PREFIX} (package.find_package installs it)")
+  endif()
+  run(${CMAKE_COMMAND} -S "${consumer}" -B "${WORK_DIR}/consumer-build" ${common}
+      -DCMAKE_PREFIX_PATH=${PREFIX} -DZEROTK_WANT_COMPONENTS=torch)
+  run(${CMAKE_COMMAND} --build "${WORK_DIR}/consumer-build" --target consumer_torch)
+  run("${WORK_DIR}/consumer-build/consumer_torch")
+  message(STATUS "consumer_torch says: ${last_output}")
+  if(NOT last_output MATCHES "zerotk torch: 2 parameters, weight first, has_torch=1")
+    message(FATAL_ERROR "unexpected consumer_torch output: ${last_output}")
+  endif()
+  return()
+endif()
+
 if(MODE STREQUAL "find_package" OR MODE STREQUAL "missing_component")
   # Install zerotk alone (no tests/examples) into a private prefix.
   run(${CMAKE_COMMAND} -S "${SOURCE_DIR}" -B "${WORK_DIR}/zerotk-build" ${common}

@@ -8,11 +8,13 @@
 #include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "zerotk/checkpoint/options.hpp"
+#include "zerotk/comm/agree.hpp"
 #include "zerotk/comm/communicator.hpp"
 #include "zerotk/comm/typed.hpp"
 #include "zerotk/core/error.hpp"
@@ -22,23 +24,15 @@ namespace zerotk::checkpoint {
 template <class C>
 concept HostCommunicator = comm::Communicator<C> && !comm::uses_device_memory<C>;
 
-/// Rank `root`'s text, on every rank.
-template <HostCommunicator C>
-std::string broadcast_text(C& comm, const std::string& text, int root) {
-  std::int32_t n = static_cast<std::int32_t>(text.size());
-  comm.broadcast(&n, 1, DType::int32, root).wait();
-  std::string out = comm.rank() == root ? text : std::string(static_cast<std::size_t>(n), '\0');
-  comm.broadcast(out.data(), out.size(), DType::uint8, root).wait();
-  return out;
-}
+using comm::broadcast_text;
 
 /// The longest reason agreed() passes from the failing rank to the others (a message, not a file).
-inline constexpr std::size_t kMaxAgreedReasonBytes = 4096;
+inline constexpr std::size_t kMaxAgreedReasonBytes = comm::kMaxFailureReasonBytes;
 
-/// Runs `f` on this rank, then one all-reduce tells every rank the lowest rank whose `f` threw. That
-/// rank (and any other that threw) rethrows its own exception; the others throw an error naming it
-/// and carrying its reason (its what(), broadcast from it), so whichever rank's error ends the job
-/// says why: on thread ranks the first error to arrive may well be another rank's.
+/// Runs `f` on this rank, then one all-reduce tells every rank the lowest rank whose `f` threw
+/// (comm::agree_on_failure). That rank (and any other that threw) rethrows its own exception; the
+/// others throw an io_error naming it and carrying its reason, so whichever rank's error ends the
+/// job says why: on thread ranks the first error to arrive may well be another rank's.
 template <HostCommunicator C, class F>
 void agreed(C& comm, std::string_view what, F&& f) {
   std::exception_ptr err;
@@ -47,24 +41,10 @@ void agreed(C& comm, std::string_view what, F&& f) {
   } catch (...) {
     err = std::current_exception();
   }
-  const int first = comm::all_reduce_value(comm, err ? comm.rank() : comm.size(), comm::ReduceOp::min);
-  if (first == comm.size()) return;  // every rank succeeded
-  std::string reason;
-  if (comm.rank() == first) {
-    try {
-      std::rethrow_exception(err);
-    } catch (const zerotk::error& e) {  // its what() without the "zerotk io error at" the bystander's own adds
-      reason = (e.where().empty() ? "" : e.where() + ": ") + e.message() + (e.value().empty() ? "" : " (got " + e.value() + ")");
-    } catch (const std::exception& e) {
-      reason = e.what();
-    } catch (...) {
-      reason = "an exception not derived from std::exception";
-    }
-    if (reason.size() > kMaxAgreedReasonBytes) reason = reason.substr(0, kMaxAgreedReasonBytes) + "...";
-  }
-  reason = broadcast_text(comm, reason, first);
+  const std::optional<comm::Failure> failed = comm::agree_on_failure(comm, err);
+  if (!failed) return;  // every rank succeeded
   if (err) std::rethrow_exception(err);
-  throw io_error(std::string(what) + " failed on rank " + std::to_string(first) + ": " + reason,
+  throw io_error(std::string(what) + " failed on rank " + std::to_string(failed->rank) + ": " + failed->reason,
                  "rank " + std::to_string(comm.rank()));
 }
 

@@ -88,6 +88,19 @@ ZEROTK_DEFINE_ERROR(usage_error, usage)
 
 #undef ZEROTK_DEFINE_ERROR
 
+/// Throws the typed error of `kind` (config_error for ErrorKind::config, ...): for code that passes
+/// an error's kind along, e.g. one another rank reported (comm/agree.hpp).
+[[noreturn]] inline void throw_error(ErrorKind kind, std::string message, std::string where = {}, std::string value = {}) {
+  switch (kind) {
+    case ErrorKind::config: throw config_error(std::move(message), std::move(where), std::move(value));
+    case ErrorKind::comm: throw comm_error(std::move(message), std::move(where), std::move(value));
+    case ErrorKind::io: throw io_error(std::move(message), std::move(where), std::move(value));
+    case ErrorKind::numerics: throw numerics_error(std::move(message), std::move(where), std::move(value));
+    case ErrorKind::usage: break;
+  }
+  throw usage_error(std::move(message), std::move(where), std::move(value));
+}
+
 /// Formats any streamable value for an error's `value` field.
 template <class T>
 std::string to_text(const T& v) {

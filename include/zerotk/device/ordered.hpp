@@ -57,6 +57,9 @@ class OrderedCommunicator {
     ops_->fence();
     return comm_.broadcast(buf, count, dt, root);
   }
+  /// The communicator itself, without the fence: for host-memory collectives of the trainer's own
+  /// (comm/agree.hpp) that order themselves by being called, not by the compute stream.
+  comm::AnyCommunicator& unordered() noexcept { return comm_; }
   /// Small fp64 all-reduce of host values (through device memory where the Ops needs it).
   void all_reduce_host(const double* in, double* out, std::size_t n, comm::ReduceOp op) {
     ops_->all_reduce(comm_, in, out, n, op);

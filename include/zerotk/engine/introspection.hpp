@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "zerotk/comm/any.hpp"
 #include "zerotk/comm/communicator.hpp"
 #include "zerotk/core/dtype.hpp"
 #include "zerotk/core/memory.hpp"
@@ -79,6 +80,11 @@ class Introspection {
     e().groups_.each([&](const auto& g) { n += g.params().home().held_bytes(); });
     return n;
   }
+  /// Every rank the boundary's reductions span (the process grid's world, or the plain
+  /// communicator), type-erased and unfenced: for a trainer's own small collectives that must reach
+  /// all of them, e.g. agreeing on a failure before step() (interop/torch.hpp). Collectives on it
+  /// are ordered with the engine's by call order, on every rank alike. Host memory on Device<Host>.
+  comm::AnyCommunicator& step_communicator() noexcept { return m().comms_.norm().unordered(); }
   /// This rank's rank and size in the data group (a plain communicator's own).
   int rank() const { return e().comms_.data().rank(); }
   int world_size() const { return e().comms_.data().size(); }

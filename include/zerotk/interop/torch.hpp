@@ -31,7 +31,14 @@
 /// gathers again, runs fn again with autograd on (a recompute, as activation checkpointing does),
 /// takes the parameters' and the input's gradients with torch::autograd::grad and releases. Nothing
 /// autograd keeps points into gathered memory; the price is one more forward per child. Outside
-/// these calls the parameter tensors are empty. fn must be deterministic (no dropout).
+/// these calls the parameter tensors are empty. The recompute replays torch's CPU generator, so
+/// dropout inside fn draws the forward's mask again (one rank per process: thread ranks share the
+/// generator); otherwise fn must compute the same output from the same input.
+///
+/// Errors inside backward (a refused gradient, a recompute that throws, any exception out of
+/// grads.backward) are kept on the failing rank, which carries on with zero gradients; step()
+/// agrees across ranks, and every rank throws: the failed one its own error, the others one naming
+/// it and its reason (TorchGradients' class comment).
 ///
 /// Tied weights: the same tensor registered in two modules (`lm_head->weight = emb->weight` through
 /// register_parameter) is one parameter, named by its first name in named_parameters() order; the
@@ -52,15 +59,20 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <memory>
 #include <deque>
+#include <exception>
 #include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
+#include "zerotk/comm/agree.hpp"
+#include "zerotk/comm/any.hpp"
 #include "zerotk/core/concepts.hpp"
 #include "zerotk/core/error.hpp"
 
@@ -292,11 +304,48 @@ struct OneTorchParam {
   }
 };
 
-/// One call of a unit's forward through TorchGradients::forward at stage 3: what the backward
-/// recomputes. Kept by TorchGradients until the next step().
+/// One call of a unit's forward through TorchGradients::forward at stage 3 (or checkpoint): what
+/// the backward recomputes. Kept by TorchGradients until the next step().
 struct TorchCall {
   std::function<torch::Tensor(const torch::Tensor&)> fn;
-  void* unit;  // TorchModel::Unit
+  void* unit;                // TorchModel::Unit
+  torch::Tensor rng_state{};  // torch's CPU generator as the forward found it (replayed by the recompute)
+};
+
+/// torch's default CPU generator's state now.
+inline torch::Tensor cpu_rng_state() {
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  return gen.get_state();
+}
+
+/// For a recompute: torch's default CPU generator set to the state the forward found, so the
+/// recomputed forward draws what the first one drew (the same dropout mask), and put back when the
+/// guard ends, so the stream goes on as if no recompute had run (torch.utils.checkpoint's
+/// preserve_rng_state, for the CPU generator). The generator is one per process: on several thread
+/// ranks their draws interleave, and neither the forward's masks nor this replay are reproducible.
+class ReplayCpuRng {
+ public:
+  explicit ReplayCpuRng(const torch::Tensor& state) : gen_(at::detail::getDefaultCPUGenerator()) {
+    if (!state.defined()) return;
+    std::lock_guard<std::mutex> lock(gen_.mutex());
+    saved_ = gen_.get_state();
+    gen_.set_state(state);
+  }
+  ~ReplayCpuRng() {
+    if (!saved_.defined()) return;
+    try {
+      std::lock_guard<std::mutex> lock(gen_.mutex());
+      gen_.set_state(saved_);
+    } catch (...) {  // a state this generator produced itself: cannot be refused
+    }
+  }
+  ReplayCpuRng(const ReplayCpuRng&) = delete;
+  ReplayCpuRng& operator=(const ReplayCpuRng&) = delete;
+
+ private:
+  at::Generator gen_;
+  torch::Tensor saved_;
 };
 
 /// Stage 3's autograd function around one unit's forward. Forward: gather, run without recording
@@ -340,6 +389,15 @@ struct AccumulatedHook final : torch::autograd::FunctionPostHook {
 /// before the engine. At stages 0-2 its destructor gives the tensors their own copies of the values,
 /// so the module stays usable after the engine is gone; at stage 3 call release_module() on every
 /// rank for that (it gathers).
+///
+/// Errors inside backward: an exception raised in a hook or a recompute (a refused gradient, a
+/// tensor re-allocated behind the engine, the user's recomputed forward throwing), or one that
+/// stops `grads.backward(loss)` early, is kept, and this rank carries on with zero gradients for
+/// what it could not take, so it issues the reductions its peers wait for. step() then agrees
+/// across ranks (comm::agree_on_failure, one int32 all-reduce per micro-step): the failed rank
+/// rethrows its error, every other rank throws an error of the same kind naming the failed rank
+/// and quoting its reason, at once instead of at the communicator's timeout. That micro-step is
+/// lost: end training there (destroy this object and the engine on every rank) or build anew.
 template <class Engine>
 class TorchGradients {
   static constexpr bool kSharded = Engine::kStage == 3;
@@ -351,6 +409,13 @@ class TorchGradients {
       throw usage_error("stage 3 gathers one child module's parameters at a time; a tensor tied across two children "
                         "is not supported there (use stages 0-2, or keep the tied modules in one child)",
                         model.cross_unit_aliases().front().first, model.cross_unit_aliases().front().second);
+    }
+    if (!kSharded && engine.options().overlap_param_gather) {
+      // Its forward scopes would wait for the updated parameters' all-gather; a torch module's
+      // forward reads them without any scope, possibly before the gather has finished.
+      throw usage_error("overlap_param_gather cannot be used with a torch module: its forward reads the parameters "
+                        "outside zerotk's scopes, before the all-gather of the update may have finished",
+                        "EngineOptions::overlap_param_gather", "true");
     }
     units_.reserve(model.size());
     hooks_.reserve(model.size());
@@ -388,8 +453,9 @@ class TorchGradients {
 
   /// Runs `fn(x)`, the forward of the module's child `unit` (a name from named_children()). Stages
   /// 0-2: just fn(x). Stage 3: an autograd function gathers the child's parameters around fn and
-  /// again around its recomputation in backward (see detail::GatheredCall); `fn` must compute the
-  /// same output from the same input each time (no dropout) and is kept until step().
+  /// again around its recomputation in backward (see detail::GatheredCall); the recompute replays
+  /// torch's CPU generator (the same dropout mask), and `fn` must otherwise compute the same output
+  /// from the same input each time. It is kept until step().
   template <class F>
   torch::Tensor forward(std::string_view unit, F&& fn, const torch::Tensor& x) {
     if constexpr (!kSharded) {
@@ -403,9 +469,9 @@ class TorchGradients {
   }
 
   /// Activation checkpointing of the child `unit`: the forward keeps no activations of fn (only its
-  /// input), the backward runs fn again and takes the gradients from that graph. At stage 3 this is
-  /// what forward() does anyway; at stages 0-2 the same autograd function runs without gathering, and
-  /// hands the child's parameter gradients to the engine itself. fn must be deterministic.
+  /// input), the backward runs fn again (replaying torch's CPU generator) and takes the gradients
+  /// from that graph. At stage 3 this is what forward() does anyway; at stages 0-2 the same autograd
+  /// function runs without gathering, and hands the child's parameter gradients to the engine itself.
   template <class F>
   torch::Tensor checkpoint(std::string_view unit, F&& fn, const torch::Tensor& x) {
     if constexpr (kSharded) {
@@ -427,31 +493,51 @@ class TorchGradients {
   }
 
   /// `loss * engine.loss_scale()` (as is, when the scale is 1), then one backward through autograd.
+  /// An exception that stops autograd on this rank is kept for step() (see the class comment), and
+  /// the backward scopes autograd did not reach are completed with zero gradients.
   void backward(const torch::Tensor& loss) {
-    const double scale = engine_->loss_scale();
-    if (scale == 1.0) {
-      loss.backward();
-    } else {
-      (loss * scale).backward();
+    try {
+      const double scale = engine_->loss_scale();
+      if (scale == 1.0) {
+        loss.backward();
+      } else {
+        (loss * scale).backward();
+      }
+    } catch (...) {
+      record(std::current_exception());
+      complete_after_abort();
     }
   }
 
   /// Checks that no tensor was re-allocated behind the engine's back, gives every parameter that got
-  /// no gradient in this micro-step (unused in the forward) a zero one, then engine.step(loss).
+  /// no gradient in this micro-step (unused in the forward) a zero one, agrees with the other ranks
+  /// on whether any rank's backward failed (throwing on every rank if one did), then
+  /// engine.step(loss).
   auto step(double loss = 0.0) {
-    model_->require_bound();
+    try {
+      model_->require_bound();
+    } catch (...) {
+      record(std::current_exception());
+    }
     for (std::size_t i = 0; i < got_.size(); ++i) {
-      if (got_[i]) continue;
-      auto scope = engine_->backward(units_[i]);  // an empty scope: this parameter's gradient is zero
+      if (!got_[i]) complete(i);  // an empty scope: this parameter's gradient is zero
     }
     std::fill(got_.begin(), got_.end(), 0);
     calls_.clear();
+    const std::exception_ptr mine = std::exchange(failure_, nullptr);
+    comm::AnyCommunicator& world = engine_->step_communicator();
+    if (const std::optional<comm::Failure> f = comm::agree_on_failure(world, mine)) {
+      if (mine) std::rethrow_exception(mine);
+      throw_error(f->kind.value_or(ErrorKind::usage), "backward failed on rank " + std::to_string(f->rank) + ": " + f->reason,
+                  "rank " + std::to_string(world.rank()));
+    }
     return engine_->step(loss);
   }
 
   /// GatheredCall's forward: fn without a graph (stage 3: inside the unit's gather); an output that
-  /// is a view of the parameters is copied.
+  /// is a view of the parameters is copied. Records torch's CPU generator state for the recompute.
   torch::Tensor gathered_forward(detail::TorchCall& call, const torch::Tensor& x) {
+    call.rng_state = detail::cpu_rng_state();
     auto* unit = static_cast<TorchModel::Unit*>(call.unit);
     if (unit == nullptr) return call.fn(x);  // a checkpointed child without trainable parameters
     const auto run = [&] {
@@ -470,16 +556,39 @@ class TorchGradients {
   }
 
   /// GatheredCall's backward: (stage 3: gather,) recompute, the parameters' gradients into the
-  /// engine, dL/dx back.
+  /// engine, dL/dx back. A failure is kept for step(); then dL/dx is zero (autograd and this rank's
+  /// collectives go on) and the unit's parameters get zero gradients.
   torch::Tensor gathered_backward(detail::TorchCall& call, const torch::Tensor& x, const torch::Tensor& dy) {
     static TorchModel::Unit no_params;
     TorchModel::Unit& unit = call.unit != nullptr ? *static_cast<TorchModel::Unit*>(call.unit) : no_params;
-    if constexpr (kSharded) {
-      auto scope = engine_->backward(unit);  // gathered again; gradient storage bound
-      return recompute(unit, call, x, dy);
-    } else {
-      return recompute(unit, call, x, dy);
+    std::optional<torch::Tensor> dx;
+    const auto attempt = [&] {  // inside the scope, so that it closes as after a backward
+      try {
+        dx = recompute(unit, call, x, dy);
+      } catch (...) {
+        record(std::current_exception());
+      }
+    };
+    try {
+      if constexpr (kSharded) {
+        auto scope = engine_->backward(unit);  // gathered again; gradient storage bound
+        attempt();
+      } else {
+        attempt();
+      }
+    } catch (...) {  // the scope itself
+      record(std::current_exception());
     }
+    if (dx) return *dx;
+    for (TorchParam* p : unit.params) {
+      const std::size_t i = index_of(*p);
+      if constexpr (kSharded) {
+        got_[i] = 1;  // its scope (if it opened) closed with what the recompute had added: discarded
+      } else if (!got_[i]) {
+        complete(i);
+      }
+    }
+    return x.requires_grad() ? torch::zeros_like(x) : torch::Tensor();
   }
 
   /// How many gradients the hooks handed to the engine since the last step().
@@ -489,12 +598,27 @@ class TorchGradients {
     return n;
   }
 
-  /// The hook: autograd accumulated parameter i's gradient into its `.grad()`.
+  /// The hook: autograd accumulated parameter i's gradient into its `.grad()`. An error is kept for
+  /// step(); the parameter's gradient is then zero.
   void accumulated(std::size_t i) {
+    try {
+      take_gradient(i);
+    } catch (...) {
+      record(std::current_exception());
+      if (!got_[i]) complete(i);
+    }
+    try {
+      (*model_)[i].tensor().mutable_grad().reset();  // the engine holds the gradient now; autograd's copy is dropped
+    } catch (...) {
+      record(std::current_exception());
+    }
+  }
+
+ private:
+  void take_gradient(std::size_t i) {
     TorchParam& p = (*model_)[i];
     p.require_bound();
-    torch::Tensor& t = p.tensor();
-    const torch::Tensor g = t.grad();
+    const torch::Tensor g = p.tensor().grad();
     if (!g.defined()) return;
     if (g.is_sparse() || g.layout() != torch::kStrided) {
       throw usage_error("torch parameter got a sparse gradient (e.g. Embedding with sparse=true); the engine reduces "
@@ -511,22 +635,68 @@ class TorchGradients {
                         "before step()?)",
                         p.name());
     }
-    {
-      auto scope = engine_->backward(units_[i]);
-      add_into(p, g);
-    }
+    auto scope = engine_->backward(units_[i]);
     got_[i] = 1;
-    t.mutable_grad().reset();  // the engine holds the gradient now; autograd's copy is dropped
+    try {
+      add_into(p, g);
+    } catch (...) {  // kept inside the scope, so that it closes as after a backward
+      record(std::current_exception());
+    }
   }
 
- private:
+  /// Parameter i's backward scope with nothing added (a zero gradient): what an unused parameter
+  /// gets, and what keeps a failed rank issuing the reductions its peers wait for.
+  void complete(std::size_t i) noexcept {
+    got_[i] = 1;
+    try {
+      auto scope = engine_->backward(units_[i]);
+    } catch (...) {
+      record(std::current_exception());
+    }
+  }
+
+  /// After an exception stopped autograd on this rank: the backward scopes it did not reach, with
+  /// zero gradients, in the order autograd opens them (stage 3: the units' calls latest first;
+  /// stages 0-2: the parameters latest first). The peers' order can still differ (e.g. unused
+  /// parameters, which they complete in step()): then their reductions meet mismatched calls, a
+  /// comm_error, not a hang.
+  void complete_after_abort() {
+    if constexpr (kSharded) {
+      for (auto it = calls_.rbegin(); it != calls_.rend(); ++it) {
+        auto* unit = static_cast<TorchModel::Unit*>(it->unit);
+        if (unit == nullptr || unit->params.empty() || got_[index_of(*unit->params.front())]) continue;
+        for (TorchParam* p : unit->params) got_[index_of(*p)] = 1;
+        try {
+          auto scope = engine_->backward(*unit);
+        } catch (...) {
+          record(std::current_exception());
+        }
+      }
+    } else {
+      for (std::size_t i = got_.size(); i-- > 0;) {
+        if (!got_[i]) complete(i);
+      }
+    }
+  }
+
+  /// Keeps the first error of this micro-step (later ones are mostly its consequences).
+  void record(std::exception_ptr e) noexcept {
+    if (!failure_) failure_ = std::move(e);
+  }
+
+  std::size_t index_of(const TorchParam& p) const noexcept { return static_cast<std::size_t>(&p - &(*model_)[0]); }
+
   torch::Tensor recompute(TorchModel::Unit& unit, detail::TorchCall& call, const torch::Tensor& x,
                           const torch::Tensor& dy) {
     torch::AutoGradMode grad_on(true);
     const bool want_dx = x.requires_grad();
     torch::Tensor in = x.detach();
     if (want_dx) in.requires_grad_(true);
-    const torch::Tensor y = call.fn(in);
+    torch::Tensor y;
+    {
+      detail::ReplayCpuRng replay(call.rng_state);
+      y = call.fn(in);
+    }
     std::vector<torch::Tensor> inputs;
     for (TorchParam* p : unit.params) inputs.push_back(p->tensor());
     if (want_dx) inputs.push_back(in);
@@ -534,7 +704,7 @@ class TorchGradients {
         torch::autograd::grad({y}, inputs, {dy}, /*retain_graph=*/false, /*create_graph=*/false, /*allow_unused=*/true);
     for (std::size_t k = 0; k < unit.params.size(); ++k) {
       TorchParam& p = *unit.params[k];
-      const auto i = static_cast<std::size_t>(&p - &(*model_)[0]);
+      const std::size_t i = index_of(p);
       if (got_[i]) throw usage_error("torch parameter received a second gradient in one micro-step", p.name());
       got_[i] = 1;
       if constexpr (kSharded) {
@@ -566,8 +736,9 @@ class TorchGradients {
   TorchModel* model_;
   std::vector<detail::OneTorchParam> units_;  // [parameter]: stable addresses (the engine's module keys)
   std::vector<Hook> hooks_;
-  std::vector<char> got_;  // [parameter] its gradient arrived in this micro-step
-  std::deque<detail::TorchCall> calls_;  // stage 3: this micro-step's unit calls (stable addresses)
+  std::vector<char> got_;  // [parameter] its gradient arrived (or was completed) in this micro-step
+  std::deque<detail::TorchCall> calls_;  // this micro-step's recomputed calls (stable addresses)
+  std::exception_ptr failure_;           // the first error inside this micro-step's backward, for step()
   torch::Tensor anchor_ = torch::zeros({}, torch::TensorOptions().requires_grad(true));  // makes every
       // GatheredCall's output require grad, also when its input does not (the first layer)
 };
