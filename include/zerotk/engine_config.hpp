@@ -72,14 +72,14 @@ EngineOptions engine_options(const config::Config& cfg) {
   return o;
 }
 
-/// The process grid `cfg` asks for: its tensor size, data = the world's size / tensor (inferred by the
-/// grid, which refuses a world the tensor size does not divide), Megatron's rank order. An engine built on `comm::ProcessGrid grid(world, grid_shape(cfg))`
+/// The process grid `cfg` asks for: its tensor and pipeline sizes, data = the world's size / (tensor x
+/// pipeline) (inferred by the grid, which refuses a world they do not divide), Megatron's rank order. An engine built on `comm::ProcessGrid grid(world, grid_shape(cfg))`
 /// partitions over the data group the config's batch triad counts.
 ///
 ///   zerotk::comm::ProcessGrid grid(world, zerotk::grid_shape(cfg));
 ///   E engine(grid, model, zerotk::engine_options<E>(cfg));   // plus ModelOptions::tensor_split
 inline comm::GridShape grid_shape(const config::Config& cfg) {
-  return comm::GridShape{.data = 0, .tensor = cfg.tensor_parallel_size};
+  return comm::GridShape{.data = 0, .pipeline = cfg.pipeline.stages, .tensor = cfg.tensor_parallel_size};
 }
 
 /// The scheduler of `cfg`, if it has one, at iteration -1 (the engine steps it).

@@ -656,6 +656,8 @@ TEST_CASE("tensor size: tensor_model_parallel_size or tensor_parallel.autotp_siz
   REQUIRE(r.errors.size() == 1);
   CHECK(r.errors[0].where() == "/zero_optimization/zero_hpz_partition_size");
   CHECK(r.errors[0].message().find("must divide the data-parallel size (2 = world 8 / tensor 4)") != std::string::npos);
+}
+
 TEST_CASE("communication block: topology as a number or a map, the slow-rank keys, written back as read") {
   ResolveContext ctx;
   ctx.world_size = 4;
@@ -722,4 +724,71 @@ TEST_CASE("ZeRO++ qwZ and qgZ: zero_quantized_weights / zero_quantized_gradients
   r = parse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3, "zero_quantized_weights": 1}})", ctx);
   REQUIRE(r.errors.size() == 1);
   CHECK(r.errors[0].where() == "/zero_optimization/zero_quantized_weights");
+}
+
+TEST_CASE("pipeline stages: pipeline_parallelism.num_stages or pipeline.stages; the batch counts world / (tensor x pipeline)") {
+  ResolveContext ctx;
+  ctx.world_size = 64;
+  // The seeds' 3D config as written: 64 ranks = pipeline 8 x tensor 4 x data 2.
+  ParseResult r = parse(read_text_file(std::string(ZEROTK_TEST_SOURCE_DIR) + "/../examples/configs/seed_3d.json"), ctx);
+  REQUIRE_MESSAGE(r.ok(), error_lines(r));
+  CHECK(r.config->pipeline.stages == 8);
+  CHECK(r.config->pipeline.schedule == "1f1b");
+  CHECK(r.config->tensor_parallel_size == 4);
+  CHECK(r.config->data_parallel_size == 2);
+  CHECK(r.config->train_batch_size == 4 * 16 * 2);
+  const Json j = to_json(*r.config);
+  CHECK(j["pipeline_parallelism"]["num_stages"] == 8);
+  const ParseResult back = parse(j.dump(), ctx);
+  REQUIRE_MESSAGE(back.ok(), error_lines(back));
+  CHECK(back.config->pipeline.stages == 8);
+  CHECK(back.config->train_batch_size == 128);
+
+  // DeepSpeed's block: stages, partition ("best" is by parameters), activation_checkpoint_interval; a
+  // key that does nothing here says why.
+  ctx.world_size = 4;
+  r = parse(R"({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4,
+                "pipeline": {"stages": 2, "partition": "uniform", "activation_checkpoint_interval": 1, "seed_layers": true},
+                "pipeline_parallelism": {"schedule": "zbh1"}})",
+            ctx);
+  REQUIRE_MESSAGE(r.ok(), error_lines(r));
+  CHECK(r.config->pipeline.stages == 2);
+  CHECK(r.config->pipeline.schedule == "zbh1");
+  CHECK(r.config->pipeline.partition == PipelinePartition::uniform);
+  CHECK(r.config->pipeline.activation_checkpoint_interval == 1);
+  CHECK(r.config->train_batch_size == 2 * 4 * 2);
+  CHECK(has_notice(r, "/pipeline/seed_layers", "initialised by the trainer"));
+  r = parse(R"({"train_micro_batch_size_per_gpu": 2, "pipeline": {"stages": "auto", "partition": "best"}})", ctx);
+  REQUIRE_MESSAGE(r.ok(), error_lines(r));
+  CHECK(r.config->pipeline.stages == 1);
+  CHECK(r.config->pipeline.partition == PipelinePartition::parameters);
+
+  // Errors, each at its key: stages the world does not hold, the two keys disagreeing, a schedule
+  // unknown or unable to run the step's micro-batches (interleaved needs m a multiple of p).
+  r = parse(R"({"train_batch_size": 8, "pipeline_parallelism": {"num_stages": 3}})", ctx);
+  REQUIRE(r.errors.size() == 1);
+  CHECK(r.errors[0].where() == "/pipeline_parallelism/num_stages");
+  CHECK(r.errors[0].message().find("the pipeline stages must divide the world size (4)") != std::string::npos);
+  r = parse(R"({"train_batch_size": 8, "tensor_model_parallel_size": 2, "pipeline_parallelism": {"num_stages": 4}})", ctx);
+  REQUIRE(r.errors.size() == 1);
+  CHECK(r.errors[0].message().find("tensor x pipeline (2 x 4) must divide the world size (4)") != std::string::npos);
+  r = parse(R"({"train_batch_size": 8, "pipeline_parallelism": {"num_stages": 2}, "pipeline": {"stages": 4}})", ctx);
+  REQUIRE(r.errors.size() == 1);
+  CHECK(r.errors[0].where() == "/pipeline/stages");
+  CHECK(r.errors[0].message().find("differs from /pipeline_parallelism/num_stages (2)") != std::string::npos);
+  r = parse(R"({"train_batch_size": 8, "pipeline_parallelism": {"num_stages": 2, "schedule": "zigzag"}})", ctx);
+  REQUIRE(r.errors.size() == 1);
+  CHECK(r.errors[0].where() == "/pipeline_parallelism/schedule");
+  CHECK(r.errors[0].value() == "zigzag");
+  r = parse(R"({"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 3,
+                "pipeline_parallelism": {"num_stages": 2, "schedule": "interleaved:2"}})",
+            ctx);
+  REQUIRE(r.errors.size() == 1);
+  CHECK(r.errors[0].where() == "/pipeline_parallelism/schedule");
+  CHECK(r.errors[0].message().find("multiple of the pipeline stages") != std::string::npos);
+  CHECK(r.errors[0].message().find("gradient_accumulation_steps (3)") != std::string::npos);
+  // The batch names where its data size came from.
+  r = parse(R"({"train_batch_size": 3, "train_micro_batch_size_per_gpu": 1, "pipeline_parallelism": {"num_stages": 2}})", ctx);
+  REQUIRE(r.errors.size() == 1);
+  CHECK(r.errors[0].message().find("(the data-parallel size: world 4 / pipeline 2)") != std::string::npos);
 }

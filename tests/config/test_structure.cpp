@@ -486,7 +486,7 @@ TEST_CASE("checkpoint: tag_validation is read in any case; the keys without effe
       {"/checkpoint/writer", "save_async"},
       {"/checkpoint/load_universal", "resharded online"},
       {"/checkpoint/use_node_local_storage", "shared checkpoint directory"},
-      {"/checkpoint/parallel_write/pipeline_stage", "no pipeline parallelism"}};
+      {"/checkpoint/parallel_write/pipeline_stage", "already writes its own file"}};
   for (std::size_t i = 0; i < std::size(expected); ++i) {
     CAPTURE(i);
     CHECK(r.notices[i].path == expected[i].first);

@@ -33,8 +33,9 @@ FILE must be a regular file (a FIFO or a device such as /dev/zero is refused at 
 16 MiB (16777216 bytes; stdin too); a string value may hold at most 4096 bytes.
 
 required:
-  --world N            every rank of the job; the batch triad counts world / tensor size
-                       (tensor_model_parallel_size or tensor_parallel.autotp_size, 1 when absent)
+  --world N            every rank of the job; the batch triad counts world / (tensor x pipeline)
+                       (tensor_model_parallel_size or tensor_parallel.autotp_size; pipeline_parallelism.
+                       num_stages or pipeline.stages; 1 when absent)
 what the engine knows (fills "auto" values; an "auto" nothing can decide is an error):
   --hidden H           model hidden size: reduce_bucket_size = H*H,
                        stage3_prefetch_bucket_size = 0.9*H*H, stage3_param_persistence_threshold = 10*H
@@ -198,9 +199,16 @@ int run(int argc, char** argv) {
               << c.world_size << " rank" << (c.world_size == 1 ? "" : "s") << ": " << cfg::describe(c.structure())
               << "; train_batch_size " << c.train_batch_size << " = micro batch " << c.train_micro_batch_size_per_gpu
               << " x accumulation " << c.gradient_accumulation_steps;
-    if (c.tensor_parallel_size > 1) {
-      std::cerr << " x data " << c.data_parallel_size << " (world " << c.world_size << " / tensor "
-                << c.tensor_parallel_size << ")\n";
+    if (c.tensor_parallel_size > 1 || c.pipeline.stages > 1) {
+      std::cerr << " x data " << c.data_parallel_size << " (world " << c.world_size << " / ";
+      if (c.pipeline.stages == 1) {
+        std::cerr << "tensor " << c.tensor_parallel_size << ")\n";
+      } else if (c.tensor_parallel_size == 1) {
+        std::cerr << "pipeline " << c.pipeline.stages << ", schedule " << c.pipeline.schedule << ")\n";
+      } else {
+        std::cerr << "(tensor " << c.tensor_parallel_size << " x pipeline " << c.pipeline.stages << "), schedule "
+                  << c.pipeline.schedule << ")\n";
+      }
     } else {
       std::cerr << " x world " << c.world_size << "\n";
     }

@@ -318,7 +318,20 @@ struct CheckpointConfig {
   TagValidation tag_validation = TagValidation::warn;
   bool load_universal = false;                 ///< every zerotk checkpoint loads resharded: no effect
   bool use_node_local_storage = false;         ///< not supported: ranks read rank 0's manifest
-  bool parallel_write_pipeline_stage = false;  ///< no pipeline parallelism yet: no effect
+  bool parallel_write_pipeline_stage = false;  ///< every rank writes its own file already: no effect
+};
+
+/// How DeepSpeed's `pipeline.partition` assigns layers to stages (pipeline::partition_uniform /
+/// partition_balanced over parameter counts).
+enum class PipelinePartition : std::uint8_t { parameters, uniform };
+
+/// Pipeline parallelism: zerotk's `pipeline_parallelism` block (the seeds' `num_stages`, and
+/// `schedule`) and DeepSpeed's `pipeline` block where it means something here.
+struct PipelineConfig {
+  int stages = 1;                     ///< pipeline_parallelism.num_stages, or pipeline.stages
+  std::string schedule = "1f1b";      ///< gpipe, 1f1b, interleaved:V, zbh1 (pipeline::ScheduleSpec)
+  PipelinePartition partition = PipelinePartition::parameters;  ///< pipeline.partition ("best" is parameters)
+  std::int64_t activation_checkpoint_interval = 0;  ///< pipeline.activation_checkpoint_interval (the trainer's)
 };
 
 /// What a config asks of the compiled Engine: the parts chosen at compile time by policies.
@@ -341,14 +354,16 @@ struct Structure {
 struct Config : StepOptions {
   Config() { gradient_clipping = 1.0; }  // DeepSpeed 0.19's default (StepOptions' 0 is no clipping)
 
-  /// Every rank of the job (ResolveContext::world_size): tensor_parallel_size x data_parallel_size.
+  /// Every rank of the job (ResolveContext::world_size): tensor x pipeline x data_parallel_size.
   int world_size = 1;
   /// Ranks a layer's matrices are split across (zerotk's `tensor_model_parallel_size`, DeepSpeed's
   /// `tensor_parallel.autotp_size`); 1 when neither is given. The model must be written tensor
   /// parallel (zerotk::parallel) and declare its splits: nothing is split automatically.
   int tensor_parallel_size = 1;
-  /// Ranks ZeRO partitions over and the batch triad counts: world_size / tensor_parallel_size.
+  /// Ranks ZeRO partitions over and the batch triad counts: world_size / (tensor x pipeline).
   int data_parallel_size = 1;
+  /// Stages the layers are split across and the schedule that runs them (pipeline.stages 1: none).
+  PipelineConfig pipeline;
   std::int64_t train_batch_size = 1;
   std::int64_t train_micro_batch_size_per_gpu = 1;
 

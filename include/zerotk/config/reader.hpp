@@ -190,9 +190,13 @@ class Reader {
   static std::string text(bool v) { return v ? "true" : "false"; }
   static std::string text(const std::array<double, 2>& v) { return cat("[", num_text(v[0]), ", ", num_text(v[1]), "]"); }
 
-  /// The tensor size (`tensor_model_parallel_size`, `tensor_parallel.autotp_size`) and from it the
-  /// data-parallel size the batch rules and hpZ use. Runs first.
+  /// The tensor and pipeline sizes and from them the data-parallel size the batch rules and hpZ
+  /// use (config/parallel.hpp). Runs first.
   void read_parallel(Block& root, Config& c);
+  /// After the batch: the pipeline schedule must run its micro-batches (config/parallel.hpp).
+  void check_pipeline_schedule(Config& c);
+  /// "world 8 / tensor 2" (or "world 8 / (tensor 2 x pipeline 2)"): where the data size came from.
+  std::string data_size_origin(const Config& c) const;
   void read_precision(Block& root, Config& c);
   void read_zero(Block& root, Config& c);
   /// An array of distinct non-empty module type names at `path` (absent or null: none).
@@ -209,7 +213,7 @@ class Reader {
   void read_quantized(Block& zero, ZeroOptions& z);  // config/communication.hpp
   void cross_check(Config& c);
 
-  int data_size_ = 1;  // ranks of one data-parallel group: world / tensor size (read_parallel)
+  int data_size_ = 1;  // ranks of one data-parallel group: world / (tensor x pipeline) (read_parallel)
   std::vector<Unknown> unknown_;
   std::size_t unknown_not_kept_ = 0;
   std::vector<std::pair<std::string, std::string_view>> all_known_;  // (block path, key)
@@ -650,8 +654,7 @@ inline void Reader::read_zero(Block& root, Config& c) {
             data_size_ == ctx.world_size
                 ? cat("must divide the world size (", std::to_string(ctx.world_size),
                       "): hpZ keeps a secondary shard within groups of that many consecutive ranks")
-                : cat("must divide the data-parallel size (", std::to_string(data_size_), " = world ",
-                      std::to_string(ctx.world_size), " / tensor ", std::to_string(c.tensor_parallel_size),
+                : cat("must divide the data-parallel size (", std::to_string(data_size_), " = ", data_size_origin(c),
                       "): hpZ keeps a secondary shard within groups of that many consecutive ranks"),
             g);
     } else {
@@ -1073,57 +1076,6 @@ inline void Reader::read_scheduler(Block& root, Config& c) {
   c.scheduler = s;
 }
 
-inline void Reader::read_parallel(Block& root, Config& c) {
-  constexpr int kMaxInt = std::numeric_limits<int>::max();
-  int tp = 1;
-  std::string from;  // the key the tensor size came from
-  if (root.get_int("tensor_model_parallel_size", tp, 1, kMaxInt) == Got::value) from = root.path_of("tensor_model_parallel_size");
-  {
-    // DeepSpeed's AutoTP training block. autotp_size 0 (its default) means off. zerotk splits nothing
-    // by itself: the model is written with zerotk::parallel's layers and declares its splits, so the
-    // keys that steer DeepSpeed's automatic module replacement have no effect here.
-    Block t(*this, root.get_object("tensor_parallel"), root.path_of("tensor_parallel"));
-    int autotp = 0;
-    if (t.get_int("autotp_size", autotp, 0, kMaxInt) == Got::value && autotp > 0) {
-      if (!from.empty() && autotp != tp) {
-        error(t.path_of("autotp_size"),
-              cat("differs from ", from, " (", std::to_string(tp), "): both set the tensor size; give one"),
-              std::to_string(autotp));
-      } else {
-        tp = autotp;
-        from = t.path_of("autotp_size");
-      }
-    }
-    constexpr std::string_view kAuto =
-        "has no effect in zerotk: it steers DeepSpeed's automatic module replacement, and zerotk's model declares "
-        "its own splits (EngineOptions::tensor_split); ignored";
-    t.finish({{"tp_overlap_comm", "false",
-               "has no effect in zerotk: the tensor-parallel collectives run inside the model's own layers; ignored"},
-              {"tp", "", kAuto},
-              {"tensor_parallel", "", kAuto},
-              {"dtype", "", kAuto},
-              {"partition_config", "", kAuto},
-              {"preset_model", "", kAuto},
-              {"injection_policy_tuple", "", kAuto},
-              {"keep_module_on_host", "false", kAuto},
-              {"replace_with_kernel_inject", "false", kAuto},
-              {"kernel_inject", "false", kAuto},
-              {"vocab_parallel_lm_head", "false", kAuto},
-              {"vocab_parallel_ce_backend", "", kAuto}});
-  }
-  c.tensor_parallel_size = tp;
-  if (ctx.world_size % tp != 0) {
-    error(from,
-          cat("must divide the world size (", std::to_string(ctx.world_size),
-              "): every data-parallel replica holds that many tensor ranks"),
-          std::to_string(tp));
-    data_size_ = 1;  // the batch rules below then report in terms of what is left
-    return;
-  }
-  data_size_ = ctx.world_size / tp;
-  c.data_parallel_size = data_size_;
-}
-
 inline void Reader::read_batch(Block& root, Config& c) {
   constexpr auto kMax = std::numeric_limits<std::int64_t>::max();
   const std::int64_t w = data_size_;  // SEMANTICS.md section 5's W: the data-parallel ranks
@@ -1215,9 +1167,7 @@ inline void Reader::read_batch(Block& root, Config& c) {
   }
   if (*tbs != product || *mbs < 1 || *gas < 1) {
     // With a tensor size the product's last factor is the data-parallel size: say where it came from.
-    const std::string w_is = w == ctx.world_size ? std::string()
-                                                 : cat(" (the data-parallel size: world ", std::to_string(ctx.world_size),
-                                                       " / tensor ", std::to_string(c.tensor_parallel_size), ")");
+    const std::string w_is = w == ctx.world_size ? std::string() : cat(" (the data-parallel size: ", data_size_origin(c), ")");
     error(p_tbs,
           cat("train_batch_size must equal train_micro_batch_size_per_gpu * gradient_accumulation_steps * ",
               w == ctx.world_size ? "world_size" : "data_parallel_size", ": ", std::to_string(*tbs), " != ",
@@ -1347,8 +1297,8 @@ inline void Reader::read_checkpoint(Block& root, Config& c) {
   }
   if (k.parallel_write_pipeline_stage) {
     unsupported(join_path(b.path_of("parallel_write"), "pipeline_stage"),
-                "has no effect in zerotk: there is no pipeline parallelism yet (issue 44), and every rank already "
-                "writes its own files at once; ignored",
+                "has no effect in zerotk: every rank (of every pipeline stage) already writes its own file at once; "
+                "ignored",
                 "true");
   }
 }
@@ -1426,6 +1376,7 @@ inline Config Reader::read(const Json& doc) {
   read_scalars(root, c);
   read_monitor_and_checkpointing(root, c);
   read_gradient_compression(root, c);
+  check_pipeline_schedule(c);
   read_communication(root, c);  // after the batch: rebalancing splits its micro-batch
   root.finish({{"amp"},
                {"tensorboard"},
@@ -1447,7 +1398,6 @@ inline Config Reader::read(const Json& doc) {
                {"weight_quantization"},
                {"quantize_training"},
                {"compile"},
-               {"pipeline"},
                {"timers"},
                {"torch_autocast"},
                {"memory_breakdown", "false"},
@@ -1592,3 +1542,5 @@ inline Config load_file(const std::filesystem::path& path, const ResolveContext&
 
 // Reader::read_communication, the `communication` block in a file of its own.
 #include "zerotk/config/communication.hpp"
+// Reader::read_parallel: the tensor and pipeline sizes, in a file of their own.
+#include "zerotk/config/parallel.hpp"

@@ -170,6 +170,15 @@ inline Json to_json(const Config& c) {
   // zerotk's own key (the seeds'); DeepSpeed's top level ignores it. Written only when it splits, so a
   // config without it reads back unchanged.
   if (c.tensor_parallel_size > 1) j["tensor_model_parallel_size"] = c.tensor_parallel_size;
+  // zerotk's (the seeds') pipeline block when the layers are split; DeepSpeed's `pipeline` keys that act
+  // when they are not its defaults.
+  if (c.pipeline.stages > 1 || c.pipeline.schedule != PipelineConfig{}.schedule) {
+    j["pipeline_parallelism"] = Json{{"num_stages", c.pipeline.stages}, {"schedule", c.pipeline.schedule}};
+  }
+  if (c.pipeline.partition != PipelineConfig{}.partition || c.pipeline.activation_checkpoint_interval != 0) {
+    j["pipeline"] = Json{{"partition", c.pipeline.partition == PipelinePartition::uniform ? "uniform" : "parameters"},
+                         {"activation_checkpoint_interval", c.pipeline.activation_checkpoint_interval}};
+  }
   j["steps_per_print"] = c.steps_per_print;
   j["wall_clock_breakdown"] = c.wall_clock_breakdown;
   j["prescale_gradients"] = c.prescale_gradients;
