@@ -10,6 +10,7 @@
 #include "zerotk/plan/deepspeed_estimate.hpp"
 #include "zerotk/plan/model.hpp"
 #include "zerotk/plan/model_states.hpp"
+#include "zerotk/plan/pipeline.hpp"
 #include "zerotk/plan/search.hpp"
 #include "zerotk/plan/sizes.hpp"
 #include "zerotk/plan/transformer.hpp"

@@ -47,6 +47,10 @@ required:
   --tp T                 tensor-parallel size (with the transformer flags: the GPT example's Megatron
                          split; the plan is one tensor rank's, N = --world / T data ranks)
   --sequence-parallel    with --tp: the blocks' activations split by tokens
+  --pp P                 pipeline stages (with --layer-params or the transformer flags): the layers
+                         cut by parameter count (DeepSpeed's partition "parameters"; --partition
+                         uniform by layer count); the plan is the stage with the most model
+                         states, N = --world / (--tp x --pp) data ranks
 budget (per rank; suffixes B, KB, MB, GB, TB = powers of 1000, KiB .. TiB = powers of 1024):
   --device-mem SIZE      accelerator memory
   --host-mem SIZE        host memory (pageable + pinned)
@@ -72,7 +76,7 @@ limits (a number outside them is refused, naming the flag, the value and the ran
   --layer-params         at most 1,000,000 entries, each 0 .. 1e15, their sum 1 .. 1e15
   --layers               1 .. 1,000,000 (the transformer's parameters at most 1e15 in all)
   --hidden, --heads, --micro-batch   1 .. 2^20;   --seq, --context, --vocab, --d-ff   1 .. 2^24
-  --world, --tp, --hpz, --gpus-per-node   1 .. 2^20;   --gas 1 .. 1e6;   --checkpoint-every 1 .. 1e6
+  --world, --tp, --pp, --hpz, --gpus-per-node   1 .. 2^20;   --gas 1 .. 1e6;   --checkpoint-every 1 .. 1e6
   --device-mem, --host-mem           0 .. 1e18 bytes;   --buffer-factor 1 .. 1000
 )usage";
 
@@ -88,7 +92,9 @@ struct Args {
   std::string config_file;
   int world = 0;
   /// The data-parallel ranks ZeRO partitions over: --world / --tp.
-  int data() const noexcept { return world / static_cast<int>(shape.tensor); }
+  int data() const noexcept { return world / (static_cast<int>(shape.tensor) * pipeline); }
+  int pipeline = 1;
+  plan::StagePartition partition = plan::StagePartition::parameters;
   std::optional<std::size_t> device_mem, host_mem;
   std::vector<zerotk::DType> precisions;
   plan::EngineSettings settings;
@@ -211,6 +217,12 @@ Args parse_args(int argc, char** argv) {
     else if (arg == "--tied-head") a.shape.tied_head = true;
     else if (arg == "--tp") a.shape.tensor = count_in(arg, value(), 1, kMaxWorld);
     else if (arg == "--sequence-parallel") a.shape.sequence_parallel = true;
+    else if (arg == "--pp") a.pipeline = to_int(arg, value(), 1, kMaxWorld);
+    else if (arg == "--partition") {
+      const std::string_view v = value();
+      if (v != "parameters" && v != "uniform") throw zerotk::config_error("must be parameters or uniform", std::string(arg), std::string(v));
+      a.partition = v == "uniform" ? plan::StagePartition::uniform : plan::StagePartition::parameters;
+    }
     else if (arg == "--config") a.config_file = std::string(value());
     else if (arg == "--world") a.world = to_int(arg, value(), 1, kMaxWorld);
     else if (arg == "--device-mem") a.device_mem = bytes_in(arg, value());
@@ -260,6 +272,13 @@ Args parse_args(int argc, char** argv) {
   if (a.world % static_cast<int>(a.shape.tensor) != 0) {
     throw zerotk::config_error("must divide --world (" + std::to_string(a.world) + ")", "--tp", std::to_string(a.shape.tensor));
   }
+  if (a.pipeline > 1 && a.params) {
+    throw UsageError{"--pp cuts the model's layers into stages: give them (--layer-params or the transformer flags)"};
+  }
+  if (a.pipeline > 1 && a.ds_estimate) throw UsageError{"--deepspeed-estimate: DeepSpeed's estimators know no pipeline (drop --pp)"};
+  if (a.world % (static_cast<int>(a.shape.tensor) * a.pipeline) != 0) {
+    throw zerotk::config_error("--tp x --pp must divide --world (" + std::to_string(a.world) + ")", "--pp", std::to_string(a.pipeline));
+  }
   if (a.data() % a.settings.hpz_partition_size != 0) {
     throw zerotk::config_error("must divide the data-parallel ranks (" + std::to_string(a.data()) + " = --world / --tp)",
                                "--hpz", std::to_string(a.settings.hpz_partition_size));
@@ -307,7 +326,9 @@ void print_breakdown(const plan::Evaluation& e) {
 void print_zero_table(const plan::ModelDescription& m, const Args& a, zerotk::DType p) {
   std::cout << "model states per rank (" << zerotk::to_string(p) << (p == zerotk::DType::fp32 ? "" : " mixed precision")
             << ", " << (a.settings.optimizer_moments == 1 ? "one optimizer moment (Lion)" : "Adam")
-            << "; Psi = " << m.total_params() << (a.shape.tensor > 1 ? " on one tensor rank" : "") << ", N = " << a.data()
+            << "; Psi = " << m.total_params()
+            << (a.pipeline > 1 ? (a.shape.tensor > 1 ? " on one tensor rank of the stage" : " on the stage") : a.shape.tensor > 1 ? " on one tensor rank" : "")
+            << ", N = " << a.data()
             << "; GB = 1e9 bytes):\n";
   for (int stage = 0; stage <= 3; ++stage) {
     plan::Choice c;
@@ -338,6 +359,24 @@ void print_deepspeed_estimate(const plan::ModelDescription& m, const Args& a) {
   }
 }
 
+/// --pp: the stage whose model states are the largest (at stage 0 in fp16: what every configuration
+/// scales), with a line saying which and how the layers were cut.
+plan::ModelDescription largest_stage(const plan::ModelDescription& m, const Args& a) {
+  const auto bounds = plan::stage_bounds(m, a.pipeline, a.partition);
+  int best = 0;
+  std::size_t most = 0;
+  for (int s = 0; s < a.pipeline; ++s) {
+    const std::size_t n = plan::stage_model(m, bounds, s).total_params();
+    if (n > most) most = n, best = s;
+  }
+  std::printf("pipeline %d stages (by %s): layers", a.pipeline, a.partition == plan::StagePartition::uniform ? "layer count" : "parameters");
+  for (int s = 0; s < a.pipeline; ++s) {
+    std::printf(" [%zu, %zu)", bounds[static_cast<std::size_t>(s)], bounds[static_cast<std::size_t>(s) + 1]);
+  }
+  std::printf("; planning stage %d, the largest (%zu parameters)\n", best, most);
+  return plan::stage_model(m, bounds, best);
+}
+
 /// --config: the one configuration the DeepSpeed file asks for (its tensor size with it).
 int plan_config(plan::ModelDescription m, const Args& a) {
   zerotk::config::ResolveContext ctx;
@@ -345,6 +384,11 @@ int plan_config(plan::ModelDescription m, const Args& a) {
   ctx.micro_batch_size = static_cast<std::int64_t>(a.shape.micro_batch);
   if (a.precisions.size() == 1) ctx.precision = a.precisions.front();  // fills fp16/bf16 "enabled": "auto"
   const zerotk::config::Config cfg = zerotk::config::load_file(a.config_file, ctx);
+  if (a.pipeline != 1 && cfg.pipeline.stages != a.pipeline) {
+    throw zerotk::config_error("differs from the config's pipeline stages (" + std::to_string(cfg.pipeline.stages) + ")", "--pp",
+                               std::to_string(a.pipeline));
+  }
+  bool rebuilt = false;
   const auto tensor = static_cast<std::size_t>(cfg.tensor_parallel_size);
   if (tensor != a.shape.tensor) {
     if (a.shape.tensor != 1) {
@@ -358,7 +402,15 @@ int plan_config(plan::ModelDescription m, const Args& a) {
     }
     plan::TransformerShape shape = a.shape;
     shape.tensor = tensor;
-    m = plan::gpt_model(shape);
+    m = plan::gpt_model(shape);  // whole again: cut below if the config has stages
+    rebuilt = true;
+  }
+  if (cfg.pipeline.stages > 1 && (rebuilt || a.pipeline == 1)) {
+    Args staged = a;
+    staged.pipeline = cfg.pipeline.stages;
+    staged.partition = cfg.pipeline.partition == zerotk::config::PipelinePartition::uniform ? plan::StagePartition::uniform
+                                                                                            : plan::StagePartition::parameters;
+    m = largest_stage(m, staged);
   }
   const auto& z = cfg.zero_optimization;
   plan::Choice c;
@@ -425,6 +477,7 @@ int run(int argc, char** argv) {
     }
   }
 
+  if (a.pipeline > 1) m = largest_stage(m, a);
   if (!a.config_file.empty()) return plan_config(m, a);
   if (a.ds_estimate) {
     print_deepspeed_estimate(m, a);
