@@ -16,6 +16,7 @@
 #include <zerotk/comm/mpi.hpp>
 #endif
 
+#include "evaluate.hpp"
 #include "gpt.hpp"
 #include "options.hpp"
 
@@ -64,6 +65,7 @@ struct Summary {
   std::size_t psi = 0, padded = 0;  ///< rank 0's parameters (its tensor shard) and its padded flat buffer
   std::size_t psi_model = 0;         ///< the whole model's parameters
   int tensor = 1, data = 1;          ///< the grid: tensor ranks x data ranks
+  int pipeline = 1;                  ///< ... x pipeline stages
   double accuracy = 0, digit_accuracy = 0, seconds = 0, tokens_per_s = 0, overhead = 0;
   double final_loss = 0;
   int steps_run = 0;  ///< optimizer steps this process ran (after --load: from the loaded step on)
@@ -83,7 +85,7 @@ struct TrainContext {
   using FillBatch = std::function<void(std::uint64_t index, int rank, int world, int micro_batch, gpt::Batch& out)>;
   /// Runs on every rank of data group 0 (a split model evaluates on its tensor ranks together);
   /// `report` (world rank 0) prints and fills the summary.
-  using Evaluate = std::function<double(gpt::Gpt& model, Summary& summary, bool report)>;
+  using Evaluate = std::function<double(const gpt::LogitsOf& logits, Summary& summary, bool report)>;
   const Options& o;
   const zerotk::config::Config& cfg;
   const gpt::Config& model_config;

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -43,11 +44,24 @@ struct DigitScore {
   }
 };
 
+/// The logits [batch x seq][vocab] of a batch's tokens: a whole model's (Gpt::logits), or what a
+/// pipeline's last stage computed (examples/02_gpt/pipeline_stage.hpp), on every rank that asks.
+using LogitsOf = std::function<const Matrix&(const TokenView&)>;
+
 /// Greedy-decodes held-out examples first .. first + count - 1 in chunks of `chunk` sequences.
 /// Costs n forward passes per chunk (no KV cache: the model is tiny and this keeps the layers simple).
+inline DigitScore evaluate_digits(const LogitsOf& logits_of, const DigitTask& task, std::uint64_t first, int count,
+                           int chunk = 256);
+
 template <class Scope = NoScope>
 DigitScore evaluate_digits(Gpt& model, const DigitTask& task, std::uint64_t first, int count, Scope&& scope = {},
                            int chunk = 256) {
+  return evaluate_digits([&](const TokenView& t) -> const Matrix& { return model.logits(t, scope); }, task, first, count,
+                         chunk);
+}
+
+inline DigitScore evaluate_digits(const LogitsOf& logits_of, const DigitTask& task, std::uint64_t first, int count,
+                                  int chunk) {
   DigitScore score;
   const int n = task.digits(), T = task.seq_len();
   Batch batch;
@@ -65,7 +79,7 @@ DigitScore evaluate_digits(Gpt& model, const DigitTask& task, std::uint64_t firs
       }
     }
     for (int k = 0; k < n; ++k) {  // position n + k predicts answer digit k
-      const Matrix& logits = model.logits(batch.inputs(), scope);
+      const Matrix& logits = logits_of(batch.inputs());
       for (int b = 0; b < rows; ++b) {
         const auto at = static_cast<std::size_t>(b) * static_cast<std::size_t>(T) + static_cast<std::size_t>(n + k);
         Eigen::Index best = 0;
@@ -98,20 +112,28 @@ struct TextScore {
 };
 
 /// Scores at most `max_windows` held-out windows, `chunk` windows per forward.
+inline TextScore evaluate_text(const LogitsOf& logits_of, const TextCorpus& corpus, std::size_t max_windows, int chunk = 64);
+
 template <class Scope = NoScope>
 TextScore evaluate_text(Gpt& model, const TextCorpus& corpus, std::size_t max_windows, Scope&& scope = {},
                         int chunk = 64) {
+  return evaluate_text([&](const TokenView& t) -> const Matrix& { return model.logits(t, scope); }, corpus, max_windows,
+                       chunk);
+}
+
+inline TextScore evaluate_text(const LogitsOf& logits_of, const TextCorpus& corpus, std::size_t max_windows, int chunk) {
   TextScore score;
   const std::size_t windows = std::min(max_windows, corpus.eval_windows());
   Batch batch;
+  CrossEntropy xent;
   double loss_sum = 0.0;
   std::size_t right = 0;
   for (std::size_t done = 0; done < windows; done += static_cast<std::size_t>(chunk)) {
     const int rows = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(chunk), windows - done));
     corpus.fill_eval(done, rows, batch);
-    const float loss = model.forward(batch, scope);
+    const Matrix& logits = logits_of(batch.inputs());
+    const float loss = xent.forward(logits, batch.targets);
     loss_sum += static_cast<double>(loss) * static_cast<double>(batch.tokens.size());
-    const Matrix& logits = model.head.output();
     for (std::size_t i = 0; i < batch.targets.size(); ++i) {
       Eigen::Index best = 0;
       logits.row(static_cast<Eigen::Index>(i)).maxCoeff(&best);

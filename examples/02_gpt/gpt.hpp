@@ -868,25 +868,82 @@ struct Gpt {
   template <class Scope = NoScope>
     requires LayerScope<std::remove_cvref_t<Scope>>
   const Matrix& logits(const TokenView& tokens, Scope&& scope = {}) {
-    const Matrix* x = nullptr;
-    {
-      [[maybe_unused]] auto guard = scope.forward(embedding);
-      x = &embedding.forward(tokens);
-      report(embedding);
+    return forward_layers(0, layer_count(), &tokens, nullptr, tokens.seq, scope);
+  }
+
+  /// The layers in forward order: 0 the embedding, 1 .. n_layers the blocks, n_layers + 1 the head.
+  int layer_count() const noexcept { return static_cast<int>(blocks.size()) + 2; }
+  /// f(layer) for layer `i` of that list.
+  template <class F>
+  decltype(auto) with_layer(int i, F&& f) {
+    if (i == 0) return f(embedding);
+    if (i == layer_count() - 1) return f(head);
+    return f(blocks[static_cast<std::size_t>(i - 1)]);
+  }
+
+  /// Forward of layers [first, last) (a pipeline stage's): from `tokens` when first is 0, else from
+  /// `x`, the activation entering layer `first`; sequences of `seq` tokens. Returns what leaves layer
+  /// last - 1: the logits when the range ends with the head. Activations between layers are the
+  /// blocks' (under sequence parallel, this rank's token rows), whatever the range.
+  template <class Scope = NoScope>
+    requires LayerScope<std::remove_cvref_t<Scope>>
+  const Matrix& forward_layers(int first, int last, const TokenView* tokens, const Matrix* x, int seq, Scope&& scope = {}) {
+    const int n = static_cast<int>(blocks.size());
+    for (int i = first; i < last; ++i) {
+      if (i == 0) {
+        {
+          [[maybe_unused]] auto guard = scope.forward(embedding);
+          x = &embedding.forward(*tokens);
+          report(embedding);
+        }
+        x = &to_blocks(*x);
+      } else if (i == n + 1) {
+        x = &from_blocks(*x);
+        [[maybe_unused]] auto guard = scope.forward(head);
+        x = &head.forward(*x);
+        report(head);
+      } else {
+        const auto k = static_cast<std::size_t>(i - 1);
+        Block& b = blocks[k];
+        [[maybe_unused]] auto guard = scope.forward(b);
+        b.set_sequence_length(seq);
+        x = checkpointed(k) ? &recompute_[k]->forward(*x) : &b.forward(*x);
+        report(b);
+      }
     }
-    x = &to_blocks(*x);
-    for (std::size_t i = 0; i < blocks.size(); ++i) {
-      Block& b = blocks[i];
-      [[maybe_unused]] auto guard = scope.forward(b);
-      b.set_sequence_length(tokens.seq);
-      x = checkpointed(i) ? &recompute_[i]->forward(*x) : &b.forward(*x);
-      report(b);
+    return *x;
+  }
+
+  /// Backward of layers [first, last) after their forward, from d(what left layer last - 1) (the
+  /// logits' gradient when the range ends with the head); gradients accumulate. Returns d(what
+  /// entered layer `first`), or null when the range starts with the embedding.
+  template <class Scope = NoScope>
+    requires LayerScope<std::remove_cvref_t<Scope>>
+  const Matrix* backward_layers(int first, int last, const Matrix& dy, Scope&& scope = {}) {
+    const int n = static_cast<int>(blocks.size());
+    const Matrix* dx = &dy;
+    for (int i = last; i-- > first;) {
+      if (i == n + 1) {
+        {
+          [[maybe_unused]] auto guard = scope.backward(head);
+          dx = &head.backward(*dx);
+          report(head);
+        }
+        dx = &to_blocks(*dx);  // the head ran on every token alike: this rank's rows of its gradient
+      } else if (i == 0) {
+        dx = &from_blocks(*dx);
+        [[maybe_unused]] auto guard = scope.backward(embedding);
+        embedding.backward(*dx);
+        return nullptr;
+      } else {
+        const auto k = static_cast<std::size_t>(i - 1);
+        Block& b = blocks[k];
+        [[maybe_unused]] auto guard = scope.backward(b);  // at ZeRO-3 this gathers for the recompute too
+        dx = checkpointed(k) ? &recompute_[k]->backward(*dx) : &b.backward(*dx);
+        report(b);
+      }
     }
-    x = &from_blocks(*x);
-    [[maybe_unused]] auto guard = scope.forward(head);
-    const Matrix& out = head.forward(*x);
-    report(head);
-    return out;
+    return dx;
   }
 
   /// Whether the blocks run sequence parallel (TensorParallel::sequence_parallel). Evaluation may turn
@@ -913,23 +970,9 @@ struct Gpt {
   template <class Scope = NoScope>
     requires LayerScope<std::remove_cvref_t<Scope>>
   void backward(Scope&& scope = {}, float loss_scale = 1.0f) {
-    const Matrix* dx = &loss_.backward(loss_scale);
+    const Matrix& dlogits = loss_.backward(loss_scale);
     report(loss_);
-    {
-      [[maybe_unused]] auto guard = scope.backward(head);
-      dx = &head.backward(*dx);
-      report(head);
-    }
-    dx = &to_blocks(*dx);  // the head ran on every token alike: this rank's rows of its gradient
-    for (std::size_t i = blocks.size(); i-- > 0;) {
-      Block& b = blocks[i];
-      [[maybe_unused]] auto guard = scope.backward(b);  // at ZeRO-3 this gathers for the recompute too
-      dx = checkpointed(i) ? &recompute_[i]->backward(*dx) : &b.backward(*dx);
-      report(b);
-    }
-    dx = &from_blocks(*dx);
-    [[maybe_unused]] auto guard = scope.backward(embedding);
-    embedding.backward(*dx);
+    backward_layers(0, layer_count(), dlogits, scope);
   }
 
   /// One micro-step: forward, loss, backward. Returns the (unscaled) mean loss.
@@ -1038,6 +1081,7 @@ inline float standard_normal(std::uint64_t key, std::uint64_t i) noexcept {
 // Element i of a tensor rank's shard takes the value of its element in the whole parameter
 // (parallel::full_index), so a split model starts where the whole one does.
 inline void fill_normal(Param& p, std::uint64_t seed, float stddev, const TensorParallel& tp = {}) {
+  if (p.data() == nullptr) return;  // another pipeline stage's: not bound on this rank
   const std::uint64_t key = splitmix64(seed) ^ hash_name(p.name());
   const zerotk::parallel::TensorSplit split = tp.split() ? tensor_split(p.name()) : zerotk::parallel::TensorSplit{};
   const std::size_t rows = p.dim(0), cols = p.numel() / std::max<std::size_t>(rows, 1);
@@ -1051,7 +1095,9 @@ inline void fill_normal(Param& p, std::uint64_t seed, float stddev, const Tensor
   }
 }
 
-inline void fill_constant(Param& p, float v) { std::fill_n(p.data(), p.numel(), v); }
+inline void fill_constant(Param& p, float v) {
+  if (p.data() != nullptr) std::fill_n(p.data(), p.numel(), v);
+}
 
 }  // namespace detail
 
@@ -1059,7 +1105,8 @@ inline void fill_constant(Param& p, float v) { std::fill_n(p.data(), p.numel(), 
 /// the two residual projections of each block normal(0, 0.02 / sqrt(2 L)), biases 0, LayerNorm gain 1.
 /// Element i of a parameter depends only on (seed, parameter name, i): the result is the same for any
 /// binding layout, visiting order, thread count or rank, and a tensor rank's shard holds its elements
-/// of the whole parameter's values.
+/// of the whole parameter's values. Parameters without storage (another pipeline stage's, which this
+/// rank's engine did not bind) are skipped.
 inline void init_parameters(Gpt& model, std::uint64_t seed) {
   constexpr float kStd = 0.02f;
   const float residual_std = kStd / std::sqrt(2.0f * static_cast<float>(model.config.n_layers));

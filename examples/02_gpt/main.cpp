@@ -196,6 +196,9 @@ std::string flags_to_deepspeed_json(const Options& o) {
   j << "{\n"
     << "  \"train_batch_size\": " << o.batch << ",\n";
   if (o.tp > 1) j << "  \"tensor_model_parallel_size\": " << o.tp << ",\n";
+  if (o.pp > 1) {
+    j << "  \"pipeline_parallelism\": {\"num_stages\": " << o.pp << ", \"schedule\": " << json_string(o.schedule) << "},\n";
+  }
   j << "  \"gradient_accumulation_steps\": " << o.gas << ",\n"
     << "  \"gradient_clipping\": " << o.clip << ",\n"
     << "  \"steps_per_print\": " << o.steps_per_print << ",\n"
@@ -293,14 +296,19 @@ void explain_spaces(const Summary& s, std::int64_t sub_group, double shard) {
   }
 }
 
-void print_memory_table(const Summary& s, int stage, const std::string& precision, int world, int gas,
+void print_memory_table(const Summary& s, int stage, const std::string& precision, int world, int gas, int accum_bytes,
                         std::int64_t sub_group, bool nvme, bool delayed, int moments) {
   const double pad = static_cast<double>(s.padded), N = s.data;
   const char* names[] = {"params (working precision)", "gradients", "fp32 master",
                          moments == 1 ? "optimizer state (m)" : "optimizer state (m, v)",
                          "bucket buffers", "gathered params (stage 3)", "hpZ secondary shard", "activations", "float compute copy (host)"};
   static_assert(std::size(names) == zerotk::kMemoryCategoryCount);
-  if (s.tensor > 1) {
+  if (s.pipeline > 1) {
+    std::printf("\nmemory per rank by category (bytes; Psi = %zu parameters on rank 0, its pipeline stage%s of the model's\n"
+                "%zu, %zu with bucket padding; N = %d, the data-parallel group ZeRO partitions over: ranks / (tensor %d x\n"
+                "pipeline %d)):\n",
+                s.psi, s.tensor > 1 ? "'s tensor shard" : "", s.psi_model, s.padded, s.data, s.tensor, s.pipeline);
+  } else if (s.tensor > 1) {
     std::printf("\nmemory per rank by category (bytes; Psi = %zu parameters on rank 0, its tensor shard of the model's %zu\n"
                 "(the split matrices' 1/%d and every replicated parameter), %zu with bucket padding; N = %d, the\n"
                 "data-parallel group ZeRO partitions over: ranks / tensor %d):\n",
@@ -337,13 +345,18 @@ void print_memory_table(const Summary& s, int stage, const std::string& precisio
                                    : stage == 1 ? "4 Psi + " + k + " Psi/N"
                                    : stage == 2 ? "2 Psi + " + k2 + " Psi/N"
                                                 : k4 + " Psi/N";
-  // Stages 0, 2 and 3 reduce every micro-step and accumulate in fp32 when GAS > 1 (4 Psi, or 4 Psi/N);
-  // stage 1 accumulates in its 16-bit flat gradients (DeepSpeed's schedule).
-  const bool acc = gas > 1 && stage != 1;
-  const double extra = acc ? (stage == 0 ? 4 * pad : 4 * pad / N) : 0;
+  // GAS > 1: stages 2 and 3 reduce every micro-step and add the reduced partitions up in an accumulator
+  // of the accumulation dtype (data_types.grad_accum_dtype; a DeepSpeed config's default is the training
+  // precision); stage 0 keeps one only in fp32 (in 16 bits it accumulates in its flat gradients, as
+  // stage 1 always does).
+  const int acc = gas <= 1 || stage == 1 ? 0 : accum_bytes == 4 ? 4 : stage == 0 ? 0 : accum_bytes;
+  const double extra = stage == 0 ? acc * pad : acc * pad / N;
   std::printf("  model states (rank 0) %zu B  vs ZeRO-%d formula %s = %.0f B", model_state, stage,
               formula_text.c_str(), formula);
-  if (acc) std::printf(" + fp32 accumulator of GAS > 1 %s = %.0f B", stage == 0 ? "4 Psi" : "4 Psi/N", formula + extra);
+  if (acc > 0) {
+    std::printf(" + %s accumulator of GAS > 1 %d Psi%s = %.0f B", acc == 4 ? "fp32" : "16-bit", acc, stage == 0 ? "" : "/N",
+                formula + extra);
+  }
   if (sub_group > 0) {
     const double staging = 2.0 * 4.0 * std::min(static_cast<double>(sub_group), pad / N);
     std::printf(" + sub-group staging 2 x 4 B x min(sub_group_size, Psi/N) = %.0f B", formula + extra + staging);
@@ -386,21 +399,24 @@ std::string ranks_flag(const Options& o, int world) {
   return o.mpi ? "the MPI world size " + std::to_string(world) : "--ranks " + std::to_string(world);
 }
 
-/// --tp must divide the ranks (checked first, whatever else is given).
+/// --tp x --pp must divide the ranks (checked first, whatever else is given).
 void check_tp_flag(const Options& o, int world) {
-  if (world % o.tp != 0) {
-    throw zerotk::usage_error("the tensor size must divide the rank count (each data-parallel replica is --tp ranks)",
-                              "--tp " + std::to_string(o.tp), ranks_flag(o, world));
+  if (world % (o.tp * o.pp) != 0) {
+    throw zerotk::usage_error(o.pp == 1 ? "the tensor size must divide the rank count (each data-parallel replica is --tp ranks)"
+                                        : "--tp x --pp must divide the rank count (each data-parallel replica is that many ranks)",
+                              o.pp == 1 ? "--tp " + std::to_string(o.tp) : "--tp " + std::to_string(o.tp) + " --pp " + std::to_string(o.pp),
+                              ranks_flag(o, world));
   }
 }
 
 void check_batch_flags(const Options& o, int world) {
   check_tp_flag(o, world);
-  const int data = world / o.tp;
+  const int data = world / (o.tp * o.pp);
   const long long per_micro = static_cast<long long>(data) * o.gas;  // samples per micro-step of all data ranks
   if (o.batch % per_micro == 0) return;
-  const std::string ranks = o.tp > 1 ? ranks_flag(o, world) + " / --tp " + std::to_string(o.tp) + " (data ranks)"
-                                      : ranks_flag(o, world);
+  const std::string ranks = o.tp * o.pp > 1 ? ranks_flag(o, world) + " / (--tp " + std::to_string(o.tp) + " x --pp " +
+                                                  std::to_string(o.pp) + ") (data ranks)"
+                                            : ranks_flag(o, world);
   const long long below = o.batch / per_micro * per_micro, above = below + per_micro;
   std::string use = "use --batch ";
   if (below > 0) use += std::to_string(below) + " or ";
@@ -420,6 +436,11 @@ void check_tensor_flags(const Options& o, const zerotk::config::Config& cfg, con
     throw zerotk::usage_error("differs from the config's tensor size (its tensor_model_parallel_size or "
                               "tensor_parallel.autotp_size decides; drop --tp or change the file)",
                               "--tp " + std::to_string(o.tp), tensor_from);
+  }
+  if (!o.config_file.empty() && o.pp != 1 && o.pp != cfg.pipeline.stages) {
+    throw zerotk::usage_error("differs from the config's pipeline stages (its pipeline_parallelism.num_stages or "
+                              "pipeline.stages decides; drop --pp or change the file)",
+                              "--pp " + std::to_string(o.pp), o.config_file + ": pipeline stages " + std::to_string(cfg.pipeline.stages));
   }
   if (o.sequence_parallel && t == 1) {
     throw zerotk::usage_error("splits the activations between the tensor regions by tokens, which needs a tensor size "
@@ -463,10 +484,11 @@ zerotk::config::ResolveContext auto_values(const Options& o, int world, std::map
   rc.gradient_accumulation_steps = o.gas;
   from["/gradient_accumulation_steps"] = "--gas " + std::to_string(o.gas);
   // The data ranks of a config without a tensor size; a file that splits is checked against it by the reader.
-  const long long per_micro = static_cast<long long>(world / o.tp) * o.gas;
+  const int data = world / (o.tp * o.pp);
+  const long long per_micro = static_cast<long long>(data) * o.gas;
   if (o.batch % per_micro == 0) {  // else an "auto" micro batch is refused in flags' words (check_batch_flags)
     rc.micro_batch_size = o.batch / per_micro;
-    from["/train_micro_batch_size_per_gpu"] = "--batch " + std::to_string(o.batch) + " / (" + std::to_string(world / o.tp) +
+    from["/train_micro_batch_size_per_gpu"] = "--batch " + std::to_string(o.batch) + " / (" + std::to_string(data) +
                                               " data ranks x --gas " + std::to_string(o.gas) + ")";
   }
   from["/train_batch_size"] = "micro batch x --gas x data ranks";
@@ -567,16 +589,20 @@ int run(const Options& o, const gpt::Config& model_config, TrainContext::FillBat
                                                : o.config_file + ": /zero_optimization/offload_param/nvme_path");
   }
   check_tensor_flags(o, cfg, model_config);
-  const int tensor = cfg.tensor_parallel_size, data = cfg.data_parallel_size;
+  const int tensor = cfg.tensor_parallel_size, data = cfg.data_parallel_size, stages = cfg.pipeline.stages;
   if (root) {
-    const std::string grid = tensor > 1 ? ", tensor " + std::to_string(tensor) + (o.sequence_parallel ? " (sequence parallel)" : "") +
-                                              " x data " + std::to_string(data)
-                                        : "";
+    std::string grid;
+    if (tensor > 1) grid += ", tensor " + std::to_string(tensor) + (o.sequence_parallel ? " (sequence parallel)" : "");
+    if (stages > 1) {
+      grid += std::string(grid.empty() ? ", " : " x ") + "pipeline " + std::to_string(stages) + " (" + cfg.pipeline.schedule + ", " +
+              std::to_string(cfg.gradient_accumulation_steps) + " micro-batches a step)";
+    }
+    if (!grid.empty()) grid += " x data " + std::to_string(data);
     std::printf("zerotk %s: %d ranks (%s)%s, ZeRO stage %d, %s, batch %lld = %lld micro x %lld accumulation x %d %s\n",
                 zerotk::kVersionString, world, o.mpi ? "MPI" : "threads", grid.c_str(), cfg.zero_optimization.stage,
                 std::string(zerotk::to_string(cfg.precision())).c_str(), static_cast<long long>(cfg.train_batch_size),
                 static_cast<long long>(cfg.train_micro_batch_size_per_gpu),
-                static_cast<long long>(cfg.gradient_accumulation_steps), data, tensor > 1 ? "data ranks" : "ranks");
+                static_cast<long long>(cfg.gradient_accumulation_steps), data, tensor * stages > 1 ? "data ranks" : "ranks");
   }
 
   Summary summary;
@@ -599,7 +625,8 @@ int run(const Options& o, const gpt::Config& model_config, TrainContext::FillBat
                            Compressed<zerotk::TopK>, Compressed<zerotk::TwoBit>, Compressed<zerotk::Sign>>(cfg, launch);
   if (!root) return 0;
   print_memory_table(summary, cfg.zero_optimization.stage, std::string(zerotk::to_string(cfg.precision())), world,
-                                  static_cast<int>(cfg.gradient_accumulation_steps),
+                     static_cast<int>(cfg.gradient_accumulation_steps),
+                     static_cast<int>(zerotk::size_of(cfg.grad_accum_dtype.value_or(cfg.precision()))),
                      cfg.zero_optimization.offload_optimizer.device == zerotk::config::OffloadDevice::none &&
                              cfg.zero_optimization.offload_param.device != zerotk::config::OffloadDevice::nvme
                          ? 0
@@ -649,6 +676,11 @@ int main(int argc, char** argv) {
                  "tensor-parallel size (tensor_model_parallel_size): each block's attention heads and MLP split "
                  "Megatron-style across this many adjacent ranks; ZeRO partitions over the data ranks = ranks / tp")
       ->check(CLI::Range(1, 64));
+  app.add_option("--pp", o.pp,
+                 "pipeline stages (pipeline_parallelism.num_stages): the layers (embedding, blocks, head) split across "
+                 "this many ranks, --gas micro-batches a step run through them by --schedule")
+      ->check(CLI::Range(1, 64));
+  app.add_option("--schedule", o.schedule, "with --pp: gpipe, 1f1b or interleaved:V (V chunks a rank)");
   app.add_flag("--sequence-parallel", o.sequence_parallel,
                "with --tp: the activations between the tensor regions split by tokens (all-gather in, reduce-scatter out)");
   app.add_option("--stage", o.stage, "ZeRO stage")->check(CLI::Range(0, 3));
@@ -766,8 +798,8 @@ int main(int argc, char** argv) {
       const auto fill = [&task](std::uint64_t i, int rank, int world, int micro, gpt::Batch& b) {
         task.fill_batch(i, rank, world, micro, b);
       };
-      return start(o, config, fill, [&](gpt::Gpt& model, Summary& s, bool report) {
-        const gpt::DigitScore score = gpt::evaluate_digits(model, task, 0, o.eval_size);
+      return start(o, config, fill, [&](const gpt::LogitsOf& logits, Summary& s, bool report) {
+        const gpt::DigitScore score = gpt::evaluate_digits(logits, task, 0, o.eval_size);
         if (!report) return score.sequence_accuracy();
         s.accuracy = score.sequence_accuracy();
         s.digit_accuracy = score.digit_accuracy();
@@ -782,8 +814,8 @@ int main(int argc, char** argv) {
     const auto fill = [&corpus](std::uint64_t i, int rank, int world, int micro, gpt::Batch& b) {
       corpus.fill_batch(i, rank, world, micro, b);
     };
-    return start(o, config, fill, [&](gpt::Gpt& model, Summary& s, bool report) {
-      const gpt::TextScore score = gpt::evaluate_text(model, corpus, static_cast<std::size_t>(o.eval_size));
+    return start(o, config, fill, [&](const gpt::LogitsOf& logits, Summary& s, bool report) {
+      const gpt::TextScore score = gpt::evaluate_text(logits, corpus, static_cast<std::size_t>(o.eval_size));
       if (!report) return score.accuracy;
       s.accuracy = score.accuracy;
       std::printf("text: held-out loss %.4f nats/char, next-char accuracy %.4f (%zu chars)\n", score.loss,

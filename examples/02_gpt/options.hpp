@@ -12,6 +12,8 @@ struct Options {
   bool mpi = false;
   int tp = 1;                      ///< --tp: tensor-parallel size (tensor_model_parallel_size); data = ranks / tp
   bool sequence_parallel = false;  ///< --sequence-parallel: with --tp, activations between the tensor regions split by tokens
+  int pp = 1;                      ///< --pp: pipeline stages (pipeline_parallelism.num_stages)
+  std::string schedule = "1f1b";   ///< --schedule: the pipeline schedule (pipeline_parallelism.schedule)
   int stage = 2;
   std::string precision = "bf16";
   std::string config_file;

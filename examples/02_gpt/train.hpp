@@ -26,6 +26,7 @@
 #endif
 
 #include "engines.hpp"
+#include "replica.hpp"
 #include "tensor_group.hpp"
 
 namespace gpt_demo {
@@ -88,41 +89,6 @@ void save([[maybe_unused]] Engine& engine, [[maybe_unused]] Grid& grid, const Op
 #endif
 }
 
-/// The engine as the model's LayerScope, adding the time spent opening and closing each layer's
-/// scope (gathers, waits for buckets or for slower ranks) to `*ms`. The engine's scopes can be
-/// neither copied nor moved, so each is built in place inside its Timed.
-template <class E>
-struct TimedScope {
-  using Clock = std::chrono::steady_clock;
-  E* engine;
-  double* ms;
-  struct Stopwatch {
-    double* ms;
-    Clock::time_point t0;
-    ~Stopwatch() { *ms += std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
-  };
-  template <class Guard>
-  struct Timed {
-    Stopwatch close;  // destroyed after `guard`: times its closing
-    Guard guard;
-    template <class Open>
-    Timed(double* ms, Open&& open) : close{ms, Clock::now()}, guard(open()) {
-      *ms += std::chrono::duration<double, std::milli>(Clock::now() - close.t0).count();
-    }
-    Timed(const Timed&) = delete;
-    Timed& operator=(const Timed&) = delete;
-    ~Timed() { close.t0 = Clock::now(); }
-  };
-  template <class L>
-  auto forward(L& layer) {
-    return Timed<decltype(engine->forward(layer))>(ms, [&] { return engine->forward(layer); });
-  }
-  template <class L>
-  auto backward(L& layer) {
-    return Timed<decltype(engine->backward(layer))>(ms, [&] { return engine->backward(layer); });
-  }
-};
-
 /// Activation checkpointing of the model's blocks for one rank: the meter reporting activation bytes
 /// to the engine's ledger, the Checkpointing state from the config's activation_checkpointing block,
 /// and the blocks --checkpoint-activations picks. Declared after the engine and destroyed before it
@@ -149,19 +115,14 @@ struct Checkpointed {
 };
 
 
-template <class Engine, class Comm>
-void train_rank(Comm& comm, const TrainContext& ctx, Summary& summary, std::mutex& mu) {
+/// The engine options of this example's model from the config: no weight decay for biases,
+/// LayerNorms and embeddings (group 1), the tensor split when there is one, the flags that are no
+/// config key.
+template <class Engine>
+zerotk::EngineOptions gpt_engine_options(const TrainContext& ctx, int tensor) {
   const Options& o = ctx.o;
-  const int rank = comm.rank(), world = comm.size();
-  // The config's grid: tensor ranks adjacent (Megatron's order), ZeRO over the data group. Every
-  // tensor rank of a data group trains on that group's micro-batches.
-  zerotk::comm::ProcessGrid grid(comm, zerotk::grid_shape(ctx.cfg));
-  const int data_rank = grid.data_index(), data_size = grid.size(zerotk::comm::GridDim::data);
-  const int tensor = grid.size(zerotk::comm::GridDim::tensor);
-  gpt::Gpt model(ctx.model_config, gpt::tensor_parallel(grid.tensor(), o.sequence_parallel));
   zerotk::EngineOptions eo = zerotk::engine_options<Engine>(ctx.cfg);
   if (tensor > 1) eo.tensor_split = gpt::tensor_split;
-  // No weight decay for biases, LayerNorm and embeddings (group 1).
   eo.groups = {zerotk::ParamGroup{eo.optimizer}, zerotk::ParamGroup{eo.optimizer}};
   eo.groups[1].options.weight_decay = 0.0f;
   eo.group_of = [](std::string_view name) -> std::uint32_t {
@@ -171,16 +132,72 @@ void train_rank(Comm& comm, const TrainContext& ctx, Summary& summary, std::mute
   };
   eo.delayed_param_update = o.delayed_param_update;  // no DeepSpeed key: a flag of its own
   eo.delayed_param_update_start = o.delayed_param_update_start;
-  Engine engine(grid, model, eo);
-  {  // data rank 0's initial values become its data group's (at stage 3, written into the shards)
-    auto g = engine.gather(model, 0);
-    gpt::init_parameters(model, o.seed);
+  return eo;
+}
+
+/// Rank 0's figures after training, from every rank's ledger rows and this rank's engines (a
+/// pipelined rank holds one per chunk: their ledgers add up).
+template <class Replica>
+void fill_summary(Summary& summary, Replica& replica, gpt::Gpt& model, int tensor, int data, int steps_run,
+                  std::int64_t samples_run, double seconds, double user_ms, double scope_ms, const TrainContext& ctx) {
+  auto live = [&](zerotk::MemorySpace sp, zerotk::MemoryCategory c) {
+    std::size_t n = 0;
+    for (int k = 0; k < replica.chunks(); ++k) n += replica.engine(k).memory().live(sp, c);
+    return n;
+  };
+  summary.psi = summary.padded = 0;
+  for (int k = 0; k < replica.chunks(); ++k) {
+    summary.psi += replica.engine(k).parameter_count();
+    summary.padded += replica.engine(k).flat_numel();
   }
-  engine.initialize_master();
-  if (auto s = zerotk::lr_scheduler(ctx.cfg)) engine.set_scheduler(*s);
+  summary.tensor = tensor;
+  summary.data = data;
+  summary.pipeline = replica.pipelined() ? replica.schedule().stages : 1;
+  summary.psi_model = 0;  // the whole model: each split parameter tensor x this rank's shard
+  model.parameters([&](std::string_view name, gpt::Param& p) {
+    summary.psi_model += tensor > 1 && gpt::tensor_split(name).is_split() ? p.numel() * static_cast<std::size_t>(tensor) : p.numel();
+  });
+  summary.seconds = seconds;
+  summary.steps_run = steps_run;
+  summary.tokens_per_s = static_cast<double>(samples_run) * ctx.model_config.context / seconds;
+  // Wall time that is not the model's own forward/backward math: step(), and the opening and
+  // closing of the layers' scopes (stage 3 gathers there; every stage waits there for slower ranks).
+  summary.overhead = std::max(0.0, 1.0 - (user_ms - scope_ms) / (seconds * 1e3));
+  using S = zerotk::MemorySpace;
+  using C = zerotk::MemoryCategory;
+  summary.params_disk = live(S::disk, C::params16);
+  std::size_t disk = 0;
+  for (std::size_t c = 0; c < zerotk::kMemoryCategoryCount; ++c) disk += live(S::disk, static_cast<C>(c));
+  summary.disk = disk - summary.params_disk;
+  if constexpr (requires { replica.engine().param_bytes_in_cpu(); }) summary.params_in_cpu = replica.engine().param_bytes_in_cpu();
+  summary.pinned_other = live(S::pinned_host, C::other);
+  for (std::size_t sp = 0; sp < zerotk::kMemorySpaceCount; ++sp) {
+    for (std::size_t c = 0; c < zerotk::kMemoryCategoryCount; ++c) summary.spaces[sp][c] = live(static_cast<S>(sp), static_cast<C>(c));
+  }
+}
+
+template <class Engine, class Comm>
+void train_rank(Comm& comm, const TrainContext& ctx, Summary& summary, std::mutex& mu) {
+  const Options& o = ctx.o;
+  const int rank = comm.rank(), world = comm.size();
+  // The config's grid: tensor ranks adjacent (Megatron's order), then data, then pipeline stages;
+  // ZeRO over the data group. Every tensor rank of a data group trains on that group's micro-batches.
+  zerotk::comm::ProcessGrid grid(comm, zerotk::grid_shape(ctx.cfg));
+  const int data_rank = grid.data_index(), data_size = grid.size(zerotk::comm::GridDim::data);
+  const int tensor = grid.size(zerotk::comm::GridDim::tensor);
+  gpt::Gpt model(ctx.model_config, gpt::tensor_parallel(grid.tensor(), o.sequence_parallel));
+  Replica<Engine, Comm> replica(grid, model, ctx, gpt_engine_options<Engine>(ctx, tensor));
+  replica.initialize([&] { gpt::init_parameters(model, o.seed); });
+  Engine& engine = replica.engine();
   Checkpointed checkpointed(model, engine.memory(), ctx.cfg,
                             zerotk::activation::Select::parse(o.checkpoint_activations, "--checkpoint-activations"));
   const bool profile_recompute = ctx.cfg.activation_checkpointing.profile && model.checkpointed_blocks() > 0;
+  const bool checkpoints = !o.save_dir.empty() || !o.load_dir.empty();
+  if (checkpoints && replica.chunks() > 1) {
+    throw zerotk::usage_error("checkpoints of an interleaved pipeline (several engines on a rank) are not written yet; "
+                              "use a one-chunk schedule (1f1b, gpipe) to save and load",
+                              o.save_dir.empty() ? "--load" : "--save", ctx.cfg.pipeline.schedule);
+  }
   const int start = resume(engine, grid, o, ctx.cfg.checkpoint.tag_validation);
 #if ZEROTK_HAS_XXHASH
   std::unique_ptr<zerotk::checkpoint::PendingSave<Comm>> pending;
@@ -194,9 +211,6 @@ void train_rank(Comm& comm, const TrainContext& ctx, Summary& summary, std::mute
   log_options.start_samples = start_samples;
   zerotk::monitor::TrainingLog log(log_options);
   zerotk::monitor::ProgressLine progress(o.steps, std::cout, {.start_step = start});
-  const int micro = static_cast<int>(ctx.cfg.train_micro_batch_size_per_gpu);
-  const int gas = static_cast<int>(ctx.cfg.gradient_accumulation_steps);
-  gpt::Batch batch;
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
   double user_ms = 0, scope_ms = 0;  // user_ms includes scope_ms
@@ -204,15 +218,7 @@ void train_rank(Comm& comm, const TrainContext& ctx, Summary& summary, std::mute
   double last_loss = 0;
   std::uint64_t wire_bytes = 0, dense_bytes = 0;
   for (int step = start; step < o.steps; ++step) {
-    zerotk::StepReport r;
-    for (int m = 0; m < gas; ++m) {
-      ctx.fill_batch(static_cast<std::uint64_t>(step * gas + m), data_rank, data_size, micro, batch);
-      const auto u0 = Clock::now();
-      const float loss = model.train_step(batch, TimedScope<Engine>{&engine, &scope_ms},
-                                          static_cast<float>(engine.loss_scale()));
-      user_ms += std::chrono::duration<double, std::milli>(Clock::now() - u0).count();
-      r = engine.step(loss);
-    }
+    const zerotk::StepReport r = replica.step(step, user_ms, scope_ms);
     samples += ctx.cfg.train_batch_size;
     wire_bytes += r.comm_wire_bytes;
     dense_bytes += r.comm_dense_bytes;
@@ -229,11 +235,12 @@ void train_rank(Comm& comm, const TrainContext& ctx, Summary& summary, std::mute
     }
   }
   // A run that loaded the step it was asked to reach has nothing to train: with --save it writes the
-  // loaded state on this grid (a checkpoint moved to another tensor or data size, stage or world).
+  // loaded state on this grid (a checkpoint moved to another tensor, pipeline or data size, stage or world).
   if (!o.save_dir.empty() && start >= o.steps) save(engine, grid, o, start, ctx.cfg.checkpoint.tag_validation, pending);
-  engine.settle();  // --delayed-param-update: the last step's update is published too
+  for (int c = 0; c < replica.chunks(); ++c) replica.engine(c).settle();  // --delayed-param-update: the last update too
   commit(comm, pending);
   if (rank == 0) progress.finish();
+  replica.report_bubble(rank == 0);
   // Training's activation peak; evaluation below runs without checkpointing and without the meter.
   const std::size_t activation_peak = engine.memory().peak(zerotk::MemoryCategory::activations);
   const std::size_t checkpointed_blocks = model.checkpointed_blocks();
@@ -245,19 +252,21 @@ void train_rank(Comm& comm, const TrainContext& ctx, Summary& summary, std::mute
     if (rank == 0) std::printf("wrote %s (stage3_gather_16bit_weights_on_model_save)\n", file.string().c_str());
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  {  // evaluation reads parameters outside the layers' scopes (stage 3: gathered for it); a split
-     // model evaluates on every tensor rank of data group 0 together, on every token (no sequence
+  {  // evaluation reads parameters outside the layers' scopes (stage 3: gathered for it); a split or
+     // pipelined model evaluates on every rank of data group 0 together, on every token (no sequence
      // parallel: any batch fits), and rank 0 reports
-    auto g = engine.gather(model);
+    typename Replica<Engine, Comm>::Gathered g(replica);
     model.set_sequence_parallel(false);
-    if (data_rank == 0) (void)ctx.evaluate(model, summary, rank == 0);
+    if (data_rank == 0) (void)ctx.evaluate(replica.logits(), summary, rank == 0);
   }
 
-  // Every rank's ledger, gathered (under MPI each process only sees its own).
+  // Every rank's ledger (its engines' together), gathered (under MPI each process only sees its own).
   using Row = std::array<std::size_t, zerotk::kMemoryCategoryCount>;
   Row mine{};
-  for (std::size_t c = 0; c < zerotk::kMemoryCategoryCount; ++c) {
-    mine[c] = engine.memory().live(static_cast<zerotk::MemoryCategory>(c));
+  for (int k = 0; k < replica.chunks(); ++k) {
+    for (std::size_t c = 0; c < zerotk::kMemoryCategoryCount; ++c) {
+      mine[c] += replica.engine(k).memory().live(static_cast<zerotk::MemoryCategory>(c));
+    }
   }
   std::vector<Row> rows(static_cast<std::size_t>(world));
   comm.all_gather(mine.data(), rows.data(), sizeof(Row), zerotk::DType::uint8).wait();
@@ -266,34 +275,11 @@ void train_rank(Comm& comm, const TrainContext& ctx, Summary& summary, std::mute
   summary.activation_peak = std::max(summary.activation_peak, activation_peak);
   summary.checkpointed_blocks = checkpointed_blocks;
   if (rank == 0) {
-    summary.psi = engine.parameter_count();
-    summary.tensor = tensor;
-    summary.data = data_size;
-    summary.psi_model = 0;  // the whole model: each split parameter tensor x this rank's shard
-    model.parameters([&](std::string_view name, gpt::Param& p) {
-      summary.psi_model += tensor > 1 && gpt::tensor_split(name).is_split() ? p.numel() * static_cast<std::size_t>(tensor) : p.numel();
-    });
-    summary.padded = engine.flat_numel();
-    summary.seconds = seconds;
-    summary.steps_run = std::max(0, o.steps - start);
-    const double tokens = static_cast<double>(samples - start_samples) * ctx.model_config.context;
-    summary.tokens_per_s = tokens / seconds;
-    // Wall time that is not the model's own forward/backward math: step(), and the opening and
-    // closing of the layers' scopes (stage 3 gathers there; every stage waits there for slower ranks).
-    const double total_ms = seconds * 1e3;
-    summary.overhead = std::max(0.0, 1.0 - (user_ms - scope_ms) / total_ms);
+    fill_summary(summary, replica, model, tensor, data_size, std::max(0, o.steps - start), samples - start_samples, seconds,
+                 user_ms, scope_ms, ctx);
     summary.final_loss = last_loss;
     summary.wire_bytes = wire_bytes;
     summary.dense_bytes = dense_bytes;
-    summary.params_disk = engine.memory().live(zerotk::MemorySpace::disk, zerotk::MemoryCategory::params16);
-    summary.disk = engine.memory().live_total(zerotk::MemorySpace::disk) - summary.params_disk;
-    if constexpr (requires { engine.param_bytes_in_cpu(); }) summary.params_in_cpu = engine.param_bytes_in_cpu();
-    summary.pinned_other = engine.memory().live(zerotk::MemorySpace::pinned_host, zerotk::MemoryCategory::other);
-    for (std::size_t sp = 0; sp < zerotk::kMemorySpaceCount; ++sp) {
-      for (std::size_t c = 0; c < zerotk::kMemoryCategoryCount; ++c) {
-        summary.spaces[sp][c] = engine.memory().live(static_cast<zerotk::MemorySpace>(sp), static_cast<zerotk::MemoryCategory>(c));
-      }
-    }
   }
 }
 

@@ -23,6 +23,7 @@
 
 #include "data.hpp"
 #include "gpt.hpp"
+#include "gpt_whole.hpp"
 #include "tensor_group.hpp"
 #include "zerotk/comm/grid.hpp"
 #include "zerotk/activation/meter.hpp"
@@ -48,7 +49,7 @@ gpt::Config small_config() {
 
 struct Run {
   std::vector<double> losses;                        // data rank 0's, tensor rank 0
-  std::map<std::string, std::vector<float>> params;  // whole parameters, merged from the tensor ranks
+  gpt_test::Whole params;                            // whole parameters, merged from the tensor ranks
   zerotk::comm::CommStats tensor_per_step;           // tensor rank 0's tensor group, one step (gas 1)
   std::uint64_t data_wire_per_step = 0;              // tensor rank 0's data group (ZeRO's traffic), one step
   std::size_t model_states = 0, psi_rank = 0, padded = 0;  // tensor rank 0, data rank 0
@@ -122,17 +123,7 @@ Run train(int tensor, bool sequence_parallel) {
       for (std::size_t k = 0; k < zerotk::kMemoryCategoryCount; ++k) run.live[k] = m.live(static_cast<zerotk::MemoryCategory>(k));
       run.activation_peak = activation_peak;
     }
-    model.parameters([&](std::string_view name, gpt::Param& p) {
-      const zerotk::parallel::TensorSplit split = tensor > 1 ? gpt::tensor_split(name) : zerotk::parallel::TensorSplit{};
-      const std::size_t rows = p.dim(0), cols = p.numel() / rows, t = static_cast<std::size_t>(tensor);
-      const zerotk::parallel::MatrixShape full = split.dim == zerotk::parallel::SplitDim::rows   ? zerotk::parallel::MatrixShape{rows * t, cols}
-                                                 : split.dim == zerotk::parallel::SplitDim::cols ? zerotk::parallel::MatrixShape{rows, cols * t}
-                                                                                                 : zerotk::parallel::MatrixShape{rows, cols};
-      auto& whole = run.params[std::string(name)];
-      whole.resize(full.numel());
-      zerotk::parallel::put_shard<float>(std::span<const float>(p.data(), p.numel()), full, split,
-                                         split.is_split() ? grid.tensor_index() : 0, split.is_split() ? tensor : 1, whole);
-    });
+    gpt_test::merge_shards(model, grid.tensor_index(), tensor, run.params);
   });
   return run;
 }

@@ -38,11 +38,14 @@ void save_16bit_model(E& engine, M& model, C& comm, const std::filesystem::path&
                       std::to_string(writer_rank) + " of " + std::to_string(comm.size()));
   }
   if constexpr (requires { engine.grid_place(); }) {
-    if (engine.grid_place().tensor_size > 1) {  // the same answer on every rank: no collective is left waiting
-      throw usage_error("with a tensor size above 1 each rank holds shards of the split parameters, and this writes one "
-                        "rank's: save a checkpoint (checkpoint::save(engine, grid, dir)) and export it, which merges "
-                        "them (checkpoint::export_safetensors, zerotk-ckpt export)",
-                        "save_16bit_model", "tensor size " + std::to_string(engine.grid_place().tensor_size));
+    const auto& place = engine.grid_place();
+    if (place.tensor_size > 1 || place.pipeline_size > 1) {  // the same answer on every rank: no collective left waiting
+      throw usage_error("with a tensor or pipeline size above 1 each rank holds part of the model (its shards, its "
+                        "stage's layers), and this writes one rank's: save a checkpoint (checkpoint::save(engine, grid, "
+                        "dir)) and export it, which puts the whole model together (checkpoint::export_safetensors, "
+                        "zerotk-ckpt export)",
+                        "save_16bit_model",
+                        "tensor size " + std::to_string(place.tensor_size) + ", pipeline size " + std::to_string(place.pipeline_size));
     }
   }
   const std::vector<DType> stored = engine.stored_dtypes();

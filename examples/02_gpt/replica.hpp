@@ -1,0 +1,227 @@
+#pragma once
+// examples/02_gpt/replica.hpp: this rank's part of one model replica, and how it takes an optimizer
+// step. Without a pipeline that is the whole model and one engine, stepping once per micro-batch of
+// the accumulation; with one (the config's pipeline.stages > 1), this rank's chunks of the layers
+// (pipeline_stage.hpp), an engine per chunk, and the schedule's executor running the step's
+// micro-batches through the stages.
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <zerotk/comm/grid.hpp>
+#include <zerotk/engine_config.hpp>
+#include <zerotk/pipeline.hpp>
+
+#include "engines.hpp"
+#include "evaluate.hpp"
+#include "gpt.hpp"
+#include "pipeline_stage.hpp"
+
+namespace gpt_demo {
+
+/// The engine as the model's LayerScope, adding the time spent opening and closing each layer's
+/// scope (gathers, waits for buckets or for slower ranks) to `*ms`. The engine's scopes can be
+/// neither copied nor moved, so each is built in place inside its Timed.
+template <class E>
+struct TimedScope {
+  using Clock = std::chrono::steady_clock;
+  E* engine;
+  double* ms;
+  struct Stopwatch {
+    double* ms;
+    Clock::time_point t0;
+    ~Stopwatch() { *ms += std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+  };
+  template <class Guard>
+  struct Timed {
+    Stopwatch close;  // destroyed after `guard`: times its closing
+    Guard guard;
+    template <class Open>
+    Timed(double* ms, Open&& open) : close{ms, Clock::now()}, guard(open()) {
+      *ms += std::chrono::duration<double, std::milli>(Clock::now() - close.t0).count();
+    }
+    Timed(const Timed&) = delete;
+    Timed& operator=(const Timed&) = delete;
+    ~Timed() { close.t0 = Clock::now(); }
+  };
+  template <class L>
+  auto forward(L& layer) {
+    return Timed<decltype(engine->forward(layer))>(ms, [&] { return engine->forward(layer); });
+  }
+  template <class L>
+  auto backward(L& layer) {
+    return Timed<decltype(engine->backward(layer))>(ms, [&] { return engine->backward(layer); });
+  }
+};
+
+template <class Engine, class Comm>
+class Replica {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  Replica(zerotk::comm::ProcessGrid<Comm>& grid, gpt::Gpt& model, const TrainContext& ctx, const zerotk::EngineOptions& eo)
+      : grid_(grid), model_(model), ctx_(ctx), pp_(grid.size(zerotk::comm::GridDim::pipeline)) {
+    const int layers = model.layer_count();
+    if (pp_ == 1) {
+      chunks_.push_back(GptStage{&model, 0, layers});
+    } else {
+      if (model.config.tied_head) {
+        throw zerotk::usage_error("a tied head reads the embedding's wte, which another pipeline stage holds", "--pp",
+                                  std::to_string(pp_));
+      }
+      spec_ = zerotk::pipeline::ScheduleSpec::parse(ctx.cfg.pipeline.schedule);
+      if (spec_.kind == zerotk::pipeline::ScheduleKind::zb_h1) {
+        throw zerotk::usage_error("the example's blocks compute their weight and input gradients together, and zbh1 "
+                                  "runs them as separate actions (the library's executor does: tests/pipeline); use "
+                                  "gpipe, 1f1b or interleaved:V",
+                                  "pipeline schedule", spec_.name());
+      }
+      bounds_ = stage_bounds(model, pp_ * spec_.chunks, ctx.cfg.pipeline.partition);
+      for (int c = 0; c < spec_.chunks; ++c) {
+        const auto k = static_cast<std::size_t>(c * pp_ + grid.pipeline_index());
+        chunks_.push_back(GptStage{&model, static_cast<int>(bounds_[k]), static_cast<int>(bounds_[k + 1])});
+      }
+    }
+    for (GptStage& c : chunks_) engines_.push_back(std::make_unique<Engine>(grid, c, eo));
+    if (pp_ > 1) {
+      schedule_ = zerotk::pipeline::make_schedule(spec_, pp_, static_cast<int>(ctx.cfg.gradient_accumulation_steps));
+      executor_ = std::make_unique<zerotk::pipeline::Executor<Comm>>(grid, schedule_);
+      const int data_rank = grid.data_index(), data_size = grid.size(zerotk::comm::GridDim::data);
+      const int micro = static_cast<int>(ctx.cfg.train_micro_batch_size_per_gpu);
+      stages_ = std::make_unique<PipelineStages<Engine>>(
+          model, chunks_, raw(),
+          [this, data_rank, data_size, micro](std::uint64_t i, gpt::Batch& b) { ctx_.fill_batch(i, data_rank, data_size, micro, b); },
+          ctx.model_config.context);
+      hooks_ = std::make_unique<zerotk::pipeline::EngineHooks<Engine>>(schedule_, raw());
+      functions_ = stages_->functions();
+      hooks_->attach(functions_);
+    }
+  }
+
+  int chunks() const noexcept { return static_cast<int>(engines_.size()); }
+  Engine& engine(int c = 0) { return *engines_.at(static_cast<std::size_t>(c)); }
+  GptStage& chunk(int c = 0) { return chunks_.at(static_cast<std::size_t>(c)); }
+  bool pipelined() const noexcept { return pp_ > 1; }
+  const zerotk::pipeline::Schedule& schedule() const noexcept { return schedule_; }
+
+  /// Every engine's bound parameters get the model's initial values, written by `init` once while
+  /// every chunk is gathered (at stage 3 into the shards; data rank 0's for its data group). Once:
+  /// `init` writes every bound parameter, and a second call inside another chunk's gather would
+  /// leave the first chunk's float compute copies unrounded behind its engine's back.
+  template <class Init>
+  void initialize(Init&& init) {
+    {
+      Gathered g(*this, 0);
+      init();
+    }
+    for (auto& e : engines_) {
+      e->initialize_master();
+      if (auto s = zerotk::lr_scheduler(ctx_.cfg)) e->set_scheduler(*s);
+    }
+  }
+
+  /// One optimizer step (`index`: the step's number, which decides its data). `user_ms` gets the time
+  /// in the model's own code, `scope_ms` the part of it spent opening and closing the engine's scopes.
+  zerotk::StepReport step(int index, double& user_ms, double& scope_ms) {
+    const int gas = static_cast<int>(ctx_.cfg.gradient_accumulation_steps);
+    if (pp_ > 1) {
+      stages_->set_first_index(static_cast<std::uint64_t>(index) * static_cast<std::uint64_t>(gas));
+      const double before = stages_->times().forward_ms + stages_->times().backward_ms;
+      const zerotk::pipeline::StepResult r = executor_->run(functions_);
+      user_ms += stages_->times().forward_ms + stages_->times().backward_ms - before;
+      if (++steps_ > 1) {  // the first step records stage 3's order and sizes the buffers
+        idle_ += static_cast<double>(r.figures.total_idle());
+        span_ += static_cast<double>(r.figures.makespan) * static_cast<double>(r.figures.busy.size());
+      }
+      return hooks_->report(chunks() - 1);  // the last chunk's engine carries the last virtual stage's loss
+    }
+    const int data_rank = grid_.data_index(), data_size = grid_.size(zerotk::comm::GridDim::data);
+    const int micro = static_cast<int>(ctx_.cfg.train_micro_batch_size_per_gpu);
+    zerotk::StepReport r;
+    for (int m = 0; m < gas; ++m) {
+      ctx_.fill_batch(static_cast<std::uint64_t>(index * gas + m), data_rank, data_size, micro, batch_);
+      const auto u0 = Clock::now();
+      const float loss = model_.train_step(batch_, TimedScope<Engine>{&engine(), &scope_ms}, static_cast<float>(engine().loss_scale()));
+      user_ms += std::chrono::duration<double, std::milli>(Clock::now() - u0).count();
+      r = engine().step(loss);
+    }
+    return r;
+  }
+
+  /// The logits of a batch's tokens, for evaluation on every rank of data group 0: the whole model's,
+  /// or through the pipeline (every rank gets the last stage's).
+  gpt::LogitsOf logits() {
+    if (pp_ == 1) return [this](const gpt::TokenView& t) -> const gpt::Matrix& { return model_.logits(t); };
+    pipelined_logits_ = std::make_unique<PipelinedLogits<Comm>>(model_, grid_.pipeline(), bounds_);
+    return [this](const gpt::TokenView& t) -> const gpt::Matrix& { return (*pipelined_logits_)(t); };
+  }
+
+  /// Every chunk's parameters gathered for as long as the result lives (stage 3; others hold them).
+  /// With `modifier_rank`: the values written meanwhile on that data rank become every data rank's.
+  class Gathered {
+   public:
+    explicit Gathered(Replica& r, std::optional<int> modifier_rank = std::nullopt) {
+      for (std::size_t c = 0; c < r.engines_.size(); ++c) {
+        scopes_.push_back(std::make_unique<Scope>(*r.engines_[c], r.chunks_[c], modifier_rank));
+      }
+    }
+
+   private:
+    struct Scope {
+      decltype(std::declval<Engine&>().gather(std::declval<GptStage&>())) g;
+      Scope(Engine& e, GptStage& s, std::optional<int> modifier) : g(e.gather(s, modifier)) {}
+    };
+    std::vector<std::unique_ptr<Scope>> scopes_;
+  };
+
+  /// What the schedule's bubble measured over the steps after the first (wall clock), and what the
+  /// simulator predicts from this rank's mean forward and backward times. Rank 0 prints both with
+  /// the formula; every rank must call it (the figures are every rank's already).
+  void report_bubble(bool print) const {
+    if (pp_ == 1 || !print || span_ <= 0) return;
+    const ActionTimes& t = stages_->times();
+    zerotk::pipeline::CostModel costs;
+    costs.forward = static_cast<std::int64_t>(1000.0 * t.forward_ms / static_cast<double>(std::max<long long>(1, t.forwards)));
+    costs.backward = static_cast<std::int64_t>(1000.0 * t.backward_ms / static_cast<double>(std::max<long long>(1, t.backwards)));
+    const double simulated = zerotk::pipeline::simulate(schedule_, costs).bubble().value();
+    const double p = pp_, m = static_cast<double>(ctx_.cfg.gradient_accumulation_steps), v = spec_.chunks;
+    const double formula = (p - 1) / (v * m + p - 1);
+    std::printf("pipeline %s, %d stages x %d micro-batches%s: bubble %.3f measured (wall clock, steps after the first), "
+                "%.3f simulated with this rank's mean forward %.2f ms and backward %.2f ms (backward recomputes the "
+                "stage's forward), formula (p-1)/(%sm+p-1) = %.3f\n",
+                spec_.name().c_str(), pp_, static_cast<int>(m), spec_.chunks > 1 ? (" x " + std::to_string(spec_.chunks) + " chunks").c_str() : "",
+                idle_ / span_, simulated, t.forward_ms / static_cast<double>(std::max<long long>(1, t.forwards)),
+                t.backward_ms / static_cast<double>(std::max<long long>(1, t.backwards)), spec_.chunks > 1 ? "v " : "", formula);
+  }
+
+ private:
+  std::vector<Engine*> raw() {
+    std::vector<Engine*> out;
+    for (auto& e : engines_) out.push_back(e.get());
+    return out;
+  }
+
+  zerotk::comm::ProcessGrid<Comm>& grid_;
+  gpt::Gpt& model_;
+  const TrainContext& ctx_;
+  int pp_ = 1;
+  zerotk::pipeline::ScheduleSpec spec_;
+  std::vector<std::size_t> bounds_;
+  std::vector<GptStage> chunks_;
+  std::vector<std::unique_ptr<Engine>> engines_;
+  zerotk::pipeline::Schedule schedule_;
+  std::unique_ptr<zerotk::pipeline::Executor<Comm>> executor_;
+  std::unique_ptr<PipelineStages<Engine>> stages_;
+  std::unique_ptr<zerotk::pipeline::EngineHooks<Engine>> hooks_;
+  std::unique_ptr<PipelinedLogits<Comm>> pipelined_logits_;
+  zerotk::pipeline::StageFunctions functions_;
+  gpt::Batch batch_;
+  int steps_ = 0;
+  double idle_ = 0, span_ = 0;
+};
+
+}  // namespace gpt_demo
