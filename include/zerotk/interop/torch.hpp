@@ -38,10 +38,10 @@
 /// inside fn draws the forward's mask again (one rank per process: thread ranks share the
 /// generator); otherwise fn must compute the same output from the same input.
 ///
-/// Errors inside backward (a refused gradient, a child's backward or recompute that throws, any exception out of
-/// grads.backward) are kept on the failing rank, which carries on with zero gradients; step()
-/// agrees across ranks, and every rank throws: the failed one its own error, the others one naming
-/// it and its reason (TorchGradients' class comment).
+/// Errors inside backward (a refused gradient, a child's backward or recompute that throws, any
+/// exception out of grads.backward) are kept on the failing rank, which carries on with zero
+/// gradients; step() agrees across ranks, and every rank throws: the failed one its own error, the
+/// others one naming it and its reason (TorchGradients' class comment).
 ///
 /// Tied weights: the same tensor registered in two modules (`lm_head->weight = emb->weight` through
 /// register_parameter) is one parameter, named by its first name in named_parameters() order; the
