@@ -12,9 +12,16 @@
 // on rank 0's thread CPU time (bench/common/thread_cpu.hpp), which the other engineers' builds on
 // this 2-core machine disturb less than wall time. Targets (issue 45): <= 0.10 at stage 2, <= 0.15
 // at stage 3. step_ms: time inside grads.step() (the peer's: all-reduce + clip + AdamW).
-// checkpointed:1 runs stage 2 with every child under grads.checkpoint: the recompute of each
-// child's forward that stage 3 runs too (the adapter's way of never reading released memory),
-// without the gathers, so the stage-3 share splits into the recompute and the rest.
+// gathered_peak_kb: rank 0's peak of the ledger's gathered pool (stage 3's gathered parameters;
+// its buffers are of the largest bucket's size).
+// variant: 0 each child through grads.forward (stage 3 keeps the child's autograd graph and
+// gathers it again for its backward), the engine's stage-3 defaults (DeepSpeed's: prefetch 5e7
+// elements, stage3_max_reuse_distance 1e9, so here the whole model is gathered ahead and stays);
+// 1 every child under grads.checkpoint (its forward recomputed in backward: what stage 3 did
+// before it kept the graph); 2 as 0 with no prefetch and max_reuse_distance 0 (every child
+// released after its forward and gathered again for its backward, into the one pool buffer: 3 Psi
+// of traffic, the smallest pool); 3 as 2 with reshard_after_forward false (each child stays
+// gathered from its forward to its backward: 2 Psi, a pool buffer per child).
 //
 // BM_TorchGptLink/MBps: stage 2 on the threads communicator slowed to a modelled link
 // (bench/common/modelled_link.hpp: 20 us + wire bytes / bandwidth per operation), buckets of 16 Ki
@@ -77,7 +84,11 @@ torch::Tensor batch_of(int step, int rank) {
 struct Times {
   double wall_ms = 0, cpu_ms = 0, step_ms = 0, link_ms = 0, link_in_step_ms = 0;
   std::size_t psi = 0, buckets = 0;  // zerotk: the engine's parameter and bucket counts
+  std::size_t gathered_peak = 0;     // zerotk: the ledger's peak of gathered parameters, bytes
 };
+
+/// BM_TorchGptShare's variants (the file comment).
+enum class Variant : int { forward = 0, checkpoint = 1, no_reuse = 2, kept = 3 };
 
 double busy_ms(const Link* link) {
   return link != nullptr ? std::chrono::duration<double, std::milli>(link->busy()).count() : 0.0;
@@ -154,8 +165,8 @@ zerotk::EngineOptions options() {
 }
 
 /// zerotk through the adapter on the threads communicator, or on `link` over it; each child
-/// through grads.forward, or with `checkpointed` through grads.checkpoint (the recompute stage 3
-/// runs, at stages 0-2).
+/// through grads.forward, or with `checkpointed` through grads.checkpoint (its forward recomputed
+/// in backward).
 template <class Eng>
 Times zerotk_steps(zerotk::comm::ThreadsCommunicator& threads, gpt04::Gpt& net, const zerotk::EngineOptions& o,
                    Link* link = nullptr, bool checkpointed = false) {
@@ -181,6 +192,7 @@ Times zerotk_steps(zerotk::comm::ThreadsCommunicator& threads, gpt04::Gpt& net, 
     in_step_link += busy_ms(link) - busy;
     return ms_since(t0);
   });
+  t.gathered_peak = engine->memory().peak(zerotk::MemoryCategory::gathered);  // (release_module gathers all)
   grads.release_module();
   t.psi = engine->parameter_count();
   t.buckets = engine->bucket_count();
@@ -189,10 +201,17 @@ Times zerotk_steps(zerotk::comm::ThreadsCommunicator& threads, gpt04::Gpt& net, 
 
 bool g_peer_first = true;  // alternates between iterations
 
-/// args: stage (2 or 3), checkpointed (1: every child under grads.checkpoint, stage 2 only).
+/// args: stage (2 or 3), variant (Variant; 2 and 3 at stage 3 only).
 void BM_TorchGptShare(benchmark::State& state) {
   const int stage = static_cast<int>(state.range(0));
-  const bool checkpointed = state.range(1) != 0;
+  const auto variant = static_cast<Variant>(state.range(1));
+  const bool checkpointed = variant == Variant::checkpoint;
+  zerotk::EngineOptions o = options();
+  if (variant == Variant::no_reuse || variant == Variant::kept) {
+    o.stage3.prefetch_bucket_size = 0;
+    o.stage3.max_reuse_distance = 0;
+  }
+  if (variant == Variant::kept) o.stage3.reshard_after_forward = false;
   Times peer{}, zt{};
   for (auto _ : state) {
     std::vector<gpt04::Gpt> peer_nets = make_nets(), zt_nets = make_nets();
@@ -202,8 +221,8 @@ void BM_TorchGptShare(benchmark::State& state) {
       const auto r = static_cast<std::size_t>(comm.rank());
       Times p{}, z{};
       const auto run_zerotk = [&] {
-        z = stage == 2 ? zerotk_steps<E<2>>(comm, zt_nets[r], options(), nullptr, checkpointed)
-                       : zerotk_steps<E<3>>(comm, zt_nets[r], options());
+        z = stage == 2 ? zerotk_steps<E<2>>(comm, zt_nets[r], o, nullptr, checkpointed)
+                       : zerotk_steps<E<3>>(comm, zt_nets[r], o, nullptr, checkpointed);
       };
       if (peer_first) p = peer_steps(comm, peer_nets[r]);
       run_zerotk();
@@ -217,6 +236,7 @@ void BM_TorchGptShare(benchmark::State& state) {
     state.counters["cpu_share"] = 1.0 - peer.cpu_ms / zt.cpu_ms;
     state.counters["peer_step_ms"] = peer.step_ms;
     state.counters["zerotk_step_ms"] = zt.step_ms;
+    state.counters["gathered_peak_kb"] = static_cast<double>(zt.gathered_peak) / 1024.0;
     if (!checkpointed) state.counters["target"] = stage == 2 ? 0.10 : 0.15;
   }
 }
@@ -258,8 +278,8 @@ void BM_TorchGptLink(benchmark::State& state) {
 
 }  // namespace
 
-BENCHMARK(BM_TorchGptShare)->ArgNames({"stage", "checkpointed"})->Args({2, 0})->Args({3, 0})->Args({2, 1})
-    ->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(1);
+BENCHMARK(BM_TorchGptShare)->ArgNames({"stage", "variant"})->Args({2, 0})->Args({3, 0})->Args({3, 2})->Args({3, 3})
+    ->Args({3, 1})->Args({2, 1})->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(1);
 // 2 ranks, Psi = 102,539: the reduce-scatters and the all-gather send ~0.41 MB per rank and step; at
 // 2 MB/s the link is busy about as long as the step computes here, at 8 MB/s a quarter of it.
 BENCHMARK(BM_TorchGptLink)->ArgName("MBps")->Arg(2)->Arg(8)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(1);

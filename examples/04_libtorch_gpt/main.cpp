@@ -4,7 +4,7 @@
 // communicator, one torch intra-op thread per rank), from a DeepSpeed JSON config. fp32, stages 0-3.
 //
 //   build/default/examples/04_libtorch_gpt/zerotk_example_04_libtorch_gpt [--stage 2] [--ranks 2]
-//       [--steps 300] [--config ds_config.json]
+//       [--steps 300] [--config ds_config.json] [--recompute]
 //   mpirun -np 2 build/default/examples/04_libtorch_gpt/zerotk_example_04_libtorch_gpt --mpi
 //
 // Prints DeepSpeed's step lines every steps_per_print steps and a progress line with the loss
@@ -92,6 +92,7 @@ struct Result {
 struct Launch {
   int ranks = 2;
   int rank = 0;  // this process's rank under MPI (0 with threads: rank 0 prints)
+  bool recompute = false;  // --recompute: every child under grads.checkpoint (activation checkpointing)
 #if ZEROTK_HAS_MPI
   zerotk::comm::MpiCommunicator* world = nullptr;
   bool mpi() const noexcept { return world != nullptr; }
@@ -119,7 +120,11 @@ void train(const zerotk::config::Config& cfg, const Launch& launch, int steps, R
     E engine(comm, model, zerotk::engine_options<E>(cfg));
     if (auto s = zerotk::lr_scheduler(cfg)) engine.set_scheduler(*s);
     zerotk::interop::TorchGradients grads(engine, model);
-    const auto run = [&](const std::string& name, auto&& fn, const torch::Tensor& x) { return grads.forward(name, fn, x); };
+    // Each child through the adapter: its graph kept (at stage 3 gathered again for its backward),
+    // or with --recompute only its input, its forward run again in backward.
+    const auto run = [&](const std::string& name, auto&& fn, const torch::Tensor& x) {
+      return launch.recompute ? grads.checkpoint(name, fn, x) : grads.forward(name, fn, x);
+    };
     // The config's csv_monitor, steps_per_print and wall_clock_breakdown, in DeepSpeed's formats
     // (docs/monitor.md; rank 0 writes), and a progress line with the loss on rank 0.
     zerotk::monitor::TrainingLog log(zerotk::monitor::TrainingLogOptions::from(cfg, static_cast<int>(rank)));
@@ -181,11 +186,12 @@ int run(int argc, char** argv, const Launch& launch) {
       file.empty() ? zerotk::config::load(default_config(stage, steps), rc, "flags") : zerotk::config::load_file(file, rc);
   if (root) {
     std::printf("zerotk + libtorch %d.%d: %d ranks (%s), ZeRO stage %d, fp32, batch %lld = %lld micro x %lld "
-                "accumulation x %d ranks\n",
+                "accumulation x %d ranks%s\n",
                 TORCH_VERSION_MAJOR, TORCH_VERSION_MINOR, launch.ranks, launch.mpi() ? "MPI" : "threads",
                 cfg.zero_optimization.stage, static_cast<long long>(cfg.train_batch_size),
                 static_cast<long long>(cfg.train_micro_batch_size_per_gpu),
-                static_cast<long long>(cfg.gradient_accumulation_steps), launch.ranks);
+                static_cast<long long>(cfg.gradient_accumulation_steps), launch.ranks,
+                launch.recompute ? ", every child recomputed in backward (--recompute)" : "");
   }
   Result res;
   zerotk::config::dispatch<E<0>, E<1>, E<2>, E<3>>(cfg, [&]<class Engine>(std::type_identity<Engine>) {
@@ -208,6 +214,7 @@ int main(int argc, char** argv) {
   try {
     Launch launch;
     launch.ranks = std::atoi(arg(argc, argv, "--ranks", "2").c_str());
+    launch.recompute = flag(argc, argv, "--recompute");
     if (!flag(argc, argv, "--mpi")) return run(argc, argv, launch);
 #if ZEROTK_HAS_MPI
     zerotk::comm::MpiSession session;

@@ -324,8 +324,8 @@ DOCTEST_TEST_CASE("torch: one loss.backward() per step; stages 0, 1, 2 give bitw
   DOCTEST_CHECK(d.param < 1e-4);
 }
 
-DOCTEST_TEST_CASE("torch: stage 3 gathers each child around its forward and its recomputed backward; bitwise "
-                  "stage 2's parameters") {
+DOCTEST_TEST_CASE("torch: stage 3 gathers each child around its forward and again around its backward, which runs "
+                  "the child's kept graph; bitwise stage 2's parameters") {
   constexpr int kWorld = 2, kSteps = 20;
   const Data data = Data::draw<MlpTask>(kSteps, kWorld);
   const Run s2 = train_zerotk<MlpTask, TorchEngine<2>>(kWorld, data);
@@ -333,13 +333,27 @@ DOCTEST_TEST_CASE("torch: stage 3 gathers each child around its forward and its 
   const Run ref = train_reference<MlpTask>(kWorld, data);
   DOCTEST_CHECK(s3.empty_outside_scopes);
   DOCTEST_CHECK(!s2.empty_outside_scopes);
-  DOCTEST_CHECK(s3.hooked == 6);  // every gradient handed over (by the recomputing backward)
+  DOCTEST_CHECK(s3.hooked == 6);  // every gradient handed over (by the children's backward)
   DOCTEST_CHECK(s3.losses == s2.losses);
   DOCTEST_CHECK(s3.params == s2.params);
   const Diff d = max_diff(s3, ref);
   std::printf("torch MLP stage 3 vs libtorch DDP + AdamW, %d steps: max |loss diff| %.3g, max |param diff| %.3g\n",
               kSteps, d.loss, d.param);
   DOCTEST_CHECK(d.loss < 1e-5);
+  // Released after every scope (the backward gathers again, into whichever pool buffer is free),
+  // with and without prefetch; and kept gathered from each child's forward to its backward.
+  EngineOptions o = adamw_options();
+  o.stage3.max_reuse_distance = 0;
+  const Run released = train_zerotk<MlpTask, TorchEngine<3>>(kWorld, data, o);
+  o.stage3.prefetch_bucket_size = 0;
+  const Run unprefetched = train_zerotk<MlpTask, TorchEngine<3>>(kWorld, data, o);
+  o.stage3.reshard_after_forward = false;
+  const Run kept = train_zerotk<MlpTask, TorchEngine<3>>(kWorld, data, o);
+  for (const Run* r : {&released, &unprefetched, &kept}) {
+    DOCTEST_CHECK(r->empty_outside_scopes);
+    DOCTEST_CHECK(r->losses == s2.losses);
+    DOCTEST_CHECK(r->params == s2.params);
+  }
 }
 
 DOCTEST_TEST_CASE("torch: gradient accumulation over micro-steps: stage 2 equals stage 0 reducing every micro-step") {
@@ -433,14 +447,19 @@ DOCTEST_TEST_CASE("torch: optimizer and parameter offload (Offload<Cpu>, Offload
   DOCTEST_CHECK(s3_off.pinned_params_bytes > 0);                      // the parameter shards too
 }
 
-DOCTEST_TEST_CASE("torch: stage 3 after the forward: NaN written over the released gathered values changes no gradient") {
+DOCTEST_TEST_CASE("torch: stage 3 after the forward: NaN written over the released gathered values, then another "
+                  "child's values in them, change no gradient; the parameters' views read nothing meanwhile") {
   constexpr int kWorld = 2, kSteps = 5;
   const Data data = Data::draw<MlpTask>(kSteps, kWorld);
   EngineOptions o = adamw_options();
   o.stage3.prefetch_bucket_size = 0;  // nothing gathered ahead: after the forward no bucket is live
   o.stage3.max_reuse_distance = 0;    // released at once
-  std::vector<std::vector<float>> result(2);
-  std::vector<std::size_t> poisoned(2, 0);
+  // [checkpointed][poisoned]: rank 0's parameters after kSteps, each child through grads.forward
+  // (its graph kept) or grads.checkpoint (recomputed).
+  std::vector<std::vector<float>> result[2] = {std::vector<std::vector<float>>(2), std::vector<std::vector<float>>(2)};
+  std::vector<std::size_t> poisoned(2, 0), released_views(2, 0);
+  std::size_t pool_bytes[2][2] = {};  // [checkpointed][poisoned] rank 0's gathered pool after the run
+  for (int checkpointed = 0; checkpointed < 2; ++checkpointed)
   for (int poison = 0; poison < 2; ++poison) {
     std::vector<MlpTask::Net> nets{MlpTask::make(), MlpTask::make()};
     comm::run_threads(kWorld, [&](auto& comm) {
@@ -451,31 +470,55 @@ DOCTEST_TEST_CASE("torch: stage 3 after the forward: NaN written over the releas
       TorchGradients grads(engine, model);
       for (std::size_t s = 0; s < kSteps; ++s) {
         std::vector<std::pair<float*, std::int64_t>> seen;  // gathered values the forward read
+        std::vector<torch::Tensor> views;                   // views of them, as autograd saves `weight.t()`
         torch::Tensor h = data.x[s][r];
         std::size_t i = 0;
         for (auto it = nets[r]->begin(); it != nets[r]->end(); ++it, ++i) {
           torch::nn::AnyModule* m = &*it;
-          h = grads.forward(
-              std::to_string(i),
-              [m, &seen](const torch::Tensor& in) {
-                for (const auto& p : m->ptr()->parameters()) seen.emplace_back(p.data_ptr<float>(), p.numel());
-                return m->forward(in);
-              },
-              h);
+          const auto fn = [m, &seen, &views](const torch::Tensor& in) {  // (checkpoint's recompute adds more)
+            for (const auto& p : m->ptr()->parameters()) {
+              seen.emplace_back(p.data_ptr<float>(), p.numel());
+              views.push_back(p.view({-1}));
+            }
+            return m->forward(in);
+          };
+          h = checkpointed ? grads.checkpoint(std::to_string(i), fn, h) : grads.forward(std::to_string(i), fn, h);
         }
         const torch::Tensor loss = torch::mse_loss(h, data.y[s][r]);
+        std::size_t nulled = 0;  // released: every view of a parameter points at nothing
+        for (const auto& v : views) nulled += v.storage().data() == nullptr;
+        if (r == 0) released_views[static_cast<std::size_t>(checkpointed)] += nulled;
         if (poison) {
           for (const auto& [ptr, n] : seen) std::fill(ptr, ptr + n, std::numeric_limits<float>::quiet_NaN());
-          if (r == 0) poisoned[1] += seen.size();
+          if (r == 0) poisoned[static_cast<std::size_t>(checkpointed)] += seen.size();
+          // The last child gathered again, outside the layer order, into the (only) pool buffer the
+          // forward used: the other children's backward gather into a second one, and a tensor
+          // still reading the forward's buffer would read the last child's values.
+          const auto occupied = engine.gather(*model.unit("4"));
+          grads.backward(loss);
+        } else {
+          grads.backward(loss);
         }
-        grads.backward(loss);
         static_cast<void>(grads.step(loss.item<double>()));
       }
+      if (r == 0) pool_bytes[checkpointed][poison] = engine.memory().live(MemoryCategory::gathered);
       grads.release_module();
     });
-    result[static_cast<std::size_t>(poison)] = flatten(*nets[0]);
+    result[checkpointed][static_cast<std::size_t>(poison)] = flatten(*nets[0]);
   }
-  DOCTEST_CHECK(poisoned[1] == 6 * kSteps);  // every parameter's gathered values, every step
+  for (int checkpointed = 0; checkpointed < 2; ++checkpointed) {
+    DOCTEST_CAPTURE(checkpointed);
+    const auto c = static_cast<std::size_t>(checkpointed);
+    DOCTEST_CHECK(poisoned[c] == 6 * kSteps);  // every parameter's gathered values, every step
+    DOCTEST_CHECK(released_views[c] == 2 * 6 * kSteps);  // both runs' views, every step
+    DOCTEST_CHECK(pool_bytes[c][0] > 0);
+    DOCTEST_CHECK(pool_bytes[c][1] == 2 * pool_bytes[c][0]);  // the backward's gathers needed a second buffer
+    bool finite = true;
+    for (float v : result[c][1]) finite = finite && std::isfinite(v);
+    DOCTEST_CHECK(finite);
+    DOCTEST_CHECK(result[c][1] == result[c][0]);
+  }
+  DOCTEST_CHECK(result[0][0] == result[1][0]);  // the kept graph and the recompute agree bitwise
   // The poisoned memory is what the forward computes from: NaN written there while a child is
   // gathered reaches the loss.
   std::vector<double> inside(kWorld, 0);
@@ -498,10 +541,50 @@ DOCTEST_TEST_CASE("torch: stage 3 after the forward: NaN written over the releas
     inside[r] = h.sum().item<double>();
   });
   DOCTEST_CHECK(std::isnan(inside[0]));
-  bool finite = true;
-  for (float v : result[1]) finite = finite && std::isfinite(v);
-  DOCTEST_CHECK(finite);
-  DOCTEST_CHECK(result[1] == result[0]);
+}
+
+DOCTEST_TEST_CASE("torch: stage 3 with reshard_after_forward = false keeps each child gathered from its forward to "
+                  "its backward: the ledger's gathered pool holds all of them, and after the step no tensor has values") {
+  const Data data = Data::draw<MlpTask>(3, 2);
+  // [kept] rank 0, in the last step: the gathered pool's bytes and the parameter tensors holding
+  // values between the forward and the backward; the tensors holding values after each step.
+  std::size_t pool[2] = {}, with_values[2] = {}, after_step[2] = {};
+  std::vector<float> params[2];
+  for (int kept = 0; kept < 2; ++kept) {
+    EngineOptions o = adamw_options();
+    o.stage3.prefetch_bucket_size = 0;  // nothing gathered ahead
+    o.stage3.max_reuse_distance = 0;    // nothing kept for reuse
+    o.stage3.reshard_after_forward = kept == 0;
+    std::vector<MlpTask::Net> nets{MlpTask::make(), MlpTask::make()};
+    comm::run_threads(2, [&](auto& comm) {
+      at::set_num_threads(1);
+      const auto r = static_cast<std::size_t>(comm.rank());
+      TorchModel model(*nets[r]);
+      TorchEngine<3> engine(comm, model, o);
+      TorchGradients grads(engine, model);
+      const auto holding = [&] {
+        std::size_t n = 0;
+        for (std::size_t i = 0; i < model.size(); ++i) n += model[i].tensor().numel() > 0;
+        return n;
+      };
+      for (std::size_t s = 0; s < data.x.size(); ++s) {
+        const torch::Tensor loss = MlpTask::loss(grads, nets[r], data.x[s][r], data.y[s][r]);
+        if (r == 0) pool[kept] = engine.memory().live(MemoryCategory::gathered), with_values[kept] = holding();
+        grads.backward(loss);
+        static_cast<void>(grads.step(loss.item<double>()));
+        if (r == 0) after_step[kept] += holding();
+      }
+      grads.release_module();
+    });
+    params[kept] = flatten(*nets[0]);
+  }
+  DOCTEST_CHECK(with_values[0] == 0);  // released after each forward
+  DOCTEST_CHECK(with_values[1] == 6);  // all three children's weights and biases, until their backward
+  DOCTEST_CHECK(pool[0] > 0);
+  DOCTEST_CHECK(pool[1] == 3 * pool[0]);  // a pool buffer (of the largest bucket) per child instead of one
+  DOCTEST_CHECK(after_step[0] == 0);
+  DOCTEST_CHECK(after_step[1] == 0);
+  DOCTEST_CHECK(params[1] == params[0]);
 }
 
 namespace {
@@ -776,6 +859,17 @@ DOCTEST_TEST_CASE("torch: what cannot be bound is refused, naming the parameter"
       DOCTEST_CHECK_THROWS_WITH_AS(static_cast<void>(grads.step(0.0)), doctest::Contains("weight"), usage_error);
     });
   }
+  DOCTEST_SUBCASE("stage 3: a backward through the graph of a micro-step that step() already ended") {
+    comm::run_threads(1, [&](auto& comm) {
+      MlpTask::Net net = MlpTask::make();
+      TorchModel model(*net);
+      TorchEngine<3> engine(comm, model, adamw_options());
+      TorchGradients grads(engine, model);
+      const torch::Tensor loss = torch::mse_loss(grads.forward(net, torch::ones({2, kIn})), torch::zeros({2, kOut}));
+      static_cast<void>(grads.step(0.0));  // no backward: zero gradients
+      DOCTEST_CHECK_THROWS_WITH_AS(loss.backward(), doctest::Contains("before the last grads.step()"), usage_error);
+    });
+  }
   DOCTEST_SUBCASE("a tensor re-allocated after wrapping, found by its hook in backward") {
     comm::run_threads(1, [&](auto& comm) {
       torch::nn::Linear l(3, 2);
@@ -980,14 +1074,14 @@ struct RankError {
 };
 
 /// An identity whose backward throws where `fail` is set: an error of code other than the
-/// adapter's, raised inside autograd, before any parameter got its gradient.
+/// adapter's, raised inside autograd (before any parameter got its gradient when it wraps the loss).
 struct FailingBackward : torch::autograd::Function<FailingBackward> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, bool fail) {
     ctx->saved_data["fail"] = fail;
     return x.clone();
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list g) {
-    if (ctx->saved_data["fail"].toBool()) throw std::runtime_error("the loss's own backward failed on purpose");
+    if (ctx->saved_data["fail"].toBool()) throw std::runtime_error("an autograd node's backward failed on purpose");
     return {g[0], torch::Tensor()};
   }
 };
@@ -1049,21 +1143,21 @@ DOCTEST_TEST_CASE("torch: an error inside backward on one rank reaches every ran
       DOCTEST_CHECK(contains(e.what, "at rank " + std::to_string(r) + ": backward failed on rank 1: " + reason));
     }
   }
-  DOCTEST_SUBCASE("stage 3, 2 ranks: rank 1's recomputed child throws") {
+  DOCTEST_SUBCASE("stage 3, 2 ranks: rank 1's recomputed child (grads.checkpoint) throws") {
     const auto errors = failing_step<TorchEngine<3>>(2, [](auto& grads, MlpTask::Net& net, const torch::Tensor& x,
                                                               const torch::Tensor& y, int rank) {
       torch::Tensor h = x;
       std::size_t i = 0;
       for (auto it = net->begin(); it != net->end(); ++it, ++i) {
         torch::nn::AnyModule* m = &*it;
-        h = grads.forward(std::to_string(i),
-                          [m, rank, i](const torch::Tensor& in) {
-                            // The recompute runs with autograd on; the forward without.
-                            if (rank == 1 && i == 2 && torch::GradMode::is_enabled())
-                              throw std::runtime_error("child 2's recompute failed on purpose");
-                            return m->forward(in);
-                          },
-                          h);
+        h = grads.checkpoint(std::to_string(i),
+                             [m, rank, i](const torch::Tensor& in) {
+                               // The recompute runs with autograd on; the forward without.
+                               if (rank == 1 && i == 2 && torch::GradMode::is_enabled())
+                                 throw std::runtime_error("child 2's recompute failed on purpose");
+                               return m->forward(in);
+                             },
+                             h);
       }
       return torch::mse_loss(h, y);
     });
@@ -1072,6 +1166,25 @@ DOCTEST_TEST_CASE("torch: an error inside backward on one rank reaches every ran
     DOCTEST_CHECK(errors[0].kind == ErrorKind::usage);
     DOCTEST_CHECK(contains(errors[0].what, "at rank 0: backward failed on rank 1: child 2's recompute failed on purpose"));
   }
+  DOCTEST_SUBCASE("stage 3, 2 ranks: an autograd node inside rank 1's child throws in the child's kept graph") {
+    const auto errors = failing_step<TorchEngine<3>>(2, [](auto& grads, MlpTask::Net& net, const torch::Tensor& x,
+                                                              const torch::Tensor& y, int rank) {
+      torch::Tensor h = x;
+      std::size_t i = 0;
+      for (auto it = net->begin(); it != net->end(); ++it, ++i) {
+        torch::nn::AnyModule* m = &*it;
+        h = grads.forward(
+            std::to_string(i),
+            [m, rank, i](const torch::Tensor& in) { return FailingBackward::apply(m->forward(in), rank == 1 && i == 2); },
+            h);
+      }
+      return torch::mse_loss(h, y);
+    });
+    DOCTEST_CHECK(!errors[1].kind);
+    DOCTEST_CHECK(contains(errors[1].what, "an autograd node's backward failed on purpose"));
+    DOCTEST_CHECK(errors[0].kind == ErrorKind::usage);
+    DOCTEST_CHECK(contains(errors[0].what, "at rank 0: backward failed on rank 1: "));
+  }
   DOCTEST_SUBCASE("stages 2 and 3, 2 ranks: another autograd node throws on rank 0, before any parameter's gradient") {
     const auto loss_of = [](auto& grads, MlpTask::Net& net, const torch::Tensor& x, const torch::Tensor& y, int rank) {
       return torch::mse_loss(FailingBackward::apply(MlpTask::loss(grads, net, x, y).unsqueeze(0), rank == 0), y.new_zeros({1}));
@@ -1079,10 +1192,10 @@ DOCTEST_TEST_CASE("torch: an error inside backward on one rank reaches every ran
     const auto two = failing_step<TorchEngine<2>>(2, loss_of);
     const auto three = failing_step<TorchEngine<3>>(2, loss_of);
     for (const auto& errors : {two, three}) {
-      DOCTEST_CHECK(contains(errors[0].what, "the loss's own backward failed on purpose"));
+      DOCTEST_CHECK(contains(errors[0].what, "an autograd node's backward failed on purpose"));
       DOCTEST_CHECK(errors[1].kind == ErrorKind::usage);
       DOCTEST_CHECK(contains(errors[1].what, "at rank 1: backward failed on rank 0: "));
-      DOCTEST_CHECK(contains(errors[1].what, "the loss's own backward failed on purpose"));
+      DOCTEST_CHECK(contains(errors[1].what, "an autograd node's backward failed on purpose"));
     }
   }
 }

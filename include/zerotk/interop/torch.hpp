@@ -27,18 +27,21 @@
 ///
 /// Stage 3: libtorch modules have no forward hooks in C++, so each direct child's forward runs
 /// through `grads.forward(name, fn, x)` (or `grads.forward(sequential, x)`): an autograd function
-/// gathers the child's parameters, runs fn without recording a graph, releases them; its backward
-/// gathers again, runs fn again with autograd on (a recompute, as activation checkpointing does),
-/// takes the parameters' and the input's gradients with torch::autograd::grad and releases. Nothing
-/// autograd keeps points into gathered memory; the price is one more forward per child. Outside
-/// these calls the parameter tensors are empty. The recompute replays torch's CPU generator, so
-/// dropout inside fn draws the forward's mask again (one rank per process: thread ranks share the
+/// gathers the child's parameters, runs fn with autograd on (the child's graph is kept), releases
+/// them; its backward gathers again, runs the child's graph with torch::autograd::grad and releases.
+/// The graph's saved tensors that view a parameter (a Linear's `weight.t()`) share the parameter's
+/// Storage, which the adapter re-points at every gather and nulls at every release
+/// (TorchParam): they read the values gathered for the backward, never released memory, and keep
+/// no gathered memory alive. Outside these calls the parameter tensors are empty.
+/// `grads.checkpoint(name, fn, x)` keeps only the child's input instead and recomputes fn in
+/// backward (activation checkpointing, at every stage), replaying torch's CPU generator, so dropout
+/// inside fn draws the forward's mask again (one rank per process: thread ranks share the
 /// generator); otherwise fn must compute the same output from the same input.
 ///
-/// Errors inside backward (a refused gradient, a recompute that throws, any exception out of
-/// grads.backward) are kept on the failing rank, which carries on with zero gradients; step()
-/// agrees across ranks, and every rank throws: the failed one its own error, the others one naming
-/// it and its reason (TorchGradients' class comment).
+/// Errors inside backward (a refused gradient, a child's backward or recompute that throws, any
+/// exception out of grads.backward) are kept on the failing rank, which carries on with zero
+/// gradients; step() agrees across ranks, and every rank throws: the failed one its own error, the
+/// others one naming it and its reason (TorchGradients' class comment).
 ///
 /// Tied weights: the same tensor registered in two modules (`lm_head->weight = emb->weight` through
 /// register_parameter) is one parameter, named by its first name in named_parameters() order; the
@@ -80,6 +83,13 @@ namespace zerotk::interop {
 
 /// One trainable tensor of a torch module, as a zerotk Parameter. The tensor stays the module's
 /// (same TensorImpl); bind() re-points its data at engine storage.
+///
+/// The tensor reads the engine's memory through one torch Storage that this object owns for its
+/// whole life and re-points on every bind (a non-owning pointer; null while stage 3 has the values
+/// released). Every view of the tensor shares that Storage: a `weight.t()` autograd saved in a
+/// child's forward reads what the tensor reads now, the values gathered again for the child's
+/// backward, never the pool buffer the forward read (which may hold another child's values by
+/// then); between the two it reads nothing (torch's checked accessors refuse a null storage).
 class TorchParam {
  public:
   using value_type = float;
@@ -104,6 +114,10 @@ class TorchParam {
     for (std::int64_t d : tensor_.sizes()) sizes_.push_back(d);
     for (std::int64_t d : tensor_.sizes()) shape_.push_back(static_cast<std::size_t>(d));
     numel_ = static_cast<std::size_t>(tensor_.numel());
+    // Not resizable: a resize_ of the bound tensor is refused by torch instead of re-allocating
+    // behind the engine.
+    storage_ = c10::Storage(c10::Storage::use_byte_size_t(), 0, at::DataPtr(nullptr, at::Device(at::kCPU)), nullptr,
+                            /*resizable=*/false);
   }
   TorchParam(const TorchParam&) = delete;
   TorchParam& operator=(const TorchParam&) = delete;
@@ -129,10 +143,13 @@ class TorchParam {
     data_ = data;
     bound_ = true;
     torch::NoGradGuard no_grad;
+    const auto f32 = torch::TensorOptions().dtype(torch::kFloat32);
     if (data == nullptr) {  // stage 3 released the values: an empty tensor, as DeepSpeed's
-      tensor_.set_data(torch::empty({0}, torch::TensorOptions().dtype(torch::kFloat32)));
+      tensor_.set_data(torch::empty({0}, f32));
+      point_storage_at(nullptr);  // and the views autograd saved read nothing
     } else {
-      tensor_.set_data(torch::from_blob(data, sizes_, torch::TensorOptions().dtype(torch::kFloat32)));
+      point_storage_at(data);  // the views autograd saved read the values from here on
+      tensor_.set_data(torch::empty({0}, f32).set_(storage_, 0, sizes_));
     }
   }
 
@@ -166,6 +183,7 @@ class TorchParam {
       torch::NoGradGuard no_grad;
       tensor_.set_data(tensor_.detach().clone());
     }
+    point_storage_at(nullptr);  // views made while bound read nothing, not the engine's freed memory
     bound_ = false;
     detached_ = true;
     data_ = nullptr;
@@ -173,8 +191,14 @@ class TorchParam {
   }
 
  private:
+  void point_storage_at(float* data) {
+    storage_.set_data_ptr_noswap(at::DataPtr(data, at::Device(at::kCPU)));  // not owning: the engine's memory
+    storage_.set_nbytes(data != nullptr ? numel_ * sizeof(float) : 0);
+  }
+
   std::string name_;
   torch::Tensor tensor_;
+  c10::Storage storage_;  // [numel] float over engine storage while bound (null when released)
   std::vector<std::int64_t> sizes_;
   std::vector<std::size_t> shape_;
   std::size_t numel_ = 0;
@@ -304,13 +328,30 @@ struct OneTorchParam {
   }
 };
 
-/// One call of a unit's forward through TorchGradients::forward at stage 3 (or checkpoint): what
-/// the backward recomputes. Kept by TorchGradients until the next step().
+/// One call of a unit's forward through TorchGradients::forward at stage 3 or checkpoint: what its
+/// backward needs. Kept by TorchGradients until the next step().
 struct TorchCall {
   std::function<torch::Tensor(const torch::Tensor&)> fn;
   void* unit;                // TorchModel::Unit
-  torch::Tensor rng_state{};  // torch's CPU generator as the forward found it (replayed by the recompute)
+  torch::Tensor rng_state{};  // checkpoint: torch's CPU generator as the forward found it (the recompute replays it)
+  torch::Tensor in{}, out{};  // stage 3's forward: fn's input (detached from the caller's graph) and output,
+                              // with the child's own autograd graph between them until its backward
 };
+
+/// The autograd context's record of which TorchGradients call a node belongs to, and of which
+/// micro-step (a node of an earlier one must not reach its call: step() dropped them).
+template <class Owner>
+void remember(torch::autograd::AutogradContext* ctx, Owner* owner, TorchCall* call) {
+  ctx->saved_data["owner"] = static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(owner));
+  ctx->saved_data["call"] = static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(call));
+  ctx->saved_data["micro_step"] = owner->micro_step();
+}
+template <class Owner>
+std::pair<Owner*, TorchCall*> recall(torch::autograd::AutogradContext* ctx) {
+  auto* owner = reinterpret_cast<Owner*>(static_cast<std::intptr_t>(ctx->saved_data["owner"].toInt()));
+  owner->require_micro_step(ctx->saved_data["micro_step"].toInt());
+  return {owner, reinterpret_cast<TorchCall*>(static_cast<std::intptr_t>(ctx->saved_data["call"].toInt()))};
+}
 
 /// torch's default CPU generator's state now.
 inline torch::Tensor cpu_rng_state() {
@@ -348,25 +389,42 @@ class ReplayCpuRng {
   torch::Tensor saved_;
 };
 
-/// Stage 3's autograd function around one unit's forward. Forward: gather, run without recording
-/// (nothing autograd saves can point into gathered memory), release. Backward: gather again, run the
-/// forward again with autograd on, take the parameters' and the input's gradients with
-/// torch::autograd::grad, hand the parameters' to the engine, release.
+/// Activation checkpointing's autograd function around one unit's forward (TorchGradients::
+/// checkpoint). Forward: (stage 3: gather,) run without recording, (release); only the input is
+/// kept. Backward: (gather again,) run the forward again with autograd on, take the parameters' and
+/// the input's gradients with torch::autograd::grad, hand the parameters' to the engine, (release).
 template <class Owner>
 struct GatheredCall : torch::autograd::Function<GatheredCall<Owner>> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
                                const torch::Tensor& /*anchor*/, Owner* owner, TorchCall* call) {
-    ctx->saved_data["owner"] = static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(owner));
-    ctx->saved_data["call"] = static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(call));
+    remember(ctx, owner, call);
     ctx->save_for_backward({x});
     return owner->gathered_forward(*call, x);
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_outputs) {
-    auto* owner = reinterpret_cast<Owner*>(static_cast<std::intptr_t>(ctx->saved_data["owner"].toInt()));
-    auto* call = reinterpret_cast<TorchCall*>(static_cast<std::intptr_t>(ctx->saved_data["call"].toInt()));
+    const auto [owner, call] = recall<Owner>(ctx);
     const torch::Tensor x = ctx->get_saved_variables()[0];
     return {owner->gathered_backward(*call, x, grad_outputs[0]), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+/// Stage 3's autograd function around one unit's forward (TorchGradients::forward). Forward: gather,
+/// run fn with autograd on from a detached copy of the input (the child's own graph, kept in the
+/// call), release. Backward: gather again, run the child's graph with torch::autograd::grad, hand
+/// the parameters' gradients to the engine, release. The graph's saved views of the parameters
+/// read the values gathered for the backward (TorchParam's Storage), so nothing is recomputed.
+template <class Owner>
+struct SavedGraphCall : torch::autograd::Function<SavedGraphCall<Owner>> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                               const torch::Tensor& /*anchor*/, Owner* owner, TorchCall* call) {
+    remember(ctx, owner, call);
+    return owner->saved_graph_forward(*call, x);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs) {
+    const auto [owner, call] = recall<Owner>(ctx);
+    return {owner->saved_graph_backward(*call, grad_outputs[0]), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -390,8 +448,9 @@ struct AccumulatedHook final : torch::autograd::FunctionPostHook {
 /// so the module stays usable after the engine is gone; at stage 3 call release_module() on every
 /// rank for that (it gathers).
 ///
-/// Errors inside backward: an exception raised in a hook or a recompute (a refused gradient, a
-/// tensor re-allocated behind the engine, the user's recomputed forward throwing), or one that
+/// Errors inside backward: an exception raised in a hook, a child's backward or a recompute (a
+/// refused gradient, a tensor re-allocated behind the engine, the user's recomputed forward
+/// throwing, an autograd node of a child throwing), or one that
 /// stops `grads.backward(loss)` early, is kept, and this rank carries on with zero gradients for
 /// what it could not take, so it issues the reductions its peers wait for. step() then agrees
 /// across ranks (comm::agree_on_failure, one int32 all-reduce per micro-step): the failed rank
@@ -422,8 +481,9 @@ class TorchGradients {
     for (std::size_t i = 0; i < model.size(); ++i) {
       units_.push_back(detail::OneTorchParam{&model[i]});
       model[i].require_bound();
-      // Stage 3 takes the gradients in the recomputing backward instead, and must not hold the
-      // accumulators: one made while the tensor is empty would keep that shape as its metadata.
+      // Stage 3 takes the gradients in each child's backward instead (torch::autograd::grad), and
+      // must not hold the accumulators: one made while the tensor is empty would keep that shape
+      // as its metadata.
       if constexpr (kSharded) continue;
       std::shared_ptr<torch::autograd::Node> acc = torch::autograd::impl::grad_accumulator(model[i].tensor());
       if (!acc) throw usage_error("torch parameter has no gradient accumulator (not a leaf?)", model[i].name());
@@ -452,10 +512,11 @@ class TorchGradients {
   }
 
   /// Runs `fn(x)`, the forward of the module's child `unit` (a name from named_children()). Stages
-  /// 0-2: just fn(x). Stage 3: an autograd function gathers the child's parameters around fn and
-  /// again around its recomputation in backward (see detail::GatheredCall); the recompute replays
-  /// torch's CPU generator (the same dropout mask), and `fn` must otherwise compute the same output
-  /// from the same input each time. It is kept until step().
+  /// 0-2: just fn(x). Stage 3: an autograd function gathers the child's parameters, runs fn with
+  /// autograd on and releases them; the child's graph is kept, and its backward gathers them again
+  /// and runs that graph (detail::SavedGraphCall): the views of the parameters it saved read the
+  /// values gathered again, never the released ones. It is kept until step(). Under
+  /// torch::NoGradGuard (evaluation) fn just runs gathered, keeping nothing.
   template <class F>
   torch::Tensor forward(std::string_view unit, F&& fn, const torch::Tensor& x) {
     if constexpr (!kSharded) {
@@ -463,23 +524,26 @@ class TorchGradients {
     } else {
       TorchModel::Unit* u = model_->unit(unit);
       if (u == nullptr) return fn(x);  // no trainable parameter: nothing to gather
+      if (!torch::GradMode::is_enabled()) {
+        auto scope = engine_->forward(*u);
+        return not_a_view_of(*u, fn(x));
+      }
       calls_.push_back(detail::TorchCall{std::forward<F>(fn), u});
-      return detail::GatheredCall<TorchGradients>::apply(x, anchor_, this, &calls_.back());
+      return detail::SavedGraphCall<TorchGradients>::apply(x, anchor_, this, &calls_.back());
     }
   }
 
   /// Activation checkpointing of the child `unit`: the forward keeps no activations of fn (only its
-  /// input), the backward runs fn again (replaying torch's CPU generator) and takes the gradients
-  /// from that graph. At stage 3 this is what forward() does anyway; at stages 0-2 the same autograd
-  /// function runs without gathering, and hands the child's parameter gradients to the engine itself.
+  /// input), the backward runs fn again (replaying torch's CPU generator, so dropout draws the
+  /// forward's mask; fn must otherwise compute the same output from the same input) and takes the
+  /// gradients from that graph, handing the child's parameter gradients to the engine
+  /// (detail::GatheredCall). Stage 3 gathers the child around the forward and again around the
+  /// recompute: less activation memory than forward(), one more forward of the child.
   template <class F>
   torch::Tensor checkpoint(std::string_view unit, F&& fn, const torch::Tensor& x) {
-    if constexpr (kSharded) {
-      return forward(unit, std::forward<F>(fn), x);
-    } else {
-      calls_.push_back(detail::TorchCall{std::forward<F>(fn), model_->unit(unit)});
-      return detail::GatheredCall<TorchGradients>::apply(x, anchor_, this, &calls_.back());
-    }
+    if (!torch::GradMode::is_enabled()) return forward(unit, std::forward<F>(fn), x);  // nothing to recompute
+    calls_.push_back(detail::TorchCall{std::forward<F>(fn), model_->unit(unit)});
+    return detail::GatheredCall<TorchGradients>::apply(x, anchor_, this, &calls_.back());
   }
 
   /// Runs a Sequential child by child through forward(name, ...).
@@ -523,7 +587,8 @@ class TorchGradients {
       if (!got_[i]) complete(i);  // an empty scope: this parameter's gradient is zero
     }
     std::fill(got_.begin(), got_.end(), 0);
-    calls_.clear();
+    calls_.clear();  // with the children's graphs that no backward reached
+    ++micro_step_;
     const std::exception_ptr mine = std::exchange(failure_, nullptr);
     comm::AnyCommunicator& world = engine_->step_communicator();
     if (const std::optional<comm::Failure> f = comm::agree_on_failure(world, mine)) {
@@ -540,18 +605,11 @@ class TorchGradients {
     call.rng_state = detail::cpu_rng_state();
     auto* unit = static_cast<TorchModel::Unit*>(call.unit);
     if (unit == nullptr) return call.fn(x);  // a checkpointed child without trainable parameters
-    const auto run = [&] {
-      torch::Tensor y = call.fn(x);
-      for (TorchParam* p : unit->params) {
-        if (y.is_alias_of(p->tensor())) return y.clone();
-      }
-      return y;
-    };
     if constexpr (kSharded) {
       auto scope = engine_->forward(*unit);
-      return run();
+      return not_a_view_of(*unit, call.fn(x));
     } else {
-      return run();
+      return not_a_view_of(*unit, call.fn(x));
     }
   }
 
@@ -561,34 +619,46 @@ class TorchGradients {
   torch::Tensor gathered_backward(detail::TorchCall& call, const torch::Tensor& x, const torch::Tensor& dy) {
     static TorchModel::Unit no_params;
     TorchModel::Unit& unit = call.unit != nullptr ? *static_cast<TorchModel::Unit*>(call.unit) : no_params;
-    std::optional<torch::Tensor> dx;
-    const auto attempt = [&] {  // inside the scope, so that it closes as after a backward
-      try {
-        dx = recompute(unit, call, x, dy);
-      } catch (...) {
-        record(std::current_exception());
-      }
-    };
-    try {
-      if constexpr (kSharded) {
-        auto scope = engine_->backward(unit);  // gathered again; gradient storage bound
-        attempt();
-      } else {
-        attempt();
-      }
-    } catch (...) {  // the scope itself
-      record(std::current_exception());
+    return in_backward_scope(unit, x, [&] { return recompute(unit, call, x, dy); });
+  }
+
+  /// SavedGraphCall's forward (stage 3): inside the unit's gather, fn with autograd on from a
+  /// detached copy of x; the child's graph stays with the call, the caller's graph gets a detached
+  /// alias of the output (an output that is a view of the parameters is copied first).
+  torch::Tensor saved_graph_forward(detail::TorchCall& call, const torch::Tensor& x) {
+    auto& unit = *static_cast<TorchModel::Unit*>(call.unit);
+    torch::AutoGradMode grad_on(true);
+    torch::Tensor in = x.detach();
+    if (x.requires_grad()) in.requires_grad_(true);
+    torch::Tensor y;
+    {
+      auto scope = engine_->forward(unit);
+      y = not_a_view_of(unit, call.fn(in));
     }
-    if (dx) return *dx;
-    for (TorchParam* p : unit.params) {
-      const std::size_t i = index_of(*p);
-      if constexpr (kSharded) {
-        got_[i] = 1;  // its scope (if it opened) closed with what the recompute had added: discarded
-      } else if (!got_[i]) {
-        complete(i);
-      }
-    }
-    return x.requires_grad() ? torch::zeros_like(x) : torch::Tensor();
+    call.in = in;
+    call.out = y;
+    return y.detach();
+  }
+
+  /// SavedGraphCall's backward (stage 3): inside the unit's backward scope (gathered again, the
+  /// gradient storage bound), the child's graph from the output to the parameters and the input;
+  /// the graph goes with it. A failure is kept for step(), as in gathered_backward.
+  torch::Tensor saved_graph_backward(detail::TorchCall& call, const torch::Tensor& dy) {
+    auto& unit = *static_cast<TorchModel::Unit*>(call.unit);
+    const torch::Tensor in = std::exchange(call.in, torch::Tensor());
+    const torch::Tensor out = std::exchange(call.out, torch::Tensor());
+    return in_backward_scope(unit, in, [&] { return hand_over(unit, out, in, dy); });
+  }
+
+  /// The micro-step the adapter is in (step() ends one): a child's autograd node records it.
+  std::int64_t micro_step() const noexcept { return micro_step_; }
+  /// A child's autograd node runs in the micro-step of its forward, or a usage_error says why not.
+  void require_micro_step(std::int64_t forward_micro_step) const {
+    if (forward_micro_step == micro_step_) return;
+    throw usage_error("backward through a graph whose forward ran before the last grads.step(): step() ended that "
+                      "micro-step and dropped what its children's backward needed",
+                      "TorchGradients", "forward in micro-step " + std::to_string(forward_micro_step) + ", now " +
+                                            std::to_string(micro_step_));
   }
 
   /// How many gradients the hooks handed to the engine since the last step().
@@ -686,22 +756,81 @@ class TorchGradients {
 
   std::size_t index_of(const TorchParam& p) const noexcept { return static_cast<std::size_t>(&p - &(*model_)[0]); }
 
+  /// `y` itself, or a copy of it when it is a view of one of the unit's parameters (stage 3 releases
+  /// those: the caller would read nothing).
+  static torch::Tensor not_a_view_of(TorchModel::Unit& unit, torch::Tensor y) {
+    for (TorchParam* p : unit.params) {
+      if (y.is_alias_of(p->tensor())) return y.clone();
+    }
+    return y;
+  }
+
+  /// Runs `take()` (which hands the unit's gradients over and returns dL/dx) inside the unit's
+  /// backward scope at stage 3 (gathered again; gradient storage bound). A failure is kept for
+  /// step(); then dL/dx is zero (autograd and this rank's collectives go on) and the unit's
+  /// parameters get zero gradients.
+  template <class Take>
+  torch::Tensor in_backward_scope(TorchModel::Unit& unit, const torch::Tensor& x, Take&& take) {
+    std::optional<torch::Tensor> dx;
+    const auto attempt = [&] {  // inside the scope, so that it closes as after a backward
+      try {
+        dx = take();
+      } catch (...) {
+        record(std::current_exception());
+      }
+    };
+    try {
+      if constexpr (kSharded) {
+        if (!unit.params.empty()) {
+          auto scope = engine_->backward(unit);
+          attempt();
+        } else {
+          attempt();
+        }
+      } else {
+        attempt();
+      }
+    } catch (...) {  // the scope itself
+      record(std::current_exception());
+    }
+    if (dx) return *dx;
+    for (TorchParam* p : unit.params) {
+      const std::size_t i = index_of(*p);
+      if constexpr (kSharded) {
+        got_[i] = 1;  // its scope (if it opened) closed with what had been added: discarded
+      } else if (!got_[i]) {
+        complete(i);
+      }
+    }
+    return x.defined() && x.requires_grad() ? torch::zeros_like(x) : torch::Tensor();
+  }
+
   torch::Tensor recompute(TorchModel::Unit& unit, detail::TorchCall& call, const torch::Tensor& x,
                           const torch::Tensor& dy) {
     torch::AutoGradMode grad_on(true);
-    const bool want_dx = x.requires_grad();
     torch::Tensor in = x.detach();
-    if (want_dx) in.requires_grad_(true);
+    if (x.requires_grad()) in.requires_grad_(true);
     torch::Tensor y;
     {
       detail::ReplayCpuRng replay(call.rng_state);
       y = call.fn(in);
     }
+    return hand_over(unit, y, in, dy);
+  }
+
+  /// The unit's graph from `y` back to its parameters and `in`, seeded with dy: the parameters'
+  /// gradients go into the engine (stage 3: inside the unit's backward scope; stages 0-2: one
+  /// scope per parameter, as the hooks open), dL/d(in) is returned.
+  torch::Tensor hand_over(TorchModel::Unit& unit, const torch::Tensor& y, const torch::Tensor& in,
+                          const torch::Tensor& dy) {
+    const bool want_dx = in.defined() && in.requires_grad();
+    std::vector<torch::Tensor> g(unit.params.size() + (want_dx ? 1 : 0));
     std::vector<torch::Tensor> inputs;
     for (TorchParam* p : unit.params) inputs.push_back(p->tensor());
     if (want_dx) inputs.push_back(in);
-    const std::vector<torch::Tensor> g =
-        torch::autograd::grad({y}, inputs, {dy}, /*retain_graph=*/false, /*create_graph=*/false, /*allow_unused=*/true);
+    if (!inputs.empty() && y.defined() && y.requires_grad()) {  // else nothing reached the output
+      g = torch::autograd::grad({y}, inputs, {dy}, /*retain_graph=*/false, /*create_graph=*/false, /*allow_unused=*/true);
+    }
     for (std::size_t k = 0; k < unit.params.size(); ++k) {
       TorchParam& p = *unit.params[k];
       const std::size_t i = index_of(p);
@@ -737,7 +866,8 @@ class TorchGradients {
   std::vector<detail::OneTorchParam> units_;  // [parameter]: stable addresses (the engine's module keys)
   std::vector<Hook> hooks_;
   std::vector<char> got_;  // [parameter] its gradient arrived (or was completed) in this micro-step
-  std::deque<detail::TorchCall> calls_;  // this micro-step's recomputed calls (stable addresses)
+  std::deque<detail::TorchCall> calls_;  // this micro-step's children's calls (stable addresses)
+  std::int64_t micro_step_ = 0;          // step() calls so far
   std::exception_ptr failure_;           // the first error inside this micro-step's backward, for step()
   torch::Tensor anchor_ = torch::zeros({}, torch::TensorOptions().requires_grad(true));  // makes every
       // GatheredCall's output require grad, also when its input does not (the first layer)
