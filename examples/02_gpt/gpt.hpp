@@ -228,6 +228,42 @@ void add_row_sum(Eigen::Index count, RowAt&& rows_of, Eigen::RowVectorXf& acc, E
 
 }  // namespace detail
 
+/// Weight gradients set aside for later: a zero-bubble pipeline schedule (ZB-H1) runs a backward's
+/// input-gradient half first and its weight half later. While a layer's `defer` points here, its
+/// backward computes the input gradient only and records, per layer of the model's list (set_layer),
+/// a work item that adds its weight gradients from copies of what they need; run(i) does layer i's.
+class DeferredWeights {
+ public:
+  void set_layer(int i) noexcept { layer_ = i; }
+  template <class F>
+  void add(F&& f) {
+    items_.push_back(Item{layer_, std::function<void()>(std::forward<F>(f))});
+  }
+  /// Layer `i`'s items, in the order they were recorded; then they are gone.
+  void run(int i) {
+    for (Item& it : items_) {
+      if (it.layer == i && it.fn) {
+        it.fn();
+        it.fn = nullptr;
+      }
+    }
+  }
+  bool empty() const noexcept {
+    for (const Item& it : items_) {
+      if (it.fn) return false;
+    }
+    return true;
+  }
+
+ private:
+  struct Item {
+    int layer;
+    std::function<void()> fn;
+  };
+  std::vector<Item> items_;
+  int layer_ = -1;
+};
+
 /// y = x W^T + b with W [out][in] (PyTorch layout) and b [out]. Keeps no activations: the owning
 /// layer keeps x for backward.
 class Linear {
@@ -260,15 +296,26 @@ class Linear {
 
   // dW += dy^T x, db += sum over rows of dy; dx = dy W when dx is given. dy [N][out], x [N][in].
   void backward(const Matrix& x, const Matrix& dy, Matrix* dx) {
-    detail::grad_matrix(weight).noalias() += dy.transpose() * x;
-    detail::add_row_sum(dy.rows(), [&](Eigen::Index n) { return dy.row(n); }, acc_, detail::grad_row(bias));
+    if (defer != nullptr) {
+      defer->add([this, x = Matrix(x), dy = Matrix(dy)] { weight_grads(x, dy); });
+    } else {
+      weight_grads(x, dy);
+    }
     if (dx != nullptr) {
       detail::ensure_shape(*dx, dy.rows(), x.cols());
       dx->noalias() = dy * detail::value_matrix(weight);
     }
   }
 
+  /// Set: the weight gradients wait there (DeferredWeights).
+  DeferredWeights* defer = nullptr;
+
  private:
+  void weight_grads(const Matrix& x, const Matrix& dy) {
+    detail::grad_matrix(weight).noalias() += dy.transpose() * x;
+    detail::add_row_sum(dy.rows(), [&](Eigen::Index n) { return dy.row(n); }, acc_, detail::grad_row(bias));
+  }
+
   Eigen::RowVectorXf acc_;  // [out] scratch for the bias gradient
 };
 
@@ -318,16 +365,28 @@ class LayerNorm {
       const float mean_gx = (g * xh).mean();
       dx.row(n).array() += rstd[n] * (g - mean_g - xh * mean_gx);
     }
-    detail::add_row_sum(rows, [&](Eigen::Index n) { return dy.row(n).cwiseProduct(xhat.row(n)); }, acc_,
-                        detail::grad_row(weight), &token_sum);
-    detail::add_row_sum(rows, [&](Eigen::Index n) { return dy.row(n); }, acc_, detail::grad_row(bias), &token_sum);
+    if (defer != nullptr) {
+      defer->add([this, dy = Matrix(dy), xhat = Matrix(xhat)] { weight_grads(dy, xhat); });
+    } else {
+      weight_grads(dy, xhat);
+    }
   }
+
+  /// Set: the gain and shift gradients wait there (DeferredWeights).
+  DeferredWeights* defer = nullptr;
 
   /// Sequence parallel: the gain and shift gradients of this rank's tokens are summed over the
   /// tensor group through this (each micro-step's own contribution, before it accumulates).
   std::function<void(std::span<float>)> token_sum;
 
  private:
+  void weight_grads(const Matrix& dy, const Matrix& xhat) {
+    const Eigen::Index rows = dy.rows();
+    detail::add_row_sum(rows, [&](Eigen::Index n) { return dy.row(n).cwiseProduct(xhat.row(n)); }, acc_,
+                        detail::grad_row(weight), &token_sum);
+    detail::add_row_sum(rows, [&](Eigen::Index n) { return dy.row(n); }, acc_, detail::grad_row(bias), &token_sum);
+  }
+
   Eigen::RowVectorXf acc_;  // [d] scratch for the gain and shift gradients
 };
 
@@ -382,15 +441,26 @@ class Embedding {
 
   /// dx [B*T][d]: scatter-adds into d(wte) rows of the tokens seen and d(wpe) rows of their positions.
   void backward(const Matrix& dx) {
-    auto dte = detail::grad_matrix(wte);
-    auto dpe = detail::grad_matrix(wpe);
-    for (Eigen::Index r = 0; r < dx.rows(); ++r) {
-      dte.row(ids_[static_cast<std::size_t>(r)]) += dx.row(r);
-      dpe.row(r % seq_) += dx.row(r);
+    if (defer != nullptr) {  // all of it is weight gradient
+      defer->add([this, dx = Matrix(dx), ids = ids_, seq = seq_] { scatter(dx, ids, seq); });
+    } else {
+      scatter(dx, ids_, seq_);
     }
   }
 
+  /// Set: the gradients wait there (DeferredWeights).
+  DeferredWeights* defer = nullptr;
+
  private:
+  void scatter(const Matrix& dx, const std::vector<std::int32_t>& ids, int seq) {
+    auto dte = detail::grad_matrix(wte);
+    auto dpe = detail::grad_matrix(wpe);
+    for (Eigen::Index r = 0; r < dx.rows(); ++r) {
+      dte.row(ids[static_cast<std::size_t>(r)]) += dx.row(r);
+      dpe.row(r % seq) += dx.row(r);
+    }
+  }
+
   std::vector<std::int32_t> ids_;  // [B*T] the micro-batch's tokens, for backward
   int seq_ = 0;
   Matrix out_;
@@ -433,6 +503,9 @@ class Block {
     fc.parameters(visit);
     fc_proj.parameters(visit);
   }
+
+  /// Every weight gradient of the block's backward waits in `d` (null: computed at once).
+  void set_deferred(DeferredWeights* d) noexcept { ln1.defer = qkv.defer = proj.defer = ln2.defer = fc.defer = fc_proj.defer = d; }
 
   /// Sequence length of the micro-batch; the layer needs it to split the B*T rows into sequences.
   /// Gpt sets it before forward; a caller driving blocks directly sets it too.
@@ -692,9 +765,16 @@ class Head {
   /// The logits of the last forward, [B*T][vocab].
   const Matrix& output() const noexcept { return logits_; }
 
+  /// Set: the projection's gradient waits there (DeferredWeights; ln_f has its own `defer`).
+  DeferredWeights* defer = nullptr;
+
   /// dlogits [B*T][vocab] -> dx [B*T][d].
   const Matrix& backward(const Matrix& dlogits) {
-    detail::grad_matrix(projection()).noalias() += dlogits.transpose() * xf_;
+    if (defer != nullptr) {
+      defer->add([this, dlogits = Matrix(dlogits), xf = Matrix(xf_)] { detail::grad_matrix(projection()).noalias() += dlogits.transpose() * xf; });
+    } else {
+      detail::grad_matrix(projection()).noalias() += dlogits.transpose() * xf_;
+    }
     detail::ensure_shape(dxf_, dlogits.rows(), xf_.cols());
     dxf_.noalias() = dlogits * detail::value_matrix(projection());
     detail::ensure_shape(dx_, dxf_.rows(), dxf_.cols());
@@ -914,6 +994,14 @@ struct Gpt {
     return *x;
   }
 
+  /// With `d`, backward computes the input gradients only and leaves every layer's weight gradients
+  /// in `d`, by layer (run them inside that layer's backward scope: d->run(i)); null: at once.
+  void set_deferred(DeferredWeights* d) noexcept {
+    deferred_ = d;
+    embedding.defer = head.defer = head.ln_f.defer = d;
+    for (Block& b : blocks) b.set_deferred(d);
+  }
+
   /// Backward of layers [first, last) after their forward, from d(what left layer last - 1) (the
   /// logits' gradient when the range ends with the head); gradients accumulate. Returns d(what
   /// entered layer `first`), or null when the range starts with the embedding.
@@ -923,6 +1011,7 @@ struct Gpt {
     const int n = static_cast<int>(blocks.size());
     const Matrix* dx = &dy;
     for (int i = last; i-- > first;) {
+      if (deferred_ != nullptr) deferred_->set_layer(i);
       if (i == n + 1) {
         {
           [[maybe_unused]] auto guard = scope.backward(head);
@@ -1035,6 +1124,7 @@ struct Gpt {
   }
 
   CrossEntropy loss_;
+  DeferredWeights* deferred_ = nullptr;
   bool sequence_parallel_on_ = true;
   Matrix local_, gathered_;  // sequence parallel: this rank's token rows, and every rank's
   std::vector<std::unique_ptr<zerotk::Recompute<Block>>> recompute_;  // [block]: null = not checkpointed

@@ -12,6 +12,9 @@
 // right before its backward: a stage-level recompute (one more forward per micro-batch, DeepSpeed's
 // activation checkpointing at stage granularity). Forward and recompute are deterministic, so the
 // gradients are those of a run without pipelining, bit for bit, for a data-parallel-only model.
+// Zero-bubble schedules (ZB-H1) split the backward: its input-gradient half runs the layers' backward
+// with their weight gradients set aside (gpt::DeferredWeights: copies of each product's operands),
+// and the weight half adds them up later, inside each layer's backward scope.
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -69,7 +72,8 @@ inline std::vector<std::size_t> stage_bounds(gpt::Gpt& model, int parts, zerotk:
 
 /// Wall-clock time per compute action kind, for the measured-versus-simulated bubble.
 struct ActionTimes {
-  double forward_ms = 0, backward_ms = 0;
+  double forward_ms = 0, backward_ms = 0;  ///< backward: whole, or its two halves together
+  double input_ms = 0, weight_ms = 0;      ///< the halves of split backwards (zero-bubble schedules)
   long long forwards = 0, backwards = 0;
 };
 
@@ -92,6 +96,10 @@ class PipelineStages {
     f.forward = [this](const auto& mb, const auto* in, auto& out) { forward(mb, in, out); };
     f.loss = [this](const auto& mb, const auto& out, auto& grad) { return loss(mb, out, grad); };
     f.backward = [this](const auto& mb, const auto& grad_out, auto* grad_in) { backward(mb, grad_out, grad_in); };
+    // Zero-bubble schedules split it: the input gradient now (the weights read in forward scopes,
+    // gathered at stage 3), the weight gradients later, each layer's inside its backward scope.
+    f.backward_input = [this](const auto& mb, const auto& grad_out, auto* grad_in) { backward_input(mb, grad_out, grad_in); };
+    f.backward_weight = [this](const auto& mb) { backward_weight(mb); };
     return f;
   }
 
@@ -147,19 +155,77 @@ class PipelineStages {
   void backward(const zerotk::pipeline::MicroBatch& mb, const zerotk::pipeline::Activation& grad_out,
                 zerotk::pipeline::Activation* grad_in) {
     const auto t0 = Clock::now();
-    const auto it = saved_.find({mb.chunk, mb.micro});
-    if (it == saved_.end()) {
-      throw zerotk::usage_error("a backward without its forward", "gpt_demo::PipelineStages",
-                                "chunk " + std::to_string(mb.chunk) + ", micro-batch " + std::to_string(mb.micro));
-    }
-    const Saved s = std::move(it->second);
-    saved_.erase(it);
+    const Saved s = take_saved(mb);
     run_forward(mb.chunk, s);  // the stage's activations again, for this micro-batch
     const GptStage& st = chunks_[static_cast<std::size_t>(mb.chunk)];
     const gpt::Matrix dy = matrix_of(grad_out);
     const gpt::Matrix* dx = model_.backward_layers(st.first, st.last, dy, *engines_[static_cast<std::size_t>(mb.chunk)]);
     if (grad_in != nullptr && dx != nullptr) put(*dx, *grad_in);
     times_.backward_ms += std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    ++times_.backwards;
+  }
+
+  /// An engine's forward scopes where a backward would open its backward scopes: the input-gradient
+  /// half of a split backward reads the weights (gathered at stage 3) and writes no weight gradient.
+  struct ForwardScopes {
+    Engine* engine;
+    template <class L>
+    auto forward(L& l) {
+      return engine->forward(l);
+    }
+    template <class L>
+    auto backward(L& l) {
+      return engine->forward(l);
+    }
+  };
+
+  Saved take_saved(const zerotk::pipeline::MicroBatch& mb) {
+    const auto it = saved_.find({mb.chunk, mb.micro});
+    if (it == saved_.end()) {
+      throw zerotk::usage_error("a backward without its forward", "gpt_demo::PipelineStages",
+                                "chunk " + std::to_string(mb.chunk) + ", micro-batch " + std::to_string(mb.micro));
+    }
+    Saved s = std::move(it->second);
+    saved_.erase(it);
+    return s;
+  }
+
+  void backward_input(const zerotk::pipeline::MicroBatch& mb, const zerotk::pipeline::Activation& grad_out,
+                      zerotk::pipeline::Activation* grad_in) {
+    const auto t0 = Clock::now();
+    const Saved s = take_saved(mb);
+    run_forward(mb.chunk, s);
+    const GptStage& st = chunks_[static_cast<std::size_t>(mb.chunk)];
+    gpt::DeferredWeights& later = deferred_[{mb.chunk, mb.micro}];
+    model_.set_deferred(&later);
+    const gpt::Matrix dy = matrix_of(grad_out);
+    const gpt::Matrix* dx = model_.backward_layers(st.first, st.last, dy, ForwardScopes{engines_[static_cast<std::size_t>(mb.chunk)]});
+    model_.set_deferred(nullptr);
+    if (grad_in != nullptr && dx != nullptr) put(*dx, *grad_in);
+    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    times_.backward_ms += ms;
+    times_.input_ms += ms;
+  }
+
+  void backward_weight(const zerotk::pipeline::MicroBatch& mb) {
+    const auto t0 = Clock::now();
+    const auto it = deferred_.find({mb.chunk, mb.micro});
+    if (it == deferred_.end()) {
+      throw zerotk::usage_error("a weight gradient without its input gradient", "gpt_demo::PipelineStages",
+                                "chunk " + std::to_string(mb.chunk) + ", micro-batch " + std::to_string(mb.micro));
+    }
+    const GptStage& st = chunks_[static_cast<std::size_t>(mb.chunk)];
+    Engine& e = *engines_[static_cast<std::size_t>(mb.chunk)];
+    for (int i = st.last; i-- > st.first;) {  // the backward's layer order
+      model_.with_layer(i, [&](auto& layer) {
+        auto scope = e.backward(layer);
+        it->second.run(i);
+      });
+    }
+    deferred_.erase(it);
+    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    times_.backward_ms += ms;
+    times_.weight_ms += ms;
     ++times_.backwards;
   }
 
@@ -170,6 +236,7 @@ class PipelineStages {
   int seq_;
   std::uint64_t first_ = 0;
   std::map<std::pair<int, int>, Saved> saved_;  // (chunk, micro-batch) -> the chunk's input
+  std::map<std::pair<int, int>, gpt::DeferredWeights> deferred_;  // -> its weight gradients, between BI and BW
   gpt::CrossEntropy xent_;
   ActionTimes times_;
 };

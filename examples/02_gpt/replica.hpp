@@ -74,12 +74,6 @@ class Replica {
                                   std::to_string(pp_));
       }
       spec_ = zerotk::pipeline::ScheduleSpec::parse(ctx.cfg.pipeline.schedule);
-      if (spec_.kind == zerotk::pipeline::ScheduleKind::zb_h1) {
-        throw zerotk::usage_error("the example's blocks compute their weight and input gradients together, and zbh1 "
-                                  "runs them as separate actions (the library's executor does: tests/pipeline); use "
-                                  "gpipe, 1f1b or interleaved:V",
-                                  "pipeline schedule", spec_.name());
-      }
       bounds_ = stage_bounds(model, pp_ * spec_.chunks, ctx.cfg.pipeline.partition);
       for (int c = 0; c < spec_.chunks; ++c) {
         const auto k = static_cast<std::size_t>(c * pp_ + grid.pipeline_index());
@@ -186,16 +180,21 @@ class Replica {
     const ActionTimes& t = stages_->times();
     zerotk::pipeline::CostModel costs;
     costs.forward = static_cast<std::int64_t>(1000.0 * t.forward_ms / static_cast<double>(std::max<long long>(1, t.forwards)));
-    costs.backward = static_cast<std::int64_t>(1000.0 * t.backward_ms / static_cast<double>(std::max<long long>(1, t.backwards)));
+    const double per = static_cast<double>(std::max<long long>(1, t.backwards));
+    costs.backward = static_cast<std::int64_t>(1000.0 * t.backward_ms / per);
+    costs.backward_input = static_cast<std::int64_t>(1000.0 * t.input_ms / per);  // split schedules' halves
+    costs.backward_weight = static_cast<std::int64_t>(1000.0 * t.weight_ms / per);
     const double simulated = zerotk::pipeline::simulate(schedule_, costs).bubble().value();
     const double p = pp_, m = static_cast<double>(ctx_.cfg.gradient_accumulation_steps), v = spec_.chunks;
-    const double formula = (p - 1) / (v * m + p - 1);
+    // ZB-H1: a third of 1F1B's with equal forward, input- and weight-gradient costs (m >= p).
+    const bool zb = spec_.kind == zerotk::pipeline::ScheduleKind::zb_h1;
+    const double formula = zb ? (p - 1) / (3 * m + p - 1) : (p - 1) / (v * m + p - 1);
     std::printf("pipeline %s, %d stages x %d micro-batches%s: bubble %.3f measured (wall clock, steps after the first), "
                 "%.3f simulated with this rank's mean forward %.2f ms and backward %.2f ms (backward recomputes the "
                 "stage's forward), formula (p-1)/(%sm+p-1) = %.3f\n",
                 spec_.name().c_str(), pp_, static_cast<int>(m), spec_.chunks > 1 ? (" x " + std::to_string(spec_.chunks) + " chunks").c_str() : "",
                 idle_ / span_, simulated, t.forward_ms / static_cast<double>(std::max<long long>(1, t.forwards)),
-                t.backward_ms / static_cast<double>(std::max<long long>(1, t.backwards)), spec_.chunks > 1 ? "v " : "", formula);
+                t.backward_ms / static_cast<double>(std::max<long long>(1, t.backwards)), zb ? "3" : spec_.chunks > 1 ? "v " : "", formula);
   }
 
  private:

@@ -1,6 +1,7 @@
 // The GPT example's layers split into pipeline stages (examples/02_gpt/pipeline_stage.hpp: an engine
 // per chunk over its layers, a stage-level recompute, zerotk::pipeline's executor and engine hooks):
-//  - pipeline alone (pp 2 and 4, data 1; GPipe, 1F1B and interleaved 1F1B; fp32 and bf16): the losses
+//  - pipeline alone (pp 2 and 4, data 1; GPipe, 1F1B, ZB-H1 (its weight gradients deferred) and
+//    interleaved 1F1B; fp32 and bf16): the losses
 //    and the whole parameters after 3 steps of 4 micro-batches are bitwise those of one rank training
 //    the whole model over the same micro-batches;
 //  - pipeline 2 x tensor 2 x data 2 (8 thread ranks): ZeRO stages 0-3 give bitwise-identical losses and
@@ -173,7 +174,7 @@ TEST_CASE_TEMPLATE("GPT pipeline alone: every schedule at pp 2 and 4 equals one 
     const Run one = single_rank<Engine>(6, clip);
     CHECK(one.losses.back() < one.losses.front());
     for (const int p : {2, 4}) {
-      for (const std::string schedule : {"gpipe", "1f1b", "interleaved:2"}) {
+      for (const std::string schedule : {"gpipe", "1f1b", "zbh1", "interleaved:2"}) {
         if ((schedule == "interleaved:2") != (clip == 0.0)) continue;
         CAPTURE(p);
         CAPTURE(schedule);
