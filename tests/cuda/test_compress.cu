@@ -13,29 +13,16 @@
 #include "zerotk/compress/sign.hpp"
 #include "zerotk/compress/two_bit.hpp"
 #include "zerotk/core/cuda.hpp"
+#include "device_copies.cuh"
 
 using namespace zerotk;
 namespace zc = zerotk::compress;
 
 namespace {
 
-template <class T>
-T* to_device(const std::vector<T>& v) {
-  T* d = nullptr;
-  ZEROTK_CUDA_CHECK(cudaMalloc(&d, v.size() * sizeof(T) + 1));
-  if (!v.empty()) ZEROTK_CUDA_CHECK(cudaMemcpy(d, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
-  return d;
-}
-template <class T>
-std::vector<T> to_host(const T* d, std::size_t n) {
-  std::vector<T> v(n);
-  if (n != 0) ZEROTK_CUDA_CHECK(cudaMemcpy(v.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
-  return v;
-}
-template <class T>
-bool same_bytes(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
-}
+using zt_cuda_test::same_bytes;
+using zt_cuda_test::to_device;
+using zt_cuda_test::to_host;
 
 }  // namespace
 
