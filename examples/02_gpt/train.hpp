@@ -171,6 +171,10 @@ void train_rank(Comm& comm, const TrainContext& ctx, Summary& summary, std::mute
   };
   eo.delayed_param_update = o.delayed_param_update;  // no DeepSpeed key: a flag of its own
   eo.delayed_param_update_start = o.delayed_param_update_start;
+  // --slow-rank R:F: the detector clocks CPU time on every rank, and rank R spins (communication.hpp).
+  const SlowRankFlag slow = o.slow_rank.empty() ? SlowRankFlag{} : parse_slow_rank(o.slow_rank);
+  if (slow.on()) eo.communication.slow_ranks.clock_ms = thread_cpu_ms;
+  SlowRankInjector inject_slowdown(slow, rank);
   Engine engine(grid, model, eo);
   {  // data rank 0's initial values become its data group's (at stage 3, written into the shards)
     auto g = engine.gather(model, 0);
@@ -213,6 +217,7 @@ void train_rank(Comm& comm, const TrainContext& ctx, Summary& summary, std::mute
       user_ms += std::chrono::duration<double, std::milli>(Clock::now() - u0).count();
       r = engine.step(loss);
     }
+    inject_slowdown.after_step(r);
     samples += ctx.cfg.train_batch_size;
     wire_bytes += r.comm_wire_bytes;
     dense_bytes += r.comm_dense_bytes;
@@ -285,6 +290,7 @@ void train_rank(Comm& comm, const TrainContext& ctx, Summary& summary, std::mute
     summary.final_loss = last_loss;
     summary.wire_bytes = wire_bytes;
     summary.dense_bytes = dense_bytes;
+    summary.links = link_figures(engine);
     summary.params_disk = engine.memory().live(zerotk::MemorySpace::disk, zerotk::MemoryCategory::params16);
     summary.disk = engine.memory().live_total(zerotk::MemorySpace::disk) - summary.params_disk;
     if constexpr (requires { engine.param_bytes_in_cpu(); }) summary.params_in_cpu = engine.param_bytes_in_cpu();
@@ -306,7 +312,9 @@ void train(const TrainContext& ctx, [[maybe_unused]] MpiWorld* mpi_world, Summar
     return;
   }
 #endif
-  zerotk::comm::run_threads(ctx.o.ranks, [&](zerotk::comm::ThreadsCommunicator& c) { train_rank<Engine>(c, ctx, summary, mu); });
+  // --ranks-per-node: the threads back end simulates nodes of that many ranks (docs/comm.md).
+  zerotk::comm::run_threads(ctx.o.ranks, [&](zerotk::comm::ThreadsCommunicator& c) { train_rank<Engine>(c, ctx, summary, mu); },
+                            {.ranks_per_node = ctx.o.ranks_per_node});
 }
 
 }  // namespace gpt_demo
