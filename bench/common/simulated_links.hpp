@@ -43,8 +43,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <string>
 #include <span>
+#include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
