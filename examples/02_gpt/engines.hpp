@@ -16,6 +16,7 @@
 #include <zerotk/comm/mpi.hpp>
 #endif
 
+#include "communication.hpp"
 #include "evaluate.hpp"
 #include "gpt.hpp"
 #include "options.hpp"
@@ -77,6 +78,7 @@ struct Summary {
   std::size_t params_in_cpu = 0; ///< rank 0's blocks of that shard kept in pinned host memory instead (max_in_cpu; two copies)
   std::uint64_t wire_bytes = 0;   ///< rank 0's bytes sent over the run (StepReport::comm_wire_bytes, summed)
   std::uint64_t dense_bytes = 0;  ///< ... and what it would have sent without compression (comm_dense_bytes)
+  LinkFigures links;              ///< rank 0's bytes per link level and through qwZ / qgZ (communication.hpp)
 };
 
 /// One run: the flags, the config they became (or --config's), the model's shape, and the task (the

@@ -44,6 +44,7 @@
 #include <zerotk/config/writer.hpp>
 #include <zerotk/engine_config.hpp>
 
+#include "communication.hpp"
 #include "data.hpp"
 #include "engines.hpp"
 #include "evaluate.hpp"
@@ -222,6 +223,8 @@ std::string flags_to_deepspeed_json(const Options& o) {
   // Stage 3: this demo's parameters are all below DeepSpeed's persistence threshold (1e5) and would
   // stay gathered; fetch every one and release it after each layer, so sharding shows.
   if (o.stage == 3) j << ", \"stage3_param_persistence_threshold\": 0, \"stage3_max_reuse_distance\": 0";
+  if (o.quantized_weights) j << ", \"zero_quantized_weights\": true";
+  if (o.quantized_gradients) j << ", \"zero_quantized_gradients\": true";
   if (o.offload_optimizer != "none") {
     j << ", \"offload_optimizer\": {\"device\": \"" << o.offload_optimizer << "\"";
     if (o.offload_optimizer == "nvme") j << ", \"nvme_path\": " << json_string(o.nvme_path);
@@ -241,6 +244,18 @@ std::string flags_to_deepspeed_json(const Options& o) {
   }
   if (o.checkpoint_activations != "none") {
     j << "  \"activation_checkpointing\": {\"cpu_checkpointing\": " << (o.cpu_checkpointing ? "true" : "false") << "},\n";
+  }
+  // --topology / --slow-rank: zerotk's communication block. --slow-rank turns the slow-rank detector
+  // on with its documented defaults (any slow_node_* key does), so the injected straggler is reported.
+  if (o.topology > 1 || !o.slow_rank.empty()) {
+    j << "  \"communication\": {";
+    if (o.topology > 1) {
+      j << "\"topology\": {\"levels\": " << o.topology;
+      if (o.ranks_per_node > 0) j << ", \"ranks_per_node\": " << o.ranks_per_node;
+      j << "}" << (o.slow_rank.empty() ? "" : ", ");
+    }
+    if (!o.slow_rank.empty()) j << "\"slow_node_tolerance\": 0.1, \"slow_node_window\": 20, \"slow_node_count\": 3";
+    j << "},\n";
   }
   j << "  \"csv_monitor\": ";
   if (o.csv_dir.empty()) {
@@ -392,6 +407,22 @@ void print_memory_table(const Summary& s, int stage, const std::string& precisio
   }
 }
 
+/// --topology / --quantized-*: what rank 0 sent per link level and through ZeRO++'s exchanges.
+void print_links(const LinkFigures& l) {
+  const auto u = [](std::uint64_t v) { return static_cast<unsigned long long>(v); };
+  if (l.hierarchical) {
+    std::printf("links (rank 0, whole run; data group %s): %llu B inside the node, %llu B across nodes\n", l.topology.c_str(),
+                u(l.intra_node), u(l.inter_node));
+  } else if (l.levels > 1) {  // e.g. --topology 2 on one machine without --ranks-per-node: one node was detected
+    std::printf("links: the data group is %s, one level holding every rank, so its collectives stay flat\n", l.topology.c_str());
+  }
+  if (l.qwz) std::printf("ZeRO++ qwZ (rank 0, whole run): %llu B of int8 parameter gathers in %llu calls\n", u(l.qwz_bytes), u(l.qwz_calls));
+  if (l.qgz) {
+    std::printf("ZeRO++ qgZ (rank 0, whole run): %llu B of int4 gradient reduce-scatters in %llu calls (%llu fell back to "
+                "a plain one)\n", u(l.qgz_bytes), u(l.qgz_calls), u(l.qgz_fallbacks));
+  }
+}
+
 /// --batch must split into whole micro batches over the ranks and --gas: said in flags, with the nearest
 /// batches that do, rather than as the config reader's train_batch_size equation (checkpoints load on
 /// any rank count, but a batch of 64 does not split over 3 ranks).
@@ -461,6 +492,41 @@ void check_tensor_flags(const Options& o, const zerotk::config::Config& cfg, con
     throw zerotk::usage_error("under sequence parallel each tensor rank takes 1/T of a micro-batch's tokens (micro batch x "
                               "sequence length = " + std::to_string(tokens) + ")",
                               "--sequence-parallel", tensor_from);
+  }
+}
+
+/// --topology, --ranks-per-node, --slow-rank, --quantized-*: refused in flags' words before the config
+/// is read. With --config the file's communication block and zero_optimization keys decide; the
+/// flags that would set them are refused rather than dropped (--slow-rank is no config key and stays).
+void check_communication_flags(const Options& o, int world) {
+  if (!o.config_file.empty()) {
+    const char* flag = o.topology != 1 ? "--topology" : o.ranks_per_node != 0 ? "--ranks-per-node"
+                     : o.quantized_weights ? "--quantized-weights" : o.quantized_gradients ? "--quantized-gradients" : nullptr;
+    if (flag) {
+      throw zerotk::usage_error("sets a key of the config, which --config replaces: give communication.topology or "
+                                "zero_optimization.zero_quantized_weights / _gradients in the file",
+                                flag, o.config_file);
+    }
+  }
+  if (o.ranks_per_node != 0 && o.topology != 2) {
+    throw zerotk::usage_error("places the ranks on nodes for --topology 2, which is not asked for",
+                              "--ranks-per-node " + std::to_string(o.ranks_per_node), "--topology " + std::to_string(o.topology));
+  }
+  if (o.ranks_per_node != 0 && world % o.ranks_per_node != 0) {
+    throw zerotk::usage_error("must divide the rank count (every node holds the same number of ranks)",
+                              "--ranks-per-node " + std::to_string(o.ranks_per_node), ranks_flag(o, world));
+  }
+  for (const auto& [on, flag] : {std::pair{o.quantized_weights, "--quantized-weights"}, std::pair{o.quantized_gradients, "--quantized-gradients"}}) {
+    if (on && o.config_file.empty() && o.stage != 3) {
+      throw zerotk::usage_error("is ZeRO++'s, which quantizes stage 3's exchanges; add --stage 3", flag,
+                                "--stage " + std::to_string(o.stage));
+    }
+  }
+  if (o.slow_rank.empty()) return;
+  const SlowRankFlag slow = parse_slow_rank(o.slow_rank);
+  if (slow.rank >= world) {
+    throw zerotk::usage_error("names no rank: the ranks are 0 .. " + std::to_string(world - 1), "--slow-rank " + o.slow_rank,
+                              ranks_flag(o, world));
   }
 }
 
@@ -545,6 +611,7 @@ int run(const Options& o, const gpt::Config& model_config, TrainContext::FillBat
   const int world = o.mpi ? mpi_world->size() : o.ranks;
   check_tp_flag(o, world);
   if (o.config_file.empty()) check_batch_flags(o, world);
+  check_communication_flags(o, world);
   const std::string text = o.config_file.empty() ? flags_to_deepspeed_json(o) : zerotk::config::read_text_file(o.config_file);
   const bool root = !o.mpi || mpi_world->rank() == 0;
   const ReadConfig read = read_config(o, world, root, text);
@@ -589,6 +656,11 @@ int run(const Options& o, const gpt::Config& model_config, TrainContext::FillBat
                                                : o.config_file + ": /zero_optimization/offload_param/nvme_path");
   }
   check_tensor_flags(o, cfg, model_config);
+  if (!o.slow_rank.empty() && !cfg.communication.slow_ranks.enabled) {  // --config without a detector
+    throw zerotk::usage_error("is reported by the slow-rank detector, which the config leaves off: add a "
+                              "communication.slow_node_* key (e.g. \"slow_node_tolerance\": 0.1)",
+                              "--slow-rank " + o.slow_rank, o.config_file);
+  }
   const int tensor = cfg.tensor_parallel_size, data = cfg.data_parallel_size, stages = cfg.pipeline.stages;
   if (root) {
     std::string grid;
@@ -643,6 +715,7 @@ int run(const Options& o, const gpt::Config& model_config, TrainContext::FillBat
   std::printf("communication (rank 0, whole run): %llu B sent; %llu B without compression (ratio %.2f)\n",
               static_cast<unsigned long long>(summary.wire_bytes), static_cast<unsigned long long>(summary.dense_bytes),
               summary.wire_bytes ? static_cast<double>(summary.dense_bytes) / static_cast<double>(summary.wire_bytes) : 1.0);
+  print_links(summary.links);
   return 0;
 }
 
@@ -776,6 +849,25 @@ int main(int argc, char** argv) {
   app.add_flag("--huffman", o.huffman, "with --compress: Huffman-code every payload (lossless; sent raw where smaller)");
   app.add_flag("--cpu-checkpointing", o.cpu_checkpointing,
                "with --checkpoint-activations: keep the saved inputs in pinned host memory");
+  app.add_option("--topology", o.topology,
+                 "communication.topology: 1 flat, 2 nodes -> world (the data group's reduce-scatters, all-gathers and "
+                 "all-reduces run inside each node first, then across nodes on 1/L of the data); nodes detected (MPI "
+                 "shared memory) unless --ranks-per-node says; 3 levels: --config")
+      ->check(CLI::Range(1, 2));
+  app.add_option("--ranks-per-node", o.ranks_per_node,
+                 "with --topology 2: consecutive ranks per node (communication.topology.ranks_per_node); on threads "
+                 "the ranks are simulated nodes of that many, under MPI it overrides detection")
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--slow-rank", o.slow_rank,
+                 "RANK:FACTOR: inject a straggler (no config key): that world rank spins after each step until its "
+                 "compute is FACTOR x its own; turns the slow-rank detector on (communication.slow_node_*, tolerance "
+                 "0.1, window 20, count 3), whose clock is then each rank's thread CPU time; the progress line names "
+                 "the rank from step window x count on");
+  app.add_flag("--quantized-weights", o.quantized_weights,
+               "zero_quantized_weights (ZeRO++ qwZ, stage 3): the layers' parameter gathers as int8 blocks");
+  app.add_flag("--quantized-gradients", o.quantized_gradients,
+               "zero_quantized_gradients (ZeRO++ qgZ, stage 3): the gradient reduce-scatter as int4, through "
+               "--topology's levels");
   CLI11_PARSE(app, argc, argv);
 #if defined(__GLIBC__)
   // Activation buffers of checkpointed blocks are freed and allocated again every step. Keep freed

@@ -50,6 +50,11 @@ struct Options {
   int local_step_clipper = 4;                   ///< zerooneadam: longest sync interval
   std::string compress = "none";                ///< gradient_compression: none, topk:RATIO, 2bit or 1bit (stage 0)
   bool huffman = false;                         ///< gradient_compression.huffman_coding
+  int topology = 1;                             ///< --topology: communication.topology levels (1 flat, 2 node -> world)
+  int ranks_per_node = 0;                       ///< --ranks-per-node: communication.topology.ranks_per_node (0: detected)
+  std::string slow_rank;                        ///< --slow-rank R:F: rank R's compute F x as long (empty: none)
+  bool quantized_weights = false;               ///< --quantized-weights: zero_quantized_weights (qwZ, stage 3)
+  bool quantized_gradients = false;             ///< --quantized-gradients: zero_quantized_gradients (qgZ, stage 3)
 };
 
 }  // namespace gpt_demo

@@ -132,6 +132,8 @@ zerotk::EngineOptions gpt_engine_options(const TrainContext& ctx, int tensor) {
   };
   eo.delayed_param_update = o.delayed_param_update;  // no DeepSpeed key: a flag of its own
   eo.delayed_param_update_start = o.delayed_param_update_start;
+  // --slow-rank R:F: the detector clocks CPU time on every rank (communication.hpp).
+  if (!o.slow_rank.empty() && parse_slow_rank(o.slow_rank).on()) eo.communication.slow_ranks.clock_ms = thread_cpu_ms;
   return eo;
 }
 
@@ -189,6 +191,8 @@ void train_rank(Comm& comm, const TrainContext& ctx, Summary& summary, std::mute
   Replica<Engine, Comm> replica(grid, model, ctx, gpt_engine_options<Engine>(ctx, tensor));
   replica.initialize([&] { gpt::init_parameters(model, o.seed); });
   Engine& engine = replica.engine();
+  // --slow-rank R:F: rank R spins after each step to F x its own compute (communication.hpp).
+  SlowRankInjector inject_slowdown(o.slow_rank.empty() ? SlowRankFlag{} : parse_slow_rank(o.slow_rank), rank);
   Checkpointed checkpointed(model, engine.memory(), ctx.cfg,
                             zerotk::activation::Select::parse(o.checkpoint_activations, "--checkpoint-activations"));
   const bool profile_recompute = ctx.cfg.activation_checkpointing.profile && model.checkpointed_blocks() > 0;
@@ -219,6 +223,7 @@ void train_rank(Comm& comm, const TrainContext& ctx, Summary& summary, std::mute
   std::uint64_t wire_bytes = 0, dense_bytes = 0;
   for (int step = start; step < o.steps; ++step) {
     const zerotk::StepReport r = replica.step(step, user_ms, scope_ms);
+    inject_slowdown.after_step(r);
     samples += ctx.cfg.train_batch_size;
     wire_bytes += r.comm_wire_bytes;
     dense_bytes += r.comm_dense_bytes;
@@ -280,6 +285,7 @@ void train_rank(Comm& comm, const TrainContext& ctx, Summary& summary, std::mute
     summary.final_loss = last_loss;
     summary.wire_bytes = wire_bytes;
     summary.dense_bytes = dense_bytes;
+    summary.links = link_figures(engine);
   }
 }
 
@@ -292,7 +298,9 @@ void train(const TrainContext& ctx, [[maybe_unused]] MpiWorld* mpi_world, Summar
     return;
   }
 #endif
-  zerotk::comm::run_threads(ctx.o.ranks, [&](zerotk::comm::ThreadsCommunicator& c) { train_rank<Engine>(c, ctx, summary, mu); });
+  // --ranks-per-node: the threads back end simulates nodes of that many ranks (docs/comm.md).
+  zerotk::comm::run_threads(ctx.o.ranks, [&](zerotk::comm::ThreadsCommunicator& c) { train_rank<Engine>(c, ctx, summary, mu); },
+                            {.ranks_per_node = ctx.o.ranks_per_node});
 }
 
 }  // namespace gpt_demo
