@@ -132,8 +132,8 @@ zerotk::EngineOptions gpt_engine_options(const TrainContext& ctx, int tensor) {
   };
   eo.delayed_param_update = o.delayed_param_update;  // no DeepSpeed key: a flag of its own
   eo.delayed_param_update_start = o.delayed_param_update_start;
-  // --slow-rank R:F: the detector clocks CPU time on every rank (communication.hpp).
-  if (!o.slow_rank.empty() && parse_slow_rank(o.slow_rank).on()) eo.communication.slow_ranks.clock_ms = thread_cpu_ms;
+  // --slow-rank R:F (main.cpp has checked it): the detector clocks CPU time on every rank (communication.hpp).
+  if (!o.slow_rank.empty()) eo.communication.slow_ranks.clock_ms = thread_cpu_ms;
   return eo;
 }
 
