@@ -1,6 +1,7 @@
 // examples/02_gpt/engines.hpp: the engine types this binary is built with, what a run reports, and the
-// declaration of train<Engine>(), one engine type's training. Each engine type is a large
-// instantiation, so train<E> is compiled in files of its own (train_stages.cpp, train_offload.cpp,
+// declaration of train<Engine>(), one engine type's training. Every engine type here is one of the
+// compiled engine set's (zerotk/engines/set.hpp): linked from zerotk::engines when it is built, so the
+// training loops compile without the engines' weight. train<E> is compiled in files of its own (train_stages.cpp, train_offload.cpp,
 // train_compressed.cpp, train_lion.cpp) that build side by side; main.cpp's dispatch only names the types, and a type
 // it names that none of them compiles fails to link.
 #pragma once
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include <zerotk/engine_config.hpp>
+#include <zerotk/engines.hpp>  // the compiled engine set (zerotk::engines), when linked
 #if ZEROTK_HAS_MPI
 #include <zerotk/comm/mpi.hpp>
 #endif

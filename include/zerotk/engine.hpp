@@ -57,7 +57,9 @@
 #include "zerotk/engine/group.hpp"
 #include "zerotk/engine/groups.hpp"
 #include "zerotk/engine/introspection.hpp"
+#include "zerotk/engine/model_view.hpp"
 #include "zerotk/engine/options.hpp"
+#include "zerotk/engine/placement.hpp"
 #include "zerotk/engine/registry.hpp"
 #include "zerotk/engine/report.hpp"
 #include "zerotk/engine/resolve.hpp"
@@ -150,18 +152,28 @@ class Engine : public engine::Introspection<Engine<Ps...>>, public engine::State
   /// calling thread's current CUDA device is the communicator's, and the model computes on
   /// `options.stream`.
   template <comm::Communicator C, Module M>
-  Engine(C& comm, M& model, EngineOptions options = {}) : Engine(comm, comm, model, std::move(options)) {}
+  Engine(C& comm, M& model, EngineOptions options = {})
+      : Engine(engine::EngineInputs<ops_type>::of(comm, model), std::move(options)) {
+    static_assert_memory<C>();
+  }
 
   /// The same over a process grid (comm/grid.hpp; collective over its world): ZeRO partitions,
   /// reduces and gathers over `grid.data()`; the gradient norm, the overflow agreement and the loss
   /// over every rank (engine/comms.hpp). `grid` must outlive the engine.
   template <comm::Communicator C, Module M>
   Engine(comm::ProcessGrid<C>& grid, M& model, EngineOptions options = {})
-      : Engine(grid.data(), grid, model, std::move(options)) {}
+      : Engine(engine::EngineInputs<ops_type>::of(grid, model), std::move(options)) {
+    static_assert_memory<C>();
+  }
+
+  /// The constructors' common part, over the model and the communicator with their types forgotten
+  /// (engine/model_view.hpp, engine/placement.hpp): what a compiled engine (zerotk/engines.hpp,
+  /// AnyEngine) is built from. Nothing in it depends on the user's types.
+  Engine(engine::EngineInputs<ops_type> inputs, EngineOptions options);
 
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
-  ~Engine() { groups_.drain_quietly(); }
+  ~Engine();
 
   // ---- the training loop -------------------------------------------------------------------------
 
@@ -173,12 +185,9 @@ class Engine : public engine::Introspection<Engine<Ps...>>, public engine::State
   /// end releases them (engine/fetch_sharded.hpp).
   template <Module L>
   ForwardScope forward(L& layer) {
-    const auto busy = slow_.busy(engine::ComputePhase::forward);
-    const auto t0 = detail::Clock::now();  // waiting for parameters counts as forward time
-    const engine::ModuleId id = registry_.module(layer);
-    fetch_->before(registry_.module_entry(id), engine::Phase::forward);
-    return ForwardScope(this, id, t0);
+    return forward(engine::layer_ref(layer));
   }
+  ForwardScope forward(const engine::LayerRef& layer);
 
   /// Gives the parameters of `module` (any Module: a layer, or the whole model) their full values
   /// until the returned scope closes: for evaluation, export or initialisation (DeepSpeed's
@@ -190,20 +199,13 @@ class Engine : public engine::Introspection<Engine<Ps...>>, public engine::State
   /// undefined (stage 3 drops them).
   template <Module M>
   GatherScope gather(M& module, std::optional<int> modifier_rank = std::nullopt) {
-    if (modifier_rank && (*modifier_rank < 0 || *modifier_rank >= this->world_size())) {
-      throw usage_error("modifier_rank must be a rank of the communicator", "Engine::gather",
-                        std::to_string(*modifier_rank) + " of " + std::to_string(this->world_size()));
-    }
-    require_boundary("gather");
-    synchronize();
-    const engine::ModuleId id = registry_.module(module);
-    fetch_->hold(registry_.module_entry(id));
-    return GatherScope(this, id, modifier_rank);
+    return gather(engine::layer_ref(module), modifier_rank);
   }
+  GatherScope gather(const engine::LayerRef& module, std::optional<int> modifier_rank = std::nullopt);
 
   /// Waits for every parameter all-gather still in flight (`overlap_param_gather`): after this every
   /// bound Param holds the current values. A no-op otherwise.
-  void synchronize() { groups_.synchronize(); }
+  void synchronize();
 
   /// Brackets a layer's backward: gradient storage for its parameters is ready (and zeroed when a new
   /// accumulation starts) when this returns; when the scope closes their gradients are complete and
@@ -214,14 +216,9 @@ class Engine : public engine::Introspection<Engine<Ps...>>, public engine::State
   /// later in the same micro-step.
   template <Module L>
   BackwardScope backward(L& layer) {
-    const auto busy = slow_.busy(engine::ComputePhase::backward);
-    const engine::ModuleId id = registry_.module(layer);
-    const engine::ModuleEntry& m = registry_.module_entry(id);
-    fetch_->before(m, engine::Phase::backward);
-    bindings_->begin_backward(m.own, counters_.micro_in_accum == 0);
-    bindings_->begin_backward(m.external, counters_.micro_in_accum == 0);
-    return BackwardScope(this, id);
+    return backward(engine::layer_ref(layer));
   }
+  BackwardScope backward(const engine::LayerRef& layer);
 
   /// The factor the trainer multiplies the loss (or the seed gradient) by before backward.
   double loss_scale() const { return scaler_.scale(); }
@@ -230,72 +227,18 @@ class Engine : public engine::Introspection<Engine<Ps...>>, public engine::State
   /// overflow check, scaler update, clipping, fused update, all-gather, scheduler
   /// (engine/boundary_step.hpp). Every parameter must have been in a backward scope during the
   /// micro-step (usage_error naming those that were not).
-  StepReport step(double loss = 0.0) {
-    const auto busy = slow_.busy(engine::ComputePhase::other);
-    engine::StepCounters& c = counters_;
-    bindings_->check_every_parameter_had_backward(c.micro_steps + 1);
-    const bool first = c.micro_in_accum == 0;
-    const bool boundary = c.micro_in_accum + 1 == options_.gradient_accumulation_steps;
-    const auto t0 = detail::Clock::now();
-    try {
-      fetch_->end_micro_step(c.micro_steps + 1);
-      groups_.end_micro_step(boundary, first);
-    } catch (const comm_error& e) {
-      fetch_->rethrow_with_order(e);
-    }
-    c.loss_sum += loss;
-    ++c.micro_in_accum;
-    ++c.micro_steps;
-    slow_.end_micro_step();
-    bindings_->end_micro_step();
-    timings_.backward_allreduce_ms += detail::ms_since(t0);
-
-    StepReport r;
-    r.micro_steps = c.micro_steps;
-    const engine::GridPlace& place = comms_.place();
-    r.groups = {place.data_size, place.tensor_size, place.pipeline_size};
-    if (boundary) {
-      const auto ts = detail::Clock::now();
-      try {
-        boundary_->run(c, r, [this](auto& g, std::size_t k) { bindings_->on_bucket_published(g, k); });
-      } catch (...) {  // an abandoned update (the boundary put the state back): the next step starts afresh
-        c.end_accumulation();
-        throw;
-      }
-      timings_.step_ms += detail::ms_since(ts);
-      r.timings = std::exchange(timings_, StepTimings{});
-      r.timings_measured = true;
-      traffic_.report(r, comms_.wire_bytes() + slow_.wire_bytes(), groups_.saved_wire_bytes());
-      c.end_accumulation();
-      slow_.at_boundary(r, c.global_steps);  // abort: slow_rank_error here, on every rank
-    }
-    r.global_steps = c.global_steps;
-    r.skipped_steps = c.skipped_steps;
-    r.loss_scale = scaler_.scale();
-    fetch_->ready_next();
-    return r;
-  }
+  StepReport step(double loss = 0.0);
 
   // ---- set-up helpers ----------------------------------------------------------------------------
 
   /// Makes every rank's parameters equal to rank `root`'s (a rank of the data group), after
   /// initialising values on one rank or with different seeds, then (re)initialises the fp32 master
   /// copy from them. Stage 3 refuses (it keeps one sharded copy: use gather(model, root)).
-  void broadcast_parameters(int root = 0) {
-    synchronize();
-    groups_.supersede_update();
-    bindings_->take_user_values();
-    bindings_->broadcast(comms_.data(), root);
-  }
+  void broadcast_parameters(int root = 0);
 
   /// Copies the (bound, user-written) parameter values into the fp32 master copy, without
   /// communication (every rank must hold the same values).
-  void initialize_master() {
-    synchronize();
-    groups_.supersede_update();
-    bindings_->take_user_values();
-    groups_.init_master();
-  }
+  void initialize_master();
 
   /// Whether the last micro-step's step() ended an accumulation (or none has run): the point where
   /// state(), load_state(), gather() and settle() may be called.
@@ -306,32 +249,17 @@ class Engine : public engine::Introspection<Engine<Ps...>>, public engine::State
   /// starts another). state(), state_views() and checkpoints need it, and the end of training: the
   /// last step's update is otherwise never published. Only at a boundary; a no-op when nothing is
   /// in flight (and always without the option).
-  void settle() {
-    require_boundary("settle");
-    groups_.each([this](auto& g) { g.settle([this, &g](std::size_t k) { bindings_->on_bucket_published(g, k); }); });
-  }
+  void settle();
 
   /// Sets the learning-rate scheduler, stepped after every non-skipped update (DeepSpeed semantics).
-  void set_scheduler(LrScheduler scheduler) {
-    schedule_.set(std::move(scheduler));
-    schedule_.apply(groups_);
-  }
+  void set_scheduler(LrScheduler scheduler);
 
  private:
-  /// Both constructors: `data` is the data group's communicator (the Ops are made from it),
-  /// `grid_or_comm` what EngineComms is built from.
-  template <comm::Communicator C, class GridOrComm, Module M>
-  Engine(C& data, GridOrComm& grid_or_comm, M& model, EngineOptions options)
-      : options_(engine::checked_options(std::move(options), facts())),
-        ops_(ops_type::create(data, options_.stream)),
-        comms_(grid_or_comm, ops_, options_.communication.topology),
-        scaler_(options_.loss_scaler),
-        registry_(model, registry_rules()),
-        schedule_(options_.groups) {
+  template <class C>
+  static constexpr void static_assert_memory() {
     static_assert(::zerotk::comm::uses_device_memory<C> == device::is_cuda,
                   "Engine: Device<Host> needs a host-memory communicator (threads, MPI) and Device<Cuda> a "
                   "device-memory one (NcclCommunicator)");
-    build();
   }
 
   static engine::EngineFacts facts() {
@@ -395,18 +323,8 @@ class Engine : public engine::Introspection<Engine<Ps...>>, public engine::State
   friend class engine::Introspection<Engine>;
   friend class engine::StateAccess<Engine>;
 
-  void end_forward(engine::ModuleId id, detail::Clock::time_point t0) {
-    const auto busy = slow_.busy(engine::ComputePhase::other);
-    close_scope(id, engine::Phase::forward);
-    timings_.forward_ms += detail::ms_since(t0);
-  }
-  void end_backward(engine::ModuleId id, detail::Clock::time_point t0) {
-    const auto busy = slow_.busy(engine::ComputePhase::other);
-    timings_.backward_inner_ms += detail::ms_since(t0);
-    if (std::uncaught_exceptions() == 0) bindings_->end_backward(registry_.module_entry(id).own);
-    close_scope(id, engine::Phase::backward);
-    timings_.backward_ms += detail::ms_since(t0);
-  }
+  void end_forward(engine::ModuleId id, detail::Clock::time_point t0);
+  void end_backward(engine::ModuleId id, detail::Clock::time_point t0);
 
   void close_scope(engine::ModuleId id, engine::Phase phase) {
     if (std::uncaught_exceptions() == 0) {
@@ -419,18 +337,7 @@ class Engine : public engine::Introspection<Engine<Ps...>>, public engine::State
     }
   }
 
-  void end_gather(engine::ModuleId id, std::optional<int> modifier_rank) {
-    const engine::ModuleEntry& m = registry_.module_entry(id);
-    if (std::uncaught_exceptions() > 0) {
-      try {
-        fetch_->unhold(m);
-      } catch (...) {
-      }
-      return;
-    }
-    if (modifier_rank) bindings_->keep_writes(m, comms_.data(), *modifier_rank);
-    fetch_->unhold(m);
-  }
+  void end_gather(engine::ModuleId id, std::optional<int> modifier_rank);
 
   /// Throws unless every update has been published (state() and its views read the master).
   void require_settled(const char* what) const {
@@ -469,3 +376,6 @@ class Engine : public engine::Introspection<Engine<Ps...>>, public engine::State
 };
 
 }  // namespace zerotk
+
+// The members that carry the weight, defined out of class.
+#include "zerotk/engine/engine_members.hpp"

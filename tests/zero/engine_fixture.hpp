@@ -19,7 +19,7 @@
 #include "zerotk/comm/threads.hpp"
 #include "zerotk/core/concepts.hpp"
 #include "zerotk/core/param.hpp"
-#include "zerotk/engine.hpp"
+#include "zerotk/engines.hpp"  // the compiled engine set, when the suite links zerotk::engines
 #include "zerotk/optim/optimizer.hpp"
 
 namespace zt_test {

@@ -34,48 +34,19 @@
 #include "zerotk/compress/quantized_collectives.hpp"
 #include "zerotk/core/error.hpp"
 #include "zerotk/device/ordered.hpp"
+#include "zerotk/engine/placement.hpp"
 
 namespace zerotk::engine {
-
-/// A rank's place in the grid. A plain communicator is a grid of one data group.
-struct GridPlace {
-  int data_size = 1, tensor_size = 1, pipeline_size = 1;
-  int data_index = 0, tensor_index = 0, pipeline_index = 0;
-
-  /// Whether this rank adds the squares of parameters held whole by every tensor rank (and its
-  /// loss) to the global sums: one tensor rank does.
-  bool counts_replicated() const noexcept { return tensor_index == 0; }
-  /// Only a data group: the boundary's reductions need no other communicator.
-  bool data_only() const noexcept { return tensor_size == 1 && pipeline_size == 1; }
-};
 
 template <class Ops>
 class EngineComms {
  public:
   using Comm = device::OrderedCommunicator<Ops>;
 
-  /// A plain communicator: the data group is the whole of it, placed by `topology` (collective).
-  template <comm::Communicator C>
-  EngineComms(C& comm, Ops& ops, const comm::TopologyOptions& topology = {})
-      : data_(data_group(comm, topology.levels > 1 ? comm::detect_topology(comm, topology) : comm::Topology(),
-                         topology, ops)) {
-    place_.data_size = comm.size();
-    place_.data_index = comm.rank();
-  }
-
-  /// A process grid (collective over its world: every rank builds its engine): ZeRO over the data
-  /// group, the boundary's reductions over the world. The topology's maps index the world; the
-  /// data group's placement is gathered from it.
-  template <comm::Communicator C>
-  EngineComms(comm::ProcessGrid<C>& grid, Ops& ops, const comm::TopologyOptions& topology = {})
-      : data_(data_group(grid.data(), placed(grid, topology), topology, ops)) {
-    place_.data_size = grid.size(comm::GridDim::data);
-    place_.tensor_size = grid.size(comm::GridDim::tensor);
-    place_.pipeline_size = grid.size(comm::GridDim::pipeline);
-    place_.data_index = grid.data_index();
-    place_.tensor_index = grid.tensor_index();
-    place_.pipeline_index = grid.pipeline_index();
-    if (!place_.data_only()) world_.emplace(grid.world(), ops);
+  /// Built from where the engine's ranks sit (engine/placement.hpp: place_on(comm or grid)).
+  EngineComms(Placement p, Ops& ops, const comm::TopologyOptions& topology = {})
+      : data_(data_group(std::move(p.data), std::move(p.topology), p.device_memory, topology, ops)), place_(p.place) {
+    if (p.world) world_.emplace(std::move(*p.world), ops);
   }
 
   Comm& data() noexcept { return data_; }
@@ -140,32 +111,20 @@ class EngineComms {
   }
 
  private:
-  template <comm::Communicator C>
-  static comm::Topology placed(comm::ProcessGrid<C>& grid, const comm::TopologyOptions& topology) {
-    if (topology.levels <= 1) return comm::Topology::flat(grid.data().size());
-    if constexpr (comm::uses_device_memory<C>) {
-      return comm::detect_topology(grid.data(), topology);  // refused below, with the reason
-    } else {
-      const std::vector<int> mine = comm::locate(grid.world(), topology);
-      return comm::gather_topology(grid.data(), mine);
-    }
-  }
-
   /// The data group's communicator: `comm` itself, or a hierarchical one over it when the topology
   /// has more than one level with more than one member.
-  template <comm::Communicator C>
-  Comm data_group(C& comm, comm::Topology topology, const comm::TopologyOptions& options, Ops& ops) {
+  Comm data_group(comm::AnyCommunicator comm, comm::Topology topology, bool device_memory,
+                  const comm::TopologyOptions& options, Ops& ops) {
     topology_ = topology;
-    if (!topology.hierarchical()) return Comm(comm, ops);
-    if constexpr (comm::uses_device_memory<C>) {
+    if (!topology.hierarchical()) return Comm(std::move(comm), ops);
+    if (device_memory) {
       throw config_error("hierarchical collectives need a host-memory communicator (threads, MPI); NCCL runs its "
                          "own rings and trees across nodes: use topology 1 with it",
                          std::string(comm::TopologyOptions::kKey), std::to_string(options.levels));
-    } else {
-      comm::HierarchicalCommunicator<C> h(comm, std::move(topology));
-      links_ = &h.link_stats();  // in the shared state the AnyCommunicator keeps alive
-      return Comm(comm::AnyCommunicator(std::move(h)), ops);
     }
+    auto h = comm::HierarchicalCommunicator<comm::AnyCommunicator>::owning(std::move(comm), std::move(topology));
+    links_ = &h.link_stats();  // in the shared state the AnyCommunicator keeps alive
+    return Comm(comm::AnyCommunicator(std::move(h)), ops);
   }
 
   comm::Topology topology_;

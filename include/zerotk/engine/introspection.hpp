@@ -30,10 +30,7 @@ class Introspection {
   /// Where every parameter's master and optimizer state live on every rank of the data group
   /// (engine/shards.hpp): the same on every rank of it, computed from the layouts without
   /// communication. On a grid, a split parameter's entry says which tensor rank's shard it is.
-  ShardTable shard_table() const {
-    const GridPlace& place = e().comms_.place();
-    return make_shard_table(e().groups_, e().registry_, world_size(), place.tensor_index, place.tensor_size);
-  }
+  ShardTable shard_table() const;
 
   const MemoryLedger& memory() const noexcept { return e().ledger_; }
   /// The ledger, to record memory the trainer owns (its activations: activation::Meter).
@@ -135,5 +132,13 @@ class Introspection {
   const E& e() const noexcept { return static_cast<const E&>(*this); }
   E& m() noexcept { return static_cast<E&>(*this); }
 };
+
+// Out of class, so that `extern template class Introspection<Engine<...>>;` (zerotk/engines.hpp)
+// keeps it out of a trainer's translation unit.
+template <class E>
+ShardTable Introspection<E>::shard_table() const {
+  const GridPlace& place = e().comms_.place();
+  return make_shard_table(e().groups_, e().registry_, world_size(), place.tensor_index, place.tensor_size);
+}
 
 }  // namespace zerotk::engine

@@ -25,6 +25,7 @@
 #include "zerotk/core/concepts.hpp"
 #include "zerotk/core/dtype.hpp"
 #include "zerotk/core/error.hpp"
+#include "zerotk/engine/model_view.hpp"
 
 namespace zerotk::engine {
 
@@ -64,9 +65,6 @@ struct ModuleEntry {
   std::vector<const void*> addresses;  ///< of own, then external: to recognise the layer again
 };
 
-template <class M>
-concept HasExternalParameters = requires(M& m) { m.external_parameters(zerotk::detail::ParameterVisitorArchetype{}); };
-
 class ParamRegistry {
  public:
   struct Rules {
@@ -84,20 +82,32 @@ class ParamRegistry {
     std::function<parallel::TensorSplit(std::string_view)> tensor_split;
   };
 
-  /// Visits `model` once and records every parameter (and its current values, if it has any).
-  template <Module M>
-  ParamRegistry(M& model, Rules rules) : rules_(std::move(rules)) {
-    collect_typed(model, rules_.fp32_module_types, fp32_params_);
-    collect_typed(model, rules_.partitioned_module_types, partitioned_params_);
-    collect_typed(model, rules_.replicated_module_types, replicated_params_);
+  /// Records every parameter of the model `view` describes (and its current values, if it has any).
+  ParamRegistry(ModelView view, Rules rules) : rules_(std::move(rules)) {
+    for (const TypedModuleView& t : view.typed) {
+      if (std::find(types_seen_.begin(), types_seen_.end(), t.type) == types_seen_.end()) types_seen_.emplace_back(t.type);
+      const auto listed = [&](const std::vector<std::string>& types) {
+        return std::find(types.begin(), types.end(), t.type) != types.end();
+      };
+      if (listed(rules_.fp32_module_types)) fp32_params_.insert(t.params.begin(), t.params.end());
+      if (listed(rules_.partitioned_module_types)) partitioned_params_.insert(t.params.begin(), t.params.end());
+      if (listed(rules_.replicated_module_types)) replicated_params_.insert(t.params.begin(), t.params.end());
+    }
     check_types_exist("zero_allowed_param_types (Stage3Options::partitioned_module_types)",
                       rules_.partitioned_module_types);
     check_types_exist("zero_force_param_types (Stage3Options::replicated_module_types)",
                       rules_.replicated_module_types);
-    collect_units(model);
-    model.parameters([&](std::string_view name, auto& p) { add(name, p); });
+    for (const std::vector<const void*>& unit : view.units) {
+      for (const void* p : unit) unit_of_.emplace(p, units_);
+      ++units_;
+    }
+    for (ParamView& p : view.params) add(std::move(p));
     check_groups();
   }
+
+  /// Visits `model` once (engine/model_view.hpp) and records every parameter.
+  template <Module M>
+  ParamRegistry(M& model, Rules rules) : ParamRegistry(view_model(model), std::move(rules)) {}
 
   std::size_t size() const noexcept { return entries_.size(); }
   ParamEntry& operator[](ParamId id) noexcept { return entries_[id]; }
@@ -111,17 +121,19 @@ class ParamRegistry {
   /// The id of a layer, resolving its parameters to ids on first sight. Later scopes of the same
   /// layer only compare parameter addresses with the cached ones (no lookups); a different layer at
   /// a reused address (a temporary view) is resolved again.
-  template <Module L>
-  ModuleId module(L& layer) {
-    const void* key = &layer;
-    if (auto it = modules_by_address_.find(key); it != modules_by_address_.end()) {
+  ModuleId module(const LayerRef& layer) {
+    if (auto it = modules_by_address_.find(layer.layer); it != modules_by_address_.end()) {
       if (!matches(layer, modules_[it->second])) modules_[it->second] = resolve(layer);
       return it->second;
     }
     const auto id = static_cast<ModuleId>(modules_.size());
     modules_.push_back(resolve(layer));
-    modules_by_address_.emplace(key, id);
+    modules_by_address_.emplace(layer.layer, id);
     return id;
+  }
+  template <Module L>
+  ModuleId module(L& layer) {
+    return module(layer_ref(layer));
   }
   const ModuleEntry& module_entry(ModuleId id) const noexcept { return modules_[id]; }
 
@@ -134,56 +146,59 @@ class ParamRegistry {
   }
 
  private:
-  template <class L>
-  ModuleEntry resolve(L& layer) const {
-    ModuleEntry m;
-    layer.parameters([&](std::string_view name, auto& p) {
-      m.own.push_back(lookup(&p, name));
-      m.addresses.push_back(&p);
-    });
-    if constexpr (HasExternalParameters<L>) {
-      layer.external_parameters([&](std::string_view name, auto& p) {
-        m.external.push_back(lookup(&p, name));
-        m.addresses.push_back(&p);
-      });
-    }
-    return m;
+  ModuleEntry resolve(const LayerRef& layer) const {
+    struct Sink final : LayerParamSink {
+      const ParamRegistry* r;
+      ModuleEntry m;
+      void own(const void* p, std::string_view name) override {
+        m.own.push_back(r->lookup(p, name));
+        m.addresses.push_back(p);
+      }
+      void external(const void* p, std::string_view name) override {
+        m.external.push_back(r->lookup(p, name));
+        m.addresses.push_back(p);
+      }
+    } sink;
+    sink.r = this;
+    layer.visit(layer.layer, sink);
+    return std::move(sink.m);
   }
 
-  template <class L>
-  static bool matches(L& layer, const ModuleEntry& m) {
-    std::size_t i = 0;
-    bool same = true;
-    auto check = [&](std::string_view, auto& p) {
-      same = same && i < m.addresses.size() && m.addresses[i] == static_cast<const void*>(&p);
-      ++i;
-    };
-    layer.parameters(check);
-    if constexpr (HasExternalParameters<L>) layer.external_parameters(check);
-    return same && i == m.addresses.size();
+  static bool matches(const LayerRef& layer, const ModuleEntry& m) {
+    struct Sink final : LayerParamSink {
+      const ModuleEntry* m;
+      std::size_t i = 0;
+      bool same = true;
+      void check(const void* p) {
+        same = same && i < m->addresses.size() && m->addresses[i] == p;
+        ++i;
+      }
+      void own(const void* p, std::string_view) override { check(p); }
+      void external(const void* p, std::string_view) override { check(p); }
+    } sink;
+    sink.m = &m;
+    layer.visit(layer.layer, sink);
+    return sink.same && sink.i == m.addresses.size();
   }
 
-  template <class P>
-  void add(std::string_view name, P& p) {
-    using V = typename std::remove_cvref_t<P>::value_type;
-    if (index_.count(&p)) throw usage_error("parameter visited twice by the model", std::string(name));
+  void add(ParamView&& p) {
+    const void* address = p.address;
+    if (index_.count(address)) throw usage_error("parameter visited twice by the model", p.name);
     ParamEntry e;
-    e.name = std::string(name);
-    e.numel = static_cast<std::size_t>(p.numel());
-    if constexpr (requires { p.shape(); }) {
-      for (auto d : p.shape()) e.shape.push_back(static_cast<std::size_t>(d));
-    } else {
-      e.shape = {e.numel};
-    }
-    e.value_dtype = dtype_of_v<V>;
-    const bool want_fp32 = (rules_.keep_fp32 && rules_.keep_fp32(name)) || fp32_params_.count(&p) > 0;
+    e.name = std::move(p.name);
+    e.numel = p.numel;
+    e.shape = std::move(p.shape);
+    e.value_dtype = p.value_dtype;
+    const std::string_view name = e.name;
+    const bool want_fp32 = (rules_.keep_fp32 && rules_.keep_fp32(name)) || fp32_params_.count(address) > 0;
     const bool fp32 = rules_.storage != DType::fp32 && want_fp32;
+    const bool holds_float = e.value_dtype == DType::fp32;
     e.group = fp32 ? GroupKind::fp32 : GroupKind::main;
-    if (fp32 && !std::is_same_v<V, float>) {
+    if (fp32 && !holds_float) {
       throw usage_error("parameters kept in fp32 (keep_fp32 / fp32_module_types) must hold float values", e.name,
                         std::string(to_string(e.value_dtype)));
     }
-    if (!fp32 && e.value_dtype != rules_.storage && !std::is_same_v<V, float>) {
+    if (!fp32 && e.value_dtype != rules_.storage && !holds_float) {
       throw usage_error("parameter element type must be the engine precision's storage type or float", e.name,
                         std::string(to_string(e.value_dtype)));
     }
@@ -193,19 +208,14 @@ class ParamRegistry {
       throw config_error("group_of returned a group that does not exist", e.name, std::to_string(e.optimizer_group));
     }
     e.local = fp32 ? fp32_count_++ : main_count_++;
-    const auto unit = unit_of_.find(&p);
+    const auto unit = unit_of_.find(address);
     e.unit = unit != unit_of_.end() ? unit->second : units_++;
-    e.replicated = replicated_params_.count(&p) > 0 ||
-                   (!rules_.partitioned_module_types.empty() && partitioned_params_.count(&p) == 0);
-    if (rules_.tensor_split) e.tensor_split = rules_.tensor_split(name);
-    e.bind = [&p](void* d, void* g) { p.bind(static_cast<V*>(d), static_cast<V*>(g)); };
-    e.read_initial = [&p, n = e.numel](void* dst) {
-      const V* values = p.data();
-      if (values == nullptr || n == 0) return false;
-      std::copy(values, values + n, static_cast<V*>(dst));
-      return true;
-    };
-    index_.emplace(&p, static_cast<ParamId>(entries_.size()));
+    e.replicated = replicated_params_.count(address) > 0 ||
+                   (!rules_.partitioned_module_types.empty() && partitioned_params_.count(address) == 0);
+    if (rules_.tensor_split) e.tensor_split = rules_.tensor_split(e.name);
+    e.bind = std::move(p.bind);
+    e.read_initial = std::move(p.read_initial);
+    index_.emplace(address, static_cast<ParamId>(entries_.size()));
     psi_ += e.numel;
     entries_.push_back(std::move(e));
   }
@@ -216,42 +226,6 @@ class ParamRegistry {
       if (e.group == GroupKind::main && e.value_dtype != DType::fp32) {
         throw usage_error("float and 16-bit Params cannot be mixed in one model's main group", e.name);
       }
-    }
-  }
-
-  /// Fetch units: each direct sub-module the model lists with modules(visit) is one.
-  template <class M>
-  void collect_units(M& m) {
-    if constexpr (HasSubmodules<M>) {
-      m.modules([&](auto& child) {
-        if constexpr (Module<std::remove_cvref_t<decltype(child)>>) {
-          bool any = false;
-          child.parameters([&](std::string_view, auto& p) {
-            unit_of_.emplace(&p, units_);
-            any = true;
-          });
-          if (any) ++units_;
-        }
-      });
-    }
-  }
-
-  /// The parameters of every (sub-)module whose module_type is in `types` go into `out`; every
-  /// module_type met is remembered for the error naming an unmatched one.
-  template <class M>
-  void collect_typed(M& m, const std::vector<std::string>& types, std::unordered_set<const void*>& out) {
-    if (types.empty()) return;
-    if constexpr (HasModuleType<M>) {
-      const std::string_view type(M::module_type);
-      if (std::find(types_seen_.begin(), types_seen_.end(), type) == types_seen_.end()) {
-        types_seen_.emplace_back(type);
-      }
-      if (std::find(types.begin(), types.end(), type) != types.end()) {
-        m.parameters([&](std::string_view, auto& p) { out.insert(&p); });
-      }
-    }
-    if constexpr (HasSubmodules<M>) {
-      m.modules([&](auto& child) { collect_typed(child, types, out); });
     }
   }
 

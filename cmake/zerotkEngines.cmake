@@ -1,0 +1,34 @@
+# The compiled engine set: the optional component zerotk::engines, a static library with one
+# translation unit per family of engine types (include/zerotk/engines/set.hpp lists them). A
+# trainer that links it and includes <zerotk/engines.hpp> links those engines instead of compiling
+# them (docs/engine.md, "The compiled engine set"). Pick the families with ZEROTK_ENGINES, as
+# CUTLASS_LIBRARY_KERNELS picks kernels: -DZEROTK_ENGINES="adamw_bf16;offload_cpu".
+set(ZEROTK_ENGINE_FAMILIES adamw_fp32 adamw_bf16 adamw_fp16 offload_cpu offload_nvme lion onebit compression)
+set(ZEROTK_ENGINES "${ZEROTK_ENGINE_FAMILIES}" CACHE STRING
+    "Families of the compiled engine set zerotk::engines (any of: ${ZEROTK_ENGINE_FAMILIES}); empty: no library")
+
+if(NOT ZEROTK_ENGINES)
+  return()
+endif()
+add_library(zerotk_engines STATIC)
+add_library(zerotk::engines ALIAS zerotk_engines)
+set_target_properties(zerotk_engines PROPERTIES EXPORT_NAME engines)
+foreach(_family IN LISTS ZEROTK_ENGINES)
+  if(NOT _family IN_LIST ZEROTK_ENGINE_FAMILIES)
+    message(FATAL_ERROR "ZEROTK_ENGINES: unknown family '${_family}' (known: ${ZEROTK_ENGINE_FAMILIES})")
+  endif()
+  string(TOUPPER "${_family}" _macro)
+  target_sources(zerotk_engines PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src/engines/${_family}.cpp)
+  target_compile_definitions(zerotk_engines PUBLIC ZEROTK_ENGINES_${_macro}=1)
+endforeach()
+# The engines' code depends on these feature macros (kernels' OpenMP, the NVMe store's io_uring):
+# whoever links the set compiles with the same ones.
+target_link_libraries(zerotk_engines PUBLIC zerotk)
+foreach(_c openmp uring)
+  if(TARGET zerotk::${_c})
+    target_link_libraries(zerotk_engines PUBLIC zerotk::${_c})
+  endif()
+endforeach()
+if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
+  target_compile_options(zerotk_engines PRIVATE -Wall -Wextra -Wpedantic -Werror)
+endif()

@@ -1,0 +1,177 @@
+#pragma once
+/// \file zerotk/engine/engine_members.hpp
+/// Engine<Policies...>'s members that carry the weight (construction, the scopes, step and the
+/// set-up helpers), defined out of class so that an explicit instantiation declaration
+/// (`extern template class zerotk::Engine<...>;`, zerotk/engines.hpp) keeps a trainer's translation
+/// unit from instantiating them: the compiled engine set instantiates them once. The members left
+/// in the class are one-line forwards from the user's types to these (engine/model_view.hpp).
+/// Included by zerotk/engine.hpp after the class; not a header of its own.
+
+#include <cstddef>
+#include <exception>
+#include <optional>
+#include <string>
+#include <utility>
+
+namespace zerotk {
+
+template <class... Ps>
+Engine<Ps...>::Engine(engine::EngineInputs<ops_type> in, EngineOptions options)
+    : options_(engine::checked_options(std::move(options), facts())),
+      ops_(in.make_ops(in.comm, options_.stream)),
+      comms_(in.place(in.comm, options_.communication.topology), ops_, options_.communication.topology),
+      scaler_(options_.loss_scaler),
+      registry_(std::move(in.model), registry_rules()),
+      schedule_(options_.groups) {
+  build();
+}
+
+template <class... Ps>
+Engine<Ps...>::~Engine() {
+  groups_.drain_quietly();
+}
+
+template <class... Ps>
+auto Engine<Ps...>::forward(const engine::LayerRef& layer) -> ForwardScope {
+  const auto busy = slow_.busy(engine::ComputePhase::forward);
+  const auto t0 = detail::Clock::now();  // waiting for parameters counts as forward time
+  const engine::ModuleId id = registry_.module(layer);
+  fetch_->before(registry_.module_entry(id), engine::Phase::forward);
+  return ForwardScope(this, id, t0);
+}
+
+template <class... Ps>
+auto Engine<Ps...>::gather(const engine::LayerRef& module, std::optional<int> modifier_rank) -> GatherScope {
+  if (modifier_rank && (*modifier_rank < 0 || *modifier_rank >= this->world_size())) {
+    throw usage_error("modifier_rank must be a rank of the communicator", "Engine::gather",
+                      std::to_string(*modifier_rank) + " of " + std::to_string(this->world_size()));
+  }
+  require_boundary("gather");
+  synchronize();
+  const engine::ModuleId id = registry_.module(module);
+  fetch_->hold(registry_.module_entry(id));
+  return GatherScope(this, id, modifier_rank);
+}
+
+template <class... Ps>
+void Engine<Ps...>::synchronize() {
+  groups_.synchronize();
+}
+
+template <class... Ps>
+auto Engine<Ps...>::backward(const engine::LayerRef& layer) -> BackwardScope {
+  const auto busy = slow_.busy(engine::ComputePhase::backward);
+  const engine::ModuleId id = registry_.module(layer);
+  const engine::ModuleEntry& m = registry_.module_entry(id);
+  fetch_->before(m, engine::Phase::backward);
+  bindings_->begin_backward(m.own, counters_.micro_in_accum == 0);
+  bindings_->begin_backward(m.external, counters_.micro_in_accum == 0);
+  return BackwardScope(this, id);
+}
+
+template <class... Ps>
+StepReport Engine<Ps...>::step(double loss) {
+  const auto busy = slow_.busy(engine::ComputePhase::other);
+  engine::StepCounters& c = counters_;
+  bindings_->check_every_parameter_had_backward(c.micro_steps + 1);
+  const bool first = c.micro_in_accum == 0;
+  const bool boundary = c.micro_in_accum + 1 == options_.gradient_accumulation_steps;
+  const auto t0 = detail::Clock::now();
+  try {
+    fetch_->end_micro_step(c.micro_steps + 1);
+    groups_.end_micro_step(boundary, first);
+  } catch (const comm_error& e) {
+    fetch_->rethrow_with_order(e);
+  }
+  c.loss_sum += loss;
+  ++c.micro_in_accum;
+  ++c.micro_steps;
+  slow_.end_micro_step();
+  bindings_->end_micro_step();
+  timings_.backward_allreduce_ms += detail::ms_since(t0);
+
+  StepReport r;
+  r.micro_steps = c.micro_steps;
+  const engine::GridPlace& place = comms_.place();
+  r.groups = {place.data_size, place.tensor_size, place.pipeline_size};
+  if (boundary) {
+    const auto ts = detail::Clock::now();
+    try {
+      boundary_->run(c, r, [this](auto& g, std::size_t k) { bindings_->on_bucket_published(g, k); });
+    } catch (...) {  // an abandoned update (the boundary put the state back): the next step starts afresh
+      c.end_accumulation();
+      throw;
+    }
+    timings_.step_ms += detail::ms_since(ts);
+    r.timings = std::exchange(timings_, StepTimings{});
+    r.timings_measured = true;
+    traffic_.report(r, comms_.wire_bytes() + slow_.wire_bytes(), groups_.saved_wire_bytes());
+    c.end_accumulation();
+    slow_.at_boundary(r, c.global_steps);  // abort: slow_rank_error here, on every rank
+  }
+  r.global_steps = c.global_steps;
+  r.skipped_steps = c.skipped_steps;
+  r.loss_scale = scaler_.scale();
+  fetch_->ready_next();
+  return r;
+}
+
+template <class... Ps>
+void Engine<Ps...>::broadcast_parameters(int root) {
+  synchronize();
+  groups_.supersede_update();
+  bindings_->take_user_values();
+  bindings_->broadcast(comms_.data(), root);
+}
+
+template <class... Ps>
+void Engine<Ps...>::initialize_master() {
+  synchronize();
+  groups_.supersede_update();
+  bindings_->take_user_values();
+  groups_.init_master();
+}
+
+template <class... Ps>
+void Engine<Ps...>::settle() {
+  require_boundary("settle");
+  groups_.each([this](auto& g) { g.settle([this, &g](std::size_t k) { bindings_->on_bucket_published(g, k); }); });
+}
+
+template <class... Ps>
+void Engine<Ps...>::set_scheduler(LrScheduler scheduler) {
+  schedule_.set(std::move(scheduler));
+  schedule_.apply(groups_);
+}
+
+template <class... Ps>
+void Engine<Ps...>::end_forward(engine::ModuleId id, detail::Clock::time_point t0) {
+  const auto busy = slow_.busy(engine::ComputePhase::other);
+  close_scope(id, engine::Phase::forward);
+  timings_.forward_ms += detail::ms_since(t0);
+}
+
+template <class... Ps>
+void Engine<Ps...>::end_backward(engine::ModuleId id, detail::Clock::time_point t0) {
+  const auto busy = slow_.busy(engine::ComputePhase::other);
+  timings_.backward_inner_ms += detail::ms_since(t0);
+  if (std::uncaught_exceptions() == 0) bindings_->end_backward(registry_.module_entry(id).own);
+  close_scope(id, engine::Phase::backward);
+  timings_.backward_ms += detail::ms_since(t0);
+}
+
+template <class... Ps>
+void Engine<Ps...>::end_gather(engine::ModuleId id, std::optional<int> modifier_rank) {
+  const engine::ModuleEntry& m = registry_.module_entry(id);
+  if (std::uncaught_exceptions() > 0) {
+    try {
+      fetch_->unhold(m);
+    } catch (...) {
+    }
+    return;
+  }
+  if (modifier_rank) bindings_->keep_writes(m, comms_.data(), *modifier_rank);
+  fetch_->unhold(m);
+}
+
+}  // namespace zerotk

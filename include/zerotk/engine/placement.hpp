@@ -1,0 +1,102 @@
+#pragma once
+/// \file zerotk/engine/placement.hpp
+/// Where an engine's ranks sit, with the communicator's type forgotten: the data group's
+/// communicator (and the grid's world when it has more than its data group) behind
+/// comm::AnyCommunicator, the rank's place in the grid and the data group's topology. An engine is
+/// built from a Placement (engine/comms.hpp), so its code does not depend on the communicator's
+/// type; place_on() is the one template a trainer instantiates for its communicator (topology
+/// detection asks the back end what it can tell, so it runs here, on the typed communicator).
+
+#include <optional>
+#include <vector>
+
+#include "zerotk/comm/any.hpp"
+#include "zerotk/comm/communicator.hpp"
+#include "zerotk/comm/grid.hpp"
+#include "zerotk/comm/topology.hpp"
+#include "zerotk/comm/typed.hpp"
+#include "zerotk/core/concepts.hpp"
+#include "zerotk/engine/model_view.hpp"
+
+namespace zerotk::engine {
+
+/// A rank's place in the grid. A plain communicator is a grid of one data group.
+struct GridPlace {
+  int data_size = 1, tensor_size = 1, pipeline_size = 1;
+  int data_index = 0, tensor_index = 0, pipeline_index = 0;
+
+  /// Whether this rank adds the squares of parameters held whole by every tensor rank (and its
+  /// loss) to the global sums: one tensor rank does.
+  bool counts_replicated() const noexcept { return tensor_index == 0; }
+  /// Only a data group: the boundary's reductions need no other communicator.
+  bool data_only() const noexcept { return tensor_size == 1 && pipeline_size == 1; }
+};
+
+struct Placement {
+  comm::AnyCommunicator data;                   ///< refers to the data group's communicator
+  std::optional<comm::AnyCommunicator> world;   ///< the grid's world, when it has more than its data group
+  GridPlace place;
+  comm::Topology topology;                      ///< the data group's (flat unless `communication.topology` has levels)
+  bool device_memory = false;                   ///< the communicators move device buffers (NCCL)
+};
+
+/// A plain communicator: the data group is the whole of it, placed by `topology` (collective when
+/// it has levels).
+template <comm::Communicator C>
+Placement place_on(C& comm, const comm::TopologyOptions& topology = {}) {
+  Placement p{comm::AnyCommunicator(comm), std::nullopt, {}, {}, comm::uses_device_memory<C>};
+  p.topology = topology.levels > 1 ? comm::detect_topology(comm, topology) : comm::Topology();
+  p.place.data_size = comm.size();
+  p.place.data_index = comm.rank();
+  return p;
+}
+
+/// A process grid (collective over its world): ZeRO over the data group, the boundary's reductions
+/// over the world. The topology's maps index the world; the data group's placement is gathered
+/// from it.
+template <comm::Communicator C>
+Placement place_on(comm::ProcessGrid<C>& grid, const comm::TopologyOptions& topology = {}) {
+  Placement p{comm::AnyCommunicator(grid.data()), std::nullopt, {}, {}, comm::uses_device_memory<C>};
+  if (topology.levels <= 1) {
+    p.topology = comm::Topology::flat(grid.data().size());
+  } else if constexpr (comm::uses_device_memory<C>) {
+    p.topology = comm::detect_topology(grid.data(), topology);  // refused by EngineComms, with the reason
+  } else {
+    const std::vector<int> mine = comm::locate(grid.world(), topology);
+    p.topology = comm::gather_topology(grid.data(), mine);
+  }
+  p.place.data_size = grid.size(comm::GridDim::data);
+  p.place.tensor_size = grid.size(comm::GridDim::tensor);
+  p.place.pipeline_size = grid.size(comm::GridDim::pipeline);
+  p.place.data_index = grid.data_index();
+  p.place.tensor_index = grid.tensor_index();
+  p.place.pipeline_index = grid.pipeline_index();
+  if (!p.place.data_only()) p.world.emplace(grid.world());
+  return p;
+}
+
+/// What an Engine is built from, with the user's types forgotten: the model's view, and the
+/// communicator (or grid) behind two functions made where its type is known: `place` (collective:
+/// the topology is detected on the typed communicator, after the engine has checked its options)
+/// and `make_ops` (the device's Ops, which Device<Cuda> makes from the communicator's stream).
+template <class Ops>
+struct EngineInputs {
+  void* comm = nullptr;  ///< the user's communicator, or ProcessGrid
+  Placement (*place)(void* comm, const comm::TopologyOptions& topology) = nullptr;
+  Ops (*make_ops)(void* comm, void* stream) = nullptr;
+  ModelView model;
+
+  template <comm::Communicator C, Module M>
+  static EngineInputs of(C& comm, M& model) {
+    return {&comm, [](void* c, const comm::TopologyOptions& t) { return place_on(*static_cast<C*>(c), t); },
+            [](void* c, void* stream) { return Ops::create(*static_cast<C*>(c), stream); }, view_model(model)};
+  }
+  template <comm::Communicator C, Module M>
+  static EngineInputs of(comm::ProcessGrid<C>& grid, M& model) {
+    return {&grid, [](void* g, const comm::TopologyOptions& t) { return place_on(*static_cast<comm::ProcessGrid<C>*>(g), t); },
+            [](void* g, void* stream) { return Ops::create(static_cast<comm::ProcessGrid<C>*>(g)->data(), stream); },
+            view_model(model)};
+  }
+};
+
+}  // namespace zerotk::engine

@@ -1,0 +1,63 @@
+// The compiled engine set (zerotk/engines.hpp, src/engines/): an engine type the set compiles,
+// linked from zerotk::engines, trains to the same bits as the same policies instantiated in this
+// translation unit (spelled in another order, which makes another C++ type from the same
+// templates). check_no_engine_code.sh checks, on this file's object, that the set's types were
+// not instantiated here.
+#include <doctest/doctest.h>
+
+#include "zerotk/engines.hpp"
+// the fixture after engines.hpp: the extern declarations come before any use of the set's types
+#include "../zero/engine_fixture.hpp"
+#include "zerotk/comm/threads.hpp"
+
+namespace {
+
+using namespace zerotk;
+
+template <class E>
+zt_test::RunResult run(const zt_test::RunConfig& cfg) {
+  zt_test::RunResult result;
+  comm::run_threads(cfg.world, [&](auto& comm) {
+    zt_test::Mlp<bfloat16> model;
+    E engine(comm, model, zt_test::engine_options(cfg));
+    zt_test::init_model(engine, model, 42);
+    zt_test::RunResult mine;
+    zt_test::train_steps(engine, model, comm.rank(), cfg, 0, cfg.steps, &mine);
+    {
+      auto g = engine.gather(model);
+      mine.params = model.values();
+    }
+    if (comm.rank() == 0) result = std::move(mine);
+  });
+  return result;
+}
+
+template <int S>
+void compare_stage() {
+  zt_test::RunConfig cfg;
+  cfg.world = 2;
+  cfg.steps = 6;
+  cfg.gas = 2;
+  cfg.clip = 0.5;
+  using Compiled = Engine<Partitioner<Stage<S>>, Optimizer<AdamW>, Precision<bf16>>;  // engines/set.hpp's spelling
+  using Local = Engine<Precision<bf16>, Optimizer<AdamW>, Partitioner<Stage<S>>>;      // instantiated here
+  static_assert(!std::is_same_v<Compiled, Local>);
+  const zt_test::RunResult a = run<Compiled>(cfg);
+  const zt_test::RunResult b = run<Local>(cfg);
+  REQUIRE(a.params.size() == b.params.size());
+  REQUIRE(a.losses.size() == static_cast<std::size_t>(cfg.steps));
+  CHECK(a.params == b.params);  // bitwise: the same templates, compiled in two places
+  CHECK(a.losses == b.losses);
+  CHECK(a.norms == b.norms);
+  CHECK(a.params != a.initial);  // it trained
+}
+
+}  // namespace
+
+TEST_CASE("a compiled engine trains to the bits of the same policies instantiated in the trainer's TU") {
+  static_assert(ZEROTK_ENGINES_ADAMW_BF16 == 1, "this test links zerotk::engines with the adamw_bf16 family");
+  compare_stage<0>();
+  compare_stage<1>();
+  compare_stage<2>();
+  compare_stage<3>();
+}
