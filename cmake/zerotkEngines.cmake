@@ -21,6 +21,15 @@ foreach(_family IN LISTS ZEROTK_ENGINES)
   target_sources(zerotk_engines PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src/engines/${_family}.cpp)
   target_compile_definitions(zerotk_engines PUBLIC ZEROTK_ENGINES_${_macro}=1)
 endforeach()
+# AnyEngine's compiled half: make_engine picks from the families above; make_engine_from_file reads
+# the JSON here (with nlohmann-json; without it, the function says how to get it).
+target_sources(zerotk_engines PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src/engines/make_engine.cpp)
+if(TARGET zerotk::json)
+  target_sources(zerotk_engines PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src/engines/config_file.cpp)
+  target_link_libraries(zerotk_engines PRIVATE zerotk::json)
+else()
+  target_sources(zerotk_engines PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src/engines/config_file_missing.cpp)
+endif()
 # The engines' code depends on these feature macros (kernels' OpenMP, the NVMe store's io_uring):
 # whoever links the set compiles with the same ones.
 target_link_libraries(zerotk_engines PUBLIC zerotk)

@@ -35,6 +35,7 @@
 #include <cstddef>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -47,6 +48,7 @@
 #include "zerotk/core/param.hpp"
 #include "zerotk/device/concepts.hpp"
 #include "zerotk/device/host_ops.hpp"
+#include "zerotk/engine/api.hpp"
 #include "zerotk/engine/assemble.hpp"
 #include "zerotk/engine/bindings.hpp"
 #include "zerotk/engine/boundary_step.hpp"
@@ -187,7 +189,11 @@ class Engine : public engine::Introspection<Engine<Ps...>>, public engine::State
   ForwardScope forward(L& layer) {
     return forward(engine::layer_ref(layer));
   }
-  ForwardScope forward(const engine::LayerRef& layer);
+  ForwardScope forward(const engine::LayerRef& layer) {
+    detail::Clock::time_point t0;
+    const engine::ModuleId id = open_forward(layer, t0);
+    return ForwardScope(this, id, t0);
+  }
 
   /// Gives the parameters of `module` (any Module: a layer, or the whole model) their full values
   /// until the returned scope closes: for evaluation, export or initialisation (DeepSpeed's
@@ -201,7 +207,10 @@ class Engine : public engine::Introspection<Engine<Ps...>>, public engine::State
   GatherScope gather(M& module, std::optional<int> modifier_rank = std::nullopt) {
     return gather(engine::layer_ref(module), modifier_rank);
   }
-  GatherScope gather(const engine::LayerRef& module, std::optional<int> modifier_rank = std::nullopt);
+  GatherScope gather(const engine::LayerRef& module, std::optional<int> modifier_rank = std::nullopt) {
+    const engine::ModuleId id = open_gather(module, modifier_rank);
+    return GatherScope(this, id, modifier_rank);
+  }
 
   /// Waits for every parameter all-gather still in flight (`overlap_param_gather`): after this every
   /// bound Param holds the current values. A no-op otherwise.
@@ -218,10 +227,19 @@ class Engine : public engine::Introspection<Engine<Ps...>>, public engine::State
   BackwardScope backward(L& layer) {
     return backward(engine::layer_ref(layer));
   }
-  BackwardScope backward(const engine::LayerRef& layer);
+  BackwardScope backward(const engine::LayerRef& layer) {
+    const engine::ModuleId id = open_backward(layer);
+    return BackwardScope(this, id);
+  }
 
   /// The factor the trainer multiplies the loss (or the seed gradient) by before backward.
   double loss_scale() const { return scaler_.scale(); }
+
+  /// What this engine is, at run time (the face's words for kStage, storage_type, optimizer_tag):
+  /// what checkpoints record and compare, and what AnyEngine reports.
+  static constexpr int stage() noexcept { return kStage; }
+  static constexpr DType storage_dtype() noexcept { return dtype_of_v<storage_type>; }
+  static constexpr std::string_view optimizer_name() noexcept { return optimizer_tag::name; }
 
   /// Ends a micro-step. At every `gradient_accumulation_steps`-th call this is the optimizer boundary:
   /// overflow check, scaler update, clipping, fused update, all-gather, scheduler
@@ -283,43 +301,19 @@ class Engine : public engine::Introspection<Engine<Ps...>>, public engine::State
   }
 
   /// Groups, views, adoption of the initial values, bindings, master, fetch schedule, boundary.
-  void build() {
-    if (MainGroup::kCompressedExchange && !comms_.place().data_only()) {
-      throw config_error("compressed communication (1-bit optimizers, gradient_compression) exchanges over the data "
-                         "group alone; a grid with tensor or pipeline size > 1 is not supported with it yet",
-                         "tensor x pipeline", std::to_string(comms_.place().tensor_size) + " x " +
-                                                  std::to_string(comms_.place().pipeline_size));
-    }
-    const engine::GridPlace& place = comms_.place();
-    if (place.tensor_size > 1 && place.pipeline_size == 1) engine::check_tensor_splits(comms_.norm(), registry_);
-    comms_.make_hpz(Fetch::hpz_group_size(options_.stage3));
-    if (kStage != 3 && (options_.stage3.quantized_weights || options_.stage3.quantized_gradients)) {
-      throw config_error("ZeRO++'s quantized weights and gradients need ZeRO stage 3 (stage is " + std::to_string(kStage) + ")",
-                         options_.stage3.quantized_weights ? "zero_optimization.zero_quantized_weights"
-                                                           : "zero_optimization.zero_quantized_gradients",
-                         "true");
-    }
-    comms_.make_quantized(options_.stage3.quantized_weights, options_.stage3.quantized_gradients, device::is_cuda);
-    groups_ = engine::assemble_groups<MainGroup, Fp32Group, Fetch>(
-        options_, registry_, ops_, comms_, ledger_, options_.bucket_numel(bucketer::bytes, sizeof(S)), facts().shard_file);
-    groups_.each([&](auto& g) { g.set_norm_share(place.counts_replicated()); });
-    bindings_.emplace(registry_, groups_, ops_, &ledger_);
-    bindings_->adopt_and_bind(options_.adopt_initial_values);
-    groups_.init_master();
-    if constexpr (MainGroup::kCanDelayUpdate) {
-      if (options_.delayed_param_update) groups_.each([](auto& g) { g.enable_delayed_update(); });
-    }
-    fetch_.emplace(FetchCtx{&*bindings_, &registry_, groups_.main(), groups_.f32(), &comms_.data(), options_.stage3});
-    boundary_.emplace(groups_, scaler_, comms_, ops_, schedule_,
-                      engine::BoundarySettings{options_.gradient_accumulation_steps, options_.gradient_clipping,
-                                               options_.delayed_param_update, options_.delayed_param_update_start},
-                      comms_.agree_norm_count(groups_.flat_numel(), groups_.split_numel()));
-    slow_ = engine::SlowRankMonitor<Comm>(options_.communication.slow_ranks, comms_.norm(), place);
-  }
+  void build();
 
   friend ForwardScope;
   friend BackwardScope;
   friend GatherScope;
+  template <class>
+  friend class engine::ErasedEngineOf;  // AnyEngine's model: opens scopes that AnyEngine's guards close
+
+  // The scopes' engine side (engine/engine_members.hpp): open_* does what the scope's start does and
+  // returns the layer's id; the guard's destructor calls end_*.
+  engine::ModuleId open_forward(const engine::LayerRef& layer, detail::Clock::time_point& t0);
+  engine::ModuleId open_backward(const engine::LayerRef& layer);
+  engine::ModuleId open_gather(const engine::LayerRef& module, std::optional<int> modifier_rank);
   friend class engine::Introspection<Engine>;
   friend class engine::StateAccess<Engine>;
 

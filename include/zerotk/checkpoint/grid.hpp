@@ -65,7 +65,7 @@ EngineSignature grid_signature(const E& engine, comm::ProcessGrid<C>& grid, cons
 }
 
 /// save_async for an engine on `grid` (collective over its world): see save.hpp.
-template <class E, HostCommunicator C>
+template <TrainingEngine E, HostCommunicator C>
 std::unique_ptr<PendingSave<C>> save_async(E& engine, comm::ProcessGrid<C>& grid, const std::filesystem::path& dir,
                                            const SaveOptions& options = {}) {
   const EngineSignature sig = grid_signature(engine, grid, "checkpoint::save");
@@ -74,7 +74,7 @@ std::unique_ptr<PendingSave<C>> save_async(E& engine, comm::ProcessGrid<C>& grid
 
 /// save for an engine on `grid` (collective over its world): rank<world rank>.bin per rank, one
 /// manifest; see save.hpp.
-template <class E, HostCommunicator C>
+template <TrainingEngine E, HostCommunicator C>
 SaveResult save(E& engine, comm::ProcessGrid<C>& grid, const std::filesystem::path& dir, const SaveOptions& options = {}) {
   const EngineSignature sig = grid_signature(engine, grid, "checkpoint::save");
   return detail::start_save(engine, grid.world(), dir, options, false, detail::views_into(engine), [&] { return sig; })
@@ -84,7 +84,7 @@ SaveResult save(E& engine, comm::ProcessGrid<C>& grid, const std::filesystem::pa
 /// load for an engine on `grid` (collective over its world): any checkpoint of the same model,
 /// whatever grid (or plain communicator) saved it; see load.hpp. LoadResult::saved_world_size is
 /// the saving world's size.
-template <class E, HostCommunicator C>
+template <TrainingEngine E, HostCommunicator C>
 LoadResult load(E& engine, comm::ProcessGrid<C>& grid, const std::filesystem::path& dir, const LoadOptions& options = {}) {
   const EngineSignature sig = grid_signature(engine, grid, "checkpoint::load");
   return detail::load_with(engine, grid.world(), dir, options, [] {}, [&] { return sig; });

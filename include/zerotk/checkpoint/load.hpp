@@ -96,7 +96,7 @@ LoadResult load_with(E& engine, C& comm, const std::filesystem::path& dir, const
 /// only at an optimizer boundary. The checkpoint must be of the same model, precision and optimizer
 /// (signature.hpp); it may come from another world size, tensor size, stage or bucket size
 /// (reshard.hpp). An engine on a process grid loads with load(engine, grid, dir) (grid.hpp).
-template <class E, HostCommunicator C>
+template <TrainingEngine E, HostCommunicator C>
 LoadResult load(E& engine, C& comm, const std::filesystem::path& dir, const LoadOptions& options = {}) {
   return detail::load_with(
       engine, comm, dir, options, [&] { detail::check_same_group(engine, comm, "checkpoint::load"); },

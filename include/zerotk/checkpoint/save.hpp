@@ -79,9 +79,17 @@ auto snapshot_of(E& engine) {
 template <class E>
 auto views_into(E& engine) {
   return [&engine](auto& p) {
-    if constexpr (requires { engine.state_views(); }) {
-      p.state = engine.scalar_state();
-      p.groups = engine.state_views();
+    bool views = false;  // a typed engine has state_views() or not; AnyEngine says at run time
+    if constexpr (requires { engine.views_state(); }) {
+      views = engine.views_state();
+    } else if constexpr (requires { engine.state_views(); }) {
+      views = true;
+    }
+    if (views) {
+      if constexpr (requires { engine.state_views(); }) {
+        p.state = engine.scalar_state();
+        p.groups = engine.state_views();
+      }
     } else {
       p.state = engine.state();
       p.groups = views_of(p.state);
@@ -99,7 +107,7 @@ auto views_into(E& engine) {
 ///   auto pending = zerotk::checkpoint::save_async(engine, comm, "ckpt");
 ///   train_some_more();                       // the engine may step; the snapshot is its own
 ///   pending->commit();                       // every rank; ckpt/latest moves here
-template <class E, HostCommunicator C>
+template <TrainingEngine E, HostCommunicator C>
 std::unique_ptr<PendingSave<C>> save_async(E& engine, C& comm, const std::filesystem::path& dir,
                                            const SaveOptions& options = {}) {
   return detail::start_save(engine, comm, dir, options, true, detail::snapshot_of(engine), [&] {
@@ -113,7 +121,7 @@ std::unique_ptr<PendingSave<C>> save_async(E& engine, C& comm, const std::filesy
 /// and `latest` still names the previous checkpoint. On host-memory engines the rank file is
 /// written straight from the engine's buffers (no copy of the state is made, except the rank-local
 /// state of compressed communication, gathered from several buffers: engine/state.hpp).
-template <class E, HostCommunicator C>
+template <TrainingEngine E, HostCommunicator C>
 SaveResult save(E& engine, C& comm, const std::filesystem::path& dir, const SaveOptions& options = {}) {
   return detail::start_save(engine, comm, dir, options, false, detail::views_into(engine), [&] {
     detail::check_same_group(engine, comm, "checkpoint::save");

@@ -27,11 +27,12 @@
 #include "zerotk/core/concepts.hpp"
 #include "zerotk/core/dtype.hpp"
 #include "zerotk/core/error.hpp"
+#include "zerotk/engine/api.hpp"
 #include "zerotk/io/safetensors.hpp"
 
 namespace zerotk::checkpoint {
 
-template <class E, Module M, HostCommunicator C>
+template <TrainingEngine E, Module M, HostCommunicator C>
 void save_16bit_model(E& engine, M& model, C& comm, const std::filesystem::path& file, int writer_rank = 0) {
   if (writer_rank < 0 || writer_rank >= comm.size()) {
     throw usage_error("writer_rank must name a rank of the communicator", "save_16bit_model",

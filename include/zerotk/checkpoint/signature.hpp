@@ -16,6 +16,7 @@
 #include "zerotk/checkpoint/whole.hpp"
 #include "zerotk/core/dtype.hpp"
 #include "zerotk/core/error.hpp"
+#include "zerotk/engine/api.hpp"
 #include "zerotk/engine/shards.hpp"
 #include "zerotk/engine/state.hpp"
 #include "zerotk/policies.hpp"
@@ -50,14 +51,14 @@ struct EngineSignature {
   engine::ShardTable shards;
 };
 
-template <class E>
+template <TrainingEngine E>
 EngineSignature signature_of(const E& engine) {
   EngineSignature s;
   s.world_size = engine.world_size();
   s.rank = engine.rank();
-  s.stage = E::kStage;
-  s.precision = std::string(to_string(dtype_of_v<typename E::storage_type>));
-  s.optimizer = std::string(optimizer_name<typename E::optimizer_tag>());
+  s.stage = engine.stage();
+  s.precision = std::string(to_string(engine.storage_dtype()));
+  s.optimizer = std::string(engine.optimizer_name());
   s.parameter_count = engine.parameter_count();
   s.flat_numel = engine.flat_numel();
   s.shards = engine.shard_table();

@@ -27,21 +27,56 @@ Engine<Ps...>::Engine(engine::EngineInputs<ops_type> in, EngineOptions options)
 }
 
 template <class... Ps>
+void Engine<Ps...>::build() {
+  if (MainGroup::kCompressedExchange && !comms_.place().data_only()) {
+    throw config_error("compressed communication (1-bit optimizers, gradient_compression) exchanges over the data "
+                       "group alone; a grid with tensor or pipeline size > 1 is not supported with it yet",
+                       "tensor x pipeline", std::to_string(comms_.place().tensor_size) + " x " +
+                                                std::to_string(comms_.place().pipeline_size));
+  }
+  const engine::GridPlace& place = comms_.place();
+  if (place.tensor_size > 1 && place.pipeline_size == 1) engine::check_tensor_splits(comms_.norm(), registry_);
+  comms_.make_hpz(Fetch::hpz_group_size(options_.stage3));
+  if (kStage != 3 && (options_.stage3.quantized_weights || options_.stage3.quantized_gradients)) {
+    throw config_error("ZeRO++'s quantized weights and gradients need ZeRO stage 3 (stage is " + std::to_string(kStage) + ")",
+                       options_.stage3.quantized_weights ? "zero_optimization.zero_quantized_weights"
+                                                         : "zero_optimization.zero_quantized_gradients",
+                       "true");
+  }
+  comms_.make_quantized(options_.stage3.quantized_weights, options_.stage3.quantized_gradients, device::is_cuda);
+  groups_ = engine::assemble_groups<MainGroup, Fp32Group, Fetch>(
+      options_, registry_, ops_, comms_, ledger_, options_.bucket_numel(bucketer::bytes, sizeof(S)), facts().shard_file);
+  groups_.each([&](auto& g) { g.set_norm_share(place.counts_replicated()); });
+  bindings_.emplace(registry_, groups_, ops_, &ledger_);
+  bindings_->adopt_and_bind(options_.adopt_initial_values);
+  groups_.init_master();
+  if constexpr (MainGroup::kCanDelayUpdate) {
+    if (options_.delayed_param_update) groups_.each([](auto& g) { g.enable_delayed_update(); });
+  }
+  fetch_.emplace(FetchCtx{&*bindings_, &registry_, groups_.main(), groups_.f32(), &comms_.data(), options_.stage3});
+  boundary_.emplace(groups_, scaler_, comms_, ops_, schedule_,
+                    engine::BoundarySettings{options_.gradient_accumulation_steps, options_.gradient_clipping,
+                                             options_.delayed_param_update, options_.delayed_param_update_start},
+                    comms_.agree_norm_count(groups_.flat_numel(), groups_.split_numel()));
+  slow_ = engine::SlowRankMonitor<Comm>(options_.communication.slow_ranks, comms_.norm(), place);
+}
+
+template <class... Ps>
 Engine<Ps...>::~Engine() {
   groups_.drain_quietly();
 }
 
 template <class... Ps>
-auto Engine<Ps...>::forward(const engine::LayerRef& layer) -> ForwardScope {
+engine::ModuleId Engine<Ps...>::open_forward(const engine::LayerRef& layer, detail::Clock::time_point& t0) {
   const auto busy = slow_.busy(engine::ComputePhase::forward);
-  const auto t0 = detail::Clock::now();  // waiting for parameters counts as forward time
+  t0 = detail::Clock::now();  // waiting for parameters counts as forward time
   const engine::ModuleId id = registry_.module(layer);
   fetch_->before(registry_.module_entry(id), engine::Phase::forward);
-  return ForwardScope(this, id, t0);
+  return id;
 }
 
 template <class... Ps>
-auto Engine<Ps...>::gather(const engine::LayerRef& module, std::optional<int> modifier_rank) -> GatherScope {
+engine::ModuleId Engine<Ps...>::open_gather(const engine::LayerRef& module, std::optional<int> modifier_rank) {
   if (modifier_rank && (*modifier_rank < 0 || *modifier_rank >= this->world_size())) {
     throw usage_error("modifier_rank must be a rank of the communicator", "Engine::gather",
                       std::to_string(*modifier_rank) + " of " + std::to_string(this->world_size()));
@@ -50,7 +85,7 @@ auto Engine<Ps...>::gather(const engine::LayerRef& module, std::optional<int> mo
   synchronize();
   const engine::ModuleId id = registry_.module(module);
   fetch_->hold(registry_.module_entry(id));
-  return GatherScope(this, id, modifier_rank);
+  return id;
 }
 
 template <class... Ps>
@@ -59,14 +94,14 @@ void Engine<Ps...>::synchronize() {
 }
 
 template <class... Ps>
-auto Engine<Ps...>::backward(const engine::LayerRef& layer) -> BackwardScope {
+engine::ModuleId Engine<Ps...>::open_backward(const engine::LayerRef& layer) {
   const auto busy = slow_.busy(engine::ComputePhase::backward);
   const engine::ModuleId id = registry_.module(layer);
   const engine::ModuleEntry& m = registry_.module_entry(id);
   fetch_->before(m, engine::Phase::backward);
   bindings_->begin_backward(m.own, counters_.micro_in_accum == 0);
   bindings_->begin_backward(m.external, counters_.micro_in_accum == 0);
-  return BackwardScope(this, id);
+  return id;
 }
 
 template <class... Ps>

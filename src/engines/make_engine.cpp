@@ -1,0 +1,138 @@
+// src/engines/make_engine.cpp: make_engine's compiled half (zerotk/any_engine.hpp). Picks the engine
+// of the compiled set whose structure fits the config, builds it behind AnyEngine, or says which
+// compiled engines come nearest. The set's engine types are declared extern here
+// (zerotk/engines.hpp): this file compiles their erasure, not the engines.
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <numeric>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "zerotk/any_engine.hpp"
+#include "zerotk/engine_config.hpp"
+#include "zerotk/engines.hpp"
+
+namespace zerotk::detail {
+namespace {
+
+template <class... Es>
+struct EngineList {};
+
+template <class... A, class... B>
+EngineList<A..., B...> operator+(EngineList<A...>, EngineList<B...>) {
+  return {};
+}
+
+template <class L>
+struct DropFirst;
+template <class First, class... Es>
+struct DropFirst<EngineList<First, Es...>> {
+  using type = EngineList<Es...>;
+};
+
+// One family's engine types: the X-macro list after a placeholder that DropFirst removes (each
+// entry expands with a leading comma).
+#define ZEROTK_ENGINE_TYPE_(...) , ::zerotk::Engine<__VA_ARGS__>
+#define ZEROTK_FAMILY_(LIST) typename DropFirst<EngineList<void LIST(ZEROTK_ENGINE_TYPE_)>>::type
+
+#if ZEROTK_ENGINES_ADAMW_FP32
+using AdamwFp32 = ZEROTK_FAMILY_(ZEROTK_ENGINES_LIST_ADAMW_FP32);
+#else
+using AdamwFp32 = EngineList<>;
+#endif
+#if ZEROTK_ENGINES_ADAMW_BF16
+using AdamwBf16 = ZEROTK_FAMILY_(ZEROTK_ENGINES_LIST_ADAMW_BF16);
+#else
+using AdamwBf16 = EngineList<>;
+#endif
+#if ZEROTK_ENGINES_ADAMW_FP16
+using AdamwFp16 = ZEROTK_FAMILY_(ZEROTK_ENGINES_LIST_ADAMW_FP16);
+#else
+using AdamwFp16 = EngineList<>;
+#endif
+#if ZEROTK_ENGINES_OFFLOAD_CPU
+using OffloadCpu = ZEROTK_FAMILY_(ZEROTK_ENGINES_LIST_OFFLOAD_CPU);
+#else
+using OffloadCpu = EngineList<>;
+#endif
+#if ZEROTK_ENGINES_OFFLOAD_NVME
+using OffloadNvme = ZEROTK_FAMILY_(ZEROTK_ENGINES_LIST_OFFLOAD_NVME);
+#else
+using OffloadNvme = EngineList<>;
+#endif
+#if ZEROTK_ENGINES_LION
+using LionFamily = ZEROTK_FAMILY_(ZEROTK_ENGINES_LIST_LION);
+#else
+using LionFamily = EngineList<>;
+#endif
+#if ZEROTK_ENGINES_ONEBIT
+using OneBitFamily = ZEROTK_FAMILY_(ZEROTK_ENGINES_LIST_ONEBIT);
+#else
+using OneBitFamily = EngineList<>;
+#endif
+#if ZEROTK_ENGINES_COMPRESSION
+using CompressionFamily = ZEROTK_FAMILY_(ZEROTK_ENGINES_LIST_COMPRESSION);
+#else
+using CompressionFamily = EngineList<>;
+#endif
+#undef ZEROTK_FAMILY_
+#undef ZEROTK_ENGINE_TYPE_
+
+using CompiledSet = decltype(AdamwFp32{} + AdamwBf16{} + AdamwFp16{} + OffloadCpu{} + OffloadNvme{} + LionFamily{} +
+                             OneBitFamily{} + CompressionFamily{});
+
+/// How many of the nearest compiled engines a refusal names.
+constexpr std::size_t kNearest = 3;
+
+template <class E>
+AnyEngine make_one(const config::Config& cfg, engine::ErasedInputs& in, const EngineOptionsEdit& edit) {
+  EngineOptions options = engine_options<E>(cfg);
+  if (edit) edit(options);
+  using Ops = typename E::ops_type;
+  engine::EngineInputs<Ops> typed{in.comm, in.place, [](void*, void*) { return Ops{}; }, std::move(in.model)};
+  auto impl = std::make_unique<engine::ErasedEngineOf<E>>(std::move(typed), std::move(options), config::describe<E>());
+  if (auto s = lr_scheduler(cfg)) impl->set_scheduler(*s);
+  return AnyEngine(std::move(impl));
+}
+
+template <class... Es>
+AnyEngine pick(const config::Config& cfg, engine::ErasedInputs& in, const EngineOptionsEdit& edit, EngineList<Es...>) {
+  constexpr std::size_t n = sizeof...(Es);
+  if constexpr (n == 0) {
+    throw config_error("the compiled engine set is empty: zerotk::engines was built with ZEROTK_ENGINES empty",
+                       "ZEROTK_ENGINES");
+  } else {
+    using Maker = AnyEngine (*)(const config::Config&, engine::ErasedInputs&, const EngineOptionsEdit&);
+    const std::array<std::vector<config_error>, n> misfits{config::check_structure<Es>(cfg)...};
+    constexpr std::array<Maker, n> makers{&make_one<Es>...};
+    for (std::size_t i = 0; i < n; ++i) {
+      if (misfits[i].empty()) return makers[i](cfg, in, edit);
+    }
+    // None fits: the nearest are those that differ in the fewest choices (ties: the set's order).
+    const std::array<std::string, n> names{config::describe<Es>()...};
+    std::array<std::size_t, n> order;
+    std::iota(order.begin(), order.end(), std::size_t{0});
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::size_t a, std::size_t b) { return misfits[a].size() < misfits[b].size(); });
+    std::string msg = "no engine of the compiled set fits this config (" + config::describe(cfg.structure()) +
+                      "); the nearest of the " + std::to_string(n) + " compiled:";
+    for (std::size_t k = 0; k < std::min(kNearest, n); ++k) {
+      const std::size_t i = order[k];
+      msg += "\n  " + names[i];
+      for (const config_error& e : misfits[i]) msg += "\n    " + e.where() + ": " + e.message();
+    }
+    msg += "\n(include/zerotk/engines/set.hpp lists the families; build zerotk::engines with the one you need in "
+           "ZEROTK_ENGINES, or instantiate a typed zerotk::Engine<...> for another combination)";
+    throw config_error(std::move(msg));
+  }
+}
+
+}  // namespace
+
+AnyEngine make_any_engine(const config::Config& cfg, engine::ErasedInputs inputs, const EngineOptionsEdit& edit) {
+  return pick(cfg, inputs, edit, CompiledSet{});
+}
+
+}  // namespace zerotk::detail

@@ -1,0 +1,143 @@
+// AnyEngine (zerotk/any_engine.hpp) over the compiled engine set: make_engine picks the engine a
+// DeepSpeed config asks for, which trains to the bits of the typed engine of the same policies
+// built with the same options (instantiated in this TU, spelled in another order); a config no
+// compiled engine fits is refused naming the nearest; both models of the engine's face pass its
+// check.
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "zerotk/any_engine.hpp"
+#include "zerotk/config/reader.hpp"
+#include "zerotk/engine_config.hpp"
+#include "zerotk/engines.hpp"
+// the fixture after engines.hpp: the extern declarations come before any use of the set's types
+#include "../zero/engine_fixture.hpp"
+#include "zerotk/comm/threads.hpp"
+
+namespace {
+
+using namespace zerotk;
+
+static_assert(check_training_engine_v<AnyEngine>);
+static_assert(check_training_engine_v<Engine<Partitioner<Stage<3>>, Optimizer<AdamW>, Precision<bf16>>>);
+
+std::string config_text(int stage, const char* precision) {
+  return std::string(R"({"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2,
+    "gradient_clipping": 0.5, ")") + precision + R"(": {"enabled": true},
+    "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.01}},
+    "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": 0, "warmup_max_lr": 0.01, "warmup_num_steps": 3}},
+    "zero_optimization": {"stage": )" + std::to_string(stage) + R"(, "reduce_bucket_size": 64}})";
+}
+
+config::Config load(int stage, const char* precision, int world) {
+  config::ResolveContext ctx;
+  ctx.world_size = world;
+  return config::load(config_text(stage, precision), ctx);
+}
+
+zt_test::RunConfig run_config() {
+  zt_test::RunConfig cfg;
+  cfg.world = 2;
+  cfg.steps = 6;
+  cfg.gas = 2;
+  return cfg;
+}
+
+/// Trains `model` with `engine` on this rank; the result (rank 0's is kept by the callers).
+template <class E>
+zt_test::RunResult train(E& engine, zt_test::Mlp<bfloat16>& model, int rank, const zt_test::RunConfig& cfg) {
+  zt_test::init_model(engine, model, 42);
+  zt_test::RunResult mine;
+  zt_test::train_steps(engine, model, rank, cfg, 0, cfg.steps, &mine);
+  auto g = engine.gather(model);
+  mine.params = model.values();
+  return mine;
+}
+
+/// make_engine's AnyEngine over the config.
+template <int S>
+zt_test::RunResult run_any(const zt_test::RunConfig& rc, const config::Config& cfg) {
+  zt_test::RunResult result;
+  comm::run_threads(rc.world, [&](auto& comm) {
+    zt_test::Mlp<bfloat16> model;
+    AnyEngine e = make_engine(cfg, comm, model);
+    CHECK(e.stage() == S);
+    CHECK(e.storage_dtype() == DType::bf16);
+    CHECK(e.optimizer_name() == "AdamW");
+    zt_test::RunResult mine = train(e, model, comm.rank(), rc);
+    if (comm.rank() == 0) result = std::move(mine);
+  });
+  return result;
+}
+
+/// The typed engine E with the config's options and scheduler, as a trainer without AnyEngine
+/// would build it.
+template <class E>
+zt_test::RunResult run_typed(const zt_test::RunConfig& rc, const config::Config& cfg) {
+  zt_test::RunResult result;
+  comm::run_threads(rc.world, [&](auto& comm) {
+    zt_test::Mlp<bfloat16> model;
+    E e(comm, model, engine_options<E>(cfg));
+    e.set_scheduler(*lr_scheduler(cfg));
+    zt_test::RunResult mine = train(e, model, comm.rank(), rc);
+    if (comm.rank() == 0) result = std::move(mine);
+  });
+  return result;
+}
+
+template <int S>
+void compare_stage() {
+  const zt_test::RunConfig rc = run_config();
+  const config::Config cfg = load(S, "bf16", rc.world);
+  using Local = Engine<Precision<bf16>, Optimizer<AdamW>, Partitioner<Stage<S>>>;  // instantiated here
+  const zt_test::RunResult any = run_any<S>(rc, cfg);
+  const zt_test::RunResult typed = run_typed<Local>(rc, cfg);
+  REQUIRE(any.losses.size() == static_cast<std::size_t>(rc.steps));
+  CHECK(any.params == typed.params);  // bitwise
+  CHECK(any.losses == typed.losses);
+  CHECK(any.norms == typed.norms);
+  CHECK(any.params != any.initial);
+}
+
+}  // namespace
+
+TEST_CASE("make_engine's engine trains to the bits of the typed engine of the same policies and options") {
+  compare_stage<2>();
+  compare_stage<3>();
+}
+
+TEST_CASE("make_engine picks stage, precision and optimizer from the config") {
+  for (const char* precision : {"fp16", "bf16"}) {
+    for (int stage = 0; stage <= 3; ++stage) {
+      const config::Config cfg = load(stage, precision, 1);
+      comm::run_threads(1, [&](auto& comm) {
+        zt_test::Mlp<float> model;  // float Params over 16-bit storage (emulated 16-bit)
+        AnyEngine e = make_engine(cfg, comm, model);
+        CHECK(e.stage() == stage);
+        CHECK(e.storage_dtype() == (std::string(precision) == "fp16" ? DType::fp16 : DType::bf16));
+        CHECK(e.description().find("Stage<" + std::to_string(stage) + ">") != std::string::npos);
+      });
+    }
+  }
+}
+
+TEST_CASE("a config no compiled engine fits is refused naming its combination and the nearest compiled ones") {
+  config::ResolveContext ctx;
+  const config::Config cfg = config::load(R"({"train_micro_batch_size_per_gpu": 1,
+      "optimizer": {"type": "Lamb", "params": {"lr": 0.01}}, "zero_optimization": {"stage": 1}})", ctx);
+  comm::run_threads(1, [&](auto& comm) {
+    zt_test::Mlp<float> model;
+    try {
+      (void)make_engine(cfg, comm, model);
+      FAIL("make_engine accepted a config no compiled engine fits");
+    } catch (const config_error& e) {
+      const std::string what = e.what();
+      CHECK(what.find("no engine of the compiled set fits this config") != std::string::npos);
+      CHECK(what.find("Lamb") != std::string::npos);  // the config's combination
+      CHECK(what.find("the nearest of the") != std::string::npos);
+      CHECK(what.find("Stage<1>") != std::string::npos);  // a near one: same stage, other optimizer
+      CHECK(what.find("ZEROTK_ENGINES") != std::string::npos);
+    }
+  });
+}
