@@ -180,7 +180,7 @@ ZEROTK_RUNTIME_INLINE void mark_exited(Context& ctx, int r);
 /// The communicators of a new threads world, one per rank, for callers that run their own threads
 /// (run_threads is simpler). Without run_threads a rank that stops calling is found by the timeout.
 ZEROTK_RUNTIME_INLINE std::vector<ThreadsCommunicator> make_threads_communicators(int world,
-                                                                                   ThreadsOptions opts = {});
+                                                                                  ThreadsOptions opts = {});
 
 /// Runs `fn(ThreadsCommunicator&)` on `world` threads, one per rank, and joins them. Returns nothing
 /// if `fn` returns void, else the values by rank. If ranks throw, rethrows (after all threads ended)

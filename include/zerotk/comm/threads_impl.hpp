@@ -26,7 +26,7 @@
 namespace zerotk::comm {
 
 ZEROTK_RUNTIME_INLINE Work ThreadsCommunicator::all_reduce(const void* send, void* recv, std::size_t count, DType dt,
-                                                      ReduceOp op) {
+                                                           ReduceOp op) {
   detail::check_reduce(OpKind::all_reduce, dt, op, rank_, size());
   check_buffers(OpKind::all_reduce, send, recv, count);
   detail::record_ring(stats_, OpKind::all_reduce, count * size_of(dt), size());
@@ -34,7 +34,7 @@ ZEROTK_RUNTIME_INLINE Work ThreadsCommunicator::all_reduce(const void* send, voi
 }
 
 ZEROTK_RUNTIME_INLINE Work ThreadsCommunicator::reduce_scatter(const void* send, void* recv, std::size_t recv_count,
-                                                          DType dt, ReduceOp op) {
+                                                               DType dt, ReduceOp op) {
   detail::check_reduce(OpKind::reduce_scatter, dt, op, rank_, size());
   check_buffers(OpKind::reduce_scatter, send, recv, recv_count);
   detail::record_ring(stats_, OpKind::reduce_scatter, total(recv_count) * size_of(dt), size());
@@ -42,14 +42,14 @@ ZEROTK_RUNTIME_INLINE Work ThreadsCommunicator::reduce_scatter(const void* send,
 }
 
 ZEROTK_RUNTIME_INLINE Work ThreadsCommunicator::all_gather(const void* send, void* recv, std::size_t send_count,
-                                                      DType dt) {
+                                                           DType dt) {
   check_buffers(OpKind::all_gather, send, recv, send_count);
   detail::record_ring(stats_, OpKind::all_gather, total(send_count) * size_of(dt), size());
   return collective(make_call(OpKind::all_gather, send, recv, send_count, dt, ReduceOp::sum));
 }
 
 ZEROTK_RUNTIME_INLINE Work ThreadsCommunicator::all_gatherv(const void* send, std::size_t send_count, void* recv,
-                                                       std::span<const std::size_t> recv_counts, DType dt) {
+                                                            std::span<const std::size_t> recv_counts, DType dt) {
   detail::check_counts(recv_counts, send_count, rank_, size());
   std::size_t sum = 0;
   for (std::size_t c : recv_counts) sum += c;
@@ -72,7 +72,7 @@ ZEROTK_RUNTIME_INLINE Work ThreadsCommunicator::broadcast(void* buf, std::size_t
 }
 
 ZEROTK_RUNTIME_INLINE Work ThreadsCommunicator::reduce(const void* send, void* recv, std::size_t count, DType dt,
-                                                  ReduceOp op, int root) {
+                                                       ReduceOp op, int root) {
   detail::check_reduce(OpKind::reduce, dt, op, rank_, size());
   detail::check_peer(OpKind::reduce, root, "root", rank_, size());
   detail::check_buffer(OpKind::reduce, send, count, "send", rank_, size());
@@ -156,7 +156,7 @@ ZEROTK_RUNTIME_INLINE ThreadsCommunicator::ThreadsCommunicator(std::shared_ptr<d
       queue_(std::make_shared<detail::threads::RankQueue>()) {}
 
 ZEROTK_RUNTIME_INLINE void ThreadsCommunicator::check_buffers(OpKind k, const void* send, const void* recv,
-                                                         std::size_t count) const {
+                                                              std::size_t count) const {
   const std::size_t in = k == OpKind::reduce_scatter ? total(count) : count;
   const std::size_t out = k == OpKind::all_gather ? total(count) : count;
   detail::check_buffer(k, send, in, "send", rank_, size());

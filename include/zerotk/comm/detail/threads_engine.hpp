@@ -219,7 +219,7 @@ ZEROTK_RUNTIME_INLINE std::pair<std::shared_ptr<Rendezvous>, std::uint64_t> post
 
 // Posts a send (rank -> peer) or a receive (peer -> rank).
 ZEROTK_RUNTIME_INLINE std::shared_ptr<Rendezvous> post_p2p(Group& g, int rank, int peer, int tag, bool is_send,
-                                                            Call call);
+                                                           Call call);
 
 // The issued, unfinished collectives of one rank on one group, oldest first: waiting on one
 // completes all earlier ones first (issue-order completion).

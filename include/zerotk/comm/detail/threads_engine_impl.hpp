@@ -74,7 +74,7 @@ ZEROTK_RUNTIME_INLINE bool same_signature(const Call& a, const Call& b) noexcept
 
 // Reduces (or, with one input, copies) `ins` into each of `outs`; outs[k] belongs to owners[k].
 ZEROTK_RUNTIME_INLINE void Job::add(std::span<const std::byte* const> ins, std::span<std::byte* const> outs,
-                                std::span<const int> owners, std::size_t n) {
+                                    std::span<const int> owners, std::size_t n) {
   if (n == 0 || outs.empty()) return;
   segments.push_back({static_cast<std::uint32_t>(in.size()), static_cast<std::uint32_t>(ins.size()),
                       static_cast<std::uint32_t>(out.size()), static_cast<std::uint32_t>(outs.size()), n});
@@ -524,7 +524,7 @@ ZEROTK_RUNTIME_INLINE std::pair<std::shared_ptr<Rendezvous>, std::uint64_t> post
 
 // Posts a send (rank -> peer) or a receive (peer -> rank).
 ZEROTK_RUNTIME_INLINE std::shared_ptr<Rendezvous> post_p2p(Group& g, int rank, int peer, int tag, bool is_send,
-                                                            Call call) {
+                                                           Call call) {
   Context& ctx = *g.ctx;
   std::lock_guard lk(ctx.mu);
   const int src = is_send ? rank : peer;
