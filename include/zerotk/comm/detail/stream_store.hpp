@@ -19,12 +19,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <fstream>
 #include <string>
 
-#include <unistd.h>
-
 #include "zerotk/core/macros.hpp"
+#include "zerotk/core/runtime.hpp"
 
 // SSE2 is part of the x86-64 baseline: 16-byte streaming stores need no target attribute. They reach
 // the same DRAM rate as 32-byte ones within a few percent for a copy (measured on a 2-core EPYC VM).
@@ -52,41 +50,11 @@
 namespace zerotk::comm::detail {
 
 // Size of a cache as sysfs writes it ("32768K", "1M", "512"), 0 if unreadable.
-inline std::size_t parse_cache_size(const std::string& s) {
-  std::size_t value = 0, i = 0;
-  for (; i < s.size() && s[i] >= '0' && s[i] <= '9'; ++i) value = value * 10 + static_cast<std::size_t>(s[i] - '0');
-  if (i == 0) return 0;
-  if (i < s.size() && (s[i] == 'K' || s[i] == 'k')) return value << 10;
-  if (i < s.size() && (s[i] == 'M' || s[i] == 'm')) return value << 20;
-  if (i < s.size() && (s[i] == 'G' || s[i] == 'g')) return value << 30;
-  return value;
-}
+ZEROTK_RUNTIME_INLINE std::size_t parse_cache_size(const std::string& s);
 
-// Bytes of the largest data or unified cache of CPU 0. sysfs comes first: it reports what the
-// kernel read from the CPU, where glibc's sysconf(_SC_LEVEL3_CACHE_SIZE) can be far off in a VM
-// (256 MiB on a 32 MiB EPYC guest). Then sysconf, then 32 MiB.
-inline std::size_t last_level_cache_bytes_uncached() {
-  std::size_t best = 0;
-  int best_level = 0;
-  for (int index = 0; index < 8; ++index) {
-    const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/";
-    std::ifstream level_file(dir + "level"), type_file(dir + "type"), size_file(dir + "size");
-    int level = 0;
-    std::string type, size;
-    if (!(level_file >> level) || !(type_file >> type) || !(size_file >> size)) continue;
-    if (type == "Instruction") continue;
-    const std::size_t bytes = parse_cache_size(size);
-    if (bytes > 0 && level >= best_level) best = bytes, best_level = level;
-  }
-  if (best > 0) return best;
-#if defined(_SC_LEVEL3_CACHE_SIZE) && defined(_SC_LEVEL2_CACHE_SIZE)
-  for (const int name : {_SC_LEVEL3_CACHE_SIZE, _SC_LEVEL2_CACHE_SIZE}) {
-    const long v = ::sysconf(name);
-    if (v > 0) return static_cast<std::size_t>(v);
-  }
-#endif
-  return std::size_t{32} << 20;
-}
+// Bytes of the largest data or unified cache of CPU 0 (sysfs, else sysconf, else 32 MiB; see
+// stream_store_impl.hpp).
+ZEROTK_RUNTIME_INLINE std::size_t last_level_cache_bytes_uncached();
 
 inline std::size_t last_level_cache_bytes() {
   static const std::size_t bytes = last_level_cache_bytes_uncached();
@@ -156,3 +124,7 @@ inline void stream_fence() noexcept {
 }
 
 }  // namespace zerotk::comm::detail
+
+#if !ZEROTK_COMPILED_RUNTIME
+#include "zerotk/comm/detail/stream_store_impl.hpp"
+#endif
