@@ -23,7 +23,8 @@ foreach(_family IN LISTS ZEROTK_ENGINES)
 endforeach()
 # AnyEngine's compiled half: make_engine picks from the families above; make_engine_from_file reads
 # the JSON here (with nlohmann-json; without it, the function says how to get it).
-target_sources(zerotk_engines PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src/engines/make_engine.cpp)
+target_sources(zerotk_engines PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src/engines/make_engine.cpp
+                                      ${CMAKE_CURRENT_SOURCE_DIR}/src/engines/any_engine.cpp)
 if(TARGET zerotk::json)
   target_sources(zerotk_engines PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src/engines/config_file.cpp)
   target_link_libraries(zerotk_engines PRIVATE zerotk::json)
@@ -32,7 +33,10 @@ else()
 endif()
 # The engines' code depends on these feature macros (kernels' OpenMP, the NVMe store's io_uring):
 # whoever links the set compiles with the same ones.
-target_link_libraries(zerotk_engines PUBLIC zerotk)
+# The engines' communicator code (threads back end, host reductions, topology) comes from the
+# compiled runtime: a program is either all header-only or all compiled (docs/comm.md), and
+# whoever links the set links the runtime too.
+target_link_libraries(zerotk_engines PUBLIC zerotk zerotk::runtime)
 foreach(_c openmp uring)
   if(TARGET zerotk::${_c})
     target_link_libraries(zerotk_engines PUBLIC zerotk::${_c})

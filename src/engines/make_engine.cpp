@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "zerotk/any_engine.hpp"
+#include "zerotk/erased_engine.hpp"
 #include "zerotk/engine_config.hpp"
 #include "zerotk/engines.hpp"
 

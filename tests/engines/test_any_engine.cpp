@@ -1,16 +1,22 @@
 // AnyEngine (zerotk/any_engine.hpp) over the compiled engine set: make_engine picks the engine a
 // DeepSpeed config asks for, which trains to the bits of the typed engine of the same policies
 // built with the same options (instantiated in this TU, spelled in another order); a config no
-// compiled engine fits is refused naming the nearest; both models of the engine's face pass its
-// check.
+// compiled engine fits is refused naming the nearest; an AnyEngine checkpoint resumes bit for bit;
+// both models of the engine's face pass its check.
 #include <doctest/doctest.h>
 
 #include <string>
+#include <unistd.h>
 
 #include "zerotk/any_engine.hpp"
 #include "zerotk/config/reader.hpp"
+#include "zerotk/engine/api.hpp"
 #include "zerotk/engine_config.hpp"
 #include "zerotk/engines.hpp"
+#include "zerotk/erased_engine.hpp"
+#if ZEROTK_HAS_XXHASH
+#include "zerotk/checkpoint.hpp"
+#endif
 // the fixture after engines.hpp: the extern declarations come before any use of the set's types
 #include "../zero/engine_fixture.hpp"
 #include "zerotk/comm/threads.hpp"
@@ -86,6 +92,20 @@ zt_test::RunResult run_typed(const zt_test::RunConfig& rc, const config::Config&
   return result;
 }
 
+/// AnyEngine::of<E>: a typed engine erased here (E compiled in this TU).
+template <class E>
+zt_test::RunResult run_erased(const zt_test::RunConfig& rc, const config::Config& cfg) {
+  zt_test::RunResult result;
+  comm::run_threads(rc.world, [&](auto& comm) {
+    zt_test::Mlp<bfloat16> model;
+    AnyEngine e = AnyEngine::of<E>(comm, model, engine_options<E>(cfg));
+    e.set_scheduler(*lr_scheduler(cfg));
+    zt_test::RunResult mine = train(e, model, comm.rank(), rc);
+    if (comm.rank() == 0) result = std::move(mine);
+  });
+  return result;
+}
+
 template <int S>
 void compare_stage() {
   const zt_test::RunConfig rc = run_config();
@@ -98,6 +118,11 @@ void compare_stage() {
   CHECK(any.losses == typed.losses);
   CHECK(any.norms == typed.norms);
   CHECK(any.params != any.initial);
+  if constexpr (S == 3) {  // the same typed engine behind AnyEngine::of: the erasure changes no bit
+    const zt_test::RunResult erased = run_erased<Local>(rc, cfg);
+    CHECK(erased.params == typed.params);
+    CHECK(erased.losses == typed.losses);
+  }
 }
 
 }  // namespace
@@ -141,3 +166,40 @@ TEST_CASE("a config no compiled engine fits is refused naming its combination an
     }
   });
 }
+
+#if ZEROTK_HAS_XXHASH
+TEST_CASE("an AnyEngine checkpoint resumes bit for bit (stage 3, bf16, 3 + 3 steps against 6)") {
+  zt_test::RunConfig rc = run_config();
+  const config::Config cfg = load(3, "bf16", rc.world);
+  const zt_test::RunResult whole = run_any<3>(rc, cfg);
+  const std::filesystem::path dir = std::filesystem::path(ZEROTK_TEST_BINARY_DIR) /
+                                    ("any_engine_ckpt." + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  zt_test::RunResult resumed;
+  comm::run_threads(rc.world, [&](auto& comm) {
+    {  // 3 steps, then a checkpoint
+      zt_test::Mlp<bfloat16> model;
+      AnyEngine e = make_engine(cfg, comm, model);
+      zt_test::init_model(e, model, 42);
+      zt_test::train_steps(e, model, comm.rank(), rc, 0, 3, nullptr);
+      checkpoint::save(e, comm, dir);
+    }
+    zt_test::Mlp<bfloat16> model;  // a new model and engine: load, then steps 3..5
+    AnyEngine e = make_engine(cfg, comm, model);
+    const checkpoint::LoadResult r = checkpoint::load(e, comm, dir);
+    CHECK(e.global_steps() == 3);
+    CHECK(!r.resharded);
+    zt_test::RunResult mine;
+    zt_test::train_steps(e, model, comm.rank(), rc, 3, rc.steps, &mine);
+    {
+      auto g = e.gather(model);
+      mine.params = model.values();
+    }
+    if (comm.rank() == 0) resumed = std::move(mine);
+  });
+  std::filesystem::remove_all(dir);
+  REQUIRE(resumed.losses.size() == 3);
+  CHECK(resumed.params == whole.params);  // bitwise
+  for (std::size_t i = 0; i < 3; ++i) CHECK(resumed.losses[i] == whole.losses[3 + i]);
+}
+#endif
