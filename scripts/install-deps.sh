@@ -10,7 +10,8 @@ set -euo pipefail
 packages=(cmake ninja-build g++ pkg-config libeigen3-dev doctest-dev libopenmpi-dev openmpi-bin
           nlohmann-json3-dev liburing-dev libxxhash-dev libbenchmark-dev libcli11-dev gnuplot-nox
           python3      # python3: read_safetensors.py, the independent check of the safetensors writer
-          libtorch-dev)  # libtorch 1.13 (CPU): the torch adapter's test (tests/interop)
+          libtorch-dev   # libtorch 1.13 (CPU): the torch adapter's test (tests/interop)
+          clang-19 libomp-19-dev)  # the `clang` preset; libomp: clang's OpenMP (without it OpenMP is off)
 if [[ "${1:-}" == "--dev" ]]; then
   packages+=(python3-torch python3-numpy)
 fi
