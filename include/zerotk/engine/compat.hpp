@@ -128,11 +128,13 @@ constexpr bool combines(const Combination& c) {
 }
 
 /// The compile-time check: one static_assert per rule, in table order, so the first failing rule's
-/// words are the first error line.
+/// words are the first error line. Each asserts a named constant, not the lambda call: clang prints
+/// the asserted expression before the words, and a lambda's body would push them off that line.
 template <Combination C>
 struct CompatCheck {
-#define ZEROTK_COMPAT_ASSERT(name, blame, holds, engine_words, config_words) \
-  static_assert([](const Combination& c) { return static_cast<bool>(holds); }(C), engine_words);
+#define ZEROTK_COMPAT_ASSERT(name, blame, holds, engine_words, config_words)                              \
+  static constexpr bool name##_holds = [](const Combination& c) { return static_cast<bool>(holds); }(C); \
+  static_assert(name##_holds, engine_words);
   ZEROTK_COMPAT_RULES(ZEROTK_COMPAT_ASSERT)
 #undef ZEROTK_COMPAT_ASSERT
   static constexpr bool value = true;
