@@ -41,7 +41,7 @@ class FetchedValues {
       fetched_.emplace(ops, ledger, main.layout(), std::move(persistent));
     }
     groups.each([&](auto& g) {
-      g.params().on_residency([this, &g](std::size_t k, auto* values) { rebind_bucket(g, k, values); });
+      g.params().on_residency([this, &g](std::size_t k, auto* values) { this->rebind_bucket(g, k, values); });
     });
   }
 
