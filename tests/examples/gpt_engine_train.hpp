@@ -11,7 +11,7 @@
 #include "data.hpp"
 #include "gpt.hpp"
 #include "zerotk/comm/threads.hpp"
-#include "zerotk/engine.hpp"
+#include "zerotk/engines.hpp"  // the compiled engine set, when the suite links zerotk::engines
 
 namespace gpt_test {
 

@@ -22,7 +22,7 @@
 #include "tensor_group.hpp"
 #include "zerotk/comm/grid.hpp"
 #include "zerotk/comm/threads.hpp"
-#include "zerotk/engine.hpp"
+#include "zerotk/engines.hpp"  // the compiled engine set, when the suite links zerotk::engines
 #include "zerotk/pipeline.hpp"
 #include "zerotk/plan/pipeline.hpp"
 #include "zerotk/plan/search.hpp"

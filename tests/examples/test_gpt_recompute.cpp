@@ -16,7 +16,7 @@
 #include "gpt_test_util.hpp"
 #include "zerotk/activation.hpp"
 #include "zerotk/comm/threads.hpp"
-#include "zerotk/engine.hpp"
+#include "zerotk/engines.hpp"  // the compiled engine set, when the suite links zerotk::engines
 
 namespace {
 

@@ -28,7 +28,7 @@
 #include "zerotk/comm/grid.hpp"
 #include "zerotk/activation/meter.hpp"
 #include "zerotk/comm/threads.hpp"
-#include "zerotk/engine.hpp"
+#include "zerotk/engines.hpp"  // the compiled engine set, when the suite links zerotk::engines
 #include "zerotk/parallel/split.hpp"
 #include "zerotk/plan/search.hpp"
 #include "zerotk/plan/transformer.hpp"

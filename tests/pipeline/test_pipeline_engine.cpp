@@ -21,7 +21,7 @@
 
 #include "zerotk/comm/grid.hpp"
 #include "zerotk/comm/threads.hpp"
-#include "zerotk/engine.hpp"
+#include "zerotk/engines.hpp"  // the compiled engine set, when the suite links zerotk::engines
 #include "zerotk/pipeline.hpp"
 
 using namespace zerotk;

@@ -16,7 +16,7 @@
 
 #include "engine_fixture.hpp"
 #include "zerotk/comm/threads.hpp"
-#include "zerotk/engine.hpp"
+#include "zerotk/engines.hpp"  // the compiled engine set, when the suite links zerotk::engines
 #include "zerotk/plan.hpp"
 
 using namespace zerotk;
