@@ -26,6 +26,8 @@ for f in ADAMW_FP32 ADAMW_BF16 ADAMW_FP16 OFFLOAD_CPU OFFLOAD_NVME LION ONEBIT C
   set_macros+=(-DZEROTK_ENGINES_$f=1)
 done
 declare -A cmd
+# What linking zerotk::engines gives a TU: the set's families and the compiled runtime (docs/comm.md).
+set_macros+=(-DZEROTK_COMPILED_RUNTIME=1)
 cmd[any]="${base[*]} ${set_macros[*]} -Iexamples/05_any_engine -c examples/05_any_engine/main.cpp"
 cmd[typed+set]="${base[*]} ${set_macros[*]} -c bench/compile/typed_trainer.cpp"
 cmd[typed]="${base[*]} -c bench/compile/typed_trainer.cpp"
@@ -66,12 +68,14 @@ for n in "${names[@]}"; do
 done
 
 echo
-echo "Where the time goes (GCC -ftime-report, one run each: wall seconds of the three phases):"
+echo "Where the time goes (GCC -ftime-report, one run each: CPU seconds, user + sys, of its phases):"
 for n in any typed+set typed; do
   # shellcheck disable=SC2086
   $cxx ${cmd[$n]} -o "$out/$n.o" -ftime-report 2> "$out/report" || true
+  # " phase parsing   :   1.23 ( 10%)   0.20 ( 30%)   1.45 ( 12%)  123M ( 20%)": usr, sys, wall, memory
   phases=$(grep -E '^ phase (parsing|lang. deferred|opt and generate|template instantiation)' "$out/report" |
-           awk -F: '{ split($2, a, " "); printf "%s %s s; ", $1, a[5] }' | sed 's/ phase //g')
+           awk -F: '{ name = $1; sub(/^ phase /, "", name); sub(/ +$/, "", name); split($2, a, " ");
+                      printf "%s %.2f s; ", name, a[1] + a[4] }')
   echo "- $n: $phases"
 done
 
