@@ -753,7 +753,7 @@ int main(int argc, char** argv) {
                  "pipeline stages (pipeline_parallelism.num_stages): the layers (embedding, blocks, head) split across "
                  "this many ranks, --gas micro-batches a step run through them by --schedule")
       ->check(CLI::Range(1, 64));
-  app.add_option("--schedule", o.schedule, "with --pp: gpipe, 1f1b or interleaved:V (V chunks a rank)");
+  app.add_option("--schedule", o.schedule, "with --pp: gpipe, 1f1b, interleaved:V (V chunks a rank) or zbh1 (zero-bubble H1: weight gradients deferred)");
   app.add_flag("--sequence-parallel", o.sequence_parallel,
                "with --tp: the activations between the tensor regions split by tokens (all-gather in, reduce-scatter out)");
   app.add_option("--stage", o.stage, "ZeRO stage")->check(CLI::Range(0, 3));
