@@ -473,6 +473,15 @@ void check_tensor_flags(const Options& o, const zerotk::config::Config& cfg, con
                               "pipeline.stages decides; drop --pp or change the file)",
                               "--pp " + std::to_string(o.pp), o.config_file + ": pipeline stages " + std::to_string(cfg.pipeline.stages));
   }
+  // --schedule is refused where it would be dropped, as --tp and --pp are (issue 57 item 4).
+  if (o.schedule_given && !o.config_file.empty()) {
+    throw zerotk::usage_error("sets pipeline_parallelism.schedule, which --config replaces: give the schedule in the file",
+                              "--schedule " + o.schedule, o.config_file);
+  }
+  if (o.schedule_given && cfg.pipeline.stages == 1) {
+    throw zerotk::usage_error("orders a pipeline's micro-batches, and there is no pipeline (add --pp P, P > 1)",
+                              "--schedule " + o.schedule, "--pp " + std::to_string(o.pp));
+  }
   if (o.sequence_parallel && t == 1) {
     throw zerotk::usage_error("splits the activations between the tensor regions by tokens, which needs a tensor size "
                               "above 1 (--tp N, or the config's tensor_model_parallel_size)",
@@ -662,6 +671,13 @@ int run(const Options& o, const gpt::Config& model_config, TrainContext::FillBat
                               "--slow-rank " + o.slow_rank, o.config_file);
   }
   const int tensor = cfg.tensor_parallel_size, data = cfg.data_parallel_size, stages = cfg.pipeline.stages;
+  if (root && stages > 1 && cfg.gradient_accumulation_steps < stages) {  // issue 57 item 5: say why it is slow
+    const int m = cfg.gradient_accumulation_steps;
+    std::fprintf(stderr,
+                 "note: %d pipeline stages with %d micro-batch%s a step: the stages mostly wait for each other "
+                 "(1F1B's bubble is (P-1)/(m+P-1) = %.2f of the step); --gas %d or more fills the pipeline\n",
+                 stages, m, m == 1 ? "" : "es", double(stages - 1) / double(m + stages - 1), stages);
+  }
   if (root) {
     std::string grid;
     if (tensor > 1) grid += ", tensor " + std::to_string(tensor) + (o.sequence_parallel ? " (sequence parallel)" : "");
@@ -753,7 +769,8 @@ int main(int argc, char** argv) {
                  "pipeline stages (pipeline_parallelism.num_stages): the layers (embedding, blocks, head) split across "
                  "this many ranks, --gas micro-batches a step run through them by --schedule")
       ->check(CLI::Range(1, 64));
-  app.add_option("--schedule", o.schedule, "with --pp: gpipe, 1f1b, interleaved:V (V chunks a rank) or zbh1 (zero-bubble H1: weight gradients deferred)");
+  CLI::Option* schedule_flag = app.add_option(
+      "--schedule", o.schedule, "with --pp: gpipe, 1f1b, interleaved:V (V chunks a rank) or zbh1 (zero-bubble H1: weight gradients deferred)");
   app.add_flag("--sequence-parallel", o.sequence_parallel,
                "with --tp: the activations between the tensor regions split by tokens (all-gather in, reduce-scatter out)");
   app.add_option("--stage", o.stage, "ZeRO stage")->check(CLI::Range(0, 3));
@@ -869,6 +886,7 @@ int main(int argc, char** argv) {
                "zero_quantized_gradients (ZeRO++ qgZ, stage 3): the gradient reduce-scatter as int4, through "
                "--topology's levels");
   CLI11_PARSE(app, argc, argv);
+  o.schedule_given = schedule_flag->count() > 0;
 #if defined(__GLIBC__)
   // Activation buffers of checkpointed blocks are freed and allocated again every step. Keep freed
   // memory in the heap for reuse instead of returning it to the kernel and faulting it back in (what

@@ -14,6 +14,7 @@ struct Options {
   bool sequence_parallel = false;  ///< --sequence-parallel: with --tp, activations between the tensor regions split by tokens
   int pp = 1;                      ///< --pp: pipeline stages (pipeline_parallelism.num_stages)
   std::string schedule = "1f1b";   ///< --schedule: the pipeline schedule (pipeline_parallelism.schedule)
+  bool schedule_given = false;     ///< --schedule was on the command line (else 1f1b, or the config's)
   int stage = 2;
   std::string precision = "bf16";
   std::string config_file;

@@ -10,7 +10,8 @@
 #    pipeline 4 x tensor 1 x data 2; re-saved there without training, each exports the same tensor
 #    bytes, and training goes on;
 #  - refusals name the flags: more stages x chunks than layers, a schedule the micro-batches do not fit, --tp x --pp not dividing the
-#    ranks, --pp against a config's stage count.
+#    ranks, --pp against a config's stage count, --schedule without --pp or beside --config; --pp at
+#    --gas 1 prints a note on its bubble.
 # Registered as the CTest example.02_gpt_pp.
 #
 #   examples/02_gpt/pp_test.sh BIN ZEROTK_CKPT WORK_DIR
@@ -84,6 +85,13 @@ refused "--tp 2 --pp 2" "--ranks 2" -- --tp 2 --pp 2
 grep -q '"num_stages": 2' "$dir/pp2.json" || fail "--print-config lacks the stage count" "$(cat "$dir/pp2.json")"
 "$bin" --print-config --ranks 2 > "$dir/pp1.json"
 refused "--pp 2" "pipeline stages 1" -- --pp 2 --config "$dir/pp1.json"
+# --schedule is refused where it would be dropped (issue 57 item 4), and --pp without enough
+# micro-batches says why the pipeline runs serially (item 5).
+refused "--schedule gpipe" "there is no pipeline" -- --schedule gpipe
+refused "--schedule gpipe" "which --config replaces" -- --schedule gpipe --config "$dir/pp1.json"
+note=$("$bin" --ranks 2 --pp 2 --steps 1 --eval-size 10 --csv "" 2>&1)
+grep -q "note: 2 pipeline stages with 1 micro-batch a step.*= 0.50 of the step); --gas 2 or more" <<<"$note" ||
+  fail "--pp 2 at --gas 1 gave no note on the serial pipeline" "$note"
 
 echo "PASS: pipeline 2 x data 2 reaches $acc (bubble $bubble measured, 0.200 by the formula); gpipe, zbh1 and interleaved:2 train;" \
   "pipeline 2 x tensor 2 x data 2 reaches ${acc3[2]} at stage 2 and the same at stage 3; stages 0 and 1 train;" \
