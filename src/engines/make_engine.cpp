@@ -33,55 +33,27 @@ struct DropFirst<EngineList<First, Es...>> {
 };
 
 // One family's engine types: the X-macro list after a placeholder that DropFirst removes (each
-// entry expands with a leading comma).
+// entry expands with a leading comma), or none when the library was built without the family
+// (ZEROTK_ENGINES_<FAMILY> is 0 or 1: zerotk/engines.hpp defines the ones not set).
 #define ZEROTK_ENGINE_TYPE_(...) , ::zerotk::Engine<__VA_ARGS__>
-#define ZEROTK_FAMILY_(LIST) typename DropFirst<EngineList<void LIST(ZEROTK_ENGINE_TYPE_)>>::type
+#define ZEROTK_FAMILY_0_(LIST) EngineList<>
+#define ZEROTK_FAMILY_1_(LIST) typename DropFirst<EngineList<void LIST(ZEROTK_ENGINE_TYPE_)>>::type
+#define ZEROTK_FAMILY_CAT_(built) ZEROTK_FAMILY_##built##_
+#define ZEROTK_FAMILY_(built, LIST) ZEROTK_FAMILY_CAT_(built)(LIST)
 
-#if ZEROTK_ENGINES_ADAMW_FP32
-using AdamwFp32 = ZEROTK_FAMILY_(ZEROTK_ENGINES_LIST_ADAMW_FP32);
-#else
-using AdamwFp32 = EngineList<>;
-#endif
-#if ZEROTK_ENGINES_ADAMW_BF16
-using AdamwBf16 = ZEROTK_FAMILY_(ZEROTK_ENGINES_LIST_ADAMW_BF16);
-#else
-using AdamwBf16 = EngineList<>;
-#endif
-#if ZEROTK_ENGINES_ADAMW_FP16
-using AdamwFp16 = ZEROTK_FAMILY_(ZEROTK_ENGINES_LIST_ADAMW_FP16);
-#else
-using AdamwFp16 = EngineList<>;
-#endif
-#if ZEROTK_ENGINES_OFFLOAD_CPU
-using OffloadCpu = ZEROTK_FAMILY_(ZEROTK_ENGINES_LIST_OFFLOAD_CPU);
-#else
-using OffloadCpu = EngineList<>;
-#endif
-#if ZEROTK_ENGINES_OFFLOAD_NVME
-using OffloadNvme = ZEROTK_FAMILY_(ZEROTK_ENGINES_LIST_OFFLOAD_NVME);
-#else
-using OffloadNvme = EngineList<>;
-#endif
-#if ZEROTK_ENGINES_LION
-using LionFamily = ZEROTK_FAMILY_(ZEROTK_ENGINES_LIST_LION);
-#else
-using LionFamily = EngineList<>;
-#endif
-#if ZEROTK_ENGINES_ONEBIT
-using OneBitFamily = ZEROTK_FAMILY_(ZEROTK_ENGINES_LIST_ONEBIT);
-#else
-using OneBitFamily = EngineList<>;
-#endif
-#if ZEROTK_ENGINES_COMPRESSION
-using CompressionFamily = ZEROTK_FAMILY_(ZEROTK_ENGINES_LIST_COMPRESSION);
-#else
-using CompressionFamily = EngineList<>;
-#endif
+using CompiledSet = decltype(ZEROTK_FAMILY_(ZEROTK_ENGINES_ADAMW_FP32, ZEROTK_ENGINES_LIST_ADAMW_FP32){} +
+                             ZEROTK_FAMILY_(ZEROTK_ENGINES_ADAMW_BF16, ZEROTK_ENGINES_LIST_ADAMW_BF16){} +
+                             ZEROTK_FAMILY_(ZEROTK_ENGINES_ADAMW_FP16, ZEROTK_ENGINES_LIST_ADAMW_FP16){} +
+                             ZEROTK_FAMILY_(ZEROTK_ENGINES_OFFLOAD_CPU, ZEROTK_ENGINES_LIST_OFFLOAD_CPU){} +
+                             ZEROTK_FAMILY_(ZEROTK_ENGINES_OFFLOAD_NVME, ZEROTK_ENGINES_LIST_OFFLOAD_NVME){} +
+                             ZEROTK_FAMILY_(ZEROTK_ENGINES_LION, ZEROTK_ENGINES_LIST_LION){} +
+                             ZEROTK_FAMILY_(ZEROTK_ENGINES_ONEBIT, ZEROTK_ENGINES_LIST_ONEBIT){} +
+                             ZEROTK_FAMILY_(ZEROTK_ENGINES_COMPRESSION, ZEROTK_ENGINES_LIST_COMPRESSION){});
 #undef ZEROTK_FAMILY_
+#undef ZEROTK_FAMILY_CAT_
+#undef ZEROTK_FAMILY_1_
+#undef ZEROTK_FAMILY_0_
 #undef ZEROTK_ENGINE_TYPE_
-
-using CompiledSet = decltype(AdamwFp32{} + AdamwBf16{} + AdamwFp16{} + OffloadCpu{} + OffloadNvme{} + LionFamily{} +
-                             OneBitFamily{} + CompressionFamily{});
 
 /// How many of the nearest compiled engines a refusal names.
 constexpr std::size_t kNearest = 3;
