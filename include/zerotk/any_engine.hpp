@@ -55,8 +55,13 @@ struct Config;
 namespace comm {
 class AnyCommunicator;
 struct CommStats;
+struct LinkStats;
+class Topology;
 struct TopologyOptions;
 }  // namespace comm
+namespace compress {
+struct QuantizedStats;
+}  // namespace compress
 namespace engine {
 struct GridPlace;
 struct ShardTable;
@@ -181,6 +186,17 @@ class AnyEngine {
   std::size_t flat_numel() const;
   std::size_t bucket_count() const;
   std::vector<DType> stored_dtypes() const;
+  /// The data group's topology, and what its hierarchical collectives sent per link level (null
+  /// when flat); with hpZ the group communicator's counters; ZeRO++ qwZ / qgZ's figures (null when
+  /// off): zerotk/engine/introspection.hpp documents each.
+  const comm::Topology& topology() const;
+  const comm::LinkStats* link_stats() const;
+  const comm::CommStats* group_comm_stats() const;
+  const compress::QuantizedStats* quantized_weights_stats() const;
+  const compress::QuantizedStats* quantized_gradients_stats() const;
+  /// OffloadParams<Nvme>: host bytes of the shard's blocks kept in memory (max_in_cpu); 0 for an
+  /// engine whose parameters are not offloaded to NVMe.
+  std::size_t param_bytes_in_cpu() const;
 
   // ---- state ------------------------------------------------------------------------------------
   EngineState state() const;
@@ -227,6 +243,12 @@ AnyEngine make_any_engine(const config::Config& cfg, engine::ErasedInputs inputs
 AnyEngine make_any_engine_from_file(const std::filesystem::path& ds_config, engine::ErasedInputs inputs,
                                     const EngineOptionsEdit& edit);
 }  // namespace detail
+
+/// The compiled engine make_engine builds for `cfg`, in words (its policies, as config::describe
+/// names them). Throws make_engine's config_error, naming the config's combination and the nearest
+/// compiled engines, when none fits: a trainer asks before it starts its ranks, so that a config
+/// the binary cannot run fails once, in one place. Needs zerotk::engines.
+std::string compiled_engine_for(const config::Config& cfg);
 
 /// The compiled engine whose structure fits `cfg`, built over `comm_or_grid` (a host-memory
 /// communicator, or a comm::ProcessGrid of one: ZeRO over its data group) and `model`, with the

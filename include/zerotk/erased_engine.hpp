@@ -18,6 +18,8 @@
 #include "zerotk/any_engine.hpp"
 #include "zerotk/comm/any.hpp"
 #include "zerotk/comm/communicator.hpp"
+#include "zerotk/comm/hierarchical.hpp"
+#include "zerotk/compress/quantized_collectives.hpp"
 #include "zerotk/core/error.hpp"
 #include "zerotk/core/memory.hpp"
 #include "zerotk/engine/api.hpp"
@@ -74,6 +76,12 @@ class ErasedEngine {
   virtual std::size_t flat_numel() const = 0;
   virtual std::size_t bucket_count() const = 0;
   virtual std::vector<DType> stored_dtypes() const = 0;
+  virtual const comm::Topology& topology() const = 0;
+  virtual const comm::LinkStats* link_stats() const = 0;
+  virtual const comm::CommStats* group_comm_stats() const = 0;
+  virtual const compress::QuantizedStats* quantized_weights_stats() const = 0;
+  virtual const compress::QuantizedStats* quantized_gradients_stats() const = 0;
+  virtual std::size_t param_bytes_in_cpu() const = 0;
 
   // state
   virtual EngineState state() const = 0;
@@ -140,6 +148,18 @@ class ErasedEngineOf final : public ErasedEngine {
   std::size_t flat_numel() const override { return e_.flat_numel(); }
   std::size_t bucket_count() const override { return e_.bucket_count(); }
   std::vector<DType> stored_dtypes() const override { return e_.stored_dtypes(); }
+  const comm::Topology& topology() const override { return e_.topology(); }
+  const comm::LinkStats* link_stats() const override { return e_.link_stats(); }
+  const comm::CommStats* group_comm_stats() const override { return e_.group_comm_stats(); }
+  const compress::QuantizedStats* quantized_weights_stats() const override { return e_.quantized_weights_stats(); }
+  const compress::QuantizedStats* quantized_gradients_stats() const override { return e_.quantized_gradients_stats(); }
+  std::size_t param_bytes_in_cpu() const override {
+    if constexpr (requires(const E& e) { e.param_bytes_in_cpu(); }) {
+      return e_.param_bytes_in_cpu();
+    } else {
+      return 0;
+    }
+  }
 
   EngineState state() const override { return e_.state(); }
   EngineState scalar_state() const override { return e_.scalar_state(); }

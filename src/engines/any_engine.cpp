@@ -51,6 +51,12 @@ std::size_t AnyEngine::parameter_count() const { return impl_->parameter_count()
 std::size_t AnyEngine::flat_numel() const { return impl_->flat_numel(); }
 std::size_t AnyEngine::bucket_count() const { return impl_->bucket_count(); }
 std::vector<DType> AnyEngine::stored_dtypes() const { return impl_->stored_dtypes(); }
+const comm::Topology& AnyEngine::topology() const { return impl_->topology(); }
+const comm::LinkStats* AnyEngine::link_stats() const { return impl_->link_stats(); }
+const comm::CommStats* AnyEngine::group_comm_stats() const { return impl_->group_comm_stats(); }
+const compress::QuantizedStats* AnyEngine::quantized_weights_stats() const { return impl_->quantized_weights_stats(); }
+const compress::QuantizedStats* AnyEngine::quantized_gradients_stats() const { return impl_->quantized_gradients_stats(); }
+std::size_t AnyEngine::param_bytes_in_cpu() const { return impl_->param_bytes_in_cpu(); }
 
 EngineState AnyEngine::state() const { return impl_->state(); }
 EngineState AnyEngine::scalar_state() const { return impl_->scalar_state(); }

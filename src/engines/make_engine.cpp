@@ -69,18 +69,18 @@ AnyEngine make_one(const config::Config& cfg, engine::ErasedInputs& in, const En
   return AnyEngine(std::move(impl));
 }
 
+/// The index in the set of the first compiled engine whose structure fits `cfg`; throws the
+/// config_error that names the config's combination and the nearest compiled engines when none does.
 template <class... Es>
-AnyEngine pick(const config::Config& cfg, engine::ErasedInputs& in, const EngineOptionsEdit& edit, EngineList<Es...>) {
+std::size_t fitting(const config::Config& cfg, EngineList<Es...>) {
   constexpr std::size_t n = sizeof...(Es);
   if constexpr (n == 0) {
     throw config_error("the compiled engine set is empty: zerotk::engines was built with ZEROTK_ENGINES empty",
                        "ZEROTK_ENGINES");
   } else {
-    using Maker = AnyEngine (*)(const config::Config&, engine::ErasedInputs&, const EngineOptionsEdit&);
     const std::array<std::vector<config_error>, n> misfits{config::check_structure<Es>(cfg)...};
-    constexpr std::array<Maker, n> makers{&make_one<Es>...};
     for (std::size_t i = 0; i < n; ++i) {
-      if (misfits[i].empty()) return makers[i](cfg, in, edit);
+      if (misfits[i].empty()) return i;
     }
     // None fits: the nearest are those that differ in the fewest choices (ties: the set's order).
     const std::array<std::string, n> names{config::describe<Es>()...};
@@ -101,6 +101,19 @@ AnyEngine pick(const config::Config& cfg, engine::ErasedInputs& in, const Engine
   }
 }
 
+template <class... Es>
+AnyEngine pick(const config::Config& cfg, engine::ErasedInputs& in, const EngineOptionsEdit& edit, EngineList<Es...> set) {
+  using Maker = AnyEngine (*)(const config::Config&, engine::ErasedInputs&, const EngineOptionsEdit&);
+  constexpr std::array<Maker, sizeof...(Es)> makers{&make_one<Es>...};
+  return makers[fitting(cfg, set)](cfg, in, edit);
+}
+
+template <class... Es>
+std::string describe_fitting(const config::Config& cfg, EngineList<Es...> set) {
+  const std::array<std::string, sizeof...(Es)> names{config::describe<Es>()...};
+  return names[fitting(cfg, set)];
+}
+
 }  // namespace
 
 AnyEngine make_any_engine(const config::Config& cfg, engine::ErasedInputs inputs, const EngineOptionsEdit& edit) {
@@ -108,3 +121,7 @@ AnyEngine make_any_engine(const config::Config& cfg, engine::ErasedInputs inputs
 }
 
 }  // namespace zerotk::detail
+
+namespace zerotk {
+std::string compiled_engine_for(const config::Config& cfg) { return detail::describe_fitting(cfg, detail::CompiledSet{}); }
+}  // namespace zerotk

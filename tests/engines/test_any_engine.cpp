@@ -163,7 +163,32 @@ TEST_CASE("a config no compiled engine fits is refused naming its combination an
       CHECK(what.find("the nearest of the") != std::string::npos);
       CHECK(what.find("Stage<1>") != std::string::npos);  // a near one: same stage, other optimizer
       CHECK(what.find("ZEROTK_ENGINES") != std::string::npos);
+      // compiled_engine_for refuses it with the same words, without a communicator or a model
+      try {
+        (void)compiled_engine_for(cfg);
+        FAIL("compiled_engine_for accepted a config no compiled engine fits");
+      } catch (const config_error& e2) {
+        CHECK(std::string(e2.what()) == what);
+      }
     }
+  });
+}
+
+TEST_CASE("compiled_engine_for names the engine make_engine builds; AnyEngine reports its links and offload") {
+  const config::Config cfg = load(2, "bf16", 2);
+  const std::string name = compiled_engine_for(cfg);
+  CHECK(name.find("Stage<2>") != std::string::npos);
+  CHECK(name.find("Precision<bf16>") != std::string::npos);
+  comm::run_threads(2, [&](auto& comm) {
+    zt_test::Mlp<float> model;
+    AnyEngine e = make_engine(cfg, comm, model);
+    CHECK(e.description() == name);
+    CHECK(e.topology().levels() == 1);  // flat: no hierarchical collectives, no ZeRO++ exchanges
+    CHECK(e.link_stats() == nullptr);
+    CHECK(e.group_comm_stats() == nullptr);
+    CHECK(e.quantized_weights_stats() == nullptr);
+    CHECK(e.quantized_gradients_stats() == nullptr);
+    CHECK(e.param_bytes_in_cpu() == 0);  // parameters not offloaded to NVMe
   });
 }
 
