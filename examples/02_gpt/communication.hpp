@@ -2,7 +2,7 @@
 // (a straggler injected on rank R: compute spun on its thread) and what a run sent per link level
 // (--topology 2 --ranks-per-node K) and through ZeRO++'s quantized exchanges (--quantized-weights,
 // --quantized-gradients). main.cpp turns the flags into the config's `communication` block and
-// zero_optimization keys; train.hpp calls these.
+// zero_optimization keys; train.cpp calls these.
 #pragma once
 
 #include <time.h>

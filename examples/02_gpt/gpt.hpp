@@ -104,7 +104,7 @@ struct Config {
 /// The tensor-parallel group the model's blocks split across, and the collectives their region
 /// operators need over float buffers. Size 1 (the default) splits nothing and calls nothing. A
 /// trainer fills the functions from zerotk::parallel's region operators over its process grid's
-/// tensor group (examples/02_gpt/train.hpp does).
+/// tensor group (examples/02_gpt/train.cpp does).
 struct TensorParallel {
   int size = 1;
   int rank = 0;

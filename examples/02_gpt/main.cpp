@@ -16,8 +16,9 @@
 //   mpirun -np 2 build/default/examples/02_gpt/zerotk_example_02_gpt --mpi
 //
 // The flags are turned into a DeepSpeed config (--print-config prints it and exits), so both paths go
-// through the same reader, validation and engine dispatch. This file holds the flags, the config and the
-// dispatch; train.hpp the training loop, compiled per engine type in train_*.cpp (engines.hpp).
+// through the same reader and validation; the engine is the compiled engine set's engine for the
+// config (zerotk::AnyEngine, zerotk::engines). This file holds the flags and the config; train.cpp the
+// training loop (run.hpp).
 #include <CLI/CLI.hpp>
 #include <unistd.h>  // access(): is --nvme-path writable
 #if defined(__GLIBC__)
@@ -42,13 +43,14 @@
 #include <zerotk/config/reader.hpp>
 #include <zerotk/config/structure.hpp>
 #include <zerotk/config/writer.hpp>
+#include <zerotk/any_engine.hpp>
 #include <zerotk/engine_config.hpp>
 
 #include "communication.hpp"
 #include "data.hpp"
-#include "engines.hpp"
 #include "evaluate.hpp"
 #include "gpt.hpp"
+#include "run.hpp"
 
 namespace {
 
@@ -670,6 +672,9 @@ int run(const Options& o, const gpt::Config& model_config, TrainContext::FillBat
                               "communication.slow_node_* key (e.g. \"slow_node_tolerance\": 0.1)",
                               "--slow-rank " + o.slow_rank, o.config_file);
   }
+  // The compiled engine the config asks for (zerotk::engines): a config that none fits is refused
+  // here, naming its combination and the nearest compiled engines, before any rank starts.
+  const std::string engine = zerotk::compiled_engine_for(cfg);
   const int tensor = cfg.tensor_parallel_size, data = cfg.data_parallel_size, stages = cfg.pipeline.stages;
   if (root && stages > 1 && cfg.gradient_accumulation_steps < stages) {  // issue 57 item 5: say why it is slow
     const int m = cfg.gradient_accumulation_steps;
@@ -691,26 +696,13 @@ int run(const Options& o, const gpt::Config& model_config, TrainContext::FillBat
                 std::string(zerotk::to_string(cfg.precision())).c_str(), static_cast<long long>(cfg.train_batch_size),
                 static_cast<long long>(cfg.train_micro_batch_size_per_gpu),
                 static_cast<long long>(cfg.gradient_accumulation_steps), data, tensor * stages > 1 ? "data ranks" : "ranks");
+    std::printf("engine: %s (the compiled engine set's, zerotk::engines)\n", engine.c_str());
   }
 
   Summary summary;
   summary.memory.resize(static_cast<std::size_t>(world));
   const TrainContext ctx{o, cfg, model_config, std::move(fill_batch), std::move(evaluate)};
-  auto launch = [&]<class Engine>(std::type_identity<Engine>) {
-    train<Engine>(ctx, mpi_world, summary);
-    return 0;
-  };
-  zerotk::config::dispatch<E<0, zerotk::fp32>, E<1, zerotk::fp32>, E<2, zerotk::fp32>, E<3, zerotk::fp32>,
-                           E<0, zerotk::bf16>, E<1, zerotk::bf16>, E<2, zerotk::bf16>, E<3, zerotk::bf16>,
-                           E<0, zerotk::fp16>, E<1, zerotk::fp16>, E<2, zerotk::fp16>, E<3, zerotk::fp16>,
-                           E<1, zerotk::bf16, OptCpu>, E<2, zerotk::bf16, OptCpu>, E<3, zerotk::bf16, OptCpu>,
-                           E<3, zerotk::bf16, ParamCpu>, E<3, zerotk::bf16, OptCpu, ParamCpu>,
-                           E<3, zerotk::fp32, OptCpu, ParamCpu>, E<3, zerotk::bf16, OptNvme>,
-                           E<3, zerotk::bf16, OptNvme, ParamCpu>, E<3, zerotk::bf16, OptNvme, ParamNvme>,
-                           E<3, zerotk::bf16, OptCpu, ParamNvme>, E<3, zerotk::bf16, ParamNvme>,
-                           OneBit<zerotk::fp32>, OneBit<zerotk::bf16>, ZeroOne, OneBitLambE, LionE<1>, LionE<2>,
-                           LionE<3>, LionE<3, OptCpu>,
-                           Compressed<zerotk::TopK>, Compressed<zerotk::TwoBit>, Compressed<zerotk::Sign>>(cfg, launch);
+  train(ctx, mpi_world, summary);
   if (!root) return 0;
   print_memory_table(summary, cfg.zero_optimization.stage, std::string(zerotk::to_string(cfg.precision())), world,
                      static_cast<int>(cfg.gradient_accumulation_steps),

@@ -1,5 +1,5 @@
 // examples/02_gpt/options.hpp: the demo's command-line flags. main.cpp parses them and turns them into
-// a DeepSpeed config; train.hpp reads the ones that are not config keys (steps, checkpoints, seeds).
+// a DeepSpeed config; train.cpp reads the ones that are not config keys (steps, checkpoints, seeds).
 #pragma once
 
 #include <cstdint>

@@ -3,7 +3,8 @@
 // step. Without a pipeline that is the whole model and one engine, stepping once per micro-batch of
 // the accumulation; with one (the config's pipeline.stages > 1), this rank's chunks of the layers
 // (pipeline_stage.hpp), an engine per chunk, and the schedule's executor running the step's
-// micro-batches through the stages.
+// micro-batches through the stages. Each engine is a zerotk::AnyEngine that make_engine builds from
+// the config: the compiled engine set's engine for it (zerotk::engines).
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -12,11 +13,12 @@
 #include <string>
 #include <vector>
 
+#include <zerotk/any_engine.hpp>
 #include <zerotk/comm/grid.hpp>
-#include <zerotk/engine_config.hpp>
+#include <zerotk/engine/options.hpp>
 #include <zerotk/pipeline.hpp>
 
-#include "engines.hpp"
+#include "run.hpp"
 #include "evaluate.hpp"
 #include "gpt.hpp"
 #include "pipeline_stage.hpp"
@@ -58,12 +60,14 @@ struct TimedScope {
   }
 };
 
-template <class Engine, class Comm>
+template <class Comm>
 class Replica {
  public:
   using Clock = std::chrono::steady_clock;
+  using Engine = zerotk::AnyEngine;
 
-  Replica(zerotk::comm::ProcessGrid<Comm>& grid, gpt::Gpt& model, const TrainContext& ctx, const zerotk::EngineOptions& eo)
+  /// `edit`: what this model adds to the options the config gives each chunk's engine.
+  Replica(zerotk::comm::ProcessGrid<Comm>& grid, gpt::Gpt& model, const TrainContext& ctx, const zerotk::EngineOptionsEdit& edit)
       : grid_(grid), model_(model), ctx_(ctx), pp_(grid.size(zerotk::comm::GridDim::pipeline)) {
     const int layers = model.layer_count();
     if (pp_ == 1) {
@@ -80,7 +84,7 @@ class Replica {
         chunks_.push_back(GptStage{&model, static_cast<int>(bounds_[k]), static_cast<int>(bounds_[k + 1])});
       }
     }
-    for (GptStage& c : chunks_) engines_.push_back(std::make_unique<Engine>(grid, c, eo));
+    for (GptStage& c : chunks_) engines_.push_back(std::make_unique<Engine>(zerotk::make_engine(ctx.cfg, grid, c, edit)));
     if (pp_ > 1) {
       schedule_ = zerotk::pipeline::make_schedule(spec_, pp_, static_cast<int>(ctx.cfg.gradient_accumulation_steps));
       executor_ = std::make_unique<zerotk::pipeline::Executor<Comm>>(grid, schedule_);
@@ -105,17 +109,15 @@ class Replica {
   /// Every engine's bound parameters get the model's initial values, written by `init` once while
   /// every chunk is gathered (at stage 3 into the shards; data rank 0's for its data group). Once:
   /// `init` writes every bound parameter, and a second call inside another chunk's gather would
-  /// leave the first chunk's float compute copies unrounded behind its engine's back.
+  /// leave the first chunk's float compute copies unrounded behind its engine's back. (make_engine
+  /// gave each engine the config's LR scheduler.)
   template <class Init>
   void initialize(Init&& init) {
     {
       Gathered g(*this, 0);
       init();
     }
-    for (auto& e : engines_) {
-      e->initialize_master();
-      if (auto s = zerotk::lr_scheduler(ctx_.cfg)) e->set_scheduler(*s);
-    }
+    for (auto& e : engines_) e->initialize_master();
   }
 
   /// One optimizer step (`index`: the step's number, which decides its data). `user_ms` gets the time

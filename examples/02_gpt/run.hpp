@@ -1,9 +1,8 @@
-// examples/02_gpt/engines.hpp: the engine types this binary is built with, what a run reports, and the
-// declaration of train<Engine>(), one engine type's training. Every engine type here is one of the
-// compiled engine set's (zerotk/engines/set.hpp): linked from zerotk::engines when it is built, so the
-// training loops compile without the engines' weight. train<E> is compiled in files of its own (train_stages.cpp, train_offload.cpp,
-// train_compressed.cpp, train_lion.cpp) that build side by side; main.cpp's dispatch only names the types, and a type
-// it names that none of them compiles fails to link.
+// examples/02_gpt/run.hpp: what one run is (the flags, the config, the model's shape and task), what it
+// reports, and train(), which trains it: over zerotk::AnyEngine, so the engine the config asks for is
+// picked at run time from the compiled engine set (zerotk::engines) and this example compiles none of
+// the engines itself. train() is compiled in train.cpp; main.cpp asks zerotk::compiled_engine_for
+// first, so a config no compiled engine fits is refused before any rank starts.
 #pragma once
 
 #include <array>
@@ -12,8 +11,8 @@
 #include <functional>
 #include <vector>
 
-#include <zerotk/engine_config.hpp>
-#include <zerotk/engines.hpp>  // the compiled engine set (zerotk::engines), when linked
+#include <zerotk/core/memory.hpp>
+#include <zerotk/config/options.hpp>
 #if ZEROTK_HAS_MPI
 #include <zerotk/comm/mpi.hpp>
 #endif
@@ -24,41 +23,6 @@
 #include "options.hpp"
 
 namespace gpt_demo {
-
-// The engine types this binary is compiled with; dispatch picks the one the config asks for. Each
-// engine type is compiled in full, so only what the flags reach is listed: every stage and precision
-// without offload; --offload-optimizer cpu at stages 1-3 in bf16; --offload-param cpu at stage 3 in
-// bf16 (alone or with the optimizer offloaded) and fp32 (with both); --offload-optimizer nvme at stage 3
-// in bf16 (alone, with --offload-param cpu or with --offload-param nvme); --offload-param nvme with the
-// optimizer state offloaded to cpu or not offloaded, in bf16. A config asking for another
-// combination gets dispatch's error naming every candidate. train_stages.cpp, train_offload.cpp,
-// train_compressed.cpp and train_lion.cpp compile train<E> for them.
-template <int S, class P, class... Offloads>
-using E = zerotk::Engine<zerotk::Partitioner<zerotk::Stage<S>>, zerotk::Optimizer<zerotk::AdamW>, zerotk::Precision<P>,
-                         Offloads...>;
-/// --optimizer onebitadam: 1-bit Adam runs at stage 0 (DeepSpeed's rule too).
-template <class P>
-using OneBit = zerotk::Engine<zerotk::Partitioner<zerotk::Stage<0>>, zerotk::Optimizer<zerotk::OneBitAdam>,
-                              zerotk::Precision<P>>;
-/// --optimizer zerooneadam: 0/1 Adam at stage 0, in fp32 in this binary.
-using ZeroOne = zerotk::Engine<zerotk::Partitioner<zerotk::Stage<0>>, zerotk::Optimizer<zerotk::ZeroOneAdam>,
-                               zerotk::Precision<zerotk::fp32>>;
-/// --optimizer onebitlamb: 1-bit LAMB at stage 0, in fp32 in this binary.
-using OneBitLambE = zerotk::Engine<zerotk::Partitioner<zerotk::Stage<0>>, zerotk::Optimizer<zerotk::OneBitLamb>,
-                                   zerotk::Precision<zerotk::fp32>>;
-/// --optimizer lion: DeepSpeed's Lion (one moment, a sign update) at stages 1-3 in bf16, and at stage 3
-/// with the optimizer state offloaded to cpu; the same ZeRO machinery as AdamW, half its state.
-template <int S, class... Offloads>
-using LionE = zerotk::Engine<zerotk::Partitioner<zerotk::Stage<S>>, zerotk::Optimizer<zerotk::Lion>,
-                             zerotk::Precision<zerotk::bf16>, Offloads...>;
-/// --compress: gradient compression at stage 0, in fp32 in this binary.
-template <class Codec>
-using Compressed = zerotk::Engine<zerotk::Partitioner<zerotk::Stage<0>>, zerotk::Optimizer<zerotk::AdamW>,
-                                  zerotk::Precision<zerotk::fp32>, zerotk::GradientCompression<Codec>>;
-using OptCpu = zerotk::Offload<zerotk::Cpu>;
-using OptNvme = zerotk::Offload<zerotk::Nvme>;
-using ParamCpu = zerotk::OffloadParams<zerotk::Cpu>;
-using ParamNvme = zerotk::OffloadParams<zerotk::Nvme>;
 
 /// What rank 0 reports at the end (filled after training).
 struct Summary {
@@ -106,9 +70,8 @@ struct MpiWorld {  // never constructed: --mpi is refused without MPI
 };
 #endif
 
-/// Trains `Engine` on the run's ranks (threads, or this process's MPI rank when `ctx.o.mpi`) and fills
-/// `summary` (rank 0's view). Compiled in train_*.cpp for every engine type above.
-template <class Engine>
+/// Trains the run on its ranks (threads, or this process's MPI rank when `ctx.o.mpi`) with the
+/// compiled engine the config asks for, and fills `summary` (rank 0's view). Compiled in train.cpp.
 void train(const TrainContext& ctx, MpiWorld* mpi_world, Summary& summary);
 
 }  // namespace gpt_demo

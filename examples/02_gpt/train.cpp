@@ -1,7 +1,7 @@
-// examples/02_gpt/train.hpp: one rank's training loop and train<Engine>(), included by the train_*.cpp
-// files that compile it for the engine types of engines.hpp: data, the engine's layer scopes, activation
-// checkpointing, checkpoints (--save, --load), the csv_monitor and progress line, and the summary.
-#pragma once
+// examples/02_gpt/train.cpp: one rank's training loop and train() (run.hpp): data, the engine's layer
+// scopes, activation checkpointing, checkpoints (--save, --load), the csv_monitor and progress line,
+// and the summary. The engine is a zerotk::AnyEngine (replica.hpp), so this file is compiled once,
+// for the threads and the MPI communicator, whichever engine a run asks for.
 
 #include <algorithm>
 #include <chrono>
@@ -16,20 +16,25 @@
 #include <vector>
 
 #include <zerotk/activation.hpp>
+#include <zerotk/any_engine.hpp>
 #include <zerotk/checkpoint/save_16bit.hpp>
 #include <zerotk/comm/grid.hpp>
 #include <zerotk/comm/threads.hpp>
+#include <zerotk/compress/quantized_collectives.hpp>
+#include <zerotk/engine/options.hpp>
+#include <zerotk/engine_config.hpp>  // grid_shape
 #include <zerotk/monitor/progress.hpp>
 #include <zerotk/monitor/training_log.hpp>
 #if ZEROTK_HAS_XXHASH
 #include <zerotk/checkpoint.hpp>
 #endif
 
-#include "engines.hpp"
 #include "replica.hpp"
+#include "run.hpp"
 #include "tensor_group.hpp"
 
 namespace gpt_demo {
+namespace {
 
 /// --load: restores the engine from the checkpoint (its `latest` tag) and returns the step to go on
 /// from, which the checkpoint's client state holds (the data stream is indexed by step). `tags`: the
@@ -114,27 +119,24 @@ struct Checkpointed {
   }
 };
 
-
-/// The engine options of this example's model from the config: no weight decay for biases,
-/// LayerNorms and embeddings (group 1), the tensor split when there is one, the flags that are no
-/// config key.
-template <class Engine>
-zerotk::EngineOptions gpt_engine_options(const TrainContext& ctx, int tensor) {
-  const Options& o = ctx.o;
-  zerotk::EngineOptions eo = zerotk::engine_options<Engine>(ctx.cfg);
-  if (tensor > 1) eo.tensor_split = gpt::tensor_split;
-  eo.groups = {zerotk::ParamGroup{eo.optimizer}, zerotk::ParamGroup{eo.optimizer}};
-  eo.groups[1].options.weight_decay = 0.0f;
-  eo.group_of = [](std::string_view name) -> std::uint32_t {
-    const bool matrix = name.ends_with(".weight") && name.find("ln") == std::string_view::npos &&
-                        !name.starts_with("wte") && !name.starts_with("wpe");
-    return matrix ? 0 : 1;
+/// What this example's model adds to the engine options the config gives: no weight decay for
+/// biases, LayerNorms and embeddings (group 1), the tensor split when there is one, the flags that
+/// are no config key.
+zerotk::EngineOptionsEdit gpt_engine_edit(const Options& o, int tensor) {
+  return [&o, tensor](zerotk::EngineOptions& eo) {
+    if (tensor > 1) eo.tensor_split = gpt::tensor_split;
+    eo.groups = {zerotk::ParamGroup{eo.optimizer}, zerotk::ParamGroup{eo.optimizer}};
+    eo.groups[1].options.weight_decay = 0.0f;
+    eo.group_of = [](std::string_view name) -> std::uint32_t {
+      const bool matrix = name.ends_with(".weight") && name.find("ln") == std::string_view::npos &&
+                          !name.starts_with("wte") && !name.starts_with("wpe");
+      return matrix ? 0 : 1;
+    };
+    eo.delayed_param_update = o.delayed_param_update;  // no DeepSpeed key: a flag of its own
+    eo.delayed_param_update_start = o.delayed_param_update_start;
+    // --slow-rank R:F (main.cpp has checked it): the detector clocks CPU time on every rank (communication.hpp).
+    if (!o.slow_rank.empty()) eo.communication.slow_ranks.clock_ms = thread_cpu_ms;
   };
-  eo.delayed_param_update = o.delayed_param_update;  // no DeepSpeed key: a flag of its own
-  eo.delayed_param_update_start = o.delayed_param_update_start;
-  // --slow-rank R:F (main.cpp has checked it): the detector clocks CPU time on every rank (communication.hpp).
-  if (!o.slow_rank.empty()) eo.communication.slow_ranks.clock_ms = thread_cpu_ms;
-  return eo;
 }
 
 /// Rank 0's figures after training, from every rank's ledger rows and this rank's engines (a
@@ -171,14 +173,14 @@ void fill_summary(Summary& summary, Replica& replica, gpt::Gpt& model, int tenso
   std::size_t disk = 0;
   for (std::size_t c = 0; c < zerotk::kMemoryCategoryCount; ++c) disk += live(S::disk, static_cast<C>(c));
   summary.disk = disk - summary.params_disk;
-  if constexpr (requires { replica.engine().param_bytes_in_cpu(); }) summary.params_in_cpu = replica.engine().param_bytes_in_cpu();
+  summary.params_in_cpu = replica.engine().param_bytes_in_cpu();
   summary.pinned_other = live(S::pinned_host, C::other);
   for (std::size_t sp = 0; sp < zerotk::kMemorySpaceCount; ++sp) {
     for (std::size_t c = 0; c < zerotk::kMemoryCategoryCount; ++c) summary.spaces[sp][c] = live(static_cast<S>(sp), static_cast<C>(c));
   }
 }
 
-template <class Engine, class Comm>
+template <class Comm>
 void train_rank(Comm& comm, const TrainContext& ctx, Summary& summary, std::mutex& mu) {
   const Options& o = ctx.o;
   const int rank = comm.rank(), world = comm.size();
@@ -188,9 +190,9 @@ void train_rank(Comm& comm, const TrainContext& ctx, Summary& summary, std::mute
   const int data_rank = grid.data_index(), data_size = grid.size(zerotk::comm::GridDim::data);
   const int tensor = grid.size(zerotk::comm::GridDim::tensor);
   gpt::Gpt model(ctx.model_config, gpt::tensor_parallel(grid.tensor(), o.sequence_parallel));
-  Replica<Engine, Comm> replica(grid, model, ctx, gpt_engine_options<Engine>(ctx, tensor));
+  Replica<Comm> replica(grid, model, ctx, gpt_engine_edit(o, tensor));
   replica.initialize([&] { gpt::init_parameters(model, o.seed); });
-  Engine& engine = replica.engine();
+  zerotk::AnyEngine& engine = replica.engine();
   // --slow-rank R:F: rank R spins after each step to F x its own compute (communication.hpp).
   SlowRankInjector inject_slowdown(o.slow_rank.empty() ? SlowRankFlag{} : parse_slow_rank(o.slow_rank), rank);
   Checkpointed checkpointed(model, engine.memory(), ctx.cfg,
@@ -260,7 +262,7 @@ void train_rank(Comm& comm, const TrainContext& ctx, Summary& summary, std::mute
   {  // evaluation reads parameters outside the layers' scopes (stage 3: gathered for it); a split or
      // pipelined model evaluates on every rank of data group 0 together, on every token (no sequence
      // parallel: any batch fits), and rank 0 reports
-    typename Replica<Engine, Comm>::Gathered g(replica);
+    typename Replica<Comm>::Gathered g(replica);
     model.set_sequence_parallel(false);
     if (data_rank == 0) (void)ctx.evaluate(replica.logits(), summary, rank == 0);
   }
@@ -289,17 +291,18 @@ void train_rank(Comm& comm, const TrainContext& ctx, Summary& summary, std::mute
   }
 }
 
-template <class Engine>
+}  // namespace
+
 void train(const TrainContext& ctx, [[maybe_unused]] MpiWorld* mpi_world, Summary& summary) {
   std::mutex mu;  // guards `summary`, which every rank of this process writes at the end
 #if ZEROTK_HAS_MPI
   if (ctx.o.mpi) {
-    train_rank<Engine>(*mpi_world, ctx, summary, mu);
+    train_rank(*mpi_world, ctx, summary, mu);
     return;
   }
 #endif
   // --ranks-per-node: the threads back end simulates nodes of that many ranks (docs/comm.md).
-  zerotk::comm::run_threads(ctx.o.ranks, [&](zerotk::comm::ThreadsCommunicator& c) { train_rank<Engine>(c, ctx, summary, mu); },
+  zerotk::comm::run_threads(ctx.o.ranks, [&](zerotk::comm::ThreadsCommunicator& c) { train_rank(c, ctx, summary, mu); },
                             {.ranks_per_node = ctx.o.ranks_per_node});
 }
 
