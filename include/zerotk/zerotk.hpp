@@ -1,16 +1,20 @@
 #pragma once
 /// \file zerotk/zerotk.hpp
-/// Umbrella header: every layer, the Engine included. Layers that need an optional package (Eigen,
-/// MPI, NCCL, nlohmann-json, ...) are included only when its feature macro is 1; the CUDA device
-/// backend only when nvcc compiles the including file.
+/// Umbrella header: every layer, the Engine included, but not the two parts that would bring a large
+/// third-party header into every file that includes it: the Eigen interop (zerotk/core/eigen.hpp)
+/// and the config layer's JSON reader and writer (config::load, load_file, parse, to_json, ...:
+/// zerotk/config.hpp). Include those where you use them. The config's options, its structure match
+/// and engine_options/grid_shape (zerotk/engine_config.hpp) are here. Layers that need an optional
+/// package (MPI, NCCL, libxxhash, ...) are included only when its feature macro is 1; the CUDA
+/// device backend only when nvcc compiles the including file.
 #include "zerotk/activation.hpp"
 #include "zerotk/comm.hpp"
 #include "zerotk/compress.hpp"
 #include "zerotk/core.hpp"
-#if ZEROTK_HAS_EIGEN
-#include "zerotk/core/eigen.hpp"
-#endif
-#include "zerotk/config.hpp"
+#include "zerotk/config/context.hpp"
+#include "zerotk/config/diagnostics.hpp"
+#include "zerotk/config/options.hpp"
+#include "zerotk/config/structure.hpp"
 #include "zerotk/engine.hpp"
 #if ZEROTK_HAS_XXHASH
 #include "zerotk/checkpoint.hpp"
@@ -42,6 +46,4 @@ ZEROTK_CHECKPOINT_NEEDS_XXHASH_(export_safetensors)
 #include "zerotk/version.hpp"
 #include "zerotk/zero/layout.hpp"
 #include "zerotk/zero/partitioner.hpp"
-#if ZEROTK_HAS_JSON
 #include "zerotk/engine_config.hpp"
-#endif
