@@ -10,9 +10,17 @@ set(ZEROTK_ENGINES "${ZEROTK_ENGINE_FAMILIES}" CACHE STRING
 if(NOT ZEROTK_ENGINES)
   return()
 endif()
+if(NOT TARGET zerotk_runtime)
+  message(FATAL_ERROR "ZEROTK_ENGINES: the compiled engine set links the compiled runtime, which ZEROTK_RUNTIME=OFF "
+                      "leaves out; set ZEROTK_ENGINES to \"\" too, or ZEROTK_RUNTIME=ON")
+endif()
 add_library(zerotk_engines STATIC)
 add_library(zerotk::engines ALIAS zerotk_engines)
 set_target_properties(zerotk_engines PROPERTIES EXPORT_NAME engines)
+# Inside another project (add_subdirectory), built only when something there links it.
+if(NOT PROJECT_IS_TOP_LEVEL)
+  set_target_properties(zerotk_engines PROPERTIES EXCLUDE_FROM_ALL ON)
+endif()
 foreach(_family IN LISTS ZEROTK_ENGINES)
   if(NOT _family IN_LIST ZEROTK_ENGINE_FAMILIES)
     message(FATAL_ERROR "ZEROTK_ENGINES: unknown family '${_family}' (known: ${ZEROTK_ENGINE_FAMILIES})")

@@ -12,12 +12,41 @@ foreach(_c IN LISTS ZEROTK_COMPONENTS_FOUND)
   install(EXPORT zerotk-${_c}Targets NAMESPACE zerotk:: DESTINATION ${ZEROTK_CMAKE_DIR})
 endforeach()
 
+# The compiled libraries, each a component of its own: find_package(zerotk COMPONENTS engines)
+# gives zerotk::engines (and the zerotk::runtime and components it links). Their link interfaces name
+# the components they were built with; the package config loads those first (ZEROTK_COMPILED_DEPS_*).
+# Inside another project they are built only when linked there (EXCLUDE_FROM_ALL), so not installed.
+set(ZEROTK_COMPILED_COMPONENTS "")
+foreach(_c runtime engines)
+  if(TARGET zerotk_${_c} AND PROJECT_IS_TOP_LEVEL)
+    install(TARGETS zerotk_${_c} EXPORT zerotk-${_c}Targets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+    install(EXPORT zerotk-${_c}Targets NAMESPACE zerotk:: DESTINATION ${ZEROTK_CMAKE_DIR})
+    list(APPEND ZEROTK_COMPILED_COMPONENTS ${_c})
+  endif()
+endforeach()
+set(ZEROTK_COMPILED_DEPS_runtime "")
+set(ZEROTK_COMPILED_DEPS_engines runtime)
+foreach(_c openmp uring json)
+  if(TARGET zerotk::${_c})
+    list(APPEND ZEROTK_COMPILED_DEPS_engines ${_c})
+  endif()
+endforeach()
+if(TARGET zerotk::openmp)
+  list(APPEND ZEROTK_COMPILED_DEPS_runtime openmp)
+endif()
+
 configure_package_config_file(cmake/zerotkConfig.cmake.in
   "${CMAKE_CURRENT_BINARY_DIR}/zerotkConfig.cmake"
   INSTALL_DESTINATION ${ZEROTK_CMAKE_DIR})
-# Header-only and ABI-free: any compiler may consume it, so the version file is arch independent.
-write_basic_package_version_file("${CMAKE_CURRENT_BINARY_DIR}/zerotkConfigVersion.cmake"
-  COMPATIBILITY SameMinorVersion ARCH_INDEPENDENT)
+# The headers are ABI-free; the compiled libraries (runtime, engines) are built for this machine's
+# architecture, so the version file checks it only when they are installed.
+if(ZEROTK_COMPILED_COMPONENTS)
+  write_basic_package_version_file("${CMAKE_CURRENT_BINARY_DIR}/zerotkConfigVersion.cmake"
+    COMPATIBILITY SameMinorVersion)
+else()
+  write_basic_package_version_file("${CMAKE_CURRENT_BINARY_DIR}/zerotkConfigVersion.cmake"
+    COMPATIBILITY SameMinorVersion ARCH_INDEPENDENT)
+endif()
 install(FILES
   "${CMAKE_CURRENT_BINARY_DIR}/zerotkConfig.cmake"
   "${CMAKE_CURRENT_BINARY_DIR}/zerotkConfigVersion.cmake"

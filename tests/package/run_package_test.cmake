@@ -29,10 +29,35 @@ if(MODE STREQUAL "find_package_torch")
   return()
 endif()
 
+if(MODE STREQUAL "find_package_engines")
+  # The compiled libraries installed from this build tree (built already: no second build of the
+  # engines), then a trainer over AnyEngine (examples/05_any_engine) that finds them as a user would:
+  # find_package(zerotk COMPONENTS engines), trains and says PASS.
+  run(${CMAKE_COMMAND} --install "${BUILD_DIR}" --prefix "${WORK_DIR}/prefix")
+  foreach(lib zerotk_engines zerotk_runtime)
+    file(GLOB_RECURSE found "${WORK_DIR}/prefix/lib*${lib}.a")
+    if(NOT found)
+      message(FATAL_ERROR "lib${lib}.a was not installed under ${WORK_DIR}/prefix")
+    endif()
+  endforeach()
+  run(${CMAKE_COMMAND} -S "${consumer}" -B "${WORK_DIR}/consumer-build" ${common}
+      -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix -DZEROTK_WANT_COMPONENTS=engines
+      -DZEROTK_ANY_ENGINE_EXAMPLE=${SOURCE_DIR}/examples/05_any_engine)
+  run(${CMAKE_COMMAND} --build "${WORK_DIR}/consumer-build" --target consumer_any)
+  run("${WORK_DIR}/consumer-build/consumer_any" "${SOURCE_DIR}/examples/05_any_engine/ds_config.json")
+  message(STATUS "consumer_any says: ${last_output}")
+  if(NOT last_output MATCHES "engine: Stage<2>, Precision<bf16>" OR NOT last_output MATCHES "PASS")
+    message(FATAL_ERROR "unexpected consumer_any output: ${last_output}")
+  endif()
+  return()
+endif()
+
 if(MODE STREQUAL "find_package" OR MODE STREQUAL "missing_component")
-  # Install zerotk alone (no tests/examples) into a private prefix.
+  # Install zerotk's headers alone (no tests/examples, no compiled libraries: nothing to build;
+  # package.find_package_engines installs those) into a private prefix.
   run(${CMAKE_COMMAND} -S "${SOURCE_DIR}" -B "${WORK_DIR}/zerotk-build" ${common}
       -DZEROTK_BUILD_TESTS=OFF -DZEROTK_BUILD_EXAMPLES=OFF -DZEROTK_BUILD_BENCH=OFF -DZEROTK_CUDA=OFF
+      -DZEROTK_RUNTIME=OFF "-DZEROTK_ENGINES="
       -DCMAKE_INSTALL_PREFIX=${WORK_DIR}/prefix)
   run(${CMAKE_COMMAND} --install "${WORK_DIR}/zerotk-build")
   if(MODE STREQUAL "missing_component")
