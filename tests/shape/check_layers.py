@@ -3,7 +3,8 @@
 
 The order is the one docs/architecture.md writes down (the fenced block after the marker
 "<!-- layer order -->"): each line that starts at column 0 names a layer, lowest first; a folder
-("zero/") covers every header under it, a file ("engine.hpp") itself. An include may name the
+("zero/") covers every header under it, a file ("engine.hpp", "pipeline/engine_hooks.hpp") itself,
+and a file named on a line of its own belongs to that line, not to its folder's. An include may name the
 same layer or one listed before it. Exit 1 with one line per violation, naming both files.
 
   check_layers.py <repo root>
@@ -31,7 +32,11 @@ def layer_order(doc_path):
 
 
 def layer_of(rel, order):
-    """The index in `order` of rel, a path under include/zerotk ('zero/layout.hpp', 'engine.hpp')."""
+    """The index in `order` of rel, a path under include/zerotk ('zero/layout.hpp', 'engine.hpp'):
+    the line naming the file itself ('pipeline/engine_hooks.hpp') if one does, else its folder's."""
+    for i, names in enumerate(order):
+        if rel in names:
+            return i
     head = rel.split("/")[0]
     key = head + "/" if "/" in rel else head
     for i, names in enumerate(order):

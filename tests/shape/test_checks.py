@@ -13,7 +13,8 @@ DOC = """# layers
 core/        the bottom
 zero/        above core
   grads/     (a sub-folder: same layer)
-engine.hpp   the top
+engine.hpp   above zero
+zero/top.hpp  a file named on a line of its own: above engine.hpp, unlike the rest of zero/
 ```
 """
 
@@ -59,6 +60,13 @@ expect("core includes zero", run("check_layers.py", up), 1, "layer core/ include
 unlisted = tree({"include/zerotk/parallel/x.hpp": "\n"})
 expect("a folder missing from the order", run("check_layers.py", unlisted), 1, "not in docs/architecture.md")
 
+own_line = tree({"include/zerotk/zero/top.hpp": '#include "zerotk/engine.hpp"\n', "include/zerotk/engine.hpp": "\n"})
+expect("a file on its own line includes a layer below it", run("check_layers.py", own_line), 0,
+       "every include goes down or sideways")
+under = tree({"include/zerotk/zero/c.hpp": '#include "zerotk/zero/top.hpp"\n', "include/zerotk/zero/top.hpp": "\n"})
+expect("a folder includes its own file listed higher", run("check_layers.py", under), 1,
+       "layer zero/ includes zerotk/zero/top.hpp of layer zero/top.hpp")
+
 long_fn = tree({"include/zerotk/zero/c.hpp": body(81)})
 expect("81-line function", run("check_function_length.py", long_fn, "80", "zero"), 1, "f is 81 lines (limit 80)")
 
@@ -70,5 +78,5 @@ expect("member function with a lambda, braces in strings and comments",
 
 for f in failures:
     print("FAIL:", f)
-print(f"test_checks: {6 - len(failures)} of 6 verdicts as expected")
+print(f"test_checks: {8 - len(failures)} of 8 verdicts as expected")
 sys.exit(1 if failures else 0)

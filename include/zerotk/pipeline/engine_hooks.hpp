@@ -1,7 +1,7 @@
 #pragma once
 /// \file zerotk/pipeline/engine_hooks.hpp
-/// The engine-facing actions on zerotk::Engine: each stage's layers are trained by an Engine built
-/// on the process grid (`Engine(grid, stage_model, options)`: ZeRO over the data group, the norm
+/// The engine-facing actions on a TrainingEngine (zerotk::Engine, or zerotk::AnyEngine as
+/// examples/02_gpt uses): each stage's layers are trained by an engine built on the process grid (`Engine(grid, stage_model, options)`: ZeRO over the data group, the norm
 /// and the loss over the whole grid), stepping once per micro-batch, with the optimizer boundary at
 /// the last (EngineOptions::gradient_accumulation_steps = the schedule's micro-batches).
 ///
@@ -26,8 +26,8 @@
 ///   such engine's norm and overflow check cover its own chunk across the pipeline, not the whole
 ///   model: gradient clipping and loss scaling are refused there, and an overflow skips the step of
 ///   the chunks that overflowed only.
-/// No engine header is included: any type with Engine's step(loss), options() and loss_scale()
-/// works.
+/// Only the engine's face is included (engine/api.hpp): this file sits above engine/ in the layer
+/// order (docs/architecture.md), the rest of pipeline/ below it.
 
 #include <cstddef>
 #include <string>
@@ -35,12 +35,13 @@
 #include <vector>
 
 #include "zerotk/core/error.hpp"
+#include "zerotk/engine/api.hpp"
 #include "zerotk/pipeline/executor.hpp"
 #include "zerotk/pipeline/schedule.hpp"
 
 namespace zerotk::pipeline {
 
-template <class E>
+template <TrainingEngine E>
 class EngineHooks {
  public:
   using Report = decltype(std::declval<E&>().step(0.0));
