@@ -51,7 +51,5 @@ foreach(_c openmp uring)
   endif()
 endforeach()
 if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
-  # As the tests (tests/CMakeLists.txt): a deprecation stays a warning. clang 19 with GCC 12's libstdc++
-  # reports std::stable_sort's own call of the deprecated std::get_temporary_buffer.
-  target_compile_options(zerotk_engines PRIVATE -Wall -Wextra -Wpedantic -Werror -Wno-error=deprecated-declarations)
+  target_compile_options(zerotk_engines PRIVATE -Wall -Wextra -Wpedantic -Werror)
 endif()

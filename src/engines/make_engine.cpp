@@ -86,8 +86,9 @@ std::size_t fitting(const config::Config& cfg, EngineList<Es...>) {
     const std::array<std::string, n> names{config::describe<Es>()...};
     std::array<std::size_t, n> order;
     std::iota(order.begin(), order.end(), std::size_t{0});
-    std::stable_sort(order.begin(), order.end(),
-                     [&](std::size_t a, std::size_t b) { return misfits[a].size() < misfits[b].size(); });
+    std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+      return misfits[a].size() != misfits[b].size() ? misfits[a].size() < misfits[b].size() : a < b;
+    });
     std::string msg = "no engine of the compiled set fits this config (" + config::describe(cfg.structure()) +
                       "); the nearest of the " + std::to_string(n) + " compiled:";
     for (std::size_t k = 0; k < std::min(kNearest, n); ++k) {

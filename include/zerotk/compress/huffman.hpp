@@ -57,8 +57,8 @@ inline Lengths code_lengths(const Counts& counts) {
     len[leaf[0]] = 1;
     return len;
   }
-  std::stable_sort(leaf.begin(), leaf.begin() + static_cast<std::ptrdiff_t>(m),
-                   [&](std::uint16_t a, std::uint16_t b) { return counts[a] < counts[b]; });
+  std::sort(leaf.begin(), leaf.begin() + static_cast<std::ptrdiff_t>(m),  // by count, ties by byte value
+            [&](std::uint16_t a, std::uint16_t b) { return counts[a] != counts[b] ? counts[a] < counts[b] : a < b; });
   // Nodes 0..m-1 are the leaves in that order, m..2m-2 the internal nodes in creation order (their
   // weights never decrease, so the two queues stay sorted).
   std::array<std::uint64_t, 511> weight{};

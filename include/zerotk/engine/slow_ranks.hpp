@@ -254,7 +254,10 @@ inline std::vector<std::int64_t> split_samples(std::int64_t global, std::span<co
     given += whole;
     rest.emplace_back(exact - static_cast<double>(whole), r);
   }
-  std::stable_sort(rest.begin(), rest.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  // Largest remainder first, ties by rank (std::sort with the rank as tie-break: std::stable_sort's
+  // temporary buffer is deprecated API in libstdc++, which clang reports from here).
+  std::sort(rest.begin(), rest.end(),
+            [](const auto& a, const auto& b) { return a.first != b.first ? a.first > b.first : a.second < b.second; });
   for (std::int64_t k = 0; k < spare - given; ++k) ++out[rest[static_cast<std::size_t>(k)].second];
   return out;
 }

@@ -163,8 +163,19 @@ inline std::vector<Evaluation> plan_all(const ModelDescription& m, int world, co
     }
     out.push_back(detail::evaluation_of(c, model_state_plan(f->facts, c, s), a->second, s, budget));
   }
-  std::stable_sort(out.begin(), out.end(), [](const Evaluation& a, const Evaluation& b) { return cheaper(a.choice, b.choice); });
-  return out;
+  // Cheapest first, ties in the grid's order (std::sort over indices with the index as tie-break:
+  // std::stable_sort's temporary buffer is deprecated API in libstdc++, which clang reports).
+  std::vector<std::size_t> order(out.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    if (cheaper(out[a].choice, out[b].choice)) return true;
+    if (cheaper(out[b].choice, out[a].choice)) return false;
+    return a < b;
+  });
+  std::vector<Evaluation> sorted;
+  sorted.reserve(out.size());
+  for (std::size_t i : order) sorted.push_back(std::move(out[i]));
+  return sorted;
 }
 
 /// The cheapest configuration that fits, if any.
