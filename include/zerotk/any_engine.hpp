@@ -229,6 +229,7 @@ struct ErasedInputs {
   Placement (*place)(void* comm, const comm::TopologyOptions& topology) = nullptr;
   ModelView model;
   int world_size = 1;  ///< every rank of the job (a grid's world), for the config's batch rules
+  int world_rank = 0;  ///< this rank in it (make_engine_from_file prints the config's notices on rank 0 only)
 };
 /// ErasedInputs over `comm_or_grid` (a host-memory communicator, or a comm::ProcessGrid of one):
 /// the one function a trainer's TU instantiates for its communicator (engine/erased_inputs.hpp,

@@ -2,6 +2,9 @@
 // the expected options; "auto" resolves from what the engine knows; defaults are DeepSpeed's.
 #include "common.hpp"
 
+#include <algorithm>
+#include <cstdio>
+#include <string>
 #include <variant>
 
 using namespace zerotk;
@@ -699,11 +702,64 @@ TEST_CASE("communication block: topology as a number or a map, the slow-rank key
   REQUIRE_MESSAGE(r.ok(), error_lines(r));
   CHECK(r.config->communication.topology.levels == 3);
   CHECK_FALSE(r.config->communication.slow_ranks.enabled);
+  // "inner" with two levels names no level: a note, the default kept, and the JSON written back is a
+  // fixed point of to_json -> parse -> to_json (issue 57 item 7: it was dropped without a word).
+  r = parse(R"({"train_batch_size": 8, "communication": {"topology": {"ranks_per_node": 2, "inner": "numa"}}})", ctx);
+  REQUIRE_MESSAGE(r.ok(), error_lines(r));
+  REQUIRE(r.notices.size() == 1);
+  CHECK(r.notices[0].path == "/communication/topology/inner");
+  CHECK(r.notices[0].message.find("this topology has 2") != std::string::npos);
+  CHECK(r.config->communication.topology.inner == comm::TopologyOptions{}.inner);
+  {
+    const Json once = to_json(*r.config);
+    ParseResult again = parse(once.dump(), ctx);
+    REQUIRE_MESSAGE(again.ok(), error_lines(again));
+    CHECK(to_json(*again.config) == once);
+    CHECK(again.config->communication.topology == r.config->communication.topology);
+  }
+  ResolveContext strict = ctx;
+  strict.strict = true;
+  CHECK_FALSE(parse(R"({"train_batch_size": 8, "communication": {"topology": {"ranks_per_node": 2, "inner": "numa"}}})",
+                    strict).ok());
+  // With three levels "inner" is kept and written back.
+  r = parse(R"({"train_batch_size": 8, "communication": {"topology": {"ranks_per_node": 4, "ranks_per_socket": 2,
+             "inner": "numa"}}})", ctx);
+  REQUIRE_MESSAGE(r.ok(), error_lines(r));
+  CHECK(r.notices.empty());
+  CHECK(to_json(*r.config)["communication"]["topology"]["inner"] == "numa");
+  CHECK(to_json(*parse(to_json(*r.config).dump(), ctx).config) == to_json(*r.config));
   // Without the block: nothing written, detection off.
   r = parse(R"({"train_batch_size": 8})", ctx);
   REQUIRE(r.ok());
   CHECK_FALSE(r.config->communication.slow_ranks.enabled);
   CHECK_FALSE(to_json(*r.config).contains("communication"));
+}
+
+TEST_CASE("load prints the notices where ResolveContext says, parse never (issue 57 item 16)") {
+  const char* text = R"({"train_batch_size": 8, "optimizer": {"type": "Adam", "params": {"lr": 0.001, "torch_adam": true}}})";
+  auto printed = [&](std::FILE* to, bool use_load) {
+    ResolveContext ctx;
+    ctx.print_notices_to = to;
+    if (use_load) {
+      (void)load(text, ctx, "ds.json");
+    } else {
+      (void)parse(text, ctx);
+    }
+  };
+  std::FILE* f = std::tmpfile();
+  REQUIRE(f != nullptr);
+  printed(f, true);
+  const long after_load = std::ftell(f);
+  printed(f, false);  // parse() returns the notices, prints none
+  CHECK(std::ftell(f) == after_load);
+  printed(nullptr, true);  // asked not to: nothing anywhere (no crash on null)
+  std::rewind(f);
+  std::string got(static_cast<std::size_t>(after_load), '\0');
+  REQUIRE(std::fread(got.data(), 1, got.size(), f) == got.size());
+  std::fclose(f);
+  INFO(got);
+  CHECK(got.find("zerotk config: ds.json: ignored: /optimizer/params/torch_adam: ") == 0);
+  CHECK(std::count(got.begin(), got.end(), '\n') == 1);
 }
 
 TEST_CASE("ZeRO++ qwZ and qgZ: zero_quantized_weights / zero_quantized_gradients at stage 3, written back") {

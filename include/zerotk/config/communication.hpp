@@ -81,10 +81,21 @@ inline void detail::Reader::read_communication(Block& root, Config& c) {
       tb.get_int("ranks_per_node", t.ranks_per_node, 1, std::numeric_limits<int>::max());
       tb.get_int("ranks_per_socket", t.ranks_per_socket, 1, std::numeric_limits<int>::max());
       std::size_t inner = 0;
-      if (tb.get_choice("inner", inner, detail::kInnerDomains) == Got::value) t.inner = static_cast<comm::InnerDomain>(inner);
+      const bool inner_given = tb.get_choice("inner", inner, detail::kInnerDomains) == Got::value;
+      if (inner_given) t.inner = static_cast<comm::InnerDomain>(inner);
       // A map or a count without "levels" says how many levels there are.
       t.levels = t.ranks_per_socket > 0 || !t.socket_of_rank.empty() ? 3 : 2;
       tb.get_int("levels", t.levels, 1, comm::kMaxTopologyLevels);
+      // "inner" names what the middle of three levels groups by: with fewer levels it has no level to
+      // name, so it is ignored with a note (an error under strict), and the Config says what runs
+      // (the default), so that to_json -> parse -> to_json is a fixed point (issue 57 item 7).
+      if (inner_given && t.levels != 3) {
+        unsupported(tb.path_of("inner"),
+                    cat("names the middle of three link levels; this topology has ", std::to_string(t.levels),
+                        " (add \"levels\": 3, \"ranks_per_socket\" or \"socket_of_rank\"); ignored"),
+                    std::string(comm::to_string(static_cast<comm::InnerDomain>(inner))));
+        t.inner = comm::TopologyOptions{}.inner;
+      }
       tb.finish();
     } else {
       b.get_int("topology", t.levels, 1, comm::kMaxTopologyLevels);

@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstdint>
+#include <cstdio>
 #include <optional>
 
 #include "zerotk/core/dtype.hpp"
@@ -39,6 +40,11 @@ struct ResolveContext {
   std::optional<std::int64_t> warmup_num_steps;
   /// Turn "not supported yet" notices into errors (a trainer that must not ignore any key).
   bool strict = false;
+  /// Where load() and load_file() print the notices (a key ignored, an old name mapped, an "auto"
+  /// value resolved), one line each: stderr by default; null prints nothing (then read
+  /// ParseResult::notices from parse()). Under MPI give it to one rank only (rank 0). parse() never
+  /// prints.
+  std::FILE* print_notices_to = stderr;
 };
 
 }  // namespace zerotk::config

@@ -1485,11 +1485,37 @@ inline std::vector<config_error> validate(std::string_view text, const ResolveCo
   return parse(text, ctx).errors;
 }
 
+namespace detail {
+inline std::string_view notice_kind(Notice::Kind k) {
+  switch (k) {
+    case Notice::Kind::unsupported: return "ignored";
+    case Notice::Kind::auto_resolved: return "auto";
+    case Notice::Kind::deprecated: return "deprecated";
+  }
+  return "note";
+}
+}  // namespace detail
+
+/// Prints `notices` to `to` (nothing when null), one line each: "zerotk config: <source>: <kind>:
+/// <JSON path>: <message>".
+inline void print_notices(const std::vector<Notice>& notices, std::FILE* to, std::string_view source = {}) {
+  if (to == nullptr) return;
+  const std::string from = source.empty() ? std::string() : std::string(source) + ": ";
+  for (const Notice& n : notices) {
+    const std::string line = "zerotk config: " + from + std::string(detail::notice_kind(n.kind)) + ": " +
+                             (n.path.empty() ? std::string("/") : n.path) + ": " + n.message + "\n";
+    std::fputs(line.c_str(), to);
+  }
+  std::fflush(to);
+}
+
 /// The resolved options of `text`, or one config_error listing every problem (`source` names
-/// the file in that error).
+/// the file in that error). The notices go to ctx.print_notices_to (stderr unless set otherwise:
+/// issue 57 item 16, an ignored key was silent on this path).
 inline Config load(std::string_view text, const ResolveContext& ctx, std::string_view source = {}) {
   ParseResult r = parse(text, ctx);
   if (!r.ok()) throw summarize(r.errors, source);
+  print_notices(r.notices, ctx.print_notices_to, source);
   return std::move(*r.config);
 }
 
@@ -1533,7 +1559,7 @@ inline std::string read_text_file(const std::filesystem::path& path) {
   return io::read_text_file(path, kMaxConfigBytes, "config file");
 }
 
-/// load() of the file at `path` (io_error when it cannot be read).
+/// load() of the file at `path` (io_error when it cannot be read); its notices printed as load's.
 inline Config load_file(const std::filesystem::path& path, const ResolveContext& ctx) {
   return load(read_text_file(path), ctx, path.string());
 }

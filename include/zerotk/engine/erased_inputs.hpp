@@ -26,7 +26,7 @@ ErasedInputs erase_inputs(CommOrGrid& comm_or_grid, M& model) {
                   "make_engine: the compiled engine set runs on Device<Host> (a host-memory communicator: threads, MPI)");
     return {&comm_or_grid,
             [](void* g, const comm::TopologyOptions& t) { return place_on(*static_cast<CommOrGrid*>(g), t); },
-            view_model(model), comm_or_grid.world().size()};
+            view_model(model), comm_or_grid.world().size(), comm_or_grid.world().rank()};
   } else {
     static_assert(comm::Communicator<CommOrGrid>,
                   "make_engine: pass a communicator (comm::Communicator) or a comm::ProcessGrid of one");
@@ -35,7 +35,7 @@ ErasedInputs erase_inputs(CommOrGrid& comm_or_grid, M& model) {
                   "MPI); a Device<Cuda> engine is typed: zerotk::Engine<..., zerotk::Device<zerotk::Cuda>>");
     return {&comm_or_grid,
             [](void* c, const comm::TopologyOptions& t) { return place_on(*static_cast<CommOrGrid*>(c), t); },
-            view_model(model), comm_or_grid.size()};
+            view_model(model), comm_or_grid.size(), comm_or_grid.rank()};
   }
 }
 
