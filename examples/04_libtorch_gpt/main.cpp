@@ -25,6 +25,7 @@
 #endif
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -34,6 +35,7 @@
 #include <iostream>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "gpt.hpp"
@@ -169,6 +171,36 @@ void train(const zerotk::config::Config& cfg, const Launch& launch, int steps, R
 template <int S>
 using E = zerotk::Engine<zerotk::Partitioner<zerotk::Stage<S>>, zerotk::Optimizer<zerotk::AdamW>>;
 
+constexpr const char* kUsage =
+    "zerotk_example_04_libtorch_gpt: a libtorch GPT trained by zerotk's engine through the adapter\n"
+    "  --stage 0|1|2|3       ZeRO stage (default 2)\n"
+    "  --ranks N             thread ranks (default 2; under --mpi the processes)\n"
+    "  --steps N             optimizer steps (default 300)\n"
+    "  --config FILE         a DeepSpeed config instead of the flags (no tensor or pipeline parallelism:\n"
+    "                        this trainer builds no grid, so a config asking for one is refused)\n"
+    "  --recompute           every child module recomputed in backward (activation checkpointing)\n"
+    "  --mpi                 one rank per MPI process (run under mpirun)\n"
+    "  --help                this text\n";
+
+/// Every argument is a known flag (with its value where it takes one): an unknown or misspelt flag
+/// is an error naming it, not a 300-step run without it (issue 57 item 15). True for --help.
+bool check_flags(int argc, char** argv) {
+  static constexpr std::array<std::string_view, 4> kValued{"--stage", "--ranks", "--steps", "--config"};
+  static constexpr std::array<std::string_view, 2> kBool{"--recompute", "--mpi"};
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    if (a == "--help" || a == "-h") return true;
+    if (std::find(kBool.begin(), kBool.end(), a) != kBool.end()) continue;
+    if (std::find(kValued.begin(), kValued.end(), a) != kValued.end()) {
+      if (i + 1 >= argc) throw zerotk::usage_error("needs a value", std::string(a));
+      ++i;
+      continue;
+    }
+    throw zerotk::usage_error("unknown flag (--help lists them)", std::string(a));
+  }
+  return false;
+}
+
 bool flag(int argc, char** argv, const char* name) {
   for (int i = 1; i < argc; ++i)
     if (std::strcmp(argv[i], name) == 0) return true;
@@ -182,6 +214,7 @@ int run(int argc, char** argv, const Launch& launch) {
   const bool root = launch.rank == 0;
   zerotk::config::ResolveContext rc;
   rc.world_size = launch.ranks;
+  rc.print_notices_to = root ? stderr : nullptr;  // the config's notices once
   const zerotk::config::Config cfg =
       file.empty() ? zerotk::config::load(default_config(stage, steps), rc, "flags") : zerotk::config::load_file(file, rc);
   if (root) {
@@ -212,6 +245,10 @@ int run(int argc, char** argv, const Launch& launch) {
 
 int main(int argc, char** argv) {
   try {
+    if (check_flags(argc, argv)) {
+      std::printf("%s", kUsage);
+      return 0;
+    }
     Launch launch;
     launch.ranks = std::atoi(arg(argc, argv, "--ranks", "2").c_str());
     launch.recompute = flag(argc, argv, "--recompute");

@@ -47,6 +47,7 @@ EngineOptions engine_options(const config::Config& cfg) {
   o.fp32_module_types = cfg.fp16_override_modules;
   o.compression = cfg.gradient_compression;
   o.communication = cfg.communication;
+  o.config_grid = ModelOptions::ConfigGrid{cfg.tensor_parallel_size, cfg.pipeline.stages};
   if (cfg.optimizer) {
     o.optimizer = cfg.optimizer->params;
     o.onebit = *cfg.optimizer;

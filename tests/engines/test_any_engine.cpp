@@ -174,6 +174,41 @@ TEST_CASE("a config no compiled engine fits is refused naming its combination an
   });
 }
 
+TEST_CASE("a config asking for tensor or pipeline parallelism is refused on a communicator that is no such grid") {
+  // Issue 57 item 15: a trainer that builds no grid trained plain data parallel on such a config.
+  config::ResolveContext ctx;
+  ctx.world_size = 2;
+  for (const char* key : {"tensor_model_parallel_size", "pipeline_parallelism"}) {
+    CAPTURE(key);
+    const bool tensor = std::string(key) == "tensor_model_parallel_size";
+    const config::Config cfg = config::load(
+        std::string(R"({"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2, "bf16": {"enabled": true},
+                        "zero_optimization": {"stage": 2}, )") +
+            (tensor ? R"("tensor_model_parallel_size": 2})" : R"("pipeline_parallelism": {"num_stages": 2}})"),
+        ctx);
+    std::string what;
+    comm::run_threads(2, [&](auto& comm) {
+      zt_test::Mlp<float> model;
+      try {
+        (void)make_engine(cfg, comm, model);
+      } catch (const config_error& e) {
+        if (comm.rank() == 0) what = e.what();
+      }
+    });
+    CHECK(what.find(tensor ? "/tensor_model_parallel_size" : "/pipeline_parallelism/num_stages") != std::string::npos);
+    CHECK(what.find("a plain communicator (data parallel only)") != std::string::npos);
+    CHECK(what.find("grid_shape(cfg)") != std::string::npos);
+    if (tensor) {  // on the grid the config describes, the same config builds
+      comm::run_threads(2, [&](auto& comm) {
+        comm::ProcessGrid grid(comm, grid_shape(cfg));
+        zt_test::Mlp<float> model;
+        AnyEngine e = make_engine(cfg, grid, model);
+        CHECK(e.grid_place().tensor_size == 2);
+      });
+    }
+  }
+}
+
 TEST_CASE("compiled_engine_for names the engine make_engine builds; AnyEngine reports its links and offload") {
   const config::Config cfg = load(2, "bf16", 2);
   const std::string name = compiled_engine_for(cfg);

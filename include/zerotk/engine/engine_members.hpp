@@ -28,6 +28,7 @@ Engine<Ps...>::Engine(engine::EngineInputs<ops_type> in, EngineOptions options)
 
 template <class... Ps>
 void Engine<Ps...>::build() {
+  if (const auto& g = options_.config_grid) engine::check_config_grid(std::pair{g->tensor, g->pipeline}, comms_.place());
   if (MainGroup::kCompressedExchange && !comms_.place().data_only()) {
     throw config_error("compressed communication (1-bit optimizers, gradient_compression) exchanges over the data "
                        "group alone; a grid with tensor or pipeline size > 1 is not supported with it yet",

@@ -79,6 +79,15 @@ struct ModelOptions {
   /// every tensor rank and a replicated one's on one tensor rank; ZeRO partitions both over the
   /// data group. Every rank must declare the same splits (checked at construction).
   std::function<parallel::TensorSplit(std::string_view name)> tensor_split;
+  /// The model-parallel sizes a DeepSpeed config asked for (tensor_model_parallel_size, the pipeline
+  /// stages), set by engine_options(cfg); empty when the options are not a config's. The engine
+  /// refuses to be built on a communicator or grid whose tensor or pipeline size differs
+  /// (engine::check_config_grid): a trainer that builds no grid would otherwise train plain data
+  /// parallel on a config that asks for tensor or pipeline parallelism (issue 57 item 15).
+  struct ConfigGrid {
+    int tensor = 1, pipeline = 1;
+  };
+  std::optional<ConfigGrid> config_grid;
 };
 
 /// Run-time settings, composed of each part's own options struct (each with its own check; the
