@@ -26,6 +26,13 @@ if ! diff <(compared < "$dir/straight.log") <(compared < "$dir/resumed.log"); th
   echo "FAIL: the resumed run differs from the uninterrupted one"
   exit 1
 fi
+# Another head count has the same parameter shapes: the checkpoint's declared structure refuses it
+# (issue 57 item 12: it loaded silently).
+if out=$("$bin" "${common[@]}" --steps 6 --heads 8 --load "$dir/ckpt" 2>&1); then
+  echo "FAIL: a checkpoint of 4 heads loaded into 8"; echo "$out"; exit 1
+fi
+grep -q "manifest.txt: model.heads: the checkpoint is for another model (its declared structure differs) (got saved 4, this model 8)" <<<"$out" ||
+  { echo "FAIL: the refusal does not name model.heads with both values"; echo "$out"; exit 1; }
 # Its rates count the steps it ran (4-6), not the loaded ones.
 grep -q "^trained 3 steps in " "$dir/resumed.log" || { echo "FAIL: the summary does not count 3 steps run"; exit 1; }
 "$bin" --ranks 1 --csv "" --eval-size 200 --steps-per-print 1 --steps 4 --load "$dir/ckpt" > "$dir/resharded.log"

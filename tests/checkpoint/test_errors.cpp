@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -31,7 +32,7 @@ RunConfig config(int world) {
 
 /// A checkpoint of Mlp<half> after two steps, tag global_step2, saved by engine type E on `world` ranks.
 template <class E = E2>
-void save_reference(const fs::path& dir, int world = 2) {
+void save_reference(const fs::path& dir, int world = 2, checkpoint::ModelStructure structure = {}) {
   const RunConfig cfg = config(world);
   comm::run_threads(world, [&](auto& comm) {
     Mlp<half> model;
@@ -40,7 +41,7 @@ void save_reference(const fs::path& dir, int world = 2) {
     engine.initialize_master();
     engine.set_scheduler(warmup_schedule());
     train_steps(engine, model, comm.rank(), cfg, 0, 2, nullptr);
-    checkpoint::save(engine, comm, dir, {.client_state = bytes_of("client")});
+    checkpoint::save(engine, comm, dir, {.client_state = bytes_of("client"), .model_structure = structure});
   });
 }
 
@@ -171,11 +172,37 @@ TEST_CASE("a checkpoint of another model, optimizer, precision or scheduler sett
     });
     const FailedLoad r = try_load(d.path());
     for (std::size_t i = 0; i < r.what.size(); ++i) {
-      CHECK(r.what[i].find("manifest.txt: parameter_count: the checkpoint is for another model (got saved 23, this engine ") !=
-            std::string::npos);
+      // The first parameter that differs, by name, both sides (issue 57 item 12: it said parameter_count).
+      INFO(r.what[i]);
+      CHECK(r.what[i].find("manifest.txt: param0: the checkpoint is for another model (parameters differ) (got saved "
+                           "\"fc0.weight\" fp16 [") != std::string::npos);
+      CHECK(r.what[i].find("this engine \"fc0.weight\" fp16 [") != std::string::npos);
       CHECK(r.kind[i] == ErrorKind::usage);
     }
     CHECK(r.unchanged);
+  }
+  SUBCASE("another declared structure: the same shapes, another head count (issue 57 item 12)") {
+    save_reference(d.path(), 2, {{"heads", "4"}, {"head_dim", "16"}});
+    std::string manifest;
+    {
+      std::ifstream in(d / "global_step2" / "manifest.txt", std::ios::binary);
+      manifest.assign(std::istreambuf_iterator<char>(in), {});
+    }
+    CHECK(manifest.find("\nmodel.head_dim 16\nmodel.heads 4\n") != std::string::npos);
+    FailedLoad r = try_load(d.path(), 2, {.model_structure = {{"heads", "8"}, {"head_dim", "16"}}});
+    for (std::size_t i = 0; i < r.what.size(); ++i) {
+      INFO(r.what[i]);
+      CHECK(r.what[i].find("manifest.txt: model.heads: the checkpoint is for another model (its declared structure "
+                           "differs) (got saved 4, this model 8)") != std::string::npos);
+      CHECK(r.kind[i] == ErrorKind::usage);
+    }
+    CHECK(r.unchanged);
+    r = try_load(d.path(), 2, {.model_structure = {{"heads", "4"}}});  // a key this model does not declare
+    for (const std::string& w : r.what) CHECK(w.find("model.head_dim: the checkpoint's model declares \"head_dim\"") != std::string::npos);
+    r = try_load(d.path(), 2, {.model_structure = {{"heads", "4"}, {"head_dim", "16"}}});
+    for (const std::string& w : r.what) CHECK(w == "no error");
+    r = try_load(d.path(), 2);  // a loader that declares nothing is not held to it
+    for (const std::string& w : r.what) CHECK(w == "no error");
   }
   SUBCASE("another optimizer") {
     save_reference<Engine<Partitioner<Stage<2>>, Optimizer<Adam>, Precision<fp16>>>(d.path());

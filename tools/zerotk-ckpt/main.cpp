@@ -175,6 +175,11 @@ void inspect(const Args& a) {
     for (std::uint64_t n : m.shards.owned_numel[g]) std::printf(" %llu", static_cast<unsigned long long>(n));
     std::printf("\n");
   }
+  if (!m.model.empty()) {  // the model's declared structure (checkpoint::SaveOptions::model_structure)
+    std::printf("  model:");
+    for (const auto& [key, value] : m.model) std::printf(" %s %s;", key.c_str(), value.c_str());
+    std::printf("\n");
+  }
   std::printf("  %zu parameters, %llu elements:\n", m.shards.params.size(), static_cast<unsigned long long>(m.parameter_count));
   for (const zerotk::engine::ShardParam& p : m.shards.params) {
     std::string split;  // a tensor rank's shard of a split parameter: which, of what

@@ -28,16 +28,41 @@ namespace zerotk::checkpoint {
 
 namespace detail {
 
+/// The structure the checkpoint's model declared against this model's (LoadOptions::model_structure):
+/// usage_error naming the first key that differs or that one side lacks; nothing when either side
+/// declared none.
+inline void check_same_structure(const ModelStructure& saved, const ModelStructure& here, const std::string& manifest_path) {
+  if (saved.empty() || here.empty()) return;
+  for (const auto& [key, value] : saved) {
+    const auto it = here.find(key);
+    if (it == here.end()) {
+      throw usage_error("the checkpoint's model declares \"" + key + "\", this model does not", manifest_path + ": model." + key,
+                        "saved " + value);
+    }
+    if (it->second != value) {
+      throw usage_error("the checkpoint is for another model (its declared structure differs)", manifest_path + ": model." + key,
+                        "saved " + value + ", this model " + it->second);
+    }
+  }
+  for (const auto& [key, value] : here) {
+    if (!saved.contains(key)) {
+      throw usage_error("this model declares \"" + key + "\", the checkpoint's model does not", manifest_path + ": model." + key,
+                        "this model " + value);
+    }
+  }
+}
+
 /// This rank's EngineState from checkpoint `<dir>/<tag>`, after checking it fits the engine with
 /// signature `sig` and current state `current`: its own file when the layout is unchanged, else
 /// resharded from the files that hold its elements (reshard.hpp). The rank-local state is kept only
 /// from its own file and when its sizes are the engine's (else it is cleared: it starts from zero).
 /// Fills the result's fields other than tag and global_steps.
 inline EngineState read_rank_state(const std::filesystem::path& dir, const std::string& tag, const EngineSignature& sig,
-                                   const EngineState& current, LoadResult& result) {
+                                   const EngineState& current, LoadResult& result, const ModelStructure& model = {}) {
   const Manifest m = read_manifest(dir, tag);
   const std::filesystem::path tdir = tag_path(dir, tag);
   check_compatible(m, sig, current, (tdir / kManifestFile).string());
+  check_same_structure(m.model, model, (tdir / kManifestFile).string());
   result.saved_world_size = m.world_size;
   EngineState s;
   if (same_layout(m, sig)) {
@@ -82,7 +107,7 @@ LoadResult load_with(E& engine, C& comm, const std::filesystem::path& dir, const
   LoadResult result;
   EngineState loaded;
   agreed(comm, "checkpoint load (reading " + tag_path(dir, tag).string() + ")", [&] {
-    loaded = detail::read_rank_state(dir, tag, signature(), current, result);
+    loaded = detail::read_rank_state(dir, tag, signature(), current, result, options.model_structure);
   });
   engine.load_state(loaded);  // cannot fail now: every size was checked above, on every rank
   result.tag = tag;

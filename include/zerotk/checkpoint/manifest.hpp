@@ -12,6 +12,8 @@
 ///   optimizer AdamW
 ///   optimizer_states exp_avg exp_avg_sq
 ///   rank_local_state yes                                 only with compressed communication (rank_file.hpp)
+///   model.heads 4                                        the model's declared structure, when saved with one
+///                                                        (SaveOptions::model_structure; compared on load)
 ///   parameter_count 496
 ///   flat_numel 504
 ///   parameters 2
@@ -96,6 +98,7 @@ struct Manifest {
   std::string precision;                     ///< dtype of the working precision ("fp16", ...)
   std::string optimizer;                     ///< "Adam", "AdamW", "Lamb"
   std::vector<std::string> optimizer_states;  ///< per-element state names, in file order
+  std::map<std::string, std::string> model;  ///< the model's declared structure (`model.<key> <value>`; SaveOptions)
   bool rank_local = false;                   ///< rank files hold each group's rank-local state (key
                                              ///< `rank_local_state yes`, absent otherwise)
   std::uint64_t parameter_count = 0;         ///< Psi, padding excluded
@@ -131,6 +134,7 @@ inline std::string to_text(const Manifest& m) {
      << "\nstage " << m.stage << "\nprecision " << m.precision << "\noptimizer " << m.optimizer << "\noptimizer_states";
   for (const std::string& s : m.optimizer_states) os << ' ' << s;
   if (m.rank_local) os << "\nrank_local_state yes";
+  for (const auto& [key, value] : m.model) os << "\nmodel." << key << ' ' << value;
   os << "\nparameter_count " << m.parameter_count << "\nflat_numel " << m.flat_numel << "\nparameters "
      << m.shards.params.size() << '\n';
   for (std::size_t i = 0; i < m.shards.params.size(); ++i) {
@@ -193,6 +197,15 @@ class ManifestFields {
   }
 
   bool has(const std::string& key) const { return fields_.count(key) != 0; }
+  /// Every key that starts with `prefix`, read (the prefix cut off) -> its value.
+  std::map<std::string, std::string> take_prefixed(const std::string& prefix) {
+    std::map<std::string, std::string> out;
+    for (auto it = fields_.lower_bound(prefix); it != fields_.end() && it->first.starts_with(prefix);) {
+      out.emplace(it->first.substr(prefix.size()), it->second);
+      it = fields_.erase(it);
+    }
+    return out;
+  }
   std::string text(const std::string& key) {
     const auto it = fields_.find(key);
     if (it == fields_.end()) throw io_error("manifest key is missing", where(key));
@@ -372,6 +385,7 @@ inline void read_structure(ManifestFields& f, Manifest& m) {
     if (const std::string v = f.text("rank_local_state"); v != "yes") throw io_error("expected \"yes\"", f.where("rank_local_state"), v);
     m.rank_local = true;
   }
+  m.model = f.take_prefixed("model.");
   m.parameter_count = f.number<std::uint64_t>("parameter_count");
   m.flat_numel = f.number<std::uint64_t>("flat_numel");
   const auto params = f.number<std::size_t>("parameters");

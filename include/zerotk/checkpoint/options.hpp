@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <optional>
 #include <span>
 #include <string>
@@ -25,17 +26,27 @@ using TagValidation = ValidationMode;
 /// Receives warnings; an empty one writes them to stderr.
 using WarningSink = std::function<void(std::string_view)>;
 
+/// What a model declares about itself that its parameters' names and shapes do not show: attention
+/// heads, the head dimension, a tied head, ... as key -> value (keys: letters, digits, '_', '.',
+/// '-'; values: one line). Saved in the manifest (`model.<key> <value>`) and compared on load.
+using ModelStructure = std::map<std::string, std::string>;
+
 struct SaveOptions {
   std::optional<std::string> tag{};          ///< default "global_step<N>" (N = engine.global_steps())
   std::span<const std::byte> client_state{}; ///< the user's bytes, returned by load(); rank 0's are saved
   TagValidation tag_validation = TagValidation::warn;
   WarningSink on_warning{};
+  ModelStructure model_structure{};          ///< recorded in the manifest (rank 0's)
 };
 
 struct LoadOptions {
   std::optional<std::string> tag{};  ///< default: the tag in <dir>/latest
   TagValidation tag_validation = TagValidation::warn;
   WarningSink on_warning{};
+  /// Compared with the structure the checkpoint recorded: a key whose value differs, or that only
+  /// one side has, is a usage_error naming it (a model with another head count has the same shapes,
+  /// issue 57 item 12). Not compared when either side is empty (a checkpoint saved without one).
+  ModelStructure model_structure{};
 };
 
 struct SaveResult {

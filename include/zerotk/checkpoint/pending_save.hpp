@@ -56,6 +56,20 @@ inline Manifest make_manifest(const EngineSignature& sig, const EngineState& s, 
   return m;
 }
 
+/// The model's declared structure is `model.<key> <value>` lines: a key of letters, digits, '_', '.'
+/// and '-', a value without line breaks.
+inline void check_model_structure(const ModelStructure& s) {
+  for (const auto& [key, value] : s) {
+    const bool key_ok = !key.empty() && std::all_of(key.begin(), key.end(), [](char c) {
+      return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-';
+    });
+    if (!key_ok) throw usage_error("a model structure key is letters, digits, '_', '.' and '-'", "checkpoint::SaveOptions::model_structure", key);
+    if (value.find_first_of("\r\n") != std::string::npos) {
+      throw usage_error("a model structure value cannot hold a line break", "checkpoint::SaveOptions::model_structure", key);
+    }
+  }
+}
+
 /// A parameter name is the rest of its manifest line: it cannot hold a line break.
 inline void check_names(const EngineSignature& sig) {
   for (const engine::ShardParam& p : sig.shards.params) {
@@ -83,6 +97,7 @@ class PendingSave {
     EngineState state;                    ///< counters, scaler, scheduler (and the snapshot's groups)
     std::vector<EngineGroupView> groups;  ///< what the rank file holds: views into `state` or the engine
     std::vector<std::byte> client_state;
+    ModelStructure model;  ///< SaveOptions::model_structure
   };
 
   /// Writes this rank's file, on a background thread if `background` (then `parts.groups` must view
@@ -117,7 +132,9 @@ class PendingSave {
     const std::vector<std::uint64_t> gathered = all_gather_u64(*comm_, {record_.bytes, record_.checksum});
     agreed(*comm_, "checkpoint save (commit)", [&] {
       if (comm_->rank() == 0) {
-        publish(p_.dir, p_.temp, detail::make_manifest(p_.sig, p_.state, p_.groups, p_.tag, gathered), p_.client_state);
+        Manifest m = detail::make_manifest(p_.sig, p_.state, p_.groups, p_.tag, gathered);
+        m.model = p_.model;
+        publish(p_.dir, p_.temp, m, p_.client_state);
       }
     });
     return SaveResult{p_.tag, tag_path(p_.dir, p_.tag)};

@@ -54,6 +54,7 @@ std::unique_ptr<PendingSave<C>> start_save(E& engine, C& comm, const std::filesy
     groups(p);  // usage_error between micro-steps
     p.sig = signature();
     check_names(p.sig);
+    check_model_structure(options.model_structure);
     p.tag = options.tag ? *options.tag : default_tag(p.state.global_steps);
     check_tag(p.tag, "checkpoint::save");
   });
@@ -63,6 +64,7 @@ std::unique_ptr<PendingSave<C>> start_save(E& engine, C& comm, const std::filesy
     if (comm.rank() == 0) prepare_temp(dir, p.temp);
   });
   p.client_state.assign(options.client_state.begin(), options.client_state.end());
+  p.model = options.model_structure;
   return std::make_unique<PendingSave<C>>(comm, std::move(p), background);
 }
 

@@ -7,6 +7,7 @@
 /// another engine).
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -105,15 +106,35 @@ inline void check_compatible(const Manifest& m, const EngineSignature& sig, cons
   for (const auto& s : m.optimizer_states) saved_states += (saved_states.empty() ? "" : " ") + s;
   for (const auto& s : optimizer_state_names(sig.optimizer)) here_states += (here_states.empty() ? "" : " ") + s;
   require_same(manifest_path, "optimizer_states", "other optimizer states", saved_states, here_states);
-  require_same(manifest_path, "parameter_count", "another model", m.parameter_count, sig.parameter_count);
-  // The model's whole parameters, however each side split them across its tensor group.
+  // The model's whole parameters, however each side split them across its tensor group, matched by
+  // name, so that a mismatch names the parameter that differs (issue 57 item 12: it named only
+  // parameter_count): one the checkpoint has and this model lacks, or the reverse, or a shape,
+  // dtype or group that differs; then their order.
   const std::vector<WholeParam> saved = whole_params(m.shards, manifest_path), here = whole_params(sig.shards, "this engine");
-  require_same(manifest_path, "parameters", "another model", saved.size(), here.size());
+  std::map<std::string_view, const WholeParam*> here_by_name, saved_by_name;
+  for (const WholeParam& p : here) here_by_name.emplace(p.name, &p);
+  for (const WholeParam& p : saved) saved_by_name.emplace(p.name, &p);
+  for (const WholeParam& s : saved) {
+    const std::string key = "param" + std::to_string(s.entries.front());
+    const auto it = here_by_name.find(s.name);
+    if (it == here_by_name.end()) {
+      throw usage_error("the checkpoint is for another model: its parameter \"" + s.name + "\" is not in this model",
+                        manifest_path + ": " + key, detail::param_text(s));
+    }
+    require_same(manifest_path, key.c_str(), "another model (parameters differ)", detail::param_text(s),
+                 detail::param_text(*it->second));
+  }
+  for (const WholeParam& h : here) {
+    if (!saved_by_name.contains(h.name)) {
+      throw usage_error("the checkpoint is for another model: this model's parameter \"" + h.name + "\" is not in it",
+                        manifest_path + ": parameters", detail::param_text(h));
+    }
+  }
   for (std::size_t i = 0; i < saved.size(); ++i) {
     const std::string key = "param" + std::to_string(saved[i].entries.front());
-    require_same(manifest_path, key.c_str(), "another model (parameters differ)", detail::param_text(saved[i]),
-                 detail::param_text(here[i]));
+    require_same(manifest_path, key.c_str(), "the same parameters in another order", saved[i].name, here[i].name);
   }
+  require_same(manifest_path, "parameter_count", "another model", m.parameter_count, sig.parameter_count);
   require_same(manifest_path, "groups", "another split into fp32-kept and working-precision groups",
                m.shards.owned_numel.size(), current.groups.size());
   const std::string saved_sched = m.scheduler ? "a scheduler" : "none";
