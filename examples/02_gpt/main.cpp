@@ -461,6 +461,24 @@ void check_batch_flags(const Options& o, int world) {
 }
 
 /// What a tensor-parallel run needs of the model and the batch, said in flags before any rank starts.
+/// The pipeline's virtual stages (stages x chunks per rank) against the model's layers (embedding,
+/// blocks, head), when the flag or key is read: each virtual stage holds at least one layer, and the
+/// product is taken in 64 bits (issue 57 item 6: interleaved:V with a huge V overflowed).
+void check_pipeline_chunks(const Options& o, const zerotk::config::Config& cfg, const gpt::Config& model) {
+  if (cfg.pipeline.stages <= 1) return;
+  const zerotk::pipeline::ScheduleSpec spec = zerotk::pipeline::ScheduleSpec::parse(cfg.pipeline.schedule);
+  const long long virtual_stages = static_cast<long long>(cfg.pipeline.stages) * spec.chunks;
+  const long long layers = static_cast<long long>(model.n_layers) + 2;
+  if (virtual_stages > layers) {
+    throw zerotk::usage_error("the pipeline has more stages x chunks (" + std::to_string(cfg.pipeline.stages) + " x " +
+                                  std::to_string(spec.chunks) + " = " + std::to_string(virtual_stages) +
+                                  ") than the model has layers (embedding, each block, head: " + std::to_string(layers) +
+                                  "); each virtual stage needs one",
+                              o.config_file.empty() ? "--schedule" : o.config_file + ": /pipeline_parallelism/schedule",
+                              cfg.pipeline.schedule);
+  }
+}
+
 void check_tensor_flags(const Options& o, const zerotk::config::Config& cfg, const gpt::Config& model) {
   const int t = cfg.tensor_parallel_size;
   const std::string tensor_from = o.config_file.empty() ? "--tp " + std::to_string(t)
@@ -667,6 +685,7 @@ int run(const Options& o, const gpt::Config& model_config, TrainContext::FillBat
                                                : o.config_file + ": /zero_optimization/offload_param/nvme_path");
   }
   check_tensor_flags(o, cfg, model_config);
+  check_pipeline_chunks(o, cfg, model_config);
   if (!o.slow_rank.empty() && !cfg.communication.slow_ranks.enabled) {  // --config without a detector
     throw zerotk::usage_error("is reported by the slow-rank detector, which the config leaves off: add a "
                               "communication.slow_node_* key (e.g. \"slow_node_tolerance\": 0.1)",

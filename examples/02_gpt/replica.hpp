@@ -6,11 +6,13 @@
 // micro-batches through the stages. Each engine is a zerotk::AnyEngine that make_engine builds from
 // the config: the compiled engine set's engine for it (zerotk::engines).
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <zerotk/any_engine.hpp>
@@ -87,7 +89,11 @@ class Replica {
     for (GptStage& c : chunks_) engines_.push_back(std::make_unique<Engine>(zerotk::make_engine(ctx.cfg, grid, c, edit)));
     if (pp_ > 1) {
       schedule_ = zerotk::pipeline::make_schedule(spec_, pp_, static_cast<int>(ctx.cfg.gradient_accumulation_steps));
-      executor_ = std::make_unique<zerotk::pipeline::Executor<Comm>>(grid, schedule_);
+      // Busy time in the rank thread's CPU time: a stage descheduled for want of a core is not busy
+      // (issue 57 item 11). The makespan stays wall time.
+      zerotk::pipeline::ExecutorOptions xo;
+      xo.busy_clock = [] { return static_cast<std::int64_t>(thread_cpu_ms() * 1e6); };
+      executor_ = std::make_unique<zerotk::pipeline::Executor<Comm>>(grid, schedule_, std::move(xo));
       const int data_rank = grid.data_index(), data_size = grid.size(zerotk::comm::GridDim::data);
       const int micro = static_cast<int>(ctx.cfg.train_micro_batch_size_per_gpu);
       stages_ = std::make_unique<PipelineStages<Engine>>(
@@ -133,7 +139,7 @@ class Replica {
         idle_ += static_cast<double>(r.figures.total_idle());
         span_ += static_cast<double>(r.figures.makespan) * static_cast<double>(r.figures.busy.size());
       }
-      return hooks_->report(chunks() - 1);  // the last chunk's engine carries the last virtual stage's loss
+      return whole_report();
     }
     const int data_rank = grid_.data_index(), data_size = grid_.size(zerotk::comm::GridDim::data);
     const int micro = static_cast<int>(ctx_.cfg.train_micro_batch_size_per_gpu);
@@ -174,9 +180,12 @@ class Replica {
     std::vector<std::unique_ptr<Scope>> scopes_;
   };
 
-  /// What the schedule's bubble measured over the steps after the first (wall clock), and what the
-  /// simulator predicts from this rank's mean forward and backward times. Rank 0 prints both with
-  /// the formula; every rank must call it (the figures are every rank's already).
+  /// What the schedule's bubble measured over the steps after the first (each stage's busy time in
+  /// its thread's CPU time, the step's makespan in wall time), and what the simulator predicts from
+  /// this rank's mean forward and backward times. Rank 0 prints both with the formula, and says so
+  /// when this process runs more rank threads than the machine has cores (then stages also wait for
+  /// a core, and the measured bubble is not the schedule's alone); every rank must call it (the
+  /// figures are every rank's already).
   void report_bubble(bool print) const {
     if (pp_ == 1 || !print || span_ <= 0) return;
     const ActionTimes& t = stages_->times();
@@ -191,15 +200,40 @@ class Replica {
     // ZB-H1: a third of 1F1B's with equal forward, input- and weight-gradient costs (m >= p).
     const bool zb = spec_.kind == zerotk::pipeline::ScheduleKind::zb_h1;
     const double formula = zb ? (p - 1) / (3 * m + p - 1) : (p - 1) / (v * m + p - 1);
-    std::printf("pipeline %s, %d stages x %d micro-batches%s: bubble %.3f measured (wall clock, steps after the first), "
+    std::printf("pipeline %s, %d stages x %d micro-batches%s: bubble %.3f measured (busy in thread CPU time, steps after the first), "
                 "%.3f simulated with this rank's mean forward %.2f ms and backward %.2f ms (backward recomputes the "
                 "stage's forward), formula (p-1)/(%sm+p-1) = %.3f\n",
                 spec_.name().c_str(), pp_, static_cast<int>(m), spec_.chunks > 1 ? (" x " + std::to_string(spec_.chunks) + " chunks").c_str() : "",
                 idle_ / span_, simulated, t.forward_ms / static_cast<double>(std::max<long long>(1, t.forwards)),
                 t.backward_ms / static_cast<double>(std::max<long long>(1, t.backwards)), zb ? "3" : spec_.chunks > 1 ? "v " : "", formula);
+    const unsigned cores = std::thread::hardware_concurrency();
+    if (!ctx_.o.mpi && cores > 0 && static_cast<unsigned>(ctx_.o.ranks) > cores) {
+      std::printf("  note: %d rank threads on %u cores: stages also wait for a core, not only for each other, so the "
+                  "measured bubble is not the schedule's alone (bench/pipeline times schedules on their own)\n",
+                  ctx_.o.ranks, cores);
+    }
   }
 
  private:
+  /// The step's report for the whole model: the last chunk's engine carries the last virtual stage's
+  /// loss (and the bytes: the chunks' engines share the grid's communicators, whose counters it
+  /// read); under an interleaved schedule each chunk's engine measured its own chunk's gradient norm
+  /// (across the pipeline), so the model's is the root of their squares' sum (issue 57 item 9: the
+  /// progress line and csv showed chunk v-1's alone).
+  zerotk::StepReport whole_report() const {
+    zerotk::StepReport r = hooks_->report(chunks() - 1);
+    if (chunks() == 1) return r;
+    double squares = 0;
+    bool finite = true;
+    for (int c = 0; c < chunks(); ++c) {
+      const zerotk::StepReport& rc = hooks_->report(c);
+      finite = finite && rc.grad_norm >= 0;
+      squares += rc.grad_norm * rc.grad_norm;
+    }
+    r.grad_norm = finite ? std::sqrt(squares) : -1.0;
+    return r;
+  }
+
   std::vector<Engine*> raw() {
     std::vector<Engine*> out;
     for (auto& e : engines_) out.push_back(e.get());

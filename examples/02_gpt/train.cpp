@@ -27,6 +27,7 @@
 #include <zerotk/monitor/training_log.hpp>
 #if ZEROTK_HAS_XXHASH
 #include <zerotk/checkpoint.hpp>
+#include <zerotk/checkpoint/export.hpp>
 #endif
 
 #include "replica.hpp"
@@ -36,17 +37,28 @@
 namespace gpt_demo {
 namespace {
 
+#if ZEROTK_HAS_XXHASH
+/// The model's structure beyond its parameters' shapes, recorded in every checkpoint and compared on
+/// --load: another head count has the same shapes (issue 57 item 12).
+zerotk::checkpoint::ModelStructure model_structure(const gpt::Config& c) {
+  return {{"heads", std::to_string(c.n_heads)},
+          {"tied_head", c.tied_head ? "yes" : "no"},
+          {"model", "examples/02_gpt"}};
+}
+#endif
+
 /// --load: restores the engine from the checkpoint (its `latest` tag) and returns the step to go on
 /// from, which the checkpoint's client state holds (the data stream is indexed by step). `tags`: the
 /// config's checkpoint.tag_validation.
 template <class Engine, class Grid>
 int resume([[maybe_unused]] Engine& engine, [[maybe_unused]] Grid& grid, const Options& o,
-           [[maybe_unused]] zerotk::config::TagValidation tags) {
+           [[maybe_unused]] zerotk::config::TagValidation tags, [[maybe_unused]] const gpt::Config& model_config) {
   if (o.load_dir.empty()) return 0;
 #if ZEROTK_HAS_XXHASH
   auto& comm = grid.world();
   zerotk::checkpoint::LoadOptions lo;
   lo.tag_validation = tags;
+  lo.model_structure = model_structure(model_config);
   if (!o.load_tag.empty()) lo.tag = o.load_tag;
   const zerotk::checkpoint::LoadResult r = zerotk::checkpoint::load(engine, grid, o.load_dir, lo);
   int step = 0;
@@ -83,11 +95,13 @@ void commit([[maybe_unused]] Comm& comm, Pending& pending) {  // comm: the grid'
 /// until the next one (or the end of training) commits it. `tags`: checkpoint.tag_validation.
 template <class Engine, class Grid, class Pending>
 void save([[maybe_unused]] Engine& engine, [[maybe_unused]] Grid& grid, const Options& o, [[maybe_unused]] int steps,
-          [[maybe_unused]] zerotk::config::TagValidation tags, [[maybe_unused]] Pending& pending) {
+          [[maybe_unused]] zerotk::config::TagValidation tags, [[maybe_unused]] Pending& pending,
+          [[maybe_unused]] const gpt::Config& model_config) {
 #if ZEROTK_HAS_XXHASH
   commit(grid.world(), pending);
   const auto bytes = std::as_bytes(std::span(&steps, 1));
-  pending = zerotk::checkpoint::save_async(engine, grid, o.save_dir, {.client_state = bytes, .tag_validation = tags});
+  pending = zerotk::checkpoint::save_async(engine, grid, o.save_dir,
+                                          {.client_state = bytes, .tag_validation = tags, .model_structure = model_structure(model_config)});
   if (!o.save_async) commit(grid.world(), pending);
 #else
   throw zerotk::usage_error("this binary was built without libxxhash, so without checkpoints", "--save", o.save_dir);
@@ -204,7 +218,7 @@ void train_rank(Comm& comm, const TrainContext& ctx, Summary& summary, std::mute
                               "use a one-chunk schedule (1f1b, gpipe) to save and load",
                               o.save_dir.empty() ? "--load" : "--save", ctx.cfg.pipeline.schedule);
   }
-  const int start = resume(engine, grid, o, ctx.cfg.checkpoint.tag_validation);
+  const int start = resume(engine, grid, o, ctx.cfg.checkpoint.tag_validation, ctx.model_config);
 #if ZEROTK_HAS_XXHASH
   std::unique_ptr<zerotk::checkpoint::PendingSave<Comm>> pending;
 #else
@@ -238,12 +252,12 @@ void train_rank(Comm& comm, const TrainContext& ctx, Summary& summary, std::mute
       checkpointed.ckpt.clear_profile();
     }
     if (!o.save_dir.empty() && (step + 1 == o.steps || (o.save_every > 0 && (step + 1) % o.save_every == 0))) {
-      save(engine, grid, o, step + 1, ctx.cfg.checkpoint.tag_validation, pending);
+      save(engine, grid, o, step + 1, ctx.cfg.checkpoint.tag_validation, pending, ctx.model_config);
     }
   }
   // A run that loaded the step it was asked to reach has nothing to train: with --save it writes the
   // loaded state on this grid (a checkpoint moved to another tensor, pipeline or data size, stage or world).
-  if (!o.save_dir.empty() && start >= o.steps) save(engine, grid, o, start, ctx.cfg.checkpoint.tag_validation, pending);
+  if (!o.save_dir.empty() && start >= o.steps) save(engine, grid, o, start, ctx.cfg.checkpoint.tag_validation, pending, ctx.model_config);
   for (int c = 0; c < replica.chunks(); ++c) replica.engine(c).settle();  // --delayed-param-update: the last update too
   commit(comm, pending);
   if (rank == 0) progress.finish();
@@ -255,7 +269,16 @@ void train_rank(Comm& comm, const TrainContext& ctx, Summary& summary, std::mute
   // DeepSpeed's stage3_gather_16bit_weights_on_model_save: the full 16-bit weights beside the checkpoints.
   if (!o.save_dir.empty() && ctx.cfg.zero_optimization.stage3_gather_16bit_weights_on_model_save) {
     const std::filesystem::path file = std::filesystem::path(o.save_dir) / "model_16bit.safetensors";
-    zerotk::checkpoint::save_16bit_model(engine, model, comm, file);
+    if (tensor > 1 || replica.pipelined()) {
+      // Each rank holds part of the model (its tensor shards, its stage's layers): rank 0 puts the whole
+      // tensors together from the checkpoint just committed, as zerotk-ckpt export does, in the
+      // engine's 16-bit dtype (issue 57 item 10: save_16bit_model refuses a grid, after the whole run).
+#if ZEROTK_HAS_XXHASH
+      if (rank == 0) zerotk::checkpoint::export_safetensors(o.save_dir, file, {.dtype = engine.storage_dtype()});
+#endif
+    } else {
+      zerotk::checkpoint::save_16bit_model(engine, model, comm, file);
+    }
     if (rank == 0) std::printf("wrote %s (stage3_gather_16bit_weights_on_model_save)\n", file.string().c_str());
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();

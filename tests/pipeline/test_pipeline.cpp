@@ -176,6 +176,8 @@ TEST_CASE("generators refuse what they cannot run, in words") {
   refused("interleaved:1", 2, 4, "needs at least 2 model chunks per rank (1 chunk is 1f1b)");
   refused("1f1b", 2, 0, "needs at least 1 micro-batch per step");
   refused("gpipe", 0, 4, "needs at least 1 pipeline stage");
+  // p x v past int's range (issue 57 item 6): refused naming the product, not overflowed into a generator.
+  refused("interleaved:2000000000", 2, 4, "has more virtual stages (p x v = 4000000000) than any model has layers");
   CHECK_THROWS_WITH_AS(check_runnable({ScheduleKind::one_f_one_b, 2}, 2, 4), doctest::Contains("runs one model chunk per rank"),
                        config_error);
   CHECK_THROWS_WITH_AS(ScheduleSpec::parse("pipedream"), doctest::Contains("unknown schedule (one of gpipe, 1f1b"), config_error);

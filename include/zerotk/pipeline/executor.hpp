@@ -93,7 +93,12 @@ struct StageFunctions {
 
 struct ExecutorOptions {
   /// Run on a virtual clock with these costs (figures in ticks) instead of the wall clock (ns).
-  std::optional<CostModel> virtual_clock;
+  std::optional<CostModel> virtual_clock{};
+  /// On the wall clock: read each action's busy time (its stage function or hook) from this clock
+  /// (nanoseconds) instead of steady_clock, e.g. the calling thread's CPU time, so that a rank
+  /// descheduled inside a stage function (more rank threads than free cores) is not counted busy
+  /// for that time. The makespan stays wall time.
+  std::function<std::int64_t()> busy_clock{};
 };
 
 struct StepResult {
@@ -263,6 +268,12 @@ class Executor {
   // Runs a stage function or hook, counting its time (wall clock) or its cost (virtual clock).
   template <class F>
   void timed(const Action& a, F&& fn) {
+    if (opt_.busy_clock && !opt_.virtual_clock) {
+      const std::int64_t t = opt_.busy_clock();
+      fn();
+      busy_ += opt_.busy_clock() - t;
+      return;
+    }
     const auto t = std::chrono::steady_clock::now();
     fn();
     if (opt_.virtual_clock) {

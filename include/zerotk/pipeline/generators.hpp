@@ -30,6 +30,7 @@
 #include <charconv>
 #include <cstdint>
 #include <cstddef>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -98,6 +99,13 @@ inline void check_runnable(const ScheduleSpec& spec, int p, int m) {
   }
   if (spec.chunks < 2) throw config_error("needs at least 2 model chunks per rank (1 chunk is 1f1b)", where, sizes);
   if (p < 2) throw config_error("needs at least 2 pipeline stages to interleave over", where, sizes);
+  // p x v virtual stages, each at least one layer: a count past int's range is no model's (issue 57
+  // item 6: it overflowed and failed later inside a generator).
+  if (static_cast<long long>(p) * spec.chunks > std::numeric_limits<int>::max()) {
+    throw config_error("has more virtual stages (p x v = " + std::to_string(static_cast<long long>(p) * spec.chunks) +
+                           ") than any model has layers",
+                       where, sizes);
+  }
   if (m % p != 0) {
     throw config_error("needs the micro-batches per step to be a multiple of the pipeline stages (" + std::to_string(m) +
                            " is not a multiple of " + std::to_string(p) +
