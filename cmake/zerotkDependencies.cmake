@@ -41,7 +41,23 @@ set(ZEROTK_WITH_TORCH "AUTO" CACHE STRING "Build the libtorch adapter's tests an
 set_property(CACHE ZEROTK_WITH_TORCH PROPERTY STRINGS AUTO ON OFF)
 set(ZEROTK_TORCH_ENABLED OFF)
 if(NOT ZEROTK_WITH_TORCH STREQUAL "OFF")
+  get_directory_property(_zerotk_imported_before IMPORTED_TARGETS)
   find_package(Torch QUIET)
+  # Imported targets are visible in the directory that found them and below. Under add_subdirectory a
+  # consumer that links zerotk::torch needs Torch's targets (torch -> torch_cpu, c10, ...) in its own
+  # scope at generate time: make the ones this find_package created global (issue 57 item 13; CTest
+  # package.add_subdirectory_torch).
+  if(Torch_FOUND AND NOT PROJECT_IS_TOP_LEVEL)
+    get_directory_property(_zerotk_imported_after IMPORTED_TARGETS)
+    foreach(_t IN LISTS _zerotk_imported_after)
+      if(NOT _t IN_LIST _zerotk_imported_before)
+        get_target_property(_global ${_t} IMPORTED_GLOBAL)
+        if(NOT _global)
+          set_target_properties(${_t} PROPERTIES IMPORTED_GLOBAL TRUE)
+        endif()
+      endif()
+    endforeach()
+  endif()
   # libtorch 1.13's headers (Debian 12) do not compile as C++20 with clang: their std::vector<c10::IValue>
   # members are instantiated while IValue is incomplete. AUTO leaves the adapter out there (only 1.13
   # was tried; ON still builds it).

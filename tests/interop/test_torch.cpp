@@ -802,6 +802,30 @@ DOCTEST_TEST_CASE("torch: what cannot be bound is refused, naming the parameter"
     OddParams m(1);
     DOCTEST_CHECK_THROWS_WITH_AS(TorchModel{*m}, doctest::Contains("view"), usage_error);
   }
+  DOCTEST_SUBCASE("a child name the module does not have, at stages 2 and 3 (issue 57 item 14)") {
+    const auto fn = [](const torch::Tensor& t) { return t * 2; };
+    auto refused = [&](auto& grads) {
+      DOCTEST_CHECK_THROWS_WITH_AS(grads.forward("fc9", fn, torch::ones({1, 3})),
+                                   doctest::Contains("no direct child of this name (its children: 0, 1, 2)"), usage_error);
+      DOCTEST_CHECK_THROWS_WITH_AS(grads.checkpoint("fc9", fn, torch::ones({1, 3})), doctest::Contains("fc9"), usage_error);
+      DOCTEST_CHECK(grads.forward("1", fn, torch::ones({1, 3})).sum().template item<float>() == 6.0f);  // a child without parameters
+    };
+    comm::run_threads(1, [&](auto& comm) {
+      torch::nn::Sequential net(torch::nn::Linear(3, 4), torch::nn::ReLU(), torch::nn::Linear(4, 2));
+      TorchModel model(*net);
+      TorchEngine<2> engine(comm, model, adamw_options());
+      TorchGradients grads(engine, model);
+      refused(grads);
+    });
+    comm::run_threads(1, [&](auto& comm) {
+      torch::nn::Sequential net(torch::nn::Linear(3, 4), torch::nn::ReLU(), torch::nn::Linear(4, 2));
+      TorchModel model(*net);
+      TorchEngine<3> engine(comm, model, adamw_options());
+      TorchGradients grads(engine, model);
+      refused(grads);
+      grads.release_module();
+    });
+  }
   DOCTEST_SUBCASE("a tensor tied across two children, at stage 3") {
     comm::run_threads(1, [&](auto& comm) {
       TiedLm net = TiedTask::make();

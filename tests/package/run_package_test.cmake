@@ -29,6 +29,20 @@ if(MODE STREQUAL "find_package_torch")
   return()
 endif()
 
+if(MODE STREQUAL "add_subdirectory_torch")
+  # zerotk added with add_subdirectory, its torch component linked: Torch's imported targets must be
+  # visible in the consumer's scope (issue 57 item 13: "Target torch_cpu not found" at generate time).
+  run(${CMAKE_COMMAND} -S "${consumer}" -B "${WORK_DIR}/consumer-build" ${common}
+      -DZEROTK_SOURCE_DIR=${SOURCE_DIR} -DZEROTK_WANT_COMPONENTS=torch -DZEROTK_CUDA=OFF)
+  run(${CMAKE_COMMAND} --build "${WORK_DIR}/consumer-build" --target consumer_torch)
+  run("${WORK_DIR}/consumer-build/consumer_torch")
+  message(STATUS "consumer_torch says: ${last_output}")
+  if(NOT last_output MATCHES "zerotk torch: 2 parameters, weight first, has_torch=1")
+    message(FATAL_ERROR "unexpected consumer_torch output: ${last_output}")
+  endif()
+  return()
+endif()
+
 if(MODE STREQUAL "find_package_engines")
   # The compiled libraries installed from this build tree (built already: no second build of the
   # engines), then a trainer over AnyEngine (examples/05_any_engine) that finds them as a user would:

@@ -78,6 +78,7 @@
 #include "zerotk/comm/any.hpp"
 #include "zerotk/core/concepts.hpp"
 #include "zerotk/core/error.hpp"
+#include "zerotk/engine/api.hpp"
 
 namespace zerotk::interop {
 
@@ -245,6 +246,7 @@ class TorchModel {
     for (auto& [name, t] : keep) params_.emplace_back(name, t);
     // Stage 3's fetch units: the module's direct children, each with the parameters under its name.
     for (const auto& child : module.named_children()) {
+      children_.push_back(child.key());
       Unit u{child.key(), {}};
       for (TorchParam& p : params_) {
         if (first_segment(p.name()) == child.key()) u.params.push_back(&p);
@@ -278,6 +280,12 @@ class TorchModel {
     return nullptr;
   }
   std::size_t unit_count() const noexcept { return units_.size(); }
+  /// Whether the module has a direct child named `name` (with or without trainable parameters).
+  bool has_child(std::string_view name) const noexcept {
+    return std::find(children_.begin(), children_.end(), name) != children_.end();
+  }
+  /// The direct children's names, in named_children() order.
+  const std::vector<std::string>& children() const noexcept { return children_; }
   /// Tied tensors whose names sit under two different children (stage 3 refuses them).
   const std::vector<std::pair<std::string, std::string>>& cross_unit_aliases() const noexcept {
     return cross_unit_aliases_;
@@ -313,6 +321,7 @@ class TorchModel {
   std::vector<TorchParam> params_;
   std::vector<Unit> units_;
   std::vector<std::pair<std::string, std::string>> aliases_, cross_unit_aliases_;
+  std::vector<std::string> children_;  // every direct child, parameters or not
   std::vector<std::string> frozen_;
 };
 
@@ -457,7 +466,10 @@ struct AccumulatedHook final : torch::autograd::FunctionPostHook {
 /// rethrows its error, every other rank throws an error of the same kind naming the failed rank
 /// and quoting its reason, at once instead of at the communicator's timeout. That micro-step is
 /// lost: end training there (destroy this object and the engine on every rank) or build anew.
-template <class Engine>
+/// Engine: a typed engine (its stage is a compile-time constant: the autograd paths of stage 3 and of
+/// stages 0-2 are different code); AnyEngine is refused for that reason.
+template <TrainingEngine Engine>
+  requires requires { Engine::kStage; }
 class TorchGradients {
   static constexpr bool kSharded = Engine::kStage == 3;
 
@@ -519,6 +531,7 @@ class TorchGradients {
   /// torch::NoGradGuard (evaluation) fn just runs gathered, keeping nothing.
   template <class F>
   torch::Tensor forward(std::string_view unit, F&& fn, const torch::Tensor& x) {
+    require_child(unit, "TorchGradients::forward");
     if constexpr (!kSharded) {
       return fn(x);
     } else {
@@ -541,6 +554,7 @@ class TorchGradients {
   /// recompute: less activation memory than forward(), one more forward of the child.
   template <class F>
   torch::Tensor checkpoint(std::string_view unit, F&& fn, const torch::Tensor& x) {
+    require_child(unit, "TorchGradients::checkpoint");
     if (!torch::GradMode::is_enabled()) return forward(unit, std::forward<F>(fn), x);  // nothing to recompute
     calls_.push_back(detail::TorchCall{std::forward<F>(fn), model_->unit(unit)});
     return detail::GatheredCall<TorchGradients>::apply(x, anchor_, this, &calls_.back());
@@ -597,6 +611,16 @@ class TorchGradients {
                   "rank " + std::to_string(world.rank()));
     }
     return engine_->step(loss);
+  }
+
+  /// A name that is no direct child of the module is a usage error at every stage (issue 57 item 14:
+  /// stages 0-2 trained on, and stage 3 failed inside torch with a shape error).
+  void require_child(std::string_view unit, const char* where) const {
+    if (model_->has_child(unit)) return;
+    std::string names;
+    for (const std::string& c : model_->children()) names += (names.empty() ? "" : ", ") + c;
+    throw usage_error("the module has no direct child of this name (its children: " + (names.empty() ? "none" : names) + ")",
+                      where, std::string(unit));
   }
 
   /// GatheredCall's forward: fn without a graph (stage 3: inside the unit's gather); an output that
