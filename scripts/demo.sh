@@ -9,13 +9,14 @@ source scripts/progress.sh
 scripts/install-deps.sh
 t0=$(date +%s)
 if [[ ! -x build/default/examples/02_gpt/zerotk_example_02_gpt ]]; then
-  # Measured: 637 s for set-up and build on a 2-core machine another build was also using.
-  echo "demo: first build of the GPT example and the tools: about 11 minutes on 2 cores (less on an idle machine); progress below"
+  # Measured 2026-12-06 on a clean clone: 335 s for set-up and build on 2 cores (the compiled engine set,
+  # the example over AnyEngine, the tools).
+  echo "demo: first build of the compiled engines, the GPT example and the tools: about 6 minutes on 2 cores; progress below"
 fi
 cmake --preset default >/dev/null
 with_progress "demo build" cmake --build --preset default --target zerotk_example_02_gpt zerotk-config zerotk-plan zerotk-ckpt
 t1=$(date +%s)
-echo "demo: set-up and build took $(( t1 - t0 )) s; training (13-25 s on 2 cores):"
+echo "demo: set-up and build took $(( t1 - t0 )) s; training (5-25 s on 2 cores):"
 rm -rf out/gpt_monitor
 build/default/examples/02_gpt/zerotk_example_02_gpt --csv out/gpt_monitor "$@"
 echo "demo: training took $(( $(date +%s) - t1 )) s"
