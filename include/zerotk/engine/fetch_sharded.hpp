@@ -288,18 +288,27 @@ class ShardedFetch {
 
   [[noreturn]] void throw_context(const error& x, const Event& e, std::size_t i) const {
     throw comm_error("gathering the parameters of " + event_name(e.key) + " (scope " + std::to_string(i + 1) +
-                         " of this micro-step) failed; " + order_context() + ": " + x.message(),
+                         " of this micro-step) failed; " + order_context(&e) + ": " + x.message(),
                      x.where(), x.value());
   }
 
-  /// This rank's scopes so far and the recorded order, for an error.
-  std::string order_context() const {
+  /// This rank's scopes so far and the recorded order, for an error. The different-orders diagnosis
+  /// only when this rank's scopes so far differ from the recorded order (issue 57 item 3: an
+  /// unrelated failure on a rank that kept its order is not blamed on the order).
+  std::string order_context(const Event* opening = nullptr) const {  // opening: the scope being opened (not in current_ yet)
     std::vector<std::uint32_t> now, then;
     for (const Event& e : current_) now.push_back(e.key);
+    if (opening != nullptr) now.push_back(opening->key);
     for (const Event& e : trace_) then.push_back(e.key);
+    const std::size_t at = now.size() > 0 ? now.size() - 1 : 0;
+    const bool same = now.size() <= then.size() && std::equal(now.begin(), now.end(), then.begin());
+    if (same || then.empty()) {
+      return "rank " + std::to_string(c_.comm->rank()) + " ran " + sequence_text(now, at) + " in this micro-step" +
+             (then.empty() ? " (its first: no recorded order yet)" : ", in the same order as the previous one");
+    }
     return "ranks that run their layers in different orders make ZeRO stage 3's collectives mismatch (rank " +
-           std::to_string(c_.comm->rank()) + " ran " + sequence_text(now, now.size() > 0 ? now.size() - 1 : 0) +
-           " in this micro-step; the previous one ran " + sequence_text(then, now.size() > 0 ? now.size() - 1 : 0) + ")";
+           std::to_string(c_.comm->rank()) + " ran " + sequence_text(now, at) + " in this micro-step; the previous one ran " +
+           sequence_text(then, at) + ")";
   }
 
  public:
