@@ -13,27 +13,20 @@ endfunction()
 set(common -G "${GENERATOR}" -DCMAKE_CXX_COMPILER=${CXX} -DCMAKE_BUILD_TYPE=Release)
 set(consumer "${SOURCE_DIR}/tests/package/consumer")
 
-if(MODE STREQUAL "find_package_torch")
-  # The prefix package.find_package installed (its fixture): find_package(zerotk COMPONENTS torch).
-  if(NOT EXISTS "${PREFIX}")
-    message(FATAL_ERROR "no zerotk install at ${PREFIX} (package.find_package installs it)")
+if(MODE STREQUAL "find_package_torch" OR MODE STREQUAL "add_subdirectory_torch")
+  # The torch component, found two ways: find_package(zerotk COMPONENTS torch) against the prefix
+  # package.find_package installed (its fixture), or add_subdirectory of this source tree, where
+  # Torch's imported targets must be visible in the consumer's scope (issue 57 item 13: "Target
+  # torch_cpu not found" at generate time).
+  if(MODE STREQUAL "find_package_torch")
+    if(NOT EXISTS "${PREFIX}")
+      message(FATAL_ERROR "no zerotk install at ${PREFIX} (package.find_package installs it)")
+    endif()
+    set(from -DCMAKE_PREFIX_PATH=${PREFIX})
+  else()
+    set(from -DZEROTK_SOURCE_DIR=${SOURCE_DIR} -DZEROTK_CUDA=OFF)
   endif()
-  run(${CMAKE_COMMAND} -S "${consumer}" -B "${WORK_DIR}/consumer-build" ${common}
-      -DCMAKE_PREFIX_PATH=${PREFIX} -DZEROTK_WANT_COMPONENTS=torch)
-  run(${CMAKE_COMMAND} --build "${WORK_DIR}/consumer-build" --target consumer_torch)
-  run("${WORK_DIR}/consumer-build/consumer_torch")
-  message(STATUS "consumer_torch says: ${last_output}")
-  if(NOT last_output MATCHES "zerotk torch: 2 parameters, weight first, has_torch=1")
-    message(FATAL_ERROR "unexpected consumer_torch output: ${last_output}")
-  endif()
-  return()
-endif()
-
-if(MODE STREQUAL "add_subdirectory_torch")
-  # zerotk added with add_subdirectory, its torch component linked: Torch's imported targets must be
-  # visible in the consumer's scope (issue 57 item 13: "Target torch_cpu not found" at generate time).
-  run(${CMAKE_COMMAND} -S "${consumer}" -B "${WORK_DIR}/consumer-build" ${common}
-      -DZEROTK_SOURCE_DIR=${SOURCE_DIR} -DZEROTK_WANT_COMPONENTS=torch -DZEROTK_CUDA=OFF)
+  run(${CMAKE_COMMAND} -S "${consumer}" -B "${WORK_DIR}/consumer-build" ${common} ${from} -DZEROTK_WANT_COMPONENTS=torch)
   run(${CMAKE_COMMAND} --build "${WORK_DIR}/consumer-build" --target consumer_torch)
   run("${WORK_DIR}/consumer-build/consumer_torch")
   message(STATUS "consumer_torch says: ${last_output}")
