@@ -45,7 +45,7 @@
 #include <vector>
 
 #include <zerotk/comm/threads.hpp>
-#include <zerotk/engine.hpp>
+#include <zerotk/engines.hpp>  // the compiled engine set's types linked, when built with it
 #include <zerotk/interop/torch.hpp>
 
 #include "04_libtorch_gpt/gpt.hpp"

@@ -15,7 +15,7 @@
 
 #include <zerotk/comm/threads.hpp>
 #include <zerotk/config.hpp>
-#include <zerotk/engine.hpp>
+#include <zerotk/engines.hpp>  // the compiled engine set's types linked, when built with it
 #include <zerotk/engine_config.hpp>
 #include <zerotk/interop/torch.hpp>
 #include <zerotk/monitor/progress.hpp>

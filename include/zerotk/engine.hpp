@@ -82,9 +82,18 @@
 
 namespace zerotk {
 
+template <class Pack>
+class BasicEngine;
+
+/// The engine type of a policy pack: the policies in any order, defaults spelled or not, name one
+/// type, BasicEngine over the canonical pack (engine/resolve.hpp). An alias, so a function template
+/// that wants any typed engine takes `BasicEngine<Pack>&` or a `TrainingEngine auto&`.
 template <class... Ps>
-class Engine : public engine::Introspection<Engine<Ps...>>, public engine::StateAccess<Engine<Ps...>> {
-  using R = engine::Resolved<Ps...>;
+using Engine = BasicEngine<engine::policies_t<Ps...>>;
+
+template <class Pack>
+class BasicEngine : public engine::Introspection<BasicEngine<Pack>>, public engine::StateAccess<BasicEngine<Pack>> {
+  using R = engine::resolved_pack_t<Pack>;
   static_assert(R::compatible);
 
  public:
@@ -141,9 +150,9 @@ class Engine : public engine::Introspection<Engine<Ps...>>, public engine::State
   static constexpr bool kStateInHostMemory = Store::kStateInHostMemory;
 
   // ---- scopes (engine/scopes.hpp) -------------------------------------------------------------
-  using ForwardScope = engine::ForwardScope<Engine>;
-  using BackwardScope = engine::BackwardScope<Engine>;
-  using GatherScope = engine::GatherScope<Engine>;
+  using ForwardScope = engine::ForwardScope<BasicEngine>;
+  using BackwardScope = engine::BackwardScope<BasicEngine>;
+  using GatherScope = engine::GatherScope<BasicEngine>;
 
   // ---- construction ----------------------------------------------------------------------------
 
@@ -154,8 +163,8 @@ class Engine : public engine::Introspection<Engine<Ps...>>, public engine::State
   /// calling thread's current CUDA device is the communicator's, and the model computes on
   /// `options.stream`.
   template <comm::Communicator C, Module M>
-  Engine(C& comm, M& model, EngineOptions options = {})
-      : Engine(engine::EngineInputs<ops_type>::of(comm, model), std::move(options)) {
+  BasicEngine(C& comm, M& model, EngineOptions options = {})
+      : BasicEngine(engine::EngineInputs<ops_type>::of(comm, model), std::move(options)) {
     static_assert_memory<C>();
   }
 
@@ -163,19 +172,19 @@ class Engine : public engine::Introspection<Engine<Ps...>>, public engine::State
   /// reduces and gathers over `grid.data()`; the gradient norm, the overflow agreement and the loss
   /// over every rank (engine/comms.hpp). `grid` must outlive the engine.
   template <comm::Communicator C, Module M>
-  Engine(comm::ProcessGrid<C>& grid, M& model, EngineOptions options = {})
-      : Engine(engine::EngineInputs<ops_type>::of(grid, model), std::move(options)) {
+  BasicEngine(comm::ProcessGrid<C>& grid, M& model, EngineOptions options = {})
+      : BasicEngine(engine::EngineInputs<ops_type>::of(grid, model), std::move(options)) {
     static_assert_memory<C>();
   }
 
   /// The constructors' common part, over the model and the communicator with their types forgotten
   /// (engine/model_view.hpp, engine/placement.hpp): what a compiled engine (zerotk/engines.hpp,
   /// AnyEngine) is built from. Nothing in it depends on the user's types.
-  Engine(engine::EngineInputs<ops_type> inputs, EngineOptions options);
+  BasicEngine(engine::EngineInputs<ops_type> inputs, EngineOptions options);
 
-  Engine(const Engine&) = delete;
-  Engine& operator=(const Engine&) = delete;
-  ~Engine();
+  BasicEngine(const BasicEngine&) = delete;
+  BasicEngine& operator=(const BasicEngine&) = delete;
+  ~BasicEngine();
 
   // ---- the training loop -------------------------------------------------------------------------
 
@@ -314,8 +323,8 @@ class Engine : public engine::Introspection<Engine<Ps...>>, public engine::State
   engine::ModuleId open_forward(const engine::LayerRef& layer, detail::Clock::time_point& t0);
   engine::ModuleId open_backward(const engine::LayerRef& layer);
   engine::ModuleId open_gather(const engine::LayerRef& module, std::optional<int> modifier_rank);
-  friend class engine::Introspection<Engine>;
-  friend class engine::StateAccess<Engine>;
+  friend class engine::Introspection<BasicEngine>;
+  friend class engine::StateAccess<BasicEngine>;
 
   void end_forward(engine::ModuleId id, detail::Clock::time_point t0);
   void end_backward(engine::ModuleId id, detail::Clock::time_point t0);

@@ -10,14 +10,13 @@
 ///   // C++: include this instead of (or before using) zerotk/engine.hpp
 ///   #include <zerotk/engines.hpp>
 ///   using E = zerotk::Engine<zerotk::Partitioner<zerotk::Stage<2>>, zerotk::Optimizer<zerotk::AdamW>,
-///                            zerotk::Precision<zerotk::bf16>>;   // a compiled type: spelled as in engines/set.hpp
+///                            zerotk::Precision<zerotk::bf16>>;   // a compiled type, its policies in any order
 ///   E engine(comm, model, options);   // the trainer's TU instantiates only the thin forwards
 ///
 /// For every family the library was built with (ZEROTK_ENGINES_<FAMILY> = 1, set by linking it),
 /// this declares its engine types `extern template`: the trainer's translation unit then compiles
 /// the forwards from its own types (engine/model_view.hpp) and links the members. An engine type
-/// outside the set, or spelled with its policies in another order, is instantiated in the trainer's
-/// TU as before (header-only use is unchanged). engines/set.hpp lists the families.
+/// outside the set is instantiated in the trainer's TU as before (header-only use is unchanged). engines/set.hpp lists the families.
 
 #include "zerotk/engine.hpp"
 #include "zerotk/engines/set.hpp"

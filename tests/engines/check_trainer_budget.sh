@@ -4,7 +4,7 @@
 # machine's load (times live in bench/compile): (1) zerotk/any_engine.hpp preprocesses to at most
 # kLines lines (g++ -E -P, compiled runtime, today 84,181 with GCC 12's libstdc++: most of it the
 # standard headers); (2) the trainer's object file (examples/05_any_engine) defines no engine code:
-# no zerotk::Engine<...> member, no threads back end, no host reduction. Fails naming what it found.
+# no zerotk::BasicEngine<...> member (what Engine<...> names), no threads back end, no host reduction. Fails naming what it found.
 set -euo pipefail
 cxx=$1 inc=$2 obj=$3
 kLines=92000
@@ -14,7 +14,7 @@ lines=$(echo '#include <zerotk/any_engine.hpp>' |
 echo "zerotk/any_engine.hpp: $lines preprocessed lines (budget $kLines)"
 if (( lines > kLines )); then echo "FAIL: zerotk/any_engine.hpp grew past its budget"; status=1; fi
 defined=$(nm -C "$obj" | grep -E ' [TtWw] ' || true)
-for pattern in 'zerotk::Engine<' 'zerotk::comm::detail::threads::' 'zerotk::comm::detail::reduce_rows' 'zerotk::engine::ErasedEngineOf<'; do
+for pattern in 'zerotk::BasicEngine<' 'zerotk::comm::detail::threads::' 'zerotk::comm::detail::reduce_rows' 'zerotk::engine::ErasedEngineOf<'; do
   n=$(grep -cF -- "$pattern" <<<"$defined" || true)
   echo "definitions of $pattern... in the trainer's object: $n"
   if (( n > 0 )); then echo "FAIL: the trainer's TU compiled $pattern code:"; grep -F -- "$pattern" <<<"$defined" | head -3; status=1; fi

@@ -1,8 +1,10 @@
 // The compiled engine set (zerotk/engines.hpp, src/engines/): an engine type the set compiles,
-// linked from zerotk::engines, trains to the same bits as the same policies instantiated in this
-// translation unit (spelled in another order, which makes another C++ type from the same
-// templates). check_no_engine_code.sh checks, on this file's object, that the set's types were
-// not instantiated here.
+// linked from zerotk::engines, trains to the same bits as the same templates instantiated in this
+// translation unit (with a bucket two bytes larger than the default: another type, the same
+// buckets for this small model). The set's type is named here with its policies in another order
+// and a default spelled out: Engine<Ps...> names one type per canonical pack, so that is still the
+// compiled one. check_no_engine_code.sh checks, on this file's object, that the set's types were
+// not instantiated here and the control was.
 #include <doctest/doctest.h>
 
 #include "zerotk/engines.hpp"
@@ -40,9 +42,14 @@ void compare_stage() {
   cfg.gas = 2;
   cfg.clip = 0.5;
   using Compiled = Engine<Partitioner<Stage<S>>, Optimizer<AdamW>, Precision<bf16>>;  // engines/set.hpp's spelling
-  using Local = Engine<Precision<bf16>, Optimizer<AdamW>, Partitioner<Stage<S>>>;      // instantiated here
+  // the same policies in another order, two defaults spelled: the same type, the compiled one
+  using Respelled = Engine<Precision<bf16>, Offload<None>, Optimizer<AdamW>, Partitioner<Stage<S>>, Device<Host>>;
+  static_assert(std::is_same_v<Compiled, Respelled>);
+  // the default bucket (500M elements of 2 bytes) plus 2 bytes: another type, instantiated here
+  using Local = Engine<Partitioner<Stage<S>>, Optimizer<AdamW>, Precision<bf16>, Bucketer<Bytes<1'000'000'002>>>;
   static_assert(!std::is_same_v<Compiled, Local>);
-  const zt_test::RunResult a = run<Compiled>(cfg);
+  static_assert(std::is_same_v<typename Compiled::bucketer, Bucketer<Bytes<1'000'000'000>>>);
+  const zt_test::RunResult a = run<Respelled>(cfg);
   const zt_test::RunResult b = run<Local>(cfg);
   REQUIRE(a.params.size() == b.params.size());
   REQUIRE(a.losses.size() == static_cast<std::size_t>(cfg.steps));

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include <zerotk/comm/threads.hpp>
-#include <zerotk/engine.hpp>
+#include <zerotk/engines.hpp>  // the compiled engine set's types linked, when the suite links it
 #include <zerotk/interop/torch.hpp>
 
 #include "common/modelled_link.hpp"  // bench/common: the threads communicator slowed to a modelled link

@@ -466,12 +466,23 @@ ResumeRuns resume_runs(int world, const zerotk::EngineOptions& o, int before, in
 }
 
 
+/// Engine<Part, Precision<Prec>, Policies...> with Optimizer<AdamW> unless Policies name the
+/// optimizer. A specialisation, not std::conditional_t: naming Engine<...> resolves its pack
+/// (engine/resolve.hpp), so the branch not taken must not be named.
+template <bool NamesOptimizer, class Part, class Prec, class... Policies>
+struct EngineWithOptimizer {
+  using type = zerotk::Engine<Part, zerotk::Optimizer<zerotk::AdamW>, zerotk::Precision<Prec>, Policies...>;
+};
+template <class Part, class Prec, class... Policies>
+struct EngineWithOptimizer<true, Part, Prec, Policies...> {
+  using type = zerotk::Engine<Part, zerotk::Precision<Prec>, Policies...>;
+};
+
 template <class Part, class Prec, class Comm, class Model, class... Policies>
 RunResult train_rank_with(Comm& comm, const RunConfig& cfg, zerotk::MemoryLedger* ledger_out) {
   using namespace zerotk;
-  // Optimizer<AdamW> unless Policies name the optimizer.
-  using E = std::conditional_t<(policy_count_v<policy::optimizer, Policies...> > 0), Engine<Part, Precision<Prec>, Policies...>,
-                               Engine<Part, Optimizer<AdamW>, Precision<Prec>, Policies...>>;
+  using E = typename EngineWithOptimizer<(policy_count_v<policy::optimizer, Policies...> > 0), Part, Prec,
+                                         Policies...>::type;
   RunResult result;
   {
     Model model = make_model<Model>(cfg);

@@ -1,8 +1,8 @@
 #pragma once
 /// \file zerotk/engine/engine_members.hpp
-/// Engine<Policies...>'s members that carry the weight (construction, the scopes, step and the
-/// set-up helpers), defined out of class so that an explicit instantiation declaration
-/// (`extern template class zerotk::Engine<...>;`, zerotk/engines.hpp) keeps a trainer's translation
+/// The members of BasicEngine (what `Engine<Policies...>` names) that carry the weight (construction,
+/// the scopes, step and the set-up helpers), defined out of class so that an explicit instantiation
+/// declaration (`extern template class zerotk::BasicEngine<...>;`, zerotk/engines.hpp) keeps a trainer's translation
 /// unit from instantiating them: the compiled engine set instantiates them once. The members left
 /// in the class are one-line forwards from the user's types to these (engine/model_view.hpp).
 /// Included by zerotk/engine.hpp after the class; not a header of its own.
@@ -15,8 +15,8 @@
 
 namespace zerotk {
 
-template <class... Ps>
-Engine<Ps...>::Engine(engine::EngineInputs<ops_type> in, EngineOptions options)
+template <class Pack>
+BasicEngine<Pack>::BasicEngine(engine::EngineInputs<ops_type> in, EngineOptions options)
     : options_(engine::checked_options(std::move(options), facts())),
       ops_(in.make_ops(in.comm, options_.stream)),
       comms_(in.place(in.comm, options_.communication.topology), ops_, options_.communication.topology),
@@ -26,8 +26,8 @@ Engine<Ps...>::Engine(engine::EngineInputs<ops_type> in, EngineOptions options)
   build();
 }
 
-template <class... Ps>
-void Engine<Ps...>::build() {
+template <class Pack>
+void BasicEngine<Pack>::build() {
   if (const auto& g = options_.config_grid) engine::check_config_grid(std::pair{g->tensor, g->pipeline}, comms_.place());
   if (MainGroup::kCompressedExchange && !comms_.place().data_only()) {
     throw config_error("compressed communication (1-bit optimizers, gradient_compression) exchanges over the data "
@@ -62,13 +62,13 @@ void Engine<Ps...>::build() {
   slow_ = engine::SlowRankMonitor<Comm>(options_.communication.slow_ranks, comms_.norm(), place);
 }
 
-template <class... Ps>
-Engine<Ps...>::~Engine() {
+template <class Pack>
+BasicEngine<Pack>::~BasicEngine() {
   groups_.drain_quietly();
 }
 
-template <class... Ps>
-engine::ModuleId Engine<Ps...>::open_forward(const engine::LayerRef& layer, detail::Clock::time_point& t0) {
+template <class Pack>
+engine::ModuleId BasicEngine<Pack>::open_forward(const engine::LayerRef& layer, detail::Clock::time_point& t0) {
   const auto busy = slow_.busy(engine::ComputePhase::forward);
   t0 = detail::Clock::now();  // waiting for parameters counts as forward time
   const engine::ModuleId id = registry_.module(layer);
@@ -76,8 +76,8 @@ engine::ModuleId Engine<Ps...>::open_forward(const engine::LayerRef& layer, deta
   return id;
 }
 
-template <class... Ps>
-engine::ModuleId Engine<Ps...>::open_gather(const engine::LayerRef& module, std::optional<int> modifier_rank) {
+template <class Pack>
+engine::ModuleId BasicEngine<Pack>::open_gather(const engine::LayerRef& module, std::optional<int> modifier_rank) {
   if (modifier_rank && (*modifier_rank < 0 || *modifier_rank >= this->world_size())) {
     throw usage_error("modifier_rank must be a rank of the communicator", "Engine::gather",
                       std::to_string(*modifier_rank) + " of " + std::to_string(this->world_size()));
@@ -89,13 +89,13 @@ engine::ModuleId Engine<Ps...>::open_gather(const engine::LayerRef& module, std:
   return id;
 }
 
-template <class... Ps>
-void Engine<Ps...>::synchronize() {
+template <class Pack>
+void BasicEngine<Pack>::synchronize() {
   groups_.synchronize();
 }
 
-template <class... Ps>
-engine::ModuleId Engine<Ps...>::open_backward(const engine::LayerRef& layer) {
+template <class Pack>
+engine::ModuleId BasicEngine<Pack>::open_backward(const engine::LayerRef& layer) {
   const auto busy = slow_.busy(engine::ComputePhase::backward);
   const engine::ModuleId id = registry_.module(layer);
   const engine::ModuleEntry& m = registry_.module_entry(id);
@@ -105,8 +105,8 @@ engine::ModuleId Engine<Ps...>::open_backward(const engine::LayerRef& layer) {
   return id;
 }
 
-template <class... Ps>
-StepReport Engine<Ps...>::step(double loss) {
+template <class Pack>
+StepReport BasicEngine<Pack>::step(double loss) {
   const auto busy = slow_.busy(engine::ComputePhase::other);
   engine::StepCounters& c = counters_;
   bindings_->check_every_parameter_had_backward(c.micro_steps + 1);
@@ -152,43 +152,43 @@ StepReport Engine<Ps...>::step(double loss) {
   return r;
 }
 
-template <class... Ps>
-void Engine<Ps...>::broadcast_parameters(int root) {
+template <class Pack>
+void BasicEngine<Pack>::broadcast_parameters(int root) {
   synchronize();
   groups_.supersede_update();
   bindings_->take_user_values();
   bindings_->broadcast(comms_.data(), root);
 }
 
-template <class... Ps>
-void Engine<Ps...>::initialize_master() {
+template <class Pack>
+void BasicEngine<Pack>::initialize_master() {
   synchronize();
   groups_.supersede_update();
   bindings_->take_user_values();
   groups_.init_master();
 }
 
-template <class... Ps>
-void Engine<Ps...>::settle() {
+template <class Pack>
+void BasicEngine<Pack>::settle() {
   require_boundary("settle");
   groups_.each([this](auto& g) { g.settle([this, &g](std::size_t k) { bindings_->on_bucket_published(g, k); }); });
 }
 
-template <class... Ps>
-void Engine<Ps...>::set_scheduler(LrScheduler scheduler) {
+template <class Pack>
+void BasicEngine<Pack>::set_scheduler(LrScheduler scheduler) {
   schedule_.set(std::move(scheduler));
   schedule_.apply(groups_);
 }
 
-template <class... Ps>
-void Engine<Ps...>::end_forward(engine::ModuleId id, detail::Clock::time_point t0) {
+template <class Pack>
+void BasicEngine<Pack>::end_forward(engine::ModuleId id, detail::Clock::time_point t0) {
   const auto busy = slow_.busy(engine::ComputePhase::other);
   close_scope(id, engine::Phase::forward);
   timings_.forward_ms += detail::ms_since(t0);
 }
 
-template <class... Ps>
-void Engine<Ps...>::end_backward(engine::ModuleId id, detail::Clock::time_point t0) {
+template <class Pack>
+void BasicEngine<Pack>::end_backward(engine::ModuleId id, detail::Clock::time_point t0) {
   const auto busy = slow_.busy(engine::ComputePhase::other);
   timings_.backward_inner_ms += detail::ms_since(t0);
   if (std::uncaught_exceptions() == 0) bindings_->end_backward(registry_.module_entry(id).own);
@@ -196,8 +196,8 @@ void Engine<Ps...>::end_backward(engine::ModuleId id, detail::Clock::time_point 
   timings_.backward_ms += detail::ms_since(t0);
 }
 
-template <class... Ps>
-void Engine<Ps...>::end_gather(engine::ModuleId id, std::optional<int> modifier_rank) {
+template <class Pack>
+void BasicEngine<Pack>::end_gather(engine::ModuleId id, std::optional<int> modifier_rank) {
   const engine::ModuleEntry& m = registry_.module_entry(id);
   if (std::uncaught_exceptions() > 0) {
     try {

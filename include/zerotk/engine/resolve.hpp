@@ -50,6 +50,34 @@ struct Resolved {
   using shard_tag =
       std::conditional_t<partitioner::stage != 3 || !compat::ok, None, typename param_offload::tag>;
 };
+
+/// The canonical pack: every slot's policy, resolved, in one fixed order. `Engine<Ps...>` names
+/// `BasicEngine<policies_t<Ps...>>` (zerotk/engine.hpp), so the policies in any order, with the
+/// defaults spelled or left out, are one engine type: one type to instantiate, and the type the
+/// compiled set (zerotk/engines.hpp) declares whatever the user's spelling.
+template <class PartitionerP, class OptimizerP, class PrecisionP, class BucketerP, class LossScalerP, class OffloadP,
+          class OffloadParamsP, class DeviceP, class GradientCompressionP>
+struct Policies {};
+
+template <class... Ps>
+struct CanonicalPolicies {
+  using R = Resolved<Ps...>;
+  using type = Policies<typename R::partitioner, typename R::optimizer, typename R::precision, typename R::bucketer,
+                        typename R::loss_scaler, typename R::offload, typename R::param_offload, typename R::device,
+                        typename R::gradient_compression>;
+};
+template <class... Ps>
+using policies_t = typename CanonicalPolicies<Ps...>::type;
+
+/// Resolved<...> of a canonical pack (BasicEngine's own view of its policies).
+template <class Pack>
+struct ResolvedPack;
+template <class... Ps>
+struct ResolvedPack<Policies<Ps...>> {
+  using type = Resolved<Ps...>;
+};
+template <class Pack>
+using resolved_pack_t = typename ResolvedPack<Pack>::type;
 }  // namespace engine
 
 }  // namespace zerotk

@@ -6,9 +6,9 @@
 /// `zerotk::engines` library; CMake's cache variable ZEROTK_ENGINES picks the families it compiles
 /// (in the spirit of CUTLASS_LIBRARY_KERNELS) and defines ZEROTK_ENGINES_<FAMILY> to 1 for them.
 ///
-/// Each entry is X(policies...): the policies in the order written here, which is the order an
-/// engine type must be spelled in to be the compiled one (Engine<A, B> and Engine<B, A> are two
-/// types to C++; the other order still works, instantiated in the trainer's own translation unit).
+/// Each entry is X(policies...). An engine type is the compiled one whatever the order its policies
+/// are spelled in, and whether its defaults are spelled or left out: Engine<Ps...> names BasicEngine
+/// over the canonical pack (engine/resolve.hpp).
 ///
 ///   family        engine types (all Device<Host>, Bucketer and LossScaler defaulted)
 ///   adamw_fp32    Partitioner<Stage<0..3>>, Optimizer<AdamW>, Precision<fp32>
@@ -78,9 +78,11 @@
 
 /// The three class templates an engine type's weight lives in (zerotk/engine.hpp and its CRTP
 /// bases), declared or defined for one engine type. `kind` is `extern template` or `template`.
-#define ZEROTK_ENGINE_INSTANCE_(kind, ...)                                                  \
-  kind class ::zerotk::Engine<__VA_ARGS__>;                                                  \
-  kind class ::zerotk::engine::Introspection<::zerotk::Engine<__VA_ARGS__>>;                 \
-  kind class ::zerotk::engine::StateAccess<::zerotk::Engine<__VA_ARGS__>>;
+/// The class is named through the canonical pack (an alias template cannot be named after `class`),
+/// so the declaration covers every spelling of the same policies.
+#define ZEROTK_ENGINE_INSTANCE_(kind, ...)                                                          \
+  kind class ::zerotk::BasicEngine<::zerotk::engine::policies_t<__VA_ARGS__>>;                       \
+  kind class ::zerotk::engine::Introspection<::zerotk::BasicEngine<::zerotk::engine::policies_t<__VA_ARGS__>>>; \
+  kind class ::zerotk::engine::StateAccess<::zerotk::BasicEngine<::zerotk::engine::policies_t<__VA_ARGS__>>>;
 #define ZEROTK_ENGINE_EXTERN(...) ZEROTK_ENGINE_INSTANCE_(extern template, __VA_ARGS__)
 #define ZEROTK_ENGINE_INSTANTIATE(...) ZEROTK_ENGINE_INSTANCE_(template, __VA_ARGS__)
