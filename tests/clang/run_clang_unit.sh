@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Usage: run_clang_unit.sh CLANGXX SOURCE_DIR WORK_DIR FAMILIES SUITE...
+# The second compiler running tests, not only parsing them: configures this source tree with clang
+# (Release, -Werror as every test target has it) into WORK_DIR, with the compiled engine set cut to
+# FAMILIES (comma-separated, e.g. adamw_bf16,adamw_fp16) and no examples, benchmarks, tools,
+# libtorch or CUDA, builds the named CTest suites (their targets zerotk_test_<suite>) and runs them.
+# Later runs rebuild only what changed.
+set -euo pipefail
+cxx=$1 src=$2 work=$3 families=$4
+shift 4
+start=$(date +%s)
+cmake -S "$src" -B "$work" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER="$cxx" \
+  "-DZEROTK_ENGINES=${families//,/;}" -DZEROTK_BUILD_EXAMPLES=OFF -DZEROTK_BUILD_BENCH=OFF -DZEROTK_BUILD_TOOLS=OFF \
+  -DZEROTK_WITH_TORCH=OFF -DZEROTK_CUDA=OFF >"$work.configure.log" 2>&1 ||
+  { cat "$work.configure.log"; echo "FAIL: configuring with $cxx"; exit 1; }
+targets=()
+for s in "$@"; do targets+=("zerotk_test_$s"); done
+echo "clang.unit: building ${targets[*]} with $cxx"
+cmake --build "$work" -j2 --target "${targets[@]}"
+regex="^($(IFS='|'; echo "$*"))\$"
+ctest --test-dir "$work" -R "$regex" --output-on-failure --no-tests=error
+echo "PASS: the suites $* built with $cxx and passed ($(( $(date +%s) - start )) s)"
