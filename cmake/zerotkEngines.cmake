@@ -7,6 +7,10 @@ set(ZEROTK_ENGINE_FAMILIES adamw_fp32 adamw_bf16 adamw_fp16 offload_cpu offload_
 set(ZEROTK_ENGINES "${ZEROTK_ENGINE_FAMILIES}" CACHE STRING
     "Families of the compiled engine set zerotk::engines (any of: ${ZEROTK_ENGINE_FAMILIES}); empty: no library")
 
+# Whether a target that links zerotk::torch may link the set too (set below): not when libtorch
+# carries the pre-C++11 string ABI (a downloaded libtorch's -D_GLIBCXX_USE_CXX11_ABI=0), which the
+# set, compiled without torch's flags, does not use.
+set(ZEROTK_ENGINES_WITH_TORCH OFF)
 if(NOT ZEROTK_ENGINES)
   return()
 endif()
@@ -52,4 +56,7 @@ foreach(_c openmp uring)
 endforeach()
 if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
   target_compile_options(zerotk_engines PRIVATE -Wall -Wextra -Wpedantic -Werror)
+endif()
+if(NOT "${TORCH_CXX_FLAGS}" MATCHES "_GLIBCXX_USE_CXX11_ABI=0")
+  set(ZEROTK_ENGINES_WITH_TORCH ON)
 endif()

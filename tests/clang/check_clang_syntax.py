@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """The second compiler: re-runs the GCC build's compile commands of chosen files with clang
 (-fsyntax-only: clang parses and instantiates everything, it only emits nothing), warnings as
-errors, so headers that only GCC accepts fail here. The files cover every engine family of the
-compiled set, the compiled runtime, a trainer over AnyEngine, the GPT example and typed-engine tests.
+errors, so headers that only GCC accepts fail here. The files (tests/clang/CMakeLists.txt): the
+compiled set's families that CTest clang.unit does not build with clang in full, make_engine.cpp
+over every family, a trainer over AnyEngine, the GPT example and typed-engine tests.
 
   check_clang_syntax.py <clang++> <compile_commands.json> <source root> <file> ...
 

@@ -9,14 +9,19 @@ set -euo pipefail
 cxx=$1 src=$2 work=$3 families=$4
 shift 4
 start=$(date +%s)
-cmake -S "$src" -B "$work" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER="$cxx" \
-  "-DZEROTK_ENGINES=${families//,/;}" -DZEROTK_BUILD_EXAMPLES=OFF -DZEROTK_BUILD_BENCH=OFF -DZEROTK_BUILD_TOOLS=OFF \
-  -DZEROTK_WITH_TORCH=OFF -DZEROTK_CUDA=OFF >"$work.configure.log" 2>&1 ||
-  { cat "$work.configure.log"; echo "FAIL: configuring with $cxx"; exit 1; }
+# CTest passes the outer build's tools (ZEROTK_CMAKE, ZEROTK_CTEST, ZEROTK_GENERATOR, ZEROTK_PREFIX_PATH).
+cmake_=${ZEROTK_CMAKE:-cmake}
+ctest_=${ZEROTK_CTEST:-ctest}
+generator=${ZEROTK_GENERATOR:-Ninja}
+prefix=${ZEROTK_PREFIX_PATH:-}
+"$cmake_" -S "$src" -B "$work" -G "$generator" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER="$cxx" \
+  "-DCMAKE_PREFIX_PATH=$prefix" "-DZEROTK_ENGINES=${families//,/;}" -DZEROTK_BUILD_EXAMPLES=OFF \
+  -DZEROTK_BUILD_BENCH=OFF -DZEROTK_BUILD_TOOLS=OFF -DZEROTK_WITH_TORCH=OFF -DZEROTK_CUDA=OFF \
+  >"$work.configure.log" 2>&1 || { cat "$work.configure.log"; echo "FAIL: configuring with $cxx"; exit 1; }
 targets=()
 for s in "$@"; do targets+=("zerotk_test_$s"); done
 echo "clang.unit: building ${targets[*]} with $cxx"
-cmake --build "$work" -j2 --target "${targets[@]}"
+"$cmake_" --build "$work" -j2 --target "${targets[@]}"
 regex="^($(IFS='|'; echo "$*"))\$"
-ctest --test-dir "$work" -R "$regex" --output-on-failure --no-tests=error
+"$ctest_" --test-dir "$work" -R "$regex" --output-on-failure --no-tests=error
 echo "PASS: the suites $* built with $cxx and passed ($(( $(date +%s) - start )) s)"

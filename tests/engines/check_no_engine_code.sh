@@ -9,16 +9,16 @@ obj=$1
 syms=$(nm -C "$obj")
 # The demangled canonical pack (engine/resolve.hpp) of stage 2, AdamW, bf16: its bucketer is the
 # default (1e9 bytes) in the set's type, 1e9 + 2 in the control.
-pack='zerotk::Partitioner<zerotk::Stage<2>, zerotk::when::every_micro_step>, zerotk::Optimizer<zerotk::AdamW>, zerotk::Precision<zerotk::bf16>, zerotk::Bucketer<zerotk::Bytes<'
+pack='zerotk::BasicEngine<zerotk::engine::Policies<zerotk::Partitioner<zerotk::Stage<2>, zerotk::when::every_micro_step>, zerotk::Optimizer<zerotk::AdamW>, zerotk::Precision<zerotk::bf16>, zerotk::Bucketer<zerotk::Bytes<'
 compiled="${pack}1000000000ul> >"
 local_="${pack}1000000002ul> >"
 steps() { grep -F -- "::step(double)" <<<"$syms" | grep -E -- "$1" | grep -F -- "$2" || true; }
 status=0
 if [[ -z $(steps ' U ' "$compiled") ]]; then
-  echo "FAIL: the set's engine is not an undefined reference in $obj: BasicEngine<Policies<$compiled, ...>>::step"; status=1
+  echo "FAIL: the set's engine is not an undefined reference in $obj: $compiled, ...>>::step"; status=1
 fi
 if [[ -n $(steps ' [TtWw] ' "$compiled") ]]; then
-  echo "FAIL: the set's engine was compiled into $obj: BasicEngine<Policies<$compiled, ...>>::step"; status=1
+  echo "FAIL: the set's engine was compiled into $obj: $compiled, ...>>::step"; status=1
 fi
 if [[ -z $(steps ' [TtWw] ' "$local_") ]]; then
   echo "FAIL: the control engine was not compiled into $obj (did the check lose its control?)"; status=1

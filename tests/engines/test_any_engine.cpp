@@ -1,6 +1,7 @@
 // AnyEngine (zerotk/any_engine.hpp) over the compiled engine set: make_engine picks the engine a
 // DeepSpeed config asks for, which trains to the bits of the typed engine of the same policies
-// built with the same options (instantiated in this TU, spelled in another order); a config no
+// built with the same options (a control instantiated in this TU: the policy's default bucket plus
+// 2 bytes makes it another type, and the config's bucket size overrides the policy's); a config no
 // compiled engine fits is refused naming the nearest; an AnyEngine checkpoint resumes bit for bit;
 // both models of the engine's face pass its check.
 #include <doctest/doctest.h>
@@ -110,7 +111,10 @@ template <int S>
 void compare_stage() {
   const zt_test::RunConfig rc = run_config();
   const config::Config cfg = load(S, "bf16", rc.world);
-  using Local = Engine<Precision<bf16>, Optimizer<AdamW>, Partitioner<Stage<S>>>;  // instantiated here
+  // Not the compiled type (its bucketer differs, which the config's reduce_bucket_size overrides):
+  // instantiated here. The policies in another order would be the compiled type itself.
+  using Local = Engine<Precision<bf16>, Optimizer<AdamW>, Partitioner<Stage<S>>, Bucketer<Bytes<1'000'000'002>>>;
+  static_assert(!std::is_same_v<Local, Engine<Partitioner<Stage<S>>, Optimizer<AdamW>, Precision<bf16>>>);
   const zt_test::RunResult any = run_any<S>(rc, cfg);
   const zt_test::RunResult typed = run_typed<Local>(rc, cfg);
   REQUIRE(any.losses.size() == static_cast<std::size_t>(rc.steps));

@@ -1,7 +1,7 @@
 // The compiled engine set (zerotk/engines.hpp, src/engines/): an engine type the set compiles,
 // linked from zerotk::engines, trains to the same bits as the same templates instantiated in this
-// translation unit (with a bucket two bytes larger than the default: another type, the same
-// buckets for this small model). The set's type is named here with its policies in another order
+// translation unit (the policy's default bucket plus 2 bytes: another type, and the same buckets,
+// since the fixture's options set the bucket size at run time). The set's type is named here with its policies in another order
 // and a default spelled out: Engine<Ps...> names one type per canonical pack, so that is still the
 // compiled one. check_no_engine_code.sh checks, on this file's object, that the set's types were
 // not instantiated here and the control was.
@@ -45,7 +45,8 @@ void compare_stage() {
   // the same policies in another order, two defaults spelled: the same type, the compiled one
   using Respelled = Engine<Precision<bf16>, Offload<None>, Optimizer<AdamW>, Partitioner<Stage<S>>, Device<Host>>;
   static_assert(std::is_same_v<Compiled, Respelled>);
-  // the default bucket (500M elements of 2 bytes) plus 2 bytes: another type, instantiated here
+  // the default bucket (500M elements of 2 bytes) plus 2 bytes: another type, instantiated here;
+  // the buckets are the fixture's (EngineOptions::bucket_bytes overrides the policy's)
   using Local = Engine<Partitioner<Stage<S>>, Optimizer<AdamW>, Precision<bf16>, Bucketer<Bytes<1'000'000'002>>>;
   static_assert(!std::is_same_v<Compiled, Local>);
   static_assert(std::is_same_v<typename Compiled::bucketer, Bucketer<Bytes<1'000'000'000>>>);

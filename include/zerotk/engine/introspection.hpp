@@ -133,7 +133,7 @@ class Introspection {
   E& m() noexcept { return static_cast<E&>(*this); }
 };
 
-// Out of class, so that `extern template class Introspection<Engine<...>>;` (zerotk/engines.hpp)
+// Out of class, so that `extern template class Introspection<BasicEngine<...>>;` (zerotk/engines.hpp)
 // keeps it out of a trainer's translation unit.
 template <class E>
 ShardTable Introspection<E>::shard_table() const {

@@ -37,7 +37,7 @@ class StateAccess {
   E& m() noexcept { return static_cast<E&>(*this); }
 };
 
-// Out of class, so that `extern template class StateAccess<Engine<...>>;` (zerotk/engines.hpp)
+// Out of class, so that `extern template class StateAccess<BasicEngine<...>>;` (zerotk/engines.hpp)
 // keeps them out of a trainer's translation unit.
 template <class E>
 EngineState StateAccess<E>::state() const {
