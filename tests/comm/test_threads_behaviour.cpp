@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "reference.hpp"
+#include "zerotk/comm/grid.hpp"
 #include "zerotk/comm/threads.hpp"
 
 using namespace zerotk;
@@ -304,6 +305,35 @@ TEST_CASE("a rank that never arrives is reported by the timeout, naming it and w
   CHECK(contains(errors[0], "timed out after 100 ms in barrier() #0 on world: rank 1 has not called it"));
   CHECK(contains(errors[0], "now waiting in recv(count 1, fp32) send/recv rank 0 -> rank 1, tag 3"));
   CHECK(contains(errors[1], "rank 0 returned from its function without calling recv(count 1, fp32)"));
+}
+
+TEST_CASE("on a process grid, errors name the group by role and every rank by its world rank too") {
+  // Issue 57 item 1: groups were all "world/split(color N)" and ranks their index in the group, so a
+  // message from a tensor or data group named a healthy process or none.
+  comm::ThreadsOptions opts;
+  opts.timeout_ms = 100;
+  std::vector<std::string> names(4);
+  const auto errors = comm_errors(
+      4,
+      [&](ThreadsCommunicator& c) {
+        comm::ProcessGrid grid(c, {.tensor = 2});  // tp-dp-pp: world rank = tensor + 2 * data
+        names[static_cast<std::size_t>(c.rank())] = grid.tensor().name() + " | " + grid.data().name() + " | " +
+                                                     grid.pipeline().name() + " | " + grid.model().name();
+        if (c.rank() == 3) return;  // tensor 1 of data 1 leaves without its tensor group's collective
+        float x = 1.f;
+        grid.tensor().all_reduce(&x, &x, 1, DType::fp32, ReduceOp::sum).wait();  // world rank 2 fails here
+      },
+      opts);
+  CHECK(names[3] == "world/tensor[data 1, pipeline 0] | world/data[tensor 1, pipeline 0] | "
+                    "world/pipeline[tensor 1, data 1] | world/model[data 1]");
+  CHECK(names[0] == "world/tensor[data 0, pipeline 0] | world/data[tensor 0, pipeline 0] | "
+                    "world/pipeline[tensor 0, data 0] | world/model[data 0]");
+  // World rank 2's tensor group is world ranks {2, 3}: its peer, group rank 1, is world rank 3.
+  CHECK(contains(errors[2], "rank 1 (world 3) returned from its function without calling "
+                            "all_reduce(count 1, fp32, sum) #0 on world/tensor[data 1, pipeline 0]"));
+  CHECK(contains(errors[2], "rank 0 (world 2): all_reduce(count 1, fp32, sum)"));  // the roster, too
+  CHECK(errors[0].empty());  // the other tensor group completed
+  CHECK(errors[1].empty());
 }
 
 TEST_CASE("a rank that returned without calling fails its peers at once, not after the timeout") {

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The MPI fault suite: runs every case of zerotk_mpi_faults under `mpiexec -np 2` and checks that
+# The MPI fault suite: runs every case of zerotk_mpi_faults under `mpiexec -np 2` (np 4 on a grid) and checks that
 # each ends with a zerotk error naming the ranks and the operation, within the timeout: never a
 # hang (a hard limit kills the run), never a silent abort, never exit status 0.
 #
@@ -24,13 +24,14 @@ fast_limit_s=12
 hard_limit_s=$(( slow_limit_s + 30 ))  # beyond this the case hangs: kill it
 
 failures=0
+np=2  # processes per case (a case on a grid sets it)
 # check <case> <limit_s> <required text>...: every text must appear in the output.
 check() {
   local name=$1 limit=$2
   shift 2
   local out start end rc elapsed missing=()
   start=$(date +%s%N)
-  out=$(timeout --kill-after=5 "$hard_limit_s" "${mpiexec_cmd[@]}" -np 2 "$bin" "$name" 2>&1)
+  out=$(timeout --kill-after=5 "$hard_limit_s" "${mpiexec_cmd[@]}" -np "$np" "$bin" "$name" 2>&1)
   rc=$?
   end=$(date +%s%N)
   elapsed=$(( (end - start) / 1000000 ))
@@ -77,6 +78,12 @@ check absent "$slow_limit_s" \
 check stopped "$slow_limit_s" \
   "timed out after $t ms in $ar #0 on world: rank 1 does not answer (stopped, dead, or busy outside zerotk)" \
   "zerotk: rank 0 of 2 aborts the MPI job"
+# On a grid (4 processes, tensor 2 x data 2) a stopped rank is named by its world rank, and its group by role.
+np=4
+check grid_stopped "$slow_limit_s" \
+  "timed out after $t ms in $ar #0 on world/tensor[data 1, pipeline 0]: rank 1 (world 3) does not answer" \
+  "zerotk: rank 2 of 4 aborts the MPI job"
+np=2
 check escape "$fast_limit_s" \
   "zerotk: rank 1 of 2 aborts the MPI job: it is leaving with an exception in flight"
 check dropped "$fast_limit_s" "aborts the MPI job: an operation failed, its Work was destroyed without wait()" \

@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "zerotk/comm/grid.hpp"
 #include "zerotk/comm/mpi.hpp"
 
 using zerotk::DType;
@@ -72,6 +73,12 @@ int run_case(std::string_view name, MpiCommunicator& c) {
   } else if (name == "stopped") {  // rank 1 is stopped (SIGSTOP) before the collective
     if (r == 1) std::raise(SIGSTOP);
     sum1000();
+  } else if (name == "grid_stopped") {
+    // np 4, a grid of tensor 2 x data 2: world rank 3 (tensor 1 of data 1) is stopped before its tensor
+    // group's collective; world rank 2, its peer there, must name it by its world rank too.
+    zerotk::comm::ProcessGrid grid(c, {.tensor = 2});
+    if (r == 3) std::raise(SIGSTOP);
+    grid.tensor().all_reduce(x.data(), y.data(), kCount, DType::fp32, ReduceOp::sum).wait();
   } else if (name == "dropped") {  // mismatched count, and the Works are dropped without wait()
     zerotk::comm::Work w = c.all_reduce(x.data(), x.data(), r == 1 ? kCount - 1 : kCount, DType::fp32, ReduceOp::sum);
     // w is destroyed here unfinished: its error must not be lost (the session aborts with it)

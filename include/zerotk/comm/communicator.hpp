@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string_view>
@@ -87,6 +88,23 @@ struct CommStats {
   void reset() noexcept { by_op = {}; }
 };
 
+/// The time the calling thread spends blocked in Work::wait(), on a clock a client installs. The
+/// slow-rank monitor (engine/slow_rank_monitor.hpp) installs its own and subtracts this from the
+/// compute it clocks between engine calls, so a rank waiting for a slow peer (a pipeline's
+/// activations, a trainer's own collective) is not charged for the wait, whether the back end
+/// sleeps (threads) or polls (MPI) meanwhile. Nothing is measured while no clock is installed.
+struct WaitClock {
+  std::function<double()> now_ms;  // installed by a client; empty: not measured
+  int installs = 0;                // clients that installed it (the first one's clock is used)
+  double waited_ms = 0;            // accumulated on `now_ms`'s clock
+  int depth = 0;                   // a wait inside a wait counts once
+};
+/// The calling thread's WaitClock.
+inline WaitClock& thread_wait_clock() noexcept {
+  thread_local WaitClock clock;
+  return clock;
+}
+
 /// Back-end side of an asynchronous operation.
 class WorkState {
  public:
@@ -136,6 +154,23 @@ class [[nodiscard("call wait() on the Work (a dropped Work still finishes, but l
   void wait() {
     if (!state_) return;
     auto s = std::move(state_);
+    WaitClock& clock = thread_wait_clock();
+    if (!clock.now_ms || clock.depth > 0) {
+      s->wait();
+      return;
+    }
+    // (added even when wait() throws: the time was spent waiting)
+    struct Timed {
+      WaitClock& c;
+      double t0;
+      ~Timed() {
+        c.waited_ms += c.now_ms() - t0;
+        --c.depth;
+      }
+    };
+    const double t0 = clock.now_ms();
+    ++clock.depth;
+    Timed timed{clock, t0};
     s->wait();
   }
   bool test() {

@@ -164,7 +164,7 @@ class ProcessGrid {
         tensor_(split_along(GridDim::tensor)),
         data_(split_along(GridDim::data)),
         pipeline_(split_along(GridDim::pipeline)),
-        model_(world.split(index_[1], world.rank())) {}
+        model_(split_named(world, index_[1], world.rank(), "model[data " + std::to_string(index_[1]) + "]")) {}
 
   /// The world rank at grid coordinates, in `s.order` (Megatron's "tp-dp-pp" by default).
   static int world_rank_of(const GridShape& s, int data_index, int pipeline_index, int tensor_index) {
@@ -224,10 +224,26 @@ class ProcessGrid {
   /// The group along `d`: color = the other coordinates (mixed radix), key = the coordinate on d.
   C split_along(GridDim along) {
     int color = 0;
+    // The group's name by role, with this rank's other coordinates: "tensor[data 1, pipeline 0]".
+    std::string label = std::string(to_string(along)) + "[";
+    bool first = true;
     for (GridDim d : order_) {
-      if (d != along) color = color * shape_.size(d) + index_[static_cast<int>(d)];
+      if (d == along) continue;
+      color = color * shape_.size(d) + index_[static_cast<int>(d)];
+      label += (first ? "" : ", ") + std::string(to_string(d)) + " " + std::to_string(index_[static_cast<int>(d)]);
+      first = false;
     }
-    return world_->split(color, index_[static_cast<int>(along)]);
+    return split_named(*world_, color, index_[static_cast<int>(along)], label + "]");
+  }
+
+  /// A split whose group error messages name by `label` where the communicator takes one
+  /// (threads, MPI); a plain split elsewhere.
+  static C split_named(C& comm, int color, int key, std::string label) {
+    if constexpr (requires { comm.split(color, key, std::move(label)); }) {
+      return comm.split(color, key, std::move(label));
+    } else {
+      return comm.split(color, key);
+    }
   }
 
   C* world_;

@@ -386,7 +386,10 @@ class MpiCommunicator {
   }
 
   /// Collective: a communicator over the ranks with the same `color` (>= 0), ordered by (key, rank).
-  MpiCommunicator split(int color, int key) {
+  /// `label` names the new group in error messages under this one's name ("world/tensor[data 1,
+  /// pipeline 0]"; ProcessGrid names its groups by role); every rank of a color passes the same one.
+  /// Without it the group is "<this name>/split(color N)".
+  MpiCommunicator split(int color, int key, std::string label = {}) {
     detail::check_color(color, rank(), size());
     detail::mpi::Signature sig;
     sig.kind = detail::mpi::kSplitKind;
@@ -395,7 +398,9 @@ class MpiCommunicator {
     wait_verified(sig);
     MPI_Comm out = MPI_COMM_NULL;
     check(MPI_Comm_split(s_->data, color, key, &out), "MPI_Comm_split");
-    return MpiCommunicator(out, s_->name + "/split(color " + std::to_string(color) + ")", s_->timeout_ms);
+    return MpiCommunicator(
+        out, s_->name + "/" + (label.empty() ? "split(color " + std::to_string(color) + ")" : std::move(label)),
+        s_->timeout_ms);
   }
 
   /// Collective: the ranks that share memory with this one (one node), ordered by rank.

@@ -120,7 +120,10 @@ class ThreadsCommunicator {
   ZEROTK_RUNTIME_INLINE Work barrier();
 
   /// Collective: a communicator over the ranks with the same `color` (>= 0), ordered by (key, rank).
-  ZEROTK_RUNTIME_INLINE ThreadsCommunicator split(int color, int key);
+  /// `label` names the new group in error messages under this one's name ("world/tensor[data 1,
+  /// pipeline 0]"; ProcessGrid names its groups by role); every rank of a color passes the same one.
+  /// Without it the group is "<this name>/split(color N)".
+  ZEROTK_RUNTIME_INLINE ThreadsCommunicator split(int color, int key, std::string label = {});
 
   /// Collective: the ranks of this communicator on the same (simulated) node, ordered by rank.
   ZEROTK_RUNTIME_INLINE ThreadsCommunicator split_node_local();

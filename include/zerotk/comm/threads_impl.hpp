@@ -111,12 +111,13 @@ ZEROTK_RUNTIME_INLINE Work ThreadsCommunicator::barrier() {
   return collective(make_call(OpKind::barrier, nullptr, nullptr, 0, DType::uint8, ReduceOp::sum));
 }
 
-ZEROTK_RUNTIME_INLINE ThreadsCommunicator ThreadsCommunicator::split(int color, int key) {
+ZEROTK_RUNTIME_INLINE ThreadsCommunicator ThreadsCommunicator::split(int color, int key, std::string label) {
   detail::check_color(color, rank_, size());
   detail::threads::Call call;
   call.is_split = true;
   call.color = color;
   call.key = key;
+  call.label = std::move(label);
   auto [rv, seq] = detail::threads::post_collective(*group_, rank_, std::move(call));
   queue_->pending.push_back({rv, seq});
   detail::threads::ThreadsWork(group_, static_cast<std::size_t>(rank_), rv, seq, queue_, timeout_ms_).wait();

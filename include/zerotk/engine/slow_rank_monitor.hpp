@@ -2,16 +2,20 @@
 /// \file zerotk/engine/slow_rank_monitor.hpp
 /// SlowRankMonitor: the engine's side of slow-rank detection (engine/slow_ranks.hpp). It clocks the
 /// trainer's compute between the engine's calls (each public entry point holds a `Busy` guard: the
-/// time since the previous call ended goes to the phase the trainer was in), exchanges every rank's
+/// time since the previous call ended goes to the phase the trainer was in), less the time the
+/// thread spent blocked in zerotk's Work::wait() meanwhile (comm::WaitClock: a rank waiting for a
+/// slow pipeline peer or in the trainer's own collectives is not computing), exchanges every rank's
 /// times at each optimizer boundary (one all-reduce of 4 W doubles on a communicator of its own,
 /// split from the world, so the data group's byte counters are untouched), runs the detector, and
 /// acts: report (StepReport::slow_ranks), abort (slow_rank_error on every rank), rebalance (new
 /// sample shares from the next step on, Engine::batch_share()). Disabled, it does nothing and
 /// communicates nothing.
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -27,6 +31,37 @@
 #include "zerotk/engine/slow_ranks.hpp"
 
 namespace zerotk::engine {
+
+/// Holds the calling thread's comm::WaitClock installed with a clock while alive (the first
+/// holder's clock is used; the last one to go uninstalls it).
+class InstalledWaitClock {
+ public:
+  InstalledWaitClock() = default;
+  explicit InstalledWaitClock(std::function<double()> clock) : c_(&comm::thread_wait_clock()) {
+    if (c_->installs++ == 0) c_->now_ms = std::move(clock);
+  }
+  InstalledWaitClock(InstalledWaitClock&& o) noexcept : c_(std::exchange(o.c_, nullptr)) {}
+  InstalledWaitClock& operator=(InstalledWaitClock&& o) noexcept {
+    if (this != &o) {
+      release();
+      c_ = std::exchange(o.c_, nullptr);
+    }
+    return *this;
+  }
+  InstalledWaitClock(const InstalledWaitClock&) = delete;
+  InstalledWaitClock& operator=(const InstalledWaitClock&) = delete;
+  ~InstalledWaitClock() { release(); }
+
+  /// Milliseconds this thread has spent in Work::wait() on the installed clock (0 when not installed).
+  double waited_ms() const noexcept { return c_ ? c_->waited_ms : 0.0; }
+
+ private:
+  void release() noexcept {
+    if (c_ && --c_->installs == 0) c_->now_ms = nullptr;
+    c_ = nullptr;
+  }
+  comm::WaitClock* c_ = nullptr;
+};
 
 /// Where the trainer is between two engine calls.
 enum class ComputePhase : std::uint8_t { forward, backward, other };
@@ -54,7 +89,11 @@ class SlowRankMonitor {
     if (o.micro_batch_size > 0) {
       samples_.assign(static_cast<std::size_t>(data_size_), o.micro_batch_size);
     }
+    // This thread's waits, on this monitor's clock (the first monitor's on a thread holding several:
+    // a rank's engines share one configuration). Built and destroyed on the rank's thread.
+    waits_ = InstalledWaitClock([clock = o.clock_ms] { return clock ? clock() : steady_ms(); });
     last_ = now();
+    last_waited_ = waits_.waited_ms();
   }
 
   bool enabled() const noexcept { return detector_.has_value(); }
@@ -124,13 +163,19 @@ class SlowRankMonitor {
   std::uint64_t wire_bytes() const noexcept { return comm_ ? comm_->stats().total_wire_bytes() : 0; }
 
  private:
-  double now() const {
-    if (o_.clock_ms) return o_.clock_ms();
+  static double steady_ms() {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
   }
-  void enter() { acc_[static_cast<std::size_t>(phase_)] += now() - last_; }
+  double now() const { return o_.clock_ms ? o_.clock_ms() : steady_ms(); }
+  double waited() const noexcept { return waits_.waited_ms(); }
+  // The trainer's time since the last call, less what it spent blocked in zerotk's waits.
+  void enter() {
+    const double t = now(), w = waited();
+    acc_[static_cast<std::size_t>(phase_)] += std::max(0.0, (t - last_) - (w - last_waited_));
+  }
   void leave(ComputePhase next) {
     last_ = now();
+    last_waited_ = waited();
     phase_ = next;
   }
 
@@ -166,6 +211,8 @@ class SlowRankMonitor {
   std::optional<SlowRankDetector> detector_;
   double acc_[3] = {0, 0, 0};  // ms by ComputePhase since the last boundary
   double last_ = 0;
+  InstalledWaitClock waits_;  // this thread's, installed while enabled
+  double last_waited_ = 0;
   ComputePhase phase_ = ComputePhase::other;
   double step_samples_ = 0;
   std::vector<std::int64_t> samples_;  // [data rank] per micro-step, when rebalancing

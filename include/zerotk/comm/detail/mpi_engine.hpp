@@ -51,6 +51,7 @@
 
 #include "zerotk/comm/communicator.hpp"
 #include "zerotk/comm/detail/checks.hpp"
+#include "zerotk/comm/detail/rank_names.hpp"
 #include "zerotk/comm/detail/reduce.hpp"
 #include "zerotk/comm/timeout.hpp"
 #include "zerotk/core/error.hpp"
@@ -64,13 +65,6 @@ inline std::string error_text(int code) {
   int len = 0;
   if (MPI_Error_string(code, text, &len) != MPI_SUCCESS) return "MPI error " + std::to_string(code);
   return std::string(text, static_cast<std::size_t>(len));
-}
-
-// "rank 1", "ranks 0, 2".
-inline std::string rank_list(const std::vector<int>& ranks) {
-  std::string s = ranks.size() == 1 ? "rank " : "ranks ";
-  for (std::size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
-  return s;
 }
 
 // "#5". (Not `"#" + std::to_string(n)`: GCC 12 warns -Wrestrict on it, a false positive.)
@@ -592,11 +586,15 @@ struct CommState {
     if (data != MPI_COMM_NULL) MPI_Comm_free(&data);
   }
 
+  // "rank 1" on the world, "rank 1 (world 3)" on a group of it (comm/detail/rank_names.hpp).
+  std::string ranks_text(const std::vector<int>& ranks) const {
+    return detail::rank_list(ranks, world_ranks, Process::get().world_size);
+  }
   // "ranks 0, 1 of world (2 ranks)"
   std::string where(std::vector<int> ranks) const {
     std::sort(ranks.begin(), ranks.end());
     ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
-    return rank_list(ranks) + " of " + name + " (" + std::to_string(size) + " ranks)";
+    return ranks_text(ranks) + " of " + name + " (" + std::to_string(size) + " ranks)";
   }
   std::string here() const { return where({rank}); }
 
@@ -720,10 +718,9 @@ inline ErrorInfo mismatch(const CommState& s, const Op& op) {
   const bool swap = op.exchange.lo.rank > op.exchange.hi.rank;
   const Signature& lo = swap ? op.exchange.hi : op.exchange.lo;
   const Signature& hi = swap ? op.exchange.lo : op.exchange.hi;
-  std::string roster = "rank " + std::to_string(lo.rank) + ": " + describe(lo) + "; rank " + std::to_string(hi.rank) +
-                       ": " + describe(hi);
+  std::string roster = s.ranks_text({lo.rank}) + ": " + describe(lo) + "; " + s.ranks_text({hi.rank}) + ": " + describe(hi);
   if (s.rank != lo.rank && s.rank != hi.rank) {
-    roster += "; rank " + std::to_string(s.rank) + " (this rank): " + describe(op.mine);
+    roster += "; " + s.ranks_text({s.rank}) + " (this rank): " + describe(op.mine);
   }
   if (s.size > 2) roster += " (two of the differing calls: the smallest and the largest)";
   return ErrorInfo{"mismatched collective " + seq_label(op.seq) + " on " + s.name + ": " + roster,
@@ -824,10 +821,10 @@ inline void time_out(CommState& s, const std::shared_ptr<Op>& op_ptr) {
 
   std::vector<int> missing, silent;
   std::vector<std::string> lines;  // the roster: this rank first
-  lines.push_back("rank " + std::to_string(s.rank) + ": " + describe(op.mine) +
+  lines.push_back(s.ranks_text({s.rank}) + ": " + describe(op.mine) +
                   (in_signature ? "" : " (waiting for the transfer)"));
   for (std::size_t i = 0; i < peers.size(); ++i) {
-    const std::string who = "rank " + std::to_string(peers[i]) + ": ";
+    const std::string who = s.ranks_text({peers[i]}) + ": ";
     if (!replies[i]) {
       silent.push_back(peers[i]);
       lines.push_back(who + "no answer within " + std::to_string(grace_ms) + " ms");
@@ -844,11 +841,11 @@ inline void time_out(CommState& s, const std::shared_ptr<Op>& op_ptr) {
   std::string head = "timed out after " + std::to_string(s.timeout_ms) + " ms in " + s.what(op.mine) + ": ";
   std::vector<std::string> parts;
   if (in_signature && !missing.empty()) {
-    parts.push_back(rank_list(missing) + (missing.size() == 1 ? " has" : " have") + " not called it");
+    parts.push_back(s.ranks_text(missing) + (missing.size() == 1 ? " has" : " have") + " not called it");
   }
   if (!in_signature) parts.push_back("every rank called it, but the transfer did not finish");
   if (!silent.empty()) {
-    parts.push_back(rank_list(silent) + (silent.size() == 1 ? " does" : " do") +
+    parts.push_back(s.ranks_text(silent) + (silent.size() == 1 ? " does" : " do") +
                     " not answer (stopped, dead, or busy outside zerotk)");
   }
   if (parts.empty()) parts.push_back("every rank called it, but the signature exchange did not complete");
@@ -924,7 +921,7 @@ class CollectiveWork final : public WorkState {
     try {
       if (op_->phase == Phase::signature) {
         fail_from(*s_, *op_,
-                  ErrorInfo{"rank " + std::to_string(s_->rank) + " abandoned " + s_->what(op_->mine) +
+                  ErrorInfo{s_->ranks_text({s_->rank}) + " abandoned " + s_->what(op_->mine) +
                                 " while an exception was unwinding it",
                             s_->here(), describe(op_->mine)});
         return;

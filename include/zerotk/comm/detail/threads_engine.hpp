@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "zerotk/comm/communicator.hpp"
+#include "zerotk/comm/detail/rank_names.hpp"
 #include "zerotk/comm/detail/reduce.hpp"
 #include "zerotk/comm/detail/stream_store.hpp"
 #include "zerotk/comm/timeout.hpp"
@@ -70,6 +71,7 @@ struct Call {
   std::byte* recv = nullptr;
   std::vector<std::size_t> counts;  // all_gatherv: elements per rank
   int color = 0, key = 0;           // split
+  std::string label;                // split: the new group's name under this one's ("tensor[data 1, pipeline 0]")
 };
 
 // "all_reduce(count 1000, fp32, sum)", "broadcast(count 7, bf16, root 2)", "split(color 1, key 0)".
@@ -189,7 +191,7 @@ struct Context {
 // A set of ranks that issue collectives together: the world or a split of it.
 struct Group {
   std::shared_ptr<Context> ctx;
-  std::string name;                 // "world", "world/split(color 1)"
+  std::string name;                 // "world", "world/split(color 1)", "world/tensor[data 1, pipeline 0]"
   std::vector<int> world_ranks;     // group rank -> world rank
   std::vector<std::uint64_t> next_seq;
   std::vector<std::optional<std::pair<std::uint64_t, Call>>> last_call;  // per rank, for diagnostics

@@ -203,9 +203,7 @@ ZEROTK_RUNTIME_INLINE void Context::wait_locked(std::unique_lock<std::mutex>& lk
 }
 
 ZEROTK_RUNTIME_INLINE std::string Group::rank_list(const std::vector<int>& ranks) const {
-  std::string s = ranks.size() == 1 ? "rank " : "ranks ";
-  for (std::size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
-  return s;
+  return detail::rank_list(ranks, world_ranks, ctx->world);
 }
 
 ZEROTK_RUNTIME_INLINE std::string Group::where(const std::vector<int>& ranks) const {
@@ -239,7 +237,7 @@ ZEROTK_RUNTIME_INLINE std::string roster(const Group& g, const Rendezvous& rv) {
   std::string s;
   for (std::size_t r = 0; r < rv.roles(); ++r) {
     if (!s.empty()) s += "; ";
-    s += "rank " + std::to_string(rv.role_rank[r]) + ": ";
+    s += g.rank_list({rv.role_rank[r]}) + ": ";
     if (rv.calls[r]) {
       s += describe(*rv.calls[r]);
     } else {
@@ -280,7 +278,7 @@ ZEROTK_RUNTIME_INLINE void check_pending_locked(Group& g, Rendezvous& rv, std::s
   }
   if (abandon) {
     // The rank is failing: release every rank of the run, not only this group's.
-    ErrorInfo info{"rank " + std::to_string(my_rank) + " abandoned " + what_locked(g, rv, role) +
+    ErrorInfo info{g.rank_list({my_rank}) + " abandoned " + what_locked(g, rv, role) +
                        " while its thread was unwinding an exception; " + roster(g, rv),
                    g.where({my_rank}), describe(*rv.calls[role])};
     if (!ctx.abort) {
@@ -293,7 +291,7 @@ ZEROTK_RUNTIME_INLINE void check_pending_locked(Group& g, Rendezvous& rv, std::s
   for (int r : missing_ranks(rv)) {
     if (ctx.exited[static_cast<std::size_t>(g.world_ranks[static_cast<std::size_t>(r)])]) {
       fail_locked(g, rv,
-                  ErrorInfo{"rank " + std::to_string(r) + " returned from its function without calling " +
+                  ErrorInfo{g.rank_list({r}) + " returned from its function without calling " +
                                 what_locked(g, rv, role) + "; " + roster(g, rv),
                             g.where({r}), describe(*rv.calls[role])});
       return;
@@ -450,6 +448,9 @@ ZEROTK_RUNTIME_INLINE void build_split(Group& g, Rendezvous& rv) {
   rv.split_rank_of.assign(static_cast<std::size_t>(w), -1);
   for (std::size_t i = 0; i < order.size();) {
     const int color = std::get<0>(order[i]);
+    // The group's name: the label its members gave (ProcessGrid's roles), else the split's color.
+    const std::string& label = rv.calls[static_cast<std::size_t>(std::get<2>(order[i]))]->label;
+    std::string name = g.name + "/" + (label.empty() ? "split(color " + std::to_string(color) + ")" : label);
     std::vector<int> members;
     for (; i < order.size() && std::get<0>(order[i]) == color; ++i) members.push_back(std::get<2>(order[i]));
     std::vector<int> world_ranks;
@@ -460,7 +461,7 @@ ZEROTK_RUNTIME_INLINE void build_split(Group& g, Rendezvous& rv) {
       rv.split_rank_of[static_cast<std::size_t>(members[k])] = static_cast<int>(k);
     }
     rv.split_groups.push_back(
-        make_group(g.ctx, g.name + "/split(color " + std::to_string(color) + ")", std::move(world_ranks)));
+        make_group(g.ctx, std::move(name), std::move(world_ranks)));
   }
 }
 
