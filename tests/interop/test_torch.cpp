@@ -826,6 +826,45 @@ DOCTEST_TEST_CASE("torch: what cannot be bound is refused, naming the parameter"
       grads.release_module();
     });
   }
+  DOCTEST_SUBCASE("a child's function that uses another child's parameters, at stage 3 (issue 57 item 14)") {
+    comm::run_threads(1, [&](auto& comm) {
+      torch::nn::Sequential net(torch::nn::Linear(3, 4), torch::nn::ReLU(), torch::nn::Linear(4, 2));
+      TorchModel model(*net);
+      TorchEngine<3> engine(comm, model, adamw_options());
+      TorchGradients grads(engine, model);
+      auto* first = net[0]->as<torch::nn::Linear>();
+      auto* last = net[2]->as<torch::nn::Linear>();
+      // "0"'s function runs "2" too: "2"'s parameters are released inside "0"'s gather.
+      const auto both = [&](const torch::Tensor& t) { return last->forward(first->forward(t)); };
+      const auto refused = doctest::Contains(
+          "torch failed in the forward of child \"0\" at stage 3 (torch: ");
+      const auto naming = doctest::Contains("the parameters of \"2\" are released (empty tensors)");
+      DOCTEST_CHECK_THROWS_WITH_AS(grads.forward("0", both, torch::ones({1, 3})), refused, usage_error);
+      DOCTEST_CHECK_THROWS_WITH_AS(grads.forward("0", both, torch::ones({1, 3})), naming, usage_error);
+      DOCTEST_CHECK_THROWS_WITH_AS(grads.checkpoint("0", both, torch::ones({1, 3})), naming, usage_error);
+      {
+        torch::NoGradGuard no_grad;  // evaluation
+        DOCTEST_CHECK_THROWS_WITH_AS(grads.forward("0", both, torch::ones({1, 3})), naming, usage_error);
+      }
+      // Each child in its own scope: the same function's values.
+      const torch::Tensor y = grads.forward("2", [&](const torch::Tensor& t) { return last->forward(t); },
+                                            grads.forward("0", [&](const torch::Tensor& t) { return first->forward(t); },
+                                                          torch::ones({1, 3})));
+      DOCTEST_CHECK(y.sizes() == torch::IntArrayRef({1, 2}));
+      grads.release_module();
+      DOCTEST_CHECK(torch::equal(both(torch::ones({1, 3})), y));
+    });
+    comm::run_threads(1, [&](auto& comm) {  // stage 2: every parameter is there, the function runs
+      torch::nn::Sequential net(torch::nn::Linear(3, 4), torch::nn::ReLU(), torch::nn::Linear(4, 2));
+      TorchModel model(*net);
+      TorchEngine<2> engine(comm, model, adamw_options());
+      TorchGradients grads(engine, model);
+      auto* first = net[0]->as<torch::nn::Linear>();
+      auto* last = net[2]->as<torch::nn::Linear>();
+      const auto both = [&](const torch::Tensor& t) { return last->forward(first->forward(t)); };
+      DOCTEST_CHECK(grads.forward("0", both, torch::ones({1, 3})).sizes() == torch::IntArrayRef({1, 2}));
+    });
+  }
   DOCTEST_SUBCASE("a tensor tied across two children, at stage 3") {
     comm::run_threads(1, [&](auto& comm) {
       TiedLm net = TiedTask::make();

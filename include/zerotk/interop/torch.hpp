@@ -539,7 +539,7 @@ class TorchGradients {
       if (u == nullptr) return fn(x);  // no trainable parameter: nothing to gather
       if (!torch::GradMode::is_enabled()) {
         auto scope = engine_->forward(*u);
-        return not_a_view_of(*u, fn(x));
+        return in_unit(*u, "TorchGradients::forward", [&] { return not_a_view_of(*u, fn(x)); });
       }
       calls_.push_back(detail::TorchCall{std::forward<F>(fn), u});
       return detail::SavedGraphCall<TorchGradients>::apply(x, anchor_, this, &calls_.back());
@@ -623,6 +623,33 @@ class TorchGradients {
                       where, std::string(unit));
   }
 
+  /// Stage 3: runs a child's forward inside its gather. A torch error there, while the parameters
+  /// of other children are released (empty tensors), becomes a usage_error naming those children:
+  /// a function that reads another child's parameters would otherwise fail with a shape error from
+  /// inside torch (issue 57 item 14). Other errors, and torch's when no other child is released,
+  /// pass as they are. (Outside every zerotk call the parameters are empty too; torch's error there
+  /// never passes through the adapter: docs/interop.md.)
+  template <class Run>
+  torch::Tensor in_unit(const TorchModel::Unit& unit, const char* where, Run&& run) {
+    try {
+      return run();
+    } catch (const c10::Error& e) {
+      std::string released;
+      model_->modules([&](const TorchModel::Unit& u) {
+        if (&u == &unit || u.params.empty() || u.params.front()->has_values()) return;
+        released += (released.empty() ? "\"" : ", \"") + u.name + "\"";
+      });
+      if (released.empty()) throw;
+      std::string said = e.what_without_backtrace();
+      if (const auto nl = said.find('\n'); nl != std::string::npos) said.resize(nl);
+      throw usage_error("torch failed in the forward of child \"" + unit.name + "\" at stage 3 (torch: " + said +
+                            "); only that child's parameters are gathered there, and the parameters of " + released +
+                            " are released (empty tensors): a function that uses another child's parameters must "
+                            "run them in that child's own forward(name, fn, x)",
+                        where, unit.name);
+    }
+  }
+
   /// GatheredCall's forward: fn without a graph (stage 3: inside the unit's gather); an output that
   /// is a view of the parameters is copied. Records torch's CPU generator state for the recompute.
   torch::Tensor gathered_forward(detail::TorchCall& call, const torch::Tensor& x) {
@@ -631,7 +658,7 @@ class TorchGradients {
     if (unit == nullptr) return call.fn(x);  // a checkpointed child without trainable parameters
     if constexpr (kSharded) {
       auto scope = engine_->forward(*unit);
-      return not_a_view_of(*unit, call.fn(x));
+      return in_unit(*unit, "TorchGradients::checkpoint", [&] { return not_a_view_of(*unit, call.fn(x)); });
     } else {
       return not_a_view_of(*unit, call.fn(x));
     }
@@ -657,7 +684,7 @@ class TorchGradients {
     torch::Tensor y;
     {
       auto scope = engine_->forward(unit);
-      y = not_a_view_of(unit, call.fn(in));
+      y = in_unit(unit, "TorchGradients::forward", [&] { return not_a_view_of(unit, call.fn(in)); });
     }
     call.in = in;
     call.out = y;
