@@ -2,7 +2,9 @@
 // divided by the speed of a bound measured inside the same benchmark, right before it, on the same
 // buffers and threads (so machine noise hits both alike):
 //   - optimizers: an in-place read-modify-write loop touching the same bytes with no math
-//     (fp32 AdamW: read p g m v, write p m v = 28 B/param; mixed: 16-bit g in, 16-bit copy out);
+//     (fp32 AdamW: read p g m v, write p m v = 28 B/param; mixed: 16-bit g in, 16-bit copy out;
+//     Lion: read p g m, write p m = 20 B/param), built for every ISA the kernels run here, the
+//     fastest taken (`bound_isa`);
 //   - casts, flatten, unflatten: memcpy of the same bytes (the faster of one call and a 2-thread split);
 //     casts also report `vs_shape_copy`: against a copy of their own shape (16-bit lanes zero-extended
 //     to 32 or truncated to 16, non-temporal stores, no arithmetic), which tells a cast limited by
@@ -19,11 +21,14 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <type_traits>
 #include <vector>
 
 #include "zerotk/core/memory.hpp"
 #include "zerotk/kernels/host.hpp"
+#include "zerotk/kernels/host/elementwise_step.hpp"
+#include "zerotk/optim/lion.hpp"
 
 #if ZEROTK_HAS_OPENMP
 #include <omp.h>
@@ -95,32 +100,106 @@ double run(benchmark::State& state, double bytes_per_iter, double items_per_iter
 
 // ---- bounds --------------------------------------------------------------------------------------
 
+// The optimizers' bounds are the same loop built for every ISA the kernels can run here (the same
+// run-time dispatch, simd::dispatch, and the same split over threads, for_each_share), the fastest
+// taken: a loop built for baseline x86-64 alone moves fewer bytes a second than the memory system
+// can (issue 57 item 20: 0.82 of an AVX-512 loop read as 1.02 of a baseline one). Benchmarks report
+// the ISA that gave the bound as `bound_isa` (0 scalar, 1 avx2, 2 avx512) beside the kernel's `isa`.
+
 // Read p, g, m, v; write p, m, v: the bytes of fp32 Adam without the math.
-void rmw_bound_fp32(float* p, const float* g, float* m, float* v, std::size_t n) {
-#if ZEROTK_HAS_OPENMP
-#pragma omp parallel for simd schedule(static)
-#endif
-  for (std::size_t i = 0; i < n; ++i) {
-    const float x = g[i];
-    p[i] += x;
-    m[i] += x;
-    v[i] += x;
+struct RmwFp32 {
+  template <class S>
+  static ZEROTK_FORCEINLINE void run(float* p, const float* g, float* m, float* v, std::size_t n) {
+    std::size_t i = 0;
+    if constexpr (S::width > 1) {
+      for (; i + S::width <= n; i += S::width) {
+        const auto x = S::load(g + i);
+        S::store(p + i, S::load(p + i) + x);
+        S::store(m + i, S::load(m + i) + x);
+        S::store(v + i, S::load(v + i) + x);
+      }
+    }
+    for (; i < n; ++i) {
+      const float x = g[i];
+      p[i] += x;
+      m[i] += x;
+      v[i] += x;
+    }
   }
+};
+
+// Mixed precision: read p, m, v, g16; write p, m, v, out16 (the 16-bit values converted as the
+// kernels convert them).
+struct RmwMixed {
+  template <class S, class T16>
+  static ZEROTK_FORCEINLINE void run(float* p, const T16* g, float* m, float* v, T16* out, std::size_t n) {
+    std::size_t i = 0;
+    if constexpr (S::width > 1) {
+      for (; i + S::width <= n; i += S::width) {
+        const auto x = S::load(g + i);
+        S::store(p + i, S::load(p + i) + x);
+        S::store(m + i, S::load(m + i) + x);
+        S::store(v + i, S::load(v + i) + x);
+        S::store(out + i, x);
+      }
+    }
+    for (; i < n; ++i) {
+      const float x = to_float(g[i]);
+      p[i] += x;
+      m[i] += x;
+      v[i] += x;
+      out[i] = g[i];
+    }
+  }
+};
+
+// Read p, g, m; write p, m: the bytes of Lion (one moment) without the math.
+struct RmwPm {
+  template <class S>
+  static ZEROTK_FORCEINLINE void run(float* p, const float* g, float* m, std::size_t n) {
+    std::size_t i = 0;
+    if constexpr (S::width > 1) {
+      for (; i + S::width <= n; i += S::width) {
+        const auto x = S::load(g + i);
+        S::store(p + i, S::load(p + i) + x);
+        S::store(m + i, S::load(m + i) + x);
+      }
+    }
+    for (; i < n; ++i) {
+      p[i] += g[i];
+      m[i] += g[i];
+    }
+  }
+};
+
+struct IsaBound {
+  double seconds;
+  kh::simd::Isa isa;
+};
+
+// The fastest over the ISAs up to the kernels' (simd::active_isa(), so ZEROTK_ISA caps both) of the
+// median of 3 runs of `Kernel` split over the threads as the kernels split their work.
+template <class Kernel, class... Ptrs>
+IsaBound isa_bound(std::size_t n, Ptrs... ptrs) {
+  IsaBound best{std::numeric_limits<double>::infinity(), kh::simd::Isa::scalar};
+  const kh::simd::Isa top = kh::simd::active_isa();
+  for (const kh::simd::Isa isa : {kh::simd::Isa::scalar, kh::simd::Isa::avx2, kh::simd::Isa::avx512}) {
+    if (isa > top) break;
+    const double s = median_seconds(3, [&] {
+      kh::for_each_share(n, [&](std::size_t b, std::size_t e) { kh::simd::dispatch<Kernel>(isa, (ptrs + b)..., e - b); });
+    });
+    if (s < best.seconds) best = {s, isa};
+  }
+  return best;
 }
 
-// Mixed precision: read p, m, v, g16; write p, m, v, out16.
-void rmw_bound_mixed(float* p, const std::uint16_t* g, float* m, float* v, std::uint16_t* out, std::size_t n) {
-#if ZEROTK_HAS_OPENMP
-#pragma omp parallel for simd schedule(static)
-#endif
-  for (std::size_t i = 0; i < n; ++i) {
-    const std::uint16_t b = g[i];
-    const float x = static_cast<float>(b);
-    p[i] += x;
-    m[i] += x;
-    v[i] += x;
-    out[i] = b;
-  }
+IsaBound rmw_bound_fp32(float* p, const float* g, float* m, float* v, std::size_t n) {
+  return isa_bound<RmwFp32>(n, p, g, m, v);
+}
+
+template <class T16>
+IsaBound rmw_bound_mixed(float* p, const T16* g, float* m, float* v, T16* out, std::size_t n) {
+  return isa_bound<RmwMixed>(n, p, g, m, v, out);
 }
 
 // memcpy split evenly over the OpenMP threads (64-byte aligned cuts).
@@ -170,13 +249,35 @@ kernels::AdamStepConsts adamw_consts() {
   return kernels::AdamStepConsts::make(h, 10);
 }
 
+// The kernel's ISA and the bound's, as counters.
+void report_isas(benchmark::State& state, const IsaBound& bound) {
+  state.counters["isa"] = static_cast<double>(kh::simd::active_isa());
+  state.counters["bound_isa"] = static_cast<double>(bound.isa);
+}
+
 void BM_fused_adamw_fp32(benchmark::State& state) {
   Buffer<float> p(kParams), g(kParams), m(kParams), v(kParams);
   const auto k = adamw_consts();
-  const double bound = median_seconds(3, [&] { rmw_bound_fp32(p.p, g.p, m.p, v.p, kParams); });
-  run(state, 28.0 * kParams, kParams, bound,
+  const IsaBound bound = rmw_bound_fp32(p.p, g.p, m.p, v.p, kParams);
+  run(state, 28.0 * kParams, kParams, bound.seconds,
       [&] { kh::fused_adam(p.p, m.p, v.p, g.p, nullptr, kParams, k, 1.0f); });
-  state.counters["isa"] = static_cast<double>(kh::simd::active_isa());
+  report_isas(state, bound);
+}
+
+// Lion (one moment, fp32 gradients, no working copy): read p g m, write p m = 20 B/param.
+void BM_fused_lion_fp32(benchmark::State& state) {
+  Buffer<float> p(kParams), g(kParams), m(kParams);
+  OptimizerOptions o;
+  o.lr = 1e-4;
+  o.weight_decay = 0.01;
+  const optim::LionStepConsts k = optim::LionStepConsts::make(o);
+  const kernels::Segment all{0, kParams};
+  const IsaBound bound = isa_bound<RmwPm>(kParams, p.p, g.p, m.p);
+  run(state, 20.0 * kParams, kParams, bound.seconds, [&] {
+    kh::elementwise_step<optim::LionRule, float, void>(std::span(&all, 1), std::span(&k, 1), p.p, m.p, nullptr, g.p,
+                                                       nullptr, 1.0f);
+  });
+  report_isas(state, bound);
 }
 
 template <class T16>
@@ -184,11 +285,9 @@ void BM_fused_adamw_mixed(benchmark::State& state) {
   Buffer<float> p(kParams), m(kParams), v(kParams);
   Buffer<T16> g(kParams), out(kParams);
   const auto k = adamw_consts();
-  const double bound = median_seconds(3, [&] {
-    rmw_bound_mixed(p.p, reinterpret_cast<const std::uint16_t*>(g.p), m.p, v.p, reinterpret_cast<std::uint16_t*>(out.p),
-                    kParams);
-  });
-  run(state, 28.0 * kParams, kParams, bound, [&] { kh::fused_adam(p.p, m.p, v.p, g.p, out.p, kParams, k, 1.0f); });
+  const IsaBound bound = rmw_bound_mixed<T16>(p.p, g.p, m.p, v.p, out.p, kParams);
+  run(state, 28.0 * kParams, kParams, bound.seconds, [&] { kh::fused_adam(p.p, m.p, v.p, g.p, out.p, kParams, k, 1.0f); });
+  report_isas(state, bound);
 }
 
 // 1,000 tensors of mixed sizes (64 Mi params in all) in one multi-tensor call.
@@ -202,9 +301,10 @@ void BM_multi_tensor_adamw_1000(benchmark::State& state) {
     at += n;
   }
   const auto k = adamw_consts();
-  const double bound = median_seconds(3, [&] { rmw_bound_fp32(p.p, g.p, m.p, v.p, kParams); });
+  const IsaBound bound = rmw_bound_fp32(p.p, g.p, m.p, v.p, kParams);
   // The host-side overhead is measured by BM_multi_tensor_adamw_1000_overhead (here it is below noise).
-  run(state, 28.0 * kParams, kParams, bound, [&] { kh::fused_adam<float, void>(list, k, 1.0f); });
+  run(state, 28.0 * kParams, kParams, bound.seconds, [&] { kh::fused_adam<float, void>(list, k, 1.0f); });
+  report_isas(state, bound);
 }
 
 // The host-side cost of a multi-tensor call: 1,000 tensors of 1,024 params (16 MiB in all, cache
@@ -239,8 +339,10 @@ void BM_fused_lamb_fp32(benchmark::State& state) {
   h.weight_decay = 0.01f;
   const auto k = kernels::LambStepConsts::make(h, 10);
   // Bound: phase 1 touches p g m v -> m v (24 B), phase 2 p m v -> p (16 B): two RMW passes.
-  const double bound = median_seconds(3, [&] { rmw_bound_fp32(p.p, g.p, m.p, v.p, kParams); }) * 40.0 / 28.0;
-  run(state, 40.0 * kParams, kParams, bound, [&] { kh::fused_lamb(p.p, m.p, v.p, g.p, nullptr, kParams, k, 1.0f); });
+  const IsaBound bound = rmw_bound_fp32(p.p, g.p, m.p, v.p, kParams);
+  run(state, 40.0 * kParams, kParams, bound.seconds * 40.0 / 28.0,
+      [&] { kh::fused_lamb(p.p, m.p, v.p, g.p, nullptr, kParams, k, 1.0f); });
+  report_isas(state, bound);
 }
 
 // ---- casts -------------------------------------------------------------------------------------------
@@ -500,6 +602,7 @@ void BM_has_nonfinite(benchmark::State& state) {
 }  // namespace
 
 BENCHMARK(BM_fused_adamw_fp32)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(5);
+BENCHMARK(BM_fused_lion_fp32)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(5);
 BENCHMARK(BM_fused_adamw_mixed<half>)->Name("BM_fused_adamw_mixed_fp16")->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(5);
 BENCHMARK(BM_fused_adamw_mixed<bfloat16>)->Name("BM_fused_adamw_mixed_bf16")->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(5);
 BENCHMARK(BM_multi_tensor_adamw_1000)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(5);
