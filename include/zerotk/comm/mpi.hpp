@@ -399,8 +399,7 @@ class MpiCommunicator {
     MPI_Comm out = MPI_COMM_NULL;
     check(MPI_Comm_split(s_->data, color, key, &out), "MPI_Comm_split");
     return MpiCommunicator(
-        out, s_->name + "/" + (label.empty() ? "split(color " + std::to_string(color) + ")" : std::move(label)),
-        s_->timeout_ms);
+        out, detail::split_group_name(s_->name, color, std::move(label)), s_->timeout_ms);
   }
 
   /// Collective: the ranks that share memory with this one (one node), ordered by rank.

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace zerotk::comm::detail {
@@ -34,6 +35,12 @@ inline std::string rank_list(const std::vector<int>& ranks, const std::vector<in
     }
   }
   return s;
+}
+
+// The name of a group split off `parent`: "<parent>/<label>", or "<parent>/split(color N)" without
+// a label (the threads and MPI back ends' split()).
+inline std::string split_group_name(const std::string& parent, int color, std::string label) {
+  return parent + "/" + (label.empty() ? "split(color " + std::to_string(color) + ")" : std::move(label));
 }
 
 }  // namespace zerotk::comm::detail

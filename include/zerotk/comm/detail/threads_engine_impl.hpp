@@ -450,7 +450,7 @@ ZEROTK_RUNTIME_INLINE void build_split(Group& g, Rendezvous& rv) {
     const int color = std::get<0>(order[i]);
     // The group's name: the label its members gave (ProcessGrid's roles), else the split's color.
     const std::string& label = rv.calls[static_cast<std::size_t>(std::get<2>(order[i]))]->label;
-    std::string name = g.name + "/" + (label.empty() ? "split(color " + std::to_string(color) + ")" : label);
+    std::string name = split_group_name(g.name, color, label);
     std::vector<int> members;
     for (; i < order.size() && std::get<0>(order[i]) == color; ++i) members.push_back(std::get<2>(order[i]));
     std::vector<int> world_ranks;
