@@ -45,8 +45,10 @@ struct Bucket {
   std::vector<std::uint32_t> params;  ///< parameter indices, visitation order
 };
 
-/// One contiguous piece of a rank's partition that belongs to one parameter tensor.
-/// Same shape as zerotk::Segment (optim/optimizer.hpp), repeated here so zero/ does not depend on optim/.
+/// One contiguous piece of a rank's partition that belongs to one parameter tensor: the layout's
+/// own record. The optimizer kernels take kernels::Segment (kernels/tensor_list.hpp), which adds
+/// where the piece's gradient and working copy sit when they are not at `offset`; the ownership
+/// rules (zero/ownership.hpp) make those from these.
 struct PartitionSegment {
   std::size_t offset;   ///< into the rank's partition (or the flat buffer when the rank owns everything)
   std::size_t numel;
