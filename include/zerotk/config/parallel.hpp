@@ -31,10 +31,11 @@ inline std::string Reader::data_size_origin(const Config& c) const {
   return w + " / (tensor " + std::to_string(c.tensor_parallel_size) + " x pipeline " + std::to_string(c.pipeline.stages) + ")";
 }
 
-inline void Reader::read_parallel(Block& root, Config& c) {
+/// The tensor size: tensor_model_parallel_size or the AutoTP block's autotp_size (the key it came from
+/// into `from`; empty when neither is given).
+inline int Reader::read_tensor_size(Block& root, std::string& from) {
   constexpr int kMaxInt = std::numeric_limits<int>::max();
   int tp = 1;
-  std::string from;  // the key the tensor size came from
   if (root.get_int("tensor_model_parallel_size", tp, 1, kMaxInt) == Got::value) from = root.path_of("tensor_model_parallel_size");
   {
     // DeepSpeed's AutoTP training block. autotp_size 0 (its default) means off. zerotk splits nothing
@@ -69,11 +70,15 @@ inline void Reader::read_parallel(Block& root, Config& c) {
               {"vocab_parallel_lm_head", "false", kAuto},
               {"vocab_parallel_ce_backend", "", kAuto}});
   }
-  c.tensor_parallel_size = tp;
+  return tp;
+}
 
+/// The stage count (the seeds' pipeline_parallelism block or DeepSpeed's pipeline block; the key it
+/// came from into `pp_from`) and the pipeline's schedule, partition and checkpoint interval.
+inline int Reader::read_pipeline_stages(Block& root, Config& c, std::string& pp_from) {
+  constexpr int kMaxInt = std::numeric_limits<int>::max();
   // Pipeline: the seeds' block, and DeepSpeed's PipelineEngine block where its keys mean something.
   int pp = 1;
-  std::string pp_from;
   {
     Block b(*this, root.get_object("pipeline_parallelism"), root.path_of("pipeline_parallelism"));
     if (b.get_int("num_stages", pp, 1, kMaxInt) == Got::value) pp_from = b.path_of("num_stages");
@@ -113,6 +118,14 @@ inline void Reader::read_parallel(Block& root, Config& c) {
                "parallel its tokens); ignored"},
               {"grad_partitioned", "true", "has no effect in zerotk: stages exchange whole gradients; ignored"}});
   }
+  return pp;
+}
+
+inline void Reader::read_parallel(Block& root, Config& c) {
+  std::string from, pp_from;  // the keys the tensor size and the stage count came from
+  const int tp = read_tensor_size(root, from);
+  c.tensor_parallel_size = tp;
+  const int pp = read_pipeline_stages(root, c, pp_from);
   c.pipeline.stages = pp;
 
   const long long model = static_cast<long long>(tp) * pp;

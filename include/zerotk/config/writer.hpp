@@ -158,6 +158,58 @@ inline Json power_json(double power) {
   return integral ? Json(static_cast<std::int64_t>(power)) : Json(power);
 }
 
+/// The zero_optimization block.
+inline Json zero_json(const ZeroOptions& z) {
+  const zero::Stage3Options& s3 = z.stage3;
+  Json zj;
+  zj["stage"] = z.stage;
+  zj["contiguous_gradients"] = z.contiguous_gradients;
+  zj["reduce_scatter"] = z.reduce_scatter;
+  zj["reduce_bucket_size"] = count_json(z.reduce_bucket_size);
+  zj["allgather_partitions"] = z.allgather_partitions;
+  zj["allgather_bucket_size"] = z.allgather_bucket_size;
+  zj["overlap_comm"] = z.overlap_comm;
+  zj["load_from_fp32_weights"] = z.load_from_fp32_weights;
+  zj["offload_optimizer"] = offload_json(z.offload_optimizer, z.nvme);
+  // offload_param means nothing below stage 3 (DeepSpeed and the reader ignore it there): leave it out.
+  if (z.stage == 3) zj["offload_param"] = offload_json(z.offload_param, z.param_nvme);
+  zj["sub_group_size"] = count_json(z.sub_group_size);
+  zj["stage3_prefetch_bucket_size"] = count_json(s3.prefetch_bucket_size);
+  zj["stage3_param_persistence_threshold"] = count_json(s3.param_persistence_threshold);
+  zj["stage3_model_persistence_threshold"] = count_json(s3.model_persistence_threshold);
+  zj["stage3_max_live_parameters"] = count_json(s3.max_live_parameters);
+  zj["stage3_max_reuse_distance"] = count_json(s3.max_reuse_distance);
+  zj["stage3_gather_16bit_weights_on_model_save"] = z.stage3_gather_16bit_weights_on_model_save;
+  zj["zero_hpz_partition_size"] = std::max(1, s3.reshard_after_forward.group_size());
+  zj["zero_quantized_weights"] = s3.quantized_weights;
+  zj["zero_quantized_gradients"] = s3.quantized_gradients;
+  zj["ignore_unused_parameters"] = z.ignore_unused_parameters;
+  zj["round_robin_gradients"] = z.round_robin_gradients;
+  return zj;
+}
+
+/// The activation_checkpointing block.
+inline Json activation_checkpointing_json(const ActivationCheckpointingOptions& ac) {
+  Json acj;
+  acj["partition_activations"] = ac.partition_activations;
+  acj["contiguous_memory_optimization"] = ac.contiguous_memory_optimization;
+  acj["cpu_checkpointing"] = ac.cpu_checkpointing;
+  acj["number_checkpoints"] = ac.number_checkpoints ? Json(*ac.number_checkpoints) : Json(nullptr);
+  acj["synchronize_checkpoint_boundary"] = ac.synchronize_checkpoint_boundary;
+  acj["profile"] = ac.profile;
+  return acj;
+}
+
+/// The checkpoint block.
+inline Json checkpoint_json(const CheckpointConfig& ck) {
+  Json ckj;
+  ckj["tag_validation"] = std::string(to_string(ck.tag_validation));
+  ckj["load_universal"] = ck.load_universal;
+  ckj["use_node_local_storage"] = ck.use_node_local_storage;
+  ckj["parallel_write"]["pipeline_stage"] = ck.parallel_write_pipeline_stage;
+  return ckj;
+}
+
 }  // namespace detail
 
 /// The fully resolved config in DeepSpeed's layout.
@@ -203,30 +255,7 @@ inline Json to_json(const Config& c) {
   if (!s3.partitioned_module_types.empty()) j["zero_allowed_param_types"] = s3.partitioned_module_types;
   if (!s3.replicated_module_types.empty()) j["zero_force_param_types"] = s3.replicated_module_types;
 
-  Json& zj = j["zero_optimization"];
-  zj["stage"] = z.stage;
-  zj["contiguous_gradients"] = z.contiguous_gradients;
-  zj["reduce_scatter"] = z.reduce_scatter;
-  zj["reduce_bucket_size"] = detail::count_json(z.reduce_bucket_size);
-  zj["allgather_partitions"] = z.allgather_partitions;
-  zj["allgather_bucket_size"] = z.allgather_bucket_size;
-  zj["overlap_comm"] = z.overlap_comm;
-  zj["load_from_fp32_weights"] = z.load_from_fp32_weights;
-  zj["offload_optimizer"] = detail::offload_json(z.offload_optimizer, z.nvme);
-  // offload_param means nothing below stage 3 (DeepSpeed and the reader ignore it there): leave it out.
-  if (z.stage == 3) zj["offload_param"] = detail::offload_json(z.offload_param, z.param_nvme);
-  zj["sub_group_size"] = detail::count_json(z.sub_group_size);
-  zj["stage3_prefetch_bucket_size"] = detail::count_json(s3.prefetch_bucket_size);
-  zj["stage3_param_persistence_threshold"] = detail::count_json(s3.param_persistence_threshold);
-  zj["stage3_model_persistence_threshold"] = detail::count_json(s3.model_persistence_threshold);
-  zj["stage3_max_live_parameters"] = detail::count_json(s3.max_live_parameters);
-  zj["stage3_max_reuse_distance"] = detail::count_json(s3.max_reuse_distance);
-  zj["stage3_gather_16bit_weights_on_model_save"] = z.stage3_gather_16bit_weights_on_model_save;
-  zj["zero_hpz_partition_size"] = std::max(1, s3.reshard_after_forward.group_size());
-  zj["zero_quantized_weights"] = s3.quantized_weights;
-  zj["zero_quantized_gradients"] = s3.quantized_gradients;
-  zj["ignore_unused_parameters"] = z.ignore_unused_parameters;
-  zj["round_robin_gradients"] = z.round_robin_gradients;
+  j["zero_optimization"] = detail::zero_json(z);
 
   Json& a = j["aio"];
   const io::AioOptions& aio = z.nvme.aio;
@@ -256,21 +285,8 @@ inline Json to_json(const Config& c) {
     g["huffman_coding"] = gc.huffman_coding;
   }
 
-  const auto& ac = c.activation_checkpointing;
-  Json& acj = j["activation_checkpointing"];
-  acj["partition_activations"] = ac.partition_activations;
-  acj["contiguous_memory_optimization"] = ac.contiguous_memory_optimization;
-  acj["cpu_checkpointing"] = ac.cpu_checkpointing;
-  acj["number_checkpoints"] = ac.number_checkpoints ? Json(*ac.number_checkpoints) : Json(nullptr);
-  acj["synchronize_checkpoint_boundary"] = ac.synchronize_checkpoint_boundary;
-  acj["profile"] = ac.profile;
-
-  const CheckpointConfig& ck = c.checkpoint;
-  Json& ckj = j["checkpoint"];
-  ckj["tag_validation"] = std::string(to_string(ck.tag_validation));
-  ckj["load_universal"] = ck.load_universal;
-  ckj["use_node_local_storage"] = ck.use_node_local_storage;
-  ckj["parallel_write"]["pipeline_stage"] = ck.parallel_write_pipeline_stage;
+  j["activation_checkpointing"] = detail::activation_checkpointing_json(c.activation_checkpointing);
+  j["checkpoint"] = detail::checkpoint_json(c.checkpoint);
   if (Json cj = detail::communication_json(c.communication); !cj.is_null()) j["communication"] = std::move(cj);
   return j;
 }
