@@ -49,7 +49,7 @@ def main(root):
     order = layer_order(os.path.join(root, "docs", "architecture.md"))
     name = [", ".join(sorted(n)) for n in order]
     base = os.path.join(root, "include", "zerotk")
-    include = re.compile(r'^\s*#\s*include\s+"zerotk/([^"]+)"')
+    include = re.compile(r'^\s*#\s*include\s+["<]zerotk/([^">]+)[">]')  # "zerotk/..." or <zerotk/...>
     problems = []
     for dirpath, _, files in os.walk(base):
         for f in sorted(files):

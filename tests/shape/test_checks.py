@@ -56,6 +56,9 @@ expect("clean tree, 80-line function", run("check_function_length.py", good, "80
 
 up = tree({"include/zerotk/core/a.hpp": '#include "zerotk/zero/c.hpp"\n', "include/zerotk/zero/c.hpp": "\n"})
 expect("core includes zero", run("check_layers.py", up), 1, "layer core/ includes zerotk/zero/c.hpp of layer zero/")
+angled = tree({"include/zerotk/core/a.hpp": "#include <zerotk/zero/c.hpp>\n", "include/zerotk/zero/c.hpp": "\n"})
+expect("core includes zero with angle brackets", run("check_layers.py", angled), 1,
+       "layer core/ includes zerotk/zero/c.hpp of layer zero/")
 
 unlisted = tree({"include/zerotk/parallel/x.hpp": "\n"})
 expect("a folder missing from the order", run("check_layers.py", unlisted), 1, "not in docs/architecture.md")

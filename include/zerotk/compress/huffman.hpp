@@ -181,6 +181,24 @@ inline std::size_t decoded_size(std::span<const std::uint8_t> in) {
   return compress::detail::load_le32(in.data());
 }
 
+namespace detail {
+/// Bits the decoder looks ahead by.
+inline constexpr unsigned kLookBits = 11;
+/// A table of every code up to kLookBits long, indexed by the next kLookBits bits of the stream:
+/// (byte << 8) | length, 0 where the next code is longer.
+template <class Codes>
+std::array<std::uint16_t, std::size_t{1} << kLookBits> lookup_table(const Lengths& len, const Codes& codes) {
+  std::array<std::uint16_t, std::size_t{1} << kLookBits> fast{};
+  for (unsigned b = 0; b < 256; ++b) {
+    if (len[b] == 0 || len[b] > kLookBits) continue;
+    const unsigned spare = kLookBits - len[b];
+    const std::size_t base = static_cast<std::size_t>(codes[b]) << spare;
+    for (std::size_t s = 0; s < (std::size_t{1} << spare); ++s) fast[base | s] = static_cast<std::uint16_t>((b << 8) | len[b]);
+  }
+  return fast;
+}
+}  // namespace detail
+
 /// Decodes exactly: out.size() must equal decoded_size(in), and the payload must end where the last
 /// code ends (a truncated, padded or otherwise corrupt payload is a usage_error naming the offset).
 inline void decode(std::span<const std::uint8_t> in, std::span<std::uint8_t> out) {
@@ -214,17 +232,10 @@ inline void decode(std::span<const std::uint8_t> in, std::span<std::uint8_t> out
       }
     }
   }
-  // A table of every code up to kLookBits long, indexed by the next kLookBits bits of the stream:
-  // (byte << 8) | length, 0 where the next code is longer. Longer codes, and codes that would run
-  // past the payload's end, take the bit-at-a-time loop (which reports corrupt input).
-  constexpr unsigned kLookBits = 11;
-  std::array<std::uint16_t, std::size_t{1} << kLookBits> fast{};
-  for (unsigned b = 0; b < 256; ++b) {
-    if (len[b] == 0 || len[b] > kLookBits) continue;
-    const unsigned spare = kLookBits - len[b];
-    const std::size_t base = static_cast<std::size_t>(codes[b]) << spare;
-    for (std::size_t s = 0; s < (std::size_t{1} << spare); ++s) fast[base | s] = static_cast<std::uint16_t>((b << 8) | len[b]);
-  }
+  // Codes up to kLookBits long decode through one table lookup. Longer codes, and codes that would
+  // run past the payload's end, take the bit-at-a-time loop (which reports corrupt input).
+  constexpr unsigned kLookBits = detail::kLookBits;
+  const auto fast = detail::lookup_table(len, codes);
   const std::uint8_t* p = in.data() + kHeaderBytes;
   const std::size_t bytes = in.size() - kHeaderBytes;
   const std::size_t total_bits = 8 * bytes;

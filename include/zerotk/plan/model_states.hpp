@@ -283,29 +283,14 @@ inline LayoutFacts layout_facts(const ModelDescription& m, int world, const Choi
   return detail::layout_facts(m, world, c.stage, detail::bytes_of(c.precision), s);
 }
 
-/// Per-rank bytes the engine allocates under `c`, from the facts of its layout (`facts` must come
-/// from layout_facts with a choice of the same layout, that is of the same stage-3-or-not and
-/// precision, and the same `s`). Throws config_error for a combination DeepSpeed refuses.
-inline MemoryPlan model_state_plan(const LayoutFacts& facts, const Choice& c, const EngineSettings& s) {
-  detail::check_settings(facts.world, c, s);
-  if ((c.stage == 3) != facts.stage3 || detail::bytes_of(c.precision) != facts.element_bytes) {
-    throw usage_error("the layout facts are of another layout (stage 3 or not, element size)", "model_state_plan",
-                      c.name());
-  }
+namespace detail {
+
+/// model_state_plan's working-precision parameters: the flat buffer (stages 0-2), the partition on
+/// the device or in pinned host memory, or stage 3's NVMe shard file and its buffers.
+inline void add_working_params(MemoryPlan& p, const LayoutFacts& facts, const Choice& c, const EngineSettings& s) {
   using C = MemoryCategory;
   const MemorySpace dev = s.compute_space;
-  const std::size_t S = facts.element_bytes, F = sizeof(float);
-  MemoryPlan p;
-  const std::size_t flat = facts.flat, part = facts.partition;
-  p.psi = facts.psi;
-  p.psi_padded = flat;
-  p.partition = part;
-  p.buckets = facts.buckets;
-  const bool partitioned = c.stage >= 1;
-  const std::size_t owned = partitioned ? part : flat;
-  const bool every_micro = c.stage >= 2 || s.reduce_every_micro_step;
-  const bool emulated = s.emulated && c.precision != DType::fp32;
-
+  const std::size_t S = facts.element_bytes, flat = facts.flat, part = facts.partition;
   // Working-precision parameters.
   if (c.stage <= 2) {
     p.at(dev, C::params16) += flat * S;
@@ -322,14 +307,14 @@ inline MemoryPlan model_state_plan(const LayoutFacts& facts, const Choice& c, co
       p.at(MemorySpace::pinned_host, C::params16) += 2 * facts.nvme_kept_bytes;
     }
   }
+}
 
-  // Gradients: the flat buffer (stages 0/1) or the reduced partition (2/3), and the accumulator.
-  p.at(dev, C::grads) += (c.stage <= 1 ? flat : part) * S;
-  if (every_micro && s.gradient_accumulation_steps > 1) {
-    const std::size_t acc = c.stage == 0 ? flat : part;
-    p.at(dev, C::grads) += acc * (s.grad_accum_fp32 ? F : S);
-  }
-
+/// model_state_plan's fp32 master and optimizer state over the `owned` elements, where the
+/// optimizer offload puts them, and the staging of a store that steps sub-group by sub-group.
+inline void add_master_and_state(MemoryPlan& p, const Choice& c, const EngineSettings& s, std::size_t owned) {
+  using C = MemoryCategory;
+  const MemorySpace dev = s.compute_space;
+  const std::size_t F = sizeof(float);
   // Master and optimizer state, and the staging of an offloading store.
   const std::size_t staging = std::min(owned, s.sub_group_size) * F;
   const std::size_t moments = s.optimizer_moments;
@@ -368,7 +353,14 @@ inline MemoryPlan model_state_plan(const LayoutFacts& facts, const Choice& c, co
     p.at(MemorySpace::pinned_host, C::grads) += staging;
     p.at(MemorySpace::pinned_host, C::params16) += staging;
   }
+}
 
+/// model_state_plan's bucket pool (stages 2/3), stage 3's persistent buckets, gathered pool and hpZ
+/// secondary shard. Returns the gathered pool's buffers (0 below stage 3).
+inline std::size_t add_bucket_pools(MemoryPlan& p, const LayoutFacts& facts, const Choice& c, const EngineSettings& s) {
+  using C = MemoryCategory;
+  const MemorySpace dev = s.compute_space;
+  const std::size_t S = facts.element_bytes, flat = facts.flat;
   // Bucket pool (stages 2/3): bucket_buffers buffers of the largest bucket; it grows when one
   // layer's parameters span more buckets than the pool holds.
   const std::size_t biggest = facts.biggest, slot = facts.slot, nonpersistent = facts.nonpersistent;
@@ -397,6 +389,46 @@ inline MemoryPlan model_state_plan(const LayoutFacts& facts, const Choice& c, co
     p.at(dev, C::gathered) += detail::bytes_product("the stage-3 gathered pool", pool_buffers, slot, S);
     p.at(dev, C::secondary) += facts.secondary_numel * S;
   }
+  return pool_buffers;
+}
+
+}  // namespace detail
+
+/// Per-rank bytes the engine allocates under `c`, from the facts of its layout (`facts` must come
+/// from layout_facts with a choice of the same layout, that is of the same stage-3-or-not and
+/// precision, and the same `s`). Throws config_error for a combination DeepSpeed refuses.
+inline MemoryPlan model_state_plan(const LayoutFacts& facts, const Choice& c, const EngineSettings& s) {
+  detail::check_settings(facts.world, c, s);
+  if ((c.stage == 3) != facts.stage3 || detail::bytes_of(c.precision) != facts.element_bytes) {
+    throw usage_error("the layout facts are of another layout (stage 3 or not, element size)", "model_state_plan",
+                      c.name());
+  }
+  using C = MemoryCategory;
+  const MemorySpace dev = s.compute_space;
+  const std::size_t S = facts.element_bytes, F = sizeof(float);
+  MemoryPlan p;
+  const std::size_t flat = facts.flat, part = facts.partition;
+  p.psi = facts.psi;
+  p.psi_padded = flat;
+  p.partition = part;
+  p.buckets = facts.buckets;
+  const bool partitioned = c.stage >= 1;
+  const std::size_t owned = partitioned ? part : flat;
+  const bool every_micro = c.stage >= 2 || s.reduce_every_micro_step;
+  const bool emulated = s.emulated && c.precision != DType::fp32;
+
+  detail::add_working_params(p, facts, c, s);
+
+  // Gradients: the flat buffer (stages 0/1) or the reduced partition (2/3), and the accumulator.
+  p.at(dev, C::grads) += (c.stage <= 1 ? flat : part) * S;
+  if (every_micro && s.gradient_accumulation_steps > 1) {
+    const std::size_t acc = c.stage == 0 ? flat : part;
+    p.at(dev, C::grads) += acc * (s.grad_accum_fp32 ? F : S);
+  }
+
+  detail::add_master_and_state(p, c, s, owned);
+
+  const std::size_t pool_buffers = detail::add_bucket_pools(p, facts, c, s);
 
   // The scratch gradient of the largest parameter, and the float compute copies of emulated 16-bit.
   p.at(dev, C::other) += std::max<std::size_t>(1, facts.largest_param) * F;
@@ -408,7 +440,7 @@ inline MemoryPlan model_state_plan(const LayoutFacts& facts, const Choice& c, co
       // Bound (docs/stage3.md): value buffers for the gathered buckets + gradient buffers for the
       // buckets of one open backward (+1 for a tied head's external parameter).
       const std::size_t per_unit = facts.most_per_layer;
-      p.at(dev, C::other) += detail::bytes_product("the stage-3 float copies", pool_buffers + per_unit + 1, slot, F);
+      p.at(dev, C::other) += detail::bytes_product("the stage-3 float copies", pool_buffers + per_unit + 1, facts.slot, F);
       p.approximate.push_back("stage-3 emulated float copies: the documented bound");
     }
   }

@@ -349,6 +349,44 @@ ZEROTK_RUNTIME_INLINE bool drive(Group& g, Rendezvous& rv, std::size_t role, Clo
   }
 }
 
+// build_collective_job's all_gather / all_gatherv: the copies of every rank's block into every
+// rank's output.
+ZEROTK_RUNTIME_INLINE void add_gather_segments(Rendezvous& rv, int w) {
+  const Call& c0 = *rv.calls[0];
+  Job& job = rv.job;
+  const std::size_t n = c0.count;
+  const std::size_t eb = job.elem;
+  const auto call = [&](int r) -> const Call& { return *rv.calls[static_cast<std::size_t>(r)]; };
+  std::vector<std::byte*> outs;
+  std::vector<int> owners;
+  const auto count_of = [&](int s) {
+    return c0.kind == OpKind::all_gather ? n : c0.counts[static_cast<std::size_t>(s)];
+  };
+  std::size_t total = 0;
+  for (int s = 0; s < w; ++s) total += count_of(s);
+  // Streamed (Job::cut reaches the same footprint: each input once, W outputs): one segment per
+  // source writing every rank's output, so each input is read from memory once, not W times.
+  // Cached: one segment per destination, so each rank's chunks write its own buffer.
+  const bool fan_out = Job::streams(static_cast<std::size_t>(w + 1) * total * eb);
+  std::size_t offset = 0;
+  for (int s = 0; s < w; ++s) {
+    const std::size_t ns = count_of(s);
+    if (fan_out) {
+      // A rank's own block needs no copy when its send buffer already sits there (in place).
+      const std::byte* src = call(s).send;
+      outs.clear(), owners.clear();
+      for (int r = 0; r < w; ++r) {
+        std::byte* dst = call(r).recv + offset * eb;
+        if (dst != src) outs.push_back(dst), owners.push_back(r);
+      }
+      job.add(std::span<const std::byte* const>(&src, 1), outs, owners, ns);
+    } else {
+      for (int r = 0; r < w; ++r) job.add_copy(call(s).send, call(r).recv + offset * eb, r, ns);
+    }
+    offset += ns;
+  }
+}
+
 // Builds the job of a matched collective from the calls of all ranks (indexed by group rank).
 // Copies are one segment per destination, so each rank's chunks write its own buffer (a streamed
 // all_gather excepted: see there).
@@ -388,35 +426,9 @@ ZEROTK_RUNTIME_INLINE void build_collective_job(Rendezvous& rv, int w) {
       break;
     }
     case OpKind::all_gather:
-    case OpKind::all_gatherv: {
-      const auto count_of = [&](int s) {
-        return c0.kind == OpKind::all_gather ? n : c0.counts[static_cast<std::size_t>(s)];
-      };
-      std::size_t total = 0;
-      for (int s = 0; s < w; ++s) total += count_of(s);
-      // Streamed (Job::cut reaches the same footprint: each input once, W outputs): one segment per
-      // source writing every rank's output, so each input is read from memory once, not W times.
-      // Cached: one segment per destination, so each rank's chunks write its own buffer.
-      const bool fan_out = Job::streams(static_cast<std::size_t>(w + 1) * total * eb);
-      std::size_t offset = 0;
-      for (int s = 0; s < w; ++s) {
-        const std::size_t ns = count_of(s);
-        if (fan_out) {
-          // A rank's own block needs no copy when its send buffer already sits there (in place).
-          const std::byte* src = call(s).send;
-          outs.clear(), owners.clear();
-          for (int r = 0; r < w; ++r) {
-            std::byte* dst = call(r).recv + offset * eb;
-            if (dst != src) outs.push_back(dst), owners.push_back(r);
-          }
-          job.add(std::span<const std::byte* const>(&src, 1), outs, owners, ns);
-        } else {
-          for (int r = 0; r < w; ++r) job.add_copy(call(s).send, call(r).recv + offset * eb, r, ns);
-        }
-        offset += ns;
-      }
+    case OpKind::all_gatherv:
+      add_gather_segments(rv, w);
       break;
-    }
     case OpKind::broadcast:
       for (int r = 0; r < w; ++r) job.add_copy(call(c0.root).recv, call(r).recv, r, n);
       break;
