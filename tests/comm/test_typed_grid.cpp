@@ -132,6 +132,10 @@ TEST_CASE("process grid: Megatron order, tensor ranks adjacent; every group hold
                   config_error);
 }
 
+// NodeGroups / hierarchical_all_reduce are deprecated (HierarchicalCommunicator replaces them) and
+// stay tested until they are removed.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 namespace {
 
 /// Runs a flat and a hierarchical all-reduce of the same data; returns (flat, hierarchical) per rank.
@@ -194,3 +198,4 @@ TEST_CASE("hierarchical all-reduce: uneven and interleaved nodes, random data") 
   });
   for (const auto& [flat, hier] : by_color) CHECK(hier == flat);
 }
+#pragma GCC diagnostic pop

@@ -14,7 +14,8 @@
 /// Hierarchical all-reduce (reduce inside each node, all-reduce across node leaders, broadcast inside
 /// each node) moves less data across nodes. It gives the flat all-reduce's result when sums are
 /// exact; otherwise floating-point sums differ by rounding (the grouping differs). NCCL already
-/// reduces hierarchically inside; NodeGroups serves host-memory communicators.
+/// reduces hierarchically inside; HierarchicalCommunicator (comm/hierarchical.hpp) serves host-memory
+/// communicators (NodeGroups and hierarchical_all_reduce below are its deprecated forerunners).
 
 #include <algorithm>
 #include <array>
@@ -36,8 +37,10 @@ namespace zerotk::comm {
 
 /// Node-local groups of a communicator: `local()` holds the ranks of this rank's node (local rank 0
 /// is the node's leader), `leaders()` the leaders of all nodes (meaningful on leaders only).
+/// Deprecated since 0.2.0, removed in 0.3.0: comm::HierarchicalCommunicator (comm/hierarchical.hpp)
+/// does the same reduction as a communicator, for every collective, over any number of levels.
 template <Communicator C>
-class NodeGroups {
+class [[deprecated("use comm::HierarchicalCommunicator (zerotk/comm/hierarchical.hpp)")]] NodeGroups {
  public:
   /// Collective over `comm`: nodes as the communicator knows them.
   explicit NodeGroups(C& comm)
@@ -80,7 +83,11 @@ class NodeGroups {
 /// broadcast inside the node. Returns the Work of the final broadcast (the first two stages are
 /// complete on return). avg sums through both stages and the leader divides by the world size
 /// once, so nodes may differ in size. Byte counters land on the local and leader communicators.
+/// Deprecated since 0.2.0 with NodeGroups: HierarchicalCommunicator::all_reduce.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 template <Communicator C>
+[[deprecated("use comm::HierarchicalCommunicator::all_reduce (zerotk/comm/hierarchical.hpp)")]]
 Work hierarchical_all_reduce(NodeGroups<C>& g, const void* send, void* recv, std::size_t count, DType dt,
                              ReduceOp op) {
   detail::check_reduce(OpKind::all_reduce, dt, op, g.local().rank(), g.local().size());
@@ -92,6 +99,7 @@ Work hierarchical_all_reduce(NodeGroups<C>& g, const void* send, void* recv, std
   }
   return g.local().broadcast(recv, count, dt, 0);
 }
+#pragma GCC diagnostic pop
 
 /// The grid's named dimensions. Context and expert parallelism will add theirs here.
 enum class GridDim : std::uint8_t { tensor, data, pipeline };
