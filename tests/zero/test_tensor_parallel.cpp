@@ -117,8 +117,9 @@ struct Run {
 };
 
 template <int S>
-Run train(comm::ThreadsCommunicator& world, int tensor, int steps, TensorSplit (*split)(std::string_view) = &TpMlp::split_of) {
-  comm::ProcessGrid grid(world, {.data = 0, .pipeline = 1, .tensor = tensor});
+Run train(comm::ThreadsCommunicator& world, int tensor, int steps, TensorSplit (*split)(std::string_view) = &TpMlp::split_of,
+          int pipeline = 1) {
+  comm::ProcessGrid grid(world, {.data = 0, .pipeline = pipeline, .tensor = tensor});
   TpMlp model(grid.tensor_index(), tensor);
   EngineOptions o;
   o.optimizer.lr = 1e-2f;
@@ -216,4 +217,36 @@ TEST_CASE("ranks that declare different tensor splits get an error naming the pa
   }
   CHECK(message.find("fc2.bias") != std::string::npos);
   CHECK(message.find("declare this parameter differently") != std::string::npos);
+}
+
+TEST_CASE("on pipeline 2 x tensor 2, a stage whose ranks declare different splits is refused on every rank (issue 56)") {
+  // Each stage holds the same MLP here (the check compares the ranks of one stage only). World rank 3
+  // is stage 1's tensor rank 1 (Megatron order: world = (pipeline x data + data) x tensor + tensor).
+  static constexpr auto lopsided = [](std::string_view name) {
+    return name == "fc2.bias" ? TensorSplit::rows() : TpMlp::split_of(name);
+  };
+  std::vector<std::string> messages(4);
+  comm::run_threads(4, [&](comm::ThreadsCommunicator& w) {
+    try {
+      if (w.rank() == 3) {
+        (void)train<2>(w, 2, 1, +[](std::string_view n) { return lopsided(n); }, 2);
+      } else {
+        (void)train<2>(w, 2, 1, &TpMlp::split_of, 2);
+      }
+    } catch (const usage_error& e) {
+      messages[static_cast<std::size_t>(w.rank())] = e.what();
+    }
+  });
+  for (int r : {2, 3}) {  // stage 1: the parameter
+    CAPTURE(messages[static_cast<std::size_t>(r)]);
+    CHECK(messages[static_cast<std::size_t>(r)].find("declare this parameter differently") != std::string::npos);
+    CHECK(messages[static_cast<std::size_t>(r)].find("fc2.bias") != std::string::npos);
+  }
+  for (int r : {0, 1}) {  // stage 0 agrees, and is told which stage does not
+    CAPTURE(messages[static_cast<std::size_t>(r)]);
+    CHECK(messages[static_cast<std::size_t>(r)].find("ranks of pipeline stage 1 declare their parameter") != std::string::npos);
+  }
+  // The same grid with agreeing ranks trains.
+  const auto ok = comm::run_threads(4, [&](comm::ThreadsCommunicator& w) { return train<2>(w, 2, 1, &TpMlp::split_of, 2); });
+  CHECK(ok.size() == 4);
 }

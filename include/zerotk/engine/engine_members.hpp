@@ -36,7 +36,7 @@ void BasicEngine<Pack>::build() {
                                                 std::to_string(comms_.place().pipeline_size));
   }
   const engine::GridPlace& place = comms_.place();
-  if (place.tensor_size > 1 && place.pipeline_size == 1) engine::check_tensor_splits(comms_.norm(), registry_);
+  if (place.tensor_size > 1) engine::check_tensor_splits(comms_.norm(), registry_, place.pipeline_index, place.pipeline_size);
   comms_.make_hpz(Fetch::hpz_group_size(options_.stage3));
   if (kStage != 3 && (options_.stage3.quantized_weights || options_.stage3.quantized_gradients)) {
     throw config_error("ZeRO++'s quantized weights and gradients need ZeRO stage 3 (stage is " + std::to_string(kStage) + ")",
