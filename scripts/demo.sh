@@ -11,7 +11,7 @@ t0=$(date +%s)
 if [[ ! -x build/default/examples/02_gpt/zerotk_example_02_gpt ]]; then
   # Measured 2026-12-06 on a clean clone: 335 s for set-up and build on 2 cores (the compiled engine set,
   # the example over AnyEngine, the tools).
-  echo "demo: first build of the compiled engines, the GPT example and the tools: about 6 minutes on 2 cores; progress below"
+  echo "demo: first build of the compiled engines, the GPT example and the tools: about 5 minutes on 2 cores; progress below"
 fi
 cmake --preset default >/dev/null
 with_progress "demo build" cmake --build --preset default --target zerotk_example_02_gpt zerotk-config zerotk-plan zerotk-ckpt
