@@ -3,6 +3,7 @@
 # machine with a GPU, and prints one PASS/FAIL line per program. Usage:
 #
 #   cmake --preset gpu && cmake --build --preset gpu   # where nvcc is (need not be the GPU machine)
+#   cmake --build --preset gpu --target zerotk_bench_kernels   # optional: the host kernel bench too
 #   scripts/gpu-run.sh [build/gpu] [--sanitize] [--no-bench]
 #
 # The cuda-compile preset (CI's) builds the tests only; the gpu preset adds the example and benchmark.
@@ -69,5 +70,12 @@ if (( sanitize )); then
 fi
 (( bench )) && [[ -x "$B/bench/cuda/zerotk_bench_kernels_cuda" ]] &&
   run bench.kernels_cuda "$B/bench/cuda/zerotk_bench_kernels_cuda" --reps 20
+# The host optimizer kernels and casts against their widest-ISA bounds on this machine's CPU (issue 57
+# item 20: the lent machines' Xeons have AVX-512, where `bound_isa` should read 2). Built when asked:
+# cmake --build --preset gpu --target zerotk_bench_kernels.
+(( bench )) && [[ -x "$B/bench/kernels/zerotk_bench_kernels" ]] &&
+  run bench.kernels_host env OMP_NUM_THREADS=2 "$B/bench/kernels/zerotk_bench_kernels" \
+    --benchmark_filter='fused_adamw_fp32|fused_lion|adamw_mixed|BM_cast' --benchmark_repetitions=5 \
+    --benchmark_report_aggregates_only=true
 echo "gpu-run: $failed failed"
 exit "$failed"
