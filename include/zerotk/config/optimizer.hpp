@@ -291,9 +291,6 @@ inline void Reader::read_scheduler(Block& root, Config& c) {
   Block p(*this, params_json, b.path_of("params"));
   const double opt_lr = c.optimizer ? c.optimizer->params.lr : ctx.lr.value_or(optim::kDefaultOptimizerLr);
 
-  auto warmup_type = [&](WarmupType& out) { read_warmup_type(p, out); };
-  auto warmup_steps = [&](std::int64_t& out) { read_warmup_steps(p, out); };
-  auto total_steps = [&](std::optional<std::int64_t>& out) { read_total_steps(p, out, kind); };
   SchedulerOptions s;
   auto last_iter = [&] { p.get_int("last_batch_iteration", s.last_batch_iteration, -1, kMax); };
   // WarmupLR and WarmupDecayLR: warmup_max_lr is resolved here, so it is set in either.
@@ -306,8 +303,8 @@ inline void Reader::read_scheduler(Block& root, Config& c) {
       resolve_auto(p.path_of("warmup_max_lr"), max_lr, std::optional(opt_lr), "optimizer lr");
     }
     w.warmup_max_lr = max_lr;
-    warmup_steps(w.warmup_num_steps);
-    warmup_type(w.warmup_type);
+    read_warmup_steps(p, w.warmup_num_steps);
+    read_warmup_type(p, w.warmup_type);
     last_iter();
   };
 
@@ -320,18 +317,18 @@ inline void Reader::read_scheduler(Block& root, Config& c) {
     }
     case SchedulerKind::warmup_decay_lr: {
       WarmupDecayLROptions w;
-      total_steps(w.total_num_steps);
+      read_total_steps(p, w.total_num_steps, kind);
       warmup_lr(w, 1e-3);  // DeepSpeed's WarmupDecayLR signature defaults warmup_max_lr to 0.001
       s.params = w;
       break;
     }
     case SchedulerKind::warmup_cosine_lr: {
       WarmupCosineLROptions w;
-      total_steps(w.total_num_steps);
+      read_total_steps(p, w.total_num_steps, kind);
       p.get_number("warmup_min_ratio", w.warmup_min_ratio, 0, false, 1);
       p.get_number("cos_min_ratio", w.cos_min_ratio, 0, false, 1);
-      warmup_steps(w.warmup_num_steps);
-      warmup_type(w.warmup_type);
+      read_warmup_steps(p, w.warmup_num_steps);
+      read_warmup_type(p, w.warmup_type);
       last_iter();
       s.params = w;
       break;

@@ -48,15 +48,10 @@
 /// other names are listed by aliases(). Two distinct tensors that share storage (a view of another
 /// parameter) are refused, naming both.
 
-#include "zerotk/core/macros.hpp"
-
-#if !ZEROTK_HAS_TORCH
-#error "zerotk/interop/torch.hpp needs libtorch: link the CMake target zerotk::torch (it defines ZEROTK_HAS_TORCH=1), or, in a vendored copy, define ZEROTK_HAS_TORCH=1 and put libtorch (Debian: libtorch-dev) on the include path"
-#endif
-
 #include "zerotk/interop/torch/checkpoint.hpp"       // activation checkpointing's autograd function
 #include "zerotk/interop/torch/gather_function.hpp"  // stage 3's autograd function, a call's record
 #include "zerotk/interop/torch/gradients.hpp"        // TorchGradients
+#include "zerotk/interop/torch/libtorch.hpp"         // the libtorch headers, and the check that they are there
 #include "zerotk/interop/torch/model.hpp"            // TorchModel
 #include "zerotk/interop/torch/param.hpp"            // TorchParam
 #include "zerotk/interop/torch/rng.hpp"              // the CPU generator's replay

@@ -2,15 +2,7 @@
 /// \file zerotk/interop/torch/checkpoint.hpp
 /// The libtorch adapter's activation checkpointing: the autograd function that keeps only a child's
 /// input and recomputes its forward in backward (zerotk/interop/torch.hpp).
-#include "zerotk/core/macros.hpp"
-
-#if !ZEROTK_HAS_TORCH
-#error "zerotk/interop/torch.hpp needs libtorch: link the CMake target zerotk::torch (it defines ZEROTK_HAS_TORCH=1), or, in a vendored copy, define ZEROTK_HAS_TORCH=1 and put libtorch (Debian: libtorch-dev) on the include path"
-#endif
-
-#include <torch/torch.h>
-
-#include <torch/csrc/autograd/function.h>
+#include "zerotk/interop/torch/libtorch.hpp"
 
 #include "zerotk/interop/torch/gather_function.hpp"
 

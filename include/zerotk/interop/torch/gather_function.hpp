@@ -2,16 +2,7 @@
 /// \file zerotk/interop/torch/gather_function.hpp
 /// The libtorch adapter's autograd functions around one child's forward: what a call keeps for its
 /// backward, and stage 3's function that gathers the child and keeps its graph (zerotk/interop/torch.hpp).
-#include "zerotk/core/macros.hpp"
-
-#if !ZEROTK_HAS_TORCH
-#error "zerotk/interop/torch.hpp needs libtorch: link the CMake target zerotk::torch (it defines ZEROTK_HAS_TORCH=1), or, in a vendored copy, define ZEROTK_HAS_TORCH=1 and put libtorch (Debian: libtorch-dev) on the include path"
-#endif
-
-#include <torch/torch.h>
-
-#include <torch/csrc/autograd/function.h>
-#include <torch/csrc/autograd/variable.h>
+#include "zerotk/interop/torch/libtorch.hpp"
 
 #include <cstdint>
 #include <functional>

@@ -2,17 +2,7 @@
 /// \file zerotk/interop/torch/gradients.hpp
 /// The libtorch adapter's TorchGradients: autograd connected to an engine built over a TorchModel
 /// (hooks on the gradient accumulators, stage 3's per-child gathers, errors agreed across ranks).
-#include "zerotk/core/macros.hpp"
-
-#if !ZEROTK_HAS_TORCH
-#error "zerotk/interop/torch.hpp needs libtorch: link the CMake target zerotk::torch (it defines ZEROTK_HAS_TORCH=1), or, in a vendored copy, define ZEROTK_HAS_TORCH=1 and put libtorch (Debian: libtorch-dev) on the include path"
-#endif
-
-#include <torch/torch.h>
-
-#include <torch/csrc/autograd/function.h>
-#include <torch/csrc/autograd/function_hook.h>
-#include <torch/csrc/autograd/variable.h>
+#include "zerotk/interop/torch/libtorch.hpp"
 
 #include <algorithm>
 #include <cstddef>

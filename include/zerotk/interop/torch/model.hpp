@@ -2,13 +2,7 @@
 /// \file zerotk/interop/torch/model.hpp
 /// The libtorch adapter's module: a torch module's trainable parameters as a zerotk Module, and
 /// its direct children as stage 3's fetch units (zerotk/interop/torch.hpp).
-#include "zerotk/core/macros.hpp"
-
-#if !ZEROTK_HAS_TORCH
-#error "zerotk/interop/torch.hpp needs libtorch: link the CMake target zerotk::torch (it defines ZEROTK_HAS_TORCH=1), or, in a vendored copy, define ZEROTK_HAS_TORCH=1 and put libtorch (Debian: libtorch-dev) on the include path"
-#endif
-
-#include <torch/torch.h>
+#include "zerotk/interop/torch/libtorch.hpp"
 
 #include <algorithm>
 #include <cstddef>
