@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "zerotk/zero/layout.hpp"
-#include "zerotk/zero/norms.hpp"
+#include "zerotk/kernels/host/reduce.hpp"
 
 using namespace zerotk;
 using zero::BucketLayout;
@@ -124,15 +124,15 @@ TEST_CASE("deterministic sum of squares: independent of position in memory, exac
   for (auto& v : x) v = nd(rng);
   std::vector<float> shifted(x.size() + 3);
   std::copy(x.begin(), x.end(), shifted.begin() + 3);
-  const double a = zero::sum_squares(x.data(), x.size());
-  const double b = zero::sum_squares(shifted.data() + 3, x.size());
+  const double a = kernels::host::sum_squares(x.data(), x.size());
+  const double b = kernels::host::sum_squares(shifted.data() + 3, x.size());
   CHECK(a == b);  // bitwise: alignment does not change the order of additions
   double ref = 0;
   for (float v : x) ref += static_cast<double>(v) * v;
   CHECK(a == doctest::Approx(ref).epsilon(1e-12));
   std::vector<half> h(4099, half(2.0f));
-  CHECK(zero::sum_squares(h.data(), h.size()) == 4.0 * 4099);
+  CHECK(kernels::host::sum_squares(h.data(), h.size()) == 4.0 * 4099);
   h[4000] = half(INFINITY);
-  CHECK(!std::isfinite(zero::sum_squares(h.data(), h.size())));
-  CHECK(zero::sum_squares(h.data(), 0) == 0.0);
+  CHECK(!std::isfinite(kernels::host::sum_squares(h.data(), h.size())));
+  CHECK(kernels::host::sum_squares(h.data(), 0) == 0.0);
 }

@@ -1,4 +1,4 @@
-// The reproducible sum of squares behind the global gradient norm (zero/norms.hpp):
+// The reproducible sum of squares behind the global gradient norm (kernels/host/reduce.hpp):
 //  - the same bits for the same elements split into random pieces over simulated ranks, in random
 //    order, through the pointer and the list entry points, over 1 and 2 threads and every ISA build;
 //  - within the stated error bound of an exact (big-integer) sum, including adversarial mixes: one
@@ -19,13 +19,14 @@
 #include <vector>
 
 #include "../kernels/kernel_test_util.hpp"
-#include "zerotk/zero/norms.hpp"
+#include "zerotk/kernels/host/reduce.hpp"
+#include "zerotk/zero/norms.hpp"  // deprecated: its forwarders are checked at the end
 
 using namespace zerotk;
 using kernels::TensorRef;
-using zero::FoldSums;
-using zero::NormGrid;
-using zero::SquareBound;
+using kernels::FoldSums;
+using kernels::NormGrid;
+using kernels::SquareBound;
 
 namespace {
 
@@ -156,28 +157,28 @@ double two_phase(const std::vector<std::vector<TensorRef<const T>>>& ranks, cons
   std::vector<SquareBound> local(ranks.size());
   for (std::size_t r = 0; r < ranks.size(); ++r) {
     if (list_api) {
-      local[r] = zero::square_bound<T>(ranks[r]);
+      local[r] = kernels::host::square_bound<T>(ranks[r]);
     } else {
-      for (const auto& b : ranks[r]) local[r] = zero::combine(local[r], zero::square_bound(b.data, b.numel));
+      for (const auto& b : ranks[r]) local[r] = kernels::combine(local[r], kernels::host::square_bound(b.data, b.numel));
     }
   }
   SquareBound global;
-  for (std::size_t r : order) global = zero::combine(global, local[r]);  // the max all-reduce
+  for (std::size_t r : order) global = kernels::combine(global, local[r]);  // the max all-reduce
   if (global.nonfinite) return std::numeric_limits<double>::infinity();
   const NormGrid grid = NormGrid::make(global.max_square, global_count);
   std::vector<FoldSums> folds(ranks.size());
   for (std::size_t r = 0; r < ranks.size(); ++r) {
     if (list_api) {
-      zero::add_squares<T>(ranks[r], grid, folds[r]);
+      kernels::host::add_squares<T>(ranks[r], grid, folds[r]);
     } else {
-      for (const auto& b : ranks[r]) zero::add_squares(b.data, b.numel, grid, folds[r]);
+      for (const auto& b : ranks[r]) kernels::host::add_squares(b.data, b.numel, grid, folds[r]);
     }
   }
   FoldSums sum;  // the sum all-reduce, in some rank order
   for (std::size_t r : order) {
     for (int k = 0; k < 3; ++k) sum.fold[k] += folds[r].fold[k];
   }
-  return zero::finish(sum);
+  return kernels::fold_finish(sum);
 }
 
 /// x cut at random points into pieces (empty ones included), each copied to its own allocation at a
@@ -215,17 +216,17 @@ struct Split {
 /// Checks |got - S| against the grid's bound and the headline bound of elementwise.hpp.
 template <class T>
 void check_accuracy(const std::vector<T>& x, std::uint64_t global_count) {
-  const SquareBound b = zero::square_bound(x.data(), x.size());
+  const SquareBound b = kernels::host::square_bound(x.data(), x.size());
   REQUIRE_FALSE(b.nonfinite);
   const NormGrid g = NormGrid::make(b.max_square, global_count);
   FoldSums f;
-  zero::add_squares(x.data(), x.size(), g, f);
+  kernels::host::add_squares(x.data(), x.size(), g, f);
   // The folds are exact multiples of their units, at most 2^52 units in magnitude.
   for (int k = 0; k < 3; ++k) {
     CHECK(std::fmod(f.fold[k], g.unit[k]) == 0.0);
     CHECK(std::fabs(f.fold[k]) <= 0x1p52 * g.unit[k]);
   }
-  const double got = zero::finish(f);
+  const double got = kernels::fold_finish(f);
   const ExactSum exact = exact_sum(x);
   const double s = exact.value();
   ExactSum as_sum;
@@ -239,7 +240,7 @@ void check_accuracy(const std::vector<T>& x, std::uint64_t global_count) {
   CHECK(err <= bound * (1 + 1e-9));
   const double N = static_cast<double>(global_count), M = b.max_square;
   CHECK(err <= (0x1p-53 * s + N * M * (N * 0x1p-103 + N * N * N * 0x1p-155)) * (1 + 1e-9));
-  if (x.size() == global_count) CHECK(same_bits(got, zero::sum_squares(x.data(), x.size())));
+  if (x.size() == global_count) CHECK(same_bits(got, kernels::host::sum_squares(x.data(), x.size())));
   if (M == 0.0) CHECK(got == 0.0);
 }
 
@@ -252,9 +253,9 @@ TEST_CASE_TEMPLATE("norm: the same bits for any split, rank count, order, thread
   std::mt19937_64 rng(20261122);
   for (const auto& x : {normal<T>(150001, 1), spread<T>(70003, 2), normal<T>(1000, 3, 1e-3f)}) {
     const std::uint64_t N = x.size();
-    const double whole = zero::sum_squares(x.data(), x.size());
+    const double whole = kernels::host::sum_squares(x.data(), x.size());
     CHECK(whole > 0.0);
-    const SquareBound bound = zero::square_bound(x.data(), x.size());
+    const SquareBound bound = kernels::host::square_bound(x.data(), x.size());
     const std::vector<std::vector<TensorRef<const T>>> one{{TensorRef<const T>{x.data(), x.size()}}};
     CHECK(same_bits(two_phase(one, {0}, N, false), whole));
     for (const test::Isa isa : test::supported_isas()) {
@@ -263,8 +264,8 @@ TEST_CASE_TEMPLATE("norm: the same bits for any split, rank count, order, thread
       for (int threads : {1, 2}) {
         test::Threads th(threads);
         CAPTURE(threads);
-        REQUIRE(same_bits(zero::sum_squares(x.data(), x.size()), whole));
-        REQUIRE(same_bits(zero::square_bound(x.data(), x.size()), bound));
+        REQUIRE(same_bits(kernels::host::sum_squares(x.data(), x.size()), whole));
+        REQUIRE(same_bits(kernels::host::square_bound(x.data(), x.size()), bound));
         for (int trial = 0; trial < 6; ++trial) {
           const int world = 1 + static_cast<int>(rng() % 5);
           Split<T> split(x, world, rng);
@@ -284,7 +285,7 @@ TEST_CASE_TEMPLATE("norm: the same bits for any split, rank count, order, thread
 TEST_CASE_TEMPLATE("norm: concatenated vs chunked through the kernels' list and segment entry points", T, float, half,
                    bfloat16) {
   const auto x = spread<T>(40000, 7, Range<T>::lo, Range<T>::hi / 2);
-  const double whole = zero::sum_squares(x.data(), x.size());
+  const double whole = kernels::host::sum_squares(x.data(), x.size());
   std::vector<TensorRef<const T>> chunks;
   std::vector<kernels::Segment> segs;
   for (std::size_t at = 0, len = 1; at < x.size(); at += len, len = len * 3 + 1) {
@@ -301,7 +302,7 @@ TEST_CASE_TEMPLATE("norm: concatenated vs chunked through the kernels' list and 
   std::vector<double> each(chunks.size());
   kernels::host::sum_squares<T>(chunks, each);
   for (std::size_t i = 0; i < chunks.size(); ++i) {
-    CHECK(same_bits(each[i], zero::sum_squares(chunks[i].data, chunks[i].numel)));
+    CHECK(same_bits(each[i], kernels::host::sum_squares(chunks[i].data, chunks[i].numel)));
   }
 }
 
@@ -318,7 +319,7 @@ TEST_CASE_TEMPLATE("norm: within the stated bound of the exact sum", T, float, h
       // Far against plain fp64 sums too: 2^-52 of S.
       long double ref = 0;
       for (const T& v : x) ref += static_cast<long double>(kernels::exact_square(v));
-      CHECK(std::fabs(static_cast<long double>(zero::sum_squares(x.data(), n)) - ref) <= ref * 0x1p-52L);
+      CHECK(std::fabs(static_cast<long double>(kernels::host::sum_squares(x.data(), n)) - ref) <= ref * 0x1p-52L);
     }
   }
   SUBCASE("the whole exponent range, subnormals included") {
@@ -348,12 +349,12 @@ TEST_CASE_TEMPLATE("norm: within the stated bound of the exact sum", T, float, h
       }
     }
 #if !defined(__FAST_MATH__)  // a -ffast-math executable reads float and bfloat16 subnormals as 0 (DAZ)
-    CHECK(zero::sum_squares(tiny.data(), tiny.size()) > 0.0);
+    CHECK(kernels::host::sum_squares(tiny.data(), tiny.size()) > 0.0);
 #endif
     check_accuracy(tiny, tiny.size());
     std::vector<T> big(70001, largest<T>());
     check_accuracy(big, big.size());
-    const double S = zero::sum_squares(big.data(), big.size());
+    const double S = kernels::host::sum_squares(big.data(), big.size());
     CHECK(!kernels::is_nonfinite(S));
     CHECK(S == doctest::Approx(70001.0 * kernels::exact_square(largest<T>())).epsilon(1e-15));
   }
@@ -361,16 +362,16 @@ TEST_CASE_TEMPLATE("norm: within the stated bound of the exact sum", T, float, h
     std::vector<T> zeros(1000, from_float<T>(0.0f));
     zeros[3] = from_float<T>(-0.0f);
     check_accuracy(zeros, zeros.size());
-    CHECK(zero::sum_squares(zeros.data(), zeros.size()) == 0.0);
-    CHECK(zero::sum_squares(zeros.data(), 0) == 0.0);
-    const SquareBound b0 = zero::square_bound(zeros.data(), 0);
+    CHECK(kernels::host::sum_squares(zeros.data(), zeros.size()) == 0.0);
+    CHECK(kernels::host::sum_squares(zeros.data(), 0) == 0.0);
+    const SquareBound b0 = kernels::host::square_bound(zeros.data(), 0);
     CHECK(b0.max_square == 0.0);
     CHECK_FALSE(b0.nonfinite);
     FoldSums f;
-    zero::add_squares(zeros.data(), 0, NormGrid::make(0.0, 0), f);
-    CHECK(zero::finish(f) == 0.0);
+    kernels::host::add_squares(zeros.data(), 0, NormGrid::make(0.0, 0), f);
+    CHECK(kernels::fold_finish(f) == 0.0);
     const std::vector<T> one{from_float<T>(-3.0f)};
-    CHECK(zero::sum_squares(one.data(), 1) == 9.0);
+    CHECK(kernels::host::sum_squares(one.data(), 1) == 9.0);
     check_accuracy(one, 1);
   }
   SUBCASE("a count bound far above the element count (a 2^40-element model)") {
@@ -417,7 +418,7 @@ TEST_CASE("norm grid: units, extractors and the checks of make") {
 TEST_CASE_TEMPLATE("norm: inf, -inf and NaN anywhere make the bound non-finite", T, float, half, bfloat16) {
   for (std::size_t n : {std::size_t{1}, std::size_t{33}, std::size_t{100003}}) {
     const auto clean = normal<T>(n, 600 + n);
-    CHECK_FALSE(zero::square_bound(clean.data(), n).nonfinite);
+    CHECK_FALSE(kernels::host::square_bound(clean.data(), n).nonfinite);
     for (std::size_t at : {std::size_t{0}, n / 2, n - 1}) {
       for (float bad : {test::inf(), -test::inf(), test::qnan(), -test::qnan()}) {
         CAPTURE(n);
@@ -425,19 +426,42 @@ TEST_CASE_TEMPLATE("norm: inf, -inf and NaN anywhere make the bound non-finite",
         CAPTURE(bad);
         auto x = clean;
         x[at] = from_float<T>(bad);
-        const SquareBound b = zero::square_bound(x.data(), n);
+        const SquareBound b = kernels::host::square_bound(x.data(), n);
         CHECK(b.nonfinite);
         CHECK(b.max_square == std::numeric_limits<double>::infinity());
-        CHECK(zero::sum_squares(x.data(), n) == std::numeric_limits<double>::infinity());
+        CHECK(kernels::host::sum_squares(x.data(), n) == std::numeric_limits<double>::infinity());
         CHECK(kernels::host::norm_and_check(x.data(), n).nonfinite);
         // Split: the flag survives the combine, whichever piece holds the bad element.
         const std::size_t cut = n / 3;
         const SquareBound parts =
-            zero::combine(zero::square_bound(x.data(), cut), zero::square_bound(x.data() + cut, n - cut));
+            kernels::combine(kernels::host::square_bound(x.data(), cut), kernels::host::square_bound(x.data() + cut, n - cut));
         CHECK(same_bits(parts, b));
         const std::vector<TensorRef<const T>> list{{x.data(), cut}, {x.data() + cut, n - cut}};
-        CHECK(same_bits(zero::square_bound<T>(list), b));
+        CHECK(same_bits(kernels::host::square_bound<T>(list), b));
       }
     }
   }
 }
+
+// zero/norms.hpp's deprecated names (removed in 0.3) still give the kernels' bits.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+TEST_CASE("norm: zero/norms.hpp's deprecated forwarders give the same bits as the kernels") {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> d(0.0f, 3.0f);
+  std::vector<float> x(1031);
+  for (float& v : x) v = d(rng);
+  const std::vector<TensorRef<const float>> halves{{x.data(), 500}, {x.data() + 500, x.size() - 500}};
+  const SquareBound b = kernels::host::square_bound<float>(halves);
+  CHECK(same_bits(zero::square_bound(x.data(), x.size()), b));
+  CHECK(same_bits(zero::combine(zero::square_bound<float>(halves), zero::SquareBound{}), b));
+  const zero::NormGrid grid = zero::NormGrid::make(b.max_square, x.size());
+  zero::FoldSums mine, theirs;
+  zero::add_squares<float>(halves, grid, mine);
+  kernels::host::add_squares(x.data(), x.size(), grid, theirs);
+  CHECK(same_bits(zero::finish(mine), kernels::fold_finish(theirs)));
+  CHECK(same_bits(zero::finish(zero::combine(mine, zero::FoldSums{})), kernels::fold_finish(theirs)));
+  CHECK(same_bits(zero::sum_squares(x.data(), x.size()), kernels::host::sum_squares(x.data(), x.size())));
+  CHECK(zero::sum_squares(x.data(), x.size()) > 0.0);
+}
+#pragma GCC diagnostic pop

@@ -159,7 +159,7 @@ TEST_CASE("OneBitAdam: wire bytes per step: the gradient all-reduce in the warm-
     }
     REQUIRE(got.flat_numel > 0);
     const std::size_t padded_flat = got.flat_numel;
-    constexpr std::uint64_t kFolds = std::size(zero::FoldSums{}.fold);
+    constexpr std::uint64_t kFolds = std::size(kernels::FoldSums{}.fold);
     const std::uint64_t bound = ring_wire_bytes(OpKind::all_reduce, 16, w);
     const std::uint64_t grads = ring_wire_bytes(OpKind::all_reduce, 4 * padded_flat, w);
     const std::uint64_t norm_and_loss = ring_wire_bytes(OpKind::all_reduce, 8 * (kFolds + 1), w);

@@ -262,7 +262,7 @@ TEST_CASE("ZeroOneAdam: wire bytes per step kind: dense in var steps, one 1-bit 
                   2 * ring_wire_bytes(OpKind::all_gather, 4 * static_cast<std::uint64_t>(w), w) +
                   ring_wire_bytes(OpKind::all_gather, l.padded / 8, w);
     }
-    constexpr std::uint64_t kFolds = std::size(zero::FoldSums{}.fold);
+    constexpr std::uint64_t kFolds = std::size(kernels::FoldSums{}.fold);
     const std::uint64_t bound = ring_wire_bytes(OpKind::all_reduce, 16, w);
     const std::uint64_t grads = ring_wire_bytes(OpKind::all_reduce, 4 * got.flat_numel, w);
     const std::uint64_t norm_and_loss = ring_wire_bytes(OpKind::all_reduce, 8 * (kFolds + 1), w);

@@ -5,7 +5,7 @@
 ///   phase 1   every rank: the largest square and "any inf/NaN" over its share of the gradients;
 ///             one fp64 all-reduce (max) of {largest square, non-finite flag}: every rank now knows
 ///             whether the step overflows (DeepSpeed's overflow agreement) without a second check
-///   phase 2   from the global bound, a grid (zero/norms.hpp) on which every square is added
+///   phase 2   from the global bound, a grid (kernels::NormGrid, kernels/elementwise.hpp) on which every square is added
 ///             exactly; one fp64 all-reduce (sum) of {fold sums, loss}
 ///
 /// Because the sum is exact on the grid, the global sum of squares does not depend on how the
@@ -25,8 +25,8 @@
 
 #include "zerotk/comm/communicator.hpp"
 #include "zerotk/engine/comms.hpp"
+#include "zerotk/kernels/elementwise.hpp"
 #include "zerotk/kernels/tensor_list.hpp"
-#include "zerotk/zero/norms.hpp"
 
 namespace zerotk::engine {
 
@@ -46,22 +46,22 @@ struct GlobalNorm {
 template <class Comm, class Ops, class EachGroup>
 GlobalNorm global_norm(Comm& comm, const GridPlace& place, Ops& ops, std::size_t count_bound, double loss,
                        EachGroup&& each_group, bool rank_local = false) {
-  zero::SquareBound local;
-  each_group([&](auto& g) { g.with_norm_blocks([&](auto blocks) { local = zero::combine(local, ops.square_bound(blocks)); }); });
+  kernels::SquareBound local;
+  each_group([&](auto& g) { g.with_norm_blocks([&](auto blocks) { local = kernels::combine(local, ops.square_bound(blocks)); }); });
   double bound[2] = {local.nonfinite ? 0.0 : local.max_square, local.nonfinite ? 1.0 : 0.0};
   comm.all_reduce_host(bound, bound, 2, comm::ReduceOp::max);
 
   GlobalNorm r;
   r.nonfinite = bound[1] != 0.0;
-  zero::FoldSums folds;
+  kernels::FoldSums folds;
   if (!place.counts_replicated() && !rank_local) loss = 0.0;
   if (!r.nonfinite) {  // each group hands over only what this rank counts (with_norm_blocks' `counted`)
-    const zero::NormGrid grid = zero::NormGrid::make(bound[0], count_bound);
+    const kernels::NormGrid grid = kernels::NormGrid::make(bound[0], count_bound);
     each_group([&](auto& g) {
       g.with_norm_blocks([&](auto blocks) { ops.add_squares(blocks, grid, folds); }, /*counted=*/true);
     });
   }
-  constexpr std::size_t kFolds = std::size(zero::FoldSums{}.fold);
+  constexpr std::size_t kFolds = std::size(kernels::FoldSums{}.fold);
   double sums[kFolds + 1];
   for (std::size_t i = 0; i < kFolds; ++i) sums[i] = folds.fold[i];
   sums[kFolds] = loss;
@@ -71,7 +71,7 @@ GlobalNorm global_norm(Comm& comm, const GridPlace& place, Ops& ops, std::size_t
     comm.all_reduce_host(sums, sums, kFolds + 1, comm::ReduceOp::sum);
   }
   for (std::size_t i = 0; i < kFolds; ++i) folds.fold[i] = sums[i];
-  r.sum_squares = r.nonfinite ? 0.0 : zero::finish(folds);
+  r.sum_squares = r.nonfinite ? 0.0 : kernels::fold_finish(folds);
   r.loss_sum = sums[kFolds];
   return r;
 }

@@ -15,6 +15,22 @@
 ///
 /// `sum_squares(x, n)` runs both phases over one buffer (the grid from its own max and count).
 ///
+/// A norm over ranks, per boundary step (what engine/boundary.hpp does):
+///
+///   // every rank, over the gradient elements it owns (any split into blocks):
+///   kernels::SquareBound b = kernels::host::square_bound<T>(owned_blocks);  // phase 1, local
+///   all-reduce max of b.max_square  (+inf carries "some element is inf/NaN")
+///   if (global nonfinite) -> overflow: skip the step, the norm is not needed
+///   auto grid = kernels::NormGrid::make(global_max_square, global_count);  // same inputs on every rank
+///   kernels::FoldSums f;  kernels::host::add_squares<T>(owned_blocks, grid, f);  // phase 2, local
+///   all-reduce sum of f.fold[0..3)   (plain fp64: the values are exact multiples, any order is exact)
+///   double sum_squares = kernels::fold_finish(global_f);
+///
+/// `global_count` is any bound on the number of elements summed over all ranks that every rank
+/// agrees on (padding zeros may be counted or not); the result depends on it only through
+/// ceil(log2(global_count)), and it must be <= 2^44. kernels::combine joins two phase-1 bounds (a
+/// max) or two disjoint sets' fold sums (exact).
+///
 /// Phase 1 is an integer max over magnitude bits, phase 2 three exact fold extractions per element
 /// in fp64 vectors. Both vectorize in each ISA build without compiler flags, and neither depends on
 /// -ffast-math being absent (see elementwise.hpp).
