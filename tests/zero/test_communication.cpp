@@ -207,7 +207,7 @@ TEST_CASE("communication.topology: bad options name their key at construction") 
                        config_error);
 }
 
-// ---- slow ranks: the detector on injected times (engine/slow_ranks.hpp) ---------------------------
+// ---- slow ranks: the detector on injected times (monitor/slow_ranks.hpp) ---------------------------
 
 namespace {
 

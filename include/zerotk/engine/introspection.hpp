@@ -45,7 +45,7 @@ class Introspection {
   /// What the data group's hierarchical collectives sent per link level since construction (ring
   /// convention, docs/comm.md); null when the topology is flat.
   const comm::LinkStats* link_stats() const noexcept { return e().comms_.link_stats(); }
-  /// This rank's part of the data group's next micro-batch (engine/slow_ranks.hpp): which samples
+  /// This rank's part of the data group's next micro-batch (monitor/slow_ranks.hpp): which samples
   /// to process and the weight of each sample's loss. Equal parts unless the slow-rank detector
   /// rebalanced (communication.slow_node_action "rebalance"); needs
   /// `communication.slow_ranks.micro_batch_size` (else samples 0, weight 1: keep your own batch).

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "zerotk/engine/slow_ranks.hpp"
+#include "zerotk/monitor/slow_ranks.hpp"
 
 namespace zerotk {
 
@@ -52,7 +52,7 @@ struct StepReport {
   /// all-reduces they stand in for.
   /// Equal to comm_wire_bytes when nothing was compressed.
   std::uint64_t comm_dense_bytes = 0;
-  /// The slow-rank detector is on (communication.slow_node_*; engine/slow_ranks.hpp): then
+  /// The slow-rank detector is on (communication.slow_node_*; monitor/slow_ranks.hpp): then
   /// `compute_ms` is this rank's compute time in the step (outside the engine's calls), and
   /// `slow_ranks` the ranks flagged slow as of this boundary (empty: none).
   bool slow_rank_detection = false;

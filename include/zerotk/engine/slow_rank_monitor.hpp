@@ -1,6 +1,6 @@
 #pragma once
 /// \file zerotk/engine/slow_rank_monitor.hpp
-/// SlowRankMonitor: the engine's side of slow-rank detection (engine/slow_ranks.hpp). It clocks the
+/// SlowRankMonitor: the engine's side of slow-rank detection (monitor/slow_ranks.hpp). It clocks the
 /// trainer's compute between the engine's calls (each public entry point holds a `Busy` guard: the
 /// time since the previous call ended goes to the phase the trainer was in), less the time the
 /// thread spent blocked in zerotk's Work::wait() meanwhile (comm::WaitClock: a rank waiting for a
@@ -28,7 +28,7 @@
 #include "zerotk/core/error.hpp"
 #include "zerotk/engine/comms.hpp"
 #include "zerotk/engine/report.hpp"
-#include "zerotk/engine/slow_ranks.hpp"
+#include "zerotk/monitor/slow_ranks.hpp"
 
 namespace zerotk::engine {
 
@@ -145,7 +145,7 @@ class SlowRankMonitor {
     if (o_.action == SlowRankAction::abort && !r.slow_ranks.empty()) throw slow_rank_error(r.slow_ranks.front(), o_);
   }
 
-  /// This rank's part of the data group's micro-batch (engine/slow_ranks.hpp, BatchShare). Without
+  /// This rank's part of the data group's micro-batch (monitor/slow_ranks.hpp, BatchShare). Without
   /// a micro_batch_size: samples 0 and weight 1 (the trainer keeps its own batch and mean loss).
   BatchShare share() const {
     if (o_.micro_batch_size <= 0) return {};

@@ -1,5 +1,5 @@
 #pragma once
-/// \file zerotk/engine/slow_ranks.hpp
+/// \file zerotk/monitor/slow_ranks.hpp
 /// Slow ranks (stragglers): the options, the detector, and what the trainer is told when the data
 /// group rebalances its batch. Pure logic over per-rank times; engine/slow_rank_monitor.hpp measures
 /// the times and exchanges them.

@@ -196,7 +196,7 @@ class TrainingLog {
     csv_.write("Train/Samples/comm_dense_bytes", byte_count(r.comm_dense_bytes), global_samples);
     csv_.write("Train/Samples/compression_ratio", MetricValue(r.compression_ratio()), global_samples);
     if (r.slow_rank_detection) {
-      // The slow-rank detector's rows (engine/slow_ranks.hpp): rank 0's own compute time, and the
+      // The slow-rank detector's rows (monitor/slow_ranks.hpp): rank 0's own compute time, and the
       // slowest flagged rank with its factor (-1 and 1.0 while none is flagged).
       const SlowRank* worst = nullptr;
       for (const SlowRank& x : r.slow_ranks) worst = !worst || x.factor > worst->factor ? &x : worst;
