@@ -25,6 +25,7 @@
 
 #include "zerotk/comm/communicator.hpp"
 #include "zerotk/engine/comms.hpp"
+#include "zerotk/engine/norm_share.hpp"
 #include "zerotk/kernels/elementwise.hpp"
 #include "zerotk/kernels/tensor_list.hpp"
 
@@ -44,7 +45,7 @@ struct GlobalNorm {
 /// non-finite flag is still agreed by all (so every rank skips the same steps). (The 1-bit
 /// optimizers run on a data group alone: engine/compat.hpp.)
 template <class Comm, class Ops, class EachGroup>
-GlobalNorm global_norm(Comm& comm, const GridPlace& place, Ops& ops, std::size_t count_bound, double loss,
+GlobalNorm global_norm(Comm& comm, const NormShare& share, Ops& ops, std::size_t count_bound, double loss,
                        EachGroup&& each_group, bool rank_local = false) {
   kernels::SquareBound local;
   each_group([&](auto& g) { g.with_norm_blocks([&](auto blocks) { local = kernels::combine(local, ops.square_bound(blocks)); }); });
@@ -54,7 +55,7 @@ GlobalNorm global_norm(Comm& comm, const GridPlace& place, Ops& ops, std::size_t
   GlobalNorm r;
   r.nonfinite = bound[1] != 0.0;
   kernels::FoldSums folds;
-  if (!place.counts_replicated() && !rank_local) loss = 0.0;
+  loss = share.loss_addend(loss, rank_local);
   if (!r.nonfinite) {  // each group hands over only what this rank counts (with_norm_blocks' `counted`)
     const kernels::NormGrid grid = kernels::NormGrid::make(bound[0], count_bound);
     each_group([&](auto& g) {

@@ -56,7 +56,7 @@ class BoundaryStep {
   template <class OnBucket>
   void run(StepCounters& c, StepReport& r, OnBucket&& on_bucket) {
     const double gas = s_.gradient_accumulation_steps;
-    const GlobalNorm norm = global_norm(comms_->norm(), comms_->place(), *ops_, norm_count_, c.loss_sum / gas,
+    const GlobalNorm norm = global_norm(comms_->norm(), comms_->norm_share(), *ops_, norm_count_, c.loss_sum / gas,
                                         [&](auto&& f) { groups_->each(f); }, groups_->gradients_local());
     r.loss = norm.loss_sum / comms_->place().data_size;
     r.boundary = true;

@@ -34,6 +34,7 @@
 #include "zerotk/compress/quantized_collectives.hpp"
 #include "zerotk/core/error.hpp"
 #include "zerotk/device/ordered.hpp"
+#include "zerotk/engine/norm_share.hpp"
 #include "zerotk/engine/placement.hpp"
 
 namespace zerotk::engine {
@@ -99,13 +100,14 @@ class EngineComms {
            (world_ ? world_->stats().total_wire_bytes() : 0) + (qgz_ ? qgz_->stats().wire_bytes() : 0);
   }
 
+  /// What this rank adds to the boundary's global sums (engine/norm_share.hpp).
+  NormShare norm_share() const noexcept { return NormShare(place_); }
   /// The number of gradient elements the global norm adds up over every rank, agreed by all (one
-  /// all-reduce over the world with a grid; none otherwise): each model shard's `flat_numel` once,
-  /// and on the other tensor ranks their `split_numel` (shards of split parameters).
-  std::uint64_t agree_norm_count(std::uint64_t flat_numel, std::uint64_t split_numel = 0) {
-    if (!world_) return flat_numel;
-    const std::uint64_t mine = place_.counts_replicated() ? flat_numel : split_numel;
-    double n = place_.data_index == 0 ? static_cast<double>(mine) : 0.0;
+  /// all-reduce over the world with a grid; none otherwise): `counted`, the elements this rank's
+  /// model shard counts (NormShare), added once per model shard.
+  std::uint64_t agree_norm_count(std::uint64_t counted) {
+    if (!world_) return counted;
+    double n = static_cast<double>(norm_share().count_addend(counted));
     world_->all_reduce_host(&n, &n, 1, comm::ReduceOp::sum);
     return static_cast<std::uint64_t>(n);
   }

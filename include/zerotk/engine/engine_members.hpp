@@ -36,7 +36,7 @@ void BasicEngine<Pack>::build() {
                                                 std::to_string(comms_.place().pipeline_size));
   }
   const engine::GridPlace& place = comms_.place();
-  if (place.tensor_size > 1) engine::check_tensor_splits(comms_.norm(), registry_, place.pipeline_index, place.pipeline_size);
+  engine::NormShare::check_splits(comms_.norm(), registry_, place);
   comms_.make_hpz(Fetch::hpz_group_size(options_.stage3));
   if (kStage != 3 && (options_.stage3.quantized_weights || options_.stage3.quantized_gradients)) {
     throw config_error("ZeRO++'s quantized weights and gradients need ZeRO stage 3 (stage is " + std::to_string(kStage) + ")",
@@ -47,7 +47,7 @@ void BasicEngine<Pack>::build() {
   comms_.make_quantized(options_.stage3.quantized_weights, options_.stage3.quantized_gradients, device::is_cuda);
   groups_ = engine::assemble_groups<MainGroup, Fp32Group, Fetch>(
       options_, registry_, ops_, comms_, ledger_, options_.bucket_numel(bucketer::bytes, sizeof(S)), facts().shard_file);
-  groups_.each([&](auto& g) { g.set_norm_share(place.counts_replicated()); });
+  groups_.each([&](auto& g) { g.set_norm_share(comms_.norm_share()); });
   bindings_.emplace(registry_, groups_, ops_, &ledger_);
   bindings_->adopt_and_bind(options_.adopt_initial_values);
   groups_.init_master();
@@ -58,7 +58,7 @@ void BasicEngine<Pack>::build() {
   boundary_.emplace(groups_, scaler_, comms_, ops_, schedule_,
                     engine::BoundarySettings{options_.gradient_accumulation_steps, options_.gradient_clipping,
                                              options_.delayed_param_update, options_.delayed_param_update_start},
-                    comms_.agree_norm_count(groups_.flat_numel(), groups_.split_numel()));
+                    comms_.agree_norm_count(groups_.counted_numel()));
   slow_ = engine::SlowRankMonitor<Comm>(options_.communication.slow_ranks, comms_.norm(), place);
 }
 

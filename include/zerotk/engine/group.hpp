@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "zerotk/engine/norm_share.hpp"
 #include "zerotk/engine/optimizer_comm.hpp"
 #include "zerotk/engine/options.hpp"
 #include "zerotk/engine/registry.hpp"
@@ -173,13 +174,13 @@ class FlatGroup {
 
   // ---- the boundary --------------------------------------------------------------------------------
 
-  /// Whether this rank's norm share holds the parameters every tensor rank holds whole (one tensor
-  /// rank's does: engine/comms.hpp's GridPlace::counts_replicated()); split ones count everywhere.
-  void set_norm_share(bool counts_replicated) noexcept { counts_replicated_ = counts_replicated; }
-  /// Elements of parameters split across the tensor group.
-  std::size_t split_numel() const noexcept {
+  /// What this rank adds to the global norm (engine/norm_share.hpp): every element it owns, or only
+  /// those of parameters split across the tensor group.
+  void set_norm_share(const NormShare& share) noexcept { share_ = share; }
+  /// Elements of this group's parameters that this rank's model shard counts in the norm.
+  std::size_t counted_numel() const noexcept {
     std::size_t n = 0;
-    for (std::size_t i = 0; i < split_.size(); ++i) n += split_[i] ? layout_.param(i).numel : 0;
+    for (std::size_t i = 0; i < split_.size(); ++i) n += share_.counts(split_[i] != 0) ? layout_.param(i).numel : 0;
     return n;
   }
 
@@ -194,7 +195,7 @@ class FlatGroup {
   void with_norm_blocks(F&& f, bool counted = false) const {
     const zero::OwnedGrads<T> owned = grads_.owned();
     const int rank = ctx_.rank();
-    const bool only_split = counted && !counts_replicated_;
+    const bool only_split = counted && !share_.whole();
     owned.visit([&](const auto* base) {
       using E = std::remove_cv_t<std::remove_pointer_t<decltype(base)>>;
       std::vector<kernels::TensorRef<const E>> blocks;
@@ -473,19 +474,19 @@ class FlatGroup {
     const zero::Bucket& b = layout_.buckets()[k];
     if (local_.on) {
       for (std::uint32_t i : b.params) {
-        if (split_[i]) blocks.emplace_back(base + layout_.param(i).flat_offset, layout_.param(i).numel);
+        if (share_.counts(split_[i] != 0)) blocks.emplace_back(base + layout_.param(i).flat_offset, layout_.param(i).numel);
       }
       return;
     }
     const std::size_t start = Own::norm_offset(layout_, k, rank, owned_shaped), lo = layout_.block_flat_offset(k, rank);
     for (const zero::PartitionSegment& s : layout_.block_segments(k, rank, false)) {
-      if (split_[s.tensor]) blocks.emplace_back(base + start + (s.offset - lo), s.numel);
+      if (share_.counts(split_[s.tensor] != 0)) blocks.emplace_back(base + start + (s.offset - lo), s.numel);
     }
   }
 
   std::vector<ParamId> members_;
-  std::vector<char> split_;          // per local parameter: split across the tensor group
-  bool counts_replicated_ = true;    // this tensor rank adds the squares of unsplit parameters
+  std::vector<char> split_;          // per local parameter: split across the tensor group (share_ reads it)
+  NormShare share_;                  // what this rank adds to the global norm
   zero::BucketLayout layout_;
   zero::LocalGradients local_;  // the paths' switch of the gradient reduction (1-bit Adam)
   zero::PathContext<Ops> ctx_;

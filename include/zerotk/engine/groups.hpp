@@ -54,7 +54,7 @@ class Groups {
   /// Padded elements of the flat buffers, both groups.
   std::size_t flat_numel() const noexcept { return sum([](const auto& g) { return g.layout().flat_numel(); }); }
   /// Elements of parameters split across the tensor group.
-  std::size_t split_numel() const noexcept { return sum([](const auto& g) { return g.split_numel(); }); }
+  std::size_t counted_numel() const noexcept { return sum([](const auto& g) { return g.counted_numel(); }); }
   std::size_t bucket_count() const noexcept { return sum([](const auto& g) { return g.layout().buckets().size(); }); }
   std::size_t pending_publications() const noexcept { return sum([](const auto& g) { return g.pending_publications(); }); }
   /// Bytes the compressed exchanges saved: dense traffic replaced minus what was sent instead.

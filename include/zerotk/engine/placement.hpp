@@ -28,9 +28,11 @@ struct GridPlace {
   int data_size = 1, tensor_size = 1, pipeline_size = 1;
   int data_index = 0, tensor_index = 0, pipeline_index = 0;
 
-  /// Whether this rank adds the squares of parameters held whole by every tensor rank (and its
-  /// loss) to the global sums: one tensor rank does.
-  bool counts_replicated() const noexcept { return tensor_index == 0; }
+  /// Deprecated (0.2.0): engine::NormShare (engine/norm_share.hpp) says what a rank adds to the
+  /// global sums (NormShare(place).whole() is this).
+  [[deprecated("use engine::NormShare(place).whole() (engine/norm_share.hpp)")]] bool counts_replicated() const noexcept {
+    return tensor_index == 0;
+  }
   /// Only a data group: the boundary's reductions need no other communicator.
   bool data_only() const noexcept { return tensor_size == 1 && pipeline_size == 1; }
 };
