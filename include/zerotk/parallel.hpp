@@ -8,4 +8,5 @@
 #include "zerotk/parallel/region.hpp"
 #include "zerotk/parallel/rng.hpp"
 #include "zerotk/parallel/split.hpp"
+#include "zerotk/parallel/split_param.hpp"
 #include "zerotk/parallel/vocab.hpp"

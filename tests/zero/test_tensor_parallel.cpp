@@ -1,6 +1,8 @@
-// The engine with parameters split across the tensor group (ModelOptions::tensor_split): a
-// two-layer MLP built from zerotk::parallel's column- and row-parallel linears on a tensor 2 x data 2
-// grid of thread ranks, against the same MLP at tensor size 1 on its data group of 2.
+// The engine with parameters split across the tensor group: a two-layer MLP built from
+// zerotk::parallel's column- and row-parallel linears on a tensor 2 x data 2 grid of thread ranks,
+// against the same MLP at tensor size 1 on its data group of 2. Its parameters declare their splits
+// (parallel::SplitParam from the layers' weight_param() / bias_param()); the same MLP over plain
+// Params with the splits given by name (ModelOptions::tensor_split) trains to the same bits.
 //  - the global norm counts split shards on every tensor rank and replicated parameters once, so it
 //    equals tensor size 1's (to rounding: the row-parallel sum adds in another order);
 //  - every tensor rank's shards track the matching rows / columns of the tensor-1 parameters;
@@ -18,6 +20,7 @@
 #include "zerotk/comm/threads.hpp"
 #include "zerotk/engine.hpp"
 #include "zerotk/parallel/linear.hpp"
+#include "zerotk/parallel/split_param.hpp"
 
 using namespace zerotk;
 using parallel::TensorSplit;
@@ -44,19 +47,32 @@ std::vector<float> shard_of(const V& full, parallel::MatrixShape s, TensorSplit 
 }
 
 /// fc1 (column-parallel, d -> h, ReLU) then fc2 (row-parallel, h -> d, replicated bias), MSE loss.
-struct TpMlp {
+/// `Declared`: its parameters are parallel::SplitParam made by the layers, which declare their
+/// splits; otherwise plain Params, whose splits the engine gets by name (split_of).
+template <bool Declared>
+struct TpMlpOf {
+  using P = std::conditional_t<Declared, parallel::SplitParam<float>, Param<float>>;
   int rank, t;
   parallel::ColumnParallelLinear fc1;
   parallel::RowParallelLinear fc2;
-  Param<float> w1, b1, w2, b2;
+  P w1, b1, w2, b2;
   std::vector<float> init_w1, init_b1, init_w2, init_b2;  // this rank's initial shards
   std::vector<float> x_, hid_, pre_;
 
-  TpMlp(int r, int tensor)
+  TpMlpOf(int r, int tensor)
       : rank(r), t(tensor), fc1({.name = "fc1", .in = kD, .out = kH, .tensor_size = tensor}),
-        fc2({.name = "fc2", .in = kH, .out = kD, .tensor_size = tensor}),
-        w1("fc1.weight", {kH / tensor, kD}), b1("fc1.bias", {kH / tensor}), w2("fc2.weight", {kD, kH / tensor}),
-        b2("fc2.bias", {kD}) {
+        fc2({.name = "fc2", .in = kH, .out = kD, .tensor_size = tensor}) {
+    if constexpr (Declared) {
+      w1 = fc1.weight_param();
+      b1 = fc1.bias_param();
+      w2 = fc2.weight_param();
+      b2 = fc2.bias_param();
+    } else {
+      w1 = P("fc1.weight", {kH / tensor, kD});
+      b1 = P("fc1.bias", {kH / tensor});
+      w2 = P("fc2.weight", {kD, kH / tensor});
+      b2 = P("fc2.bias", {kD});
+    }
     init_w1 = shard_of(values(kH * kD, 1, 0.5f), fc1.weight_shape(), fc1.weight_split(), r, t);
     init_b1 = shard_of(values(kH, 2, 0.1f), fc1.bias_shape(), fc1.bias_split(), r, t);
     init_w2 = shard_of(values(kD * kH, 3, 0.5f), fc2.weight_shape(), fc2.weight_split(), r, t);
@@ -111,16 +127,19 @@ struct TpMlp {
   }
 };
 
+using TpMlp = TpMlpOf<true>;
+
 struct Run {
   std::vector<float> w1, b1, w2, b2;  // this rank's final shards
   std::vector<double> norms, losses;
 };
 
-template <int S>
-Run train(comm::ThreadsCommunicator& world, int tensor, int steps, TensorSplit (*split)(std::string_view) = &TpMlp::split_of,
+/// `split`: ModelOptions::tensor_split (null: none, the parameters' own declarations alone).
+template <int S, bool Declared = true>
+Run train(comm::ThreadsCommunicator& world, int tensor, int steps, TensorSplit (*split)(std::string_view) = nullptr,
           int pipeline = 1) {
   comm::ProcessGrid grid(world, {.data = 0, .pipeline = pipeline, .tensor = tensor});
-  TpMlp model(grid.tensor_index(), tensor);
+  TpMlpOf<Declared> model(grid.tensor_index(), tensor);
   EngineOptions o;
   o.optimizer.lr = 1e-2f;
   o.gradient_clipping = 0.0;  // the update does not depend on the norm: shards comparable element by element
@@ -183,6 +202,30 @@ TEST_CASE("tensor 2 x data 2: the norm counts split shards everywhere and replic
   // The replicated bias stays identical on both tensor ranks of a data rank.
   CHECK(two[0].b2 == two[1].b2);
   CHECK(two[0].w1 != two[1].w1);  // different shards
+}
+
+TEST_CASE("splits declared by the parameters and the same splits given by name train to the same bits") {
+  for (const bool stage3 : {false, true}) {
+    CAPTURE(stage3);
+    const auto by_name = comm::run_threads(4, [&](comm::ThreadsCommunicator& w) {
+      return stage3 ? train<3, false>(w, 2, 4, &TpMlpOf<false>::split_of) : train<1, false>(w, 2, 4, &TpMlpOf<false>::split_of);
+    });
+    const auto declared = comm::run_threads(4, [&](comm::ThreadsCommunicator& w) {
+      return stage3 ? train<3, true>(w, 2, 4) : train<1, true>(w, 2, 4);
+    });
+    // Without either, every parameter counts as replicated: a different norm (the control).
+    const auto neither = comm::run_threads(4, [&](comm::ThreadsCommunicator& w) { return train<1, false>(w, 2, 4); });
+    for (std::size_t w = 0; w < 4; ++w) {
+      CAPTURE(w);
+      CHECK(declared[w].w1 == by_name[w].w1);
+      CHECK(declared[w].b1 == by_name[w].b1);
+      CHECK(declared[w].w2 == by_name[w].w2);
+      CHECK(declared[w].b2 == by_name[w].b2);
+      CHECK(declared[w].norms == by_name[w].norms);
+      CHECK(declared[w].losses == by_name[w].losses);
+      CHECK(neither[w].norms != by_name[w].norms);
+    }
+  }
 }
 
 TEST_CASE("tensor 2 x data 2 with split parameters: ZeRO stages 0-3 give bit-identical parameters and norms") {
@@ -249,4 +292,50 @@ TEST_CASE("on pipeline 2 x tensor 2, a stage whose ranks declare different split
   // The same grid with agreeing ranks trains.
   const auto ok = comm::run_threads(4, [&](comm::ThreadsCommunicator& w) { return train<2>(w, 2, 1, &TpMlp::split_of, 2); });
   CHECK(ok.size() == 4);
+}
+
+TEST_CASE("NormShare: what each place on a data 2 x tensor 2 x pipeline 2 grid adds to the norm, the loss and the count") {
+  // Over one model shard (a pipeline stage): tensor rank 0 adds every parameter and the loss, the
+  // other tensor ranks only their shards of split parameters; data rank 0 adds the count.
+  for (int d = 0; d < 2; ++d) {
+    for (int t = 0; t < 2; ++t) {
+      for (int p = 0; p < 2; ++p) {
+        CAPTURE(d);
+        CAPTURE(t);
+        CAPTURE(p);
+        const engine::GridPlace place{2, 2, 2, d, t, p};
+        const engine::NormShare share(place);
+        CHECK(share.whole() == (t == 0));
+        CHECK(share.counts(true));
+        CHECK(share.counts(false) == (t == 0));
+        CHECK(share.loss_addend(2.5, false) == (t == 0 ? 2.5 : 0.0));
+        CHECK(share.loss_addend(2.5, true) == 2.5);
+        CHECK(share.count_addend(1000) == (d == 0 ? 1000u : 0u));
+      }
+    }
+  }
+  // A rank alone (or a data group alone) counts everything.
+  const engine::NormShare alone;
+  CHECK(alone.whole());
+  CHECK(alone.counts(false));
+  CHECK(alone.loss_addend(1.5, false) == 1.5);
+  CHECK(alone.count_addend(7) == 7u);
+  // Summed over the 8 places: a split parameter's shards counted on both tensor ranks of each data
+  // rank 0 (2 x 2 addends over both stages: each stage holds different layers), a whole one once per
+  // stage, the loss once per (data, pipeline) pair.
+  std::uint64_t split_count = 0, whole_count = 0;
+  double loss = 0;
+  for (int d = 0; d < 2; ++d) {
+    for (int t = 0; t < 2; ++t) {
+      for (int p = 0; p < 2; ++p) {
+        const engine::NormShare share(engine::GridPlace{2, 2, 2, d, t, p});
+        split_count += share.count_addend(share.counts(true) ? 10 : 0);
+        whole_count += share.count_addend(share.counts(false) ? 10 : 0);
+        loss += share.loss_addend(1.0, false);
+      }
+    }
+  }
+  CHECK(split_count == 2u * 2u * 10u);
+  CHECK(whole_count == 2u * 10u);
+  CHECK(loss == 4.0);
 }

@@ -9,8 +9,10 @@
 /// compiled once (zerotk/engines.hpp, AnyEngine) serves any model: view_model() and layer_ref() are
 /// the only templates a trainer's translation unit instantiates for its model.
 
+#include <concepts>
 #include <cstddef>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -18,6 +20,7 @@
 
 #include "zerotk/core/concepts.hpp"
 #include "zerotk/core/dtype.hpp"
+#include "zerotk/parallel/split.hpp"
 
 namespace zerotk::engine {
 
@@ -28,6 +31,9 @@ struct ParamView {
   std::size_t numel = 0;
   std::vector<std::size_t> shape;   ///< the Param's shape() if it has one, else {numel}
   DType value_dtype = DType::fp32;  ///< the Param's element type
+  /// How the Param says it is split across the tensor group (its `tensor_split()`,
+  /// parallel/split_param.hpp); empty when it says nothing.
+  std::optional<parallel::TensorSplit> tensor_split;
   /// Points the Param at (data, grad), both of its element type.
   std::function<void(void* data, void* grad)> bind;
   /// Copies the values the Param holds into `dst` (numel elements of its type); false, copying
@@ -68,6 +74,9 @@ ParamView view_param(std::string_view name, P& p) {
     v.shape = {v.numel};
   }
   v.value_dtype = dtype_of_v<V>;
+  if constexpr (requires(const P& cp) { { cp.tensor_split() } -> std::convertible_to<parallel::TensorSplit>; }) {
+    v.tensor_split = static_cast<parallel::TensorSplit>(p.tensor_split());
+  }
   v.bind = [&p](void* d, void* g) { p.bind(static_cast<V*>(d), static_cast<V*>(g)); };
   v.read_initial = [&p, n = v.numel](void* dst) {
     const V* values = p.data();

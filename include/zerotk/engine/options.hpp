@@ -73,9 +73,11 @@ struct ModelOptions {
   /// start at zero; write them through the bound Params and call `initialize_master()` or
   /// `broadcast_parameters()`.
   bool adopt_initial_values = true;
-  /// Tensor parallelism: how each parameter (by name) is split across the grid's tensor group
-  /// (parallel/split.hpp); unset, or replicated(): every tensor rank holds it whole. A split
-  /// parameter's Param holds this rank's shard. The global norm adds a split parameter's squares on
+  /// Tensor parallelism: how a parameter is split across the grid's tensor group (parallel/split.hpp).
+  /// A parameter declares it itself with a `tensor_split()` member (parallel::SplitParam, made by
+  /// parallel::ColumnParallelLinear::weight_param() and the like); this rule, by name, overrides the
+  /// declaration where it answers a split, and leaves it where it answers replicated(). Neither:
+  /// every tensor rank holds the parameter whole. A split parameter's Param holds this rank's shard. The global norm adds a split parameter's squares on
   /// every tensor rank and a replicated one's on one tensor rank; ZeRO partitions both over the
   /// data group. Every rank must declare the same splits (checked at construction).
   std::function<parallel::TensorSplit(std::string_view name)> tensor_split;

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -78,7 +79,7 @@ class ParamRegistry {
     /// those of `replicated_module_types`. A listed type no module declares is an error.
     std::vector<std::string> partitioned_module_types;
     std::vector<std::string> replicated_module_types;
-    /// ModelOptions::tensor_split.
+    /// ModelOptions::tensor_split: by name, an override of what the parameters declare.
     std::function<parallel::TensorSplit(std::string_view)> tensor_split;
   };
 
@@ -212,12 +213,22 @@ class ParamRegistry {
     e.unit = unit != unit_of_.end() ? unit->second : units_++;
     e.replicated = replicated_params_.count(address) > 0 ||
                    (!rules_.partitioned_module_types.empty() && partitioned_params_.count(address) == 0);
-    if (rules_.tensor_split) e.tensor_split = rules_.tensor_split(e.name);
+    e.tensor_split = split_of(e.name, p.tensor_split);
     e.bind = std::move(p.bind);
     e.read_initial = std::move(p.read_initial);
     index_.emplace(address, static_cast<ParamId>(entries_.size()));
     psi_ += e.numel;
     entries_.push_back(std::move(e));
+  }
+
+  /// The parameter's own declaration (its tensor_split(), parallel/split_param.hpp), unless the
+  /// by-name rule splits it: the rule overrides; a rule answering replicated() leaves the declaration.
+  parallel::TensorSplit split_of(std::string_view name, const std::optional<parallel::TensorSplit>& declared) const {
+    if (rules_.tensor_split) {
+      const parallel::TensorSplit by_name = rules_.tensor_split(name);
+      if (by_name.is_split()) return by_name;
+    }
+    return declared.value_or(parallel::TensorSplit{});
   }
 
   void check_groups() const {

@@ -32,6 +32,7 @@
 #include "zerotk/comm/typed.hpp"
 #include "zerotk/parallel/region.hpp"
 #include "zerotk/parallel/split.hpp"
+#include "zerotk/parallel/split_param.hpp"
 
 namespace zerotk::parallel {
 
@@ -106,6 +107,10 @@ class ColumnParallelLinear {
   MatrixShape bias_shape() const noexcept { return {s_.out, 1}; }
   std::size_t local_out() const noexcept { return s_.out / static_cast<std::size_t>(s_.tensor_size); }
   const ParallelLinearShape& shape() const noexcept { return s_; }
+  /// This rank's weight and bias as parameters that declare their split (the engine reads it):
+  /// "<name>.weight" [out / T, in] and "<name>.bias" [out / T], both rows(parts).
+  SplitParam<float> weight_param() const { return {s_.name + ".weight", {local_out(), s_.in}, weight_split()}; }
+  SplitParam<float> bias_param() const { return {s_.name + ".bias", {local_out()}, bias_split()}; }
 
   /// y_local [tokens, out / T] = x W_r^T + b_r. `x` holds every token ([tokens, in]; under sequence
   /// parallel gather it first: GatherFirstDim::forward).
@@ -143,6 +148,10 @@ class RowParallelLinear {
   MatrixShape weight_shape() const noexcept { return {s_.out, s_.in}; }
   std::size_t local_in() const noexcept { return s_.in / static_cast<std::size_t>(s_.tensor_size); }
   const ParallelLinearShape& shape() const noexcept { return s_; }
+  /// This rank's weight and the bias as parameters that declare their split (the engine reads it):
+  /// "<name>.weight" [out, in / T] cols(), "<name>.bias" [out] replicated (every rank holds it whole).
+  SplitParam<float> weight_param() const { return {s_.name + ".weight", {s_.out, local_in()}, weight_split()}; }
+  SplitParam<float> bias_param() const { return {s_.name + ".bias", {s_.out}, bias_split()}; }
 
   /// y = sum over tensor ranks of x_local W_r^T, then + b: into `y` ([tokens, out]); under sequence
   /// parallel this rank's tokens into `y_local` ([tokens / T, out]; `y` is then scratch for the

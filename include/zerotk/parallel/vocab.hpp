@@ -32,6 +32,7 @@
 #include "zerotk/parallel/elementwise.hpp"
 #include "zerotk/parallel/region.hpp"
 #include "zerotk/parallel/split.hpp"
+#include "zerotk/parallel/split_param.hpp"
 
 namespace zerotk::parallel {
 
@@ -63,6 +64,11 @@ class VocabParallelEmbedding {
   TensorSplit table_split() const noexcept { return TensorSplit::rows(); }
   MatrixShape table_shape() const noexcept { return {static_cast<std::size_t>(vocab_), dim_}; }
   std::int64_t local_vocab() const noexcept { return vocab_ / tensor_size_; }
+  /// This rank's rows of the table as a parameter that declares its split (the engine reads it):
+  /// `name` [vocab / T, dim], rows().
+  SplitParam<float> table_param() const {
+    return {name_, {static_cast<std::size_t>(local_vocab()), dim_}, table_split()};
+  }
 
   /// out [ids, dim] = table[ids]: owned rows looked up, summed over the tensor group.
   template <comm::Communicator C>
