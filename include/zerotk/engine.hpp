@@ -294,7 +294,8 @@ class BasicEngine : public engine::Introspection<BasicEngine<Pack>>, public engi
         zero::OutputWriter<std::remove_pointer_t<decltype(std::declval<Home&>().optimizer_out().base)>>;
     constexpr bool swapped = requires(const Store& st) { st.swap_file(); };
     return {dtype_of_v<S>, kStage, std::is_same_v<reduce_when, when::at_boundary>, MainGroup::kCanDelayUpdate,
-            device::is_cuda, shard_file, shard_file || swapped, engine::offload_policy_name<offload_tag>()};
+            device::is_cuda, shard_file, shard_file || swapped, engine::offload_policy_name<offload_tag>(),
+            MainGroup::kCompressedExchange};
   }
 
   engine::ParamRegistry::Rules registry_rules() const {

@@ -5,6 +5,8 @@
 // skipped steps, bit for bit, at stages 0-3, whatever the grid's rank order.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <iterator>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -140,4 +142,96 @@ TEST_CASE("process grid: Megatron's rank order by default, any order of tp, dp a
                        doctest::Contains("GridShape::order: must name tp, dp and pp once each"), config_error);
   CHECK_THROWS_WITH_AS(comm::run_threads(2, [](comm::ThreadsCommunicator& w) { comm::ProcessGrid g(w, {.order = "tp-tp-pp"}); }),
                        doctest::Contains("(got tp-tp-pp)"), config_error);
+}
+
+TEST_CASE("the run-time checker: each row names its key on the input that breaks it, and none fires on defaults") {
+  const engine::GridPlace alone{};
+  const engine::GridPlace grid{2, 2, 1, 0, 1, 0};  // data 2 x tensor 2
+  const engine::EngineFacts plain{};
+  CHECK(engine::option_problems(EngineOptions{}, plain).empty());
+  CHECK(engine::place_problems(EngineOptions{}, plain, grid).empty());
+
+  struct Case {
+    std::string_view rule, key;
+    EngineOptions o;
+    engine::EngineFacts f;
+    engine::GridPlace place;
+  };
+  std::vector<Case> cases;
+  const auto add = [&](std::string_view rule, std::string_view key, auto edit_o, auto edit_f, engine::GridPlace p) {
+    Case c{rule, key, EngineOptions{}, engine::EngineFacts{}, p};
+    edit_o(c.o);
+    edit_f(c.f);
+    cases.push_back(std::move(c));
+  };
+  const auto none = [](auto&) {};
+  add("delayed_update_needs_cpu_offload", "delayed_param_update", [](EngineOptions& o) { o.delayed_param_update = true; },
+      none, alone);
+  add("delayed_update_host_only", "delayed_param_update", [](EngineOptions& o) { o.delayed_param_update = true; },
+      [](engine::EngineFacts& f) { f.can_delay_update = f.device_cuda = true; }, alone);
+  add("delayed_update_not_with_shard_file", "delayed_param_update",
+      [](EngineOptions& o) { o.delayed_param_update = true; },
+      [](engine::EngineFacts& f) { f.can_delay_update = f.shard_file = true; }, alone);
+  add("accumulation_dtype", "data_types.grad_accum_dtype", [](EngineOptions& o) { o.grad_accum_dtype = DType::fp16; },
+      [](engine::EngineFacts& f) { f.storage = DType::bf16; }, alone);
+  add("fp32_accumulation_every_micro_step", "data_types.grad_accum_dtype",
+      [](EngineOptions& o) {
+        o.grad_accum_dtype = DType::fp32;
+        o.gradient_accumulation_steps = 2;
+      },
+      [](engine::EngineFacts& f) {
+        f.storage = DType::bf16;
+        f.reduces_at_boundary = true;
+      },
+      alone);
+  add("config_tensor_size", "/tensor_model_parallel_size", [](EngineOptions& o) { o.config_grid = ModelOptions::ConfigGrid{4, 1}; }, none, grid);
+  add("config_pipeline_size", "/pipeline_parallelism/num_stages",
+      [](EngineOptions& o) { o.config_grid = ModelOptions::ConfigGrid{2, 2}; }, none, grid);
+  add("compressed_exchange_data_only", "tensor x pipeline", none,
+      [](engine::EngineFacts& f) { f.compressed_exchange = true; }, grid);
+  add("zeropp_needs_stage3", "zero_optimization.zero_quantized_gradients",
+      [](EngineOptions& o) { o.stage3.quantized_gradients = true; }, [](engine::EngineFacts& f) { f.stage = 2; }, alone);
+  add("zeropp_host_only", "zero_optimization.zero_quantized_weights",
+      [](EngineOptions& o) { o.stage3.quantized_weights = true; },
+      [](engine::EngineFacts& f) {
+        f.stage = 3;
+        f.device_cuda = true;
+      },
+      alone);
+  add("rebalance_data_only", "communication.slow_node_action",
+      [](EngineOptions& o) {
+        o.communication.slow_ranks.enabled = true;
+        o.communication.slow_ranks.action = SlowRankAction::rebalance;
+        o.communication.slow_ranks.micro_batch_size = 1;
+      },
+      none, grid);
+  // Every row of the table is exercised once, and fires alone.
+  CHECK(cases.size() == std::size(engine::kRunRules));
+  for (const Case& c : cases) {
+    CAPTURE(c.rule);
+    std::vector<config_error> found = engine::option_problems(c.o, c.f);
+    for (config_error& e : engine::place_problems(c.o, c.f, c.place)) found.push_back(std::move(e));
+    REQUIRE(found.size() == 1);
+    CHECK(found.front().where() == c.key);
+    const auto row = std::find_if(std::begin(engine::kRunRules), std::end(engine::kRunRules),
+                                  [&](const engine::RunRule& r) { return r.name == c.rule; });
+    REQUIRE(row != std::end(engine::kRunRules));
+    CHECK(row->check(c.o, c.f, c.place).has_value());
+    // The same input on a plain communicator passes the rows that read the place.
+    if (row->on_place) CHECK(engine::place_problems(c.o, c.f, alone).empty());
+  }
+}
+
+TEST_CASE("the run-time checker at construction: rebalancing slow ranks on a tensor 2 grid is refused naming the key") {
+  CHECK_THROWS_WITH_AS(comm::run_threads(2,
+                                         [](comm::ThreadsCommunicator& world) {
+                                           comm::ProcessGrid g(world, {.tensor = 2});
+                                           Mlp<float> model;
+                                           EngineOptions o;
+                                           o.communication.slow_ranks.enabled = true;
+                                           o.communication.slow_ranks.action = SlowRankAction::rebalance;
+                                           o.communication.slow_ranks.micro_batch_size = 1;
+                                           Engine<Partitioner<Stage<1>>, Optimizer<AdamW>> engine(g, model, o);
+                                         }),
+                       doctest::Contains("rebalance moves samples between data-parallel ranks"), config_error);
 }

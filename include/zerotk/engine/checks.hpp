@@ -1,17 +1,23 @@
 #pragma once
 /// \file zerotk/engine/checks.hpp
-/// The run-time options against what an engine type is (CUTLASS's can_implement: checked once, at
-/// construction, before anything is allocated): every part's own rules (EngineOptions::problems,
-/// each naming the DeepSpeed key and the value) and the rules that tie an option to the policies
-/// (EngineFacts). The first problem is thrown as a config_error.
+/// The run-time checker: the options and the grid place against what an engine type is (CUTLASS's
+/// can_implement: checked once, before anything is allocated or communicated): every part's own
+/// rules (EngineOptions::problems, each naming the DeepSpeed key and the value) and ONE table of the
+/// rules that tie an option or the place to the policies (kRunRules over EngineFacts and GridPlace).
+/// The first problem is thrown as a config_error. The policy x policy combinations are
+/// engine/compat.hpp's table.
 
+#include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "zerotk/core/dtype.hpp"
 #include "zerotk/core/error.hpp"
 #include "zerotk/engine/options.hpp"
+#include "zerotk/engine/placement.hpp"
+#include "zerotk/monitor/slow_ranks.hpp"
 
 namespace zerotk::engine {
 
@@ -25,6 +31,8 @@ struct EngineFacts {
   bool shard_file = false;           ///< stage 3's parameter shards live in a file (OffloadParams<Nvme>)
   bool swaps = false;                ///< a swap file is read or written (Offload<Nvme>, OffloadParams<Nvme>)
   std::string offload;               ///< the Offload policy, for messages ("Offload<None>")
+  /// Compressed exchanges of its own (a 1-bit optimizer, GradientCompression): over the data group alone.
+  bool compressed_exchange = false;
 };
 
 /// "Offload<None>": the policy in words, from its tag's name.
@@ -33,37 +41,158 @@ std::string offload_policy_name() {
   return "Offload<" + std::string(Tag::name) + ">";
 }
 
-/// Every way `o` breaks a rule of `f`'s engine (empty: none).
+/// One rule of the run-time checker: an option, or the grid place the engine is built on, against
+/// the engine type's facts (the compile-time combinations are engine/compat.hpp's table). `check`
+/// returns the problem, naming the DeepSpeed key and the value, or nothing. Rules that read the place
+/// (`on_place`) run once it is known (check_on_place, from Engine::build, before any collective of
+/// the build); the others at construction, before anything is allocated (checked_options).
+struct RunRule {
+  std::string_view name;
+  bool on_place;
+  std::optional<config_error> (*check)(const EngineOptions& o, const EngineFacts& f, const GridPlace& place);
+};
+
+namespace detail {
+using Problem = std::optional<config_error>;
+
+inline Problem delayed_update_needs_cpu_offload(const EngineOptions& o, const EngineFacts& f, const GridPlace&) {
+  if (!o.delayed_param_update || f.can_delay_update) return std::nullopt;
+  return config_error(std::string("needs Offload<Cpu> (offload_optimizer.device cpu): the delayed update runs the host "
+                                  "optimizer step beside the next forward and backward; this engine has ") +
+                          std::string(f.offload),
+                      "delayed_param_update", "true");
+}
+inline Problem delayed_update_host_only(const EngineOptions& o, const EngineFacts& f, const GridPlace&) {
+  if (!o.delayed_param_update || !f.can_delay_update || !f.device_cuda) return std::nullopt;
+  return config_error("with Device<Cuda> is not available yet (not yet run on a GPU); use Device<Host>",
+                      "delayed_param_update", "true");
+}
+inline Problem delayed_update_not_with_shard_file(const EngineOptions& o, const EngineFacts& f, const GridPlace&) {
+  if (!o.delayed_param_update || !f.can_delay_update || f.device_cuda || !f.shard_file) return std::nullopt;
+  return config_error("with OffloadParams<Nvme> is not available: the delayed update writes a step's values into the "
+                      "shard file after its state has stepped, so a failed write could not be undone; use "
+                      "OffloadParams<Cpu> or OffloadParams<None>",
+                      "delayed_param_update", "true");
+}
+inline Problem accumulation_dtype(const EngineOptions& o, const EngineFacts& f, const GridPlace&) {
+  if (!o.grad_accum_dtype || *o.grad_accum_dtype == DType::fp32 || *o.grad_accum_dtype == f.storage) return std::nullopt;
+  return config_error("must be fp32 or the training precision (" + std::string(to_string(f.storage)) + ")",
+                      "data_types.grad_accum_dtype", std::string(to_string(*o.grad_accum_dtype)));
+}
+inline Problem fp32_accumulation_every_micro_step(const EngineOptions& o, const EngineFacts& f, const GridPlace&) {
+  if (o.grad_accum_dtype != DType::fp32 || f.storage == DType::fp32 || !f.reduces_at_boundary ||
+      o.gradient_accumulation_steps <= 1) {
+    return std::nullopt;
+  }
+  return config_error("fp32 accumulation of 16-bit gradients needs them reduced every micro-step: use "
+                      "Partitioner<Stage<" + std::to_string(f.stage) + ">, when::every_micro_step> (or stage 2)",
+                      "data_types.grad_accum_dtype", "fp32");
+}
+
+inline std::string built_on(const GridPlace& p) {
+  return p.data_only() ? "a plain communicator (data parallel only)"
+                       : "a grid of tensor " + std::to_string(p.tensor_size) + " x pipeline " + std::to_string(p.pipeline_size);
+}
+inline constexpr std::string_view kGridHow =
+    ": build a comm::ProcessGrid with the config's shape (zerotk::grid_shape(cfg)) and the engine on it, or remove the key";
+inline Problem config_tensor_size(const EngineOptions& o, const EngineFacts&, const GridPlace& p) {
+  if (!o.config_grid || o.config_grid->tensor == p.tensor_size) return std::nullopt;
+  const int t = o.config_grid->tensor;
+  return config_error("asks for " + std::to_string(t) + " tensor-parallel ranks, but the engine is built on " + built_on(p) +
+                          std::string(kGridHow),
+                      "/tensor_model_parallel_size", std::to_string(t));
+}
+inline Problem config_pipeline_size(const EngineOptions& o, const EngineFacts&, const GridPlace& p) {
+  if (!o.config_grid || o.config_grid->pipeline == p.pipeline_size) return std::nullopt;
+  const int n = o.config_grid->pipeline;
+  return config_error("asks for " + std::to_string(n) + " pipeline stages, but the engine is built on " + built_on(p) +
+                          std::string(kGridHow),
+                      "/pipeline_parallelism/num_stages", std::to_string(n));
+}
+inline Problem compressed_exchange_data_only(const EngineOptions&, const EngineFacts& f, const GridPlace& p) {
+  if (!f.compressed_exchange || p.data_only()) return std::nullopt;
+  return config_error("compressed communication (1-bit optimizers, gradient_compression) exchanges over the data "
+                      "group alone; a grid with tensor or pipeline size > 1 is not supported with it yet",
+                      "tensor x pipeline", std::to_string(p.tensor_size) + " x " + std::to_string(p.pipeline_size));
+}
+inline std::string_view zeropp_key(const EngineOptions& o) {
+  return o.stage3.quantized_weights ? "zero_optimization.zero_quantized_weights"
+                                    : "zero_optimization.zero_quantized_gradients";
+}
+inline Problem zeropp_needs_stage3(const EngineOptions& o, const EngineFacts& f, const GridPlace&) {
+  if (f.stage == 3 || (!o.stage3.quantized_weights && !o.stage3.quantized_gradients)) return std::nullopt;
+  return config_error("ZeRO++'s quantized weights and gradients need ZeRO stage 3 (stage is " + std::to_string(f.stage) + ")",
+                      std::string(zeropp_key(o)), "true");
+}
+inline Problem zeropp_host_only(const EngineOptions& o, const EngineFacts& f, const GridPlace&) {
+  if (f.stage != 3 || !f.device_cuda || (!o.stage3.quantized_weights && !o.stage3.quantized_gradients)) return std::nullopt;
+  return config_error("ZeRO++'s quantized exchanges run on host memory only for now (the CUDA kernels in "
+                      "compress/cuda/quantize.cuh are compiled but not wired into the engine)",
+                      std::string(zeropp_key(o)), "true");
+}
+inline Problem rebalance_data_only(const EngineOptions& o, const EngineFacts&, const GridPlace& p) {
+  const SlowRankOptions& s = o.communication.slow_ranks;
+  if (!s.enabled || s.action != SlowRankAction::rebalance || p.data_only()) return std::nullopt;
+  return config_error("rebalance moves samples between data-parallel ranks; a grid with tensor or pipeline size > 1 "
+                      "is not supported with it yet",
+                      "communication.slow_node_action",
+                      std::to_string(p.tensor_size) + " x " + std::to_string(p.pipeline_size));
+}
+}  // namespace detail
+
+/// The run-time rules, in the order they are checked (the first broken one is thrown).
+inline constexpr RunRule kRunRules[] = {
+    {"delayed_update_needs_cpu_offload", false, &detail::delayed_update_needs_cpu_offload},
+    {"delayed_update_host_only", false, &detail::delayed_update_host_only},
+    {"delayed_update_not_with_shard_file", false, &detail::delayed_update_not_with_shard_file},
+    {"accumulation_dtype", false, &detail::accumulation_dtype},
+    {"fp32_accumulation_every_micro_step", false, &detail::fp32_accumulation_every_micro_step},
+    {"config_tensor_size", true, &detail::config_tensor_size},
+    {"config_pipeline_size", true, &detail::config_pipeline_size},
+    {"compressed_exchange_data_only", true, &detail::compressed_exchange_data_only},
+    {"zeropp_needs_stage3", false, &detail::zeropp_needs_stage3},
+    {"zeropp_host_only", false, &detail::zeropp_host_only},
+    {"rebalance_data_only", true, &detail::rebalance_data_only},
+};
+
+/// Every way `o` breaks a rule of `f`'s engine that needs no grid place: each part's own rules
+/// (EngineOptions::problems), then kRunRules' (empty: none).
 inline std::vector<config_error> option_problems(const EngineOptions& o, const EngineFacts& f) {
   std::vector<config_error> out = o.problems(f.swaps);
-  if (o.delayed_param_update) {
-    if (!f.can_delay_update) {
-      out.emplace_back(std::string("needs Offload<Cpu> (offload_optimizer.device cpu): the delayed update runs the host "
-                                   "optimizer step beside the next forward and backward; this engine has ") +
-                           std::string(f.offload),
-                       "delayed_param_update", "true");
-    } else if (f.device_cuda) {
-      out.emplace_back("with Device<Cuda> is not available yet (not yet run on a GPU); use Device<Host>",
-                       "delayed_param_update", "true");
-    } else if (f.shard_file) {
-      out.emplace_back("with OffloadParams<Nvme> is not available: the delayed update writes a step's values into the "
-                       "shard file after its state has stepped, so a failed write could not be undone; use "
-                       "OffloadParams<Cpu> or OffloadParams<None>",
-                       "delayed_param_update", "true");
-    }
-  }
-  if (o.grad_accum_dtype) {
-    const DType a = *o.grad_accum_dtype;
-    if (a != DType::fp32 && a != f.storage) {
-      out.emplace_back("must be fp32 or the training precision (" + std::string(to_string(f.storage)) + ")",
-                       "data_types.grad_accum_dtype", std::string(to_string(a)));
-    } else if (a == DType::fp32 && f.storage != DType::fp32 && f.reduces_at_boundary && o.gradient_accumulation_steps > 1) {
-      out.emplace_back("fp32 accumulation of 16-bit gradients needs them reduced every micro-step: use "
-                       "Partitioner<Stage<" + std::to_string(f.stage) + ">, when::every_micro_step> (or stage 2)",
-                       "data_types.grad_accum_dtype", "fp32");
-    }
+  for (const RunRule& r : kRunRules) {
+    if (r.on_place) continue;
+    if (auto p = r.check(o, f, GridPlace{})) out.push_back(std::move(*p));
   }
   return out;
+}
+
+/// Every way the engine's place breaks a rule of kRunRules (empty: none).
+inline std::vector<config_error> place_problems(const EngineOptions& o, const EngineFacts& f, const GridPlace& place) {
+  std::vector<config_error> out;
+  for (const RunRule& r : kRunRules) {
+    if (!r.on_place) continue;
+    if (auto p = r.check(o, f, place)) out.push_back(std::move(*p));
+  }
+  return out;
+}
+
+/// Engine::build's check, once the place is known: the first problem thrown.
+inline void check_on_place(const EngineOptions& o, const EngineFacts& f, const GridPlace& place) {
+  std::vector<config_error> p = place_problems(o, f, place);
+  if (!p.empty()) throw p.front();
+}
+
+/// Deprecated (0.2.0): the checker's rows config_tensor_size and config_pipeline_size
+/// (check_on_place runs them). The model-parallel sizes a config asked for against the grid the
+/// engine is built on: config_error naming the config's key when the tensor or the pipeline size differs.
+[[deprecated("the checker runs this (engine::check_on_place, engine/checks.hpp)")]] inline void check_config_grid(
+    std::optional<std::pair<int, int>> asked, const GridPlace& built) {
+  if (!asked) return;
+  EngineOptions o;
+  o.config_grid = ModelOptions::ConfigGrid{asked->first, asked->second};
+  for (auto* rule : {&detail::config_tensor_size, &detail::config_pipeline_size}) {
+    if (auto p = rule(o, EngineFacts{}, built)) throw *p;
+  }
 }
 
 /// `o` with its defaults filled in (one parameter group from `optimizer` when none is given), or

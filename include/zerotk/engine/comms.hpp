@@ -77,15 +77,10 @@ class EngineComms {
 
   /// ZeRO++ qwZ / qgZ (stage 3): the int8 gathers count into quantized_weights(); the int4
   /// reduce-scatter gets one communicator per level of the data group's topology (collective over
-  /// the data group). Host memory only: NCCL's buffers would need the CUDA kernels wired in.
-  void make_quantized(bool weights, bool gradients, bool device_memory) {
+  /// the data group). Host memory only (NCCL's buffers would need the CUDA kernels wired in): the
+  /// checker's zeropp_host_only row refuses Device<Cuda> first (engine/checks.hpp).
+  void make_quantized(bool weights, bool gradients) {
     if (!weights && !gradients) return;
-    if (device_memory) {
-      throw config_error("ZeRO++'s quantized exchanges run on host memory only for now (the CUDA kernels in "
-                         "compress/cuda/quantize.cuh are compiled but not wired into the engine)",
-                         weights ? "zero_optimization.zero_quantized_weights" : "zero_optimization.zero_quantized_gradients",
-                         "true");
-    }
     if (weights) qwz_.emplace();
     if (gradients) qgz_.emplace(data_, topology_.size() == data_.size() ? topology_ : comm::Topology::flat(data_.size()));
   }

@@ -28,23 +28,11 @@ BasicEngine<Pack>::BasicEngine(engine::EngineInputs<ops_type> in, EngineOptions 
 
 template <class Pack>
 void BasicEngine<Pack>::build() {
-  if (const auto& g = options_.config_grid) engine::check_config_grid(std::pair{g->tensor, g->pipeline}, comms_.place());
-  if (MainGroup::kCompressedExchange && !comms_.place().data_only()) {
-    throw config_error("compressed communication (1-bit optimizers, gradient_compression) exchanges over the data "
-                       "group alone; a grid with tensor or pipeline size > 1 is not supported with it yet",
-                       "tensor x pipeline", std::to_string(comms_.place().tensor_size) + " x " +
-                                                std::to_string(comms_.place().pipeline_size));
-  }
   const engine::GridPlace& place = comms_.place();
+  engine::check_on_place(options_, facts(), place);  // the checker's rows that read the place (engine/checks.hpp)
   engine::NormShare::check_splits(comms_.norm(), registry_, place);
   comms_.make_hpz(Fetch::hpz_group_size(options_.stage3));
-  if (kStage != 3 && (options_.stage3.quantized_weights || options_.stage3.quantized_gradients)) {
-    throw config_error("ZeRO++'s quantized weights and gradients need ZeRO stage 3 (stage is " + std::to_string(kStage) + ")",
-                       options_.stage3.quantized_weights ? "zero_optimization.zero_quantized_weights"
-                                                         : "zero_optimization.zero_quantized_gradients",
-                       "true");
-  }
-  comms_.make_quantized(options_.stage3.quantized_weights, options_.stage3.quantized_gradients, device::is_cuda);
+  comms_.make_quantized(options_.stage3.quantized_weights, options_.stage3.quantized_gradients);
   groups_ = engine::assemble_groups<MainGroup, Fp32Group, Fetch>(
       options_, registry_, ops_, comms_, ledger_, options_.bucket_numel(bucketer::bytes, sizeof(S)), facts().shard_file);
   groups_.each([&](auto& g) { g.set_norm_share(comms_.norm_share()); });

@@ -83,9 +83,10 @@ struct ModelOptions {
   std::function<parallel::TensorSplit(std::string_view name)> tensor_split;
   /// The model-parallel sizes a DeepSpeed config asked for (tensor_model_parallel_size, the pipeline
   /// stages), set by engine_options(cfg); empty when the options are not a config's. The engine
-  /// refuses to be built on a communicator or grid whose tensor or pipeline size differs
-  /// (engine::check_config_grid): a trainer that builds no grid would otherwise train plain data
-  /// parallel on a config that asks for tensor or pipeline parallelism (issue 57 item 15).
+  /// refuses to be built on a communicator or grid whose tensor or pipeline size differs (the
+  /// checker's rows config_tensor_size and config_pipeline_size, engine/checks.hpp): a trainer that
+  /// builds no grid would otherwise train plain data parallel on a config that asks for tensor or
+  /// pipeline parallelism (issue 57 item 15).
   struct ConfigGrid {
     int tensor = 1, pipeline = 1;
   };

@@ -37,27 +37,6 @@ struct GridPlace {
   bool data_only() const noexcept { return tensor_size == 1 && pipeline_size == 1; }
 };
 
-/// The model-parallel sizes a config asked for (`asked`: ModelOptions::config_grid, empty when the
-/// options are not a config's) against the grid the engine is built on: config_error naming the
-/// config's key when the tensor or the pipeline size differs.
-inline void check_config_grid(std::optional<std::pair<int, int>> asked, const GridPlace& built) {
-  if (!asked) return;
-  const auto [tensor, pipeline] = *asked;
-  const std::string on = built.data_only() ? "a plain communicator (data parallel only)"
-                                           : "a grid of tensor " + std::to_string(built.tensor_size) + " x pipeline " +
-                                                 std::to_string(built.pipeline_size);
-  const std::string how = ": build a comm::ProcessGrid with the config's shape (zerotk::grid_shape(cfg)) and the "
-                          "engine on it, or remove the key";
-  if (tensor != built.tensor_size) {
-    throw config_error("asks for " + std::to_string(tensor) + " tensor-parallel ranks, but the engine is built on " + on + how,
-                       "/tensor_model_parallel_size", std::to_string(tensor));
-  }
-  if (pipeline != built.pipeline_size) {
-    throw config_error("asks for " + std::to_string(pipeline) + " pipeline stages, but the engine is built on " + on + how,
-                       "/pipeline_parallelism/num_stages", std::to_string(pipeline));
-  }
-}
-
 struct Placement {
   comm::AnyCommunicator data;                   ///< refers to the data group's communicator
   std::optional<comm::AnyCommunicator> world;   ///< the grid's world, when it has more than its data group

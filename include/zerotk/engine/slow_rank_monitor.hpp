@@ -76,13 +76,7 @@ class SlowRankMonitor {
   /// monitor's communicator and exchanges the host names.
   SlowRankMonitor(const SlowRankOptions& o, Comm& world, const GridPlace& place)
       : o_(o), data_size_(place.data_size), data_index_(place.data_index) {
-    if (!o.enabled) return;
-    if (o.action == SlowRankAction::rebalance && !place.data_only()) {
-      throw config_error("rebalance moves samples between data-parallel ranks; a grid with tensor or pipeline size > 1 "
-                         "is not supported with it yet",
-                         "communication.slow_node_action",
-                         std::to_string(place.tensor_size) + " x " + std::to_string(place.pipeline_size));
-    }
+    if (!o.enabled) return;  // rebalance on a grid beyond the data group: refused by the checker (engine/checks.hpp)
     comm_.emplace(world.split(0, world.rank()));
     detector_.emplace(o, comm_->size());
     detector_->set_hosts(exchange_hosts());
