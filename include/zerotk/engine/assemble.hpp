@@ -109,8 +109,8 @@ Groups<Main, F32> assemble_groups(const EngineOptions& o, const ParamRegistry& r
     c.bucket_buffers = o.bucket_buffers;
     c.accumulate_fp32 = accumulate_fp32;
     c.compression = &o.compression;
-    c.quantized_grads = comms.quantized_grads();
-    c.quantized_weights = comms.quantized_weights();
+    c.reduce_scatter = comms.gradient_reduce_scatter();
+    c.weight_gather = comms.weight_gather();
     return c;
   };
   // `param_max_in_cpu`: what is left of offload_param.max_in_cpu for this group (one budget over both).

@@ -36,6 +36,7 @@
 #include "zerotk/device/ordered.hpp"
 #include "zerotk/engine/norm_share.hpp"
 #include "zerotk/engine/placement.hpp"
+#include "zerotk/zero/collectives.hpp"
 
 namespace zerotk::engine {
 
@@ -75,7 +76,7 @@ class EngineComms {
     hpz_.emplace(data_.split(data_.rank() / g, data_.rank()));
   }
 
-  /// ZeRO++ qwZ / qgZ (stage 3): the int8 gathers count into quantized_weights(); the int4
+  /// ZeRO++ qwZ / qgZ (stage 3): the int8 gathers count into weight_gather()'s stats; the int4
   /// reduce-scatter gets one communicator per level of the data group's topology (collective over
   /// the data group). Host memory only (NCCL's buffers would need the CUDA kernels wired in): the
   /// checker's zeropp_host_only row refuses Device<Cuda> first (engine/checks.hpp).
@@ -84,8 +85,11 @@ class EngineComms {
     if (weights) qwz_.emplace();
     if (gradients) qgz_.emplace(data_, topology_.size() == data_.size() ? topology_ : comm::Topology::flat(data_.size()));
   }
-  compress::QuantizedReduceScatter<Comm>* quantized_grads() noexcept { return qgz_ ? &*qgz_ : nullptr; }
-  compress::QuantizedStats* quantized_weights() noexcept { return qwz_ ? &*qwz_ : nullptr; }
+  /// The paths' collective strategies (zero/collectives.hpp): qgZ's / qwZ's when made, else plain.
+  zero::GradientReduceScatter<Comm> gradient_reduce_scatter() noexcept {
+    return qgz_ ? zero::GradientReduceScatter<Comm>::quantized_by(*qgz_) : zero::GradientReduceScatter<Comm>{};
+  }
+  zero::WeightGather weight_gather() noexcept { return qwz_ ? zero::WeightGather::quantized_into(*qwz_) : zero::WeightGather{}; }
   const compress::QuantizedStats* quantized_grads_stats() const noexcept { return qgz_ ? &qgz_->stats() : nullptr; }
   const compress::QuantizedStats* quantized_weights_stats() const noexcept { return qwz_ ? &*qwz_ : nullptr; }
 

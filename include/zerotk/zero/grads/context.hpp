@@ -22,10 +22,10 @@
 
 #include "zerotk/comm/communicator.hpp"
 #include "zerotk/compress/gradient_options.hpp"
-#include "zerotk/compress/quantized_collectives.hpp"
 #include "zerotk/core/dtype.hpp"
 #include "zerotk/core/memory.hpp"
 #include "zerotk/device/ordered.hpp"
+#include "zerotk/zero/collectives.hpp"
 #include "zerotk/zero/layout.hpp"
 
 namespace zerotk::zero {
@@ -54,12 +54,12 @@ struct PathContext {
   /// GradientCompression's topk_ratio and huffman_coding (zero/grads/compressed_all_reduce.hpp);
   /// null: the defaults.
   const compress::GradientCompressionOptions* compression = nullptr;
-  /// Stage 3 with qgZ (Stage3Options::quantized_gradients): the data group's int4 reduce-scatter
-  /// through the topology's levels; null: the communicator's reduce-scatter.
-  compress::QuantizedReduceScatter<device::OrderedCommunicator<Ops>>* quantized_grads = nullptr;
-  /// Stage 3 with qwZ (Stage3Options::quantized_weights): where the int8 gathers count their
-  /// calls; null: plain gathers.
-  compress::QuantizedStats* quantized_weights = nullptr;
+  /// How a bucket's gradients are reduce-scattered (stages 2, 3): the communicator's own, or qgZ's
+  /// (Stage3Options::quantized_gradients; zero/collectives.hpp).
+  GradientReduceScatter<device::OrderedCommunicator<Ops>> reduce_scatter;
+  /// How stage 3 gathers a bucket from the primary shards: the communicator's own, or qwZ's
+  /// (Stage3Options::quantized_weights; zero/collectives.hpp).
+  WeightGather weight_gather;
   int gradient_accumulation_steps = 1;
   bool overlap_comm = true;
   int bucket_buffers = 2;
@@ -68,6 +68,10 @@ struct PathContext {
 
   int rank() const { return comm->rank(); }
   int world() const { return comm->size(); }
+
+  static_assert(GradientReduceScatterStrategy<GradientReduceScatter<device::OrderedCommunicator<Ops>>,
+                                              device::OrderedCommunicator<Ops>>);
+  static_assert(WeightGatherStrategy<WeightGather, device::OrderedCommunicator<Ops>>);
 };
 
 /// The gradients the norm and the optimizer read: this rank's owned elements, either owned-shaped

@@ -10,7 +10,7 @@
 /// 16-bit values into it and the parameter path all-gathers from it (`gather_source()`), so a
 /// bucket's next reduction must wait until that bucket's gather is done (engine/group.hpp,
 /// `kSharedGatherSource`). Stage 3 reduces the same way, but its parameter path keeps a shard of its
-/// own and takes no gather source. With qgZ (PathContext::quantized_grads, stage 3) a bucket's
+/// own and takes no gather source. With qgZ (PathContext::reduce_scatter quantized, stage 3) a bucket's
 /// reduce-scatter travels as int4 through the topology's levels instead (complete on return).
 
 #include <algorithm>
@@ -63,9 +63,7 @@ class PooledBuckets : public Uncompressed {
   void ready(std::size_t k) {
     const Bucket& b = c_.layout->buckets()[k];
     T* mine = part_.data() + b.part_offset;
-    inflight_.push(k, c_.quantized_grads ? c_.quantized_grads->reduce_scatter_avg(bucket_grads(k), mine, b.block)
-                                         : c_.comm->reduce_scatter(bucket_grads(k), mine, b.block, dtype_of_v<T>,
-                                                                   comm::ReduceOp::avg));
+    inflight_.push(k, c_.reduce_scatter.reduce_scatter_avg(*c_.comm, bucket_grads(k), mine, b.block));
     if (!c_.overlap_comm) {
       while (!inflight_.empty()) complete_oldest();
     }

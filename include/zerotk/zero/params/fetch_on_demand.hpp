@@ -27,7 +27,7 @@
 /// ends with commit_update() (or abort_update() when the step failed): a swapped home hands out a
 /// writer there and makes its blocks current only at the commit.
 ///
-/// qwZ (`PathContext::quantized_weights` set): the gathers the layers' scopes start move int8 blocks
+/// qwZ (`PathContext::weight_gather` quantized): the gathers the layers' scopes start move int8 blocks
 /// (compress/quantized_collectives.hpp, complete on return) and the bucket holds the dequantized
 /// values, the same on every rank; fetch(k, exact = true) (Engine::gather()) and the persistent
 /// buckets gather the values themselves. With hpZ the secondary slice keeps what the world's gather
@@ -321,13 +321,10 @@ class FetchOnDemand {
       const T* send = shard_.gather_source(*c_.ops, k, slot);
       // qwZ: the layers' gathers as int8 blocks (complete on return); gather scopes and persistent
       // buckets exact.
-      s.quantized = c_.quantized_weights != nullptr && !exact_ && !s.persistent;
+      s.quantized = c_.weight_gather.quantized() && !exact_ && !s.persistent;
+      const WeightGather gather = s.quantized ? c_.weight_gather : WeightGather{};
       // (void): nvcc takes the Work& an assignment returns for a discarded [[nodiscard]] Work.
-      if (s.quantized) {
-        (void)(s.work = compress::quantized_all_gather(*c_.comm, send, out, b.block, quantized_scratch_, c_.quantized_weights));
-      } else {
-        (void)(s.work = c_.comm->all_gather(send, out, b.block, dtype_of_v<T>));
-      }
+      (void)(s.work = gather.all_gather(*c_.comm, send, out, b.block, quantized_scratch_));
     } else {
       s.quantized = secondary_quantized_[k];
       (void)(s.work = secondary_->gather(k, buffer(k)));
