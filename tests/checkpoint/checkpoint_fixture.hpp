@@ -1,6 +1,6 @@
 #pragma once
 // Shared by the checkpoint tests: a scratch directory per test, exact comparison of engine states,
-// and the engine types used. The model, data and training loop are the engine tests' (tests/zero).
+// and the engine types used. The model, data and training loop are the engine tests' (tests/engine).
 #include <atomic>
 #include <cstring>
 #include <filesystem>
@@ -9,7 +9,7 @@
 
 #include <unistd.h>
 
-#include "../zero/engine_fixture.hpp"
+#include "../engine/engine_fixture.hpp"
 #include "zerotk/checkpoint.hpp"
 #include "zerotk/engine.hpp"
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "../zero/engine_fixture.hpp"
+#include "../engine/engine_fixture.hpp"
 #include "reference_dump.hpp"
 #include "zerotk/checkpoint.hpp"
 #include "zerotk/comm/threads.hpp"

@@ -1,7 +1,7 @@
 #pragma once
 // The serial reference of the 1-bit compressed all-reduce (DeepSpeed's worker/server error-feedback
 // algorithm, SEMANTICS.md section 9), shared by the all-reduce's tests (tests/compress) and 1-bit
-// Adam's engine tests (tests/zero).
+// Adam's engine tests (tests/engine).
 #include <cmath>
 #include <cstddef>
 #include <vector>

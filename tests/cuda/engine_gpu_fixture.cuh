@@ -14,7 +14,7 @@
 #include <cuda_runtime.h>
 #include <unistd.h>
 
-#include "../zero/engine_fixture.hpp"
+#include "../engine/engine_fixture.hpp"
 #include "zerotk/comm/nccl.hpp"
 #include "zerotk/comm/threads.hpp"
 #include "zerotk/core/cuda.hpp"

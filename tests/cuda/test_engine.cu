@@ -1,5 +1,5 @@
 // Engine<..., Device<Cuda>> over NCCL against Engine<..., Device<Host>> over the threads
-// communicator, on the MLP of tests/zero (engine_fixture.hpp).
+// communicator, on the MLP of tests/engine (engine_fixture.hpp).
 //
 // The layers compute on the host from copies of the device parameters and add their gradients back
 // into the engine's device buffers (GpuDense below), so both engines see bit-identical gradients and
@@ -12,7 +12,7 @@
 //  - the same in emulated mode (float Params over bf16 storage: float compute copies on the GPU),
 //    and with Optimizer<Lion> (the generic elementwise kernels, stages 2 and 3);
 //  - with clipping, the clip factor inherits that rounding: parameters agree to 1e-6;
-//  - per-GPU memory by category equals the host engine's ledger (the ZeRO formulas of tests/zero).
+//  - per-GPU memory by category equals the host engine's ledger (the ZeRO formulas of tests/engine).
 // With two or more GPUs (one thread each) NCCL sums in its own order: fp32 results agree with the
 // host engine at the same world size to 1e-4 and every rank ends with the same parameters.
 #include "engine_gpu_fixture.cuh"

@@ -9,7 +9,7 @@
 
 #include "zerotk/engines.hpp"
 // the fixture after engines.hpp: the extern declarations come before any use of the set's types
-#include "../zero/engine_fixture.hpp"
+#include "../engine/engine_fixture.hpp"
 #include "zerotk/comm/threads.hpp"
 
 namespace {

@@ -1,4 +1,4 @@
-// The engine under MPI (mpiexec -np 2, 3, 4): the same model and data as tests/zero/test_engine.cpp.
+// The engine under MPI (mpiexec -np 2, 3, 4): the same model and data as tests/engine/test_engine.cpp.
 // Open MPI's reduction order is its own, so across stages the check is a tolerance; within a stage
 // every rank must hold the same bits after the all-gather, and an overflow must skip on every rank.
 #include <doctest/doctest.h>
@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "../zero/blob_model.hpp"
-#include "../zero/engine_fixture.hpp"
+#include "../engine/blob_model.hpp"
+#include "../engine/engine_fixture.hpp"
 #include "zerotk/comm/grid.hpp"
 #include "zerotk/comm/mpi.hpp"
 

@@ -1,7 +1,7 @@
 // Optimizer<OneBitLamb> without an engine: the host-side scalars of a step (trust ratio and its EMA,
 // scaling coefficients, the factor's clamps) against closed forms, the standalone form's buffers and
 // state round trip, and the errors (an all-zero momentum at the switch, missing buffers), each with
-// nothing changed. The whole algorithm over W ranks is tested in the engine (tests/zero).
+// nothing changed. The whole algorithm over W ranks is tested in the engine (tests/engine).
 #include <doctest/doctest.h>
 
 #include <cmath>

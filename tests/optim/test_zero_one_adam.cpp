@@ -2,7 +2,7 @@
 // the lr weighting of the rebuilt momentum over an interval with two learning rates, a sync over an
 // interval whose lr sum is 0, the set-up step,
 // the accumulator Standalone allocates, load resetting u and L, and the error for a missing
-// accumulator. The whole algorithm over W ranks is tested in the engine (tests/zero).
+// accumulator. The whole algorithm over W ranks is tested in the engine (tests/engine).
 #include <doctest/doctest.h>
 
 #include <cmath>

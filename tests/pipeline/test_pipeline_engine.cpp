@@ -35,7 +35,7 @@ int layer_count() { return static_cast<int>(kWidths.size()) - 1; }
 
 /// A dense layer y = act(x W^T + b) whose saved tensors are kept per micro-batch, with the backward
 /// split into its input gradient (BI: dz and dx) and its weight gradient (BW: from dz and x). The
-/// arithmetic is tests/zero/engine_fixture.hpp's Dense, in the same order.
+/// arithmetic is tests/engine/engine_fixture.hpp's Dense, in the same order.
 template <class T>
 struct PipeDense {
   int in = 0, out = 0;
@@ -391,7 +391,7 @@ TEST_CASE("pipeline alone (pp 2 and 4, data 1): every schedule trains as one ran
 namespace {
 
 // Stages 0 and 1 reduce every micro-step too, as 2 and 3 must: then every stage accumulates the
-// same reduced gradients in the same order (tests/zero/test_grid.cpp does the same).
+// same reduced gradients in the same order (tests/engine/test_grid.cpp does the same).
 template <int S>
 using ZeroEngine = Engine<Partitioner<Stage<S>, when::every_micro_step>, Optimizer<AdamW>, Precision<bf16>>;
 

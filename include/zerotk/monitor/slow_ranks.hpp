@@ -19,7 +19,7 @@
 /// Its factor is m_r / M; its phase the one whose median exceeds the others' by the most time.
 /// Medians make a single slow step (a page fault, a checkpoint write) harmless; the tolerance and
 /// the run of windows make jitter harmless: +-5% uniform jitter on every rank gives window medians
-/// within about 2% of each other at window 20 (tests/zero/test_communication.cpp: none flagged in
+/// within about 2% of each other at window 20 (tests/engine/test_communication.cpp: none flagged in
 /// 1,000 steps), while a rank 30% slower is flagged at the `window x count`-th step.
 
 #include <algorithm>

@@ -22,7 +22,7 @@
 ///   Bucket k's exchange is in flight while bucket k-1 is encoded (two frame slots).
 ///
 /// With GradientCompression<TopK> and topk_ratio = 1 the payload is lossless and the result equals the
-/// threads communicator's dense average bit for bit (tests/zero/test_gradient_compression.cpp).
+/// threads communicator's dense average bit for bit (tests/engine/test_gradient_compression.cpp).
 ///
 /// Wire bytes (what this rank sends, ring convention, counted by the communicator and mirrored by
 /// `wire_bytes()`): the flag all-reduce (16 (W-1)/W bytes), then per bucket (W-1)/W x W x frame bytes
