@@ -92,7 +92,7 @@ class FlatGroup {
   using Store = offload::store_t<OffloadTag, Opt, Ops, T>;
   /// What this rank owns of the group (zero/ownership.hpp): everything, or its blocks.
   using Own = typename Part::ownership;
-  /// The optimizer's own communication (engine/optimizer_comm.hpp): 1-bit Adam's momentum exchange.
+  /// The optimizer's own communication (optim/onebit_exchange.hpp): 1-bit Adam's momentum exchange.
   using OptComm = typename OptimizerCommOf<Opt, std::remove_pointer_t<decltype(zero::PathContext<Ops>::comm)>>::type;
   /// Stage 2: the reduced-gradient partition is also the all-gather source of the updated values
   /// (a named alias), so a bucket's next reduction waits for its gather.

@@ -26,7 +26,7 @@
 /// float once where they meet the elements: float(lr r), float(lr c_f f), float(k).
 ///
 /// The optimizer holds no element buffers. Whoever steps it gives it the fresh variance v_f and 2n
-/// floats of scratch (`set_buffers`: the engine's part in engine/optimizer_comm.hpp, or
+/// floats of scratch (`set_buffers`: the engine's part in optim/onebit_exchange.hpp, or
 /// optim::Standalone), and the engine the exchange (`set_momentum_exchange`); without one the
 /// momentum stays local, the W = 1 behaviour. Per tensor it keeps c_f, F and k (tensor_states()),
 /// which the checkpoint saves with v_f (save_extra / load_extra).

@@ -19,7 +19,7 @@
 /// errors in the frozen phase; they are zeroed once, before the first frozen step (DeepSpeed's
 /// reinitial_error_buffer).
 ///
-/// The optimizer holds no buffers. The engine (engine/optimizer_comm.hpp) gives it the accumulator u
+/// The optimizer holds no buffers. The engine (optim/onebit_exchange.hpp) gives it the accumulator u
 /// (`set_accumulator`, n fp32 zeros over the partition) and the exchange (`set_exchange`); without an
 /// exchange nothing is all-reduced, the W = 1 behaviour. After each step the engine asks
 /// `gradients_local()` to switch the stage-0 gradient all-reduce of the next backward (on only before

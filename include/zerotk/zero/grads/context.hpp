@@ -25,18 +25,14 @@
 #include "zerotk/core/dtype.hpp"
 #include "zerotk/core/memory.hpp"
 #include "zerotk/device/ordered.hpp"
+#include "zerotk/optim/local_gradients.hpp"
 #include "zerotk/zero/collectives.hpp"
 #include "zerotk/zero/layout.hpp"
 
 namespace zerotk::zero {
 
-/// 1-bit optimizers' compressed phase (optim/onebit_adam.hpp): while `on`, stage 0's gradient
-/// all-reduce is skipped, each rank keeps its own gradients, and the bytes it would have sent are
-/// counted (the uncompressed traffic the report compares against). Owned by the flat group.
-struct LocalGradients {
-  bool on = false;
-  std::uint64_t skipped_wire_bytes = 0;
-};
+/// The 1-bit optimizers' switch of stage 0's gradient all-reduce (optim/local_gradients.hpp).
+using LocalGradients = optim::LocalGradients;
 
 /// Construction arguments of a gradient or parameter path.
 template <class Ops>
