@@ -14,7 +14,7 @@
 ///
 /// Both reductions run over `norm`, every rank the parameters span (engine/comms.hpp): with a
 /// process grid its world, where phase 1 agrees on overflow over every rank and phase 2 adds each
-/// element once (`place.counts_replicated()`: one tensor rank adds what every tensor rank holds
+/// element once (engine/norm_share.hpp, NormShare: one tensor rank adds what every tensor rank holds
 /// whole, and the loss; every tensor rank adds its shards of split parameters). A rank that adds
 /// nothing sends zeros, which change no sum.
 
