@@ -177,8 +177,11 @@ class FlatGroup {
   /// What this rank adds to the global norm (engine/norm_share.hpp): every element it owns, or only
   /// those of parameters split across the tensor group.
   void set_norm_share(const NormShare& share) noexcept { share_ = share; }
-  /// Elements of this group's parameters that this rank's model shard counts in the norm.
+  /// Elements of this group that this rank's model shard counts in the norm: the whole flat buffer,
+  /// its padding included (a bound is all the norm's grid needs: kernels/host/reduce.hpp), or the
+  /// parameters split across the tensor group.
   std::size_t counted_numel() const noexcept {
+    if (share_.whole()) return layout_.flat_numel();
     std::size_t n = 0;
     for (std::size_t i = 0; i < split_.size(); ++i) n += share_.counts(split_[i] != 0) ? layout_.param(i).numel : 0;
     return n;
