@@ -155,11 +155,13 @@ TEST_CASE("the run-time checker: each row names its key on the input that breaks
     std::string_view rule, key;
     EngineOptions o;
     engine::EngineFacts f;
-    engine::GridPlace place;
+    engine::GridPlace place;  // where the row fires
+    engine::GridPlace fine;   // a place where the same options and facts pass the place's rows
   };
   std::vector<Case> cases;
-  const auto add = [&](std::string_view rule, std::string_view key, auto edit_o, auto edit_f, engine::GridPlace p) {
-    Case c{rule, key, EngineOptions{}, engine::EngineFacts{}, p};
+  const auto add = [&](std::string_view rule, std::string_view key, auto edit_o, auto edit_f, engine::GridPlace p,
+                       engine::GridPlace fine = engine::GridPlace{}) {
+    Case c{rule, key, EngineOptions{}, engine::EngineFacts{}, p, fine};
     edit_o(c.o);
     edit_f(c.f);
     cases.push_back(std::move(c));
@@ -184,9 +186,11 @@ TEST_CASE("the run-time checker: each row names its key on the input that breaks
         f.reduces_at_boundary = true;
       },
       alone);
-  add("config_tensor_size", "/tensor_model_parallel_size", [](EngineOptions& o) { o.config_grid = ModelOptions::ConfigGrid{4, 1}; }, none, grid);
+  add("config_tensor_size", "/tensor_model_parallel_size", [](EngineOptions& o) { o.config_grid = ModelOptions::ConfigGrid{4, 1}; }, none, grid,
+      engine::GridPlace{1, 4, 1, 0, 3, 0});  // the config's tensor 4
   add("config_pipeline_size", "/pipeline_parallelism/num_stages",
-      [](EngineOptions& o) { o.config_grid = ModelOptions::ConfigGrid{2, 2}; }, none, grid);
+      [](EngineOptions& o) { o.config_grid = ModelOptions::ConfigGrid{2, 2}; }, none, grid,
+      engine::GridPlace{1, 2, 2, 0, 1, 1});  // the config's tensor 2 x pipeline 2
   add("compressed_exchange_data_only", "tensor x pipeline", none,
       [](engine::EngineFacts& f) { f.compressed_exchange = true; }, grid);
   add("zeropp_needs_stage3", "zero_optimization.zero_quantized_gradients",
@@ -217,8 +221,9 @@ TEST_CASE("the run-time checker: each row names its key on the input that breaks
                                   [&](const engine::RunRule& r) { return r.name == c.rule; });
     REQUIRE(row != std::end(engine::kRunRules));
     CHECK(row->check(c.o, c.f, c.place).has_value());
-    // The same input on a plain communicator passes the rows that read the place.
-    if (row->on_place) CHECK(engine::place_problems(c.o, c.f, alone).empty());
+    // The same options and facts on a place that fits them pass the rows that read the place (a
+    // plain communicator, or the grid the config asks for).
+    if (row->on_place) CHECK(engine::place_problems(c.o, c.f, c.fine).empty());
   }
 }
 
