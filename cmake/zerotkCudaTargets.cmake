@@ -9,6 +9,12 @@ if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES OR CMAKE_CUDA_ARCHITECTURES STREQUAL "52
   set(CMAKE_CUDA_ARCHITECTURES 80 90)
 endif()
 set(ZEROTK_CUDA_ARCHITECTURES "${CMAKE_CUDA_ARCHITECTURES}")
+# The engine tests (tests/cuda/test_engine*.cu) launch the same kernels that test_kernels.cu and its
+# neighbours compile for every architecture above, inside a whole engine that nvcc's device front end
+# parses once per architecture (about 40 s each here). A compile check (the cuda-compile preset) builds
+# them for one; empty: CMAKE_CUDA_ARCHITECTURES, as every other target.
+set(ZEROTK_CUDA_ENGINE_TEST_ARCHITECTURES "" CACHE STRING
+    "CUDA architectures of the engine tests (empty: CMAKE_CUDA_ARCHITECTURES)")
 
 if(NOT TARGET zerotk_cuda_all)
   add_custom_target(zerotk_cuda_all)
