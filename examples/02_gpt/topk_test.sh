@@ -6,16 +6,17 @@
 # (StepReport::comm_wire_bytes summed). Also: the run's own uncompressed count agrees with the dense
 # run within 1%, and what cannot run is refused naming the flag.
 # Top-k 1% learns more slowly than the dense run (AdamW sees each value about once per 100 steps,
-# with the sum of what it missed): 3000 steps here against the 300 the dense demo needs. The dense run
-# takes 300 steps and its count is scaled by 10 (its per-step traffic is constant), which keeps CI short.
+# with the sum of what it missed): 2500 steps here against the 300 the dense demo needs (measured on
+# 2 cores: accuracy 0.9960 at 2000 steps, 1.0000 at 2500). The dense run takes 250 steps and its count
+# is scaled by 10 (its per-step traffic is constant), which keeps CI short.
 #   topk_test.sh <zerotk_example_02_gpt>
 set -euo pipefail
 bin=$1
 source "$(dirname "$0")/proof_lib.sh"
 
 common=(--ranks 4 --stage 0 --precision fp32 --csv "")
-dense=$("$bin" "${common[@]}" --steps 300 2>&1 | tr '\r' '\n')
-topk=$("$bin" "${common[@]}" --steps 3000 --compress topk:0.01 --huffman 2>&1 | tr '\r' '\n')
+dense=$("$bin" "${common[@]}" --steps 250 2>&1 | tr '\r' '\n')
+topk=$("$bin" "${common[@]}" --steps 2500 --compress topk:0.01 --huffman 2>&1 | tr '\r' '\n')
 check_saving "top-k 1%" "$dense" "$topk" 10
 
 out=$("$bin" --stage 2 --compress topk:0.01 2>&1) && fail "stage 2 was accepted" "$out"
