@@ -5,7 +5,8 @@ clang.syntax (tests/clang/CMakeLists.txt: the GCC build's commands given to clan
 only GCC accepts fail: the compiled set's families that CTest clang.unit does not build with clang
 in full, make_engine.cpp over every family, a trainer over AnyEngine, the GPT example and
 typed-engine tests) and bench.syntax (bench/CMakeLists.txt: the build's own compiler over the
-benchmarks, which the default preset leaves out of the default target).
+benchmarks, which the default preset leaves out of the default target). A file the build compiles
+inside a unity batch is checked alone, with its batch's command.
 
   check_syntax.py <c++ compiler> <compile_commands.json> <source root> <file> ...
 
@@ -41,6 +42,23 @@ def syntax_args(command, compiler):
     return out + ["-fsyntax-only", "-Werror"]
 
 
+def unity_entry(entries, path):
+    """The command of a file compiled inside a unity batch (CMake's UNITY_BUILD: the database lists
+    only Unity/unity_<n>_<lang>.<ext>, which #includes the file by its absolute path), with the file
+    itself compiled in the batch's place: same flags, one file."""
+    for batch, e in entries.items():
+        if "/Unity/unity_" not in batch:
+            continue
+        try:
+            with open(batch, encoding="utf-8") as f:
+                included = [line.split('"')[1] for line in f if line.startswith("#include \"")]
+        except OSError:
+            continue
+        if any(os.path.realpath(i) == path for i in included):
+            return dict(e, file=path, command=e["command"].replace(e["file"], path))
+    return None
+
+
 def main():
     compiler, db, root = sys.argv[1], sys.argv[2], sys.argv[3]
     files = [f for f in sys.argv[4:] if f]  # CTest passes an empty argument for a target this build lacks
@@ -51,7 +69,7 @@ def main():
     failed = []
     for rel in files:
         path = os.path.realpath(os.path.join(root, rel))
-        e = entries.get(path)
+        e = entries.get(path) or unity_entry(entries, path)
         if e is None:
             failed.append(f"{rel}: not in {db} (is its target built in this configuration?)")
             continue

@@ -9,6 +9,8 @@
 #include "checkpoint_fixture.hpp"
 #include "zerotk/comm/threads.hpp"
 
+namespace test_async {  // the file's own names, apart from its suite's other files in a unity build
+
 using namespace zerotk;
 using namespace zt_test;
 namespace fs = std::filesystem;
@@ -79,3 +81,5 @@ TEST_CASE("save_async dropped without commit: latest still names the previous ch
   });
   checkpoint::verify(d.path());
 }
+
+}  // namespace test_async

@@ -19,6 +19,8 @@
 #include "checkpoint_fixture.hpp"
 #include "zerotk/comm/threads.hpp"
 
+namespace test_crash {  // the file's own names, apart from its suite's other files in a unity build
+
 using namespace zerotk;
 using namespace zt_test;
 namespace fs = std::filesystem;
@@ -129,3 +131,5 @@ TEST_CASE("SIGKILL at a random instant during repeated saves: latest always name
                  << latest_tags.size() << " distinct tags in latest");
   CHECK(trials > 0);
 }
+
+}  // namespace test_crash

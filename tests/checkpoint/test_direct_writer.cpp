@@ -14,6 +14,8 @@
 #include "zerotk/io/direct_writer.hpp"
 #include "zerotk/io/durable_file.hpp"
 
+namespace test_direct_writer {  // the file's own names, apart from its suite's other files in a unity build
+
 using namespace zerotk;
 namespace fs = std::filesystem;
 
@@ -85,3 +87,5 @@ TEST_CASE("DirectFileWriter: a directory that does not exist is an io_error nami
   zt_test::ScratchDir d("direct_err");
   CHECK_THROWS_WITH_AS(io::DirectFileWriter(d / "missing" / "f.bin"), doctest::Contains("missing/f.bin"), io_error);
 }
+
+}  // namespace test_direct_writer

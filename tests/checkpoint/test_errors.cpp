@@ -15,6 +15,8 @@
 #include "checkpoint_fixture.hpp"
 #include "zerotk/comm/threads.hpp"
 
+namespace test_errors {  // the file's own names, apart from its suite's other files in a unity build
+
 using namespace zerotk;
 using namespace zt_test;
 namespace fs = std::filesystem;
@@ -587,3 +589,5 @@ TEST_CASE("an invalid tag is a usage_error; saving a tag again replaces it atomi
     CHECK_MESSAGE(!e.path().filename().string().starts_with("."), e.path().string());
   }
 }
+
+}  // namespace test_errors

@@ -12,6 +12,8 @@
 #include "zerotk/checkpoint/format.hpp"
 #include "zerotk/io/durable_file.hpp"
 
+namespace test_file_reader {  // the file's own names, apart from its suite's other files in a unity build
+
 using namespace zerotk;
 using namespace zt_test;
 using checkpoint::DataFileReader;
@@ -190,3 +192,5 @@ TEST_CASE("file_reader: a flipped byte, a truncation, another file's record: io_
     }
   }
 }
+
+}  // namespace test_file_reader

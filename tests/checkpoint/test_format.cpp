@@ -15,6 +15,8 @@
 #include "zerotk/checkpoint/manifest.hpp"
 #include "zerotk/io/durable_file.hpp"
 
+namespace test_format {  // the file's own names, apart from its suite's other files in a unity build
+
 using namespace zerotk;
 using namespace zt_test;
 namespace fs = std::filesystem;
@@ -185,3 +187,5 @@ TEST_CASE("manifest: round-trips exactly; a flipped byte, a truncation or a miss
   CHECK_THROWS_WITH_AS(checkpoint::parse_manifest(body + "checksum " + checkpoint::to_hex(checkpoint::checksum(body)) + "\n", "m.txt"),
                        doctest::Contains("m.txt: stage: manifest key is missing"), io_error);
 }
+
+}  // namespace test_format

@@ -13,6 +13,8 @@
 #include "checkpoint_fixture.hpp"
 #include "zerotk/comm/threads.hpp"
 
+namespace test_onebit_lamb {  // the file's own names, apart from its suite's other files in a unity build
+
 using namespace zerotk;
 using namespace zt_test;
 
@@ -174,3 +176,5 @@ TEST_CASE("OneBitLamb: an AdamW engine refuses a 1-bit LAMB checkpoint, naming t
     CHECK_THROWS_WITH_AS(checkpoint::load(adam, comm, dir.path()), doctest::Contains("OneBitLamb"), usage_error);
   });
 }
+
+}  // namespace test_onebit_lamb

@@ -11,6 +11,8 @@
 #include "checkpoint_fixture.hpp"
 #include "zerotk/comm/threads.hpp"
 
+namespace test_rank_local {  // the file's own names, apart from its suite's other files in a unity build
+
 using namespace zerotk;
 using namespace zt_test;
 
@@ -191,3 +193,5 @@ TEST_CASE("Rank-local state: an engine without it writes no such sections; a sta
   });
   CHECK_FALSE(checkpoint::verify(dir.path()).rank_local);
 }
+
+}  // namespace test_rank_local

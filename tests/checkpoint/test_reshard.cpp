@@ -12,6 +12,8 @@
 #include "checkpoint_fixture.hpp"
 #include "zerotk/comm/threads.hpp"
 
+namespace test_reshard {  // the file's own names, apart from its suite's other files in a unity build
+
 using namespace zerotk;
 using namespace zt_test;
 namespace fs = std::filesystem;
@@ -212,3 +214,5 @@ TEST_CASE("the same layout loads from the rank's own file without resharding") {
     CHECK(!checkpoint::load(engine, comm, d.path(), {.tag = "src"}).resharded);
   });
 }
+
+}  // namespace test_reshard

@@ -9,6 +9,8 @@
 #include "checkpoint_fixture.hpp"
 #include "zerotk/comm/threads.hpp"
 
+namespace test_resume {  // the file's own names, apart from its suite's other files in a unity build
+
 using namespace zerotk;
 using namespace zt_test;
 
@@ -111,3 +113,5 @@ TEST_CASE("an fp32 Adam engine on 3 ranks (odd world, stage 1, named tag) resume
     CHECK(same_bits(resumed.params, straight.params));
   });
 }
+
+}  // namespace test_resume

@@ -14,6 +14,8 @@
 #include "zerotk/io/durable_file.hpp"
 #include "zerotk/io/safetensors.hpp"
 
+namespace test_safetensors {  // the file's own names, apart from its suite's other files in a unity build
+
 using namespace zerotk;
 using namespace zt_test;
 
@@ -156,3 +158,5 @@ TEST_CASE("safetensors: bytes out of order, too many or too few are usage errors
   CHECK(io::read_file(path).size() == 8 + 56 + 4);  // 54 bytes of JSON, padded to 56
   CHECK_THROWS_WITH_AS(st.write(0, four), doctest::Contains("the file is finished"), usage_error);
 }
+
+}  // namespace test_safetensors

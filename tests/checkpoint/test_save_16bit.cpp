@@ -14,6 +14,8 @@
 #include "zerotk/comm/threads.hpp"
 #include "zerotk/io/bytes.hpp"
 
+namespace test_save_16bit {  // the file's own names, apart from its suite's other files in a unity build
+
 using namespace zerotk;
 using namespace zt_test;
 
@@ -117,3 +119,5 @@ TEST_CASE("save_16bit_model: a failure on the writing rank reaches every rank, a
                   }),
                   usage_error);
 }
+
+}  // namespace test_save_16bit

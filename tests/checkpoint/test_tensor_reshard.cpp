@@ -24,6 +24,8 @@
 #include "zerotk/io/durable_file.hpp"
 #include "zerotk/parallel/split.hpp"
 
+namespace test_tensor_reshard {  // the file's own names, apart from its suite's other files in a unity build
+
 using namespace zerotk;
 using parallel::MatrixShape;
 using parallel::TensorSplit;
@@ -278,3 +280,5 @@ TEST_CASE("tensor checkpoints: a whole shape that differs, or a split the shape 
     }
   });
 }
+
+}  // namespace test_tensor_reshard

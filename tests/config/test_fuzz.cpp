@@ -10,6 +10,8 @@
 #include <string_view>
 #include <vector>
 
+namespace test_fuzz {  // the file's own names, apart from its suite's other files in a unity build
+
 using namespace zerotk;
 using namespace zerotk::config;
 
@@ -185,3 +187,5 @@ TEST_CASE("fuzzing edge inputs") {
     check_one(text, ctx);
   }
 }
+
+}  // namespace test_fuzz

@@ -16,6 +16,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+namespace test_hostile {  // the file's own names, apart from its suite's other files in a unity build
+
 using namespace zerotk;
 using namespace zerotk::config;
 using zerotk_test::error_lines;
@@ -355,3 +357,5 @@ TEST_CASE("regression inputs: each problem with its path and offending value") {
     check_printable(r);
   }
 }
+
+}  // namespace test_hostile

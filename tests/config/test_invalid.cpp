@@ -5,6 +5,8 @@
 
 #include <string>
 
+namespace test_invalid {  // the file's own names, apart from its suite's other files in a unity build
+
 using namespace zerotk;
 using namespace zerotk::config;
 using zerotk_test::error_lines;
@@ -315,3 +317,5 @@ TEST_CASE("the error list is bounded for hostile input") {
   REQUIRE(r.errors.size() == Diagnostics::kMaxErrors + 1);
   CHECK(r.errors.back().message().find("400 more not shown") != std::string::npos);
 }
+
+}  // namespace test_invalid

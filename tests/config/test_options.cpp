@@ -9,6 +9,8 @@
 #include <variant>
 #include <vector>
 
+namespace test_options {  // the file's own names, apart from its suite's other files in a unity build
+
 using namespace zerotk;
 using namespace zerotk::config;
 using zerotk_test::error_lines;
@@ -279,3 +281,5 @@ TEST_CASE("zero_allowed_param_types / zero_force_param_types: zerotk's lists of 
               ctx);
   CHECK(has_error(bad, "/zero_force_param_types", "either partitioned or not", "\"Block\""));
 }
+
+}  // namespace test_options

@@ -7,6 +7,8 @@
 #include <string>
 #include <variant>
 
+namespace test_reader {  // the file's own names, apart from its suite's other files in a unity build
+
 using namespace zerotk;
 using namespace zerotk::config;
 using zerotk_test::error_lines;
@@ -848,3 +850,5 @@ TEST_CASE("pipeline stages: pipeline_parallelism.num_stages or pipeline.stages; 
   REQUIRE(r.errors.size() == 1);
   CHECK(r.errors[0].message().find("(the data-parallel size: world 4 / pipeline 2)") != std::string::npos);
 }
+
+}  // namespace test_reader

@@ -5,6 +5,8 @@
 #include <string>
 #include <type_traits>
 
+namespace test_structure {  // the file's own names, apart from its suite's other files in a unity build
+
 using namespace zerotk;
 using namespace zerotk::config;
 using zerotk_test::error_lines;
@@ -518,3 +520,5 @@ TEST_CASE("offload_param.pin_memory false is a note (the shards are always page-
   REQUIRE_MESSAGE(r.ok(), error_lines(r));
   CHECK(r.notices.empty());
 }
+
+}  // namespace test_structure

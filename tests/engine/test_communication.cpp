@@ -13,6 +13,8 @@
 #include "zerotk/comm/threads.hpp"
 #include "zerotk/engine.hpp"
 
+namespace test_communication {  // the file's own names, apart from its suite's other files in a unity build
+
 using namespace zerotk;
 using zt_test::RunConfig;
 using zt_test::RunResult;
@@ -638,3 +640,5 @@ TEST_CASE("ZeRO++ (hpZ + qwZ + qgZ) at stage 3 on 2 simulated nodes x 2: >= 3x f
           ratio16, "x fewer)");
   CHECK(ratio16 >= 3.0);
 }
+
+}  // namespace test_communication

@@ -18,6 +18,8 @@
 #include "zerotk/comm/threads.hpp"
 #include "zerotk/engine.hpp"
 
+namespace test_engine {  // the file's own names, apart from its suite's other files in a unity build
+
 using namespace zerotk;
 using namespace zt_test;
 
@@ -387,3 +389,5 @@ TEST_CASE("parameter groups and fp32-kept parameters (emulated fp16 over float P
   };
   CHECK(run(std::integral_constant<int, 0>{}) == run(std::integral_constant<int, 2>{}));
 }
+
+}  // namespace test_engine

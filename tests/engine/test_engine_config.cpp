@@ -8,6 +8,8 @@
 #include "zerotk/config/reader.hpp"
 #include "zerotk/engine_config.hpp"
 
+namespace test_engine_config {  // the file's own names, apart from its suite's other files in a unity build
+
 using namespace zerotk;
 
 namespace {
@@ -227,3 +229,5 @@ TEST_CASE("the 1-bit optimizers' keys reach EngineOptions::onebit (OneBitLamb, Z
   CHECK(z.onebit.zero_one.local_step_scaler == 9);
   CHECK(z.onebit.zero_one.local_step_clipper == 2);
 }
+
+}  // namespace test_engine_config

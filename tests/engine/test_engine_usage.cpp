@@ -14,6 +14,8 @@
 #include "zerotk/comm/threads.hpp"
 #include "zerotk/engine.hpp"
 
+namespace test_engine_usage {  // the file's own names, apart from its suite's other files in a unity build
+
 using namespace zerotk;
 using namespace zt_test;
 
@@ -408,3 +410,5 @@ TEST_CASE("load_state refuses a scheduler state the engine cannot take (or lacks
     CHECK(engine.global_steps() == before.global_steps);
   });
 }
+
+}  // namespace test_engine_usage

@@ -26,6 +26,8 @@
 #include "zerotk/engine.hpp"
 #include "zerotk/zero/grads/compressed_all_reduce.hpp"
 
+namespace test_gradient_compression {  // the file's own names, apart from its suite's other files in a unity build
+
 using namespace zerotk;
 using HostOps = device::Ops<Host>;
 using zt_test::same_bits;
@@ -327,3 +329,5 @@ TEST_CASE("GradientCompression in the engine: load_state restores the error feed
     CHECK_FALSE(same_bits(runs.a[r], runs.d[r]));
   }
 }
+
+}  // namespace test_gradient_compression

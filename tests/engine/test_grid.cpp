@@ -16,6 +16,8 @@
 #include "zerotk/comm/threads.hpp"
 #include "zerotk/engine.hpp"
 
+namespace test_grid {  // the file's own names, apart from its suite's other files in a unity build
+
 using namespace zerotk;
 using zt_test::Mlp;
 using zt_test::RunConfig;
@@ -240,3 +242,5 @@ TEST_CASE("the run-time checker at construction: rebalancing slow ranks on a ten
                                          }),
                        doctest::Contains("rebalance moves samples between data-parallel ranks"), config_error);
 }
+
+}  // namespace test_grid

@@ -20,6 +20,8 @@
 #include "zerotk/engine_config.hpp"
 #endif
 
+namespace test_lion_engine {  // the file's own names, apart from its suite's other files in a unity build
+
 using namespace zerotk;
 using zt_test::RunConfig;
 using zt_test::RunResult;
@@ -128,3 +130,5 @@ TEST_CASE("a DeepSpeed config of type Lion builds Optimizer<Lion> with its keys,
   CHECK(j["optimizer"]["params"]["betas"][1] == 0.99);
 }
 #endif
+
+}  // namespace test_lion_engine

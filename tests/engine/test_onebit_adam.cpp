@@ -18,6 +18,8 @@
 #include "zerotk/comm/threads.hpp"
 #include "zerotk/engine.hpp"
 
+namespace test_onebit_adam {  // the file's own names, apart from its suite's other files in a unity build
+
 using namespace zerotk;
 using zt_test::Mlp;
 using zt_test::same_bits;
@@ -240,3 +242,5 @@ TEST_CASE("OneBitAdam: freeze_step must be >= 0; bf16 runs both phases with ever
   CHECK(same_bits(finals[0], finals[1]));
   CHECK_FALSE(same_bits(finals[0], initial[0]));
 }
+
+}  // namespace test_onebit_adam

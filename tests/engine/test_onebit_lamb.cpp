@@ -23,6 +23,8 @@
 #include "zerotk/kernels/host/lamb.hpp"
 #include "zerotk/kernels/host/reduce.hpp"
 
+namespace test_onebit_lamb {  // the file's own names, apart from its suite's other files in a unity build
+
 using namespace zerotk;
 using zt_test::Mlp;
 using zt_test::same_bits;
@@ -359,3 +361,5 @@ TEST_CASE("OneBitLamb: bf16 runs both phases with every rank in step") {
   CHECK(same_bits(finals[0], finals[1]));
   CHECK_FALSE(same_bits(finals[0], initial[0]));
 }
+
+}  // namespace test_onebit_lamb

@@ -22,6 +22,8 @@
 #include "zerotk/comm/threads.hpp"
 #include "zerotk/engine.hpp"
 
+namespace test_stage3 {  // the file's own names, apart from its suite's other files in a unity build
+
 using namespace zerotk;
 using namespace zt_test;
 
@@ -630,3 +632,5 @@ TEST_CASE("stage 3 hpZ: the group size must divide the world size; below stage 3
   CHECK(static_cast<bool>(s.reshard_after_forward));
   CHECK(s.reshard_after_forward.hierarchical());
 }
+
+}  // namespace test_stage3

@@ -13,6 +13,8 @@
 #include "zerotk/engine.hpp"
 #include "zerotk/monitor/training_log.hpp"
 
+namespace test_step_report {  // the file's own names, apart from its suite's other files in a unity build
+
 using namespace zerotk;
 using namespace zt_test;
 
@@ -86,3 +88,5 @@ TEST_CASE("csv_monitor's lr file reads 0.003, as DeepSpeed writes it") {
   }
   CHECK(zerotk_test::read_bytes(tmp.path() / "lr" / "Train_Samples_lr.csv") == "step,lr\r\n8,0.003\r\n");
 }
+
+}  // namespace test_step_report

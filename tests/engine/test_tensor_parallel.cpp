@@ -22,6 +22,8 @@
 #include "zerotk/parallel/linear.hpp"
 #include "zerotk/parallel/split_param.hpp"
 
+namespace test_tensor_parallel {  // the file's own names, apart from its suite's other files in a unity build
+
 using namespace zerotk;
 using parallel::TensorSplit;
 
@@ -339,3 +341,5 @@ TEST_CASE("NormShare: what each place on a data 2 x tensor 2 x pipeline 2 grid a
   CHECK(whole_count == 2u * 10u);
   CHECK(loss == 4.0);
 }
+
+}  // namespace test_tensor_parallel

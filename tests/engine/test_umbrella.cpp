@@ -4,6 +4,8 @@
 
 #include <zerotk/zerotk.hpp>
 
+namespace test_umbrella {  // the file's own names, apart from its suite's other files in a unity build
+
 namespace {
 struct Tiny {
   zerotk::Param<float> w{"w", {3}};
@@ -28,3 +30,5 @@ TEST_CASE("the umbrella header gives the Engine, the policies and a communicator
     CHECK(m.w.data()[0] < 0.0f);  // moved against the gradient from 0
   });
 }
+
+}  // namespace test_umbrella

@@ -20,6 +20,8 @@
 #include "zerotk/comm/threads.hpp"
 #include "zerotk/engine.hpp"
 
+namespace test_zero_one_adam {  // the file's own names, apart from its suite's other files in a unity build
+
 using namespace zerotk;
 using zt_test::Mlp;
 using zt_test::same_bits;
@@ -392,3 +394,5 @@ TEST_CASE("ZeroOneAdam: out-of-range schedule keys are config errors naming the 
   CHECK_FALSE(same_bits(finals[0], initial[0]));
   for (float x : finals[0]) CHECK(std::isfinite(x));
 }
+
+}  // namespace test_zero_one_adam

@@ -16,6 +16,8 @@
 #include "gpt.hpp"
 #include "gpt_test_util.hpp"
 
+namespace test_gpt_data {  // the file's own names, apart from its suite's other files in a unity build
+
 TEST_CASE("DigitTask examples: prompt, separator, sorted or reversed answer") {
   for (auto kind : {gpt::DigitTaskKind::sort, gpt::DigitTaskKind::reverse}) {
     const gpt::DigitTask task(kind, 8, 5);
@@ -200,3 +202,5 @@ TEST_CASE("gpt learns to reverse 3 digits; greedy evaluation scores chance befor
   CHECK(after.sequence_accuracy() >= 0.95);
   CHECK(after.digit_accuracy() >= after.sequence_accuracy());
 }
+
+}  // namespace test_gpt_data

@@ -8,6 +8,8 @@
 
 #include "gpt_engine_train.hpp"
 
+namespace test_gpt_engine {  // the file's own names, apart from its suite's other files in a unity build
+
 namespace {
 
 using gpt_test::Trace;
@@ -54,3 +56,5 @@ TEST_CASE_TEMPLATE("GPT with a tied head trains at stages 2 and 3 (external_para
   CHECK(a.losses == c.losses);
   CHECK(a.params == c.params);
 }
+
+}  // namespace test_gpt_engine

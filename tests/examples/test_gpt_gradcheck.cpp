@@ -24,6 +24,8 @@
 #include "gpt.hpp"
 #include "gpt_test_util.hpp"
 
+namespace test_gpt_gradcheck {  // the file's own names, apart from its suite's other files in a unity build
+
 namespace {
 
 constexpr double kStep = 1e-2;
@@ -118,3 +120,5 @@ TEST_CASE("gpt gradient check: untied head, every parameter tensor") { gradient_
 TEST_CASE("gpt gradient check: tied head (wte gets the head's and the embedding's gradient)") {
   gradient_check(true);
 }
+
+}  // namespace test_gpt_gradcheck

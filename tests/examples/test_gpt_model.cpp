@@ -18,6 +18,8 @@
 #include "gpt.hpp"
 #include "gpt_test_util.hpp"
 
+namespace test_gpt_model {  // the file's own names, apart from its suite's other files in a unity build
+
 namespace {
 
 // ---- an independent reference forward: scalar loops in double, written from the math -----------------
@@ -482,3 +484,5 @@ TEST_CASE("gpt models in concurrent threads (ranks as threads) match a serial ru
   CHECK(threaded == serial);
   CHECK(threaded_loss == serial_loss);
 }
+
+}  // namespace test_gpt_model

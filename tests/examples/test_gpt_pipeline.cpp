@@ -28,6 +28,8 @@
 #include "zerotk/plan/search.hpp"
 #include "zerotk/plan/transformer.hpp"
 
+namespace test_gpt_pipeline {  // the file's own names, apart from its suite's other files in a unity build
+
 namespace {
 
 namespace pl = zerotk::pipeline;
@@ -230,3 +232,5 @@ TEST_CASE("GPT at pipeline 2 x tensor 2 x data 2: ZeRO stages 0-3 bitwise identi
     }
   }
 }
+
+}  // namespace test_gpt_pipeline

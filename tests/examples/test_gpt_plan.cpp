@@ -24,6 +24,8 @@
 #include "zerotk/plan/search.hpp"
 #include "zerotk/plan/transformer.hpp"
 
+namespace test_gpt_plan {  // the file's own names, apart from its suite's other files in a unity build
+
 namespace {
 
 namespace act = zerotk::activation;
@@ -168,3 +170,5 @@ TEST_CASE("zerotk-plan predicts the GPT example's ledger: model states exact, pe
   grid<zerotk::bf16>();
   CHECK(rows_checked == 2 * 3 * 3 * 7);
 }
+
+}  // namespace test_gpt_plan

@@ -18,6 +18,8 @@
 #include "zerotk/comm/threads.hpp"
 #include "zerotk/engines.hpp"  // the compiled engine set, when the suite links zerotk::engines
 
+namespace test_gpt_recompute {  // the file's own names, apart from its suite's other files in a unity build
+
 namespace {
 
 namespace act = zerotk::activation;
@@ -159,3 +161,5 @@ TEST_CASE("GPT activation bytes in the ledger: checkpointing every block keeps o
   MESSAGE("activation peak without checkpointing " << without << " B, with " << with << " B ("
                                                     << static_cast<double>(with) / static_cast<double>(without) << ")");
 }
+
+}  // namespace test_gpt_recompute

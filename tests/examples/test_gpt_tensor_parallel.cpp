@@ -33,6 +33,8 @@
 #include "zerotk/plan/search.hpp"
 #include "zerotk/plan/transformer.hpp"
 
+namespace test_gpt_tensor_parallel {  // the file's own names, apart from its suite's other files in a unity build
+
 namespace {
 
 constexpr int kData = 2, kMicro = 4, kSteps = 6;
@@ -250,3 +252,5 @@ TEST_CASE("GPT at tensor 2: each rank's model states are the ZeRO formula on its
   check(train<3>(2, false), 3, false);
   check(train<2>(2, true), 2, true);
 }
+
+}  // namespace test_gpt_tensor_parallel

@@ -22,6 +22,8 @@
 #include "zerotk/engine.hpp"
 #include "zerotk/optim/schedulers.hpp"
 
+namespace test_delayed_update {  // the file's own names, apart from its suite's other files in a unity build
+
 using namespace zerotk;
 using namespace zt_test;
 
@@ -341,3 +343,5 @@ TEST_CASE("delayed parameter update: refused where it cannot run, naming the opt
     CHECK_THROWS_AS((OffloadEngine<2, fp32, Offload<Cpu>>(comm, model, o)), config_error);
   });
 }
+
+}  // namespace test_delayed_update

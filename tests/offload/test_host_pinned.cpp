@@ -27,6 +27,8 @@
 #include "zerotk/comm/threads.hpp"
 #include "zerotk/engine.hpp"
 
+namespace test_host_pinned {  // the file's own names, apart from its suite's other files in a unity build
+
 using namespace zerotk;
 using namespace zt_test;
 
@@ -313,3 +315,5 @@ TEST_CASE("Offload<Cpu>: a refused page lock names RLIMIT_MEMLOCK and the bytes 
   CHECK(what.find("bytes asked") != std::string::npos);
   CHECK(what.find("mlock of") != std::string::npos);
 }
+
+}  // namespace test_host_pinned

@@ -40,6 +40,8 @@
 #include "zerotk/comm/threads.hpp"
 #include "zerotk/engine.hpp"
 
+namespace test_nvme {  // the file's own names, apart from its suite's other files in a unity build
+
 using namespace zerotk;
 using namespace zt_test;
 namespace fs = std::filesystem;
@@ -727,3 +729,5 @@ TEST_CASE("Offload<Nvme> through buffered I/O (aio.use_direct = false) equals Of
   }
   fs::remove_all(dir);
 }
+
+}  // namespace test_nvme

@@ -12,6 +12,8 @@
 #include "zerotk/engine.hpp"
 #include "engine_fixture.hpp"
 
+namespace test_offload_checkpoint {  // the file's own names, apart from its suite's other files in a unity build
+
 using namespace zerotk;
 using namespace zt_test;
 
@@ -141,3 +143,5 @@ TEST_CASE("a stage 3 OffloadParams<Cpu> checkpoint loads on another world size a
   CHECK(!a.empty());
   CHECK(a == b);
 }
+
+}  // namespace test_offload_checkpoint

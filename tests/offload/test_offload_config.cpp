@@ -10,6 +10,8 @@
 #include "zerotk/engine_config.hpp"
 #include "engine_fixture.hpp"
 
+namespace test_offload_config {  // the file's own names, apart from its suite's other files in a unity build
+
 using namespace zerotk;
 
 namespace {
@@ -158,3 +160,5 @@ TEST_CASE("offload_optimizer.device nvme maps to Offload<Nvme> with its swap key
   CHECK(fallback.param_nvme.max_in_cpu == 1'000'000'000);
   CHECK(offload::ParamNvmeOptions{}.max_in_cpu == 1'000'000'000);
 }
+
+}  // namespace test_offload_config

@@ -24,6 +24,8 @@
 #include "zerotk/comm/threads.hpp"
 #include "zerotk/engine.hpp"
 
+namespace test_param_max_in_cpu {  // the file's own names, apart from its suite's other files in a unity build
+
 using namespace zerotk;
 using namespace zt_test;
 using namespace zt_test::shard;
@@ -385,3 +387,5 @@ TEST_CASE("the engine with max_in_cpu: one budget over both groups, the working-
   CHECK(fs::is_empty(dir));
   fs::remove_all(dir);
 }
+
+}  // namespace test_param_max_in_cpu

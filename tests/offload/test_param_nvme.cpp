@@ -36,6 +36,8 @@
 #include "zerotk/comm/threads.hpp"
 #include "zerotk/engine.hpp"
 
+namespace test_param_nvme {  // the file's own names, apart from its suite's other files in a unity build
+
 using namespace zerotk;
 using namespace zt_test;
 namespace fs = std::filesystem;
@@ -489,3 +491,5 @@ TEST_CASE("OffloadParams<Nvme>: a missing nvme path or directory is an error nam
   CHECK(files_in(dir) == 0);  // the state file of the refused engines is gone too
   fs::remove_all(dir);
 }
+
+}  // namespace test_param_nvme

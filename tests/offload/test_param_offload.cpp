@@ -22,6 +22,8 @@
 #include "zerotk/comm/threads.hpp"
 #include "zerotk/engine.hpp"
 
+namespace test_param_offload {  // the file's own names, apart from its suite's other files in a unity build
+
 using namespace zerotk;
 using namespace zt_test;
 
@@ -222,3 +224,5 @@ TEST_CASE("state() / load_state() across OffloadParams<Cpu> and OffloadParams<No
     check_resume_across<E3<fp16, Offload<Cpu>, OffloadParams<None>>, E3<fp16, Offload<Cpu>, OffloadParams<Cpu>>>(cfg, o);
   }
 }
+
+}  // namespace test_param_offload

@@ -23,6 +23,8 @@
 #include "zerotk/comm/threads.hpp"
 #include "zerotk/engine.hpp"
 
+namespace test_param_read_ahead {  // the file's own names, apart from its suite's other files in a unity build
+
 using namespace zerotk;
 using namespace zt_test;
 using namespace zt_test::shard;
@@ -266,3 +268,5 @@ TEST_CASE("read-ahead goes on across micro-steps and updates: past the first mic
   CHECK(fs::is_empty(dir));
   fs::remove_all(dir);
 }
+
+}  // namespace test_param_read_ahead

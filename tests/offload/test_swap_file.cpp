@@ -16,6 +16,8 @@
 
 #include "zerotk/io/swap_file.hpp"
 
+namespace test_swap_file {  // the file's own names, apart from its suite's other files in a unity build
+
 using namespace zerotk;
 namespace fs = std::filesystem;
 
@@ -144,3 +146,5 @@ TEST_CASE("SwapFile: a swap file that cannot be removed at the end is named on s
   CHECK(io::swap_files_left_behind().size() == left.size());
   fs::remove_all(dir);
 }
+
+}  // namespace test_swap_file

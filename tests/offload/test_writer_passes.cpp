@@ -21,6 +21,8 @@
 #include "zerotk/offload/resident.hpp"
 #include "zerotk/optim/adam.hpp"
 
+namespace test_writer_passes {  // the file's own names, apart from its suite's other files in a unity build
+
 using namespace zerotk;
 
 namespace {
@@ -135,3 +137,5 @@ TEST_CASE("WriterPasses: a million-element sub-group through a writer has the fu
   // Run again once the cause is gone: the reference's step.
   (void)step_both();
 }
+
+}  // namespace test_writer_passes
