@@ -9,6 +9,8 @@
 #include "zerotk/comm/agree.hpp"
 #include "zerotk/comm/threads.hpp"
 
+namespace test_agree {  // the file's own names, apart from its suite's other files in a unity build
+
 using namespace zerotk;
 
 namespace {
@@ -64,3 +66,5 @@ TEST_CASE("agree_on_failure: every rank learns the lowest failed rank, its error
     }
   }
 }
+
+}  // namespace test_agree

@@ -14,6 +14,8 @@
 #include "zerotk/comm/threads.hpp"
 #include "zerotk/comm/topology.hpp"
 
+namespace test_hierarchical {  // the file's own names, apart from its suite's other files in a unity build
+
 using namespace zerotk;
 using comm::OpKind;
 using comm::ReduceOp;
@@ -340,3 +342,5 @@ TEST_CASE("hierarchical collectives: checks before anything starts") {
     CHECK_THROWS_AS(comm::HierarchicalCommunicator(c, Topology::flat(3)), usage_error);
   });
 }
+
+}  // namespace test_hierarchical

@@ -17,6 +17,8 @@
 #include "zerotk/comm/grid.hpp"
 #include "zerotk/comm/threads.hpp"
 
+namespace test_threads_behaviour {  // the file's own names, apart from its suite's other files in a unity build
+
 using namespace zerotk;
 using comm::OpKind;
 using comm::ReduceOp;
@@ -603,3 +605,5 @@ TEST_CASE("deadlines saturate: ZEROTK_COMM_TIMEOUT_MS=9223372036854775807 means 
     ::unsetenv("ZEROTK_COMM_TIMEOUT_MS");
   }
 }
+
+}  // namespace test_threads_behaviour

@@ -10,6 +10,8 @@
 #include "reference.hpp"
 #include "zerotk/comm/threads.hpp"
 
+namespace test_threads_ops {  // the file's own names, apart from its suite's other files in a unity build
+
 using namespace zerotk;
 using comm::ReduceOp;
 
@@ -275,3 +277,5 @@ TEST_CASE("threads: 64 MiB reduce_scatter, all_gather and all_reduce, unaligned,
     large_unaligned<float>(3, kBytes / 3 / sizeof(float) | 1, 93);
   }
 }
+
+}  // namespace test_threads_ops

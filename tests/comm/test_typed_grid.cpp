@@ -10,6 +10,8 @@
 #include "reference.hpp"
 #include "zerotk/comm.hpp"
 
+namespace test_typed_grid {  // the file's own names, apart from its suite's other files in a unity build
+
 using namespace zerotk;
 using comm::ReduceOp;
 using comm::ThreadsCommunicator;
@@ -199,3 +201,5 @@ TEST_CASE("hierarchical all-reduce: uneven and interleaved nodes, random data") 
   for (const auto& [flat, hier] : by_color) CHECK(hier == flat);
 }
 #pragma GCC diagnostic pop
+
+}  // namespace test_typed_grid

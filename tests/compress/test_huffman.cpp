@@ -14,6 +14,8 @@
 #include "zerotk/compress/topk.hpp"
 #include "zerotk/compress/two_bit.hpp"
 
+namespace test_huffman {  // the file's own names, apart from its suite's other files in a unity build
+
 using namespace zerotk;
 namespace huffman = compress::huffman;
 
@@ -129,3 +131,5 @@ TEST_CASE("huffman: corrupt payloads are usage errors") {
   std::vector<std::uint8_t> short_header(10);
   CHECK_THROWS_AS((void)huffman::decoded_size(short_header), usage_error);
 }
+
+}  // namespace test_huffman

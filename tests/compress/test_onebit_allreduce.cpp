@@ -20,6 +20,8 @@
 #include "zerotk/compress/onebit_allreduce.hpp"
 #include "zerotk/kernels/host/reduce.hpp"
 
+namespace test_onebit_allreduce {  // the file's own names, apart from its suite's other files in a unity build
+
 using namespace zerotk;
 using compress::OneBitAllReduce;
 using compress::OneBitLayout;
@@ -246,3 +248,5 @@ TEST_CASE("onebit: with 1, 2 and 3 OpenMP threads per rank the server sum gives 
     }
   }
 }
+
+}  // namespace test_onebit_allreduce

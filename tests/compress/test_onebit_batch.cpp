@@ -14,6 +14,8 @@
 #include "zerotk/comm/threads.hpp"
 #include "zerotk/compress/onebit_batch.hpp"
 
+namespace test_onebit_batch {  // the file's own names, apart from its suite's other files in a unity build
+
 using namespace zerotk;
 using compress::OneBitAllReduce;
 using compress::OneBitBatch;
@@ -129,3 +131,5 @@ TEST_CASE("onebit batch: no values sends nothing; the wrong number of inputs or 
     CHECK(w[1].find("(got 2)") != std::string::npos);
   }
 }
+
+}  // namespace test_onebit_batch

@@ -16,6 +16,8 @@
 #include "zerotk/compress/quantize.hpp"
 #include "zerotk/compress/quantized_collectives.hpp"
 
+namespace test_quantize {  // the file's own names, apart from its suite's other files in a unity build
+
 using namespace zerotk;
 using namespace zerotk::compress;
 using quant::Format;
@@ -218,3 +220,5 @@ TEST_CASE("qgZ on a flat topology: one all-to-all level; the same on every run")
   }
   CHECK(runs[0] == runs[1]);
 }
+
+}  // namespace test_quantize

@@ -13,6 +13,8 @@
 #include "data.hpp"
 #include "zerotk/compress/sign.hpp"
 
+namespace test_sign {  // the file's own names, apart from its suite's other files in a unity build
+
 using namespace zerotk;
 using compress::SignCodec;
 
@@ -189,3 +191,5 @@ TEST_CASE("sign: the host drivers (vector paths and tails) equal the per-element
 TEST_CASE("sign: over threads the encode and decode equal one thread's bit for bit; a NaN in the last share changes nothing") {
   test::check_encode_over_threads<SignCodec>();
 }
+
+}  // namespace test_sign

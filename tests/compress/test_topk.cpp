@@ -16,6 +16,8 @@
 #include "data.hpp"
 #include "zerotk/compress/topk.hpp"
 
+namespace test_topk {  // the file's own names, apart from its suite's other files in a unity build
+
 using namespace zerotk;
 using compress::TopKCodec;
 using compress::TopKOptions;
@@ -253,3 +255,5 @@ TEST_CASE("topk: over threads, the kept ties are the lowest indices, whichever s
     CHECK(kept == k);
   }
 }
+
+}  // namespace test_topk

@@ -13,6 +13,8 @@
 #include "data.hpp"
 #include "zerotk/compress/two_bit.hpp"
 
+namespace test_two_bit {  // the file's own names, apart from its suite's other files in a unity build
+
 using namespace zerotk;
 using compress::TwoBitCodec;
 
@@ -169,3 +171,5 @@ TEST_CASE("two_bit: the host drivers (vector paths and tails) equal the per-elem
 TEST_CASE("two_bit: over threads the encode and decode equal one thread's bit for bit; a NaN in the last share changes nothing") {
   test::check_encode_over_threads<TwoBitCodec>();
 }
+
+}  // namespace test_two_bit

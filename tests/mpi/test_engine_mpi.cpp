@@ -17,6 +17,8 @@
 #include "zerotk/comm/grid.hpp"
 #include "zerotk/comm/mpi.hpp"
 
+namespace test_engine_mpi {  // the file's own names, apart from its suite's other files in a unity build
+
 using namespace zerotk;
 using namespace zt_test;
 
@@ -301,3 +303,5 @@ TEST_CASE("engine under MPI: on pipeline 2 x data N the slow-rank detector names
     }
   }
 }
+
+}  // namespace test_engine_mpi

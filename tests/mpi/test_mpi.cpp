@@ -11,6 +11,8 @@
 #include "../comm/reference.hpp"
 #include "zerotk/comm.hpp"
 
+namespace test_mpi {  // the file's own names, apart from its suite's other files in a unity build
+
 using namespace zerotk;
 using comm::MpiCommunicator;
 using comm::OpKind;
@@ -380,3 +382,5 @@ TEST_CASE("mpi: MPI errors become comm_error; argument errors are usage_error be
   comm::MpiSession again;  // MPI is already initialized: no second init, no finalize
   CHECK_FALSE(again.owns());
 }
+
+}  // namespace test_mpi

@@ -12,6 +12,8 @@
 
 #include "zerotk/comm/mpi.hpp"
 
+namespace test_mpi_errors {  // the file's own names, apart from its suite's other files in a unity build
+
 using namespace zerotk;
 using comm::MpiCommunicator;
 using comm::ReduceOp;
@@ -190,3 +192,5 @@ TEST_CASE("mpi: names, timeouts, and a one-rank communicator (no signature excha
   self.barrier().wait();
   CHECK(mpi_left_clean());
 }
+
+}  // namespace test_mpi_errors

@@ -10,6 +10,8 @@
 #include "zerotk/comm.hpp"
 #include "zerotk/pipeline.hpp"
 
+namespace test_pipeline_mpi {  // the file's own names, apart from its suite's other files in a unity build
+
 using namespace zerotk;
 using comm::MpiCommunicator;
 
@@ -67,3 +69,5 @@ TEST_CASE("mpi: the pipeline executor gives the serial run's gradients, and on a
     CHECK(res.figures == static_cast<const pipeline::Figures&>(pipeline::simulate(s, costs)));
   }
 }
+
+}  // namespace test_pipeline_mpi

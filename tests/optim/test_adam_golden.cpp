@@ -23,6 +23,8 @@
 #include "zerotk/optim/optimizer.hpp"
 #include "zerotk/optim/run.hpp"
 
+namespace test_adam_golden {  // the file's own names, apart from its suite's other files in a unity build
+
 using namespace zerotk;
 using zerotk::test::GoldenCase;
 using zerotk::test::load_golden;
@@ -141,3 +143,5 @@ TEST_CASE("scaled gradients with the inverse factor folded in give the same bits
   }
   CHECK(std::memcmp(pa.data(), pb.data(), c.n * sizeof(float)) == 0);
 }
+
+}  // namespace test_adam_golden

@@ -10,6 +10,8 @@
 #include "zerotk/comm/threads.hpp"
 #include "zerotk/optim/clip.hpp"
 
+namespace test_clip {  // the file's own names, apart from its suite's other files in a unity build
+
 using namespace zerotk;
 using zerotk_test::BoardComm;
 using zerotk_test::FakeGroup;
@@ -160,3 +162,5 @@ TEST_CASE("global_sum_squares on the real threads communicator: rank-order fp64 
     for (double g : got) CHECK(g == want);
   }
 }
+
+}  // namespace test_clip

@@ -18,6 +18,8 @@
 #include "zerotk/optim/optimizer.hpp"
 #include "zerotk/optim/run.hpp"
 
+namespace test_lamb_golden {  // the file's own names, apart from its suite's other files in a unity build
+
 using namespace zerotk;
 using zerotk::test::GoldenCase;
 using zerotk::test::load_golden;
@@ -85,3 +87,5 @@ TEST_CASE("Optimizer<Lamb> follows the LAMB reference for 100 steps (two groups,
 }
 
 TEST_CASE("Optimizer<Lamb> without bias correction follows the reference") { check_case("lamb_nobc"); }
+
+}  // namespace test_lamb_golden

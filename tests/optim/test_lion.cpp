@@ -14,6 +14,8 @@
 #include "zerotk/optim/optimizer.hpp"
 #include "zerotk/optim/run.hpp"
 
+namespace test_lion {  // the file's own names, apart from its suite's other files in a unity build
+
 using namespace zerotk;
 namespace test = zerotk::test;
 
@@ -164,3 +166,5 @@ TEST_CASE("Lion's state is m alone: state() and load_state() round trip, Adam's 
   adam.v.assign(kN, 0.0f);  // a two-moment state
   CHECK_THROWS_WITH_AS(back.load_state(adam), doctest::Contains("and 1 moments"), usage_error);
 }
+
+}  // namespace test_lion

@@ -13,6 +13,8 @@
 #include "zerotk/optim/optimizer.hpp"
 #include "zerotk/optim/run.hpp"
 
+namespace test_onebit_lamb {  // the file's own names, apart from its suite's other files in a unity build
+
 using namespace zerotk;
 using Phase = Optimizer<OneBitLamb>::Phase;
 
@@ -159,3 +161,5 @@ TEST_CASE("OneBitLamb: an all-zero momentum at the switch and missing buffers ar
   CHECK_THROWS_AS(bare.set_lamb_options({.coeff_beta = -0.1}), config_error);
   CHECK_THROWS_AS(bare.set_lamb_options({.factor_threshold = std::numeric_limits<double>::infinity()}), config_error);
 }
+
+}  // namespace test_onebit_lamb

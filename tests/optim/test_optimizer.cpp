@@ -17,6 +17,8 @@
 #include "zerotk/optim/optimizer.hpp"
 #include "zerotk/optim/run.hpp"
 
+namespace test_optimizer {  // the file's own names, apart from its suite's other files in a unity build
+
 using namespace zerotk;
 
 static_assert(std::is_same_v<Optimizer<AdamW>::policy_kind, policy::optimizer>);
@@ -393,3 +395,5 @@ TEST_CASE_TEMPLATE("Run over moments a store owns equals Standalone; a wrong ext
   CHECK(same_bits(m, ref.state().m));
   CHECK(same_bits(v, ref.state().v));
 }
+
+}  // namespace test_optimizer

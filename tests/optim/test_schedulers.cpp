@@ -14,6 +14,8 @@
 #include "zerotk/optim/schedulers.hpp"
 #include "zerotk/precision/loss_scaler.hpp"
 
+namespace test_schedulers {  // the file's own names, apart from its suite's other files in a unity build
+
 using namespace zerotk;
 using optim::warmup_type_from_string;
 
@@ -416,3 +418,5 @@ TEST_CASE("the scheduler advances once per applied step: skipped (overflow) step
   CHECK(sched.last_batch_iteration() == applied - 1);
   CHECK(applied == 13);
 }
+
+}  // namespace test_schedulers

@@ -15,6 +15,8 @@
 #include "zerotk/optim/optimizer.hpp"
 #include "zerotk/optim/run.hpp"
 
+namespace test_zero_one_adam {  // the file's own names, apart from its suite's other files in a unity build
+
 using namespace zerotk;
 using Kind = optim::ZeroOneSchedule::Kind;
 
@@ -184,3 +186,5 @@ TEST_CASE("ZeroOneAdam (standalone): load_state zeroes u and L; a missing accumu
   CHECK(bare.step_count() == 2);
   CHECK(same_bits(p.data(), before.data(), 8));
 }
+
+}  // namespace test_zero_one_adam
