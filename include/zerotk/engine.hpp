@@ -281,14 +281,8 @@ class BasicEngine : public engine::Introspection<BasicEngine<Pack>>, public engi
   /// Sets the learning-rate scheduler, stepped after every non-skipped update (DeepSpeed semantics).
   void set_scheduler(LrScheduler scheduler);
 
- private:
-  template <class C>
-  static constexpr void static_assert_memory() {
-    static_assert(::zerotk::comm::uses_device_memory<C> == device::is_cuda,
-                  "Engine: Device<Host> needs a host-memory communicator (threads, MPI) and Device<Cuda> a "
-                  "device-memory one (NcclCommunicator)");
-  }
-
+  /// What the run-time checker (engine/checks.hpp) reads of this engine type, derived from its
+  /// members; engine::facts_of(combination, storage) gives the same without an engine type.
   static engine::EngineFacts facts() {
     constexpr bool shard_file =
         zero::OutputWriter<std::remove_pointer_t<decltype(std::declval<Home&>().optimizer_out().base)>>;
@@ -296,6 +290,14 @@ class BasicEngine : public engine::Introspection<BasicEngine<Pack>>, public engi
     return {dtype_of_v<S>, kStage, std::is_same_v<reduce_when, when::at_boundary>, MainGroup::kCanDelayUpdate,
             device::is_cuda, shard_file, shard_file || swapped, engine::offload_policy_name<offload_tag>(),
             MainGroup::kCompressedExchange};
+  }
+
+ private:
+  template <class C>
+  static constexpr void static_assert_memory() {
+    static_assert(::zerotk::comm::uses_device_memory<C> == device::is_cuda,
+                  "Engine: Device<Host> needs a host-memory communicator (threads, MPI) and Device<Cuda> a "
+                  "device-memory one (NcclCommunicator)");
   }
 
   engine::ParamRegistry::Rules registry_rules() const {

@@ -9,7 +9,6 @@
 ///   E engine(comm, model, zerotk::engine_options<E>(cfg));   // throws if cfg asks for another structure
 ///   if (auto s = zerotk::lr_scheduler(cfg)) engine.set_scheduler(*s);
 
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -18,6 +17,7 @@
 #include <vector>
 
 #include "zerotk/comm/grid.hpp"
+#include "zerotk/config/engine_options.hpp"
 #include "zerotk/config/options.hpp"
 #include "zerotk/config/structure.hpp"
 #include "zerotk/engine.hpp"
@@ -25,11 +25,11 @@
 
 namespace zerotk {
 
-/// The numbers of `cfg` as EngineOptions for engine type E: the config holds each part's own
-/// options struct (config/options.hpp), so this composes them, one assignment per part. Throws one
-/// config_error listing every way `cfg` asks for a structure E was not compiled with, a combination
-/// no engine of this version runs, or a value a part refuses (a Config may be built in code, so the
-/// parts' checks run here too, naming the JSON path).
+/// The numbers of `cfg` as EngineOptions for engine type E (config::engine_options_of composes
+/// them, one assignment per part), checked. Throws one config_error listing every way `cfg` asks for
+/// a structure E was not compiled with, a combination no engine of this version runs, or a value a
+/// part refuses (a Config may be built in code, so the parts' checks run here too, naming the JSON
+/// path).
 template <class E>
 EngineOptions engine_options(const config::Config& cfg) {
   std::vector<config_error> problems = config::check_structure<E>(cfg);
@@ -38,32 +38,12 @@ EngineOptions engine_options(const config::Config& cfg) {
     problems.emplace_back("must be >= 1 (elements per bucket)", "/zero_optimization/reduce_bucket_size", "0");
   }
 
-  EngineOptions o;
-  static_cast<StepOptions&>(o) = cfg;                          // gradient_accumulation_steps, clipping, accumulation dtype
-  static_cast<zero::BucketOptions&>(o) = cfg.zero_optimization;     // reduce_bucket_size (elements), overlap_comm
-  static_cast<offload::OffloadOptions&>(o) = cfg.zero_optimization;  // sub_group_size, nvme (+ aio), param_nvme
-  o.stage3 = cfg.zero_optimization.stage3;
-  o.loss_scaler = cfg.fp16;
-  o.fp32_module_types = cfg.fp16_override_modules;
-  o.compression = cfg.gradient_compression;
-  o.communication = cfg.communication;
-  o.config_grid = ModelOptions::ConfigGrid{cfg.tensor_parallel_size, cfg.pipeline.stages};
-  if (cfg.optimizer) {
-    o.optimizer = cfg.optimizer->params;
-    o.onebit = *cfg.optimizer;
-  }
-  // DeepSpeed adds micro-steps' gradients in the training precision unless told otherwise: a
-  // DeepSpeed config reproduces that order (EngineOptions alone defaults to fp32; docs/engine.md).
-  if (!o.grad_accum_dtype) o.grad_accum_dtype = cfg.precision();
+  EngineOptions o = config::engine_options_of(cfg);
 
   // The parts' own checks; the engine names keys with dots, a config with JSON pointers.
   const bool swaps = cfg.zero_optimization.offload_optimizer.device == config::OffloadDevice::nvme ||
                      cfg.zero_optimization.offload_param.device == config::OffloadDevice::nvme;
-  for (const config_error& e : o.problems(swaps)) {
-    std::string path = "/" + e.where();
-    std::replace(path.begin(), path.end(), '.', '/');
-    problems.emplace_back(e.message(), std::move(path), e.value());
-  }
+  for (const config_error& e : o.problems(swaps)) problems.push_back(config::at_json_pointer(e));
   for (const optim::OptionProblem& p : optim::problems(o.optimizer)) {
     const std::string key(config::optimizer_param_key(p.field));
     const std::string rule = key == p.field ? p.rule : std::string(p.field) + " " + p.rule;

@@ -9,6 +9,7 @@
 #include <iterator>
 #include <mutex>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "engine_fixture.hpp"
@@ -227,6 +228,36 @@ TEST_CASE("the run-time checker: each row names its key on the input that breaks
     // plain communicator, or the grid the config asks for).
     if (row->on_place) CHECK(engine::place_problems(c.o, c.f, c.fine).empty());
   }
+}
+
+// The facts a check without an engine type reads (engine::facts_of over a Combination: what
+// config::check_buildable runs the rows on) are the facts an engine type derives from its members.
+template <class Pack>
+engine::EngineFacts facts_from_combination(std::type_identity<BasicEngine<Pack>>) {
+  using R = engine::resolved_pack_t<Pack>;
+  return engine::facts_of(R::compat::combination, dtype_of_v<typename R::precision::storage>);
+}
+template <class... Es>
+void check_facts_agree() {
+  (
+      [] {
+        const engine::EngineFacts own = Es::facts();
+        CAPTURE(own.offload);
+        CAPTURE(own.stage);
+        CHECK(facts_from_combination(std::type_identity<Es>{}) == own);
+      }(),
+      ...);
+}
+
+TEST_CASE("engine::facts_of(combination) gives the facts each engine type derives from its members") {
+  check_facts_agree<Engine<Partitioner<Stage<0>>, Optimizer<AdamW>>,
+                    Engine<Partitioner<Stage<1>, when::every_micro_step>, Optimizer<AdamW>, Precision<fp16>>,
+                    Engine<Partitioner<Stage<2>>, Optimizer<AdamW>, Precision<bf16>, Offload<Cpu>>,
+                    Engine<Partitioner<Stage<3>>, Optimizer<AdamW>, Precision<bf16>, Offload<Nvme>>,
+                    Engine<Partitioner<Stage<3>>, Optimizer<AdamW>, Precision<bf16>, OffloadParams<Nvme>>,
+                    Engine<Partitioner<Stage<3>>, Optimizer<AdamW>, Precision<bf16>, Offload<Cpu>, OffloadParams<Cpu>>,
+                    Engine<Partitioner<Stage<0>>, Optimizer<OneBitAdam>>,
+                    Engine<Partitioner<Stage<0>>, Optimizer<AdamW>, GradientCompression<TopK>>>();
 }
 
 TEST_CASE("the run-time checker at construction: rebalancing slow ranks on a tensor 2 grid is refused naming the key") {

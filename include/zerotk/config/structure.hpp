@@ -10,6 +10,7 @@
 ///   using Big   = zerotk::Engine<..., zerotk::Partitioner<zerotk::Stage<3>>, ...>;
 ///   zerotk::config::dispatch<Small, Big>(cfg, [&]<class E>(std::type_identity<E>) { train<E>(cfg); });
 
+#include <algorithm>
 #include <array>
 #include <concepts>
 #include <cstddef>
@@ -24,9 +25,11 @@
 
 #include "zerotk/config/context.hpp"
 #include "zerotk/config/diagnostics.hpp"
+#include "zerotk/config/engine_options.hpp"
 #include "zerotk/config/options.hpp"
 #include "zerotk/core/error.hpp"
 #include "zerotk/core/macros.hpp"
+#include "zerotk/engine/checks.hpp"
 #include "zerotk/engine/compat.hpp"
 #include "zerotk/policies.hpp"
 
@@ -311,9 +314,51 @@ inline constexpr Unbuildable kUnbuildable[] = {
      "reducing gradients in another precision; the engine reduces them in the training precision"},
 };
 
+/// `e` with an engine-style key (`data_types.grad_accum_dtype`) as the config's JSON pointer
+/// (`/data_types/grad_accum_dtype`); a path already a pointer, or not a key, stays as it is.
+inline config_error at_json_pointer(const config_error& e) {
+  std::string where = e.where();
+  if (!where.empty() && where.front() != '/' && where.find(' ') == std::string::npos) {
+    std::replace(where.begin(), where.end(), '.', '/');
+    where.insert(0, "/");
+  }
+  return config_error(e.message(), std::move(where), e.value());
+}
+
+namespace detail {
+/// The engine checker's rows (engine/checks.hpp: kRunRules) over the engine `cfg` asks for, on the
+/// grid it asks for. What a config cannot choose is given every value an engine could have: below
+/// stage 2 a Partitioner may reduce at the boundary or every micro-step, so a row counts only when
+/// it fails with both. A config chooses no device: the host's facts.
+inline void add_run_rule_problems(const Config& cfg, const engine::Combination& k, std::vector<config_error>& out) {
+  const EngineOptions o = engine_options_of(cfg);
+  std::vector<engine::EngineFacts> facts{engine::facts_of(k, cfg.precision())};
+  if (k.stage < 2) {
+    engine::Combination other = k;
+    other.reduce_at_boundary = !k.reduce_at_boundary;
+    facts.push_back(engine::facts_of(other, cfg.precision()));
+  }
+  engine::GridPlace place;
+  place.tensor_size = cfg.tensor_parallel_size;
+  place.pipeline_size = cfg.pipeline.stages;
+  for (const engine::RunRule& r : engine::kRunRules) {
+    std::optional<config_error> first;
+    bool every = true;
+    for (const engine::EngineFacts& f : facts) {
+      auto p = r.check(o, f, place);
+      if (!p) every = false;
+      else if (!first) first = std::move(p);
+    }
+    if (every && first) out.push_back(at_json_pointer(*first));
+  }
+}
+}  // namespace detail
+
 /// Every way `cfg` asks for something no engine of this zerotk version can be built with: each rule
-/// of engine/compat.hpp's table that the config's policies break (at the key the rule blames), then
-/// kUnbuildable; each names what is missing. Empty when some engine can run `cfg`.
+/// of engine/compat.hpp's table that the config's policies break (at the key the rule blames), each
+/// row of the engine's run-time checker (engine/checks.hpp: kRunRules) that every engine `cfg` could
+/// name breaks, then kUnbuildable; each names what is missing or the value that cannot be. Empty when
+/// some engine can run `cfg`.
 inline std::vector<config_error> check_buildable(const Config& cfg) {
   std::vector<config_error> out;
   const engine::Combination k = combination_of(cfg);
@@ -324,6 +369,7 @@ inline std::vector<config_error> check_buildable(const Config& cfg) {
                      on_type ? "/optimizer/type" : "/zero_optimization/stage",
                      on_type ? detail::quoted(to_string(cfg.optimizer->kind)) : std::to_string(cfg.zero_optimization.stage));
   }
+  detail::add_run_rule_problems(cfg, k, out);
   for (const Unbuildable& u : kUnbuildable) {
     if (auto a = u.asks(cfg)) out.emplace_back(detail::cat("zerotk cannot build this yet: ", u.missing), a->first, a->second);
   }

@@ -15,6 +15,7 @@
 
 #include "zerotk/core/dtype.hpp"
 #include "zerotk/core/error.hpp"
+#include "zerotk/engine/compat.hpp"
 #include "zerotk/engine/options.hpp"
 #include "zerotk/engine/placement.hpp"
 #include "zerotk/monitor/slow_ranks.hpp"
@@ -33,12 +34,33 @@ struct EngineFacts {
   std::string offload;               ///< the Offload policy, for messages ("Offload<None>")
   /// Compressed exchanges of its own (a 1-bit optimizer, GradientCompression): over the data group alone.
   bool compressed_exchange = false;
+  friend bool operator==(const EngineFacts&, const EngineFacts&) = default;
 };
 
 /// "Offload<None>": the policy in words, from its tag's name.
 template <class Tag>
 std::string offload_policy_name() {
   return "Offload<" + std::string(Tag::name) + ">";
+}
+
+/// The facts of the engine a Combination of policies names, in `storage` precision: what a check
+/// that has no engine type yet reads (config::check_buildable runs kRunRules over them). An engine
+/// type derives its own from its members (BasicEngine::facts()); tests/engine/test_grid.cpp checks
+/// that the two agree.
+inline EngineFacts facts_of(const Combination& k, DType storage) {
+  EngineFacts f;
+  f.storage = storage;
+  f.stage = k.stage;
+  f.reduces_at_boundary = k.reduce_at_boundary;
+  f.can_delay_update = k.offload == Place::cpu;  // Offload<Cpu>'s store steps off the training thread
+  f.device_cuda = k.cuda;
+  f.shard_file = k.stage == 3 && k.param_offload == Place::nvme;
+  f.swaps = f.shard_file || k.offload == Place::nvme;
+  f.offload = k.offload == Place::cpu    ? offload_policy_name<Cpu>()
+              : k.offload == Place::nvme ? offload_policy_name<Nvme>()
+                                         : offload_policy_name<None>();
+  f.compressed_exchange = k.one_bit || k.compression;
+  return f;
 }
 
 /// One rule of the run-time checker: an option, or the grid place the engine is built on, against
