@@ -30,8 +30,8 @@
 // column-parallel linear's input gradient: 2 forward and 2 backward. With sequence parallelism the
 // activations between the regions are split by tokens instead: each all-reduce becomes an all-gather
 // entering a region and a reduce-scatter leaving it, and the LayerNorms' gradients (from this rank's
-// tokens only) are summed over the tensor group. `tensor_split(name)` says how each parameter is
-// split, for the engine.
+// tokens only) are summed over the tensor group. Each Linear's weight and bias declare their split
+// (SplitParam::tensor_split(), which the engine reads): Megatron-LM's layout, set by Block.
 //
 // Tied head: with `Config::tied_head` the head multiplies by the embedding's wte. The Param belongs to
 // the embedding layer alone (only it visits wte); the head reaches it through `external_parameters`.
@@ -62,6 +62,7 @@
 #include <zerotk/core/error.hpp>
 #include <zerotk/core/param.hpp>
 #include <zerotk/parallel/split.hpp>
+#include <zerotk/parallel/split_param.hpp>
 
 namespace gpt {
 
@@ -69,6 +70,20 @@ namespace gpt {
 using Matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using Vector = Eigen::VectorXf;
 using Param = zerotk::Param<float>;
+/// A Param that declares how it is split across the tensor group (the engine reads its
+/// tensor_split(): the layer that cuts the shard says so once).
+using SplitParam = zerotk::parallel::SplitParam<float>;
+
+/// How a parameter of the model is split across the tensor group: what it declares, replicated when
+/// it declares nothing (LayerNorms, embeddings, the head).
+template <class P>
+zerotk::parallel::TensorSplit tensor_split_of(const P& p) {
+  if constexpr (zerotk::parallel::DeclaresTensorSplit<P>) {
+    return p.tensor_split();
+  } else {
+    return zerotk::parallel::TensorSplit::replicated();
+  }
+}
 
 /// Model shape. All sizes are positive; d_model must divide by n_heads.
 struct Config {
@@ -139,16 +154,6 @@ struct TensorParallel {
   }
 };
 
-/// How parameter `name` of the model is split across the tensor group (Megatron-LM's layout): the
-/// qkv projection row-split in its three stacked parts (q, k and v of this rank's heads), mlp.fc
-/// row-split, the two output projections' weights column-split; everything else replicated.
-inline zerotk::parallel::TensorSplit tensor_split(std::string_view name) {
-  using zerotk::parallel::TensorSplit;
-  if (name.ends_with(".attn.qkv.weight") || name.ends_with(".attn.qkv.bias")) return TensorSplit::rows(3);
-  if (name.ends_with(".mlp.fc.weight") || name.ends_with(".mlp.fc.bias")) return TensorSplit::rows();
-  if (name.ends_with(".attn.proj.weight") || name.ends_with(".mlp.proj.weight")) return TensorSplit::cols();
-  return TensorSplit::replicated();
-}
 
 /// Token ids of one micro-batch, [batch][seq] row-major; the embedding layer's input.
 struct TokenView {
@@ -264,15 +269,21 @@ class DeferredWeights {
   int layer_ = -1;
 };
 
+/// How a Linear's weight and bias are split across the tensor group (both replicated: a whole layer).
+struct LinearSplit {
+  zerotk::parallel::TensorSplit weight{}, bias{};
+};
+
 /// y = x W^T + b with W [out][in] (PyTorch layout) and b [out]. Keeps no activations: the owning
-/// layer keeps x for backward.
+/// layer keeps x for backward. `in` and `out` are this rank's shard's; `split` says how it was cut.
 class Linear {
  public:
-  Param weight;
-  Param bias;
+  SplitParam weight;
+  SplitParam bias;
 
-  Linear(const std::string& name, int in, int out)
-      : weight{name + ".weight", {detail::dim(out), detail::dim(in)}}, bias{name + ".bias", {detail::dim(out)}} {}
+  Linear(const std::string& name, int in, int out, LinearSplit split = {})
+      : weight{name + ".weight", {detail::dim(out), detail::dim(in)}, split.weight},
+        bias{name + ".bias", {detail::dim(out)}, split.bias} {}
 
   template <class Visit>
   void parameters(Visit&& visit) {
@@ -484,11 +495,11 @@ class Block {
   /// outlive the block and have passed TensorParallel::check(c)).
   Block(const Config& c, int index, const TensorParallel* tp = nullptr)
       : ln1(prefix(index) + "ln1", c.d_model),
-        qkv(prefix(index) + "attn.qkv", c.d_model, 3 * c.d_model / parts(tp)),
-        proj(prefix(index) + "attn.proj", c.d_model / parts(tp), c.d_model),
+        qkv(prefix(index) + "attn.qkv", c.d_model, 3 * c.d_model / parts(tp), column_split(tp, 3)),
+        proj(prefix(index) + "attn.proj", c.d_model / parts(tp), c.d_model, row_split(tp)),
         ln2(prefix(index) + "ln2", c.d_model),
-        fc(prefix(index) + "mlp.fc", c.d_model, c.mlp_width() / parts(tp)),
-        fc_proj(prefix(index) + "mlp.proj", c.mlp_width() / parts(tp), c.d_model),
+        fc(prefix(index) + "mlp.fc", c.d_model, c.mlp_width() / parts(tp), column_split(tp, 1)),
+        fc_proj(prefix(index) + "mlp.proj", c.mlp_width() / parts(tp), c.d_model, row_split(tp)),
         tp_(tp != nullptr && tp->split() ? tp : nullptr),
         n_heads_(c.n_heads / parts(tp)) {
     if (tp_ != nullptr && tp_->sequence_parallel) ln1.token_sum = ln2.token_sum = tp_->all_reduce;
@@ -564,6 +575,17 @@ class Block {
  private:
   static std::string prefix(int index) { return "blocks." + std::to_string(index) + "."; }
   static int parts(const TensorParallel* tp) noexcept { return tp != nullptr ? tp->size : 1; }
+  // Megatron-LM's layout: a column-parallel linear keeps its rows of the output (qkv: in its `stacked`
+  // parts q, k and v, so each rank has its heads' rows of each), weight and bias alike; a row-parallel
+  // one its columns of the input, the bias (added after the sum) replicated. Whole without a split.
+  static LinearSplit column_split(const TensorParallel* tp, int stacked) noexcept {
+    if (tp == nullptr || !tp->split()) return {};
+    return {zerotk::parallel::TensorSplit::rows(stacked), zerotk::parallel::TensorSplit::rows(stacked)};
+  }
+  static LinearSplit row_split(const TensorParallel* tp) noexcept {
+    if (tp == nullptr || !tp->split()) return {};
+    return {zerotk::parallel::TensorSplit::cols(), zerotk::parallel::TensorSplit::replicated()};
+  }
 
   // ---- the split block: the same math, with the region operators around the tensor regions ----
   // f enters a region (identity, or an all-gather of the token rows under sequence parallel); g leaves
@@ -1169,11 +1191,12 @@ inline float standard_normal(std::uint64_t key, std::uint64_t i) noexcept {
 }
 
 // Element i of a tensor rank's shard takes the value of its element in the whole parameter
-// (parallel::full_index), so a split model starts where the whole one does.
-inline void fill_normal(Param& p, std::uint64_t seed, float stddev, const TensorParallel& tp = {}) {
+// (parallel::full_index, by the split the parameter declares), so a split model starts where the
+// whole one does.
+inline void fill_normal(Param& p, std::uint64_t seed, float stddev, const TensorParallel& tp = {},
+                        zerotk::parallel::TensorSplit split = {}) {
   if (p.data() == nullptr) return;  // another pipeline stage's: not bound on this rank
   const std::uint64_t key = splitmix64(seed) ^ hash_name(p.name());
-  const zerotk::parallel::TensorSplit split = tp.split() ? tensor_split(p.name()) : zerotk::parallel::TensorSplit{};
   const std::size_t rows = p.dim(0), cols = p.numel() / std::max<std::size_t>(rows, 1);
   const auto t = static_cast<std::size_t>(tp.size);
   const zerotk::parallel::MatrixShape full =
@@ -1205,7 +1228,7 @@ inline void init_parameters(Gpt& model, std::uint64_t seed) {
     detail::fill_constant(ln.bias, 0.0f);
   };
   auto linear = [&](Linear& l, float stddev) {
-    detail::fill_normal(l.weight, seed, stddev, model.tensor);
+    detail::fill_normal(l.weight, seed, stddev, model.tensor, l.weight.tensor_split());
     detail::fill_constant(l.bias, 0.0f);
   };
   detail::fill_normal(model.embedding.wte, seed, kStd);

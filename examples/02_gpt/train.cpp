@@ -134,11 +134,10 @@ struct Checkpointed {
 };
 
 /// What this example's model adds to the engine options the config gives: no weight decay for
-/// biases, LayerNorms and embeddings (group 1), the tensor split when there is one, the flags that
-/// are no config key.
-zerotk::EngineOptionsEdit gpt_engine_edit(const Options& o, int tensor) {
-  return [&o, tensor](zerotk::EngineOptions& eo) {
-    if (tensor > 1) eo.tensor_split = gpt::tensor_split;
+/// biases, LayerNorms and embeddings (group 1), the flags that are no config key. (The tensor split
+/// is the parameters' own: gpt::Linear's SplitParams declare it.)
+zerotk::EngineOptionsEdit gpt_engine_edit(const Options& o) {
+  return [&o](zerotk::EngineOptions& eo) {
     eo.groups = {zerotk::ParamGroup{eo.optimizer}, zerotk::ParamGroup{eo.optimizer}};
     eo.groups[1].options.weight_decay = 0.0f;
     eo.group_of = [](std::string_view name) -> std::uint32_t {
@@ -172,8 +171,8 @@ void fill_summary(Summary& summary, Replica& replica, gpt::Gpt& model, int tenso
   summary.data = data;
   summary.pipeline = replica.pipelined() ? replica.schedule().stages : 1;
   summary.psi_model = 0;  // the whole model: each split parameter tensor x this rank's shard
-  model.parameters([&](std::string_view name, gpt::Param& p) {
-    summary.psi_model += tensor > 1 && gpt::tensor_split(name).is_split() ? p.numel() * static_cast<std::size_t>(tensor) : p.numel();
+  model.parameters([&](std::string_view, auto& p) {
+    summary.psi_model += gpt::tensor_split_of(p).is_split() ? p.numel() * static_cast<std::size_t>(tensor) : p.numel();
   });
   summary.seconds = seconds;
   summary.steps_run = steps_run;
@@ -204,7 +203,7 @@ void train_rank(Comm& comm, const TrainContext& ctx, Summary& summary, std::mute
   const int data_rank = grid.data_index(), data_size = grid.size(zerotk::comm::GridDim::data);
   const int tensor = grid.size(zerotk::comm::GridDim::tensor);
   gpt::Gpt model(ctx.model_config, gpt::tensor_parallel(grid.tensor(), o.sequence_parallel));
-  Replica<Comm> replica(grid, model, ctx, gpt_engine_edit(o, tensor));
+  Replica<Comm> replica(grid, model, ctx, gpt_engine_edit(o));
   replica.initialize([&] { gpt::init_parameters(model, o.seed); });
   zerotk::AnyEngine& engine = replica.engine();
   // --slow-rank R:F: rank R spins after each step to F x its own compute (communication.hpp).

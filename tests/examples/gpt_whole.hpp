@@ -18,9 +18,9 @@ using Whole = std::map<std::string, std::vector<float>>;
 /// Writes tensor rank `tensor_rank`'s (of `tensor`) values of every bound parameter of `model` into
 /// its place in `whole` (a parameter without storage, another pipeline stage's, is skipped).
 inline void merge_shards(gpt::Gpt& model, int tensor_rank, int tensor, Whole& whole) {
-  model.parameters([&](std::string_view name, gpt::Param& p) {
+  model.parameters([&](std::string_view name, auto& p) {
     if (p.data() == nullptr) return;
-    const zerotk::parallel::TensorSplit split = tensor > 1 ? gpt::tensor_split(name) : zerotk::parallel::TensorSplit{};
+    const zerotk::parallel::TensorSplit split = gpt::tensor_split_of(p);  // what the parameter declares
     const zerotk::parallel::MatrixShape shard{p.dim(0), p.numel() / p.dim(0)};
     const zerotk::parallel::MatrixShape full = zerotk::parallel::full_shape(shard, split, split.is_split() ? tensor : 1);
     auto& w = whole[std::string(name)];

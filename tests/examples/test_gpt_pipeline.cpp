@@ -124,7 +124,6 @@ Run pipelined(int layers, int pipeline, int tensor, int data, const std::string&
       chunks.push_back({&model, static_cast<int>(bounds[k]), static_cast<int>(bounds[k + 1])});
     }
     zerotk::EngineOptions o = options(clip);
-    if (tensor > 1) o.tensor_split = gpt::tensor_split;
     std::vector<std::unique_ptr<Engine>> owned;
     std::vector<Engine*> engines;
     for (auto& c : chunks) {

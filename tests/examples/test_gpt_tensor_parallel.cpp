@@ -75,7 +75,6 @@ Run train(int tensor, bool sequence_parallel) {
     o.reduce_bucket_size = 1024;  // several buckets
     o.stage3.param_persistence_threshold = 0;
     o.stage3.max_reuse_distance = 0;  // stage 3 gathers again in backward: 3 Psi per step
-    if (tensor > 1) o.tensor_split = gpt::tensor_split;
     zerotk::Engine<zerotk::Partitioner<zerotk::Stage<Stage>>, zerotk::Optimizer<zerotk::AdamW>,
                    zerotk::Precision<zerotk::fp32>>
         engine(grid, model, o);
