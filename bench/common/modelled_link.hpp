@@ -15,7 +15,7 @@
 /// operation is slower than the modelled link, the inner time shows through.
 ///
 /// Every operation of the Communicator concept is forwarded with this model (all_reduce,
-/// reduce_scatter, all_gather, all_gatherv, broadcast, reduce, all_to_all, send, recv at 0 wire bytes,
+/// reduce_scatter, all_gather, all_gatherv, broadcast, reduce, all_to_all, all_to_all_v, send, recv at 0 wire bytes,
 /// barrier at 0 bytes: latency only). split() is refused.
 
 #include <algorithm>
@@ -61,6 +61,7 @@ class ModelledLink {
   ZT_FORWARD(broadcast)
   ZT_FORWARD(reduce)
   ZT_FORWARD(all_to_all)
+  ZT_FORWARD(all_to_all_v)
   ZT_FORWARD(send)
   ZT_FORWARD(recv)
   ZT_FORWARD(barrier)

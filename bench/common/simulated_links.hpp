@@ -216,6 +216,11 @@ class SimulatedLinks {
     return run(comm::OpKind::all_to_all, ring(comm::OpKind::all_to_all, whole(n) * size_of(dt)),
                [&](Inner& c) { return c.all_to_all(s, r, n, dt); });
   }
+  comm::Work all_to_all_v(const void* s, std::span<const std::size_t> sc, void* r, std::span<const std::size_t> rc,
+                          DType dt) {
+    return run(comm::OpKind::all_to_all_v, comm::all_to_all_v_wire_bytes(sc, s_->inner->rank(), size_of(dt)),
+               [&](Inner& c) { return c.all_to_all_v(s, sc, r, rc, dt); });
+  }
   comm::Work barrier() {
     return run(comm::OpKind::barrier, 0, [&](Inner& c) { return c.barrier(); });
   }

@@ -137,4 +137,40 @@ std::string compare_bits(const std::string& what, const T* got, const T* want, s
          ", expected " + std::to_string(as_double(want[i]));
 }
 
+/// An all_to_all_v case for world `w`: rank `from` sends v_count(...) elements to rank `to` (0 to
+/// `most`, some blocks empty), element i of that block being value(seed, from, to * 2^20 + i), so
+/// every rank can build both its own send buffer and what it must receive.
+inline std::size_t v_count(std::uint64_t seed, int from, int to, std::size_t most) {
+  const std::uint64_t h = mix(seed ^ mix((static_cast<std::uint64_t>(from) << 20) + static_cast<std::uint64_t>(to) + 1));
+  return h % 4 == 0 ? 0 : static_cast<std::size_t>(h >> 8) % (most + 1);
+}
+
+template <class T>
+struct VCase {
+  std::vector<std::size_t> send_counts, recv_counts;
+  std::vector<T> send, want;  // this rank's send buffer and the receive buffer it must end with
+};
+
+template <class T>
+VCase<T> v_case(std::uint64_t seed, int rank, int w, std::size_t most) {
+  VCase<T> c;
+  const auto block = [&](int from, int to) {
+    const std::size_t n = v_count(seed, from, to, most);
+    std::vector<T> b(n);
+    for (std::size_t i = 0; i < n; ++i) b[i] = value<T>(seed, from, (static_cast<std::size_t>(to) << 20) + i, false);
+    return b;
+  };
+  for (int d = 0; d < w; ++d) {
+    const auto b = block(rank, d);
+    c.send_counts.push_back(b.size());
+    c.send.insert(c.send.end(), b.begin(), b.end());
+  }
+  for (int s = 0; s < w; ++s) {
+    const auto b = block(s, rank);
+    c.recv_counts.push_back(b.size());
+    c.want.insert(c.want.end(), b.begin(), b.end());
+  }
+  return c;
+}
+
 }  // namespace zerotk::test

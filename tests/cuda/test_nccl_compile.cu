@@ -115,6 +115,12 @@ void run_all(NcclCommunicator& c, std::size_t n, std::vector<std::string>& error
     expect("all_to_all", got.host(), want);
   }
   {
+    auto v = test::v_case<T>(n + 77, r, w, n);
+    DeviceVector<T> send(v.send), got(v.want.size());
+    c.all_to_all_v(send.data(), v.send_counts, got.data(), v.recv_counts, dt).wait();
+    expect("all_to_all_v", got.host(), v.want);
+  }
+  {
     const int right = (r + 1) % w, left = (r + w - 1) % w;
     DeviceVector<T> got(n);
     std::vector<comm::Work> pending;

@@ -73,6 +73,9 @@ struct ScalarOnlyComm {
   Work broadcast(void*, std::size_t, DType, int) { return unused("broadcast"); }
   Work reduce(const void*, void*, std::size_t, DType, ReduceOp, int) { return unused("reduce"); }
   Work all_to_all(const void*, void*, std::size_t, DType) { return unused("all_to_all"); }
+  Work all_to_all_v(const void*, std::span<const std::size_t>, void*, std::span<const std::size_t>, DType) {
+    return unused("all_to_all_v");
+  }
   Work send(const void*, std::size_t, DType, int, int) { return unused("send"); }
   Work recv(void*, std::size_t, DType, int, int) { return unused("recv"); }
   Work barrier() { return unused("barrier"); }

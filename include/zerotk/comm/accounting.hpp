@@ -26,6 +26,7 @@ constexpr std::uint64_t ring_wire_bytes(OpKind kind, std::uint64_t payload_bytes
     case OpKind::all_gather:
     case OpKind::all_gatherv:
     case OpKind::all_to_all: return payload_bytes * (w - 1) / w;
+    case OpKind::all_to_all_v: return payload_bytes;  // an upper bound: use all_to_all_v_wire_bytes
     case OpKind::broadcast:
     case OpKind::reduce:
     case OpKind::send: return payload_bytes;
@@ -43,6 +44,16 @@ inline std::uint64_t all_gatherv_wire_bytes(std::span<const std::size_t> counts,
   if (w <= 1) return 0;
   const std::uint64_t total = std::accumulate(counts.begin(), counts.end(), std::uint64_t{0});
   return (total - counts[(static_cast<std::size_t>(rank) + 1) % w]) * elem_bytes;
+}
+
+/// all_to_all_v: every block but the rank's own goes over the wire.
+inline std::uint64_t all_to_all_v_wire_bytes(std::span<const std::size_t> send_counts, int rank,
+                                             std::size_t elem_bytes) noexcept {
+  std::uint64_t sent = 0;
+  for (std::size_t d = 0; d < send_counts.size(); ++d) {
+    if (d != static_cast<std::size_t>(rank)) sent += send_counts[d];
+  }
+  return sent * elem_bytes;
 }
 
 namespace detail {

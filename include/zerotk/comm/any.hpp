@@ -47,6 +47,9 @@ class AnyCommunicator {
     return impl_->reduce(s, r, n, t, op, root);
   }
   Work all_to_all(const void* s, void* r, std::size_t n, DType t) { return impl_->all_to_all(s, r, n, t); }
+  Work all_to_all_v(const void* s, std::span<const std::size_t> sc, void* r, std::span<const std::size_t> rc, DType t) {
+    return impl_->all_to_all_v(s, sc, r, rc, t);
+  }
   Work send(const void* b, std::size_t n, DType t, int peer, int tag) { return impl_->send(b, n, t, peer, tag); }
   Work recv(void* b, std::size_t n, DType t, int peer, int tag) { return impl_->recv(b, n, t, peer, tag); }
   Work barrier() { return impl_->barrier(); }
@@ -65,6 +68,7 @@ class AnyCommunicator {
     virtual Work broadcast(void*, std::size_t, DType, int) = 0;
     virtual Work reduce(const void*, void*, std::size_t, DType, ReduceOp, int) = 0;
     virtual Work all_to_all(const void*, void*, std::size_t, DType) = 0;
+    virtual Work all_to_all_v(const void*, std::span<const std::size_t>, void*, std::span<const std::size_t>, DType) = 0;
     virtual Work send(const void*, std::size_t, DType, int, int) = 0;
     virtual Work recv(void*, std::size_t, DType, int, int) = 0;
     virtual Work barrier() = 0;
@@ -91,6 +95,10 @@ class AnyCommunicator {
       return get().reduce(s, r, n, t, op, root);
     }
     Work all_to_all(const void* s, void* r, std::size_t n, DType t) override { return get().all_to_all(s, r, n, t); }
+    Work all_to_all_v(const void* s, std::span<const std::size_t> sc, void* r, std::span<const std::size_t> rc,
+                      DType t) override {
+      return get().all_to_all_v(s, sc, r, rc, t);
+    }
     Work send(const void* b, std::size_t n, DType t, int p, int tag) override { return get().send(b, n, t, p, tag); }
     Work recv(void* b, std::size_t n, DType t, int p, int tag) override { return get().recv(b, n, t, p, tag); }
     Work barrier() override { return get().barrier(); }

@@ -48,21 +48,25 @@ enum class OpKind : std::uint8_t {
   send,
   recv,
   barrier,
+  all_to_all_v,
 };
-inline constexpr std::size_t kOpKindCount = 10;
+inline constexpr std::size_t kOpKindCount = 11;
 
 constexpr std::string_view to_string(OpKind k) noexcept {
   constexpr std::string_view names[] = {"all_reduce", "reduce_scatter", "all_gather", "all_gatherv", "broadcast",
-                                        "reduce",     "all_to_all",     "send",       "recv",        "barrier"};
+                                        "reduce",     "all_to_all",     "send",       "recv",        "barrier",
+                                        "all_to_all_v"};
   return names[static_cast<std::size_t>(k)];
 }
 
 /// Per-operation counters of one rank.
 /// `payload_bytes`: the bytes of the operation's full logical buffer (all_reduce: count*elem;
-/// reduce_scatter: size*recv_count*elem; all_gather: size*send_count*elem; ...).
+/// reduce_scatter: size*recv_count*elem; all_gather: size*send_count*elem; all_to_all_v: the
+/// elements this rank sends, its own block included).
 /// `wire_bytes`: the bytes a bandwidth-optimal (ring) algorithm sends from this rank, the convention
 /// NCCL's "bus bandwidth" uses: all_reduce 2(W-1)/W*payload, reduce_scatter and all_gather
-/// (W-1)/W*payload, broadcast/reduce payload, all_to_all (W-1)/W*payload, send payload.
+/// (W-1)/W*payload, broadcast/reduce payload, all_to_all (W-1)/W*payload, all_to_all_v the bytes
+/// for other ranks (its own block stays), send payload.
 /// With these, ZeRO stages 0-2 move 2*Psi*(W-1)/W wire elements per step and stage 3 3*Psi*(W-1)/W.
 struct OpCounters {
   std::uint64_t calls = 0;
@@ -215,6 +219,12 @@ inline void WorkState::dropped() noexcept {
 /// - all_gatherv(send, send_count, recv, recv_counts, dtype): variable blocks, concatenated in rank order.
 /// - broadcast(buf, count, dtype, root); reduce(send, recv, count, dtype, op, root).
 /// - all_to_all(send, recv, count, dtype): `count` elements to and from each rank.
+/// - all_to_all_v(send, send_counts, recv, recv_counts, dtype): variable blocks (a token dispatch):
+///   send holds size() blocks back to back, block d (send_counts[d] elements) for rank d; recv gets
+///   rank s's block at the sum of recv_counts[0..s). Rank s's send_counts[d] must equal rank d's
+///   recv_counts[s]; every back end checks that before moving data and fails on every rank with a
+///   comm_error naming the two ranks that disagree (MPI and NCCL exchange the counts first, in one
+///   small blocking all-gather, so their all_to_all_v returns after the counts were agreed).
 /// - send(buf, count, dtype, peer, tag); recv(buf, count, dtype, peer, tag).
 /// - barrier(); split(color, key) -> a new communicator over the ranks with the same color, ordered
 ///   by (key, old rank); stats() -> byte counters of this communicator.
@@ -230,6 +240,7 @@ concept Communicator = RankedGroup<C> && std::movable<C> &&
       { c.broadcast(r, n, dt, peer) } -> std::same_as<Work>;
       { c.reduce(s, r, n, dt, op, peer) } -> std::same_as<Work>;
       { c.all_to_all(s, r, n, dt) } -> std::same_as<Work>;
+      { c.all_to_all_v(s, counts, r, counts, dt) } -> std::same_as<Work>;
       { c.send(s, n, dt, peer, peer) } -> std::same_as<Work>;
       { c.recv(r, n, dt, peer, peer) } -> std::same_as<Work>;
       { c.barrier() } -> std::same_as<Work>;

@@ -220,6 +220,10 @@ class HierarchicalCommunicator {
     return s_->flat->reduce(send, recv, n, dt, op, root);
   }
   Work all_to_all(const void* send, void* recv, std::size_t n, DType dt) { return s_->flat->all_to_all(send, recv, n, dt); }
+  Work all_to_all_v(const void* send, std::span<const std::size_t> send_counts, void* recv,
+                    std::span<const std::size_t> recv_counts, DType dt) {
+    return s_->flat->all_to_all_v(send, send_counts, recv, recv_counts, dt);
+  }
   Work send(const void* buf, std::size_t n, DType dt, int peer, int tag) { return s_->flat->send(buf, n, dt, peer, tag); }
   Work recv(void* buf, std::size_t n, DType dt, int peer, int tag) { return s_->flat->recv(buf, n, dt, peer, tag); }
   Work barrier() { return s_->flat->barrier(); }

@@ -351,6 +351,47 @@ class MpiCommunicator {
                 total * size_of(dt));
   }
 
+  /// Variable blocks (see the Communicator concept). Before the data call the ranks agree on the
+  /// counts in one small all_gather (2 x size() 8-byte counts per rank, blocking, counted under
+  /// all_gather): counts that disagree fail the call on every rank with a comm_error naming the
+  /// two ranks, and MPI never sees them. The data call (MPI_Ialltoallv) is asynchronous.
+  Work all_to_all_v(const void* send, std::span<const std::size_t> send_counts, void* recv,
+                    std::span<const std::size_t> recv_counts, DType dt) {
+    constexpr OpKind k = OpKind::all_to_all_v;
+    const auto v = detail::check_v_counts(send_counts, recv_counts, rank(), size());
+    detail::check_buffer(k, send, v.sent, "send", rank(), size());
+    detail::check_buffer(k, recv, v.received, "recv", rank(), size());
+    detail::check_not_in_place(k, send, recv, v.sent + v.received, rank(), size());
+    detail::mpi::DataCall d;
+    const auto w = static_cast<std::size_t>(size());
+    d.send_counts.resize(w), d.send_displs.resize(w), d.counts.resize(w), d.displs.resize(w);
+    std::size_t sent = 0, received = 0;
+    for (std::size_t r = 0; r < w; ++r) {
+      d.send_counts[r] = detail::mpi::to_int(send_counts[r], k, rank(), size());
+      d.send_displs[r] = detail::mpi::to_int(sent, k, rank(), size());
+      d.counts[r] = detail::mpi::to_int(recv_counts[r], k, rank(), size());
+      d.displs[r] = detail::mpi::to_int(received, k, rank(), size());
+      sent += send_counts[r], received += recv_counts[r];
+    }
+    d.send = send;
+    d.recv = recv;
+    d.type = detail::mpi::datatype(dt);
+    const auto row = detail::v_count_row(send_counts, recv_counts);
+    std::vector<std::uint64_t> rows(row.size() * w);
+    all_gather(row.data(), rows.data(), row.size() * sizeof(std::uint64_t), DType::uint8).wait();
+    if (const auto x = detail::find_count_disagreement(rows, size())) {
+      s_->broken = detail::mpi::ErrorInfo{detail::describe(*x) + " (on " + s_->name + ")",
+                                          s_->where({x->sender, x->receiver}),
+                                          std::to_string(x->sent) + " vs " + std::to_string(x->expected)};
+      detail::mpi::raise_error(*s_, *s_->broken);
+    }
+    auto sig = detail::mpi::make_signature(k, 0, dt, ReduceOp::sum, -1);
+    const std::vector<std::size_t> all(rows.begin(), rows.end());
+    sig.counts_hash = detail::mpi::hash_counts(all);
+    return post(sig, "MPI_Ialltoallv", std::move(d), {}, v.sent * size_of(dt),
+                all_to_all_v_wire_bytes(send_counts, rank(), size_of(dt)));
+  }
+
   /// Point-to-point operations are not signature-checked (MPI matches them by source and tag);
   /// the receive checks the message's element count; both wait with the deadline.
   Work send(const void* buf, std::size_t count, DType dt, int peer, int tag) {

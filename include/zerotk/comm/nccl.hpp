@@ -362,6 +362,46 @@ class NcclCommunicator {
     });
   }
 
+  /// Variable blocks (see the Communicator concept) as grouped send/recv pairs. The ranks first
+  /// agree on the counts in one small all_gather through device scratch (blocking the host; not
+  /// inside group()): counts that disagree fail the call on every rank with a comm_error naming the
+  /// two ranks, before any data moves.
+  Work all_to_all_v(const void* send, std::span<const std::size_t> send_counts, void* recv,
+                    std::span<const std::size_t> recv_counts, DType dt) {
+    constexpr OpKind k = OpKind::all_to_all_v;
+    const auto v = detail::check_v_counts(send_counts, recv_counts, rank(), size());
+    check_buffers(k, send, v.sent, recv, v.received);
+    detail::check_not_in_place(k, send, recv, v.sent + v.received, rank(), size());
+    if (s_->group_depth > 0) {
+      throw usage_error("all_to_all_v waits for the count agreement: call it outside group()", s_->at());
+    }
+    const auto row = detail::v_count_row(send_counts, recv_counts);
+    const std::vector<std::uint64_t> rows = gather_host(row);
+    if (const auto x = detail::find_count_disagreement(rows, size())) {
+      throw comm_error(detail::describe(*x), s_->at(), std::to_string(x->sent) + " vs " + std::to_string(x->expected));
+    }
+    detail::record(stats_, k, v.sent * size_of(dt), all_to_all_v_wire_bytes(send_counts, rank(), size_of(dt)));
+    const std::size_t eb = size_of(dt);
+    return launch("ncclSend/ncclRecv (all_to_all_v)", [&] {
+      ncclResult_t r = ncclGroupStart();
+      std::size_t from = 0, to = 0;
+      for (int p = 0; p < size() && r == ncclSuccess; ++p) {
+        const auto up = static_cast<std::size_t>(p);
+        if (send_counts[up] > 0) {
+          r = ncclSend(static_cast<const std::byte*>(send) + from * eb, send_counts[up], detail::nccl::datatype(dt), p,
+                       s_->comm, s_->stream);
+        }
+        if (r == ncclSuccess && recv_counts[up] > 0) {
+          r = ncclRecv(static_cast<std::byte*>(recv) + to * eb, recv_counts[up], detail::nccl::datatype(dt), p, s_->comm,
+                       s_->stream);
+        }
+        from += send_counts[up], to += recv_counts[up];
+      }
+      const ncclResult_t e = ncclGroupEnd();
+      return r != ncclSuccess ? r : e;
+    });
+  }
+
   /// `tag` is ignored: NCCL matches sends and receives per peer pair in issue order.
   Work send(const void* buf, std::size_t count, DType dt, int peer, int tag) {
     detail::check_peer(OpKind::send, peer, "peer", rank(), size());
@@ -410,16 +450,7 @@ class NcclCommunicator {
     char host[256] = {};
     gethostname(host, sizeof host - 1);
     const std::uint64_t mine = std::hash<std::string>{}(host);
-    std::vector<std::uint64_t> all(static_cast<std::size_t>(size()));
-    void* d = nullptr;
-    detail::nccl::check_cuda(cudaMalloc(&d, all.size() * sizeof(std::uint64_t)), "cudaMalloc", s_->at());
-    const std::unique_ptr<void, decltype(&cudaFree)> guard(d, &cudaFree);
-    auto* slot = static_cast<std::byte*>(d) + static_cast<std::size_t>(rank()) * sizeof mine;
-    detail::nccl::check_cuda(cudaMemcpyAsync(slot, &mine, sizeof mine, cudaMemcpyHostToDevice, s_->stream),
-                             "cudaMemcpyAsync", s_->at());
-    all_gather(slot, d, sizeof mine, DType::uint8).wait();
-    detail::nccl::check_cuda(cudaMemcpy(all.data(), d, all.size() * sizeof mine, cudaMemcpyDeviceToHost), "cudaMemcpy",
-                             s_->at());
+    const std::vector<std::uint64_t> all = gather_host(std::span<const std::uint64_t>(&mine, 1));
     std::vector<int> nodes(all.size());
     for (std::size_t r = 0; r < all.size(); ++r) {
       int first = 0;
@@ -459,6 +490,23 @@ class NcclCommunicator {
   void wait_for(cudaStream_t producer) { order(producer, s_->stream); }
 
  private:
+  // Every rank's `mine` (the same length on each), rank after rank, through device scratch: one
+  // blocking all_gather (host-side agreement on small values: node names, all_to_all_v's counts).
+  std::vector<std::uint64_t> gather_host(std::span<const std::uint64_t> mine) {
+    const std::size_t bytes = mine.size() * sizeof(std::uint64_t);
+    std::vector<std::uint64_t> all(mine.size() * static_cast<std::size_t>(size()));
+    void* d = nullptr;
+    detail::nccl::check_cuda(cudaMalloc(&d, all.size() * sizeof(std::uint64_t)), "cudaMalloc", s_->at());
+    const std::unique_ptr<void, decltype(&cudaFree)> guard(d, &cudaFree);
+    auto* slot = static_cast<std::byte*>(d) + static_cast<std::size_t>(rank()) * bytes;
+    detail::nccl::check_cuda(cudaMemcpyAsync(slot, mine.data(), bytes, cudaMemcpyHostToDevice, s_->stream),
+                             "cudaMemcpyAsync", s_->at());
+    all_gather(slot, d, bytes, DType::uint8).wait();
+    detail::nccl::check_cuda(cudaMemcpy(all.data(), d, all.size() * sizeof(std::uint64_t), cudaMemcpyDeviceToHost),
+                             "cudaMemcpy", s_->at());
+    return all;
+  }
+
   NcclCommunicator(const ncclUniqueId& id, int rank, int size, int device, const NcclOptions& opts)
       : s_(std::make_shared<detail::nccl::State>()) {
     s_->rank = rank;

@@ -112,6 +112,12 @@ class ThreadsCommunicator {
   /// `send` holds size() blocks of `count` (block d goes to rank d); `recv` receives block s from rank s.
   ZEROTK_RUNTIME_INLINE Work all_to_all(const void* send, void* recv, std::size_t count, DType dt);
 
+  /// Variable blocks (see the Communicator concept): block d of `send` (send_counts[d] elements)
+  /// goes to rank d; rank s's block lands in `recv` after recv_counts[0..s). Counts that disagree
+  /// between two ranks fail the call on every rank, naming both, before anything moves.
+  ZEROTK_RUNTIME_INLINE Work all_to_all_v(const void* send, std::span<const std::size_t> send_counts, void* recv,
+                                          std::span<const std::size_t> recv_counts, DType dt);
+
   /// Matched with the peer's recv of the same tag, in posting order; counts and dtypes must agree.
   ZEROTK_RUNTIME_INLINE Work send(const void* buf, std::size_t count, DType dt, int peer, int tag);
 

@@ -90,6 +90,21 @@ ZEROTK_RUNTIME_INLINE Work ThreadsCommunicator::all_to_all(const void* send, voi
   return collective(make_call(OpKind::all_to_all, send, recv, count, dt, ReduceOp::sum));
 }
 
+ZEROTK_RUNTIME_INLINE Work ThreadsCommunicator::all_to_all_v(const void* send, std::span<const std::size_t> send_counts,
+                                                             void* recv, std::span<const std::size_t> recv_counts,
+                                                             DType dt) {
+  constexpr OpKind k = OpKind::all_to_all_v;
+  const auto v = detail::check_v_counts(send_counts, recv_counts, rank_, size());
+  detail::check_buffer(k, send, v.sent, "send", rank_, size());
+  detail::check_buffer(k, recv, v.received, "recv", rank_, size());
+  detail::check_not_in_place(k, send, recv, v.sent + v.received, rank_, size());
+  detail::record(stats_, k, v.sent * size_of(dt), all_to_all_v_wire_bytes(send_counts, rank_, size_of(dt)));
+  auto call = make_call(k, send, recv, v.sent, dt, ReduceOp::sum);
+  const auto row = detail::v_count_row(send_counts, recv_counts);
+  call.counts.assign(row.begin(), row.end());
+  return collective(std::move(call));
+}
+
 ZEROTK_RUNTIME_INLINE Work ThreadsCommunicator::send(const void* buf, std::size_t count, DType dt, int peer, int tag) {
   detail::check_peer(OpKind::send, peer, "peer", rank_, size());
   detail::check_tag(OpKind::send, tag, rank_, size());

@@ -152,6 +152,21 @@ Work all_to_all(C& c, const S& send, R&& recv) {
   return c.all_to_all(std::ranges::data(send), std::ranges::data(recv), n, dtype_of_v<detail::element_t<R>>);
 }
 
+/// Variable blocks: block d of `send` (send_counts[d] elements) goes to rank d; `recv` holds what
+/// every rank sends here, rank after rank (recv_counts[s] from rank s).
+template <Communicator C, InputBuffer S, OutputBuffer R>
+  requires detail::SameElement<S, R>
+Work all_to_all_v(C& c, const S& send, std::span<const std::size_t> send_counts, R&& recv,
+                  std::span<const std::size_t> recv_counts) {
+  std::size_t sent = 0, received = 0;
+  for (std::size_t k : send_counts) sent += k;
+  for (std::size_t k : recv_counts) received += k;
+  detail::check_size(std::ranges::size(send) == sent, "all_to_all_v", std::ranges::size(send), sent, "send");
+  detail::check_size(std::ranges::size(recv) == received, "all_to_all_v", std::ranges::size(recv), received, "recv");
+  return c.all_to_all_v(std::ranges::data(send), send_counts, std::ranges::data(recv), recv_counts,
+                        dtype_of_v<detail::element_t<R>>);
+}
+
 template <Communicator C, InputBuffer S>
 Work send(C& c, const S& buf, int peer, int tag = 0) {
   return c.send(std::ranges::data(buf), std::ranges::size(buf), dtype_of_v<detail::element_t<S>>, peer, tag);

@@ -53,6 +53,11 @@ class OrderedCommunicator {
     ops_->fence();
     return comm_.all_to_all(send, recv, count_per_rank, dt);
   }
+  [[nodiscard]] comm::Work all_to_all_v(const void* send, std::span<const std::size_t> send_counts, void* recv,
+                                        std::span<const std::size_t> recv_counts, DType dt) {
+    ops_->fence();
+    return comm_.all_to_all_v(send, send_counts, recv, recv_counts, dt);
+  }
   [[nodiscard]] comm::Work broadcast(void* buf, std::size_t count, DType dt, int root) {
     ops_->fence();
     return comm_.broadcast(buf, count, dt, root);

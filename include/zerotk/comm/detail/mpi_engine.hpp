@@ -190,9 +190,13 @@ inline std::string describe(const Signature& s) {
   const auto k = static_cast<OpKind>(s.kind);
   std::string out(to_string(k));
   if (k == OpKind::barrier) return out + "()";
-  out += k == OpKind::all_gatherv ? "(total count " : "(count ";
-  out += std::to_string(s.count);
-  out += ", ";
+  if (k == OpKind::all_to_all_v) {
+    out += "(";  // the counts differ by rank; their agreement was checked before
+  } else {
+    out += k == OpKind::all_gatherv ? "(total count " : "(count ";
+    out += std::to_string(s.count);
+    out += ", ";
+  }
   out += to_string(static_cast<DType>(s.dtype));
   if (has_reduce_op(k)) (out += ", ") += to_string(static_cast<ReduceOp>(s.op));
   if (has_root(k)) out += ", root " + std::to_string(s.root);
@@ -521,7 +525,8 @@ struct DataCall {
   int n = 0, root = 0;
   MPI_Datatype type = MPI_DATATYPE_NULL;
   MPI_Op op = MPI_OP_NULL;
-  std::vector<int> counts, displs;  // all_gatherv: must live as long as the request
+  std::vector<int> counts, displs;  // all_gatherv, all_to_all_v (received): must live as long as the request
+  std::vector<int> send_counts, send_displs;  // all_to_all_v
 };
 
 enum class Phase : std::uint8_t { signature, data, done, failed };
@@ -741,6 +746,9 @@ inline int issue(CommState& s, Op& op) {
     case OpKind::broadcast: return MPI_Ibcast(d.recv, d.n, d.type, d.root, s.data, &op.data_req);
     case OpKind::reduce: return MPI_Ireduce(d.send, d.recv, d.n, d.type, d.op, d.root, s.data, &op.data_req);
     case OpKind::all_to_all: return MPI_Ialltoall(d.send, d.n, d.type, d.recv, d.n, d.type, s.data, &op.data_req);
+    case OpKind::all_to_all_v:
+      return MPI_Ialltoallv(d.send, d.send_counts.data(), d.send_displs.data(), d.type, d.recv, d.counts.data(),
+                            d.displs.data(), d.type, s.data, &op.data_req);
     case OpKind::barrier: return MPI_Ibarrier(s.data, &op.data_req);
     case OpKind::send:
     case OpKind::recv: break;

@@ -69,7 +69,7 @@ struct Call {
   std::size_t count = 0;
   const std::byte* send = nullptr;
   std::byte* recv = nullptr;
-  std::vector<std::size_t> counts;  // all_gatherv: elements per rank
+  std::vector<std::size_t> counts;  // all_gatherv: elements per rank; all_to_all_v: send then recv counts
   int color = 0, key = 0;           // split
   std::string label;                // split: the new group's name under this one's ("tensor[data 1, pipeline 0]")
 };

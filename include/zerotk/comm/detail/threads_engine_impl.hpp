@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "zerotk/comm/detail/checks.hpp"
 #include "zerotk/comm/detail/reduce.hpp"
 #include "zerotk/comm/detail/stream_store.hpp"
 #include "zerotk/comm/detail/threads_engine.hpp"
@@ -38,9 +39,19 @@ ZEROTK_RUNTIME_INLINE std::string describe(const Call& c) {
   if (c.is_split) return "split(color " + std::to_string(c.color) + ", key " + std::to_string(c.key) + ")";
   std::string s(to_string(c.kind));
   if (c.kind == OpKind::barrier) return s + "()";
+  const auto list = [&](std::size_t first, std::size_t n) {
+    for (std::size_t i = 0; i < n; ++i) s += (i ? ", " : "") + std::to_string(c.counts[first + i]);
+  };
   if (c.kind == OpKind::all_gatherv) {
     s += "(counts [";
-    for (std::size_t i = 0; i < c.counts.size(); ++i) s += (i ? ", " : "") + std::to_string(c.counts[i]);
+    list(0, c.counts.size());
+    s += "]";
+  } else if (c.kind == OpKind::all_to_all_v) {
+    const std::size_t w = c.counts.size() / 2;
+    s += "(send counts [";
+    list(0, w);
+    s += "], recv counts [";
+    list(w, w);
     s += "]";
   } else {
     s += "(count " + std::to_string(c.count);
@@ -66,6 +77,7 @@ ZEROTK_RUNTIME_INLINE bool same_signature(const Call& a, const Call& b) noexcept
   if (a.kind == OpKind::barrier) return true;
   if (a.dtype != b.dtype) return false;
   if (a.kind == OpKind::all_gatherv) return a.counts == b.counts;
+  if (a.kind == OpKind::all_to_all_v) return true;  // counts differ by design: checked when all arrived
   if (a.count != b.count) return false;
   if (has_reduce_op(a.kind) && a.op != b.op) return false;
   if (has_root(a.kind) && a.root != b.root) return false;
@@ -440,6 +452,23 @@ ZEROTK_RUNTIME_INLINE void build_collective_job(Rendezvous& rv, int w) {
         }
       }
       break;
+    case OpKind::all_to_all_v: {
+      // Rank s's block for d starts after its blocks for 0..d-1 and lands in d's buffer after the
+      // blocks d receives from 0..s-1 (`to[d]` walks them as s grows).
+      const auto ws = static_cast<std::size_t>(w);
+      std::vector<std::size_t> to(ws, 0);
+      for (int s = 0; s < w; ++s) {
+        const auto& sc = call(s).counts;
+        std::size_t from = 0;
+        for (std::size_t d = 0; d < ws; ++d) {
+          const int owner = static_cast<int>(d);
+          job.add_copy(call(s).send + from * eb, call(owner).recv + to[d] * eb, owner, sc[d]);
+          from += sc[d];
+          to[d] += call(owner).counts[ws + static_cast<std::size_t>(s)];
+        }
+      }
+      break;
+    }
     case OpKind::barrier:
     case OpKind::send:
     case OpKind::recv: break;
@@ -478,6 +507,24 @@ ZEROTK_RUNTIME_INLINE void build_split(Group& g, Rendezvous& rv) {
 }
 
 // Turns a rendezvous whose calls have all arrived into a ready (or done) one. Lock held.
+// all_to_all_v: every rank has posted; fails the rendezvous, naming two ranks, when a sender's
+// count differs from what its receiver expects.
+ZEROTK_RUNTIME_INLINE bool v_counts_agree_locked(Group& g, Rendezvous& rv) {
+  const int w = g.size();
+  std::vector<std::uint64_t> rows;
+  rows.reserve(static_cast<std::size_t>(2 * w * w));
+  for (int r = 0; r < w; ++r) {
+    const auto& c = rv.calls[static_cast<std::size_t>(r)]->counts;
+    rows.insert(rows.end(), c.begin(), c.end());
+  }
+  const auto x = detail::find_count_disagreement(rows, w);
+  if (!x) return true;
+  fail_locked(g, rv,
+              ErrorInfo{detail::describe(*x) + " (collective " + rv.label() + " on " + g.name + ": " + roster(g, rv) + ")",
+                        g.where({x->sender, x->receiver}), std::to_string(x->sent) + " vs " + std::to_string(x->expected)});
+  return false;
+}
+
 ZEROTK_RUNTIME_INLINE void complete_arrivals_locked(Group& g, Rendezvous& rv, bool p2p) {
   if (!rv.error) {
     if (p2p) {
@@ -489,6 +536,8 @@ ZEROTK_RUNTIME_INLINE void complete_arrivals_locked(Group& g, Rendezvous& rv, bo
       job.cut(g.size());
     } else if (rv.calls[0]->is_split) {
       build_split(g, rv);
+    } else if (rv.calls[0]->kind == OpKind::all_to_all_v && !v_counts_agree_locked(g, rv)) {
+      return;  // failed: every rank's wait raises the disagreement
     } else {
       build_collective_job(rv, g.size());
     }
