@@ -134,6 +134,47 @@ TEST_CASE("process grid: Megatron order, tensor ranks adjacent; every group hold
                   config_error);
 }
 
+TEST_CASE("process grid: the expert layout folds expert_tensor x expert x expert_data over each stage's ranks") {
+  struct Shape {
+    int world;
+    comm::GridShape shape;
+  };
+  // (16: pipeline 2 x data 4 x tensor 2, experts 4 x expert-data 2, or expert-tensor 2 x experts 2 x
+  // expert-data 2; 8: data 8, experts 8; 4: data 2 x tensor 2, experts 1, so expert-data spans 4.)
+  for (const Shape& s : {Shape{16, {.data = 4, .pipeline = 2, .tensor = 2, .expert = 4}},
+                         Shape{16, {.data = 4, .pipeline = 2, .tensor = 2, .expert = 2, .expert_tensor = 2}},
+                         Shape{8, {.data = 8, .expert = 8}}, Shape{4, {.data = 2, .tensor = 2}}}) {
+    const int et = s.shape.expert_tensor, ep = s.shape.expert, stage = s.shape.data * s.shape.tensor;
+    const int edp = stage / (et * ep);
+    INFO("world ", s.world, ", expert_tensor ", et, ", expert ", ep);
+    comm::run_threads(s.world, [&](ThreadsCommunicator& world) {
+      comm::ProcessGrid grid(world, s.shape);
+      const int w = world.rank(), p = grid.pipeline_index();
+      CHECK(grid.expert_data_size() == edp);
+      // Megatron's folding with the pipeline outermost: w = p * stage + et_i + et * (ep_i + ep * edp_i).
+      const int q = w % stage;
+      CHECK(grid.expert_tensor_index() == q % et);
+      CHECK(grid.expert_index() == (q / et) % ep);
+      CHECK(grid.expert_data_index() == q / (et * ep));
+      const auto at = [&](int t, int e, int d) { return p * stage + t + et * (e + ep * d); };
+      std::vector<std::int32_t> experts, expert_data, expert_tensor;
+      for (int e = 0; e < ep; ++e) experts.push_back(at(grid.expert_tensor_index(), e, grid.expert_data_index()));
+      for (int d = 0; d < edp; ++d) expert_data.push_back(at(grid.expert_tensor_index(), grid.expert_index(), d));
+      for (int t = 0; t < et; ++t) expert_tensor.push_back(at(t, grid.expert_index(), grid.expert_data_index()));
+      CHECK(members(grid.expert(), w) == experts);
+      CHECK(members(grid.expert_data(), w) == expert_data);
+      CHECK(members(grid.expert_tensor(), w) == expert_tensor);
+    });
+  }
+  // 3 experts do not divide 4 ranks per stage; the error names the sizes.
+  try {
+    comm::run_threads(4, [](ThreadsCommunicator& w) { comm::ProcessGrid g(w, {.data = 4, .expert = 3}); });
+    FAIL("no config_error");
+  } catch (const config_error& e) {
+    CHECK(std::string(e.what()).find("3 x 1") != std::string::npos);
+  }
+}
+
 // NodeGroups / hierarchical_all_reduce are deprecated (HierarchicalCommunicator replaces them) and
 // stay tested until they are removed.
 #pragma GCC diagnostic push

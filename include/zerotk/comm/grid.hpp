@@ -101,7 +101,8 @@ Work hierarchical_all_reduce(NodeGroups<C>& g, const void* send, void* recv, std
 }
 #pragma GCC diagnostic pop
 
-/// The grid's named dimensions. Context and expert parallelism will add theirs here.
+/// The grid's named dimensions (their product is the world). Context parallelism will add its own
+/// here; the expert layout is folded over tensor x data (GridShape::expert).
 enum class GridDim : std::uint8_t { tensor, data, pipeline };
 inline constexpr int kGridDims = 3;
 
@@ -124,6 +125,12 @@ struct GridShape {
   int pipeline = 1;
   int tensor = 1;
   std::string_view order = "tp-dp-pp";
+  /// The expert layout, folded Megatron's way over the same ranks: each pipeline stage's
+  /// tensor x data ranks (in world-rank order within the stage) are laid out again as
+  /// expert_tensor x expert x expert_data, fastest first, so expert_data = tensor * data /
+  /// (expert_tensor * expert). Expert parameters reduce over the expert-data group.
+  int expert = 1;
+  int expert_tensor = 1;
 
   int size(GridDim d) const noexcept {
     return d == GridDim::tensor ? tensor : d == GridDim::data ? data : pipeline;
@@ -172,7 +179,11 @@ class ProcessGrid {
         tensor_(split_along(GridDim::tensor)),
         data_(split_along(GridDim::data)),
         pipeline_(split_along(GridDim::pipeline)),
-        model_(split_named(world, index_[1], world.rank(), "model[data " + std::to_string(index_[1]) + "]")) {}
+        model_(split_named(world, index_[1], world.rank(), "model[data " + std::to_string(index_[1]) + "]")),
+        expert_index_(expert_coordinates()),
+        expert_tensor_(split_expert(0)),
+        expert_(split_expert(1)),
+        expert_data_(split_expert(2)) {}
 
   /// The world rank at grid coordinates, in `s.order` (Megatron's "tp-dp-pp" by default).
   static int world_rank_of(const GridShape& s, int data_index, int pipeline_index, int tensor_index) {
@@ -205,6 +216,24 @@ class ProcessGrid {
   /// All ranks of one model replica (pipeline x tensor, same data index): global norms of a sharded model.
   C& model() noexcept { return model_; }
 
+  /// The expert layout (GridShape::expert): ranks of one pipeline stage holding the same experts'
+  /// shards differ in their expert-data index; those splitting one expert's tensors in their
+  /// expert-tensor index; the expert group holds one copy of every expert (expert parallelism:
+  /// moe::Dispatcher's all-to-all runs there).
+  int expert_size() const noexcept { return shape_.expert; }
+  int expert_tensor_size() const noexcept { return shape_.expert_tensor; }
+  int expert_data_size() const noexcept { return shape_.tensor * shape_.data / (shape_.expert * shape_.expert_tensor); }
+  int expert_index() const noexcept { return expert_index_[1]; }
+  int expert_tensor_index() const noexcept { return expert_index_[0]; }
+  int expert_data_index() const noexcept { return expert_index_[2]; }
+  /// Same expert-tensor, expert-data and pipeline index, ordered by expert index.
+  C& expert() noexcept { return expert_; }
+  /// Same expert-tensor, expert and pipeline index, ordered by expert-data index: expert parameters'
+  /// gradients reduce and their ZeRO shards spread here.
+  C& expert_data() noexcept { return expert_data_; }
+  /// Same expert, expert-data and pipeline index, ordered by expert-tensor index.
+  C& expert_tensor() noexcept { return expert_tensor_; }
+
  private:
   static GridShape resolve(int world, GridShape s) {
     const std::string sizes = std::to_string(s.data) + " x " + std::to_string(s.pipeline) + " x " + std::to_string(s.tensor);
@@ -215,6 +244,12 @@ class ProcessGrid {
     if (s.data * s.pipeline * s.tensor != world) {
       throw config_error("data x pipeline x tensor must equal the world size " + std::to_string(world),
                          "GridShape (data x pipeline x tensor)", sizes);
+    }
+    if (s.expert < 1 || s.expert_tensor < 1 || (s.tensor * s.data) % (s.expert * s.expert_tensor) != 0) {
+      throw config_error("expert x expert_tensor must divide tensor x data (" + std::to_string(s.tensor * s.data) +
+                             " ranks per pipeline stage)",
+                         "GridShape (expert x expert_tensor)",
+                         std::to_string(s.expert) + " x " + std::to_string(s.expert_tensor));
     }
     return s;
   }
@@ -244,6 +279,32 @@ class ProcessGrid {
     return split_named(*world_, color, index_[static_cast<int>(along)], label + "]");
   }
 
+  /// [expert_tensor, expert, expert_data] of this rank: its index among its pipeline stage's ranks
+  /// (tensor x data, in world-rank order, whatever GridShape::order says), read fastest first.
+  std::array<int, 3> expert_coordinates() const {
+    int q = 0;
+    for (auto it = order_.rbegin(); it != order_.rend(); ++it) {
+      if (*it != GridDim::pipeline) q = q * shape_.size(*it) + index_[static_cast<int>(*it)];
+    }
+    const int et = shape_.expert_tensor, ep = shape_.expert;
+    return {q % et, (q / et) % ep, q / (et * ep)};
+  }
+
+  /// The expert layout's group along `along` (0 expert_tensor, 1 expert, 2 expert_data).
+  C split_expert(int along) {
+    static constexpr const char* names[3] = {"expert_tensor", "expert", "expert_data"};
+    const int sizes[3] = {shape_.expert_tensor, shape_.expert, expert_data_size()};
+    int color = pipeline_index();
+    std::string label = std::string(names[along]) + "[";
+    for (int d = 2; d >= 0; --d) {
+      if (d == along) continue;
+      color = color * sizes[d] + expert_index_[static_cast<std::size_t>(d)];
+      label += std::string(names[d]) + " " + std::to_string(expert_index_[static_cast<std::size_t>(d)]) + ", ";
+    }
+    label += "pipeline " + std::to_string(pipeline_index()) + "]";
+    return split_named(*world_, color, expert_index_[static_cast<std::size_t>(along)], label);
+  }
+
   /// A split whose group error messages name by `label` where the communicator takes one
   /// (threads, MPI); a plain split elsewhere.
   static C split_named(C& comm, int color, int key, std::string label) {
@@ -259,6 +320,8 @@ class ProcessGrid {
   std::array<GridDim, kGridDims> order_;
   std::array<int, kGridDims> index_;  // [tensor, data, pipeline]
   C tensor_, data_, pipeline_, model_;
+  std::array<int, 3> expert_index_;  // [expert_tensor, expert, expert_data]
+  C expert_tensor_, expert_, expert_data_;
 };
 
 }  // namespace zerotk::comm
