@@ -6,9 +6,11 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "../comm/reference.hpp"
+#include "../moe/moe_fixture.hpp"
 #include "zerotk/comm.hpp"
 
 namespace test_mpi {  // the file's own names, apart from its suite's other files in a unity build
@@ -346,6 +348,74 @@ TEST_CASE("mpi: byte counters follow the same ring conventions as the threads ba
   CHECK(s[OpKind::broadcast].wire_bytes == 40);
   CHECK(s[OpKind::barrier].calls == 1);
   CHECK(s.total_wire_bytes() == 80 * (uw - 1) / uw + 80 * (uw - 1) + 40);
+}
+
+TEST_CASE("mpi: all_to_all_v moves the blocks the counts say, counts its bytes, and names two ranks whose counts disagree") {
+  MpiCommunicator c = world().split(0, world().rank());  // fresh counters
+  const int w = c.size();
+  const auto uw = static_cast<std::uint64_t>(w);
+  for (std::size_t most : {std::size_t{0}, std::size_t{5}, std::size_t{3000}}) {
+    auto v = test::v_case<float>(31 + most, c.rank(), w, most);
+    std::vector<float> got(v.want.size());
+    c.all_to_all_v(v.send.data(), v.send_counts, got.data(), v.recv_counts, DType::fp32).wait();
+    CHECK(test::compare_bits("all_to_all_v", got.data(), v.want.data(), got.size()) == "");
+  }
+  {
+    c.stats().reset();
+    auto v = test::v_case<bfloat16>(40, c.rank(), w, 64);
+    std::vector<bfloat16> got(v.want.size());
+    c.all_to_all_v(v.send.data(), v.send_counts, got.data(), v.recv_counts, DType::bf16).wait();
+    CHECK(test::compare_bits("all_to_all_v bf16", got.data(), v.want.data(), got.size()) == "");
+    std::uint64_t sent = 0;
+    for (std::size_t k : v.send_counts) sent += k;
+    const std::uint64_t own = v.send_counts[static_cast<std::size_t>(c.rank())];
+    const comm::CommStats& s = c.stats();
+    CHECK(s[OpKind::all_to_all_v].payload_bytes == 2 * sent);
+    CHECK(s[OpKind::all_to_all_v].wire_bytes == 2 * (sent - own));
+    // the count agreement: one all_gather of 2 W 8-byte counts per rank
+    CHECK(s[OpKind::all_gather].calls == 1);
+    CHECK(s[OpKind::all_gather].payload_bytes == uw * 2 * uw * 8);
+  }
+  // Rank w-1 expects one element fewer from rank 0 than rank 0 sends it.
+  std::vector<std::size_t> send_counts(static_cast<std::size_t>(w), 2), recv_counts(static_cast<std::size_t>(w), 2);
+  if (c.rank() == w - 1) recv_counts[0] = 1;
+  std::vector<float> send(2 * uw, 1.f), recv(2 * uw, -7.f);
+  std::string what;
+  try {
+    c.all_to_all_v(send.data(), send_counts, recv.data(), recv_counts, DType::fp32).wait();
+  } catch (const comm_error& e) {
+    what = e.what();
+  }
+  const std::string want = "rank 0 sends 2 elements to rank " + std::to_string(w - 1) + ", which expects 1 from it";
+  CHECK(contains(what, want));
+  CHECK(contains(what, "ranks 0, " + std::to_string(w - 1)));
+  for (float x : recv) CHECK(x == -7.f);  // nothing moved
+  CHECK_THROWS_AS(c.barrier(), comm_error);  // the communicator refuses further work on every rank
+}
+
+TEST_CASE("mpi: expert-parallel dispatch across processes gives one expert rank's bits (dropless, top-2)") {
+  MpiCommunicator c = world().split(0, world().rank());
+  MpiCommunicator alone = world().split(world().rank(), 0);  // each process's own expert rank of one
+  const int W = c.size(), E = 2 * W, k = 2, h = 4, T = 6;
+  const test::Experts ex(E, h);
+  const auto in = [&](int rank, std::uint64_t seed, int width) { return test::logits_of(seed, rank, std::size_t(T * width)); };
+  const auto ep = test::moe_layer(c, ex, E, k, in(c.rank(), 1, h), in(c.rank(), 2, E), in(c.rank(), 3, h), moe::Dropless{});
+  std::vector<float> x, logits, dy;
+  for (int r = 0; r < W; ++r) {
+    for (auto [v, seed, width] : {std::tuple{&x, 1, h}, std::tuple{&logits, 2, E}, std::tuple{&dy, 3, h}}) {
+      const auto part = in(r, static_cast<std::uint64_t>(seed), width);
+      v->insert(v->end(), part.begin(), part.end());
+    }
+  }
+  const auto one = test::moe_layer(alone, ex, E, k, x, logits, dy, moe::Dropless{});
+  const auto at = [&](const std::vector<float>& v, int width) { return v.data() + std::size_t(c.rank() * T * width); };
+  CHECK(test::compare_bits("y", ep.y.data(), at(one.y, h), ep.y.size()) == "");
+  CHECK(test::compare_bits("dx", ep.dx.data(), at(one.dx, h), ep.dx.size()) == "");
+  CHECK(test::compare_bits("d_logits", ep.d_logits.data(), at(one.d_logits, E), ep.d_logits.size()) == "");
+  for (int e = 2 * c.rank(); e < 2 * c.rank() + 2; ++e) {
+    const auto& dw = ep.dw[static_cast<std::size_t>(e)];
+    CHECK(test::compare_bits("dW", dw.data(), one.dw[static_cast<std::size_t>(e)].data(), dw.size()) == "");
+  }
 }
 
 TEST_CASE("mpi: MPI errors become comm_error; argument errors are usage_error before any call") {

@@ -1,0 +1,295 @@
+#pragma once
+/// \file zerotk/moe/dispatcher.hpp
+/// The token dispatcher of an expert-parallel layer over the user's buffers (docs/moe.md): drop
+/// (Capacity) or keep (Dropless) each routed slot, exchange counts, permute, all_to_all_v, hand
+/// the expert's rows to the user in expert order, and the reverse for the combine; the backward
+/// runs the same transfers the other way. fp32 rows of `hidden` elements.
+///
+///   zerotk::moe::Dispatcher d(ep_group, experts, hidden, zerotk::moe::Dropless{});
+///   d.dispatch(x, routing);                       // x: [T * h], this rank's tokens
+///   for (int e = 0; e < d.local_experts(); ++e)   // the user's expert: rows of d.input(e) -> d.output(e)
+///     my_expert[d.first_expert() + e].forward(d.input(e), d.output(e));
+///   d.combine(y);                                 // y[t] = sum_j gate_j * expert_{e_j}(x[t]), kept slots
+///   d.combine_backward(dy, d_gate);               // d.output_grad(e) for the experts; d_gate for the router
+///   ... the user's expert backward writes d.input_grad(e) ...
+///   d.dispatch_backward(dx);                      // dx[t] += the rows' gradients, in slot order
+///
+/// Experts are spread in contiguous blocks: rank r of the expert group holds experts
+/// [r * E / E_p, (r + 1) * E / E_p). Expert e receives its rows from source rank 0, then 1, ..., each
+/// source's in token order: with a row-wise expert, expert parallelism gives the bits one expert
+/// rank gives over the same tokens in rank order. Per rank and layer, forward and backward move
+/// 4 T k h b (E_p - 1) / E_p bytes under uniform routing; Dropless sends exactly the routed rows,
+/// not DeepSpeed's padding to the largest load.
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "zerotk/comm/communicator.hpp"
+#include "zerotk/core/error.hpp"
+#include "zerotk/moe/router.hpp"
+
+namespace zerotk::moe {
+
+/// Keeps every routed slot: the all-to-all sends exactly the routed rows.
+struct Dropless {
+  static constexpr const char* name = "dropless";
+  std::size_t capacity(std::size_t /*slots*/, std::size_t /*tokens*/, int /*experts*/) const noexcept {
+    return SIZE_MAX;
+  }
+};
+
+/// DeepSpeed's capacity: each expert takes at most max(ceil(T * k / E * factor), min_capacity) of
+/// a rank's T * k slots, never more than T, first choices before second ones (all slot 0 in token
+/// order, then all slot 1, ...: drop by position; DeepSpeed's random token selection is not
+/// offered); the rest are dropped (their gates count as zero). DeepSpeed's MoE layer sets
+/// min_capacity 4.
+struct Capacity {
+  static constexpr const char* name = "capacity";
+  double factor = 1.0;
+  std::size_t min_capacity = 0;
+  std::size_t capacity(std::size_t slots, std::size_t tokens, int experts) const {
+    if (!(factor > 0)) throw usage_error("the capacity factor must be > 0", "zerotk::moe::Capacity", std::to_string(factor));
+    const auto c = static_cast<std::size_t>(std::ceil(static_cast<double>(slots) / experts * factor));
+    return std::min(std::max(c, min_capacity), tokens);
+  }
+};
+
+template <comm::Communicator C, class Drop>
+class Dispatcher {
+ public:
+  /// `group`: the expert-parallel group (its size E_p must divide `experts`).
+  Dispatcher(C& group, int experts, int hidden, Drop drop = {})
+      : c_(&group), experts_(experts), hidden_(static_cast<std::size_t>(hidden)), drop_(drop) {
+    const int ep = group.size();
+    if (experts < 1 || hidden < 1 || experts % ep != 0) {
+      throw usage_error("experts must be a positive multiple of the expert-parallel size, hidden positive",
+                        "zerotk::moe::Dispatcher on rank " + std::to_string(group.rank()),
+                        std::to_string(experts) + " experts, expert parallel " + std::to_string(ep) + ", hidden " +
+                            std::to_string(hidden));
+    }
+    local_ = experts / ep;
+  }
+
+  int local_experts() const noexcept { return local_; }
+  int first_expert() const noexcept { return c_->rank() * local_; }
+  /// Rows of local expert `e` (0-based on this rank) after dispatch.
+  std::size_t rows(int e) const { return rows_by_expert_[static_cast<std::size_t>(e)]; }
+  std::span<const float> input(int e) const { return expert_span(in_, e); }
+  std::span<float> output(int e) { return expert_span(out_, e); }
+  std::span<const float> output_grad(int e) const { return expert_span(dout_, e); }
+  std::span<float> input_grad(int e) { return expert_span(din_, e); }
+  /// Slots of this rank's last dispatch that were dropped (Capacity), and kept per expert (all E).
+  std::size_t dropped() const noexcept { return dropped_; }
+  std::span<const std::size_t> kept_per_expert() const noexcept { return kept_; }
+
+  void dispatch(std::span<const float> x, const Routing& r) {
+    constexpr const char* where = "zerotk::moe::Dispatcher::dispatch";
+    if (r.experts != experts_) {
+      throw usage_error("the routing's expert count differs from the dispatcher's", where,
+                        std::to_string(r.experts) + " vs " + std::to_string(experts_));
+    }
+    detail::check_shape(x.size(), static_cast<std::size_t>(r.tokens) * hidden_, "x", where);
+    routing_ = &r;
+    plan(r);
+    exchange_counts();
+    // Rows leave in (destination, expert, token) order: slot_order_ is sorted that way.
+    std::vector<float> send(slot_order_.size() * hidden_);
+    for (std::size_t i = 0; i < slot_order_.size(); ++i) {
+      const std::size_t t = slot_order_[i] / k();
+      std::copy_n(x.data() + t * hidden_, hidden_, send.data() + i * hidden_);
+    }
+    to_experts(send, in_, out_);
+  }
+
+  /// y[t] = sum over t's kept slots j, in slot order, of gate_j * (its expert's output row).
+  void combine(std::span<float> y) {
+    check_tokens(y, "y", "zerotk::moe::Dispatcher::combine");
+    back_ = from_experts(out_);
+    std::fill(y.begin(), y.end(), 0.f);
+    for_each_kept([&](std::size_t t, std::size_t slot, std::size_t row) {
+      const float g = routing_->gate[slot];
+      for (std::size_t i = 0; i < hidden_; ++i) y[t * hidden_ + i] += g * back_[row * hidden_ + i];
+    });
+  }
+
+  /// From dy = d(loss)/dy: d_gate (T * k; dropped slots 0) and, for the experts, output_grad(e).
+  void combine_backward(std::span<const float> dy, std::span<float> d_gate) {
+    constexpr const char* where = "zerotk::moe::Dispatcher::combine_backward";
+    check_tokens(dy, "dy", where);
+    detail::check_shape(d_gate.size(), routing_->gate.size(), "d_gate", where);
+    std::fill(d_gate.begin(), d_gate.end(), 0.f);
+    std::vector<float> send(slot_order_.size() * hidden_);
+    for_each_kept([&](std::size_t t, std::size_t slot, std::size_t row) {
+      const float g = routing_->gate[slot];
+      double dot = 0;
+      for (std::size_t i = 0; i < hidden_; ++i) {
+        send[row * hidden_ + i] = g * dy[t * hidden_ + i];
+        dot += static_cast<double>(dy[t * hidden_ + i]) * back_[row * hidden_ + i];
+      }
+      d_gate[slot] = static_cast<float>(dot);
+    });
+    to_experts(send, dout_, din_);
+  }
+
+  /// dx[t] += the input gradients of t's kept slots, in slot order.
+  void dispatch_backward(std::span<float> dx) {
+    check_tokens(dx, "dx", "zerotk::moe::Dispatcher::dispatch_backward");
+    const std::vector<float> got = from_experts(din_);
+    for_each_kept([&](std::size_t t, std::size_t, std::size_t row) {
+      for (std::size_t i = 0; i < hidden_; ++i) dx[t * hidden_ + i] += got[row * hidden_ + i];
+    });
+  }
+
+ private:
+  std::size_t k() const noexcept { return static_cast<std::size_t>(routing_->top_k); }
+  std::size_t ep() const noexcept { return static_cast<std::size_t>(c_->size()); }
+  std::size_t received_rows() const {
+    std::size_t n = 0;
+    for (std::size_t v : recv_rows_) n += v;
+    return n;
+  }
+
+  template <class V>
+  auto expert_span(V& v, int e) const {
+    const auto ue = static_cast<std::size_t>(e);
+    return std::span(v.data() + expert_first_[ue] * hidden_, rows_by_expert_[ue] * hidden_);
+  }
+
+  void check_tokens(std::span<const float> v, const char* what, const char* where) const {
+    if (routing_ == nullptr) throw usage_error("call dispatch() first", where);
+    detail::check_shape(v.size(), static_cast<std::size_t>(routing_->tokens) * hidden_, what, where);
+  }
+
+  // Which slots are kept, and the order rows leave in.
+  void plan(const Routing& r) {
+    const std::size_t slots = r.expert.size(), kk = static_cast<std::size_t>(r.top_k);
+    const std::size_t cap = drop_.capacity(slots, static_cast<std::size_t>(r.tokens), experts_);
+    kept_.assign(static_cast<std::size_t>(experts_), 0);
+    keep_.assign(slots, 0);
+    dropped_ = 0;
+    for (std::size_t j = 0; j < kk; ++j) {  // first choices first, each in token order
+      for (std::size_t t = 0; t < static_cast<std::size_t>(r.tokens); ++t) {
+        const auto e = static_cast<std::size_t>(r.expert[t * kk + j]);
+        if (kept_[e] < cap) {
+          ++kept_[e];
+          keep_[t * kk + j] = 1;
+        } else {
+          ++dropped_;
+        }
+      }
+    }
+    slot_order_.clear();
+    for (std::size_t s = 0; s < slots; ++s) {
+      if (keep_[s]) slot_order_.push_back(s);
+    }
+    std::stable_sort(slot_order_.begin(), slot_order_.end(),
+                     [&](std::size_t a, std::size_t b) { return r.expert[a] < r.expert[b]; });  // (expert, token)
+    row_of_.assign(slots, 0);
+    for (std::size_t i = 0; i < slot_order_.size(); ++i) row_of_[slot_order_[i]] = i;
+  }
+
+  // Each source tells each destination how many rows it sends to each of its experts.
+  void exchange_counts() {
+    const auto L = static_cast<std::size_t>(local_);
+    std::vector<std::int32_t> mine(static_cast<std::size_t>(experts_)), theirs(mine.size());
+    for (std::size_t e = 0; e < mine.size(); ++e) mine[e] = static_cast<std::int32_t>(kept_[e]);
+    c_->all_to_all(mine.data(), theirs.data(), L, DType::int32).wait();
+    send_rows_.assign(ep(), 0), recv_rows_.assign(ep(), 0);
+    from_source_.assign(ep() * L, 0);  // [source][local expert]
+    rows_by_expert_.assign(L, 0), expert_first_.assign(L, 0);
+    for (std::size_t d = 0; d < ep(); ++d) {
+      for (std::size_t e = 0; e < L; ++e) {
+        send_rows_[d] += kept_[d * L + e];
+        const auto n = static_cast<std::size_t>(theirs[d * L + e]);
+        from_source_[d * L + e] = n;
+        recv_rows_[d] += n;
+        rows_by_expert_[e] += n;
+      }
+    }
+    for (std::size_t e = 1; e < L; ++e) expert_first_[e] = expert_first_[e - 1] + rows_by_expert_[e - 1];
+  }
+
+  // all_to_all_v of rows (`send_rows[d]` rows to rank d, `recv_rows[s]` from rank s).
+  void move(const std::vector<float>& send, const std::vector<std::size_t>& send_rows, std::vector<float>& recv,
+            const std::vector<std::size_t>& recv_rows) {
+    std::vector<std::size_t> sc(ep()), rc(ep());
+    for (std::size_t r = 0; r < ep(); ++r) sc[r] = send_rows[r] * hidden_, rc[r] = recv_rows[r] * hidden_;
+    c_->all_to_all_v(send.data(), sc, recv.data(), rc, DType::fp32).wait();
+  }
+
+  // Rows in send order to their experts, landing in expert order in `into`; `partner` (what the
+  // user writes next: the outputs, the input gradients) is zeroed to the same size.
+  void to_experts(const std::vector<float>& send, std::vector<float>& into, std::vector<float>& partner) {
+    std::vector<float> got(received_rows() * hidden_);
+    move(send, send_rows_, got, recv_rows_);
+    into.assign(got.size(), 0.f);
+    to_expert_order(got, into);
+    partner.assign(into.size(), 0.f);
+  }
+
+  // The experts' rows (expert order) back to their sources, in send order.
+  std::vector<float> from_experts(const std::vector<float>& rows) {
+    std::vector<float> src(rows.size()), got(slot_order_.size() * hidden_);
+    from_expert_order(rows, src);
+    move(src, recv_rows_, got, send_rows_);
+    return got;
+  }
+
+  // Received rows are [source][local expert][token order]; the user's are [local expert][source][...].
+  template <bool ToExpert>
+  void reorder(const std::vector<float>& from, std::vector<float>& to) const {
+    const auto L = static_cast<std::size_t>(local_);
+    std::size_t source_row = 0;
+    std::vector<std::size_t> next(expert_first_);
+    for (std::size_t s = 0; s < ep(); ++s) {
+      for (std::size_t e = 0; e < L; ++e) {
+        const std::size_t n = from_source_[s * L + e] * hidden_;
+        const std::size_t a = source_row * hidden_, b = next[e] * hidden_;
+        if constexpr (ToExpert) {
+          std::copy_n(from.data() + a, n, to.data() + b);
+        } else {
+          std::copy_n(from.data() + b, n, to.data() + a);
+        }
+        source_row += from_source_[s * L + e];
+        next[e] += from_source_[s * L + e];
+      }
+    }
+  }
+  void to_expert_order(const std::vector<float>& from, std::vector<float>& to) const { reorder<true>(from, to); }
+  void from_expert_order(const std::vector<float>& from, std::vector<float>& to) const { reorder<false>(from, to); }
+
+  // fn(token, slot, row in the send order) for every kept slot, token by token, slot by slot.
+  template <class F>
+  void for_each_kept(F&& fn) const {
+    const std::size_t kk = k();
+    for (std::size_t t = 0; t < static_cast<std::size_t>(routing_->tokens); ++t) {
+      for (std::size_t j = 0; j < kk; ++j) {
+        const std::size_t slot = t * kk + j;
+        if (keep_[slot]) fn(t, slot, row_of_[slot]);
+      }
+    }
+  }
+
+  C* c_;
+  int experts_ = 1, local_ = 1;
+  std::size_t hidden_ = 1;
+  Drop drop_;
+  const Routing* routing_ = nullptr;
+  std::vector<std::size_t> kept_;         // [E] slots kept per expert (this rank's)
+  std::vector<char> keep_;                // [T * k]
+  std::size_t dropped_ = 0;
+  std::vector<std::size_t> slot_order_;   // kept slots in send order
+  std::vector<std::size_t> row_of_;       // slot -> its row in the send order
+  std::vector<std::size_t> send_rows_, recv_rows_;        // [E_p]
+  std::vector<std::size_t> from_source_;                  // [E_p * L]
+  std::vector<std::size_t> rows_by_expert_, expert_first_;  // [L]
+  std::vector<float> in_, out_, dout_, din_;  // expert-major rows
+  std::vector<float> back_;                  // combine: the expert outputs back in send order
+};
+
+}  // namespace zerotk::moe

@@ -1,0 +1,99 @@
+#pragma once
+// A mixture-of-experts layer for tests (tests/moe on thread ranks, tests/mpi across processes):
+// row-wise experts y = tanh(W_e x) with their backward, and one forward + backward through the
+// router and the dispatcher.
+
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "../comm/reference.hpp"
+#include "zerotk/moe/dispatcher.hpp"
+#include "zerotk/moe/router.hpp"
+
+namespace zerotk::test {
+
+inline std::vector<float> logits_of(std::uint64_t seed, int rank, std::size_t n) {
+  std::vector<float> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = test::value<float>(seed, rank, i, false);
+  return v;
+}
+
+// The test's expert e: y = tanh(W_e x) row by row, W_e [h x h]; its backward.
+struct Experts {
+  int h = 0;
+  std::vector<std::vector<float>> w;  // [E][h*h]
+  Experts(int experts, int hidden) : h(hidden) {
+    for (int e = 0; e < experts; ++e) w.push_back(logits_of(900 + static_cast<std::uint64_t>(e), 0, std::size_t(hidden * hidden)));
+    for (auto& m : w) for (float& x : m) x *= 0.25f;
+  }
+  void forward(int e, std::span<const float> x, std::span<float> y) const {
+    const auto H = static_cast<std::size_t>(h);
+    for (std::size_t r = 0; r < x.size() / H; ++r) {
+      for (std::size_t i = 0; i < H; ++i) {
+        float a = 0;
+        for (std::size_t m = 0; m < H; ++m) a += w[static_cast<std::size_t>(e)][i * H + m] * x[r * H + m];
+        y[r * H + i] = std::tanh(a);
+      }
+    }
+  }
+  // dx from dy (and y recomputed from x); dw accumulates over rows in their order.
+  void backward(int e, std::span<const float> x, std::span<const float> dy, std::span<float> dx, std::vector<float>& dw) const {
+    const auto H = static_cast<std::size_t>(h);
+    std::vector<float> y(x.size());
+    forward(e, x, y);
+    for (std::size_t r = 0; r < x.size() / H; ++r) {
+      for (std::size_t m = 0; m < H; ++m) dx[r * H + m] = 0;
+      for (std::size_t i = 0; i < H; ++i) {
+        const float da = dy[r * H + i] * (1 - y[r * H + i] * y[r * H + i]);
+        for (std::size_t m = 0; m < H; ++m) {
+          dx[r * H + m] += w[static_cast<std::size_t>(e)][i * H + m] * da;
+          dw[i * H + m] += da * x[r * H + m];
+        }
+      }
+    }
+  }
+};
+
+// What one rank ends a forward + backward with.
+struct Result {
+  std::vector<float> y, dx, d_logits;
+  std::vector<std::vector<float>> dw;  // this rank's experts' weight gradients, by global expert
+  std::size_t dropped = 0;
+  std::uint64_t a2a_wire = 0;
+};
+
+// One layer on `c` (the expert group): route the logits, dispatch x, run the experts, combine,
+// then the backward from dy.
+template <class C, class Drop>
+Result moe_layer(C& c, const Experts& ex, int E, int k, const std::vector<float>& x,
+             const std::vector<float>& logits, const std::vector<float>& dy, Drop drop) {
+  const int h = ex.h;
+  const int T = static_cast<int>(x.size()) / h;
+  const auto routing = moe::route(logits, T, E, {.top_k = k, .renormalize = true});
+  moe::Dispatcher d(c, E, h, drop);
+  d.dispatch(x, routing);
+  for (int e = 0; e < d.local_experts(); ++e) ex.forward(d.first_expert() + e, d.input(e), d.output(e));
+  Result res;
+  res.y.resize(x.size());
+  d.combine(res.y);
+  std::vector<float> d_gate(routing.gate.size());
+  d.combine_backward(dy, d_gate);
+  res.dw.resize(static_cast<std::size_t>(E));
+  for (int e = 0; e < d.local_experts(); ++e) {
+    auto& dw = res.dw[static_cast<std::size_t>(d.first_expert() + e)];
+    dw.assign(static_cast<std::size_t>(h * h), 0.f);
+    ex.backward(d.first_expert() + e, d.input(e), d.output_grad(e), d.input_grad(e), dw);
+  }
+  res.dx.assign(x.size(), 0.f);
+  d.dispatch_backward(res.dx);
+  res.d_logits.resize(logits.size());
+  moe::route_backward(routing, d_gate, res.d_logits);
+  res.dropped = d.dropped();
+  res.a2a_wire = c.stats()[comm::OpKind::all_to_all_v].wire_bytes;
+  return res;
+}
+
+}  // namespace zerotk::test

@@ -1,0 +1,260 @@
+// Mixture of experts' building blocks (docs/moe.md) on thread ranks: the router against closed
+// forms and finite differences, the dispatcher's expert parallelism against one expert rank bit for
+// bit, its bytes against SEMANTICS.md's formula, and its drops against a serial reference.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "../comm/reference.hpp"
+#include "moe_fixture.hpp"
+#include "zerotk/comm/threads.hpp"
+#include "zerotk/moe/dispatcher.hpp"
+#include "zerotk/moe/router.hpp"
+
+namespace test_moe {
+
+using namespace zerotk;
+using comm::OpKind;
+using comm::ThreadsCommunicator;
+using test::Experts;
+using test::logits_of;
+using test::Result;
+
+namespace {
+
+// A loss that weighs each gate: L = sum_s w_s gate_s (+ coef * balance loss).
+double gate_loss(std::span<const float> logits, int T, int E, moe::RouterOptions o, std::span<const double> w,
+                 double coef) {
+  const auto r = moe::route(logits, T, E, o);
+  double l = 0;
+  for (std::size_t s = 0; s < r.gate.size(); ++s) l += w[s] * r.gate[s];
+  if (coef != 0) l += coef * moe::switch_balance(r).loss;
+  return l;
+}
+
+}  // namespace
+
+TEST_CASE("router: softmax then top-k, gates renormalized or not, ties to the lower expert, bias only chooses") {
+  // token 0: logits 0, ln 2, ln 3, 0 -> p = 1/7, 2/7, 3/7, 1/7; token 1: all equal.
+  const std::vector<float> logits = {0.f, std::log(2.f), std::log(3.f), 0.f, 1.f, 1.f, 1.f, 1.f};
+  const auto r = moe::route(logits, 2, 4, {.top_k = 2});
+  CHECK(r.expert == std::vector<int>{2, 1, 0, 1});
+  CHECK(r.gate[0] == doctest::Approx(3.0 / 7).epsilon(1e-6));
+  CHECK(r.gate[1] == doctest::Approx(2.0 / 7).epsilon(1e-6));
+  CHECK(r.gate[2] == doctest::Approx(0.25).epsilon(1e-6));
+  const auto n = moe::route(logits, 2, 4, {.top_k = 2, .renormalize = true});
+  CHECK(n.gate[0] == doctest::Approx(0.6).epsilon(1e-6));
+  CHECK(n.gate[1] == doctest::Approx(0.4).epsilon(1e-6));
+  const std::vector<float> bias = {0.f, 0.f, -1.f, 0.5f};  // expert 2 out, expert 3 first
+  const auto b = moe::route(logits, 2, 4, {.top_k = 2}, bias);
+  CHECK(b.expert == std::vector<int>{3, 1, 3, 0});
+  CHECK(b.gate[0] == doctest::Approx(1.0 / 7).epsilon(1e-6));  // the probability, not the biased score
+  CHECK_THROWS_AS(moe::route(logits, 2, 4, {.top_k = 5}), usage_error);
+  CHECK_THROWS_AS(moe::route(std::span<const float>(logits).first(7), 2, 4, {.top_k = 1}), usage_error);
+}
+
+TEST_CASE("router: the backward and the Switch balance loss's gradient match central differences") {
+  const int T = 5, E = 6;
+  for (const bool renorm : {false, true}) {
+    for (const int k : {1, 2, 3}) {
+      const std::string norm = renorm ? ", renormalized" : "";
+      INFO("top_k ", k, norm);
+      auto logits = logits_of(7 + static_cast<std::uint64_t>(k), 0, T * E);
+      std::vector<double> w(static_cast<std::size_t>(T * k));
+      for (std::size_t s = 0; s < w.size(); ++s) w[s] = test::value<float>(3, 1, s, false);
+      const moe::RouterOptions o{.top_k = k, .renormalize = renorm};
+      const double coef = 0.3;
+      const auto r = moe::route(logits, T, E, o);
+      std::vector<float> d_gate(w.begin(), w.end()), d_logits(logits.size());
+      moe::route_backward(r, d_gate, d_logits);
+      moe::switch_balance_backward(r, moe::switch_balance(r), coef, d_logits);
+      for (std::size_t i = 0; i < logits.size(); ++i) {
+        const float keep = logits[i], eps = 1e-2f;
+        logits[i] = keep + eps;
+        const double up = gate_loss(logits, T, E, o, w, coef);
+        logits[i] = keep - eps;
+        const double down = gate_loss(logits, T, E, o, w, coef);
+        logits[i] = keep;
+        CHECK(d_logits[i] == doctest::Approx((up - down) / (2.0 * eps)).epsilon(1e-2).scale(1e-3));
+      }
+    }
+  }
+}
+
+TEST_CASE("router: the Switch balance loss is E * sum f_i P_i; the expert bias moves against the load") {
+  // 4 tokens, 2 experts, top-1: tokens 0-2 choose expert 0 (p 0.75), token 3 expert 1 (p 0.75).
+  const float a = std::log(3.f);
+  const std::vector<float> logits = {a, 0, a, 0, a, 0, 0, a};
+  const auto r = moe::route(logits, 4, 2, {.top_k = 1});
+  const auto b = moe::switch_balance(r);
+  CHECK(b.fraction[0] == doctest::Approx(0.75));
+  CHECK(b.mean_prob[0] == doctest::Approx((3 * 0.75 + 0.25) / 4).epsilon(1e-6));
+  CHECK(b.loss == doctest::Approx(2 * (0.75 * 0.625 + 0.25 * 0.375)).epsilon(1e-6));
+  moe::ExpertBias bias(3, 0.01f);
+  const std::vector<std::uint64_t> load = {10, 4, 7};  // mean 7
+  bias.update(load);
+  CHECK(bias.bias == std::vector<float>{-0.01f, 0.01f, 0.f});
+}
+
+TEST_CASE("dispatcher: dropless expert parallel 4 gives the bits of one expert rank over the same tokens") {
+  const int W = 4, E = 8, k = 2, h = 6, T = 12;
+  const Experts ex(E, h);
+  const auto inputs = [&](int rank) {
+    return std::array<std::vector<float>, 3>{logits_of(1, rank, T * h), logits_of(2, rank, T * E), logits_of(3, rank, T * h)};
+  };
+  const auto ep4 = comm::run_threads(W, [&](ThreadsCommunicator& c) {
+    const auto [x, logits, dy] = inputs(c.rank());
+    return test::moe_layer(c, ex, E, k, x, logits, dy, moe::Dropless{});
+  });
+  // One expert rank holding every rank's tokens, in rank order.
+  std::vector<float> x, logits, dy;
+  for (int r = 0; r < W; ++r) {
+    const auto in = inputs(r);
+    x.insert(x.end(), in[0].begin(), in[0].end());
+    logits.insert(logits.end(), in[1].begin(), in[1].end());
+    dy.insert(dy.end(), in[2].begin(), in[2].end());
+  }
+  const auto ep1 = comm::run_threads(1, [&](ThreadsCommunicator& c) { return test::moe_layer(c, ex, E, k, x, logits, dy, moe::Dropless{}); });
+  const Result& one = ep1[0];
+  CHECK(one.dropped == 0);
+  CHECK(one.a2a_wire == 0);
+  const auto part = [](const std::vector<float>& v, int r, std::size_t n) {
+    return std::vector<float>(v.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(r) * n),
+                              v.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(r + 1) * n));
+  };
+  for (int r = 0; r < W; ++r) {
+    INFO("rank ", r);
+    const Result& got = ep4[static_cast<std::size_t>(r)];
+    CHECK(got.dropped == 0);
+    CHECK(test::compare_bits("y", got.y.data(), part(one.y, r, T * h).data(), got.y.size()) == "");
+    CHECK(test::compare_bits("dx", got.dx.data(), part(one.dx, r, T * h).data(), got.dx.size()) == "");
+    CHECK(test::compare_bits("d_logits", got.d_logits.data(), part(one.d_logits, r, T * E).data(), got.d_logits.size()) == "");
+    for (int e = r * E / W; e < (r + 1) * E / W; ++e) {
+      const auto& dw = got.dw[static_cast<std::size_t>(e)];
+      CHECK(test::compare_bits("dW of expert " + std::to_string(e), dw.data(), one.dw[static_cast<std::size_t>(e)].data(), dw.size()) == "");
+    }
+  }
+  // Not trivially equal: the experts did change the output and the gradients reached the router.
+  CHECK(std::any_of(one.y.begin(), one.y.end(), [](float v) { return v != 0.f; }));
+  CHECK(std::any_of(one.d_logits.begin(), one.d_logits.end(), [](float v) { return v != 0.f; }));
+}
+
+TEST_CASE("dispatcher: bytes are 4 T k h b (E_p-1)/E_p under uniform routing; skewed routing sends exactly the routed rows") {
+  const int W = 4, E = 4, k = 2, h = 5, T = 8;
+  const Experts ex(E, h);
+  // Uniform: slot j of token t chooses expert (t k + j) mod E (logits 5 and 4 there, 0 elsewhere).
+  // Skewed: every token's first choice is expert 0, its second expert 1.
+  for (const bool skewed : {false, true}) {
+    const std::string routing_kind = skewed ? "skewed" : "uniform";
+    INFO(routing_kind);
+    const auto wire = comm::run_threads(W, [&](ThreadsCommunicator& c) {
+      std::vector<float> logits(T * E, 0.f);
+      for (int t = 0; t < T; ++t) {
+        for (int j = 0; j < k; ++j) {
+          const int e = skewed ? j : (t * k + j) % E;
+          logits[static_cast<std::size_t>(t * E + e)] = 5.f - static_cast<float>(j);
+        }
+      }
+      const auto x = logits_of(5, c.rank(), T * h), dy = logits_of(6, c.rank(), T * h);
+      return test::moe_layer(c, ex, E, k, x, logits, dy, moe::Dropless{}).a2a_wire;
+    });
+    for (int r = 0; r < W; ++r) {
+      // uniform: 4 T k h b (E_p - 1) / E_p. Skewed: ranks 0 and 1 hold the two chosen experts;
+      // every rank sends T rows to each of them (rank 0 and 1 keep their own T), and each of them
+      // returns 4 T rows of which 3 T leave; forward and backward alike. Ranks 0, 1: 2 (T + 3 T)
+      // rows; ranks 2, 3: 2 (2 T).
+      const std::uint64_t uniform = 4ull * T * k * h * 4 * (W - 1) / W;
+      const std::uint64_t routed = (r == 0 || r == 1 ? 8ull * T : 4ull * T) * h * 4;
+      CHECK(wire[static_cast<std::size_t>(r)] == (skewed ? routed : uniform));
+      if (skewed) {  // DeepSpeed's dropless pads every expert to the largest load: E x T rows per transfer
+        const std::uint64_t padded = 4ull * E * T * h * 4 * (W - 1) / W;
+        CHECK(wire[static_cast<std::size_t>(r)] < padded);
+      }
+    }
+  }
+}
+
+TEST_CASE("dispatcher: dropped slots under capacity factors 1.0 and 1.25 equal a serial reference, and add nothing") {
+  const int W = 2, E = 4, k = 2, h = 3, T = 10;
+  const Experts ex(E, h);
+  for (const double factor : {1.0, 1.25}) {
+    INFO("capacity factor ", factor);
+    const auto results = comm::run_threads(W, [&](ThreadsCommunicator& c) {
+      const auto x = logits_of(11, c.rank(), T * h), logits = logits_of(12, c.rank(), T * E),
+                 dy = logits_of(13, c.rank(), T * h);
+      return test::moe_layer(c, ex, E, k, x, logits, dy, moe::Capacity{.factor = factor});
+    });
+    for (int r = 0; r < W; ++r) {
+      INFO("rank ", r);
+      const auto x = logits_of(11, r, T * h), logits = logits_of(12, r, T * E);
+      const auto routing = moe::route(logits, T, E, {.top_k = k, .renormalize = true});
+      // The reference: per expert, its slots in priority order (first choices, then second), the
+      // first `cap` kept.
+      const auto cap = static_cast<std::size_t>(std::ceil(T * k / double(E) * factor));
+      std::vector<char> kept(static_cast<std::size_t>(T * k), 0);
+      std::size_t dropped = 0;
+      for (int e = 0; e < E; ++e) {
+        std::size_t taken = 0;
+        for (int j = 0; j < k; ++j) {
+          for (int t = 0; t < T; ++t) {
+            if (routing.expert[static_cast<std::size_t>(t * k + j)] != e) continue;
+            if (taken < cap) {
+              kept[static_cast<std::size_t>(t * k + j)] = 1, ++taken;
+            } else {
+              ++dropped;
+            }
+          }
+        }
+      }
+      const Result& got = results[static_cast<std::size_t>(r)];
+      CHECK(got.dropped == dropped);
+      if (factor == 1.0) CHECK(dropped > 0);  // the case does exercise the drop
+      // y[t] = sum over kept slots of gate * expert(x[t]), directly
+      std::vector<float> y(static_cast<std::size_t>(T * h), 0.f), row(static_cast<std::size_t>(h));
+      for (int t = 0; t < T; ++t) {
+        for (int j = 0; j < k; ++j) {
+          const auto s = static_cast<std::size_t>(t * k + j);
+          if (!kept[s]) continue;
+          ex.forward(routing.expert[s], std::span<const float>(x).subspan(static_cast<std::size_t>(t * h), static_cast<std::size_t>(h)), row);
+          for (int i = 0; i < h; ++i) y[static_cast<std::size_t>(t * h + i)] += routing.gate[s] * row[static_cast<std::size_t>(i)];
+        }
+      }
+      CHECK(test::compare_bits("y", got.y.data(), y.data(), y.size()) == "");
+    }
+  }
+}
+
+TEST_CASE("dispatcher: a rank whose layer differs from its peers' gets an error naming it, never a hang") {
+  const int W = 4, k = 1, h = 3, T = 4;
+  const auto what = [&](int odd_experts, int odd_hidden) {
+    return comm::run_threads(W, [&](ThreadsCommunicator& c) -> std::string {
+      const bool odd = c.rank() == 2;
+      const int E = odd ? odd_experts : 8, hh = odd ? odd_hidden : h;
+      const auto x = logits_of(21, c.rank(), std::size_t(T * hh)), logits = logits_of(22, c.rank(), std::size_t(T * E));
+      const auto r = moe::route(logits, T, E, {.top_k = k});
+      moe::Dispatcher d(c, E, hh, moe::Dropless{});
+      try {
+        d.dispatch(x, r);
+      } catch (const comm_error& e) {
+        return e.what();
+      }
+      return {};
+    });
+  };
+  // 12 experts on rank 2 (3 per rank) against 8 (2 per rank): the count exchange's sizes differ.
+  for (const auto& e : what(12, h)) {
+    CHECK(e.find("mismatched collective") != std::string::npos);
+    CHECK(e.find("rank 2: all_to_all(count 3, int32)") != std::string::npos);
+  }
+  // Rows of 5 elements on rank 2 against 3: the row exchange's counts disagree, naming rank 2 and a peer.
+  for (const auto& e : what(8, 5)) {
+    CHECK(e.find("all_to_all_v counts disagree") != std::string::npos);
+    CHECK(e.find("rank 2") != std::string::npos);
+  }
+}
+
+}  // namespace test_moe
