@@ -63,6 +63,7 @@ struct Result {
   std::vector<std::vector<float>> dw;  // this rank's experts' weight gradients, by global expert
   std::size_t dropped = 0;
   std::uint64_t a2a_wire = 0;
+  bool rows_agree = true;  // each local expert's rows(e, source) add up to rows(e)
 };
 
 // One layer on `c` (the expert group): route the logits, dispatch x, run the experts, combine,
@@ -75,8 +76,13 @@ Result moe_layer(C& c, const Experts& ex, int E, int k, const std::vector<float>
   const auto routing = moe::route(logits, T, E, {.top_k = k, .renormalize = true});
   moe::Dispatcher d(c, E, h, drop);
   d.dispatch(x, routing);
-  for (int e = 0; e < d.local_experts(); ++e) ex.forward(d.first_expert() + e, d.input(e), d.output(e));
   Result res;
+  for (int e = 0; e < d.local_experts(); ++e) {
+    ex.forward(d.first_expert() + e, d.input(e), d.output(e));
+    std::size_t by_source = 0;
+    for (int s = 0; s < c.size(); ++s) by_source += d.rows(e, s);
+    res.rows_agree = res.rows_agree && by_source == d.rows(e);
+  }
   res.y.resize(x.size());
   d.combine(res.y);
   std::vector<float> d_gate(routing.gate.size());

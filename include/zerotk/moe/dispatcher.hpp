@@ -79,6 +79,12 @@ class Dispatcher {
   int first_expert() const noexcept { return c_->rank() * local_; }
   /// Rows of local expert `e` (0-based on this rank) after dispatch.
   std::size_t rows(int e) const { return rows_by_expert_[static_cast<std::size_t>(e)]; }
+  /// Of those, the rows from source rank `source` of the expert group: they follow the rows of
+  /// sources 0..source-1 (an expert that sums its weight gradient per source, in source order, gets
+  /// the bits of a rank-order all-reduce of per-rank gradients).
+  std::size_t rows(int e, int source) const {
+    return from_source_[static_cast<std::size_t>(source) * static_cast<std::size_t>(local_) + static_cast<std::size_t>(e)];
+  }
   std::span<const float> input(int e) const { return expert_span(in_, e); }
   std::span<float> output(int e) { return expert_span(out_, e); }
   std::span<const float> output_grad(int e) const { return expert_span(dout_, e); }
