@@ -7,11 +7,13 @@
 #include <cstdint>
 #include <numeric>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../comm/reference.hpp"
 #include "moe_fixture.hpp"
 #include "zerotk/comm/threads.hpp"
+#include "zerotk/moe/balance.hpp"
 #include "zerotk/moe/dispatcher.hpp"
 #include "zerotk/moe/router.hpp"
 
@@ -100,6 +102,45 @@ TEST_CASE("router: the Switch balance loss is E * sum f_i P_i; the expert bias m
   CHECK(bias.bias == std::vector<float>{-0.01f, 0.01f, 0.f});
 }
 
+TEST_CASE("balance over a group: f_i from every rank's slots (the concatenated batch's), P_i local; the global load drives one bias") {
+  const int W = 4, E = 8, k = 2, T = 5;
+  const auto logits_all = [&] {
+    std::vector<float> all;
+    for (int r = 0; r < W; ++r) {
+      const auto l = logits_of(41, r, T * E);
+      all.insert(all.end(), l.begin(), l.end());
+    }
+    return all;
+  }();
+  const auto whole = moe::switch_balance(moe::route(logits_all, W * T, E, {.top_k = k}));
+  const auto out = comm::run_threads(W, [&](ThreadsCommunicator& c) {
+    const auto r = moe::route(logits_of(41, c.rank(), T * E), T, E, {.top_k = k});
+    const auto local = moe::switch_balance(r);
+    const auto global = moe::switch_balance(r, c);
+    CHECK(global.fraction == whole.fraction);  // the same counts over the same total, in double
+    CHECK(global.mean_prob == local.mean_prob);
+    double loss = 0;
+    for (int e = 0; e < E; ++e) loss += global.fraction[std::size_t(e)] * local.mean_prob[std::size_t(e)];
+    CHECK(global.loss == doctest::Approx(E * loss).epsilon(1e-12));
+    // Each rank's dispatch (dropless, one expert group) keeps all its slots: the global load is the
+    // whole batch's count per expert.
+    moe::Dispatcher d(c, E, 1, moe::Dropless{});
+    std::vector<float> x(static_cast<std::size_t>(T), 1.f);
+    d.dispatch(x, r);
+    const auto load = moe::global_load(d.kept_per_expert(), c);
+    moe::ExpertBias bias(E, 0.01f);
+    bias.update(load);
+    return std::pair(load, bias.bias);
+  });
+  std::vector<std::uint64_t> want(E, 0);
+  for (std::size_t e = 0; e < std::size_t(E); ++e) want[e] = static_cast<std::uint64_t>(whole.fraction[e] * W * T * k + 0.5);
+  for (const auto& [load, bias] : out) {
+    CHECK(load == want);
+    CHECK(bias == out[0].second);  // every rank keeps the same bias
+  }
+  CHECK(std::any_of(out[0].second.begin(), out[0].second.end(), [](float b) { return b != 0.f; }));
+}
+
 TEST_CASE("dispatcher: dropless expert parallel 4 gives the bits of one expert rank over the same tokens") {
   const int W = 4, E = 8, k = 2, h = 6, T = 12;
   const Experts ex(E, h);
@@ -179,35 +220,50 @@ TEST_CASE("dispatcher: bytes are 4 T k h b (E_p-1)/E_p under uniform routing; sk
   }
 }
 
-TEST_CASE("dispatcher: dropped slots under capacity factors 1.0 and 1.25 equal a serial reference, and add nothing") {
+TEST_CASE("dispatcher: dropped slots under capacity factors 1.0 and 1.25 (by position, by probability) equal a serial reference, and add nothing") {
   const int W = 2, E = 4, k = 2, h = 3, T = 10;
   const Experts ex(E, h);
-  for (const double factor : {1.0, 1.25}) {
-    INFO("capacity factor ", factor);
+  for (const auto& [factor, by] : {std::pair{1.0, moe::DropBy::position}, std::pair{1.25, moe::DropBy::position},
+                                  std::pair{1.0, moe::DropBy::probability}, std::pair{1.25, moe::DropBy::probability}}) {
+    const bool by_prob = by == moe::DropBy::probability;
+    bool policies_differ = false;  // by probability keeps another set than by position would
+    INFO("capacity factor ", factor, by_prob ? " by probability" : " by position");
     const auto results = comm::run_threads(W, [&](ThreadsCommunicator& c) {
       const auto x = logits_of(11, c.rank(), T * h), logits = logits_of(12, c.rank(), T * E),
                  dy = logits_of(13, c.rank(), T * h);
-      return test::moe_layer(c, ex, E, k, x, logits, dy, moe::Capacity{.factor = factor});
+      return test::moe_layer(c, ex, E, k, x, logits, dy, moe::Capacity{.factor = factor, .drop_by = by});
     });
     for (int r = 0; r < W; ++r) {
       INFO("rank ", r);
       const auto x = logits_of(11, r, T * h), logits = logits_of(12, r, T * E);
       const auto routing = moe::route(logits, T, E, {.top_k = k, .renormalize = true});
-      // The reference: per expert, its slots in priority order (first choices, then second), the
-      // first `cap` kept.
+      // The reference: a slot (t, j) of expert e is kept when fewer than `cap` of e's other slots
+      // come before it: by position, those of an earlier choice or an earlier token of the same
+      // choice; by probability, those whose token gives e a larger probability, or an equal one
+      // and an earlier position.
       const auto cap = static_cast<std::size_t>(std::ceil(T * k / double(E) * factor));
       std::vector<char> kept(static_cast<std::size_t>(T * k), 0);
       std::size_t dropped = 0;
-      for (int e = 0; e < E; ++e) {
-        std::size_t taken = 0;
+      const auto slot = [&](int t, int j) { return static_cast<std::size_t>(t * k + j); };
+      const auto prob = [&](int t, int e) { return routing.probs[static_cast<std::size_t>(t * E + e)]; };
+      for (int t = 0; t < T; ++t) {
         for (int j = 0; j < k; ++j) {
-          for (int t = 0; t < T; ++t) {
-            if (routing.expert[static_cast<std::size_t>(t * k + j)] != e) continue;
-            if (taken < cap) {
-              kept[static_cast<std::size_t>(t * k + j)] = 1, ++taken;
-            } else {
-              ++dropped;
+          const int e = routing.expert[slot(t, j)];
+          std::size_t before = 0, before_by_position = 0;
+          for (int u = 0; u < T; ++u) {
+            for (int i = 0; i < k; ++i) {
+              if ((u == t && i == j) || routing.expert[slot(u, i)] != e) continue;
+              const bool earlier = i < j || (i == j && u < t);
+              const bool ahead = by_prob ? prob(u, e) > prob(t, e) || (prob(u, e) == prob(t, e) && earlier) : earlier;
+              before += ahead ? 1 : 0;
+              before_by_position += earlier ? 1 : 0;
             }
+          }
+          policies_differ = policies_differ || (before < cap) != (before_by_position < cap);
+          if (before < cap) {
+            kept[slot(t, j)] = 1;
+          } else {
+            ++dropped;
           }
         }
       }
@@ -226,6 +282,7 @@ TEST_CASE("dispatcher: dropped slots under capacity factors 1.0 and 1.25 equal a
       }
       CHECK(test::compare_bits("y", got.y.data(), y.data(), y.size()) == "");
     }
+    if (by_prob && factor == 1.0) CHECK(policies_differ);  // the two policies are told apart here
   }
 }
 

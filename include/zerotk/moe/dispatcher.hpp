@@ -35,23 +35,30 @@
 
 namespace zerotk::moe {
 
+/// Which of an expert's slots a full expert keeps.
+enum class DropBy : std::uint8_t {
+  position,     ///< first choices before second ones, each in token order (DeepSpeed's order)
+  probability,  ///< the slots with the largest router probability (Megatron's "probs"); ties by position
+};
+
 /// Keeps every routed slot: the all-to-all sends exactly the routed rows.
 struct Dropless {
   static constexpr const char* name = "dropless";
+  static constexpr DropBy drop_by = DropBy::position;  // (nothing is dropped)
   std::size_t capacity(std::size_t /*slots*/, std::size_t /*tokens*/, int /*experts*/) const noexcept {
     return SIZE_MAX;
   }
 };
 
 /// DeepSpeed's capacity: each expert takes at most max(ceil(T * k / E * factor), min_capacity) of
-/// a rank's T * k slots, never more than T, first choices before second ones (all slot 0 in token
-/// order, then all slot 1, ...: drop by position; DeepSpeed's random token selection is not
-/// offered); the rest are dropped (their gates count as zero). DeepSpeed's MoE layer sets
+/// a rank's T * k slots, never more than T, chosen `drop_by` (DeepSpeed's random token selection is
+/// not offered); the rest are dropped (their gates count as zero). DeepSpeed's MoE layer sets
 /// min_capacity 4.
 struct Capacity {
   static constexpr const char* name = "capacity";
   double factor = 1.0;
   std::size_t min_capacity = 0;
+  DropBy drop_by = DropBy::position;
   std::size_t capacity(std::size_t slots, std::size_t tokens, int experts) const {
     if (!(factor > 0)) throw usage_error("the capacity factor must be > 0", "zerotk::moe::Capacity", std::to_string(factor));
     const auto c = static_cast<std::size_t>(std::ceil(static_cast<double>(slots) / experts * factor));
@@ -175,19 +182,27 @@ class Dispatcher {
   void plan(const Routing& r) {
     const std::size_t slots = r.expert.size(), kk = static_cast<std::size_t>(r.top_k);
     const std::size_t cap = drop_.capacity(slots, static_cast<std::size_t>(r.tokens), experts_);
+    // Each expert's slots in priority order: first choices first, each in token order ...
+    std::vector<std::vector<std::size_t>> wanted(static_cast<std::size_t>(experts_));
+    for (std::size_t j = 0; j < kk; ++j) {
+      for (std::size_t t = 0; t < static_cast<std::size_t>(r.tokens); ++t) {
+        wanted[static_cast<std::size_t>(r.expert[t * kk + j])].push_back(t * kk + j);
+      }
+    }
     kept_.assign(static_cast<std::size_t>(experts_), 0);
     keep_.assign(slots, 0);
     dropped_ = 0;
-    for (std::size_t j = 0; j < kk; ++j) {  // first choices first, each in token order
-      for (std::size_t t = 0; t < static_cast<std::size_t>(r.tokens); ++t) {
-        const auto e = static_cast<std::size_t>(r.expert[t * kk + j]);
-        if (kept_[e] < cap) {
-          ++kept_[e];
-          keep_[t * kk + j] = 1;
-        } else {
-          ++dropped_;
-        }
+    const auto E = static_cast<std::size_t>(experts_);
+    for (std::size_t e = 0; e < E; ++e) {
+      auto& w = wanted[e];
+      if (w.size() > cap && drop_.drop_by == DropBy::probability) {  // ... or by probability
+        std::stable_sort(w.begin(), w.end(), [&](std::size_t a, std::size_t b) {
+          return r.probs[a / kk * E + e] > r.probs[b / kk * E + e];
+        });
       }
+      kept_[e] = std::min(w.size(), cap);
+      dropped_ += w.size() - kept_[e];
+      for (std::size_t i = 0; i < kept_[e]; ++i) keep_[w[i]] = 1;
     }
     slot_order_.clear();
     for (std::size_t s = 0; s < slots; ++s) {

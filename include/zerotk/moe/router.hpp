@@ -1,7 +1,7 @@
 #pragma once
 /// \file zerotk/moe/router.hpp
-/// Top-k gating over the user's router logits, with its backward, the Switch balance loss and the
-/// aux-loss-free expert bias (docs/moe.md). The router's GEMM (logits = x W_g) is the user's; this
+/// Top-k gating over the user's router logits, with its backward (docs/moe.md; the balance terms:
+/// moe/balance.hpp). The router's GEMM (logits = x W_g) is the user's; this
 /// file starts from the logits of one rank's T tokens over E experts, fp32, token-major.
 ///
 ///   auto r = zerotk::moe::route(logits, T, E, {.top_k = 2});      // r.expert[t*k+j], r.gate[t*k+j]
@@ -125,70 +125,5 @@ inline void route_backward(const Routing& r, std::span<const float> d_gate, std:
     for (std::size_t e = 0; e < E; ++e) d_logits[t * E + e] = static_cast<float>(p[e] * (dp[e] - inner));
   }
 }
-
-/// The Switch Transformer's balance loss over one rank's tokens: E * sum_i f_i * P_i, with f_i the
-/// fraction of the T * k routed slots that chose expert i and P_i the mean probability of expert i
-/// (SEMANTICS.md, section 16). The user scales it by a coefficient and adds it to the loss.
-struct Balance {
-  double loss = 0;
-  std::vector<double> fraction;   // f_i
-  std::vector<double> mean_prob;  // P_i
-};
-
-inline Balance switch_balance(const Routing& r) {
-  const auto T = static_cast<std::size_t>(r.tokens), E = static_cast<std::size_t>(r.experts);
-  Balance b;
-  b.fraction.assign(E, 0.0), b.mean_prob.assign(E, 0.0);
-  if (T == 0) return b;
-  for (int e : r.expert) b.fraction[static_cast<std::size_t>(e)] += 1.0;
-  for (std::size_t t = 0; t < T; ++t) {
-    for (std::size_t e = 0; e < E; ++e) b.mean_prob[e] += r.probs[t * E + e];
-  }
-  for (std::size_t e = 0; e < E; ++e) {
-    b.fraction[e] /= static_cast<double>(r.expert.size());
-    b.mean_prob[e] /= static_cast<double>(T);
-    b.loss += b.fraction[e] * b.mean_prob[e];
-  }
-  b.loss *= static_cast<double>(E);
-  return b;
-}
-
-/// Adds coef * d(switch loss)/d(logits) to d_logits (f_i is a count: no gradient flows through it).
-inline void switch_balance_backward(const Routing& r, const Balance& b, double coef, std::span<float> d_logits) {
-  const auto T = static_cast<std::size_t>(r.tokens), E = static_cast<std::size_t>(r.experts);
-  detail::check_shape(d_logits.size(), T * E, "d_logits", "zerotk::moe::switch_balance_backward");
-  if (T == 0) return;
-  const double scale = coef * static_cast<double>(E) / static_cast<double>(T);  // dLoss/dp_{t,i} = scale * f_i
-  for (std::size_t t = 0; t < T; ++t) {
-    const float* p = r.probs.data() + t * E;
-    double inner = 0;
-    for (std::size_t e = 0; e < E; ++e) inner += p[e] * b.fraction[e];
-    for (std::size_t e = 0; e < E; ++e) {
-      d_logits[t * E + e] += static_cast<float>(scale * p[e] * (b.fraction[e] - inner));
-    }
-  }
-}
-
-/// Aux-loss-free balancing (DeepSeek-V3): a per-expert bias added to the scores for selection only,
-/// updated once per optimizer step from the global load: bias_i += rate * sign(mean load - load_i).
-/// The load must be the same on every rank (all-reduce the per-expert counts first), so every rank
-/// keeps the same bias.
-struct ExpertBias {
-  std::vector<float> bias;
-  float rate = 1e-3f;
-
-  ExpertBias(int experts, float update_rate) : bias(static_cast<std::size_t>(experts), 0.f), rate(update_rate) {}
-
-  void update(std::span<const std::uint64_t> load) {
-    detail::check_shape(load.size(), bias.size(), "load", "zerotk::moe::ExpertBias::update");
-    double mean = 0;
-    for (std::uint64_t l : load) mean += static_cast<double>(l);
-    mean /= static_cast<double>(load.size());
-    for (std::size_t e = 0; e < bias.size(); ++e) {
-      const double l = static_cast<double>(load[e]);
-      bias[e] += l < mean ? rate : (l > mean ? -rate : 0.f);
-    }
-  }
-};
 
 }  // namespace zerotk::moe
