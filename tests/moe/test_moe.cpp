@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <numeric>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -183,6 +184,72 @@ TEST_CASE("dispatcher: dropless expert parallel 4 gives the bits of one expert r
   // Not trivially equal: the experts did change the output and the gradients reached the router.
   CHECK(std::any_of(one.y.begin(), one.y.end(), [](float v) { return v != 0.f; }));
   CHECK(std::any_of(one.d_logits.begin(), one.d_logits.end(), [](float v) { return v != 0.f; }));
+}
+
+TEST_CASE("dispatcher: bf16 rows: expert parallel 4 gives one expert rank's bits, near the fp32 layer, at half the bytes") {
+  const int W = 4, E = 8, k = 2, h = 6, T = 12;
+  const Experts ex(E, h);
+  // One layer in 16-bit rows: the expert converts its rows to fp32 and back.
+  const auto layer16 = [&](ThreadsCommunicator& c, const std::vector<float>& x32, const std::vector<float>& logits,
+                           const std::vector<float>& dy32) {
+    std::vector<bfloat16> x, dy;
+    for (float v : x32) x.push_back(bfloat16(v));
+    for (float v : dy32) dy.push_back(bfloat16(v));
+    const int n = static_cast<int>(x.size()) / h;
+    const auto r = moe::route(logits, n, E, {.top_k = k, .renormalize = true});
+    moe::Dispatcher<ThreadsCommunicator, moe::Dropless, bfloat16> d(c, E, h);
+    d.dispatch(x, r);
+    for (int e = 0; e < d.local_experts(); ++e) {
+      std::vector<float> in, out(d.rows(e) * std::size_t(h));
+      for (bfloat16 v : d.input(e)) in.push_back(static_cast<float>(v));
+      ex.forward(d.first_expert() + e, in, out);
+      for (std::size_t i = 0; i < out.size(); ++i) d.output(e)[i] = bfloat16(out[i]);
+    }
+    std::vector<bfloat16> y(x.size());
+    d.combine(y);
+    std::vector<float> d_gate(r.gate.size());
+    d.combine_backward(dy, d_gate);
+    for (int e = 0; e < d.local_experts(); ++e) {  // a stand-in backward: dx = 2 dy
+      for (std::size_t i = 0; i < d.output_grad(e).size(); ++i) {
+        d.input_grad(e)[i] = bfloat16(2.f * static_cast<float>(d.output_grad(e)[i]));
+      }
+    }
+    std::vector<bfloat16> dx(x.size(), bfloat16(0.f));
+    d.dispatch_backward(dx);
+    std::vector<float> out;
+    for (bfloat16 v : y) out.push_back(static_cast<float>(v));
+    for (bfloat16 v : dx) out.push_back(static_cast<float>(v));
+    out.insert(out.end(), d_gate.begin(), d_gate.end());
+    return std::pair(out, c.stats()[OpKind::all_to_all_v].wire_bytes);
+  };
+  const auto ep4 = comm::run_threads(W, [&](ThreadsCommunicator& c) {
+    return layer16(c, logits_of(1, c.rank(), T * h), logits_of(2, c.rank(), T * E), logits_of(3, c.rank(), T * h));
+  });
+  std::vector<float> x, logits, dy;
+  for (int r = 0; r < W; ++r) {
+    for (auto [v, seed, width] : {std::tuple{&x, 1, h}, std::tuple{&logits, 2, E}, std::tuple{&dy, 3, h}}) {
+      const auto part = logits_of(static_cast<std::uint64_t>(seed), r, std::size_t(T * width));
+      v->insert(v->end(), part.begin(), part.end());
+    }
+  }
+  const auto one = comm::run_threads(1, [&](ThreadsCommunicator& c) { return layer16(c, x, logits, dy); })[0].first;
+  const auto fp32 = comm::run_threads(W, [&](ThreadsCommunicator& c) {
+    return test::moe_layer(c, ex, E, k, logits_of(1, c.rank(), T * h), logits_of(2, c.rank(), T * E),
+                           logits_of(3, c.rank(), T * h), moe::Dropless{});
+  });
+  const std::size_t n = std::size_t(T * h), slots = std::size_t(T * k);
+  for (int r = 0; r < W; ++r) {
+    INFO("rank ", r);
+    const auto& got = ep4[std::size_t(r)].first;
+    const auto ur = std::size_t(r);
+    CHECK(test::compare_bits("y", got.data(), one.data() + ur * n, n) == "");
+    CHECK(test::compare_bits("dx", got.data() + n, one.data() + W * n + ur * n, n) == "");
+    CHECK(test::compare_bits("d_gate", got.data() + 2 * n, one.data() + 2 * W * n + ur * slots, slots) == "");
+    for (std::size_t i = 0; i < n; ++i) {  // bf16 rows: 8 mantissa bits, a few roundings of O(1) values
+      CHECK(got[i] == doctest::Approx(fp32[ur].y[i]).epsilon(2e-2).scale(0.5));
+    }
+    CHECK(ep4[ur].second * 2 == fp32[ur].a2a_wire);  // the same rows at 2 bytes instead of 4
+  }
 }
 
 TEST_CASE("dispatcher: bytes are 4 T k h b (E_p-1)/E_p under uniform routing; skewed routing sends exactly the routed rows") {

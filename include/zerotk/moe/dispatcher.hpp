@@ -3,7 +3,8 @@
 /// The token dispatcher of an expert-parallel layer over the user's buffers (docs/moe.md): drop
 /// (Capacity) or keep (Dropless) each routed slot, exchange counts, permute, all_to_all_v, hand
 /// the expert's rows to the user in expert order, and the reverse for the combine; the backward
-/// runs the same transfers the other way. fp32 rows of `hidden` elements.
+/// runs the same transfers the other way. Rows of `hidden` elements of T (float, bfloat16 or half:
+/// 16-bit rows halve the transfers; gates apply and sums accumulate in fp32, rounded once).
 ///
 ///   zerotk::moe::Dispatcher d(ep_group, experts, hidden, zerotk::moe::Dropless{});
 ///   d.dispatch(x, routing);                       // x: [T * h], this rank's tokens
@@ -27,9 +28,11 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "zerotk/comm/communicator.hpp"
+#include "zerotk/core/dtype.hpp"
 #include "zerotk/core/error.hpp"
 #include "zerotk/moe/router.hpp"
 
@@ -66,8 +69,11 @@ struct Capacity {
   }
 };
 
-template <comm::Communicator C, class Drop>
+template <comm::Communicator C, class Drop, class T = float>
 class Dispatcher {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, bfloat16> || std::is_same_v<T, half>,
+                "moe::Dispatcher: rows are float, zerotk::bfloat16 or zerotk::half");
+
  public:
   /// `group`: the expert-parallel group (its size E_p must divide `experts`).
   Dispatcher(C& group, int experts, int hidden, Drop drop = {})
@@ -92,15 +98,15 @@ class Dispatcher {
   std::size_t rows(int e, int source) const {
     return from_source_[static_cast<std::size_t>(source) * static_cast<std::size_t>(local_) + static_cast<std::size_t>(e)];
   }
-  std::span<const float> input(int e) const { return expert_span(in_, e); }
-  std::span<float> output(int e) { return expert_span(out_, e); }
-  std::span<const float> output_grad(int e) const { return expert_span(dout_, e); }
-  std::span<float> input_grad(int e) { return expert_span(din_, e); }
+  std::span<const T> input(int e) const { return expert_span(in_, e); }
+  std::span<T> output(int e) { return expert_span(out_, e); }
+  std::span<const T> output_grad(int e) const { return expert_span(dout_, e); }
+  std::span<T> input_grad(int e) { return expert_span(din_, e); }
   /// Slots of this rank's last dispatch that were dropped (Capacity), and kept per expert (all E).
   std::size_t dropped() const noexcept { return dropped_; }
   std::span<const std::size_t> kept_per_expert() const noexcept { return kept_; }
 
-  void dispatch(std::span<const float> x, const Routing& r) {
+  void dispatch(std::span<const T> x, const Routing& r) {
     constexpr const char* where = "zerotk::moe::Dispatcher::dispatch";
     if (r.experts != experts_) {
       throw usage_error("the routing's expert count differs from the dispatcher's", where,
@@ -111,7 +117,7 @@ class Dispatcher {
     plan(r);
     exchange_counts();
     // Rows leave in (destination, expert, token) order: slot_order_ is sorted that way.
-    std::vector<float> send(slot_order_.size() * hidden_);
+    std::vector<T> send(slot_order_.size() * hidden_);
     for (std::size_t i = 0; i < slot_order_.size(); ++i) {
       const std::size_t t = slot_order_[i] / k();
       std::copy_n(x.data() + t * hidden_, hidden_, send.data() + i * hidden_);
@@ -120,29 +126,31 @@ class Dispatcher {
   }
 
   /// y[t] = sum over t's kept slots j, in slot order, of gate_j * (its expert's output row).
-  void combine(std::span<float> y) {
+  void combine(std::span<T> y) {
     check_tokens(y, "y", "zerotk::moe::Dispatcher::combine");
     back_ = from_experts(out_);
-    std::fill(y.begin(), y.end(), 0.f);
+    std::vector<float> acc(y.size(), 0.f);
     for_each_kept([&](std::size_t t, std::size_t slot, std::size_t row) {
       const float g = routing_->gate[slot];
-      for (std::size_t i = 0; i < hidden_; ++i) y[t * hidden_ + i] += g * back_[row * hidden_ + i];
+      for (std::size_t i = 0; i < hidden_; ++i) acc[t * hidden_ + i] += g * to_float(back_[row * hidden_ + i]);
     });
+    for (std::size_t i = 0; i < y.size(); ++i) y[i] = from_float<T>(acc[i]);
   }
 
   /// From dy = d(loss)/dy: d_gate (T * k; dropped slots 0) and, for the experts, output_grad(e).
-  void combine_backward(std::span<const float> dy, std::span<float> d_gate) {
+  void combine_backward(std::span<const T> dy, std::span<float> d_gate) {
     constexpr const char* where = "zerotk::moe::Dispatcher::combine_backward";
     check_tokens(dy, "dy", where);
     detail::check_shape(d_gate.size(), routing_->gate.size(), "d_gate", where);
     std::fill(d_gate.begin(), d_gate.end(), 0.f);
-    std::vector<float> send(slot_order_.size() * hidden_);
+    std::vector<T> send(slot_order_.size() * hidden_);
     for_each_kept([&](std::size_t t, std::size_t slot, std::size_t row) {
       const float g = routing_->gate[slot];
       double dot = 0;
       for (std::size_t i = 0; i < hidden_; ++i) {
-        send[row * hidden_ + i] = g * dy[t * hidden_ + i];
-        dot += static_cast<double>(dy[t * hidden_ + i]) * back_[row * hidden_ + i];
+        const float d = to_float(dy[t * hidden_ + i]);
+        send[row * hidden_ + i] = from_float<T>(g * d);
+        dot += static_cast<double>(d) * to_float(back_[row * hidden_ + i]);
       }
       d_gate[slot] = static_cast<float>(dot);
     });
@@ -150,12 +158,15 @@ class Dispatcher {
   }
 
   /// dx[t] += the input gradients of t's kept slots, in slot order.
-  void dispatch_backward(std::span<float> dx) {
+  void dispatch_backward(std::span<T> dx) {
     check_tokens(dx, "dx", "zerotk::moe::Dispatcher::dispatch_backward");
-    const std::vector<float> got = from_experts(din_);
+    const std::vector<T> got = from_experts(din_);
+    std::vector<float> acc(dx.size());
+    for (std::size_t i = 0; i < dx.size(); ++i) acc[i] = to_float(dx[i]);
     for_each_kept([&](std::size_t t, std::size_t, std::size_t row) {
-      for (std::size_t i = 0; i < hidden_; ++i) dx[t * hidden_ + i] += got[row * hidden_ + i];
+      for (std::size_t i = 0; i < hidden_; ++i) acc[t * hidden_ + i] += to_float(got[row * hidden_ + i]);
     });
+    for (std::size_t i = 0; i < dx.size(); ++i) dx[i] = from_float<T>(acc[i]);
   }
 
  private:
@@ -173,7 +184,7 @@ class Dispatcher {
     return std::span(v.data() + expert_first_[ue] * hidden_, rows_by_expert_[ue] * hidden_);
   }
 
-  void check_tokens(std::span<const float> v, const char* what, const char* where) const {
+  void check_tokens(std::span<const T> v, const char* what, const char* where) const {
     if (routing_ == nullptr) throw usage_error("call dispatch() first", where);
     detail::check_shape(v.size(), static_cast<std::size_t>(routing_->tokens) * hidden_, what, where);
   }
@@ -236,26 +247,26 @@ class Dispatcher {
   }
 
   // all_to_all_v of rows (`send_rows[d]` rows to rank d, `recv_rows[s]` from rank s).
-  void move(const std::vector<float>& send, const std::vector<std::size_t>& send_rows, std::vector<float>& recv,
+  void move(const std::vector<T>& send, const std::vector<std::size_t>& send_rows, std::vector<T>& recv,
             const std::vector<std::size_t>& recv_rows) {
     std::vector<std::size_t> sc(ep()), rc(ep());
     for (std::size_t r = 0; r < ep(); ++r) sc[r] = send_rows[r] * hidden_, rc[r] = recv_rows[r] * hidden_;
-    c_->all_to_all_v(send.data(), sc, recv.data(), rc, DType::fp32).wait();
+    c_->all_to_all_v(send.data(), sc, recv.data(), rc, dtype_of_v<T>).wait();
   }
 
   // Rows in send order to their experts, landing in expert order in `into`; `partner` (what the
   // user writes next: the outputs, the input gradients) is zeroed to the same size.
-  void to_experts(const std::vector<float>& send, std::vector<float>& into, std::vector<float>& partner) {
-    std::vector<float> got(received_rows() * hidden_);
+  void to_experts(const std::vector<T>& send, std::vector<T>& into, std::vector<T>& partner) {
+    std::vector<T> got(received_rows() * hidden_);
     move(send, send_rows_, got, recv_rows_);
-    into.assign(got.size(), 0.f);
+    into.assign(got.size(), T{});
     to_expert_order(got, into);
-    partner.assign(into.size(), 0.f);
+    partner.assign(into.size(), T{});
   }
 
   // The experts' rows (expert order) back to their sources, in send order.
-  std::vector<float> from_experts(const std::vector<float>& rows) {
-    std::vector<float> src(rows.size()), got(slot_order_.size() * hidden_);
+  std::vector<T> from_experts(const std::vector<T>& rows) {
+    std::vector<T> src(rows.size()), got(slot_order_.size() * hidden_);
     from_expert_order(rows, src);
     move(src, recv_rows_, got, send_rows_);
     return got;
@@ -263,7 +274,7 @@ class Dispatcher {
 
   // Received rows are [source][local expert][token order]; the user's are [local expert][source][...].
   template <bool ToExpert>
-  void reorder(const std::vector<float>& from, std::vector<float>& to) const {
+  void reorder(const std::vector<T>& from, std::vector<T>& to) const {
     const auto L = static_cast<std::size_t>(local_);
     std::size_t source_row = 0;
     std::vector<std::size_t> next(expert_first_);
@@ -281,8 +292,8 @@ class Dispatcher {
       }
     }
   }
-  void to_expert_order(const std::vector<float>& from, std::vector<float>& to) const { reorder<true>(from, to); }
-  void from_expert_order(const std::vector<float>& from, std::vector<float>& to) const { reorder<false>(from, to); }
+  void to_expert_order(const std::vector<T>& from, std::vector<T>& to) const { reorder<true>(from, to); }
+  void from_expert_order(const std::vector<T>& from, std::vector<T>& to) const { reorder<false>(from, to); }
 
   // fn(token, slot, row in the send order) for every kept slot, token by token, slot by slot.
   template <class F>
@@ -309,8 +320,8 @@ class Dispatcher {
   std::vector<std::size_t> send_rows_, recv_rows_;        // [E_p]
   std::vector<std::size_t> from_source_;                  // [E_p * L]
   std::vector<std::size_t> rows_by_expert_, expert_first_;  // [L]
-  std::vector<float> in_, out_, dout_, din_;  // expert-major rows
-  std::vector<float> back_;                  // combine: the expert outputs back in send order
+  std::vector<T> in_, out_, dout_, din_;  // expert-major rows
+  std::vector<T> back_;                  // combine: the expert outputs back in send order
 };
 
 }  // namespace zerotk::moe
