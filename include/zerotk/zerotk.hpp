@@ -15,6 +15,7 @@
 #include "zerotk/config/diagnostics.hpp"
 #include "zerotk/config/options.hpp"
 #include "zerotk/config/structure.hpp"
+#include "zerotk/context.hpp"
 #include "zerotk/engine.hpp"
 #if ZEROTK_HAS_XXHASH
 #include "zerotk/checkpoint.hpp"
@@ -35,6 +36,7 @@ ZEROTK_CHECKPOINT_NEEDS_XXHASH_(export_safetensors)
 #undef ZEROTK_CHECKPOINT_NEEDS_XXHASH_
 }  // namespace zerotk::checkpoint
 #endif
+#include "zerotk/moe.hpp"
 #include "zerotk/monitor.hpp"
 #include "zerotk/optim/clip.hpp"
 #include "zerotk/optim/optimizer.hpp"
