@@ -106,6 +106,8 @@ class Dispatcher {
   std::size_t dropped() const noexcept { return dropped_; }
   std::span<const std::size_t> kept_per_expert() const noexcept { return kept_; }
 
+  /// Sends this rank's tokens `x` ([T x h]) to their experts as `r` routes them. `r` is read again
+  /// by combine() and the backward passes: keep it alive until dispatch_backward().
   void dispatch(std::span<const T> x, const Routing& r) {
     constexpr const char* where = "zerotk::moe::Dispatcher::dispatch";
     if (r.experts != experts_) {
