@@ -135,7 +135,7 @@ class BasicEngine : public engine::Introspection<BasicEngine<Pack>>, public engi
   using Comms = engine::EngineComms<ops_type>;
   using Comm = typename Comms::Comm;
   using Bindings = engine::ParamBindings<GroupsT, ops_type>;
-  using FetchCtx = engine::FetchContext<Bindings, MainGroup, Fp32Group, Comm>;
+  using FetchCtx = engine::FetchContext<Bindings, GroupsT, Comm>;
   /// Parameters always in place (stages 0-2) or fetched per layer (stage 3): the stage selects the
   /// fetch schedule here, and nothing else in this file asks for it.
   using Fetch = std::conditional_t<MainGroup::Params::kResident, engine::ResidentFetch<FetchCtx>,
@@ -308,12 +308,16 @@ class BasicEngine : public engine::Introspection<BasicEngine<Pack>>, public engi
     r.optimizer_groups = options_.groups.size();
     r.fp32_module_types = options_.fp32_module_types;
     r.tensor_split = options_.tensor_split;
+    r.expert = options_.expert;
     Fetch::registry_rules(r, options_.stage3);
     return r;
   }
 
   /// Groups, views, adoption of the initial values, bindings, master, fetch schedule, boundary.
   void build();
+  /// broadcast_parameters and gather's modifier_rank: a usage_error naming `where` when expert
+  /// parameters live apart from the data group (engine/engine_members.hpp).
+  void refuse_experts_apart(const char* where, int root) const;
 
   friend ForwardScope;
   friend BackwardScope;

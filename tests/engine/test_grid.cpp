@@ -212,6 +212,28 @@ TEST_CASE("the run-time checker: each row names its key on the input that breaks
         o.communication.slow_ranks.micro_batch_size = 1;
       },
       none, grid);
+  // Expert parameters (GridPlace::expert_params) on an expert layout apart from the data group: data 2
+  // x expert 2; the same model at expert 1 (the expert-data group is the data group) passes.
+  engine::GridPlace experts{2, 1, 1, 0, 0, 0};
+  experts.expert_size = 2;
+  experts.expert_params = true;
+  engine::GridPlace experts_together{2, 1, 1, 0, 0, 0};
+  experts_together.expert_data_size = 2;
+  experts_together.expert_params = true;
+  engine::GridPlace tensor_experts = grid;  // tensor 2, expert_tensor 1
+  tensor_experts.expert_params = true;
+  engine::GridPlace tensor_experts_fine = tensor_experts;
+  tensor_experts_fine.expert_tensor_size = 2;
+  add("experts_expert_tensor", "GridShape::expert_tensor", none, none, tensor_experts, tensor_experts_fine);
+  add("experts_host_only", "Device<Cuda>", none, [](engine::EngineFacts& f) { f.device_cuda = true; }, experts,
+      experts_together);
+  add("experts_no_swap_files", "offload_optimizer.device / offload_param.device", none,
+      [](engine::EngineFacts& f) { f.swaps = true; }, experts, experts_together);
+  add("experts_no_compressed_exchange", "optimizer.type / gradient_compression", none,
+      [](engine::EngineFacts& f) { f.compressed_exchange = true; }, experts, experts_together);
+  add("experts_no_zeropp", "zero_optimization.zero_quantized_gradients",
+      [](EngineOptions& o) { o.stage3.quantized_gradients = true; }, [](engine::EngineFacts& f) { f.stage = 3; },
+      experts, experts_together);
   // Every row of the table is exercised once, and fires alone.
   CHECK(cases.size() == std::size(engine::kRunRules));
   for (const Case& c : cases) {

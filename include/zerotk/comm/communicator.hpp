@@ -17,6 +17,7 @@
 #include <memory>
 #include <span>
 #include <string_view>
+#include <utility>
 
 #include "zerotk/core/concepts.hpp"
 #include "zerotk/core/dtype.hpp"
@@ -208,6 +209,38 @@ inline void WorkState::dropped() noexcept {
   } catch (...) {
     std::fprintf(stderr, "zerotk: a Work destroyed without wait() failed with a non-standard exception\n");
   }
+}
+
+/// A Work that runs `after()` once `w` has completed successfully, on the thread that waits for it
+/// (or whose test() finds it done), exactly once; a failure of `w` is thrown and `after` does not
+/// run. Dropped unfinished, it still waits, runs `after` and reports a failure as any Work does.
+/// What device::OrderedCommunicator's avg over a divisor other than the group size is made of.
+template <class F>
+Work then(Work w, F after) {
+  class Then final : public WorkState {
+   public:
+    Then(Work w, F f) : w_(std::move(w)), f_(std::move(f)) {}
+    void wait() override {
+      if (done_) return;
+      w_.wait();
+      done_ = true;
+      f_();
+    }
+    bool test() override {
+      if (!done_ && w_.test()) wait();
+      return done_;
+    }
+
+   private:
+    Work w_;
+    F f_;
+    bool done_ = false;
+  };
+  if (!w.pending()) {
+    after();
+    return Work{};
+  }
+  return Work(std::make_unique<Then>(std::move(w), std::move(after)));
 }
 
 /// The collectives engine code may use. Argument conventions (counts are ELEMENTS, not bytes):

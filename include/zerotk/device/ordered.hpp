@@ -3,6 +3,8 @@
 /// OrderedCommunicator: the engine's communicator. Every collective first fences the compute
 /// stream (`Ops::fence()`: on CUDA the communicator's stream waits on the GPU for the kernels queued
 /// so far; on the host nothing to do), so no part of the engine places ordering calls by hand.
+/// An avg may divide by a count other than the group's size (`mean_over`): expert parameters reduce
+/// over the expert-data group, and their gradients average over the whole data size (moe/).
 
 #include <cstddef>
 #include <span>
@@ -10,6 +12,7 @@
 
 #include "zerotk/comm/any.hpp"
 #include "zerotk/comm/communicator.hpp"
+#include "zerotk/comm/detail/reduce.hpp"
 #include "zerotk/core/dtype.hpp"
 
 namespace zerotk::device {
@@ -25,19 +28,30 @@ class OrderedCommunicator {
 
   /// A communicator over the ranks of the same `color`, ordered by (key, rank), with the same Ops.
   /// Collective: every rank of this communicator calls it.
-  OrderedCommunicator split(int color, int key) { return OrderedCommunicator(comm_.split(color, key), *ops_); }
+  OrderedCommunicator split(int color, int key) { return OrderedCommunicator(comm_.split(color, key), *ops_); }  // mean_over: size()
 
   int rank() const { return comm_.rank(); }
   int size() const { return comm_.size(); }
   const comm::CommStats& stats() const { return comm_.stats(); }
 
+  /// From now on, avg divides the sum by `n` instead of size() (n >= 1; host memory only: the
+  /// division runs on the waiting thread, comm::detail::divide_in_place, the arithmetic the host
+  /// back ends' own avg uses). Expert gradients: summed over the expert-data group, averaged over
+  /// the data size, since each already sums the tokens of its expert group's ranks.
+  void mean_over(int n) noexcept { mean_over_ = n; }
+  int mean_divisor() const { return mean_over_ > 0 ? mean_over_ : size(); }
+
   [[nodiscard]] comm::Work all_reduce(const void* send, void* recv, std::size_t count, DType dt, comm::ReduceOp op) {
     ops_->fence();
+    if (divides_otherwise(op)) return divided(comm_.all_reduce(send, recv, count, dt, comm::ReduceOp::sum), recv, count, dt);
     return comm_.all_reduce(send, recv, count, dt, op);
   }
   [[nodiscard]] comm::Work reduce_scatter(const void* send, void* recv, std::size_t count_per_rank, DType dt,
                                           comm::ReduceOp op) {
     ops_->fence();
+    if (divides_otherwise(op)) {
+      return divided(comm_.reduce_scatter(send, recv, count_per_rank, dt, comm::ReduceOp::sum), recv, count_per_rank, dt);
+    }
     return comm_.reduce_scatter(send, recv, count_per_rank, dt, op);
   }
   [[nodiscard]] comm::Work all_gather(const void* send, void* recv, std::size_t count_per_rank, DType dt) {
@@ -71,8 +85,14 @@ class OrderedCommunicator {
   }
 
  private:
+  bool divides_otherwise(comm::ReduceOp op) const { return op == comm::ReduceOp::avg && mean_over_ > 0 && mean_over_ != size(); }
+  comm::Work divided(comm::Work w, void* buf, std::size_t n, DType dt) const {
+    return comm::then(std::move(w), [buf, n, dt, d = mean_over_] { comm::detail::divide_in_place(buf, n, dt, d); });
+  }
+
   comm::AnyCommunicator comm_;
   Ops* ops_;
+  int mean_over_ = 0;  // avg's divisor; 0: size()
 };
 
 }  // namespace zerotk::device

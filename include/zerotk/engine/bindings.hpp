@@ -76,7 +76,7 @@ class ParamBindings {
     take_user_values();
     groups_->each([&](auto& g) {
       std::vector<char> seen(g.layout().buckets().size(), 0);
-      const GroupKind kind = std::is_same_v<std::remove_cvref_t<decltype(g)>, Main> ? GroupKind::main : GroupKind::fp32;
+      const GroupKind kind = g.kind();
       for (const std::vector<ParamId>* ids : {&m.own, &m.external}) {
         for (ParamId id : *ids) {
           const ParamEntry& e = (*registry_)[id];

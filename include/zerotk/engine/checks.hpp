@@ -160,6 +160,41 @@ inline Problem rebalance_data_only(const EngineOptions& o, const EngineFacts&, c
                       "communication.slow_node_action",
                       std::to_string(p.tensor_size) + " x " + std::to_string(p.pipeline_size));
 }
+inline constexpr std::string_view kExpertsApart =
+    "expert parameters on an expert-data group apart from the data group (a grid with expert > 1)";
+inline Problem experts_expert_tensor(const EngineOptions&, const EngineFacts&, const GridPlace& p) {
+  if (!p.expert_params || p.expert_tensor_size == p.tensor_size) return std::nullopt;
+  return config_error("must equal the tensor size (" + std::to_string(p.tensor_size) +
+                          ") for now: every tensor rank holds the same tokens, so an expert split otherwise would see "
+                          "them more than once",
+                      "GridShape::expert_tensor", std::to_string(p.expert_tensor_size));
+}
+inline Problem experts_host_only(const EngineOptions&, const EngineFacts& f, const GridPlace& p) {
+  if (!p.expert_params || !p.experts_apart() || !f.device_cuda) return std::nullopt;
+  return config_error(std::string(kExpertsApart) + " run on host memory only for now (their average divides on the "
+                          "host: device/ordered.hpp)",
+                      "Device<Cuda>", "expert " + std::to_string(p.expert_size));
+}
+inline Problem experts_no_swap_files(const EngineOptions&, const EngineFacts& f, const GridPlace& p) {
+  if (!p.expert_params || !p.experts_apart() || !f.swaps) return std::nullopt;
+  return config_error(std::string(kExpertsApart) + " are not supported with swap files (Offload<Nvme>, "
+                          "OffloadParams<Nvme>) yet: the files are named by the data rank. Use Offload<Cpu>",
+                      "offload_optimizer.device / offload_param.device", "nvme");
+}
+inline Problem experts_no_compressed_exchange(const EngineOptions&, const EngineFacts& f, const GridPlace& p) {
+  if (!p.expert_params || !p.experts_apart() || !f.compressed_exchange) return std::nullopt;
+  return config_error(std::string(kExpertsApart) + " are not supported with compressed communication (1-bit "
+                          "optimizers, gradient_compression) yet",
+                      "optimizer.type / gradient_compression", "expert " + std::to_string(p.expert_size));
+}
+inline Problem experts_no_zeropp(const EngineOptions& o, const EngineFacts& f, const GridPlace& p) {
+  const bool hpz = f.stage == 3 && o.stage3.reshard_after_forward.group_size() > 1;
+  const bool quantized = o.stage3.quantized_weights || o.stage3.quantized_gradients;
+  if (!p.expert_params || !p.experts_apart() || (!hpz && !quantized)) return std::nullopt;
+  return config_error(std::string(kExpertsApart) + " are not supported with ZeRO++ (hpZ, qwZ, qgZ) yet",
+                      hpz ? "zero_optimization.zero_hpz_partition_size" : std::string(zeropp_key(o)),
+                      hpz ? std::to_string(o.stage3.reshard_after_forward.group_size()) : "true");
+}
 }  // namespace detail
 
 /// The run-time rules, in the order they are checked (the first broken one is thrown).
@@ -175,6 +210,11 @@ inline constexpr RunRule kRunRules[] = {
     {"zeropp_needs_stage3", false, &detail::zeropp_needs_stage3},
     {"zeropp_host_only", false, &detail::zeropp_host_only},
     {"rebalance_data_only", true, &detail::rebalance_data_only},
+    {"experts_expert_tensor", true, &detail::experts_expert_tensor},
+    {"experts_host_only", true, &detail::experts_host_only},
+    {"experts_no_swap_files", true, &detail::experts_no_swap_files},
+    {"experts_no_compressed_exchange", true, &detail::experts_no_compressed_exchange},
+    {"experts_no_zeropp", true, &detail::experts_no_zeropp},
 };
 
 /// Every way `o` breaks a rule of `f`'s engine that needs no grid place: each part's own rules

@@ -9,6 +9,9 @@
 ///             through the topology's levels (comm/hierarchical.hpp): selected here, once, so
 ///             that every stage's paths use it without knowing
 ///   hpz()     stage 3's hpZ groups: `zero_hpz_partition_size` consecutive ranks of the data group
+///   expert_data()  expert parameters' paths (moe/): the grid's expert-data group, whose avg divides
+///             by the data size (an expert's gradient already sums its expert group's tokens); the
+///             data group itself when the grid has no expert layout apart from it
 ///   norm()    the boundary's global reductions: the gradient norm, the overflow agreement and the
 ///             loss, over every rank the parameters span (the grid's world; the data group when the
 ///             engine was given a plain communicator, which is then the world)
@@ -49,6 +52,10 @@ class EngineComms {
   EngineComms(Placement p, Ops& ops, const comm::TopologyOptions& topology = {})
       : data_(data_group(std::move(p.data), std::move(p.topology), p.device_memory, topology, ops)), place_(p.place) {
     if (p.world) world_.emplace(std::move(*p.world), ops);
+    if (p.expert_data) {
+      expert_.emplace(std::move(*p.expert_data), ops);
+      expert_->mean_over(place_.data_size);
+    }
   }
 
   Comm& data() noexcept { return data_; }
@@ -60,7 +67,14 @@ class EngineComms {
   Comm* hpz() noexcept { return hpz_ ? &*hpz_ : nullptr; }
   const Comm* hpz() const noexcept { return hpz_ ? &*hpz_ : nullptr; }
   Comm& norm() noexcept { return world_ ? *world_ : data_; }
+  Comm& expert_data() noexcept { return expert_ ? *expert_ : data_; }
+  const Comm& expert_data() const noexcept { return expert_ ? *expert_ : data_; }
+  /// Expert parameters reduce over a group of their own (GridPlace::experts_apart).
+  bool experts_apart() const noexcept { return expert_.has_value(); }
   const GridPlace& place() const noexcept { return place_; }
+  /// The model declares expert parameters (GridPlace::expert_params): the engine says so once its
+  /// registry is built, before the checker reads the place.
+  void set_expert_params(bool experts) noexcept { place_.expert_params = experts; }
 
   /// hpZ: splits the data group into groups of g consecutive ranks (collective over it). g must
   /// divide the data group's size.
@@ -96,18 +110,21 @@ class EngineComms {
   /// Bytes this rank sent over all of its communicators (ring convention), since construction.
   std::uint64_t wire_bytes() const noexcept {
     return data_.stats().total_wire_bytes() + (hpz_ ? hpz_->stats().total_wire_bytes() : 0) +
-           (world_ ? world_->stats().total_wire_bytes() : 0) + (qgz_ ? qgz_->stats().wire_bytes() : 0);
+           (world_ ? world_->stats().total_wire_bytes() : 0) + (expert_ ? expert_->stats().total_wire_bytes() : 0) +
+           (qgz_ ? qgz_->stats().wire_bytes() : 0);
   }
 
   /// What this rank adds to the boundary's global sums (engine/norm_share.hpp).
   NormShare norm_share() const noexcept { return NormShare(place_); }
   /// The number of gradient elements the global norm adds up over every rank, agreed by all (one
   /// all-reduce over the world with a grid; none otherwise): `counted`, the elements this rank's
-  /// model shard counts (NormShare), added once per model shard.
-  std::uint64_t agree_norm_count(std::uint64_t counted) {
-    if (!world_) return counted;
-    double n = static_cast<double>(norm_share().count_addend(counted));
-    world_->all_reduce_host(&n, &n, 1, comm::ReduceOp::sum);
+  /// model shard counts (NormShare) in the groups over the data group, `expert_counted` in the
+  /// expert group; each added once per model shard.
+  std::uint64_t agree_norm_count(std::uint64_t counted, std::uint64_t expert_counted = 0) {
+    if (!world_ && !expert_) return counted + expert_counted;
+    const NormShare share = norm_share();
+    double n = static_cast<double>(share.count_addend(counted) + share.expert_count_addend(expert_counted));
+    norm().all_reduce_host(&n, &n, 1, comm::ReduceOp::sum);
     return static_cast<std::uint64_t>(n);
   }
 
@@ -133,6 +150,7 @@ class EngineComms {
   Comm data_;
   std::optional<Comm> hpz_;    // stage 3 with hpZ
   std::optional<Comm> world_;  // a grid with more than its data group
+  std::optional<Comm> expert_;  // a grid whose expert-data group is apart from its data group
   std::optional<compress::QuantizedStats> qwz_;                // qwZ: the int8 gathers' counters
   std::optional<compress::QuantizedReduceScatter<Comm>> qgz_;  // qgZ: its level communicators
   GridPlace place_;

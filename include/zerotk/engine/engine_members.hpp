@@ -28,6 +28,7 @@ BasicEngine<Pack>::BasicEngine(engine::EngineInputs<ops_type> in, EngineOptions 
 
 template <class Pack>
 void BasicEngine<Pack>::build() {
+  comms_.set_expert_params(registry_.has_experts());
   const engine::GridPlace& place = comms_.place();
   engine::check_on_place(options_, facts(), place);  // the checker's rows that read the place (engine/checks.hpp)
   engine::NormShare::check_splits(comms_.norm(), registry_, place);
@@ -42,12 +43,21 @@ void BasicEngine<Pack>::build() {
   if constexpr (MainGroup::kCanDelayUpdate) {
     if (options_.delayed_param_update) groups_.each([](auto& g) { g.enable_delayed_update(); });
   }
-  fetch_.emplace(FetchCtx{&*bindings_, &registry_, groups_.main(), groups_.f32(), &comms_.data(), options_.stage3});
+  fetch_.emplace(FetchCtx{&*bindings_, &registry_, &groups_, &comms_.data(), options_.stage3});
   boundary_.emplace(groups_, scaler_, comms_, ops_, schedule_,
                     engine::BoundarySettings{options_.gradient_accumulation_steps, options_.gradient_clipping,
                                              options_.delayed_param_update, options_.delayed_param_update_start},
-                    comms_.agree_norm_count(groups_.counted_numel()));
+                    comms_.agree_norm_count(groups_.counted_numel(false), groups_.counted_numel(true)));
   slow_ = engine::SlowRankMonitor<Comm>(options_.communication.slow_ranks, comms_.norm(), place);
+}
+
+template <class Pack>
+void BasicEngine<Pack>::refuse_experts_apart(const char* where, int root) const {
+  if (!groups_.expert() || !comms_.experts_apart()) return;
+  throw usage_error("rank root's values cannot become every rank's when expert parameters live on an expert-data group "
+                    "apart from the data group (each expert rank holds other experts): initialise every rank's "
+                    "parameters alike (the same seed; an expert's from its expert index) and call initialize_master()",
+                    where, std::to_string(root));
 }
 
 template <class Pack>
@@ -71,6 +81,7 @@ engine::ModuleId BasicEngine<Pack>::open_gather(const engine::LayerRef& module, 
                       std::to_string(*modifier_rank) + " of " + std::to_string(this->world_size()));
   }
   require_boundary("gather");
+  if (modifier_rank) refuse_experts_apart("Engine::gather(module, modifier_rank)", *modifier_rank);
   synchronize();
   const engine::ModuleId id = registry_.module(module);
   fetch_->hold(registry_.module_entry(id));
@@ -142,6 +153,7 @@ StepReport BasicEngine<Pack>::step(double loss) {
 
 template <class Pack>
 void BasicEngine<Pack>::broadcast_parameters(int root) {
+  refuse_experts_apart("Engine::broadcast_parameters", root);
   synchronize();
   groups_.supersede_update();
   bindings_->take_user_values();

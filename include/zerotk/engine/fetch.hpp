@@ -33,12 +33,11 @@ struct FetchUnit {
 };
 
 /// What a fetch schedule is built from (each takes what it needs).
-template <class Bindings, class MainGroup, class Fp32Group, class Comm>
+template <class Bindings, class Groups, class Comm>
 struct FetchContext {
   Bindings* bindings = nullptr;
   ParamRegistry* registry = nullptr;
-  MainGroup* main = nullptr;
-  Fp32Group* f32 = nullptr;
+  Groups* groups = nullptr;  ///< engine/groups.hpp
   Comm* comm = nullptr;
   Stage3Options options;
 };

@@ -27,7 +27,7 @@ class ResidentFetch {
 
   /// A scope's cost when nothing is in flight (every step without overlap_param_gather): two loads.
   void before(const ModuleEntry& m, Phase) {
-    if ((c_.main ? c_.main->pending_publications() : 0) + (c_.f32 ? c_.f32->pending_publications() : 0) == 0) return;
+    if (c_.groups->pending_publications() == 0) return;
     c_.bindings->wait_values(m.own);
     c_.bindings->wait_values(m.external);
   }

@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "zerotk/comm/communicator.hpp"
@@ -128,23 +129,21 @@ class ShardedFetch {
     }
   }
 
-  /// Gathered elements now (pool buffers in use; persistent buckets not counted), over both groups.
+  /// Gathered elements now (pool buffers in use; persistent buckets not counted), over every group.
   std::size_t live_numel() const {
     std::size_t n = 0;
-    if (c_.main) n += c_.main->params().live_numel();
-    if (c_.f32) n += c_.f32->params().live_numel();
+    std::as_const(*c_.groups).each([&](const auto& g) { n += g.params().live_numel(); });
     return n;
   }
   std::size_t held_numel() const {
     std::size_t n = 0;
-    if (c_.main) n += c_.main->params().held_numel();
-    if (c_.f32) n += c_.f32->params().held_numel();
+    std::as_const(*c_.groups).each([&](const auto& g) { n += g.params().held_numel(); });
     return n;
   }
 
  private:
   struct Unit {
-    std::uint8_t group = 0;  ///< 0: main, 1: fp32-kept
+    GroupKind group = GroupKind::main;
     std::uint32_t bucket = 0;
     std::size_t numel = 0;
     bool operator==(const Unit& o) const noexcept { return group == o.group && bucket == o.bucket; }
@@ -157,11 +156,7 @@ class ShardedFetch {
 
   template <class F>
   void with_params(const Unit& u, F&& f) {
-    if (u.group == 0) {
-      f(c_.main->params());
-    } else {
-      f(c_.f32->params());
-    }
+    c_.groups->with(u.group, [&](auto& g) { f(g.params()); });
   }
 
   Event event_of(const ModuleEntry& m, Phase phase) const {
@@ -172,10 +167,12 @@ class ShardedFetch {
       for (ParamId id : ids) {
         const ParamEntry& p = (*c_.registry)[id];
         Unit u;
-        u.group = p.group == GroupKind::main ? 0 : 1;
-        const zero::BucketLayout& l = u.group == 0 ? c_.main->layout() : c_.f32->layout();
-        u.bucket = l.param(p.local).bucket;
-        u.numel = l.buckets()[u.bucket].numel;
+        u.group = p.group;
+        std::as_const(*c_.groups).with(p.group, [&](const auto& g) {
+          const zero::BucketLayout& l = g.layout();
+          u.bucket = static_cast<std::uint32_t>(l.param(p.local).bucket);
+          u.numel = l.buckets()[u.bucket].numel;
+        });
         if (std::find(e.units.begin(), e.units.end(), u) == e.units.end()) {
           e.units.push_back(u);
           e.numel += u.numel;
@@ -242,7 +239,9 @@ class ShardedFetch {
   /// whose fetch will read it, nearest first, as many as it can read ahead (none for homes that
   /// cannot).
   void stage_ahead_from(std::size_t from) {
-    auto one = [&](auto& p, std::uint8_t group) {
+    c_.groups->each([&](auto& g) {
+      auto& p = g.params();
+      const GroupKind group = g.kind();
       const std::size_t capacity = p.stage_capacity();
       if (capacity == 0) return;
       next_.clear();
@@ -253,9 +252,7 @@ class ShardedFetch {
         }
       }
       p.stage_ahead(next_);
-    };
-    if (c_.main) one(c_.main->params(), 0);
-    if (c_.f32) one(c_.f32->params(), 1);
+    });
   }
 
   /// Whether the trace needs bucket u again soon after the current event.

@@ -33,6 +33,7 @@ namespace zerotk::engine {
 
 /// The parameters of one flat group, in its local order.
 struct GroupMembers {
+  GroupKind kind = GroupKind::main;  ///< which of the engine's groups these form
   std::vector<ParamId> ids;
   std::vector<std::size_t> numels;
   std::vector<std::uint32_t> opt_groups;  ///< optimizer parameter group of each
@@ -111,7 +112,8 @@ class FlatGroup {
   /// once; Offload<Nvme>'s swap file).
   FlatGroup(zero::PathContext<Ops> ctx, GroupMembers m, std::size_t bucket_numel, bool overlap_param_gather,
             const offload::StoreOptions& store, const std::vector<ParamGroup>& groups, const OneBitOptions& onebit = {})
-      : members_(std::move(m.ids)),
+      : kind_(m.kind),
+        members_(std::move(m.ids)),
         split_(std::move(m.split)),
         layout_(m.numels, m.opt_groups, ctx.world(), bucket_numel, m.units),
         ctx_(with_layout(ctx, &layout_, &local_)),
@@ -129,6 +131,8 @@ class FlatGroup {
   FlatGroup& operator=(const FlatGroup&) = delete;
 
   const zero::BucketLayout& layout() const noexcept { return layout_; }
+  /// Which of the engine's groups this is (the working precision's, the fp32-kept, the experts').
+  GroupKind kind() const noexcept { return kind_; }
   int rank() const { return ctx_.rank(); }
   ParamId member(std::uint32_t local) const noexcept { return members_[local]; }
   Params& params() noexcept { return params_; }
@@ -487,6 +491,7 @@ class FlatGroup {
     }
   }
 
+  GroupKind kind_;
   std::vector<ParamId> members_;
   std::vector<char> split_;          // per local parameter: split across the tensor group (share_ reads it)
   NormShare share_;                  // what this rank adds to the global norm

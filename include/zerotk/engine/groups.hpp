@@ -2,9 +2,10 @@
 /// \file zerotk/engine/groups.hpp
 /// Groups: the engine's flat groups as one object. Parameters the training precision covers form
 /// the working-precision group; those kept in fp32 (keep_fp32, fp32_module_types) the fp32-kept
-/// group. Either may be absent. Everything the engine does to "every group" is here, once: the
-/// micro-step's end, the two-phase update (both groups take a step or neither does), skipping,
-/// publication, and the sums over both.
+/// group; expert parameters (moe/) the expert group, in the working precision, over the expert-data
+/// group's communicator. Any may be absent. Everything the engine does to "every group" is here,
+/// once: the micro-step's end, the two-phase update (every group takes a step or none does),
+/// skipping, publication, and the sums over all.
 
 #include <cstddef>
 #include <cstdint>
@@ -22,39 +23,55 @@ class Groups {
   using fp32_type = F32;
 
   Groups() = default;
-  Groups(std::unique_ptr<Main> main, std::unique_ptr<F32> f32) : main_(std::move(main)), f32_(std::move(f32)) {}
+  Groups(std::unique_ptr<Main> main, std::unique_ptr<F32> f32, std::unique_ptr<Main> expert = nullptr)
+      : main_(std::move(main)), f32_(std::move(f32)), expert_(std::move(expert)) {}
 
   Main* main() noexcept { return main_.get(); }
   const Main* main() const noexcept { return main_.get(); }
   F32* f32() noexcept { return f32_.get(); }
   const F32* f32() const noexcept { return f32_.get(); }
+  Main* expert() noexcept { return expert_.get(); }
+  const Main* expert() const noexcept { return expert_.get(); }
 
-  /// f(group) for each group present, the working-precision group first.
+  /// f(group) for each group present: the working-precision group, the fp32-kept one, the experts'.
   template <class F>
   void each(F&& f) {
     if (main_) f(*main_);
     if (f32_) f(*f32_);
+    if (expert_) f(*expert_);
   }
   template <class F>
   void each(F&& f) const {
     if (main_) f(std::as_const(*main_));
     if (f32_) f(std::as_const(*f32_));
+    if (expert_) f(std::as_const(*expert_));
   }
   /// f(the group a parameter of `kind` lives in).
   template <class F>
   void with(GroupKind kind, F&& f) {
-    if (kind == GroupKind::main) {
-      f(*main_);
-    } else {
+    if (kind == GroupKind::fp32) {
       f(*f32_);
+    } else {
+      f(kind == GroupKind::main ? *main_ : *expert_);
     }
   }
-  std::size_t count() const noexcept { return (main_ ? 1 : 0) + (f32_ ? 1 : 0); }
+  template <class F>
+  void with(GroupKind kind, F&& f) const {
+    if (kind == GroupKind::fp32) {
+      f(std::as_const(*f32_));
+    } else {
+      f(std::as_const(kind == GroupKind::main ? *main_ : *expert_));
+    }
+  }
+  std::size_t count() const noexcept { return (main_ ? 1 : 0) + (f32_ ? 1 : 0) + (expert_ ? 1 : 0); }
 
   /// Padded elements of the flat buffers, both groups.
   std::size_t flat_numel() const noexcept { return sum([](const auto& g) { return g.layout().flat_numel(); }); }
-  /// Elements of parameters split across the tensor group.
-  std::size_t counted_numel() const noexcept { return sum([](const auto& g) { return g.counted_numel(); }); }
+  /// Elements this rank's model shard counts in the norm (engine/norm_share.hpp), of the groups
+  /// over the data group (`experts` false) or of the expert group (true).
+  std::size_t counted_numel(bool experts = false) const noexcept {
+    return sum([experts](const auto& g) { return (g.kind() == GroupKind::expert) == experts ? g.counted_numel() : 0; });
+  }
   std::size_t bucket_count() const noexcept { return sum([](const auto& g) { return g.layout().buckets().size(); }); }
   std::size_t pending_publications() const noexcept { return sum([](const auto& g) { return g.pending_publications(); }); }
   /// Bytes the compressed exchanges saved: dense traffic replaced minus what was sent instead.
@@ -86,8 +103,8 @@ class Groups {
   }
 
   /// One optimizer step of every group, taken by all or by none: each group prepares its step (all
-  /// I/O; a failure takes that group back) before any makes it current, so a failure in the fp32-kept
-  /// group's leaves the working-precision group's untaken too (engine/group.hpp). Then the updated
+  /// I/O; a failure takes that group back) before any makes it current, so a failure in a later
+  /// group's leaves the earlier groups' untaken too (engine/group.hpp). Then the updated
   /// values are published; on_bucket(group, k) runs once bucket k of `group` holds them, which may
   /// be after this returns (overlap_param_gather): each group keeps a copy of `on_bucket`.
   template <class OnBucket>
@@ -126,6 +143,7 @@ class Groups {
 
   std::unique_ptr<Main> main_;
   std::unique_ptr<F32> f32_;
+  std::unique_ptr<Main> expert_;
 };
 
 }  // namespace zerotk::engine

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "zerotk/comm/any.hpp"
 #include "zerotk/comm/communicator.hpp"
 #include "zerotk/core/dtype.hpp"
+#include "zerotk/core/error.hpp"
 #include "zerotk/core/memory.hpp"
 #include "zerotk/engine/comms.hpp"
 #include "zerotk/engine/options.hpp"
@@ -100,11 +102,11 @@ class Introspection {
   std::vector<DType> stored_dtypes() const {
     std::vector<DType> out;
     for (const ParamEntry& p : e().registry_.entries()) {
-      out.push_back(p.group == GroupKind::main ? dtype_of_v<typename E::storage_type> : DType::fp32);
+      out.push_back(p.group == GroupKind::fp32 ? DType::fp32 : dtype_of_v<typename E::storage_type>);
     }
     return out;
   }
-  /// Padded element counts of the flat buffers (main precision and the fp32-kept group).
+  /// Padded element counts of the flat buffers (main precision, the fp32-kept group, the experts').
   std::size_t flat_numel() const noexcept { return e().groups_.flat_numel(); }
   std::size_t bucket_count() const noexcept { return e().groups_.bucket_count(); }
   /// Learning rate of parameter group `g` for the next update.
@@ -138,6 +140,11 @@ class Introspection {
 template <class E>
 ShardTable Introspection<E>::shard_table() const {
   const GridPlace& place = e().comms_.place();
+  if (e().registry_.has_experts()) {
+    throw usage_error("the shard table (and so checkpoints: checkpoint::save / load) does not record expert parameters "
+                      "yet; take the engine's state in memory (Engine::state / load_state) instead",
+                      "Engine::shard_table", std::to_string(e().registry_.parameter_count()) + " parameters, some of experts");
+  }
   return make_shard_table(e().groups_, e().registry_, world_size(), place.tensor_index, place.tensor_size);
 }
 

@@ -34,6 +34,9 @@ struct ParamView {
   /// How the Param says it is split across the tensor group (its `tensor_split()`,
   /// parallel/split_param.hpp); empty when it says nothing.
   std::optional<parallel::TensorSplit> tensor_split;
+  /// The Param says it belongs to an expert (its `expert()` answers true): ZeRO reduces and shards it
+  /// over the grid's expert-data group (moe/).
+  bool expert = false;
   /// Points the Param at (data, grad), both of its element type.
   std::function<void(void* data, void* grad)> bind;
   /// Copies the values the Param holds into `dst` (numel elements of its type); false, copying
@@ -76,6 +79,9 @@ ParamView view_param(std::string_view name, P& p) {
   v.value_dtype = dtype_of_v<V>;
   if constexpr (requires(const P& cp) { { cp.tensor_split() } -> std::convertible_to<parallel::TensorSplit>; }) {
     v.tensor_split = static_cast<parallel::TensorSplit>(p.tensor_split());
+  }
+  if constexpr (requires(const P& cp) { { cp.expert() } -> std::convertible_to<bool>; }) {
+    v.expert = static_cast<bool>(p.expert());
   }
   v.bind = [&p](void* d, void* g) { p.bind(static_cast<V*>(d), static_cast<V*>(g)); };
   v.read_initial = [&p, n = v.numel](void* dst) {

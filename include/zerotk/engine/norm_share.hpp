@@ -12,8 +12,12 @@
 ///                                                         on tensor rank 0 only (all compute it)
 ///   pipeline   its stage's layers                         its stage's
 ///
+///   expert     its experts (the expert group's; their      all of it, by the same tensor rule
+///              expert-data group shares them out)         (expert_tensor == tensor)
+///
 /// The agreed count: data rank 0 of each model shard adds what its rank counts (split parameters'
-/// shards on every tensor rank, the rest on tensor rank 0), summed over the grid's world.
+/// shards on every tensor rank, the rest on tensor rank 0), summed over the grid's world; of the
+/// expert group, expert-data rank 0 of each expert shard.
 /// Whether a parameter is split comes from the registry (ParamEntry::tensor_split); that every rank
 /// of a stage declares the same splits is checked at construction (check_splits, collective over
 /// the world: tensor_splits.hpp). A new axis that replicates or shards parameters (experts, context)
@@ -33,7 +37,7 @@ class NormShare {
   /// One rank, or a rank of a data group alone: counts everything it owns, and its loss.
   NormShare() = default;
   explicit NormShare(const GridPlace& place) noexcept
-      : whole_(place.tensor_index == 0), adds_count_(place.data_index == 0) {}
+      : whole_(place.tensor_index == 0), adds_count_(place.data_index == 0), adds_expert_count_(place.expert_data_index == 0) {}
 
   /// Counts every element it owns (false: only those of parameters split across the tensor group).
   bool whole() const noexcept { return whole_; }
@@ -44,6 +48,8 @@ class NormShare {
   double loss_addend(double loss, bool rank_local) const noexcept { return whole_ || rank_local ? loss : 0.0; }
   /// What it adds to the agreed element count, given the elements its model shard counts.
   std::uint64_t count_addend(std::uint64_t counted) const noexcept { return adds_count_ ? counted : 0; }
+  /// The same for the elements its expert shard counts.
+  std::uint64_t expert_count_addend(std::uint64_t counted) const noexcept { return adds_expert_count_ ? counted : 0; }
 
   /// Checks at construction that every rank of each pipeline stage declares the same tensor splits
   /// (a usage_error on every rank otherwise; engine/tensor_splits.hpp). Collective over `world`, the
@@ -56,6 +62,7 @@ class NormShare {
  private:
   bool whole_ = true;       // tensor rank 0: adds the parameters every tensor rank holds whole, and the loss
   bool adds_count_ = true;  // data rank 0: adds its model shard's count to the agreed one
+  bool adds_expert_count_ = true;  // expert-data rank 0: adds its expert shard's count
 };
 
 }  // namespace zerotk::engine

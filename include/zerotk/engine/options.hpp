@@ -81,6 +81,12 @@ struct ModelOptions {
   /// every tensor rank and a replicated one's on one tensor rank; ZeRO partitions both over the
   /// data group. Every rank must declare the same splits (checked at construction).
   std::function<parallel::TensorSplit(std::string_view name)> tensor_split;
+  /// Expert parallelism (moe/, docs/moe.md): parameters that belong to an expert, by name, besides
+  /// those whose Param declares it with an `expert()` member answering true. ZeRO reduces and shards
+  /// them over the grid's expert-data group, averaging over the data size (each expert's gradient
+  /// already sums the tokens its expert group dispatched to it); dense parameters over the data
+  /// group. On a plain communicator, or a grid without an expert layout, the two groups are the same.
+  std::function<bool(std::string_view name)> expert;
   /// The model-parallel sizes a DeepSpeed config asked for (tensor_model_parallel_size, the pipeline
   /// stages), set by engine_options(cfg); empty when the options are not a config's. The engine
   /// refuses to be built on a communicator or grid whose tensor or pipeline size differs (the

@@ -27,6 +27,14 @@ namespace zerotk::engine {
 struct GridPlace {
   int data_size = 1, tensor_size = 1, pipeline_size = 1;
   int data_index = 0, tensor_index = 0, pipeline_index = 0;
+  /// The expert layout (comm::GridShape::expert): expert and expert-tensor sizes, the expert-data
+  /// group's size and this rank's index in it and in the expert group. Without one, the
+  /// expert-data group is the data group.
+  int expert_size = 1, expert_tensor_size = 1, expert_data_size = 1;
+  int expert_index = 0, expert_data_index = 0;
+  /// The model declares expert parameters (ParamRegistry::has_experts): set by the engine before
+  /// the checker's rows that read the place run.
+  bool expert_params = false;
 
   /// Deprecated (0.2.0): engine::NormShare (engine/norm_share.hpp) says what a rank adds to the
   /// global sums (NormShare(place).whole() is this).
@@ -35,6 +43,9 @@ struct GridPlace {
   }
   /// Only a data group: the boundary's reductions need no other communicator.
   bool data_only() const noexcept { return tensor_size == 1 && pipeline_size == 1; }
+  /// The expert-data group differs from the data group (experts parallel, or split otherwise than
+  /// the tensor group splits the dense layers): expert parameters reduce over a communicator of their own.
+  bool experts_apart() const noexcept { return expert_size > 1 || expert_tensor_size != tensor_size; }
 };
 
 struct Placement {
@@ -43,16 +54,17 @@ struct Placement {
   GridPlace place;
   comm::Topology topology;                      ///< the data group's (flat unless `communication.topology` has levels)
   bool device_memory = false;                   ///< the communicators move device buffers (NCCL)
+  std::optional<comm::AnyCommunicator> expert_data;  ///< the grid's expert-data group, when apart from the data group
 };
 
 /// A plain communicator: the data group is the whole of it, placed by `topology` (collective when
 /// it has levels).
 template <comm::Communicator C>
 Placement place_on(C& comm, const comm::TopologyOptions& topology = {}) {
-  Placement p{comm::AnyCommunicator(comm), std::nullopt, {}, {}, comm::uses_device_memory<C>};
+  Placement p{comm::AnyCommunicator(comm), std::nullopt, {}, {}, comm::uses_device_memory<C>, std::nullopt};
   p.topology = topology.levels > 1 ? comm::detect_topology(comm, topology) : comm::Topology();
-  p.place.data_size = comm.size();
-  p.place.data_index = comm.rank();
+  p.place.data_size = p.place.expert_data_size = comm.size();
+  p.place.data_index = p.place.expert_data_index = comm.rank();
   return p;
 }
 
@@ -61,7 +73,7 @@ Placement place_on(C& comm, const comm::TopologyOptions& topology = {}) {
 /// from it.
 template <comm::Communicator C>
 Placement place_on(comm::ProcessGrid<C>& grid, const comm::TopologyOptions& topology = {}) {
-  Placement p{comm::AnyCommunicator(grid.data()), std::nullopt, {}, {}, comm::uses_device_memory<C>};
+  Placement p{comm::AnyCommunicator(grid.data()), std::nullopt, {}, {}, comm::uses_device_memory<C>, std::nullopt};
   if (topology.levels <= 1) {
     p.topology = comm::Topology::flat(grid.data().size());
   } else if constexpr (comm::uses_device_memory<C>) {
@@ -76,7 +88,13 @@ Placement place_on(comm::ProcessGrid<C>& grid, const comm::TopologyOptions& topo
   p.place.data_index = grid.data_index();
   p.place.tensor_index = grid.tensor_index();
   p.place.pipeline_index = grid.pipeline_index();
+  p.place.expert_size = grid.expert_size();
+  p.place.expert_tensor_size = grid.expert_tensor_size();
+  p.place.expert_data_size = grid.expert_data_size();
+  p.place.expert_index = grid.expert_index();
+  p.place.expert_data_index = grid.expert_data_index();
   if (!p.place.data_only()) p.world.emplace(grid.world());
+  if (p.place.experts_apart()) p.expert_data.emplace(grid.expert_data());
   return p;
 }
 

@@ -33,8 +33,13 @@ namespace zerotk::engine {
 using ParamId = std::uint32_t;
 using ModuleId = std::uint32_t;
 
-/// Which flat buffer family a parameter lives in.
-enum class GroupKind : std::uint8_t { main, fp32 };
+/// Which flat buffer family a parameter lives in: the working precision's, the fp32-kept one, or the
+/// experts' (working precision, reduced and sharded over the expert-data group).
+enum class GroupKind : std::uint8_t { main, fp32, expert };
+inline constexpr std::size_t kGroupKinds = 3;
+constexpr const char* group_kind_name(GroupKind k) noexcept {
+  return k == GroupKind::main ? "main" : k == GroupKind::fp32 ? "fp32" : "expert";
+}
 
 struct ParamEntry {
   std::string name;
@@ -81,6 +86,9 @@ class ParamRegistry {
     std::vector<std::string> replicated_module_types;
     /// ModelOptions::tensor_split: by name, an override of what the parameters declare.
     std::function<parallel::TensorSplit(std::string_view)> tensor_split;
+    /// ModelOptions::expert: by name, parameters that belong to an expert (besides those whose
+    /// `expert()` says so).
+    std::function<bool(std::string_view)> expert;
   };
 
   /// Records every parameter of the model `view` describes (and its current values, if it has any).
@@ -117,6 +125,8 @@ class ParamRegistry {
   std::span<const ParamEntry> entries() const noexcept { return entries_; }
   /// Main-group parameters hold float while the engine stores 16-bit values (emulated 16-bit).
   bool emulated() const noexcept { return emulated_; }
+  /// Some parameter belongs to an expert (GroupKind::expert).
+  bool has_experts() const noexcept { return expert_count_ > 0; }
   std::size_t parameter_count() const noexcept { return psi_; }
 
   /// The id of a layer, resolving its parameters to ids on first sight. Later scopes of the same
@@ -194,7 +204,13 @@ class ParamRegistry {
     const bool want_fp32 = (rules_.keep_fp32 && rules_.keep_fp32(name)) || fp32_params_.count(address) > 0;
     const bool fp32 = rules_.storage != DType::fp32 && want_fp32;
     const bool holds_float = e.value_dtype == DType::fp32;
-    e.group = fp32 ? GroupKind::fp32 : GroupKind::main;
+    const bool expert = p.expert || (rules_.expert && rules_.expert(name));
+    if (expert && want_fp32) {
+      throw usage_error("an expert parameter is trained in the working precision; keeping it in fp32 (keep_fp32 / "
+                        "fp32_module_types) is not supported",
+                        e.name);
+    }
+    e.group = expert ? GroupKind::expert : fp32 ? GroupKind::fp32 : GroupKind::main;
     if (fp32 && !holds_float) {
       throw usage_error("parameters kept in fp32 (keep_fp32 / fp32_module_types) must hold float values", e.name,
                         std::string(to_string(e.value_dtype)));
@@ -208,7 +224,7 @@ class ParamRegistry {
     if (e.optimizer_group >= rules_.optimizer_groups) {
       throw config_error("group_of returned a group that does not exist", e.name, std::to_string(e.optimizer_group));
     }
-    e.local = fp32 ? fp32_count_++ : main_count_++;
+    e.local = expert ? expert_count_++ : fp32 ? fp32_count_++ : main_count_++;
     const auto unit = unit_of_.find(address);
     e.unit = unit != unit_of_.end() ? unit->second : units_++;
     e.replicated = replicated_params_.count(address) > 0 ||
@@ -237,6 +253,11 @@ class ParamRegistry {
       if (e.group == GroupKind::main && e.value_dtype != DType::fp32) {
         throw usage_error("float and 16-bit Params cannot be mixed in one model's main group", e.name);
       }
+      if (e.group == GroupKind::expert) {
+        throw usage_error("float Params over 16-bit storage (emulated 16-bit) are not supported in a model with "
+                          "expert parameters yet: give every Param the engine precision's storage type",
+                          e.name, std::string(to_string(e.value_dtype)));
+      }
     }
   }
 
@@ -263,7 +284,7 @@ class ParamRegistry {
   std::vector<ModuleEntry> modules_;
   std::unordered_map<const void*, ModuleId> modules_by_address_;
   std::unordered_map<const void*, std::uint32_t> unit_of_;
-  std::uint32_t main_count_ = 0, fp32_count_ = 0, units_ = 0;
+  std::uint32_t main_count_ = 0, fp32_count_ = 0, expert_count_ = 0, units_ = 0;
   std::size_t psi_ = 0;
   bool emulated_ = false;
 };

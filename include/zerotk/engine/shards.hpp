@@ -69,11 +69,11 @@ template <class Groups>
 ShardTable make_shard_table(const Groups& groups, const ParamRegistry& registry, int world, int tensor_index = 0,
                             int tensor_size = 1) {
   ShardTable t;
-  std::uint32_t index[2] = {0, 0};  // flat group index of GroupKind::main, ::fp32
+  std::uint32_t index[kGroupKinds] = {};  // flat group index of each GroupKind
   groups.each([&](const auto& g) {
     using G = std::remove_cvref_t<decltype(g)>;
     using Own = typename G::Own;
-    index[std::is_same_v<G, typename Groups::main_type> ? 0 : 1] = static_cast<std::uint32_t>(t.fragments.size());
+    index[static_cast<std::size_t>(g.kind())] = static_cast<std::uint32_t>(t.fragments.size());
     auto& per_rank = t.fragments.emplace_back();
     auto& owned = t.owned_numel.emplace_back();
     for (int r = 0; r < world; ++r) {
@@ -88,7 +88,7 @@ ShardTable make_shard_table(const Groups& groups, const ParamRegistry& registry,
     p.shape.assign(e.shape.begin(), e.shape.end());
     p.numel = e.numel;
     p.dtype = std::string(to_string(e.value_dtype));
-    p.group = index[e.group == GroupKind::main ? 0 : 1];
+    p.group = index[static_cast<std::size_t>(e.group)];
     p.optimizer_group = e.optimizer_group;
     if (tensor_size > 1 && e.tensor_split.is_split()) {
       p.tensor_index = tensor_index;

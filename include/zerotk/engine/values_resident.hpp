@@ -26,6 +26,7 @@
 #include <optional>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "zerotk/core/error.hpp"
 #include "zerotk/core/memory.hpp"
@@ -125,7 +126,9 @@ class ResidentValues {
  private:
   bool in_view(const ParamEntry& e) const noexcept { return view_ && e.group == GroupKind::main; }
   const zero::ParamSlot& slot(const ParamEntry& e) const {
-    return e.group == GroupKind::main ? groups_->main()->layout().param(e.local) : groups_->f32()->layout().param(e.local);
+    const zero::ParamSlot* s = nullptr;
+    std::as_const(*groups_).with(e.group, [&](const auto& g) { s = &g.layout().param(e.local); });
+    return *s;
   }
 
   ParamRegistry* registry_;

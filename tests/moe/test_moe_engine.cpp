@@ -1,0 +1,326 @@
+// Expert parameters in the engine (issue 58): a mixture-of-experts layer (a dense router, E experts
+// y = tanh(W_e x), the dispatcher in between) trained by the engine on 4 thread ranks, its experts
+// declared by their Params (`expert()`) or by name (ModelOptions::expert). ZeRO reduces and shards
+// the router over the data group and the experts over the expert-data group, averaging both over
+// the data size.
+//  - expert parallel 4 (each rank one expert, expert-data groups of 1) against expert parallel 1
+//    (every rank every expert, expert-data group = data group): the same losses, norms and
+//    parameters bit for bit at ZeRO stages 0-3 (and stage 3 with optimizer and parameter offload),
+//    since each expert sums its weight gradient per source rank in source order, which is the
+//    rank-order all-reduce of expert parallel 1 (6 steps, gas 1 and 2, clipping on);
+//  - expert parallel 2 x expert-data 2 adds the sources in another order: equal to rounding;
+//  - what has no expert meaning yet is refused in words (broadcast_parameters, the shard table and
+//    so checkpoint files, save_16bit_model).
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "../comm/reference.hpp"
+#include "zerotk/comm/grid.hpp"
+#include "zerotk/checkpoint/save_16bit.hpp"
+#include "zerotk/comm/threads.hpp"
+#include "zerotk/engine.hpp"
+#include "zerotk/moe/dispatcher.hpp"
+#include "zerotk/moe/router.hpp"
+
+namespace test_moe_engine {
+
+using namespace zerotk;
+
+namespace {
+
+constexpr int kE = 4, kH = 6, kT = 8, kK = 2;
+constexpr std::size_t kHH = static_cast<std::size_t>(kH) * kH;
+
+std::vector<float> values(std::size_t n, std::uint32_t seed, float scale) {
+  std::vector<float> v(n);
+  std::uint32_t s = seed * 2654435761u + 77u;
+  for (auto& x : v) {
+    s = s * 1664525u + 1013904223u;
+    x = scale * (static_cast<float>(s >> 8) / 8388608.0f - 1.0f);
+  }
+  return v;
+}
+
+/// A Param that says it belongs to an expert.
+struct ExpertParam : Param<float> {
+  using Param<float>::Param;
+  bool expert() const noexcept { return true; }
+};
+
+/// The router (dense) and this rank's experts (`Declared`: ExpertParam; otherwise plain Params the
+/// engine recognises by name).
+template <bool Declared>
+struct MoeModel {
+  using EP = std::conditional_t<Declared, ExpertParam, Param<float>>;
+  comm::ThreadsCommunicator* ep;  // the expert group
+  int first, local;
+  Param<float> router{"router.weight", {kE, kH}};
+  std::vector<EP> experts;
+  std::vector<float> init_router;
+  std::vector<std::vector<float>> init_experts;
+  // between the forward and the backward
+  std::optional<moe::Routing> routing;
+  std::optional<moe::Dispatcher<comm::ThreadsCommunicator, moe::Dropless>> dispatcher;
+  std::vector<float> x;
+
+  explicit MoeModel(comm::ThreadsCommunicator& group)
+      : ep(&group), first(group.rank() * (kE / group.size())), local(kE / group.size()) {
+    init_router = values(static_cast<std::size_t>(kE) * kH, 1, 0.5f);
+    router.bind(init_router.data(), nullptr);
+    experts.reserve(static_cast<std::size_t>(local));
+    init_experts.reserve(static_cast<std::size_t>(local));
+    for (int e = 0; e < local; ++e) {
+      const int g = first + e;
+      experts.emplace_back("experts." + std::to_string(g) + ".weight", std::initializer_list<std::size_t>{kHH});
+      init_experts.push_back(values(kHH, 100 + static_cast<std::uint32_t>(g), 0.4f));
+      experts.back().bind(init_experts.back().data(), nullptr);
+    }
+  }
+  template <class V>
+  void parameters(V&& visit) {
+    visit(router.name(), router);
+    for (auto& p : experts) visit(p.name(), p);
+  }
+  static bool by_name(std::string_view name) { return name.starts_with("experts."); }
+
+  // y = tanh(W x) over rows.
+  static void expert_forward(std::span<const float> w, std::span<const float> in, std::span<float> out) {
+    for (std::size_t r = 0; r < in.size() / kH; ++r) {
+      for (std::size_t i = 0; i < kH; ++i) {
+        float a = 0;
+        for (std::size_t m = 0; m < kH; ++m) a += w[i * kH + m] * in[r * kH + m];
+        out[r * kH + i] = std::tanh(a);
+      }
+    }
+  }
+  // dx of the rows and their weight gradient, added over the rows in order into `dw`.
+  static void expert_backward(std::span<const float> w, std::span<const float> in, std::span<const float> dy,
+                              std::span<float> dx, std::span<float> dw) {
+    std::vector<float> y(in.size());
+    expert_forward(w, in, y);
+    for (std::size_t r = 0; r < in.size() / kH; ++r) {
+      for (std::size_t m = 0; m < kH; ++m) dx[r * kH + m] = 0;
+      for (std::size_t i = 0; i < kH; ++i) {
+        const float da = dy[r * kH + i] * (1 - y[r * kH + i] * y[r * kH + i]);
+        for (std::size_t m = 0; m < kH; ++m) {
+          dx[r * kH + m] += w[i * kH + m] * da;
+          dw[i * kH + m] += da * in[r * kH + m];
+        }
+      }
+    }
+  }
+
+  /// One micro-step on batch `b` of data rank `d`; returns the loss.
+  template <class E>
+  double step(E& engine, int b, int d) {
+    const std::uint32_t seed = 1000 + 7 * static_cast<std::uint32_t>(b) + 31 * static_cast<std::uint32_t>(d);
+    x = values(static_cast<std::size_t>(kT) * kH, seed, 1.0f);
+    const std::vector<float> target = values(x.size(), seed + 500, 0.8f);
+    std::vector<float> y(x.size());
+    {
+      auto scope = engine.forward(*this);
+      std::vector<float> logits(static_cast<std::size_t>(kT) * kE, 0.0f);
+      const auto wr = router.values();
+      for (std::size_t t = 0; t < kT; ++t) {
+        for (std::size_t e = 0; e < kE; ++e) {
+          for (std::size_t m = 0; m < kH; ++m) logits[t * kE + e] += wr[e * kH + m] * x[t * kH + m];
+        }
+      }
+      routing = moe::route(logits, kT, kE, {.top_k = kK, .renormalize = true});
+      dispatcher.emplace(*ep, kE, kH, moe::Dropless{});
+      dispatcher->dispatch(x, *routing);
+      for (int e = 0; e < local; ++e) {
+        expert_forward(experts[static_cast<std::size_t>(e)].values(), dispatcher->input(e), dispatcher->output(e));
+      }
+      dispatcher->combine(y);
+    }
+    double loss = 0;
+    std::vector<float> dy(y.size());
+    for (std::size_t i = 0; i < y.size(); ++i) {
+      const float err = y[i] - target[i];
+      loss += static_cast<double>(err) * err / static_cast<double>(y.size());
+      dy[i] = 2.0f * err / static_cast<float>(y.size());
+    }
+    {
+      auto scope = engine.backward(*this);
+      std::vector<float> d_gate(routing->gate.size());
+      dispatcher->combine_backward(dy, d_gate);
+      for (int e = 0; e < local; ++e) {
+        // The weight gradient summed per source rank, the sources in order: the bits of a
+        // rank-order all-reduce of per-rank gradients (expert parallel 1's).
+        const auto w = experts[static_cast<std::size_t>(e)].values();
+        const auto in = dispatcher->input(e);
+        const auto dout = dispatcher->output_grad(e);
+        const auto din = dispatcher->input_grad(e);
+        const auto grads = experts[static_cast<std::size_t>(e)].grads();
+        std::size_t at = 0;
+        std::vector<float> partial(kHH);
+        for (int s = 0; s < ep->size(); ++s) {
+          const std::size_t n = dispatcher->rows(e, s) * kH;
+          std::fill(partial.begin(), partial.end(), 0.0f);
+          expert_backward(w, in.subspan(at, n), dout.subspan(at, n), din.subspan(at, n), partial);
+          for (std::size_t i = 0; i < kHH; ++i) grads[i] += partial[i];
+          at += n;
+        }
+      }
+      std::vector<float> dx(x.size(), 0.0f), d_logits(static_cast<std::size_t>(kT) * kE);
+      dispatcher->dispatch_backward(dx);
+      moe::route_backward(*routing, d_gate, d_logits);
+      const auto gr = router.grads();
+      for (std::size_t t = 0; t < kT; ++t) {
+        for (std::size_t e = 0; e < kE; ++e) {
+          for (std::size_t m = 0; m < kH; ++m) gr[e * kH + m] += d_logits[t * kE + e] * x[t * kH + m];
+        }
+      }
+    }
+    return loss;
+  }
+};
+
+struct Run {
+  std::vector<double> norms, losses;
+  std::vector<float> router;
+  std::vector<std::vector<float>> experts;  // by global expert; empty where this rank holds none
+};
+
+struct Setup {
+  int ep = 1;
+  int steps = 6;
+  int gas = 1;
+  bool by_name = false;
+};
+
+template <bool Declared, class... Policies>
+Run train(comm::ThreadsCommunicator& world, const Setup& s) {
+  comm::ProcessGrid grid(world, {.data = 0, .expert = s.ep});
+  MoeModel<Declared> model(grid.expert());
+  EngineOptions o;
+  o.optimizer.lr = 2e-2f;
+  o.gradient_clipping = 0.05;  // the update depends on the global norm: a norm off by a bit shows
+  o.reduce_bucket_size = 20;  // several buckets, parameters cut across partitions
+  o.gradient_accumulation_steps = s.gas;
+  o.stage3.param_persistence_threshold = 0;
+  if (!Declared) o.expert = &MoeModel<Declared>::by_name;
+  Engine<Policies...> engine(grid, model, o);
+  Run r;
+  for (int step = 0; step < s.steps * s.gas; ++step) {
+    const StepReport rep = engine.step(model.step(engine, step, grid.data_index()));
+    if (rep.global_steps > static_cast<std::int64_t>(r.norms.size())) {
+      r.norms.push_back(rep.grad_norm);
+      r.losses.push_back(rep.loss);
+    }
+  }
+  auto g = engine.gather(model);
+  r.router.assign(model.router.values().begin(), model.router.values().end());
+  r.experts.resize(kE);
+  for (int e = 0; e < model.local; ++e) {
+    const auto v = model.experts[static_cast<std::size_t>(e)].values();
+    r.experts[static_cast<std::size_t>(model.first + e)].assign(v.begin(), v.end());
+  }
+  return r;
+}
+
+template <bool Declared, class... Policies>
+std::vector<Run> train_all(const Setup& s) {
+  return comm::run_threads(4, [&](comm::ThreadsCommunicator& w) { return train<Declared, Policies...>(w, s); });
+}
+
+// Expert parallel `s.ep` against expert parallel 1 with the experts given by name: bit for bit.
+template <class... Policies>
+void check_same_bits(Setup s) {
+  const std::vector<Run> ep = train_all<true, Policies...>(s);
+  Setup one = s;
+  one.ep = 1;
+  const std::vector<Run> ref = train_all<false, Policies...>(one);
+  for (int w = 0; w < 4; ++w) {
+    CAPTURE(w);
+    const Run& got = ep[static_cast<std::size_t>(w)];
+    const Run& want = ref[static_cast<std::size_t>(w)];
+    REQUIRE(got.norms.size() == static_cast<std::size_t>(s.steps));
+    REQUIRE(want.norms.size() == got.norms.size());
+    for (std::size_t i = 0; i < got.norms.size(); ++i) {
+      CAPTURE(i);
+      CHECK(got.norms[i] == want.norms[i]);
+      CHECK(got.losses[i] == want.losses[i]);
+      CHECK(got.norms[i] > 0.05);  // clipped: the norm entered the update
+    }
+    CHECK(test::compare_bits("router", got.router.data(), want.router.data(), got.router.size()) == "");
+    for (int e = 0; e < kE; ++e) {
+      const auto& mine = got.experts[static_cast<std::size_t>(e)];
+      if (mine.empty()) continue;
+      CHECK(e == w);  // expert parallel 4: rank w holds expert w
+      CHECK(test::compare_bits("expert " + std::to_string(e), mine.data(), want.experts[static_cast<std::size_t>(e)].data(),
+                               mine.size()) == "");
+    }
+  }
+  // Not trivially equal: the experts moved from their initial values.
+  const std::vector<float> init0 = values(kHH, 100, 0.4f);
+  CHECK(test::compare_bits("expert 0 against its start", ref[0].experts[0].data(), init0.data(), kHH) != "");
+}
+
+using Fp32 = Optimizer<AdamW>;
+
+}  // namespace
+
+TEST_CASE("experts: expert parallel 4 equals expert parallel 1 bit for bit at ZeRO stages 0-3 (6 steps, clipping on)") {
+  SUBCASE("stage 0") { check_same_bits<Partitioner<Stage<0>>, Fp32>({.ep = 4}); }
+  SUBCASE("stage 1") { check_same_bits<Partitioner<Stage<1>>, Fp32>({.ep = 4}); }
+  SUBCASE("stage 2") { check_same_bits<Partitioner<Stage<2>>, Fp32>({.ep = 4}); }
+  SUBCASE("stage 3") { check_same_bits<Partitioner<Stage<3>>, Fp32>({.ep = 4}); }
+  SUBCASE("stage 2, gas 2") { check_same_bits<Partitioner<Stage<2>>, Fp32>({.ep = 4, .steps = 4, .gas = 2}); }
+  SUBCASE("stage 3 with Offload<Cpu> and OffloadParams<Cpu>") {
+    check_same_bits<Partitioner<Stage<3>>, Fp32, Precision<fp32>, Offload<Cpu>, OffloadParams<Cpu>>({.ep = 4});
+  }
+}
+
+TEST_CASE("experts: expert parallel 2 x expert-data 2 adds the sources in another order: equal to fp32 rounding") {
+  const std::vector<Run> two = train_all<true, Partitioner<Stage<2>>, Fp32>({.ep = 2});
+  const std::vector<Run> one = train_all<true, Partitioner<Stage<2>>, Fp32>({.ep = 1});
+  for (int w = 0; w < 4; ++w) {
+    CAPTURE(w);
+    const Run& got = two[static_cast<std::size_t>(w)];
+    const Run& want = one[static_cast<std::size_t>(w)];
+    for (std::size_t i = 0; i < got.norms.size(); ++i) {
+      CHECK(got.norms[i] == doctest::Approx(want.norms[i]).epsilon(1e-5));
+      CHECK(got.losses[i] == doctest::Approx(want.losses[i]).epsilon(1e-5));
+    }
+    for (std::size_t i = 0; i < got.router.size(); ++i) CHECK(got.router[i] == doctest::Approx(want.router[i]).epsilon(1e-4));
+    int held = 0;
+    for (int e = 0; e < kE; ++e) {
+      const auto& mine = got.experts[static_cast<std::size_t>(e)];
+      if (mine.empty()) continue;
+      ++held;
+      CHECK(e / 2 == w % 2);  // expert index = world rank % 2 (Megatron's folding at tensor 1)
+      for (std::size_t i = 0; i < mine.size(); ++i) {
+        CHECK(mine[i] == doctest::Approx(want.experts[static_cast<std::size_t>(e)][i]).epsilon(1e-4));
+      }
+    }
+    CHECK(held == 2);
+  }
+}
+
+TEST_CASE("experts: what has no expert meaning yet is refused in words, on every rank") {
+  comm::run_threads(4, [](comm::ThreadsCommunicator& world) {
+    comm::ProcessGrid grid(world, {.data = 0, .expert = 4});
+    MoeModel<true> model(grid.expert());
+    Engine<Partitioner<Stage<1>>, Fp32> engine(grid, model, EngineOptions{});
+    CHECK_THROWS_WITH_AS(engine.broadcast_parameters(0), doctest::Contains("expert-data group"), usage_error);
+    CHECK_THROWS_WITH_AS((void)engine.shard_table(), doctest::Contains("expert parameters"), usage_error);
+    CHECK_THROWS_WITH_AS(checkpoint::save_16bit_model(engine, model, world, "never-written.safetensors"),
+                         doctest::Contains("each rank holds some of the experts"), usage_error);
+    // The same model at expert parallel 1 (the expert-data group is the data group) broadcasts.
+    comm::ProcessGrid flat(world, {.data = 0});
+    MoeModel<true> whole(flat.expert());
+    Engine<Partitioner<Stage<1>>, Fp32> one(flat, whole, EngineOptions{});
+    one.broadcast_parameters(0);
+    return 0;
+  });
+}
+
+}  // namespace test_moe_engine
