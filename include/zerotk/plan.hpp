@@ -8,6 +8,7 @@
 #include "zerotk/plan/activations.hpp"
 #include "zerotk/plan/choice.hpp"
 #include "zerotk/plan/deepspeed_estimate.hpp"
+#include "zerotk/plan/experts.hpp"
 #include "zerotk/plan/model.hpp"
 #include "zerotk/plan/model_states.hpp"
 #include "zerotk/plan/pipeline.hpp"

@@ -13,11 +13,13 @@
 //    so checkpoint files, save_16bit_model).
 #include <doctest/doctest.h>
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../comm/reference.hpp"
@@ -27,6 +29,7 @@
 #include "zerotk/engine.hpp"
 #include "zerotk/moe/dispatcher.hpp"
 #include "zerotk/moe/router.hpp"
+#include "zerotk/plan/experts.hpp"
 
 namespace test_moe_engine {
 
@@ -187,6 +190,7 @@ struct Run {
   std::vector<double> norms, losses;
   std::vector<float> router;
   std::vector<std::vector<float>> experts;  // by global expert; empty where this rank holds none
+  std::array<std::array<std::size_t, kMemoryCategoryCount>, kMemorySpaceCount> ledger{};  // live bytes after training
 };
 
 struct Setup {
@@ -214,6 +218,11 @@ Run train(comm::ThreadsCommunicator& world, const Setup& s) {
     if (rep.global_steps > static_cast<std::int64_t>(r.norms.size())) {
       r.norms.push_back(rep.grad_norm);
       r.losses.push_back(rep.loss);
+    }
+  }
+  for (std::size_t sp = 0; sp < kMemorySpaceCount; ++sp) {
+    for (std::size_t ca = 0; ca < kMemoryCategoryCount; ++ca) {
+      r.ledger[sp][ca] = engine.memory().live(static_cast<MemorySpace>(sp), static_cast<MemoryCategory>(ca));
     }
   }
   auto g = engine.gather(model);
@@ -303,6 +312,78 @@ TEST_CASE("experts: expert parallel 2 x expert-data 2 adds the sources in anothe
     }
     CHECK(held == 2);
   }
+}
+
+// The planner's expert model states (plan/experts.hpp) against the engine's ledger at expert
+// parallel 2 x expert-data 2: every space and category on every rank, the expert group's master and
+// moments (12 Psi_e / (ep edp) bytes up to padding) included.
+// The test's model as the planner sees it: the router, and one rank's E / ep experts (each parameter
+// a fetch unit of its own: the model lists no modules).
+std::pair<plan::ModelDescription, plan::ModelDescription> descriptions(int ep) {
+  plan::ModelDescription dense, experts;
+  dense.layers.push_back(plan::LayerDesc{"router", {static_cast<std::size_t>(kE) * kH}, {}, false});
+  for (int e = 0; e < kE / ep; ++e) experts.layers.push_back(plan::LayerDesc{"expert", {kHH}, {}, false});
+  return {dense, experts};
+}
+
+template <int S, class... Extra>
+void check_plan(plan::OffloadTarget optimizer = plan::OffloadTarget::none, plan::OffloadTarget param = plan::OffloadTarget::none) {
+  CAPTURE(S);
+  const std::vector<Run> runs = train_all<true, Partitioner<Stage<S>>, Fp32, Extra...>({.ep = 2, .steps = 2});
+  const auto [dense, experts] = descriptions(2);
+  plan::Choice c;
+  c.stage = S;
+  c.precision = DType::fp32;
+  c.optimizer = optimizer;
+  c.param = param;
+  plan::EngineSettings s;
+  s.reduce_bucket_size = 20;
+  s.compute_space = MemorySpace::host;
+  s.param_persistence_threshold = 0;
+  const plan::MemoryPlan p = plan::expert_model_state_plan(dense, experts, 4, 2, c, s);
+  CHECK(p.refused.empty());
+  CHECK(p.approximate.empty());
+  for (int r = 0; r < 4; ++r) {
+    for (std::size_t sp = 0; sp < kMemorySpaceCount; ++sp) {
+      for (std::size_t ca = 0; ca < kMemoryCategoryCount; ++ca) {
+        CAPTURE(r);
+        CAPTURE(to_string(static_cast<MemorySpace>(sp)));
+        CAPTURE(to_string(static_cast<MemoryCategory>(ca)));
+        CHECK(runs[static_cast<std::size_t>(r)].ledger[sp][ca] == p.bytes[sp][ca]);
+      }
+    }
+  }
+  // The expert group's master and moments: 12 Psi_e / (ep edp) bytes, Psi_e = 4 experts of 36,
+  // up to the layout's padding (each 20-element bucket split over 2 ranks: no padding here).
+  if (S >= 1) {
+    const plan::MemoryPlan d = plan::model_state_plan(dense, 4, c, s);
+    const std::size_t expert_state = p.category_total(MemoryCategory::master32) + p.category_total(MemoryCategory::optimizer_state) -
+                                     d.category_total(MemoryCategory::master32) - d.category_total(MemoryCategory::optimizer_state);
+    CHECK(expert_state == 12 * static_cast<std::size_t>(kE) * kHH / (2 * 2));
+  }
+}
+
+TEST_CASE("experts: the planner's model states equal the engine's ledger at expert parallel 2 x expert-data 2") {
+  check_plan<0>();
+  check_plan<1>();
+  check_plan<2>();
+  check_plan<3>();
+  check_plan<3, Precision<fp32>, Offload<Cpu>, OffloadParams<Cpu>>(plan::OffloadTarget::cpu, plan::OffloadTarget::cpu);
+  // The all-to-all bytes per MoE layer: 4 T k h b (ep - 1) / ep.
+  CHECK(plan::all_to_all_bytes_per_layer(1024, 2, 4096, 2, 8) == 4ull * 1024 * 2 * 4096 * 2 * 7 / 8);
+  CHECK(plan::all_to_all_bytes_per_layer(1024, 2, 4096, 2, 1) == 0);
+  // What the engine refuses with experts apart (its experts_* rows), the plan says; at expert
+  // parallel 1 the experts share the data group and swap files are fine.
+  plan::Choice nvme;
+  nvme.stage = 3;
+  nvme.precision = DType::fp32;
+  nvme.optimizer = plan::OffloadTarget::nvme;
+  plan::EngineSettings s;
+  s.compute_space = MemorySpace::host;
+  const auto [dense2, experts2] = descriptions(2);
+  CHECK(plan::expert_model_state_plan(dense2, experts2, 4, 2, nvme, s).refused.find("swap files") != std::string::npos);
+  const auto [dense1, experts1] = descriptions(1);
+  CHECK(plan::expert_model_state_plan(dense1, experts1, 4, 4, nvme, s).refused.empty());
 }
 
 TEST_CASE("experts: what has no expert meaning yet is refused in words, on every rank") {

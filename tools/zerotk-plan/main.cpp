@@ -47,6 +47,11 @@ required:
   --tp T                 tensor-parallel size (with the transformer flags: the GPT example's Megatron
                          split; the plan is one tensor rank's, N = --world / T data ranks)
   --sequence-parallel    with --tp: the blocks' activations split by tokens
+  --experts E --top-k K --ep P   with the transformer flags: each block's MLP replaced by E experts
+                         routed top-K, held by P expert ranks (expert-data ranks: data / P); prints
+                         the model states per rank (dense over the data ranks, experts over the
+                         expert-data ranks) and the all-to-all bytes per MoE layer (model states
+                         only: not with --device-mem, --config, --pp or --deepspeed-estimate yet)
   --pp P                 pipeline stages (with --layer-params or the transformer flags): the layers
                          cut by parameter count (DeepSpeed's partition "parameters"; --partition
                          uniform by layer count); the plan is the stage with the most model
@@ -76,6 +81,7 @@ limits (a number outside them is refused, naming the flag, the value and the ran
   --layer-params         at most 1,000,000 entries, each 0 .. 1e15, their sum 1 .. 1e15
   --layers               1 .. 1,000,000 (the transformer's parameters at most 1e15 in all)
   --hidden, --heads, --micro-batch   1 .. 2^20;   --seq, --context, --vocab, --d-ff   1 .. 2^24
+  --experts, --top-k, --ep   1 .. 2^20
   --world, --tp, --pp, --hpz, --gpus-per-node   1 .. 2^20;   --gas 1 .. 1e6;   --checkpoint-every 1 .. 1e6
   --device-mem, --host-mem           0 .. 1e18 bytes;   --buffer-factor 1 .. 1000
 )usage";
@@ -89,6 +95,7 @@ struct Args {
   std::vector<std::size_t> layer_params;
   plan::TransformerShape shape;
   bool transformer = false;
+  std::optional<plan::ExpertShape> experts;  ///< --experts (with --top-k, --ep)
   std::string config_file;
   int world = 0;
   /// The data-parallel ranks ZeRO partitions over: --world / --tp.
@@ -180,6 +187,10 @@ zerotk::DType precision_of(std::string_view flag, std::string_view p) {
 
 Args parse_args(int argc, char** argv) {
   Args a;
+  auto expert_shape = [&]() -> plan::ExpertShape& {
+    if (!a.experts) a.experts.emplace();
+    return *a.experts;
+  };
   std::vector<std::string_view> rest(argv + 1, argv + argc);
   for (std::size_t i = 0; i < rest.size(); ++i) {
     const std::string_view arg = rest[i];
@@ -217,6 +228,9 @@ Args parse_args(int argc, char** argv) {
     else if (arg == "--tied-head") a.shape.tied_head = true;
     else if (arg == "--tp") a.shape.tensor = count_in(arg, value(), 1, kMaxWorld);
     else if (arg == "--sequence-parallel") a.shape.sequence_parallel = true;
+    else if (arg == "--experts") expert_shape().experts = count_in(arg, value(), 1, kMaxWidth);
+    else if (arg == "--top-k") expert_shape().top_k = count_in(arg, value(), 1, kMaxWidth);
+    else if (arg == "--ep") expert_shape().ep = count_in(arg, value(), 1, kMaxWidth);
     else if (arg == "--pp") a.pipeline = to_int(arg, value(), 1, kMaxWorld);
     else if (arg == "--partition") {
       const std::string_view v = value();
@@ -283,6 +297,18 @@ Args parse_args(int argc, char** argv) {
     throw zerotk::config_error("must divide the data-parallel ranks (" + std::to_string(a.data()) + " = --world / --tp)",
                                "--hpz", std::to_string(a.settings.hpz_partition_size));
   }
+  if (a.experts) {
+    if (a.experts->experts == 0) throw UsageError{"--top-k and --ep go with --experts E"};
+    if (!a.transformer) throw UsageError{"--experts replaces the transformer's MLPs: give the model as --layers/--hidden/..."};
+    if (a.device_mem || !a.config_file.empty() || a.pipeline > 1 || a.ds_estimate) {
+      throw UsageError{"--experts prints model states per rank only, for now: not with --device-mem, --config, --pp or "
+                       "--deepspeed-estimate"};
+    }
+    if (a.data() % static_cast<int>(a.experts->ep) != 0) {
+      throw zerotk::config_error("must divide the data-parallel ranks (" + std::to_string(a.data()) + " = --world / --tp)",
+                                 "--ep", std::to_string(a.experts->ep));
+    }
+  }
   return a;
 }
 
@@ -338,6 +364,42 @@ void print_zero_table(const plan::ModelDescription& m, const Args& a, zerotk::DT
     std::cout << "  stage " << stage << ": " << gb(static_cast<double>(mp.model_states())) << " GB  ("
               << mp.model_states() << " B)\n";
   }
+}
+
+/// --experts: the dense parameters' and this rank's experts' model states per stage, the expert
+/// group's optimizer state against 12 Psi_e / (ep edp), and the all-to-all bytes per MoE layer.
+void print_expert_table(const Args& a, zerotk::DType p) {
+  const plan::ExpertShape& x = *a.experts;
+  const plan::ExpertModel m = plan::moe_gpt_model(a.shape, x);
+  const int ep = static_cast<int>(x.ep), edp = a.data() / ep;
+  const std::size_t psi_local = m.experts.total_params();
+  std::cout << "experts: " << x.experts << " per block, top-" << x.top_k << ", expert parallel " << ep << " x expert-data "
+            << edp << " (data " << a.data() << (a.shape.tensor > 1 ? ", expert-tensor = tensor " + std::to_string(a.shape.tensor) : std::string())
+            << "): this rank holds " << x.experts / x.ep << " experts per block, Psi_e = " << psi_local * x.ep << " in all, "
+            << psi_local << " here\n";
+  std::cout << "model states per rank (" << zerotk::to_string(p) << (p == zerotk::DType::fp32 ? "" : " mixed precision")
+            << ", " << (a.settings.optimizer_moments == 1 ? "one optimizer moment (Lion)" : "Adam") << "; dense Psi = "
+            << m.dense.total_params() << " over " << a.data() << " data ranks; GB = 1e9 bytes):\n";
+  for (int stage = 0; stage <= 3; ++stage) {
+    plan::Choice c;
+    c.stage = stage;
+    c.precision = p;
+    const plan::EngineSettings s = for_precision(a.settings, p);
+    const plan::MemoryPlan all = plan::expert_model_state_plan(m.dense, m.experts, a.data(), edp, c, s);
+    const plan::MemoryPlan dense = plan::model_state_plan(m.dense, a.data(), c, s);
+    const auto state = [](const plan::MemoryPlan& q) {
+      return q.category_total(MemoryCategory::master32) + q.category_total(MemoryCategory::optimizer_state);
+    };
+    std::cout << "  stage " << stage << ": " << gb(static_cast<double>(all.model_states())) << " GB  (dense "
+              << dense.model_states() << " B, experts " << all.model_states() - dense.model_states()
+              << " B, of which master + optimizer state " << state(all) - state(dense) << " B)\n";
+  }
+  const std::size_t tokens = a.shape.micro_batch * a.shape.sequence /
+                             (a.shape.sequence_parallel ? a.shape.tensor : 1);
+  const std::uint64_t b = plan::detail::bytes_of(p);
+  std::cout << "all-to-all per MoE layer and micro-batch (uniform routing, dropless): 4 T k h b (ep - 1) / ep = "
+            << plan::all_to_all_bytes_per_layer(tokens, x.top_k, a.shape.hidden, b, x.ep) << " bytes sent per rank (T = "
+            << tokens << " tokens, h = " << a.shape.hidden << ", b = " << b << ")\n";
 }
 
 void print_deepspeed_estimate(const plan::ModelDescription& m, const Args& a) {
@@ -485,7 +547,13 @@ int run(int argc, char** argv) {
   }
   if (!a.device_mem) {
     if (a.precisions.empty()) a.precisions.push_back(zerotk::DType::fp16);
-    for (zerotk::DType p : a.precisions) print_zero_table(m, a, p);
+    for (zerotk::DType p : a.precisions) {
+      if (a.experts) {
+        print_expert_table(a, p);
+      } else {
+        print_zero_table(m, a, p);
+      }
+    }
     return 0;
   }
 
