@@ -9,12 +9,18 @@
 //    since each expert sums its weight gradient per source rank in source order, which is the
 //    rank-order all-reduce of expert parallel 1 (6 steps, gas 1 and 2, clipping on);
 //  - expert parallel 2 x expert-data 2 adds the sources in another order: equal to rounding;
-//  - what has no expert meaning yet is refused in words (broadcast_parameters, the shard table and
-//    so checkpoint files, save_16bit_model).
+//  - a checkpoint saved at expert parallel 4 loads at 1 and 2 (resharded by name through the whole
+//    parameters) and at 4: exactly what was saved, and training goes on as the uninterrupted run
+//    (bit for bit at 1 and 4, to rounding at 2); the safetensors export writes every expert whole;
+//  - what has no expert meaning yet is refused in words (broadcast_parameters, save_16bit_model).
 #include <doctest/doctest.h>
 
 #include <array>
 #include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -22,8 +28,12 @@
 #include <utility>
 #include <vector>
 
+#include <unistd.h>
+
 #include "../comm/reference.hpp"
 #include "zerotk/comm/grid.hpp"
+#include "zerotk/checkpoint/export.hpp"
+#include "zerotk/checkpoint/grid.hpp"
 #include "zerotk/checkpoint/save_16bit.hpp"
 #include "zerotk/comm/threads.hpp"
 #include "zerotk/engine.hpp"
@@ -314,6 +324,64 @@ TEST_CASE("experts: expert parallel 2 x expert-data 2 adds the sources in anothe
   }
 }
 
+// Trains `before` steps at expert parallel `ep_save` (engine Saved), saves a checkpoint, builds a
+// fresh model and engine (Loaded) at expert parallel `ep_load` on the same ranks, loads it and trains
+// `after` more steps. `loaded` holds the parameters right after the load.
+struct Resumed {
+  Run run;   // the `after` steps
+  Run loaded;
+};
+template <class Saved, class Loaded>
+Resumed save_and_resume(comm::ThreadsCommunicator& world, int ep_save, int ep_load, int before, int after,
+                        const std::filesystem::path& dir) {
+  EngineOptions o;
+  o.optimizer.lr = 2e-2f;
+  o.gradient_clipping = 0.05;
+  o.reduce_bucket_size = 20;
+  o.stage3.param_persistence_threshold = 0;
+  const auto values_of = [](auto& engine, auto& model, Run& r) {
+    auto g = engine.gather(model);
+    r.router.assign(model.router.values().begin(), model.router.values().end());
+    r.experts.resize(kE);
+    for (int e = 0; e < model.local; ++e) {
+      const auto v = model.experts[static_cast<std::size_t>(e)].values();
+      r.experts[static_cast<std::size_t>(model.first + e)].assign(v.begin(), v.end());
+    }
+  };
+  {
+    comm::ProcessGrid grid(world, {.data = 0, .expert = ep_save});
+    MoeModel<true> model(grid.expert());
+    typename Saved::template engine<MoeModel<true>> engine(grid, model, o);
+    for (int step = 0; step < before; ++step) (void)engine.step(model.step(engine, step, grid.data_index()));
+    checkpoint::save(engine, grid, dir);
+  }
+  Resumed out;
+  comm::ProcessGrid grid(world, {.data = 0, .expert = ep_load});
+  MoeModel<true> model(grid.expert());
+  typename Loaded::template engine<MoeModel<true>> engine(grid, model, o);
+  const checkpoint::LoadResult l = checkpoint::load(engine, grid, dir);
+  CHECK(l.resharded == (ep_save != ep_load));
+  values_of(engine, model, out.loaded);
+  for (int step = before; step < before + after; ++step) {
+    const StepReport rep = engine.step(model.step(engine, step, grid.data_index()));
+    out.run.norms.push_back(rep.grad_norm);
+    out.run.losses.push_back(rep.loss);
+  }
+  values_of(engine, model, out.run);
+  return out;
+}
+template <int S>
+struct StageEngine {
+  template <class M>
+  using engine = Engine<Partitioner<Stage<S>>, Optimizer<AdamW>>;
+};
+
+std::filesystem::path scratch_dir(const char* name) {
+  const auto d = std::filesystem::temp_directory_path() / ("zerotk_moe_engine_" + std::to_string(::getpid()) + "_" + name);
+  std::filesystem::remove_all(d);
+  return d;
+}
+
 // The planner's expert model states (plan/experts.hpp) against the engine's ledger at expert
 // parallel 2 x expert-data 2: every space and category on every rank, the expert group's master and
 // moments (12 Psi_e / (ep edp) bytes up to padding) included.
@@ -386,13 +454,80 @@ TEST_CASE("experts: the planner's model states equal the engine's ledger at expe
   CHECK(plan::expert_model_state_plan(dense1, experts1, 4, 4, nvme, s).refused.empty());
 }
 
+TEST_CASE("experts: a checkpoint saved at expert parallel 4 loads at expert parallel 1 and 2 (resharded) and training goes on") {
+  constexpr int kBefore = 3, kAfter = 3;
+  // The uninterrupted run at expert parallel 4, stage 2.
+  const std::vector<Run> whole = train_all<true, Partitioner<Stage<2>>, Fp32>({.ep = 4, .steps = kBefore + kAfter});
+  const std::vector<Run> first = train_all<true, Partitioner<Stage<2>>, Fp32>({.ep = 4, .steps = kBefore});
+  for (const int ep_load : {1, 2, 4}) {
+    CAPTURE(ep_load);
+    const auto dir = scratch_dir("ckpt");
+    const auto resumed = comm::run_threads(4, [&](comm::ThreadsCommunicator& w) {
+      return save_and_resume<StageEngine<2>, StageEngine<3>>(w, 4, ep_load, kBefore, kAfter, dir);
+    });
+    for (int w = 0; w < 4; ++w) {
+      CAPTURE(w);
+      const Resumed& got = resumed[static_cast<std::size_t>(w)];
+      const Run& want = whole[static_cast<std::size_t>(w)];
+      // What was loaded is what was saved, bit for bit, wherever the experts went.
+      CHECK(test::compare_bits("router", got.loaded.router.data(), first[static_cast<std::size_t>(w)].router.data(), got.loaded.router.size()) == "");
+      for (int e = 0; e < kE; ++e) {
+        const auto& mine = got.loaded.experts[static_cast<std::size_t>(e)];
+        if (mine.empty()) continue;
+        CHECK(e * ep_load / kE == w % ep_load);  // the expert index's experts
+        CHECK(test::compare_bits("expert " + std::to_string(e), mine.data(), first[static_cast<std::size_t>(e)].experts[static_cast<std::size_t>(e)].data(), kHH) == "");
+      }
+      // Going on at expert parallel 1 (stage 3) gives the uninterrupted expert parallel 4 run's bits
+      // (the two equal bit for bit); at 2 it adds the sources in another order: to rounding.
+      for (std::size_t i = 0; i < got.run.norms.size(); ++i) {
+        CAPTURE(i);
+        const double norm = want.norms[kBefore + i], loss = want.losses[kBefore + i];
+        if (ep_load != 2) {
+          CHECK(got.run.norms[i] == norm);
+          CHECK(got.run.losses[i] == loss);
+        } else {
+          CHECK(got.run.norms[i] == doctest::Approx(norm).epsilon(1e-5));
+          CHECK(got.run.losses[i] == doctest::Approx(loss).epsilon(1e-5));
+        }
+      }
+      if (ep_load != 2) {
+        CHECK(test::compare_bits("router", got.run.router.data(), want.router.data(), want.router.size()) == "");
+      }
+    }
+    if (ep_load == 4) {
+      // The export writes every expert whole under its name, from the ranks that held it.
+      const auto out = dir / "experts.safetensors";
+      const checkpoint::ExportResult r = checkpoint::export_safetensors(dir, out);
+      CHECK(r.tensors == 1 + kE);
+      std::ifstream f(out, std::ios::binary);
+      std::uint64_t header = 0;
+      f.read(reinterpret_cast<char*>(&header), 8);
+      std::string json(header, '\0');
+      f.read(json.data(), static_cast<std::streamsize>(header));
+      for (int e = 0; e < kE; ++e) {
+        const std::string key = "\"experts." + std::to_string(e) + ".weight\":";
+        const auto at = json.find(key);
+        REQUIRE(at != std::string::npos);
+        unsigned long long a = 0, b = 0;
+        REQUIRE(std::sscanf(json.c_str() + json.find("data_offsets", at), "data_offsets\":[%llu,%llu]", &a, &b) == 2);
+        REQUIRE(b - a == kHH * sizeof(float));
+        std::vector<float> v(kHH);
+        f.seekg(static_cast<std::streamoff>(8 + header + a));
+        f.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(b - a));
+        CHECK(test::compare_bits("exported expert " + std::to_string(e), v.data(), whole[static_cast<std::size_t>(e)].experts[static_cast<std::size_t>(e)].data(), kHH) != "");
+        CHECK(test::compare_bits("exported expert " + std::to_string(e), v.data(), first[static_cast<std::size_t>(e)].experts[static_cast<std::size_t>(e)].data(), kHH) == "");
+      }
+    }
+    std::filesystem::remove_all(dir);
+  }
+}
+
 TEST_CASE("experts: what has no expert meaning yet is refused in words, on every rank") {
   comm::run_threads(4, [](comm::ThreadsCommunicator& world) {
     comm::ProcessGrid grid(world, {.data = 0, .expert = 4});
     MoeModel<true> model(grid.expert());
     Engine<Partitioner<Stage<1>>, Fp32> engine(grid, model, EngineOptions{});
     CHECK_THROWS_WITH_AS(engine.broadcast_parameters(0), doctest::Contains("expert-data group"), usage_error);
-    CHECK_THROWS_WITH_AS((void)engine.shard_table(), doctest::Contains("expert parameters"), usage_error);
     CHECK_THROWS_WITH_AS(checkpoint::save_16bit_model(engine, model, world, "never-written.safetensors"),
                          doctest::Contains("each rank holds some of the experts"), usage_error);
     // The same model at expert parallel 1 (the expert-data group is the data group) broadcasts.

@@ -58,7 +58,8 @@ EngineSignature grid_signature(const E& engine, comm::ProcessGrid<C>& grid, cons
   EngineSignature s = signature_of(engine);
   s.world_size = grid.world().size();
   s.rank = grid.world().rank();
-  s.shards = gather_grid_table(grid.world(), engine.shard_table(), grid.data_index());
+  s.shards = gather_grid_table(grid.world(), engine.shard_table(), grid.data_index(), grid.expert_data_index(),
+                               grid.size(comm::GridDim::data));
   s.parameter_count = 0;  // the whole model: each split parameter's shards add up to it once
   for (const engine::ShardParam& p : s.shards.params) s.parameter_count += p.numel;
   return s;

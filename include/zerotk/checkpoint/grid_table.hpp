@@ -27,7 +27,9 @@ namespace detail {
 /// A shard table's parameters and one data rank's fragments as 64-bit words, and back.
 class TableWords {
  public:
-  static std::vector<std::uint64_t> encode(const engine::ShardTable& t, int data_rank) {
+  /// `rank_in(g)`: this rank's index among group g's ranks.
+  template <class RankIn>
+  static std::vector<std::uint64_t> encode(const engine::ShardTable& t, RankIn&& rank_in) {
     TableWords w;
     w.put(t.params.size());
     for (const engine::ShardParam& p : t.params) {
@@ -45,7 +47,7 @@ class TableWords {
     }
     w.put(t.fragments.size());
     for (std::size_t g = 0; g < t.fragments.size(); ++g) {
-      const auto d = static_cast<std::size_t>(data_rank);
+      const auto d = static_cast<std::size_t>(rank_in(g));
       w.put(t.owned_numel[g][d]);
       w.put(t.fragments[g][d].size());
       for (const zero::Fragment& f : t.fragments[g][d]) {
@@ -130,12 +132,19 @@ class TableWords {
 }  // namespace detail
 
 /// The shard table of every rank of a grid, indexed by world rank. `local` is this rank's engine
-/// table (its data group's), `data_rank` its index in the data group. Collective over `world`; the
-/// result is the same on every rank. usage_error when two ranks disagree about a replicated
-/// parameter or their number of flat groups (they would not be one model).
+/// table (its data group's), `data_rank` its index in the data group of `data_size` ranks,
+/// `expert_data_rank` its index in the expert-data group (default: the data rank): a group of the
+/// table with other than `data_size` ranks is the experts', over the expert-data group
+/// (engine/shards.hpp).
+/// Collective over `world`; the result is the same on every rank. usage_error when two ranks
+/// disagree about a replicated parameter or their number of flat groups (they would not be one model).
 template <HostCommunicator C>
-engine::ShardTable gather_grid_table(C& world, const engine::ShardTable& local, int data_rank) {
-  const std::vector<std::uint64_t> mine = detail::TableWords::encode(local, data_rank);
+engine::ShardTable gather_grid_table(C& world, const engine::ShardTable& local, int data_rank, int expert_data_rank = -1,
+                                     int data_size = -1) {
+  const std::vector<std::uint64_t> mine = detail::TableWords::encode(local, [&](std::size_t g) {
+    const bool experts = expert_data_rank >= 0 && local.fragments[g].size() != static_cast<std::size_t>(data_size);
+    return experts ? expert_data_rank : data_rank;
+  });
   const std::vector<std::uint64_t> sizes = all_gather_u64(world, {mine.size()});
   std::vector<std::size_t> counts(sizes.begin(), sizes.end());
   std::size_t total = 0;

@@ -8,7 +8,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
-#include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -16,7 +15,6 @@
 #include "zerotk/comm/any.hpp"
 #include "zerotk/comm/communicator.hpp"
 #include "zerotk/core/dtype.hpp"
-#include "zerotk/core/error.hpp"
 #include "zerotk/core/memory.hpp"
 #include "zerotk/engine/comms.hpp"
 #include "zerotk/engine/options.hpp"
@@ -140,11 +138,6 @@ class Introspection {
 template <class E>
 ShardTable Introspection<E>::shard_table() const {
   const GridPlace& place = e().comms_.place();
-  if (e().registry_.has_experts()) {
-    throw usage_error("the shard table (and so checkpoints: checkpoint::save / load) does not record expert parameters "
-                      "yet; take the engine's state in memory (Engine::state / load_state) instead",
-                      "Engine::shard_table", std::to_string(e().registry_.parameter_count()) + " parameters, some of experts");
-  }
   return make_shard_table(e().groups_, e().registry_, world_size(), place.tensor_index, place.tensor_size);
 }
 

@@ -1,8 +1,8 @@
 #pragma once
 /// \file zerotk/engine/shards.hpp
 /// ShardTable: where an engine keeps every parameter's fp32 master and optimizer state, on every
-/// rank. Each flat group of EngineState (the working-precision group, then the fp32-kept group) is
-/// described rank by rank as fragments: "elements [a, a + n) of parameter p sit at offset o of this
+/// rank. Each flat group of EngineState (the working-precision group, the fp32-kept group, the
+/// experts') is described rank by rank (the group's ranks) as fragments: "elements [a, a + n) of parameter p sit at offset o of this
 /// rank's owned buffer". Two engines whose tables differ (another world size, stage or bucket size)
 /// can still exchange state by intersecting fragments of the same parameter: that is how a
 /// checkpoint loads on another world size, and how it is exported as whole tensors.
@@ -61,10 +61,11 @@ struct ShardTable {
   friend bool operator==(const ShardTable&, const ShardTable&) = default;
 };
 
-/// The table of an engine's groups over a data group of `world` ranks, computed from the layouts
-/// (the same on every rank, no communication): what each rank owns is each group's ownership
-/// (zero/ownership.hpp). `tensor_index` of `tensor_size`: this rank's place in its tensor group,
-/// which a split parameter's entry records.
+/// The table of an engine's groups, computed from the layouts (the same on every rank of a group, no
+/// communication): what each rank owns is each group's ownership (zero/ownership.hpp), over the
+/// group's own ranks: `world` data ranks for the dense groups, the expert-data group's for the
+/// experts' (engine/comms.hpp). `tensor_index` of `tensor_size`: this rank's place in its tensor
+/// group, which a split parameter's entry records.
 template <class Groups>
 ShardTable make_shard_table(const Groups& groups, const ParamRegistry& registry, int world, int tensor_index = 0,
                             int tensor_size = 1) {
@@ -76,7 +77,8 @@ ShardTable make_shard_table(const Groups& groups, const ParamRegistry& registry,
     index[static_cast<std::size_t>(g.kind())] = static_cast<std::uint32_t>(t.fragments.size());
     auto& per_rank = t.fragments.emplace_back();
     auto& owned = t.owned_numel.emplace_back();
-    for (int r = 0; r < world; ++r) {
+    const int ranks = g.kind() == GroupKind::expert ? g.layout().world() : world;
+    for (int r = 0; r < ranks; ++r) {
       per_rank.push_back(Own::fragments(g.layout(), r));
       for (zero::Fragment& f : per_rank.back()) f.param = g.member(f.param);
       owned.push_back(Own::numel(g.layout()));
