@@ -12,7 +12,8 @@
 //  - a checkpoint saved at expert parallel 4 loads at 1 and 2 (resharded by name through the whole
 //    parameters) and at 4: exactly what was saved, and training goes on as the uninterrupted run
 //    (bit for bit at 1 and 4, to rounding at 2); the safetensors export writes every expert whole;
-//  - what has no expert meaning yet is refused in words (broadcast_parameters, save_16bit_model).
+//  - what has no expert meaning yet is refused in words (broadcast_parameters, save_16bit_model, a
+//    checkpoint through the data group instead of the grid).
 #include <doctest/doctest.h>
 
 #include <array>
@@ -530,6 +531,8 @@ TEST_CASE("experts: what has no expert meaning yet is refused in words, on every
     CHECK_THROWS_WITH_AS(engine.broadcast_parameters(0), doctest::Contains("expert-data group"), usage_error);
     CHECK_THROWS_WITH_AS(checkpoint::save_16bit_model(engine, model, world, "never-written.safetensors"),
                          doctest::Contains("each rank holds some of the experts"), usage_error);
+    // Its data group is the world here; a checkpoint still goes through the grid.
+    CHECK_THROWS_WITH_AS(checkpoint::save(engine, world, "never-written"), doctest::Contains("through its grid"), usage_error);
     // The same model at expert parallel 1 (the expert-data group is the data group) broadcasts.
     comm::ProcessGrid flat(world, {.data = 0});
     MoeModel<true> whole(flat.expert());

@@ -38,6 +38,12 @@ void check_same_group(const E& engine, const C& comm, const char* where) {
                       "engine rank " + std::to_string(engine.rank()) + " of " + std::to_string(engine.world_size()) +
                           ", communicator rank " + std::to_string(comm.rank()) + " of " + std::to_string(comm.size()));
   }
+  const auto& place = engine.grid_place();
+  if (place.expert_params && place.experts_apart()) {  // the same on every rank
+    throw usage_error("the engine's expert parameters live on an expert-data group apart from its data group: save and "
+                      "load it through its grid (checkpoint::save(engine, grid, dir), checkpoint::load(engine, grid, dir))",
+                      where, "expert size " + std::to_string(place.expert_size));
+  }
 }
 
 /// The collective first half of both saves: boundary check, scalar state, signature, the agreed
