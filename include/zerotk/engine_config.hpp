@@ -60,7 +60,11 @@ EngineOptions engine_options(const config::Config& cfg) {
 ///   zerotk::comm::ProcessGrid grid(world, zerotk::grid_shape(cfg));
 ///   E engine(grid, model, zerotk::engine_options<E>(cfg));   // plus ModelOptions::tensor_split
 inline comm::GridShape grid_shape(const config::Config& cfg) {
-  return comm::GridShape{.data = 0, .pipeline = cfg.pipeline.stages, .tensor = cfg.tensor_parallel_size};
+  return comm::GridShape{.data = 0,
+                         .pipeline = cfg.pipeline.stages,
+                         .tensor = cfg.tensor_parallel_size,
+                         .expert = cfg.expert_parallel_size,
+                         .expert_tensor = cfg.tensor_parallel_size};
 }
 
 /// The scheduler of `cfg`, if it has one, at iteration -1 (the engine steps it).

@@ -600,6 +600,35 @@ TEST_CASE("zero_hpz_partition_size: hpZ at stage 3 when it divides the world siz
   CHECK(r.errors[0].value() == "4");
 }
 
+TEST_CASE("expert size: expert_parallel.autoep_size when enabled, dividing the data size; the AutoEP model keys say why they do nothing") {
+  ResolveContext ctx;
+  ctx.world_size = 8;
+  ParseResult r = parse(R"({"train_micro_batch_size_per_gpu": 1, "tensor_model_parallel_size": 2,
+                            "expert_parallel": {"enabled": true, "autoep_size": 4, "preset_model": "mixtral"}})",
+                        ctx);
+  REQUIRE_MESSAGE(r.ok(), error_lines(r));
+  CHECK(r.config->expert_parallel_size == 4);
+  CHECK(r.config->data_parallel_size == 4);
+  CHECK(has_notice(r, "/expert_parallel/preset_model", "declares its experts"));
+  CHECK(r.notices.size() == 1);
+  const ParseResult back = parse(to_json(*r.config).dump(), ctx);  // written back, and reads back the same
+  REQUIRE_MESSAGE(back.ok(), error_lines(back));
+  CHECK(back.config->expert_parallel_size == 4);
+  // Not enabled: no expert size; nothing written back.
+  r = parse(R"({"train_micro_batch_size_per_gpu": 1, "expert_parallel": {"enabled": false, "autoep_size": 4}})", ctx);
+  REQUIRE_MESSAGE(r.ok(), error_lines(r));
+  CHECK(r.config->expert_parallel_size == 1);
+  CHECK_FALSE(to_json(*r.config).contains("expert_parallel"));
+  // A size the data ranks do not divide: named, with where the data size came from.
+  r = parse(R"({"train_micro_batch_size_per_gpu": 1, "tensor_model_parallel_size": 2,
+                "expert_parallel": {"enabled": true, "autoep_size": 3}})",
+            ctx);
+  REQUIRE(r.errors.size() == 1);
+  CHECK(r.errors[0].where() == "/expert_parallel/autoep_size");
+  CHECK(r.errors[0].value() == "3");
+  CHECK(r.errors[0].message().find("must divide the data-parallel size (4 = world 8 / tensor 2)") != std::string::npos);
+}
+
 TEST_CASE("tensor size: tensor_model_parallel_size or tensor_parallel.autotp_size; the batch triad counts world / tensor") {
   ResolveContext ctx;
   ctx.world_size = 8;

@@ -189,11 +189,15 @@ TEST_CASE("the run-time checker: each row names its key on the input that breaks
         f.reduces_at_boundary = true;
       },
       alone);
-  add("config_tensor_size", "/tensor_model_parallel_size", [](EngineOptions& o) { o.config_grid = ModelOptions::ConfigGrid{4, 1}; }, none, grid,
+  add("config_tensor_size", "/tensor_model_parallel_size", [](EngineOptions& o) { o.config_grid = ModelOptions::ConfigGrid{4, 1, 1}; }, none, grid,
       engine::GridPlace{1, 4, 1, 0, 3, 0});  // the config's tensor 4
   add("config_pipeline_size", "/pipeline_parallelism/num_stages",
-      [](EngineOptions& o) { o.config_grid = ModelOptions::ConfigGrid{2, 2}; }, none, grid,
+      [](EngineOptions& o) { o.config_grid = ModelOptions::ConfigGrid{2, 2, 1}; }, none, grid,
       engine::GridPlace{1, 2, 2, 0, 1, 1});  // the config's tensor 2 x pipeline 2
+  engine::GridPlace expert2{2, 1, 1, 0, 0, 0};  // data 2 x expert 2: the config's grid
+  expert2.expert_size = 2;
+  add("config_expert_size", "/expert_parallel/autoep_size",
+      [](EngineOptions& o) { o.config_grid = ModelOptions::ConfigGrid{1, 1, 2}; }, none, alone, expert2);
   add("compressed_exchange_data_only", "tensor x pipeline", none,
       [](engine::EngineFacts& f) { f.compressed_exchange = true; }, grid);
   add("zeropp_needs_stage3", "zero_optimization.zero_quantized_gradients",

@@ -12,6 +12,7 @@
 //  - a checkpoint saved at expert parallel 4 loads at 1 and 2 (resharded by name through the whole
 //    parameters) and at 4: exactly what was saved, and training goes on as the uninterrupted run
 //    (bit for bit at 1 and 4, to rounding at 2); the safetensors export writes every expert whole;
+//  - DeepSpeed's expert_parallel block sizes the grid (grid_shape) and the checker holds the engine to it;
 //  - what has no expert meaning yet is refused in words (broadcast_parameters, save_16bit_model, a
 //    checkpoint through the data group instead of the grid).
 #include <doctest/doctest.h>
@@ -37,6 +38,8 @@
 #include "zerotk/checkpoint/grid.hpp"
 #include "zerotk/checkpoint/save_16bit.hpp"
 #include "zerotk/comm/threads.hpp"
+#include "zerotk/config/reader.hpp"
+#include "zerotk/engine_config.hpp"
 #include "zerotk/engine.hpp"
 #include "zerotk/moe/dispatcher.hpp"
 #include "zerotk/moe/router.hpp"
@@ -521,6 +524,30 @@ TEST_CASE("experts: a checkpoint saved at expert parallel 4 loads at expert para
     }
     std::filesystem::remove_all(dir);
   }
+}
+
+TEST_CASE("experts: DeepSpeed's expert_parallel block sizes the grid, and an engine on another expert size is refused naming it") {
+  config::ResolveContext ctx;
+  ctx.world_size = 4;
+  const config::Config cfg = config::load(R"({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 1},
+                                               "expert_parallel": {"enabled": true, "autoep_size": 4}})",
+                                          ctx);
+  using E = Engine<Partitioner<Stage<1>>, Fp32>;
+  const comm::GridShape shape = grid_shape(cfg);
+  CHECK(shape.expert == 4);
+  CHECK(shape.expert_tensor == 1);  // = tensor
+  comm::run_threads(4, [&](comm::ThreadsCommunicator& world) {
+    comm::ProcessGrid grid(world, grid_shape(cfg));
+    CHECK(grid.expert_size() == 4);
+    MoeModel<true> model(grid.expert());
+    E engine(grid, model, engine_options<E>(cfg));
+    CHECK(engine.grid_place().expert_size == 4);
+    comm::ProcessGrid flat(world, {.data = 0});
+    MoeModel<true> other(flat.expert());
+    CHECK_THROWS_WITH_AS(E(flat, other, engine_options<E>(cfg)),
+                         doctest::Contains("asks for 4 expert-parallel ranks"), config_error);
+    return 0;
+  });
 }
 
 TEST_CASE("experts: what has no expert meaning yet is refused in words, on every rank") {

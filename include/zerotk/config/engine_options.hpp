@@ -21,7 +21,7 @@ inline EngineOptions engine_options_of(const Config& cfg) {
   o.fp32_module_types = cfg.fp16_override_modules;
   o.compression = cfg.gradient_compression;
   o.communication = cfg.communication;
-  o.config_grid = ModelOptions::ConfigGrid{cfg.tensor_parallel_size, cfg.pipeline.stages};
+  o.config_grid = ModelOptions::ConfigGrid{cfg.tensor_parallel_size, cfg.pipeline.stages, cfg.expert_parallel_size};
   if (cfg.optimizer) {
     o.optimizer = cfg.optimizer->params;
     o.onebit = *cfg.optimizer;

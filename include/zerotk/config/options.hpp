@@ -362,6 +362,11 @@ struct Config : StepOptions {
   int tensor_parallel_size = 1;
   /// Ranks ZeRO partitions over and the batch triad counts: world_size / (tensor x pipeline).
   int data_parallel_size = 1;
+  /// Expert parallelism (DeepSpeed's `expert_parallel` block: `autoep_size` when `enabled`): the
+  /// expert size of the grid the engine is built on (zerotk::grid_shape(cfg); docs/moe.md). The
+  /// experts are the parameters the model declares (Param::expert(), EngineOptions::expert); 1: none
+  /// apart from the data group.
+  int expert_parallel_size = 1;
   /// Stages the layers are split across and the schedule that runs them (pipeline.stages 1: none).
   PipelineConfig pipeline;
   std::int64_t train_batch_size = 1;

@@ -7,6 +7,8 @@
 ///   "pipeline_parallelism": {"num_stages": 8,             zerotk's (the seeds') block, or DeepSpeed's
 ///                            "schedule": "1f1b"},         "pipeline": {"stages": 8}; the schedule is zerotk's
 ///   "pipeline": {"partition": "parameters", "activation_checkpoint_interval": 0}
+///   "expert_parallel": {"enabled": true, "autoep_size": 4}   DeepSpeed's AutoEP block: the grid's
+///                                                         expert size (it must divide data)
 ///
 /// data = world / (tensor x pipeline), which the batch triad (SEMANTICS.md section 5) and hpZ count.
 /// Reader::read_parallel is declared in config/reader.hpp and defined here (reader.hpp includes
@@ -141,6 +143,34 @@ inline void Reader::read_parallel(Block& root, Config& c) {
   }
   data_size_ = static_cast<int>(ctx.world_size / model);
   c.data_parallel_size = data_size_;
+  read_expert_size(root, c);
+}
+
+/// DeepSpeed's AutoEP block: `autoep_size` when `enabled` is the expert size of the grid (the experts
+/// fold over each stage's data ranks with expert_tensor = tensor, so it must divide the data size).
+/// Its module replacement (`preset_model`, `layer_specs`) has no C++ counterpart: the model declares
+/// its experts.
+inline void Reader::read_expert_size(Block& root, Config& c) {
+  constexpr int kMaxInt = std::numeric_limits<int>::max();
+  Block e(*this, root.get_object("expert_parallel"), root.path_of("expert_parallel"));
+  bool enabled = false;
+  int size = 1;
+  e.get_bool("enabled", enabled);
+  const Got got = e.get_int("autoep_size", size, 1, kMaxInt);
+  if (enabled && got == Got::value) {
+    if (data_size_ % size != 0) {
+      error(e.path_of("autoep_size"),
+            cat("must divide the data-parallel size (", std::to_string(data_size_), " = ", data_size_origin(c),
+                "): expert parallelism folds over each stage's data ranks (expert_tensor = tensor)"),
+            std::to_string(size));
+    } else {
+      c.expert_parallel_size = size;
+    }
+  }
+  constexpr std::string_view kModel =
+      "has no effect in zerotk: it steers DeepSpeed's automatic MoE module replacement, and zerotk's model declares "
+      "its experts (Param::expert() or EngineOptions::expert; docs/moe.md); ignored";
+  e.finish({{"preset_model", "", kModel}, {"layer_specs", "[]", kModel}});
 }
 
 inline void Reader::check_pipeline_schedule(Config& c) {

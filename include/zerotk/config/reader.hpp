@@ -196,6 +196,7 @@ class Reader {
   /// use (config/parallel.hpp). Runs first.
   void read_parallel(Block& root, Config& c);
   int read_tensor_size(Block& root, std::string& from);  // read_parallel's parts, config/parallel.hpp
+  void read_expert_size(Block& root, Config& c);
   int read_pipeline_stages(Block& root, Config& c, std::string& pp_from);
   /// After the batch: the pipeline schedule must run its micro-batches (config/parallel.hpp).
   void check_pipeline_schedule(Config& c);

@@ -341,6 +341,7 @@ inline void add_run_rule_problems(const Config& cfg, const engine::Combination& 
   engine::GridPlace place;
   place.tensor_size = cfg.tensor_parallel_size;
   place.pipeline_size = cfg.pipeline.stages;
+  place.expert_size = cfg.expert_parallel_size;
   for (const engine::RunRule& r : engine::kRunRules) {
     std::optional<config_error> first;
     bool every = true;

@@ -222,6 +222,7 @@ inline Json to_json(const Config& c) {
   // zerotk's own key (the seeds'); DeepSpeed's top level ignores it. Written only when it splits, so a
   // config without it reads back unchanged.
   if (c.tensor_parallel_size > 1) j["tensor_model_parallel_size"] = c.tensor_parallel_size;
+  if (c.expert_parallel_size > 1) j["expert_parallel"] = Json{{"enabled", true}, {"autoep_size", c.expert_parallel_size}};
   // zerotk's (the seeds') pipeline block when the layers are split; DeepSpeed's `pipeline` keys that act
   // when they are not its defaults.
   if (c.pipeline.stages > 1 || c.pipeline.schedule != PipelineConfig{}.schedule) {

@@ -131,6 +131,13 @@ inline Problem config_pipeline_size(const EngineOptions& o, const EngineFacts&, 
                           std::string(kGridHow),
                       "/pipeline_parallelism/num_stages", std::to_string(n));
 }
+inline Problem config_expert_size(const EngineOptions& o, const EngineFacts&, const GridPlace& p) {
+  if (!o.config_grid || o.config_grid->expert == p.expert_size) return std::nullopt;
+  const int n = o.config_grid->expert;
+  return config_error("asks for " + std::to_string(n) + " expert-parallel ranks, but the engine is built on a grid of expert " +
+                          std::to_string(p.expert_size) + std::string(kGridHow),
+                      "/expert_parallel/autoep_size", std::to_string(n));
+}
 inline Problem compressed_exchange_data_only(const EngineOptions&, const EngineFacts& f, const GridPlace& p) {
   if (!f.compressed_exchange || p.data_only()) return std::nullopt;
   return config_error("compressed communication (1-bit optimizers, gradient_compression) exchanges over the data "
@@ -206,6 +213,7 @@ inline constexpr RunRule kRunRules[] = {
     {"fp32_accumulation_every_micro_step", false, &detail::fp32_accumulation_every_micro_step},
     {"config_tensor_size", true, &detail::config_tensor_size},
     {"config_pipeline_size", true, &detail::config_pipeline_size},
+    {"config_expert_size", true, &detail::config_expert_size},
     {"compressed_exchange_data_only", true, &detail::compressed_exchange_data_only},
     {"zeropp_needs_stage3", false, &detail::zeropp_needs_stage3},
     {"zeropp_host_only", false, &detail::zeropp_host_only},
@@ -251,7 +259,7 @@ inline void check_on_place(const EngineOptions& o, const EngineFacts& f, const G
     std::optional<std::pair<int, int>> asked, const GridPlace& built) {
   if (!asked) return;
   EngineOptions o;
-  o.config_grid = ModelOptions::ConfigGrid{asked->first, asked->second};
+  o.config_grid = ModelOptions::ConfigGrid{asked->first, asked->second, 1};
   for (auto* rule : {&detail::config_tensor_size, &detail::config_pipeline_size}) {
     if (auto p = rule(o, EngineFacts{}, built)) throw *p;
   }

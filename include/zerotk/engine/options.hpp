@@ -95,6 +95,7 @@ struct ModelOptions {
   /// pipeline parallelism (issue 57 item 15).
   struct ConfigGrid {
     int tensor = 1, pipeline = 1;
+    int expert = 1;  ///< expert_parallel.autoep_size (the checker's row config_expert_size)
   };
   std::optional<ConfigGrid> config_grid;
 };
