@@ -21,7 +21,34 @@ inline std::vector<float> logits_of(std::uint64_t seed, int rank, std::size_t n)
   return v;
 }
 
-// The test's expert e: y = tanh(W_e x) row by row, W_e [h x h]; its backward.
+// An expert y = tanh(W x) row by row, W [h x h]: its forward, and its backward (dx of the rows; dw
+// accumulates over the rows in their order).
+inline void expert_forward(std::span<const float> w, std::span<const float> x, std::span<float> y, std::size_t h) {
+  for (std::size_t r = 0; r < x.size() / h; ++r) {
+    for (std::size_t i = 0; i < h; ++i) {
+      float a = 0;
+      for (std::size_t m = 0; m < h; ++m) a += w[i * h + m] * x[r * h + m];
+      y[r * h + i] = std::tanh(a);
+    }
+  }
+}
+inline void expert_backward(std::span<const float> w, std::span<const float> x, std::span<const float> dy,
+                            std::span<float> dx, std::span<float> dw, std::size_t h) {
+  std::vector<float> y(x.size());
+  expert_forward(w, x, y, h);
+  for (std::size_t r = 0; r < x.size() / h; ++r) {
+    for (std::size_t m = 0; m < h; ++m) dx[r * h + m] = 0;
+    for (std::size_t i = 0; i < h; ++i) {
+      const float da = dy[r * h + i] * (1 - y[r * h + i] * y[r * h + i]);
+      for (std::size_t m = 0; m < h; ++m) {
+        dx[r * h + m] += w[i * h + m] * da;
+        dw[i * h + m] += da * x[r * h + m];
+      }
+    }
+  }
+}
+
+// The test's experts: expert e's W_e from a seed of its own.
 struct Experts {
   int h = 0;
   std::vector<std::vector<float>> w;  // [E][h*h]
@@ -30,30 +57,10 @@ struct Experts {
     for (auto& m : w) for (float& x : m) x *= 0.25f;
   }
   void forward(int e, std::span<const float> x, std::span<float> y) const {
-    const auto H = static_cast<std::size_t>(h);
-    for (std::size_t r = 0; r < x.size() / H; ++r) {
-      for (std::size_t i = 0; i < H; ++i) {
-        float a = 0;
-        for (std::size_t m = 0; m < H; ++m) a += w[static_cast<std::size_t>(e)][i * H + m] * x[r * H + m];
-        y[r * H + i] = std::tanh(a);
-      }
-    }
+    expert_forward(w[static_cast<std::size_t>(e)], x, y, static_cast<std::size_t>(h));
   }
-  // dx from dy (and y recomputed from x); dw accumulates over rows in their order.
   void backward(int e, std::span<const float> x, std::span<const float> dy, std::span<float> dx, std::vector<float>& dw) const {
-    const auto H = static_cast<std::size_t>(h);
-    std::vector<float> y(x.size());
-    forward(e, x, y);
-    for (std::size_t r = 0; r < x.size() / H; ++r) {
-      for (std::size_t m = 0; m < H; ++m) dx[r * H + m] = 0;
-      for (std::size_t i = 0; i < H; ++i) {
-        const float da = dy[r * H + i] * (1 - y[r * H + i] * y[r * H + i]);
-        for (std::size_t m = 0; m < H; ++m) {
-          dx[r * H + m] += w[static_cast<std::size_t>(e)][i * H + m] * da;
-          dw[i * H + m] += da * x[r * H + m];
-        }
-      }
-    }
+    expert_backward(w[static_cast<std::size_t>(e)], x, dy, dx, dw, static_cast<std::size_t>(h));
   }
 };
 

@@ -32,7 +32,7 @@
 
 #include <unistd.h>
 
-#include "../comm/reference.hpp"
+#include "moe_fixture.hpp"
 #include "zerotk/comm/grid.hpp"
 #include "zerotk/checkpoint/export.hpp"
 #include "zerotk/checkpoint/grid.hpp"
@@ -106,33 +106,6 @@ struct MoeModel {
   }
   static bool by_name(std::string_view name) { return name.starts_with("experts."); }
 
-  // y = tanh(W x) over rows.
-  static void expert_forward(std::span<const float> w, std::span<const float> in, std::span<float> out) {
-    for (std::size_t r = 0; r < in.size() / kH; ++r) {
-      for (std::size_t i = 0; i < kH; ++i) {
-        float a = 0;
-        for (std::size_t m = 0; m < kH; ++m) a += w[i * kH + m] * in[r * kH + m];
-        out[r * kH + i] = std::tanh(a);
-      }
-    }
-  }
-  // dx of the rows and their weight gradient, added over the rows in order into `dw`.
-  static void expert_backward(std::span<const float> w, std::span<const float> in, std::span<const float> dy,
-                              std::span<float> dx, std::span<float> dw) {
-    std::vector<float> y(in.size());
-    expert_forward(w, in, y);
-    for (std::size_t r = 0; r < in.size() / kH; ++r) {
-      for (std::size_t m = 0; m < kH; ++m) dx[r * kH + m] = 0;
-      for (std::size_t i = 0; i < kH; ++i) {
-        const float da = dy[r * kH + i] * (1 - y[r * kH + i] * y[r * kH + i]);
-        for (std::size_t m = 0; m < kH; ++m) {
-          dx[r * kH + m] += w[i * kH + m] * da;
-          dw[i * kH + m] += da * in[r * kH + m];
-        }
-      }
-    }
-  }
-
   /// One micro-step on batch `b` of data rank `d`; returns the loss.
   template <class E>
   double step(E& engine, int b, int d) {
@@ -153,7 +126,7 @@ struct MoeModel {
       dispatcher.emplace(*ep, kE, kH, moe::Dropless{});
       dispatcher->dispatch(x, *routing);
       for (int e = 0; e < local; ++e) {
-        expert_forward(experts[static_cast<std::size_t>(e)].values(), dispatcher->input(e), dispatcher->output(e));
+        test::expert_forward(experts[static_cast<std::size_t>(e)].values(), dispatcher->input(e), dispatcher->output(e), kH);
       }
       dispatcher->combine(y);
     }
@@ -181,7 +154,7 @@ struct MoeModel {
         for (int s = 0; s < ep->size(); ++s) {
           const std::size_t n = dispatcher->rows(e, s) * kH;
           std::fill(partial.begin(), partial.end(), 0.0f);
-          expert_backward(w, in.subspan(at, n), dout.subspan(at, n), din.subspan(at, n), partial);
+          test::expert_backward(w, in.subspan(at, n), dout.subspan(at, n), din.subspan(at, n), partial, kH);
           for (std::size_t i = 0; i < kHH; ++i) grads[i] += partial[i];
           at += n;
         }
@@ -214,16 +187,33 @@ struct Setup {
   bool by_name = false;
 };
 
-template <bool Declared, class... Policies>
-Run train(comm::ThreadsCommunicator& world, const Setup& s) {
-  comm::ProcessGrid grid(world, {.data = 0, .expert = s.ep});
-  MoeModel<Declared> model(grid.expert());
+EngineOptions test_options() {
   EngineOptions o;
   o.optimizer.lr = 2e-2f;
   o.gradient_clipping = 0.05;  // the update depends on the global norm: a norm off by a bit shows
   o.reduce_bucket_size = 20;  // several buckets, parameters cut across partitions
-  o.gradient_accumulation_steps = s.gas;
   o.stage3.param_persistence_threshold = 0;
+  return o;
+}
+
+// The router and this rank's experts, by global expert index, as the engine holds them now.
+template <class E, class M>
+void take_values(E& engine, M& model, Run& r) {
+  auto g = engine.gather(model);
+  r.router.assign(model.router.values().begin(), model.router.values().end());
+  r.experts.resize(kE);
+  for (int e = 0; e < model.local; ++e) {
+    const auto v = model.experts[static_cast<std::size_t>(e)].values();
+    r.experts[static_cast<std::size_t>(model.first + e)].assign(v.begin(), v.end());
+  }
+}
+
+template <bool Declared, class... Policies>
+Run train(comm::ThreadsCommunicator& world, const Setup& s) {
+  comm::ProcessGrid grid(world, {.data = 0, .expert = s.ep});
+  MoeModel<Declared> model(grid.expert());
+  EngineOptions o = test_options();
+  o.gradient_accumulation_steps = s.gas;
   if (!Declared) o.expert = &MoeModel<Declared>::by_name;
   Engine<Policies...> engine(grid, model, o);
   Run r;
@@ -239,13 +229,7 @@ Run train(comm::ThreadsCommunicator& world, const Setup& s) {
       r.ledger[sp][ca] = engine.memory().live(static_cast<MemorySpace>(sp), static_cast<MemoryCategory>(ca));
     }
   }
-  auto g = engine.gather(model);
-  r.router.assign(model.router.values().begin(), model.router.values().end());
-  r.experts.resize(kE);
-  for (int e = 0; e < model.local; ++e) {
-    const auto v = model.experts[static_cast<std::size_t>(e)].values();
-    r.experts[static_cast<std::size_t>(model.first + e)].assign(v.begin(), v.end());
-  }
+  take_values(engine, model, r);
   return r;
 }
 
@@ -338,20 +322,7 @@ struct Resumed {
 template <class Saved, class Loaded>
 Resumed save_and_resume(comm::ThreadsCommunicator& world, int ep_save, int ep_load, int before, int after,
                         const std::filesystem::path& dir) {
-  EngineOptions o;
-  o.optimizer.lr = 2e-2f;
-  o.gradient_clipping = 0.05;
-  o.reduce_bucket_size = 20;
-  o.stage3.param_persistence_threshold = 0;
-  const auto values_of = [](auto& engine, auto& model, Run& r) {
-    auto g = engine.gather(model);
-    r.router.assign(model.router.values().begin(), model.router.values().end());
-    r.experts.resize(kE);
-    for (int e = 0; e < model.local; ++e) {
-      const auto v = model.experts[static_cast<std::size_t>(e)].values();
-      r.experts[static_cast<std::size_t>(model.first + e)].assign(v.begin(), v.end());
-    }
-  };
+  const EngineOptions o = test_options();
   {
     comm::ProcessGrid grid(world, {.data = 0, .expert = ep_save});
     MoeModel<true> model(grid.expert());
@@ -365,13 +336,13 @@ Resumed save_and_resume(comm::ThreadsCommunicator& world, int ep_save, int ep_lo
   typename Loaded::template engine<MoeModel<true>> engine(grid, model, o);
   const checkpoint::LoadResult l = checkpoint::load(engine, grid, dir);
   CHECK(l.resharded == (ep_save != ep_load));
-  values_of(engine, model, out.loaded);
+  take_values(engine, model, out.loaded);
   for (int step = before; step < before + after; ++step) {
     const StepReport rep = engine.step(model.step(engine, step, grid.data_index()));
     out.run.norms.push_back(rep.grad_norm);
     out.run.losses.push_back(rep.loss);
   }
-  values_of(engine, model, out.run);
+  take_values(engine, model, out.run);
   return out;
 }
 template <int S>
