@@ -9,6 +9,7 @@
 //    since each expert sums its weight gradient per source rank in source order, which is the
 //    rank-order all-reduce of expert parallel 1 (6 steps, gas 1 and 2, clipping on);
 //  - expert parallel 2 x expert-data 2 adds the sources in another order: equal to rounding;
+//  - tensor 2 x data 2 at expert parallel 2 (expert_tensor 2, experts whole) equals tensor 1 bit for bit;
 //  - a checkpoint saved at expert parallel 4 loads at 1 and 2 (resharded by name through the whole
 //    parameters) and at 4: exactly what was saved, and training goes on as the uninterrupted run
 //    (bit for bit at 1 and 4, to rounding at 2); the safetensors export writes every expert whole;
@@ -184,7 +185,8 @@ struct Setup {
   int ep = 1;
   int steps = 6;
   int gas = 1;
-  bool by_name = false;
+  int tensor = 1;  // with expert_tensor = tensor: the experts whole on every tensor rank
+  int world = 4;
 };
 
 EngineOptions test_options() {
@@ -210,7 +212,7 @@ void take_values(E& engine, M& model, Run& r) {
 
 template <bool Declared, class... Policies>
 Run train(comm::ThreadsCommunicator& world, const Setup& s) {
-  comm::ProcessGrid grid(world, {.data = 0, .expert = s.ep});
+  comm::ProcessGrid grid(world, {.data = 0, .tensor = s.tensor, .expert = s.ep, .expert_tensor = s.tensor});
   MoeModel<Declared> model(grid.expert());
   EngineOptions o = test_options();
   o.gradient_accumulation_steps = s.gas;
@@ -235,7 +237,7 @@ Run train(comm::ThreadsCommunicator& world, const Setup& s) {
 
 template <bool Declared, class... Policies>
 std::vector<Run> train_all(const Setup& s) {
-  return comm::run_threads(4, [&](comm::ThreadsCommunicator& w) { return train<Declared, Policies...>(w, s); });
+  return comm::run_threads(s.world, [&](comm::ThreadsCommunicator& w) { return train<Declared, Policies...>(w, s); });
 }
 
 // Expert parallel `s.ep` against expert parallel 1 with the experts given by name: bit for bit.
@@ -283,6 +285,28 @@ TEST_CASE("experts: expert parallel 4 equals expert parallel 1 bit for bit at Ze
   SUBCASE("stage 2, gas 2") { check_same_bits<Partitioner<Stage<2>>, Fp32>({.ep = 4, .steps = 4, .gas = 2}); }
   SUBCASE("stage 3 with Offload<Cpu> and OffloadParams<Cpu>") {
     check_same_bits<Partitioner<Stage<3>>, Fp32, Precision<fp32>, Offload<Cpu>, OffloadParams<Cpu>>({.ep = 4});
+  }
+}
+
+TEST_CASE("experts: tensor 2 x data 2 with expert parallel 2 (expert_tensor 2) equals tensor 1 x data 2 bit for bit") {
+  // Both tensor ranks of a data rank hold the same tokens and the same (whole) experts: the norm and
+  // the loss count them on tensor rank 0 only, and each tensor rank dispatches within its own expert
+  // group, so the grid gives the tensor-1 run's bits.
+  const std::vector<Run> two = train_all<true, Partitioner<Stage<3>>, Fp32>({.ep = 2, .tensor = 2, .world = 4});
+  const std::vector<Run> one = train_all<true, Partitioner<Stage<3>>, Fp32>({.ep = 2, .tensor = 1, .world = 2});
+  for (int w = 0; w < 4; ++w) {
+    CAPTURE(w);
+    const Run& got = two[static_cast<std::size_t>(w)];
+    const Run& want = one[static_cast<std::size_t>(w / 2)];  // Megatron order: world rank = 2 d + t
+    CHECK(got.norms == want.norms);
+    CHECK(got.losses == want.losses);
+    CHECK(test::compare_bits("router", got.router.data(), want.router.data(), got.router.size()) == "");
+    for (int e = 0; e < kE; ++e) {
+      CHECK(got.experts[static_cast<std::size_t>(e)].size() == want.experts[static_cast<std::size_t>(e)].size());
+      if (got.experts[static_cast<std::size_t>(e)].empty()) continue;
+      CHECK(test::compare_bits("expert " + std::to_string(e), got.experts[static_cast<std::size_t>(e)].data(),
+                               want.experts[static_cast<std::size_t>(e)].data(), kHH) == "");
+    }
   }
 }
 

@@ -22,13 +22,19 @@ namespace zerotk::engine {
 
 namespace detail {
 /// A parameter's declaration as a number below 2^52 (exact in the fp64 all-reduce): its name, split
-/// and element count (the shard's, the same on every rank that holds that shard).
+/// and element count (the shard's, the same on every rank that holds that shard). An expert
+/// parameter's name is left out (ranks of other expert indices hold other experts at the same
+/// place in their models): that it is an expert's, its split and size must still agree.
 inline double split_code(const ParamEntry& e) {
   std::uint64_t h = 1469598103934665603ull;  // FNV-1a
   const auto mix = [&](std::uint64_t v) {
     for (int i = 0; i < 8; ++i) h = (h ^ ((v >> (8 * i)) & 0xFF)) * 1099511628211ull;
   };
-  for (char c : e.name) mix(static_cast<unsigned char>(c));
+  if (e.group == GroupKind::expert) {
+    mix(0x65787065727421ull);  // "expert!"
+  } else {
+    for (char c : e.name) mix(static_cast<unsigned char>(c));
+  }
   mix(static_cast<std::uint64_t>(e.tensor_split.dim));
   mix(static_cast<std::uint64_t>(e.tensor_split.parts));
   mix(e.numel);
@@ -54,7 +60,8 @@ inline std::string split_shape_problem(const ParamEntry& e) {
   return {};
 }
 
-/// Checks that the ranks of each pipeline stage declare the same parameters with the same splits,
+/// Checks that the ranks of each pipeline stage declare the same parameters (experts: at the same
+/// places, whichever experts they hold) with the same splits,
 /// each one a split its shard's shape allows. Collective over `world`, the grid's world (every
 /// stage): this rank holds the parameters of stage `stage` of `stages`. Every rank sees every stage's
 /// verdict, so all of them throw when one stage disagrees: its ranks naming the parameter, the others
