@@ -39,7 +39,6 @@ class OrderedCommunicator {
   /// back ends' own avg uses). Expert gradients: summed over the expert-data group, averaged over
   /// the data size, since each already sums the tokens of its expert group's ranks.
   void mean_over(int n) noexcept { mean_over_ = n; }
-  int mean_divisor() const { return mean_over_ > 0 ? mean_over_ : size(); }
 
   [[nodiscard]] comm::Work all_reduce(const void* send, void* recv, std::size_t count, DType dt, comm::ReduceOp op) {
     ops_->fence();

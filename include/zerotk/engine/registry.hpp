@@ -37,9 +37,6 @@ using ModuleId = std::uint32_t;
 /// experts' (working precision, reduced and sharded over the expert-data group).
 enum class GroupKind : std::uint8_t { main, fp32, expert };
 inline constexpr std::size_t kGroupKinds = 3;
-constexpr const char* group_kind_name(GroupKind k) noexcept {
-  return k == GroupKind::main ? "main" : k == GroupKind::fp32 ? "fp32" : "expert";
-}
 
 struct ParamEntry {
   std::string name;
