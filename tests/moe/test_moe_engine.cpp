@@ -14,6 +14,8 @@
 //    parameters) and at 4: exactly what was saved, and training goes on as the uninterrupted run
 //    (bit for bit at 1 and 4, to rounding at 2); the safetensors export writes every expert whole;
 //  - DeepSpeed's expert_parallel block sizes the grid (grid_shape) and the checker holds the engine to it;
+//  - gather(model, 0) keeps data rank 0's dense writes and each expert group's first rank's expert
+//    writes, at stages 1 and 3;
 //  - what has no expert meaning yet is refused in words (broadcast_parameters, save_16bit_model, a
 //    checkpoint through the data group instead of the grid).
 #include <doctest/doctest.h>
@@ -543,6 +545,41 @@ TEST_CASE("experts: DeepSpeed's expert_parallel block sizes the grid, and an eng
                          doctest::Contains("asks for 4 expert-parallel ranks"), config_error);
     return 0;
   });
+}
+
+// Experts apart (expert parallel 2 x expert data 2 on 4 ranks): inside gather(model, 0) every rank
+// writes values of its own; afterwards every rank holds data rank 0's router and its expert group's
+// first expert-data rank's experts (the writes of expert-data index 0), at a resident and a sharded
+// stage. Another modifier rank is refused.
+template <class E>
+void check_kept_writes() {
+  comm::run_threads(4, [](comm::ThreadsCommunicator& world) {
+    comm::ProcessGrid grid(world, {.data = 0, .expert = 2});
+    MoeModel<true> model(grid.expert());
+    E engine(grid, model, EngineOptions{});
+    {
+      auto g = engine.gather(model, 0);
+      for (float& v : model.router.values()) v = 1.0f + static_cast<float>(grid.data_index());
+      for (auto& p : model.experts) {
+        for (float& v : p.values()) v = 10.0f + static_cast<float>(grid.expert_data_index());
+      }
+    }
+    engine.initialize_master();
+    CHECK_THROWS_WITH_AS((void)engine.gather(model, 1), doctest::Contains("expert-data group"), usage_error);
+    auto g = engine.gather(model);
+    int wrong = 0;
+    for (float v : model.router.values()) wrong += v != 1.0f;
+    for (auto& p : model.experts) {
+      for (float v : p.values()) wrong += v != 10.0f;
+    }
+    CHECK(wrong == 0);
+    return 0;
+  });
+}
+
+TEST_CASE("experts apart: gather(model, 0) keeps data rank 0's dense writes and each expert group's first rank's expert writes") {
+  check_kept_writes<Engine<Partitioner<Stage<1>>, Fp32>>();
+  check_kept_writes<Engine<Partitioner<Stage<3>>, Fp32>>();
 }
 
 TEST_CASE("experts: what has no expert meaning yet is refused in words, on every rank") {

@@ -70,9 +70,10 @@ class ParamBindings {
   }
 
   /// Rank root's values of the buckets holding m's parameters become every rank's (stage 3: each
-  /// rank's block goes back into its shard).
+  /// rank's block goes back into its shard): the dense groups' over `data` from its rank `root`, the
+  /// expert group's over `expert_data` from its rank `expert_root`.
   template <class Comm>
-  void keep_writes(const ModuleEntry& m, Comm& comm, int root) {
+  void keep_writes(const ModuleEntry& m, Comm& data, int root, Comm& expert_data, int expert_root) {
     take_user_values();
     groups_->each([&](auto& g) {
       std::vector<char> seen(g.layout().buckets().size(), 0);
@@ -84,7 +85,11 @@ class ParamBindings {
           const std::size_t k = g.layout().param(e.local).bucket;
           if (seen[k]) continue;
           seen[k] = 1;
-          values_.keep_writes(g, k, comm, root);
+          if (kind == GroupKind::expert) {
+            values_.keep_writes(g, k, expert_data, expert_root);
+          } else {
+            values_.keep_writes(g, k, data, root);
+          }
         }
       }
     });

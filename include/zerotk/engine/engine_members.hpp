@@ -55,8 +55,9 @@ template <class Pack>
 void BasicEngine<Pack>::refuse_experts_apart(const char* where, int root) const {
   if (!groups_.expert() || !comms_.experts_apart()) return;
   throw usage_error("rank root's values cannot become every rank's when expert parameters live on an expert-data group "
-                    "apart from the data group (each expert rank holds other experts): initialise every rank's "
-                    "parameters alike (the same seed; an expert's from its expert index) and call initialize_master()",
+                    "apart from the data group (each expert rank holds other experts): write the values inside "
+                    "gather(module, 0) (data rank 0's dense values and each expert group's first expert-data rank's "
+                    "expert values are kept), or initialise every rank alike before the engine adopts them",
                     where, std::to_string(root));
 }
 
@@ -81,7 +82,9 @@ engine::ModuleId BasicEngine<Pack>::open_gather(const engine::LayerRef& module, 
                       std::to_string(*modifier_rank) + " of " + std::to_string(this->world_size()));
   }
   require_boundary("gather");
-  if (modifier_rank) refuse_experts_apart("Engine::gather(module, modifier_rank)", *modifier_rank);
+  // Experts apart: data rank 0 is the first expert-data rank of its expert group, and every expert
+  // group keeps its first rank's writes; another root has no such counterpart.
+  if (modifier_rank && *modifier_rank != 0) refuse_experts_apart("Engine::gather(module, modifier_rank)", *modifier_rank);
   synchronize();
   const engine::ModuleId id = registry_.module(module);
   fetch_->hold(registry_.module_entry(id));
@@ -206,7 +209,9 @@ void BasicEngine<Pack>::end_gather(engine::ModuleId id, std::optional<int> modif
     }
     return;
   }
-  if (modifier_rank) bindings_->keep_writes(m, comms_.data(), *modifier_rank);
+  if (modifier_rank) {
+    bindings_->keep_writes(m, comms_.data(), *modifier_rank, comms_.expert_data(), comms_.experts_apart() ? 0 : *modifier_rank);
+  }
   fetch_->unhold(m);
 }
 
