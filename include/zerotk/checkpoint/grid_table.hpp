@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <list>
 #include <map>
 #include <string>
 #include <tuple>
@@ -129,6 +130,38 @@ class TableWords {
   const std::uint64_t* end_ = nullptr;
 };
 
+/// `t` with its entries in the order described at gather_grid_table, `lists[r]` being rank r's
+/// entries (indices into t.params) in its own order; the fragments follow their entries.
+inline engine::ShardTable canonical_order(engine::ShardTable t, const std::vector<std::vector<std::uint32_t>>& lists) {
+  std::list<std::uint32_t> order;
+  std::vector<std::list<std::uint32_t>::iterator> at(t.params.size(), order.end());
+  std::vector<char> placed(t.params.size(), 0);
+  for (const std::vector<std::uint32_t>& list : lists) {
+    auto anchor = order.end();  // the next entry of this rank's list already placed
+    for (auto i = list.rbegin(); i != list.rend(); ++i) {
+      if (!placed[*i]) {
+        at[*i] = order.insert(anchor, *i);
+        placed[*i] = 1;
+      }
+      anchor = at[*i];
+    }
+  }
+  std::vector<std::uint32_t> new_id(t.params.size());
+  std::vector<engine::ShardParam> params;
+  params.reserve(t.params.size());
+  for (std::uint32_t old : order) {
+    new_id[old] = static_cast<std::uint32_t>(params.size());
+    params.push_back(std::move(t.params[old]));
+  }
+  t.params = std::move(params);
+  for (auto& group : t.fragments) {
+    for (auto& rank : group) {
+      for (zero::Fragment& f : rank) f.param = new_id.at(f.param);
+    }
+  }
+  return t;
+}
+
 }  // namespace detail
 
 /// The shard table of every rank of a grid, indexed by world rank. `local` is this rank's engine
@@ -138,6 +171,11 @@ class TableWords {
 /// (engine/shards.hpp).
 /// Collective over `world`; the result is the same on every rank. usage_error when two ranks
 /// disagree about a replicated parameter or their number of flat groups (they would not be one model).
+/// Entries are in a canonical order that does not depend on how the grid splits the model: each
+/// rank's entries that no earlier rank listed go right before the next entry of its own list already
+/// placed. So rank r's experts follow rank r - 1's inside each block, whatever the expert size (a
+/// checkpoint saved at expert parallel 4 lists its parameters as one saved at 2 does), and a tensor
+/// rank's shards follow the previous rank's.
 template <HostCommunicator C>
 engine::ShardTable gather_grid_table(C& world, const engine::ShardTable& local, int data_rank, int expert_data_rank = -1,
                                      int data_size = -1) {
@@ -157,6 +195,7 @@ engine::ShardTable gather_grid_table(C& world, const engine::ShardTable& local, 
   engine::ShardTable out;
   std::map<std::pair<std::string, int>, std::uint32_t> ids;  // (name, tensor index or -1) -> global entry
   std::size_t at = 0;
+  std::vector<std::vector<std::uint32_t>> lists(counts.size());  // each rank's entries, in its order
   for (std::size_t r = 0; r < counts.size(); ++r) {
     const engine::ShardTable t = detail::TableWords::decode(all.data() + at, counts[r]);
     at += counts[r];
@@ -182,6 +221,7 @@ engine::ShardTable gather_grid_table(C& world, const engine::ShardTable& local, 
       }
       id[i] = it->second;
     }
+    lists[r] = id;
     for (std::size_t g = 0; g < t.fragments.size(); ++g) {
       std::vector<zero::Fragment> frags = t.fragments[g][0];
       for (zero::Fragment& f : frags) f.param = id.at(f.param);
@@ -189,7 +229,7 @@ engine::ShardTable gather_grid_table(C& world, const engine::ShardTable& local, 
       out.owned_numel[g].push_back(t.owned_numel[g][0]);
     }
   }
-  return out;
+  return detail::canonical_order(std::move(out), lists);
 }
 
 }  // namespace zerotk::checkpoint
