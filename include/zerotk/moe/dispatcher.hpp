@@ -209,8 +209,12 @@ class Dispatcher {
     for (std::size_t e = 0; e < E; ++e) {
       auto& w = wanted[e];
       if (w.size() > cap && drop_.drop_by == DropBy::probability) {  // ... or by probability
-        std::stable_sort(w.begin(), w.end(), [&](std::size_t a, std::size_t b) {
-          return r.probs[a / kk * E + e] > r.probs[b / kk * E + e];
+        // Ties keep the priority order (choice j, then token): std::sort with that as the last key
+        // (std::stable_sort's temporary buffer is deprecated API in libstdc++, which clang reports).
+        std::sort(w.begin(), w.end(), [&](std::size_t a, std::size_t b) {
+          const float pa = r.probs[a / kk * E + e], pb = r.probs[b / kk * E + e];
+          if (pa != pb) return pa > pb;
+          return a % kk != b % kk ? a % kk < b % kk : a / kk < b / kk;
         });
       }
       kept_[e] = std::min(w.size(), cap);
@@ -221,8 +225,9 @@ class Dispatcher {
     for (std::size_t s = 0; s < slots; ++s) {
       if (keep_[s]) slot_order_.push_back(s);
     }
-    std::stable_sort(slot_order_.begin(), slot_order_.end(),
-                     [&](std::size_t a, std::size_t b) { return r.expert[a] < r.expert[b]; });  // (expert, token)
+    std::sort(slot_order_.begin(), slot_order_.end(), [&](std::size_t a, std::size_t b) {  // (expert, token)
+      return r.expert[a] != r.expert[b] ? r.expert[a] < r.expert[b] : a < b;
+    });
     row_of_.assign(slots, 0);
     for (std::size_t i = 0; i < slot_order_.size(); ++i) row_of_[slot_order_[i]] = i;
   }
