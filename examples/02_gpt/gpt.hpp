@@ -1,11 +1,12 @@
 #pragma once
 // examples/02_gpt/gpt.hpp: a decoder-only transformer (GPT-2 shape) with hand-written forward and
 // backward on the host, Eigen for the matrix products. This is user code: it touches zerotk only
-// through `zerotk::Param<float>` and the Module/Layer concepts, so any engine that binds parameter
-// storage can train it.
+// through `zerotk::Param<float>` and the Module/Layer concepts (with experts, also zerotk::moe's router
+// and dispatcher), so any engine that binds parameter storage can train it.
 //
 //   tokens [B][T] -> Embedding (wte[tok] + wpe[t])            -> x [B*T][d]
-//                 -> Block x L (x += attn(ln1(x)); x += mlp(ln2(x)))
+//                 -> Block x L (x += attn(ln1(x)); x += mlp(ln2(x)); mlp dense, or a mixture of
+//                    experts when Config::experts > 0: moe_mlp.hpp)
 //                 -> Head (ln_f, logits = ln_f(x) W^T)         -> logits [B*T][V]
 //                 -> CrossEntropy over the positions that have a target
 //
@@ -64,342 +65,11 @@
 #include <zerotk/parallel/split.hpp>
 #include <zerotk/parallel/split_param.hpp>
 
+#include "layers.hpp"
+#include "moe_mlp.hpp"
+
 namespace gpt {
 
-/// Row-major float matrix: activations are [rows = B*T positions][features].
-using Matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-using Vector = Eigen::VectorXf;
-using Param = zerotk::Param<float>;
-/// A Param that declares how it is split across the tensor group (the engine reads its
-/// tensor_split(): the layer that cuts the shard says so once).
-using SplitParam = zerotk::parallel::SplitParam<float>;
-
-/// How a parameter of the model is split across the tensor group: what it declares, replicated when
-/// it declares nothing (LayerNorms, embeddings, the head).
-template <class P>
-zerotk::parallel::TensorSplit tensor_split_of(const P& p) {
-  if constexpr (zerotk::parallel::DeclaresTensorSplit<P>) {
-    return p.tensor_split();
-  } else {
-    return zerotk::parallel::TensorSplit::replicated();
-  }
-}
-
-/// Model shape. All sizes are positive; d_model must divide by n_heads.
-struct Config {
-  int vocab_size = 16;
-  int context = 32;  ///< longest sequence the position embedding covers
-  int d_model = 64;
-  int n_heads = 4;
-  int n_layers = 2;
-  int d_ff = 0;  ///< MLP width; 0 means 4 * d_model
-  bool tied_head = false;
-
-  int mlp_width() const noexcept { return d_ff > 0 ? d_ff : 4 * d_model; }
-  int head_dim() const noexcept { return d_model / n_heads; }
-
-  /// Throws zerotk::config_error naming the field when a size is impossible.
-  void validate() const {
-    auto positive = [](int v, const char* where) {
-      if (v <= 0) throw zerotk::config_error("must be > 0", where, std::to_string(v));
-    };
-    positive(vocab_size, "gpt.vocab_size");
-    positive(context, "gpt.context");
-    positive(d_model, "gpt.d_model");
-    positive(n_heads, "gpt.n_heads");
-    positive(n_layers, "gpt.n_layers");
-    if (d_ff < 0) throw zerotk::config_error("must be >= 0 (0 means 4 * d_model)", "gpt.d_ff", std::to_string(d_ff));
-    if (d_model % n_heads != 0) {
-      throw zerotk::config_error("d_model must be a multiple of n_heads", "gpt.d_model",
-                                 std::to_string(d_model) + " with " + std::to_string(n_heads) + " heads");
-    }
-  }
-};
-
-/// The tensor-parallel group the model's blocks split across, and the collectives their region
-/// operators need over float buffers. Size 1 (the default) splits nothing and calls nothing. A
-/// trainer fills the functions from zerotk::parallel's region operators over its process grid's
-/// tensor group (examples/02_gpt/train.cpp does).
-struct TensorParallel {
-  int size = 1;
-  int rank = 0;
-  /// Activations outside the tensor regions split by tokens (rank r holds rows [r N/T, (r+1) N/T)).
-  bool sequence_parallel = false;
-  /// Sum over the tensor group, in place: "g" after a row-parallel linear, "f"'s backward.
-  std::function<void(std::span<float>)> all_reduce;
-  /// Sequence parallel: every rank's [rows / T][cols] side by side -> [rows][cols] ("f" forward).
-  std::function<void(std::span<const float>, std::span<float>)> all_gather_rows;
-  /// Sequence parallel: [rows][cols] partial sums -> this rank's [rows / T][cols] of their sum ("g").
-  std::function<void(std::span<const float>, std::span<float>)> reduce_scatter_rows;
-
-  bool split() const noexcept { return size > 1; }
-
-  /// Throws zerotk::usage_error naming the size when `c` cannot be split this way.
-  void check(const Config& c) const {
-    if (size < 1 || rank < 0 || rank >= size) {
-      throw zerotk::usage_error("the tensor rank is outside the tensor group", "gpt::TensorParallel",
-                                std::to_string(rank) + " of " + std::to_string(size));
-    }
-    if (!split()) return;
-    zerotk::parallel::check_heads("gpt.n_heads", c.n_heads, size);
-    if (c.mlp_width() % size != 0) {
-      throw zerotk::usage_error("the MLP width is not divisible by the tensor size " + std::to_string(size) +
-                                    " (each tensor rank computes d_ff / T columns)",
-                                "gpt.d_ff", std::to_string(c.mlp_width()));
-    }
-    if (!all_reduce || (sequence_parallel && (!all_gather_rows || !reduce_scatter_rows))) {
-      throw zerotk::usage_error("a split model needs the tensor group's collectives", "gpt::TensorParallel",
-                                sequence_parallel ? "all_reduce, all_gather_rows, reduce_scatter_rows" : "all_reduce");
-    }
-  }
-};
-
-
-/// Token ids of one micro-batch, [batch][seq] row-major; the embedding layer's input.
-struct TokenView {
-  std::span<const std::int32_t> ids;
-  int batch = 0;
-  int seq = 0;
-};
-
-/// One micro-batch: inputs and next-token targets, both [batch][seq] row-major. A target of kIgnore
-/// takes no loss (the prompt half of a synthetic task, for example).
-struct Batch {
-  static constexpr std::int32_t kIgnore = -1;
-  int batch = 0;
-  int seq = 0;
-  std::vector<std::int32_t> tokens;
-  std::vector<std::int32_t> targets;
-
-  void resize(int batch_size, int seq_len) {
-    batch = batch_size;
-    seq = seq_len;
-    const auto n = static_cast<std::size_t>(batch_size) * static_cast<std::size_t>(seq_len);
-    tokens.assign(n, 0);
-    targets.assign(n, kIgnore);
-  }
-  TokenView inputs() const noexcept { return {tokens, batch, seq}; }
-};
-
-namespace detail {
-
-inline std::size_t dim(int v) { return static_cast<std::size_t>(v); }
-
-// Views of a bound Param as Eigen objects. Maps are unaligned: a Param may start at any float inside
-// the engine's flat buffer.
-inline Eigen::Map<Matrix> value_matrix(Param& p) {
-  return {p.data(), static_cast<Eigen::Index>(p.dim(0)), static_cast<Eigen::Index>(p.dim(1))};
-}
-inline Eigen::Map<Matrix> grad_matrix(Param& p) {
-  return {p.grad(), static_cast<Eigen::Index>(p.dim(0)), static_cast<Eigen::Index>(p.dim(1))};
-}
-inline Eigen::Map<Eigen::RowVectorXf> value_row(Param& p) {
-  return {p.data(), static_cast<Eigen::Index>(p.numel())};
-}
-inline Eigen::Map<Eigen::RowVectorXf> grad_row(Param& p) {
-  return {p.grad(), static_cast<Eigen::Index>(p.numel())};
-}
-
-// Bytes held by Eigen matrices and vectors (activation accounting).
-template <class... M>
-std::size_t bytes_of(const M&... m) {
-  return ((static_cast<std::size_t>(m.size()) * sizeof(float)) + ... + 0);
-}
-// Gives the storage of each back (release_activations).
-template <class... M>
-void free_all(M&... m) {
-  ((m.resize(0, 0)), ...);
-}
-inline void free_vector(Vector& v) { v.resize(0); }
-
-// Resizes only when the shape changes, so steady-state steps reuse the same storage.
-inline void ensure_shape(Matrix& m, Eigen::Index rows, Eigen::Index cols) {
-  if (m.rows() != rows || m.cols() != cols) m.resize(rows, cols);
-}
-
-// dst += sum over rows of `rows_of(n)`, n = 0 .. count-1, summed in row order in `acc` first. Eigen's own
-// colwise().sum() picks its summation order by the destination's alignment, which would make gradients
-// depend on where the engine placed a parameter; this order never does.
-// `across`, when set, sums the row sum over other ranks (sequence parallel: each holds some tokens)
-// before it is added, so that a gradient accumulating over micro-steps is summed once per micro-step.
-template <class RowAt>
-void add_row_sum(Eigen::Index count, RowAt&& rows_of, Eigen::RowVectorXf& acc, Eigen::Map<Eigen::RowVectorXf> dst,
-                 const std::function<void(std::span<float>)>* across = nullptr) {
-  acc.setZero(dst.size());
-  for (Eigen::Index n = 0; n < count; ++n) acc += rows_of(n);
-  if (across != nullptr && *across) (*across)(std::span<float>(acc.data(), static_cast<std::size_t>(acc.size())));
-  dst += acc;
-}
-
-}  // namespace detail
-
-/// Weight gradients set aside for later: a zero-bubble pipeline schedule (ZB-H1) runs a backward's
-/// input-gradient half first and its weight half later. While a layer's `defer` points here, its
-/// backward computes the input gradient only and records, per layer of the model's list (set_layer),
-/// a work item that adds its weight gradients from copies of what they need; run(i) does layer i's.
-class DeferredWeights {
- public:
-  void set_layer(int i) noexcept { layer_ = i; }
-  template <class F>
-  void add(F&& f) {
-    items_.push_back(Item{layer_, std::function<void()>(std::forward<F>(f))});
-  }
-  /// Layer `i`'s items, in the order they were recorded; then they are gone.
-  void run(int i) {
-    for (Item& it : items_) {
-      if (it.layer == i && it.fn) {
-        it.fn();
-        it.fn = nullptr;
-      }
-    }
-  }
-  bool empty() const noexcept {
-    for (const Item& it : items_) {
-      if (it.fn) return false;
-    }
-    return true;
-  }
-
- private:
-  struct Item {
-    int layer;
-    std::function<void()> fn;
-  };
-  std::vector<Item> items_;
-  int layer_ = -1;
-};
-
-/// How a Linear's weight and bias are split across the tensor group (both replicated: a whole layer).
-struct LinearSplit {
-  zerotk::parallel::TensorSplit weight{}, bias{};
-};
-
-/// y = x W^T + b with W [out][in] (PyTorch layout) and b [out]. Keeps no activations: the owning
-/// layer keeps x for backward. `in` and `out` are this rank's shard's; `split` says how it was cut.
-class Linear {
- public:
-  SplitParam weight;
-  SplitParam bias;
-
-  Linear(const std::string& name, int in, int out, LinearSplit split = {})
-      : weight{name + ".weight", {detail::dim(out), detail::dim(in)}, split.weight},
-        bias{name + ".bias", {detail::dim(out)}, split.bias} {}
-
-  template <class Visit>
-  void parameters(Visit&& visit) {
-    visit(weight.name(), weight);
-    visit(bias.name(), bias);
-  }
-
-  // x [N][in] -> y [N][out]
-  void forward(const Matrix& x, Matrix& y) {
-    detail::ensure_shape(y, x.rows(), static_cast<Eigen::Index>(weight.dim(0)));
-    y.noalias() = x * detail::value_matrix(weight).transpose();
-    y.rowwise() += detail::value_row(bias);
-  }
-
-  // Row-parallel: y = x W^T, a partial sum over the tensor group; the bias goes on after the sum.
-  void forward_partial(const Matrix& x, Matrix& y) {
-    detail::ensure_shape(y, x.rows(), static_cast<Eigen::Index>(weight.dim(0)));
-    y.noalias() = x * detail::value_matrix(weight).transpose();
-  }
-  void add_bias(Matrix& y) { y.rowwise() += detail::value_row(bias); }
-
-  // dW += dy^T x, db += sum over rows of dy; dx = dy W when dx is given. dy [N][out], x [N][in].
-  void backward(const Matrix& x, const Matrix& dy, Matrix* dx) {
-    if (defer != nullptr) {
-      defer->add([this, x = Matrix(x), dy = Matrix(dy)] { weight_grads(x, dy); });
-    } else {
-      weight_grads(x, dy);
-    }
-    if (dx != nullptr) {
-      detail::ensure_shape(*dx, dy.rows(), x.cols());
-      dx->noalias() = dy * detail::value_matrix(weight);
-    }
-  }
-
-  /// Set: the weight gradients wait there (DeferredWeights).
-  DeferredWeights* defer = nullptr;
-
- private:
-  void weight_grads(const Matrix& x, const Matrix& dy) {
-    detail::grad_matrix(weight).noalias() += dy.transpose() * x;
-    detail::add_row_sum(dy.rows(), [&](Eigen::Index n) { return dy.row(n); }, acc_, detail::grad_row(bias));
-  }
-
-  Eigen::RowVectorXf acc_;  // [out] scratch for the bias gradient
-};
-
-/// y = (x - mean) / sqrt(var + eps) * gain + shift over the last dimension (biased variance, as
-/// PyTorch). Keeps no activations: the caller keeps xhat [N][d] and rstd [N].
-class LayerNorm {
- public:
-  static constexpr float kEps = 1e-5f;
-  Param weight;  // gain [d]
-  Param bias;    // shift [d]
-
-  LayerNorm(const std::string& name, int d)
-      : weight{name + ".weight", {detail::dim(d)}}, bias{name + ".bias", {detail::dim(d)}} {}
-
-  template <class Visit>
-  void parameters(Visit&& visit) {
-    visit(weight.name(), weight);
-    visit(bias.name(), bias);
-  }
-
-  void forward(const Matrix& x, Matrix& y, Matrix& xhat, Vector& rstd) {
-    const Eigen::Index rows = x.rows(), d = x.cols();
-    detail::ensure_shape(y, rows, d);
-    detail::ensure_shape(xhat, rows, d);
-    if (rstd.size() != rows) rstd.resize(rows);
-    const auto gain = detail::value_row(weight).array();
-    const auto shift = detail::value_row(bias).array();
-    for (Eigen::Index n = 0; n < rows; ++n) {  // rows are contiguous: each line below vectorizes
-      auto xh = xhat.row(n).array();
-      xh = x.row(n).array() - x.row(n).mean();
-      const float r = 1.0f / std::sqrt(xh.square().mean() + kEps);
-      xh *= r;
-      rstd[n] = r;
-      y.row(n).array() = xh * gain + shift;
-    }
-  }
-
-  // dx += d(LN)/dx^T dy (added, because every LayerNorm here feeds a residual sum or a fresh zero).
-  // With g = dy * gain: dx = rstd * (g - mean(g) - xhat * mean(g * xhat)).
-  void backward(const Matrix& dy, const Matrix& xhat, const Vector& rstd, Matrix& dx) {
-    const Eigen::Index rows = dy.rows();
-    const auto gain = detail::value_row(weight).array();
-    for (Eigen::Index n = 0; n < rows; ++n) {
-      const auto g = dy.row(n).array() * gain;
-      const auto xh = xhat.row(n).array();
-      const float mean_g = g.mean();
-      const float mean_gx = (g * xh).mean();
-      dx.row(n).array() += rstd[n] * (g - mean_g - xh * mean_gx);
-    }
-    if (defer != nullptr) {
-      defer->add([this, dy = Matrix(dy), xhat = Matrix(xhat)] { weight_grads(dy, xhat); });
-    } else {
-      weight_grads(dy, xhat);
-    }
-  }
-
-  /// Set: the gain and shift gradients wait there (DeferredWeights).
-  DeferredWeights* defer = nullptr;
-
-  /// Sequence parallel: the gain and shift gradients of this rank's tokens are summed over the
-  /// tensor group through this (each micro-step's own contribution, before it accumulates).
-  std::function<void(std::span<float>)> token_sum;
-
- private:
-  void weight_grads(const Matrix& dy, const Matrix& xhat) {
-    const Eigen::Index rows = dy.rows();
-    detail::add_row_sum(rows, [&](Eigen::Index n) { return dy.row(n).cwiseProduct(xhat.row(n)); }, acc_,
-                        detail::grad_row(weight), &token_sum);
-    detail::add_row_sum(rows, [&](Eigen::Index n) { return dy.row(n); }, acc_, detail::grad_row(bias), &token_sum);
-  }
-
-  Eigen::RowVectorXf acc_;  // [d] scratch for the gain and shift gradients
-};
 
 /// Token plus position embedding: x[b*T + t] = wte[tokens[b][t]] + wpe[t].
 class Embedding {
@@ -490,10 +160,13 @@ class Block {
   LayerNorm ln2;
   Linear fc;       // [d_ff/T][d] (rows)
   Linear fc_proj;  // [d][d_ff/T] (cols), the bias [d] replicated
+  std::unique_ptr<MoeMlp> moe;  // Config::experts > 0: the MLP (moe_mlp.hpp); fc and fc_proj unused
 
   /// Block `index` of a model shaped `c`, split across `tp` (nullptr or size 1: whole; `tp` must
-  /// outlive the block and have passed TensorParallel::check(c)).
-  Block(const Config& c, int index, const TensorParallel* tp = nullptr)
+  /// outlive the block and have passed TensorParallel::check(c)). With c.experts > 0 the MLP is a
+  /// mixture of experts over `ep` (which must have passed ExpertParallel::check): fc and fc_proj stay
+  /// unused, never visited.
+  Block(const Config& c, int index, const TensorParallel* tp = nullptr, const ExpertParallel* ep = nullptr)
       : ln1(prefix(index) + "ln1", c.d_model),
         qkv(prefix(index) + "attn.qkv", c.d_model, 3 * c.d_model / parts(tp), column_split(tp, 3)),
         proj(prefix(index) + "attn.proj", c.d_model / parts(tp), c.d_model, row_split(tp)),
@@ -503,6 +176,10 @@ class Block {
         tp_(tp != nullptr && tp->split() ? tp : nullptr),
         n_heads_(c.n_heads / parts(tp)) {
     if (tp_ != nullptr && tp_->sequence_parallel) ln1.token_sum = ln2.token_sum = tp_->all_reduce;
+    if (c.experts > 0) {
+      if (ep == nullptr) throw zerotk::usage_error("a block with experts needs the expert-parallel group", "gpt::Block", prefix(index));
+      moe = std::make_unique<MoeMlp>(c, index, *ep);
+    }
   }
 
   template <class Visit>
@@ -511,6 +188,10 @@ class Block {
     qkv.parameters(visit);
     proj.parameters(visit);
     ln2.parameters(visit);
+    if (moe) {
+      moe->parameters(visit);
+      return;
+    }
     fc.parameters(visit);
     fc_proj.parameters(visit);
   }
@@ -531,9 +212,13 @@ class Block {
     proj.forward(att_, x1_);
     x1_ += x;
     ln2.forward(x1_, c_, xhat2_, rstd2_);
-    fc.forward(c_, h_);
-    gelu_forward();
-    fc_proj.forward(g_, out_);
+    if (moe) {
+      moe->forward(c_, out_);
+    } else {
+      fc.forward(c_, h_);
+      gelu_forward();
+      fc_proj.forward(g_, out_);
+    }
     out_ += x1_;
     return out_;
   }
@@ -542,7 +227,7 @@ class Block {
   std::size_t activation_bytes() const noexcept {
     return detail::bytes_of(xhat1_, a_, qkv_, probs_, att_, x1_, xhat2_, c_, h_, g_, out_, rstd1_, rstd2_) +
            detail::bytes_of(dx1_, dg_, dc_, datt_, dqkv_, da_, dx_, dp_) +
-           detail::bytes_of(a_full_, c_full_, partial_, dy_full_, dpartial_);
+           detail::bytes_of(a_full_, c_full_, partial_, dy_full_, dpartial_) + (moe ? moe->activation_bytes() : 0);
   }
 
   /// Drops every activation and scratch buffer (zerotk::Recomputable): the next forward allocates
@@ -554,15 +239,20 @@ class Block {
     detail::free_all(a_full_, c_full_, partial_, dy_full_, dpartial_);
     detail::free_vector(rstd1_);
     detail::free_vector(rstd2_);
+    if (moe) moe->release_activations();
   }
 
   /// dout [B*T][d] -> dx [B*T][d]; parameter gradients accumulate.
   const Matrix& backward(const Matrix& dout) {
     if (tp_ != nullptr) return backward_split(dout);
     dx1_ = dout;  // the residual path
-    fc_proj.backward(g_, dout, &dg_);
-    gelu_backward();  // dg_ becomes d(h)
-    fc.backward(c_, dg_, &dc_);
+    if (moe) {
+      moe->backward(c_, dout, dc_);
+    } else {
+      fc_proj.backward(g_, dout, &dg_);
+      gelu_backward();  // dg_ becomes d(h)
+      fc.backward(c_, dg_, &dc_);
+    }
     ln2.backward(dc_, xhat2_, rstd2_, dx1_);
     proj.backward(att_, dx1_, &datt_);
     attention_backward();
@@ -634,9 +324,13 @@ class Block {
     row_parallel(proj, att_, x1_);
     x1_ += x;
     ln2.forward(x1_, c_, xhat2_, rstd2_);
-    fc.forward(enter(c_, c_full_), h_);
-    gelu_forward();
-    row_parallel(fc_proj, g_, out_);
+    if (moe) {  // whole experts on every tensor rank, over every token row (no sequence parallel)
+      moe->forward(c_, out_);
+    } else {
+      fc.forward(enter(c_, c_full_), h_);
+      gelu_forward();
+      row_parallel(fc_proj, g_, out_);
+    }
     out_ += x1_;
     return out_;
   }
@@ -647,9 +341,13 @@ class Block {
   const Matrix& backward_split(const Matrix& dout) {
     const bool sp = tp_->sequence_parallel;
     dx1_ = dout;
-    fc_proj.backward(g_, enter(dout, dy_full_), &dg_);
-    gelu_backward();
-    column_parallel_backward(fc, sp ? c_full_ : c_, dg_, dc_);
+    if (moe) {  // the experts' input gradient is whole on every tensor rank: no sum over the group
+      moe->backward(c_, dout, dc_);
+    } else {
+      fc_proj.backward(g_, enter(dout, dy_full_), &dg_);
+      gelu_backward();
+      column_parallel_backward(fc, sp ? c_full_ : c_, dg_, dc_);
+    }
     ln2.backward(dc_, xhat2_, rstd2_, dx1_);
     proj.backward(att_, enter(dx1_, dy_full_), &datt_);
     attention_backward();
@@ -714,22 +412,8 @@ class Block {
     }
   }
 
-  // gelu(h) = 0.5 h (1 + tanh(u)), u = sqrt(2/pi) (h + 0.044715 h^3)
-  static constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2/pi)
-  static constexpr float kGeluA = 0.044715f;
-
-  void gelu_forward() {
-    detail::ensure_shape(g_, h_.rows(), h_.cols());
-    const auto h = h_.array();
-    g_.array() = 0.5f * h * (1.0f + (kGeluC * (h + kGeluA * h.cube())).tanh());
-  }
-
-  // d gelu / dh = 0.5 (1 + t) + 0.5 h (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 h^2), t = tanh(u)
-  void gelu_backward() {
-    const auto h = h_.array();
-    const auto t = (kGeluC * (h + kGeluA * h.cube())).tanh();
-    dg_.array() *= 0.5f * (1.0f + t) + 0.5f * h * (1.0f - t.square()) * kGeluC * (1.0f + 3.0f * kGeluA * h.square());
-  }
+  void gelu_forward() { detail::gelu(h_, g_); }
+  void gelu_backward() { detail::gelu_backward(h_, dg_); }
 
   const TensorParallel* tp_;  // null: the whole block
   int n_heads_;              // this rank's heads
@@ -901,12 +585,17 @@ struct NoScope {
 struct Gpt {
   Config config;
   TensorParallel tensor;  ///< how the blocks split (size 1: not at all); the embedding and head are replicated
+  ExpertParallel experts;  ///< Config::experts > 0: the group the blocks' experts dispatch over
   Embedding embedding;
   std::vector<Block> blocks;
   Head head;
 
-  explicit Gpt(const Config& c, TensorParallel tp = {})
-      : config(validated(c)), tensor(checked(std::move(tp), config)), embedding(config), blocks(make_blocks(config, &tensor)),
+  explicit Gpt(const Config& c, TensorParallel tp = {}, ExpertParallel ep = {})
+      : config(validated(c)),
+        tensor(checked(std::move(tp), config)),
+        experts(checked(std::move(ep), config, tensor)),
+        embedding(config),
+        blocks(make_blocks(config, &tensor, &experts)),
         head(config, embedding) {}
   Gpt(const Gpt&) = delete;
   Gpt& operator=(const Gpt&) = delete;
@@ -958,6 +647,16 @@ struct Gpt {
   /// Each layer's activation bytes go to `meter` after each of its forwards and backwards (nullptr:
   /// not reported). The checkpointed blocks report through their Checkpointing's meter.
   void set_meter(zerotk::activation::Meter* meter) noexcept { meter_ = meter; }
+
+  /// Mixture of experts: slots kept per expert and dropped over this rank's training backward passes,
+  /// summed over its blocks (empty without experts).
+  ExpertLoad expert_load() const {
+    ExpertLoad l;
+    for (const auto& b : blocks) {
+      if (b.moe) l.add(b.moe->load());
+    }
+    return l;
+  }
 
   std::size_t num_parameters() {
     std::size_t n = 0;
@@ -1107,10 +806,14 @@ struct Gpt {
     tp.check(c);
     return tp;
   }
-  static std::vector<Block> make_blocks(const Config& c, const TensorParallel* tp) {
+  static ExpertParallel checked(ExpertParallel ep, const Config& c, const TensorParallel& tp) {
+    ep.check(c, tp);
+    return ep;
+  }
+  static std::vector<Block> make_blocks(const Config& c, const TensorParallel* tp, const ExpertParallel* ep) {
     std::vector<Block> out;
     out.reserve(static_cast<std::size_t>(c.n_layers));
-    for (int i = 0; i < c.n_layers; ++i) out.emplace_back(c, i, tp);
+    for (int i = 0; i < c.n_layers; ++i) out.emplace_back(c, i, tp, ep);
     return out;
   }
 
@@ -1238,6 +941,12 @@ inline void init_parameters(Gpt& model, std::uint64_t seed) {
     linear(b.qkv, kStd);
     linear(b.proj, residual_std);
     layer_norm(b.ln2);
+    if (b.moe) {
+      linear(b.moe->router, kStd);
+      for (auto& l : b.moe->fc) linear(l, kStd);
+      for (auto& l : b.moe->proj) linear(l, residual_std);
+      continue;
+    }
     linear(b.fc, kStd);
     linear(b.fc_proj, residual_std);
   }

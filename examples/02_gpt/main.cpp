@@ -199,6 +199,7 @@ std::string flags_to_deepspeed_json(const Options& o) {
   j << "{\n"
     << "  \"train_batch_size\": " << o.batch << ",\n";
   if (o.tp > 1) j << "  \"tensor_model_parallel_size\": " << o.tp << ",\n";
+  if (o.ep > 1) j << "  \"expert_parallel\": {\"enabled\": true, \"autoep_size\": " << o.ep << "},\n";
   if (o.pp > 1) {
     j << "  \"pipeline_parallelism\": {\"num_stages\": " << o.pp << ", \"schedule\": " << json_string(o.schedule) << "},\n";
   }
@@ -445,6 +446,11 @@ void check_tp_flag(const Options& o, int world) {
 void check_batch_flags(const Options& o, int world) {
   check_tp_flag(o, world);
   const int data = world / (o.tp * o.pp);
+  if (data % o.ep != 0) {  // before the config reader, which would name its key instead of the flag
+    throw zerotk::usage_error("must divide the data ranks (" + std::to_string(data) +
+                                  "): each block's experts spread over that many data ranks",
+                              "--ep " + std::to_string(o.ep), ranks_flag(o, world) + " / (--tp " + std::to_string(o.tp) + " x --pp " + std::to_string(o.pp) + ")");
+  }
   const long long per_micro = static_cast<long long>(data) * o.gas;  // samples per micro-step of all data ranks
   if (o.batch % per_micro == 0) return;
   const std::string ranks = o.tp * o.pp > 1 ? ranks_flag(o, world) + " / (--tp " + std::to_string(o.tp) + " x --pp " +
@@ -476,6 +482,49 @@ void check_pipeline_chunks(const Options& o, const zerotk::config::Config& cfg, 
                                   "); each virtual stage needs one",
                               o.config_file.empty() ? "--schedule" : o.config_file + ": /pipeline_parallelism/schedule",
                               cfg.pipeline.schedule);
+  }
+}
+
+/// --experts, --top-k, --ep, --capacity against the model, the grid and the flags they meet, said in
+/// flags before any rank starts. With --config the file's expert_parallel block decides the size.
+void check_expert_flags(const Options& o, const zerotk::config::Config& cfg, const gpt::Config& model) {
+  const int ep = cfg.expert_parallel_size;
+  const std::string ep_from = o.config_file.empty() ? "--ep " + std::to_string(ep)
+                                                    : o.config_file + ": expert_parallel.autoep_size " + std::to_string(ep);
+  if (!o.config_file.empty() && o.ep != 1 && o.ep != ep) {
+    throw zerotk::usage_error("differs from the config's expert-parallel size (its expert_parallel block decides; drop "
+                              "--ep or change the file)",
+                              "--ep " + std::to_string(o.ep), ep_from);
+  }
+  if (model.experts == 0) {
+    if (ep > 1) throw zerotk::usage_error("spreads experts over ranks, and the model has none (add --experts E)", ep_from);
+    if (o.top_k != 1) throw zerotk::usage_error("routes each token to experts, and the model has none (add --experts E)", "--top-k " + std::to_string(o.top_k));
+    if (o.capacity != 0) throw zerotk::usage_error("limits the tokens an expert takes, and the model has none (add --experts E)", "--capacity " + std::to_string(o.capacity));
+    return;
+  }
+  const std::string experts = "--experts " + std::to_string(model.experts);
+  if (cfg.precision() != zerotk::DType::fp32) {
+    throw zerotk::usage_error("is not offered with experts yet: this model computes in float, and float parameters over "
+                              "16-bit storage (the engine's emulated mixed precision) do not take expert parameters; "
+                              "train in fp32 (the default with --experts)",
+                              o.config_file.empty() ? "--precision " + o.precision : o.config_file + ": precision " +
+                                                                                        std::string(zerotk::to_string(cfg.precision())),
+                              experts);
+  }
+  if (model.top_k > model.experts) {
+    throw zerotk::usage_error("routes each token to more experts than there are", "--top-k " + std::to_string(model.top_k), experts);
+  }
+  if (model.experts % ep != 0) {
+    throw zerotk::usage_error("must divide the experts (each rank of an expert group holds E / ep whole experts)", ep_from, experts);
+  }
+  if (o.sequence_parallel) {
+    throw zerotk::usage_error("is not offered with experts: each tensor rank would route a different token set through "
+                              "experts that stay whole and equal on every tensor rank",
+                              "--sequence-parallel", experts);
+  }
+  if (cfg.pipeline.stages > 1 && zerotk::pipeline::ScheduleSpec::parse(cfg.pipeline.schedule).kind == zerotk::pipeline::ScheduleKind::zb_h1) {
+    throw zerotk::usage_error("defers weight gradients, which the experts compute at once: use 1f1b, gpipe or interleaved:V with experts",
+                              "--schedule " + cfg.pipeline.schedule, experts);
   }
 }
 
@@ -685,6 +734,7 @@ int run(const Options& o, const gpt::Config& model_config, TrainContext::FillBat
                                                : o.config_file + ": /zero_optimization/offload_param/nvme_path");
   }
   check_tensor_flags(o, cfg, model_config);
+  check_expert_flags(o, cfg, model_config);
   check_pipeline_chunks(o, cfg, model_config);
   if (!o.slow_rank.empty() && !cfg.communication.slow_ranks.enabled) {  // --config without a detector
     throw zerotk::usage_error("is reported by the slow-rank detector, which the config leaves off: add a "
@@ -710,12 +760,20 @@ int run(const Options& o, const gpt::Config& model_config, TrainContext::FillBat
               std::to_string(cfg.gradient_accumulation_steps) + " micro-batches a step)";
     }
     if (!grid.empty()) grid += " x data " + std::to_string(data);
+    if (cfg.expert_parallel_size > 1) grid += std::string(grid.empty() ? ", " : "; ") + "experts over expert parallel " + std::to_string(cfg.expert_parallel_size);
     std::printf("zerotk %s: %d ranks (%s)%s, ZeRO stage %d, %s, batch %lld = %lld micro x %lld accumulation x %d %s\n",
                 zerotk::kVersionString, world, o.mpi ? "MPI" : "threads", grid.c_str(), cfg.zero_optimization.stage,
                 std::string(zerotk::to_string(cfg.precision())).c_str(), static_cast<long long>(cfg.train_batch_size),
                 static_cast<long long>(cfg.train_micro_batch_size_per_gpu),
                 static_cast<long long>(cfg.gradient_accumulation_steps), data, tensor * stages > 1 ? "data ranks" : "ranks");
     std::printf("engine: %s (the compiled engine set's, zerotk::engines)\n", engine.c_str());
+    if (model_config.experts > 0) {
+      const int ep = cfg.expert_parallel_size;
+      std::printf("experts: %d per block, top-%d, %s; expert parallel %d (%d experts a rank), expert data %d\n",
+                  model_config.experts, model_config.top_k,
+                  o.capacity > 0 ? ("capacity factor " + std::to_string(o.capacity)).c_str() : "dropless", ep,
+                  model_config.experts / ep, data / ep);
+    }
   }
 
   Summary summary;
@@ -743,6 +801,18 @@ int run(const Options& o, const gpt::Config& model_config, TrainContext::FillBat
               static_cast<unsigned long long>(summary.wire_bytes), static_cast<unsigned long long>(summary.dense_bytes),
               summary.wire_bytes ? static_cast<double>(summary.dense_bytes) / static_cast<double>(summary.wire_bytes) : 1.0);
   print_links(summary.links);
+  if (!summary.expert_load.empty()) {
+    double kept = 0;
+    for (double v : summary.expert_load) kept += v;
+    std::printf("experts (every layer and data rank, whole run): %.0f slots routed, %.0f dropped (%.2f%%); load per expert "
+                "(share of the kept slots):",
+                summary.expert_slots, summary.expert_dropped,
+                summary.expert_slots > 0 ? 100.0 * summary.expert_dropped / summary.expert_slots : 0.0);
+    for (std::size_t e = 0; e < summary.expert_load.size(); ++e) {
+      std::printf(" %zu:%.1f%%", e, kept > 0 ? 100.0 * summary.expert_load[e] / kept : 0.0);
+    }
+    std::printf("\n");
+  }
   return 0;
 }
 
@@ -784,8 +854,23 @@ int main(int argc, char** argv) {
       "--schedule", o.schedule, "with --pp: gpipe, 1f1b, interleaved:V (V chunks a rank) or zbh1 (zero-bubble H1: weight gradients deferred)");
   app.add_flag("--sequence-parallel", o.sequence_parallel,
                "with --tp: the activations between the tensor regions split by tokens (all-gather in, reduce-scatter out)");
+  app.add_option("--experts", o.experts,
+                 "each block's MLP a mixture of this many experts (router, top-k gating, zerotk::moe's dispatcher)")
+      ->check(CLI::Range(0, 256));
+  app.add_option("--top-k", o.top_k, "with --experts: experts each token is routed to (gates renormalized when > 1)")
+      ->check(CLI::Range(1, 256));
+  app.add_option("--ep", o.ep,
+                 "with --experts: expert-parallel size (expert_parallel.autoep_size): each block's experts spread over "
+                 "this many data ranks, expert parameters' ZeRO over the rest")
+      ->check(CLI::Range(1, 64));
+  CLI::Option* capacity_flag = app.add_option("--capacity", o.capacity,
+                                              "with --experts: DeepSpeed's capacity factor (each expert takes at most "
+                                              "ceil(tokens x k / E x factor) of a rank's slots, the rest dropped)")
+                                   ->check(CLI::PositiveNumber);
+  bool dropless = false;  // the default: the flag says so on the command line
+  app.add_flag("--dropless", dropless, "with --experts: keep every routed slot (the default)")->excludes(capacity_flag);
   app.add_option("--stage", o.stage, "ZeRO stage")->check(CLI::Range(0, 3));
-  app.add_option("--precision", o.precision, "fp32, fp16 (dynamic loss scaling) or bf16")
+  CLI::Option* precision_flag = app.add_option("--precision", o.precision, "fp32, fp16 (dynamic loss scaling) or bf16")
       ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
   app.add_option("--config", o.config_file, "a DeepSpeed JSON config (replaces the training flags)")
       ->check(CLI::ExistingFile);
@@ -898,6 +983,8 @@ int main(int argc, char** argv) {
                "--topology's levels");
   CLI11_PARSE(app, argc, argv);
   o.schedule_given = schedule_flag->count() > 0;
+  // Experts train in fp32 (check_expert_flags): the default precision follows when none is asked for.
+  if (o.experts > 0 && precision_flag->count() == 0) o.precision = "fp32";
 #if defined(__GLIBC__)
   // Activation buffers of checkpointed blocks are freed and allocated again every step. Keep freed
   // memory in the heap for reuse instead of returning it to the kernel and faulting it back in (what
@@ -911,6 +998,8 @@ int main(int argc, char** argv) {
     config.n_layers = o.layers;
     config.d_model = o.d_model;
     config.n_heads = o.heads;
+    config.experts = o.experts;
+    config.top_k = o.top_k;
     if (o.text_file.empty()) {
       const gpt::DigitTask task(o.task == "sort" ? gpt::DigitTaskKind::sort : gpt::DigitTaskKind::reverse, o.digits,
                                 o.seed);

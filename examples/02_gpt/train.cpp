@@ -41,9 +41,14 @@ namespace {
 /// The model's structure beyond its parameters' shapes, recorded in every checkpoint and compared on
 /// --load: another head count has the same shapes (issue 57 item 12).
 zerotk::checkpoint::ModelStructure model_structure(const gpt::Config& c) {
-  return {{"heads", std::to_string(c.n_heads)},
-          {"tied_head", c.tied_head ? "yes" : "no"},
-          {"model", "examples/02_gpt"}};
+  zerotk::checkpoint::ModelStructure s{{"heads", std::to_string(c.n_heads)},
+                                       {"tied_head", c.tied_head ? "yes" : "no"},
+                                       {"model", "examples/02_gpt"}};
+  if (c.experts > 0) {  // recorded only for a model with experts, so dense checkpoints stay as they were
+    s.emplace("experts", std::to_string(c.experts));
+    s.emplace("top_k", std::to_string(c.top_k));
+  }
+  return s;
 }
 #endif
 
@@ -134,10 +139,12 @@ struct Checkpointed {
 };
 
 /// What this example's model adds to the engine options the config gives: no weight decay for
-/// biases, LayerNorms and embeddings (group 1), the flags that are no config key. (The tensor split
-/// is the parameters' own: gpt::Linear's SplitParams declare it.)
+/// biases, LayerNorms and embeddings (group 1), the flags that are no config key, and which
+/// parameters are experts' (by name: moe_mlp.hpp names them blocks.<i>.mlp.experts.<e>.*). (The
+/// tensor split is the parameters' own: gpt::Linear's SplitParams declare it.)
 zerotk::EngineOptionsEdit gpt_engine_edit(const Options& o) {
   return [&o](zerotk::EngineOptions& eo) {
+    if (o.experts > 0) eo.expert = [](std::string_view name) { return name.find(".mlp.experts.") != std::string_view::npos; };
     eo.groups = {zerotk::ParamGroup{eo.optimizer}, zerotk::ParamGroup{eo.optimizer}};
     eo.groups[1].options.weight_decay = 0.0f;
     eo.group_of = [](std::string_view name) -> std::uint32_t {
@@ -170,9 +177,12 @@ void fill_summary(Summary& summary, Replica& replica, gpt::Gpt& model, int tenso
   summary.tensor = tensor;
   summary.data = data;
   summary.pipeline = replica.pipelined() ? replica.schedule().stages : 1;
-  summary.psi_model = 0;  // the whole model: each split parameter tensor x this rank's shard
-  model.parameters([&](std::string_view, auto& p) {
-    summary.psi_model += gpt::tensor_split_of(p).is_split() ? p.numel() * static_cast<std::size_t>(tensor) : p.numel();
+  summary.psi_model = 0;  // the whole model: each split parameter tensor x this rank's shard, each expert x E_p
+  const auto expert_parallel = static_cast<std::size_t>(model.experts.size());
+  model.parameters([&](std::string_view name, auto& p) {
+    std::size_t n = gpt::tensor_split_of(p).is_split() ? p.numel() * static_cast<std::size_t>(tensor) : p.numel();
+    if (name.find(".mlp.experts.") != std::string_view::npos) n *= expert_parallel;
+    summary.psi_model += n;
   });
   summary.seconds = seconds;
   summary.steps_run = steps_run;
@@ -202,7 +212,12 @@ void train_rank(Comm& comm, const TrainContext& ctx, Summary& summary, std::mute
   zerotk::comm::ProcessGrid grid(comm, zerotk::grid_shape(ctx.cfg));
   const int data_rank = grid.data_index(), data_size = grid.size(zerotk::comm::GridDim::data);
   const int tensor = grid.size(zerotk::comm::GridDim::tensor);
-  gpt::Gpt model(ctx.model_config, gpt::tensor_parallel(grid.tensor(), o.sequence_parallel));
+  gpt::ExpertParallel experts;  // --experts: the blocks' experts dispatch over the grid's expert group
+  if (ctx.model_config.experts > 0) {
+    experts.group = std::make_shared<zerotk::comm::AnyCommunicator>(grid.expert());
+    experts.capacity = o.capacity;
+  }
+  gpt::Gpt model(ctx.model_config, gpt::tensor_parallel(grid.tensor(), o.sequence_parallel), std::move(experts));
   Replica<Comm> replica(grid, model, ctx, gpt_engine_edit(o));
   replica.initialize([&] { gpt::init_parameters(model, o.seed); });
   zerotk::AnyEngine& engine = replica.engine();
@@ -286,7 +301,22 @@ void train_rank(Comm& comm, const TrainContext& ctx, Summary& summary, std::mute
      // parallel: any batch fits), and rank 0 reports
     typename Replica<Comm>::Gathered g(replica);
     model.set_sequence_parallel(false);
-    if (data_rank == 0) (void)ctx.evaluate(replica.logits(), summary, rank == 0);
+    // Experts spread over data ranks (the expert group) answer only when every rank of it forwards
+    // too: then every data group evaluates, on the same sequences, and rank 0 reports.
+    const bool experts_apart = ctx.model_config.experts > 0 && grid.expert_size() > 1;
+    if (data_rank == 0 || experts_apart) (void)ctx.evaluate(replica.logits(), summary, rank == 0);
+  }
+  // The experts' load over the run: each rank's blocks' counts, summed over the world (each block's
+  // tokens are counted once per tensor rank, so the sum is divided by the tensor size).
+  std::vector<double> load;
+  if (ctx.model_config.experts > 0) {
+    const gpt::ExpertLoad l = model.expert_load();
+    load = l.kept;
+    load.resize(static_cast<std::size_t>(ctx.model_config.experts), 0.0);
+    load.push_back(l.dropped);
+    load.push_back(l.slots);
+    comm.all_reduce(load.data(), load.data(), load.size(), zerotk::DType::fp64, zerotk::comm::ReduceOp::sum).wait();
+    for (double& v : load) v /= tensor;
   }
 
   // Every rank's ledger (its engines' together), gathered (under MPI each process only sees its own).
@@ -310,6 +340,13 @@ void train_rank(Comm& comm, const TrainContext& ctx, Summary& summary, std::mute
     summary.wire_bytes = wire_bytes;
     summary.dense_bytes = dense_bytes;
     summary.links = link_figures(engine);
+    if (!load.empty()) {
+      summary.expert_slots = load.back();
+      load.pop_back();
+      summary.expert_dropped = load.back();
+      load.pop_back();
+      summary.expert_load = load;
+    }
   }
 }
 
