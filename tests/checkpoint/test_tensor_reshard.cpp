@@ -15,6 +15,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "checkpoint_fixture.hpp"
@@ -282,3 +283,67 @@ TEST_CASE("tensor checkpoints: a whole shape that differs, or a split the shape 
 }
 
 }  // namespace test_tensor_reshard
+
+namespace test_grid_table_order {
+
+using namespace zerotk;
+
+// Rank r's table of a model "a", its experts, "b": rank r holds experts [r * per, (r + 1) * per) of
+// 4 (ranks past the 4 / per expert ranks repeat them), each parameter 2 elements, all in one group
+// that the rank owns whole. Fragment i is parameter i's.
+engine::ShardTable expert_table(int rank, int per) {
+  engine::ShardTable t;
+  const auto param = [&](const std::string& name) {
+    engine::ShardParam p;
+    p.name = name;
+    p.shape = {2};
+    p.numel = 2;
+    p.dtype = "fp32";
+    t.params.push_back(p);
+  };
+  param("a");
+  const int first = rank * per % 4;
+  for (int e = first; e < first + per; ++e) param("e" + std::to_string(e));
+  param("b");
+  std::vector<zero::Fragment> frags;
+  for (std::uint32_t i = 0; i < t.params.size(); ++i) frags.push_back({i, 0, 2, 2 * i});
+  // A rank's table lists every rank of its group (the grid table takes this rank's row): here each
+  // row as this rank's own.
+  t.fragments = {std::vector<std::vector<zero::Fragment>>(4, frags)};
+  t.owned_numel = {std::vector<std::uint64_t>(4, 2 * t.params.size())};
+  return t;
+}
+
+// The names in the grid table's order, and each rank's fragments by name.
+std::pair<std::vector<std::string>, std::vector<std::vector<std::string>>> gathered(int per) {
+  std::vector<std::string> names;
+  std::vector<std::vector<std::string>> owned;
+  comm::run_threads(4, [&](comm::ThreadsCommunicator& world) {
+    const engine::ShardTable t = checkpoint::gather_grid_table(world, expert_table(world.rank(), per), world.rank());
+    if (world.rank() == 0) {
+      for (const engine::ShardParam& p : t.params) names.push_back(p.name);
+      for (const auto& rank : t.fragments.at(0)) {
+        owned.emplace_back();
+        for (const zero::Fragment& f : rank) owned.back().push_back(t.params.at(f.param).name);
+      }
+    }
+    return 0;
+  });
+  return {names, owned};
+}
+
+TEST_CASE("grid table: entries in one order whatever the expert size, fragments following their entries") {
+  const auto [one, one_owned] = gathered(1);  // expert parallel 4: one expert a rank
+  const auto [two, two_owned] = gathered(2);  // expert parallel 2: two, ranks 2 and 3 repeating 0 and 1
+  const std::vector<std::string> expected{"a", "e0", "e1", "e2", "e3", "b"};
+  CHECK(one == expected);
+  CHECK(two == expected);
+  REQUIRE(one_owned.size() == 4);
+  CHECK(one_owned[1] == std::vector<std::string>{"a", "e1", "b"});
+  CHECK(one_owned[3] == std::vector<std::string>{"a", "e3", "b"});
+  REQUIRE(two_owned.size() == 4);
+  CHECK(two_owned[1] == std::vector<std::string>{"a", "e2", "e3", "b"});
+  CHECK(two_owned[2] == std::vector<std::string>{"a", "e0", "e1", "b"});
+}
+
+}  // namespace test_grid_table_order
