@@ -17,7 +17,8 @@
 //  - gather(model, 0) keeps data rank 0's dense writes and each expert group's first rank's expert
 //    writes, at stages 1 and 3;
 //  - what has no expert meaning yet is refused in words (broadcast_parameters, save_16bit_model, a
-//    checkpoint through the data group instead of the grid).
+//    checkpoint through the data group instead of the grid, or through a grid whose expert layout is
+//    not the engine's).
 #include <doctest/doctest.h>
 
 #include <array>
@@ -592,6 +593,10 @@ TEST_CASE("experts: what has no expert meaning yet is refused in words, on every
                          doctest::Contains("each rank holds some of the experts"), usage_error);
     // Its data group is the world here; a checkpoint still goes through the grid.
     CHECK_THROWS_WITH_AS(checkpoint::save(engine, world, "never-written"), doctest::Contains("through its grid"), usage_error);
+    // A grid of the same data size with another expert layout is not the engine's.
+    comm::ProcessGrid other(world, {.data = 0, .expert = 2});
+    CHECK_THROWS_WITH_AS(checkpoint::save(engine, other, "never-written"), doctest::Contains("its expert layout differs"),
+                         usage_error);
     // The same model at expert parallel 1 (the expert-data group is the data group) broadcasts.
     comm::ProcessGrid flat(world, {.data = 0});
     MoeModel<true> whole(flat.expert());

@@ -38,6 +38,19 @@ void check_on_grid(const E& engine, comm::ProcessGrid<C>& grid, const char* wher
   const bool same = p.data_size == grid.size(comm::GridDim::data) && p.tensor_size == grid.size(comm::GridDim::tensor) &&
                     p.pipeline_size == grid.size(comm::GridDim::pipeline) && p.data_index == grid.data_index() &&
                     p.tensor_index == grid.tensor_index() && p.pipeline_index == grid.pipeline_index();
+  // The expert layout too, where either side has one (an engine built without one knows no expert
+  // groups: its expert fields keep their defaults).
+  const bool experts = p.expert_size > 1 || grid.expert_size() > 1;
+  if (same && experts &&
+      !(p.expert_size == grid.expert_size() && p.expert_index == grid.expert_index() &&
+        p.expert_data_size == grid.expert_data_size() && p.expert_data_index == grid.expert_data_index())) {
+    throw usage_error("pass the process grid the engine was built on (its expert layout differs)", where,
+                      "engine at expert " + std::to_string(p.expert_index) + "/" + std::to_string(p.expert_size) +
+                          ", expert data " + std::to_string(p.expert_data_index) + "/" + std::to_string(p.expert_data_size) +
+                          "; grid at expert " + std::to_string(grid.expert_index()) + "/" + std::to_string(grid.expert_size()) +
+                          ", expert data " + std::to_string(grid.expert_data_index()) + "/" +
+                          std::to_string(grid.expert_data_size()));
+  }
   if (!same) {
     throw usage_error("pass the process grid the engine was built on", where,
                       "engine at data " + std::to_string(p.data_index) + "/" + std::to_string(p.data_size) + ", tensor " +
