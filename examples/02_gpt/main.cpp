@@ -500,6 +500,9 @@ void check_expert_flags(const Options& o, const zerotk::config::Config& cfg, con
     if (ep > 1) throw zerotk::usage_error("spreads experts over ranks, and the model has none (add --experts E)", ep_from);
     if (o.top_k != 1) throw zerotk::usage_error("routes each token to experts, and the model has none (add --experts E)", "--top-k " + std::to_string(o.top_k));
     if (o.capacity != 0) throw zerotk::usage_error("limits the tokens an expert takes, and the model has none (add --experts E)", "--capacity " + std::to_string(o.capacity));
+    if (o.balance_coef != 0) {
+      throw zerotk::usage_error("balances the experts' load, and the model has none (add --experts E)", "--balance-coef " + std::to_string(o.balance_coef));
+    }
     return;
   }
   const std::string experts = "--experts " + std::to_string(model.experts);
@@ -769,9 +772,11 @@ int run(const Options& o, const gpt::Config& model_config, TrainContext::FillBat
     std::printf("engine: %s (the compiled engine set's, zerotk::engines)\n", engine.c_str());
     if (model_config.experts > 0) {
       const int ep = cfg.expert_parallel_size;
-      std::printf("experts: %d per block, top-%d, %s; expert parallel %d (%d experts a rank), expert data %d\n",
+      char balance[64] = "";
+      if (o.balance_coef > 0) std::snprintf(balance, sizeof balance, ", balance loss x %g", o.balance_coef);
+      std::printf("experts: %d per block, top-%d, %s%s; expert parallel %d (%d experts a rank), expert data %d\n",
                   model_config.experts, model_config.top_k,
-                  o.capacity > 0 ? ("capacity factor " + std::to_string(o.capacity)).c_str() : "dropless", ep,
+                  o.capacity > 0 ? ("capacity factor " + std::to_string(o.capacity)).c_str() : "dropless", balance, ep,
                   model_config.experts / ep, data / ep);
     }
   }
@@ -812,6 +817,10 @@ int run(const Options& o, const gpt::Config& model_config, TrainContext::FillBat
       std::printf(" %zu:%.1f%%", e, kept > 0 ? 100.0 * summary.expert_load[e] / kept : 0.0);
     }
     std::printf("\n");
+    if (o.balance_coef > 0) {
+      std::printf("balance loss (--balance-coef %g x the Switch loss, mean over blocks and micro-batches; not in the printed loss): %.6f\n",
+                  o.balance_coef, summary.expert_balance_loss);
+    }
   }
   return 0;
 }
@@ -869,6 +878,10 @@ int main(int argc, char** argv) {
                                    ->check(CLI::PositiveNumber);
   bool dropless = false;  // the default: the flag says so on the command line
   app.add_flag("--dropless", dropless, "with --experts: keep every routed slot (the default)")->excludes(capacity_flag);
+  app.add_option("--balance-coef", o.balance_coef,
+                 "with --experts: the Switch Transformer balance loss's coefficient (0: none; DeepSpeed's MoE uses 0.01); "
+                 "its gradient joins the router's")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--stage", o.stage, "ZeRO stage")->check(CLI::Range(0, 3));
   CLI::Option* precision_flag = app.add_option("--precision", o.precision, "fp32, fp16 (dynamic loss scaling) or bf16")
       ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));

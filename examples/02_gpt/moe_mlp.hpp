@@ -19,7 +19,16 @@
 // the tensor group) is refused: the experts would see a different token set per tensor rank.
 //
 // Drops: Dropless keeps every routed slot; a capacity factor c keeps at most ceil(N k / E x c) of a
-// rank's slots per expert (DeepSpeed's), first choices first in token order. Each backward adds the
+// rank's slots per expert (DeepSpeed's), first choices first in token order.
+//
+// Balance: with ExpertParallel::balance_coef > 0 the Switch Transformer's balance loss,
+// coef x E x sum_i f_i P_i over this rank's tokens (zerotk::moe::switch_balance), joins the loss: its
+// gradient is added to the router logits' in backward (switch_balance_backward), unscaled, as the
+// example's experts train in fp32 without a loss scale; a trainer with one multiplies coef by it.
+// The printed loss stays the cross-entropy; ExpertLoad::balance_loss sums the term over the backward
+// passes (ExpertLoad::passes counts them).
+//
+// Each backward adds the
 // slots kept per expert and those dropped to load() (forward does not, so a recomputed forward
 // counts once).
 #include <Eigen/Core>
@@ -34,6 +43,7 @@
 
 #include <zerotk/comm/any.hpp>
 #include <zerotk/core/error.hpp>
+#include <zerotk/moe/balance.hpp>
 #include <zerotk/moe/dispatcher.hpp>
 #include <zerotk/moe/router.hpp>
 
@@ -47,6 +57,8 @@ struct ExpertParallel {
   std::shared_ptr<zerotk::comm::AnyCommunicator> group;
   /// 0: dropless; otherwise DeepSpeed's capacity factor (> 0).
   double capacity = 0;
+  /// The balance loss's coefficient (0: none; Switch Transformer and DeepSpeed use 0.01).
+  double balance_coef = 0;
 
   int size() const { return group ? group->size() : 1; }
 
@@ -63,6 +75,9 @@ struct ExpertParallel {
                                 std::to_string(c.experts) + " experts, expert parallel " + std::to_string(group->size()));
     }
     if (capacity < 0) throw zerotk::usage_error("the capacity factor must be > 0 (0: dropless)", "gpt::ExpertParallel", std::to_string(capacity));
+    if (!(balance_coef >= 0)) {
+      throw zerotk::usage_error("the balance loss coefficient must be >= 0", "gpt::ExpertParallel", std::to_string(balance_coef));
+    }
     if (tp.sequence_parallel) {
       throw zerotk::usage_error("experts with sequence parallelism are not offered: each tensor rank would route a "
                                 "different token set through experts that must stay equal on every tensor rank",
@@ -76,11 +91,15 @@ struct ExpertLoad {
   std::vector<double> kept;  ///< [E]
   double dropped = 0;
   double slots = 0;  ///< tokens x top_k
+  double balance_loss = 0;  ///< coef x the Switch balance loss, summed (ExpertParallel::balance_coef)
+  double passes = 0;        ///< backward passes counted (one per block and micro-batch)
   void add(const ExpertLoad& o) {
     if (kept.size() < o.kept.size()) kept.resize(o.kept.size(), 0.0);
     for (std::size_t e = 0; e < o.kept.size(); ++e) kept[e] += o.kept[e];
     dropped += o.dropped;
     slots += o.slots;
+    balance_loss += o.balance_loss;
+    passes += o.passes;
   }
 };
 
@@ -96,6 +115,7 @@ class MoeMlp {
         group_(ep.group),
         experts_(c.experts),
         top_k_(c.top_k),
+        balance_coef_(ep.balance_coef),
         dispatcher_(make_dispatcher(*ep.group, c, ep.capacity)) {
     const int local = c.experts / group_->size(), first = group_->rank() * local;
     fc.reserve(static_cast<std::size_t>(local));
@@ -164,12 +184,18 @@ class MoeMlp {
           }
           detail::ensure_shape(dlogits_, x.rows(), experts_);
           zerotk::moe::route_backward(routing_, d_gate_, span_of(dlogits_));
+          if (balance_coef_ > 0) {
+            const zerotk::moe::Balance b = zerotk::moe::switch_balance(routing_);
+            zerotk::moe::switch_balance_backward(routing_, b, balance_coef_, span_of(dlogits_));
+            load_.balance_loss += balance_coef_ * b.loss;
+          }
           router.backward(x, dlogits_, &dx);
           disp.dispatch_backward(span_of(dx));
           const auto kept = disp.kept_per_expert();
           for (std::size_t e = 0; e < kept.size(); ++e) load_.kept[e] += static_cast<double>(kept[e]);
           load_.dropped += static_cast<double>(disp.dropped());
           load_.slots += static_cast<double>(routing_.expert.size());
+          load_.passes += 1;
         },
         dispatcher_);
   }
@@ -205,6 +231,7 @@ class MoeMlp {
 
   std::shared_ptr<Any> group_;
   int experts_, top_k_;
+  double balance_coef_;
   Dispatch dispatcher_;
   zerotk::moe::Routing routing_;
   std::vector<Matrix> in_, h_, g_;  // per local expert: its rows, fc's output, the GELU's

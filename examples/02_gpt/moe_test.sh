@@ -7,6 +7,9 @@
 #  - every ZeRO stage at ep 2 x data 4 (4 thread ranks, 40 steps): stages 1, 2 and 3 print stage 0's
 #    losses and gradient norms;
 #  - a capacity factor of 1.0 drops slots (counted, fewer than routed) and still trains;
+#  - the Switch balance loss evens the load: 8 experts top-2 at ep 4 on 4 ranks, 150 steps, spread
+#    (largest share minus smallest) above 10 points without it and below 4 with --balance-coef 0.1,
+#    whose mean term (coef x the loss, about 0.1 at an even load) is printed;
 #  - a checkpoint saved at ep 4 x expert data 1 (stage 2, 4 ranks, step 20) resumes at the same layout
 #    printing the uninterrupted run's figures line for line, and loads at ep 2 x expert data 2 at
 #    stage 3 (resharded: each rank then holds 2 experts, each expert's state over 2 ranks), where the
@@ -62,6 +65,18 @@ dropped=$(sed -n 's/.* slots routed, \([0-9]*\) dropped.*/\1/p' <<<"$line")
 routed=$(sed -n 's/^experts ([^)]*): \([0-9]*\) slots routed.*/\1/p' <<<"$line")
 (( dropped > 0 && dropped < routed )) || fail "capacity 1.0: expected some of $routed slots dropped, got $dropped" "$line"
 
+# The balance loss.
+spread() { grep -oE ' [0-9]+:[0-9.]+%' <<<"$1" | awk -F'[:%]' 'NR == 1 || $2 > hi { hi = $2 } NR == 1 || $2 < lo { lo = $2 } END { print hi - lo }'; }
+bal=(--ranks 4 --experts 8 --top-k 2 --ep 4 --steps 150 --steps-per-print 150 --eval-size 50 --csv "")
+plain=$("$bin" "${bal[@]}" 2>&1 | tr '\r' '\n') || fail "8 experts at ep 4 did not train" "$plain"
+balanced=$("$bin" "${bal[@]}" --balance-coef 0.1 2>&1 | tr '\r' '\n') || fail "--balance-coef 0.1 did not train" "$balanced"
+grep -q "^experts: 8 per block, top-2, dropless, balance loss x 0.1;" <<<"$balanced" || fail "no balance in the experts line" "$balanced"
+term=$(sed -n 's/^balance loss (--balance-coef 0.1 x the Switch loss.*: \([0-9.]*\)$/\1/p' <<<"$balanced")
+awk -v t="$term" 'BEGIN { exit !(t >= 0.09 && t <= 0.2) }' || fail "the balance term '$term' is not about 0.1" "$balanced"
+s0=$(spread "$(experts_line "$plain")") s1=$(spread "$(experts_line "$balanced")")
+awk -v a="$s0" -v b="$s1" 'BEGIN { exit !(a > 10 && b < 4) }' ||
+  fail "the load spread is $s0 points without the balance loss and $s1 with it (expected > 10 and < 4)" "$(experts_line "$plain")" "$(experts_line "$balanced")"
+
 # Checkpoints across expert sizes.
 ck=(--ranks 4 --experts 4 --top-k 2 --steps-per-print 5 --eval-size 50 --csv "")
 norms() { grep -E '^\[Rank 0\] step=(25|30|35|40),' | sed 's/.*step=\([0-9]*\),.*grad_norm=\([0-9.e+-]*\).*/\1 \2/'; }
@@ -86,7 +101,9 @@ refused "--schedule zbh1" "--experts 4" -- --experts 4 --pp 2 --schedule zbh1 --
 refused "--ep 4" "must divide the data ranks (2)" -- --experts 4 --ep 4
 refused "--capacity" "--dropless" -- --experts 4 --capacity 1 --dropless
 refused "--precision bf16" "--experts 4" "fp32" -- --experts 4 --precision bf16
+refused "--balance-coef" "the model has none" -- --balance-coef 0.01
 
 echo "PASS: 8 experts top-2 at ep 4 x tp 2 x pp 2 (16 thread ranks, ZeRO-3, optimizer and parameters offloaded) reach $acc, dropless, every expert loaded;" \
      "ep 2 prints the same figures at ZeRO stages 0-3; capacity 1.0 dropped $dropped of $routed slots;" \
+     "the balance loss takes the load spread from $s0 to $s1 points;" \
      "an ep 4 checkpoint resumes bit for bit and loads at ep 2 (norms within 1e-5); refusals name the flags"

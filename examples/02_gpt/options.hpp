@@ -59,6 +59,7 @@ struct Options {
   int top_k = 1;                                ///< --top-k: experts per token
   int ep = 1;                                   ///< --ep: expert-parallel size (expert_parallel.autoep_size)
   double capacity = 0;                          ///< --capacity: DeepSpeed's capacity factor (0: --dropless)
+  double balance_coef = 0;                      ///< --balance-coef: the Switch balance loss's coefficient (0: none)
   bool quantized_gradients = false;             ///< --quantized-gradients: zero_quantized_gradients (qgZ, stage 3)
 };
 

@@ -216,6 +216,7 @@ void train_rank(Comm& comm, const TrainContext& ctx, Summary& summary, std::mute
   if (ctx.model_config.experts > 0) {
     experts.group = std::make_shared<zerotk::comm::AnyCommunicator>(grid.expert());
     experts.capacity = o.capacity;
+    experts.balance_coef = o.balance_coef;
   }
   gpt::Gpt model(ctx.model_config, gpt::tensor_parallel(grid.tensor(), o.sequence_parallel), std::move(experts));
   Replica<Comm> replica(grid, model, ctx, gpt_engine_edit(o));
@@ -313,6 +314,8 @@ void train_rank(Comm& comm, const TrainContext& ctx, Summary& summary, std::mute
     const gpt::ExpertLoad l = model.expert_load();
     load = l.kept;
     load.resize(static_cast<std::size_t>(ctx.model_config.experts), 0.0);
+    load.push_back(l.balance_loss);
+    load.push_back(l.passes);
     load.push_back(l.dropped);
     load.push_back(l.slots);
     comm.all_reduce(load.data(), load.data(), load.size(), zerotk::DType::fp64, zerotk::comm::ReduceOp::sum).wait();
@@ -344,6 +347,10 @@ void train_rank(Comm& comm, const TrainContext& ctx, Summary& summary, std::mute
       summary.expert_slots = load.back();
       load.pop_back();
       summary.expert_dropped = load.back();
+      load.pop_back();
+      const double passes = load.back();
+      load.pop_back();
+      summary.expert_balance_loss = passes > 0 ? load.back() / passes : 0.0;
       load.pop_back();
       summary.expert_load = load;
     }
