@@ -103,6 +103,8 @@ struct ExpertLoad {
   }
 };
 
+/// A block's MLP as a mixture of experts (this file's header): the router, this rank's experts, and
+/// the activations one micro-batch's backward needs. Not copyable (the dispatcher keeps its state).
 class MoeMlp {
  public:
   Linear router;             ///< [E][d]
