@@ -806,20 +806,17 @@ int run(const Options& o, const gpt::Config& model_config, TrainContext::FillBat
               static_cast<unsigned long long>(summary.wire_bytes), static_cast<unsigned long long>(summary.dense_bytes),
               summary.wire_bytes ? static_cast<double>(summary.dense_bytes) / static_cast<double>(summary.wire_bytes) : 1.0);
   print_links(summary.links);
-  if (!summary.expert_load.empty()) {
+  if (const gpt::ExpertLoad& l = summary.experts; !l.kept.empty()) {
     double kept = 0;
-    for (double v : summary.expert_load) kept += v;
+    for (double v : l.kept) kept += v;
     std::printf("experts (every layer and data rank, whole run): %.0f slots routed, %.0f dropped (%.2f%%); load per expert "
                 "(share of the kept slots):",
-                summary.expert_slots, summary.expert_dropped,
-                summary.expert_slots > 0 ? 100.0 * summary.expert_dropped / summary.expert_slots : 0.0);
-    for (std::size_t e = 0; e < summary.expert_load.size(); ++e) {
-      std::printf(" %zu:%.1f%%", e, kept > 0 ? 100.0 * summary.expert_load[e] / kept : 0.0);
-    }
+                l.slots, l.dropped, l.slots > 0 ? 100.0 * l.dropped / l.slots : 0.0);
+    for (std::size_t e = 0; e < l.kept.size(); ++e) std::printf(" %zu:%.1f%%", e, kept > 0 ? 100.0 * l.kept[e] / kept : 0.0);
     std::printf("\n");
     if (o.balance_coef > 0) {
       std::printf("balance loss (--balance-coef %g x the Switch loss, mean over blocks and micro-batches; not in the printed loss): %.6f\n",
-                  o.balance_coef, summary.expert_balance_loss);
+                  o.balance_coef, l.passes > 0 ? l.balance_loss / l.passes : 0.0);
     }
   }
   return 0;

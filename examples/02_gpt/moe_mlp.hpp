@@ -38,6 +38,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -86,6 +87,10 @@ struct ExpertParallel {
   }
 };
 
+/// True for the parameters of an expert, as MoeMlp names them (blocks.<i>.mlp.experts.<e>.*): how a
+/// trainer tells the engine which parameters are experts' (EngineOptions::expert).
+inline bool is_expert_param(std::string_view name) noexcept { return name.find(".mlp.experts.") != std::string_view::npos; }
+
 /// Slots routed, kept per expert and dropped, summed over the backward passes of one rank's layers.
 struct ExpertLoad {
   std::vector<double> kept;  ///< [E]
@@ -100,6 +105,16 @@ struct ExpertLoad {
     slots += o.slots;
     balance_loss += o.balance_loss;
     passes += o.passes;
+  }
+  /// As E + 4 numbers (kept..., dropped, slots, balance_loss, passes): what a sum over ranks adds.
+  std::vector<double> packed() const {
+    std::vector<double> v(kept);
+    v.insert(v.end(), {dropped, slots, balance_loss, passes});
+    return v;
+  }
+  static ExpertLoad unpacked(const std::vector<double>& v) {
+    const std::size_t e = v.size() - 4;
+    return {std::vector<double>(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(e)), v[e], v[e + 1], v[e + 2], v[e + 3]};
   }
 };
 

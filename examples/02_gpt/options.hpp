@@ -55,12 +55,12 @@ struct Options {
   int ranks_per_node = 0;                       ///< --ranks-per-node: communication.topology.ranks_per_node (0: detected)
   std::string slow_rank;                        ///< --slow-rank R:F: rank R's compute F x as long (empty: none)
   bool quantized_weights = false;               ///< --quantized-weights: zero_quantized_weights (qwZ, stage 3)
+  bool quantized_gradients = false;             ///< --quantized-gradients: zero_quantized_gradients (qgZ, stage 3)
   int experts = 0;                              ///< --experts E: each block's MLP a mixture of E experts (0: dense)
   int top_k = 1;                                ///< --top-k: experts per token
   int ep = 1;                                   ///< --ep: expert-parallel size (expert_parallel.autoep_size)
   double capacity = 0;                          ///< --capacity: DeepSpeed's capacity factor (0: --dropless)
   double balance_coef = 0;                      ///< --balance-coef: the Switch balance loss's coefficient (0: none)
-  bool quantized_gradients = false;             ///< --quantized-gradients: zero_quantized_gradients (qgZ, stage 3)
 };
 
 }  // namespace gpt_demo

@@ -45,9 +45,7 @@ struct Summary {
   std::uint64_t wire_bytes = 0;   ///< rank 0's bytes sent over the run (StepReport::comm_wire_bytes, summed)
   std::uint64_t dense_bytes = 0;  ///< ... and what it would have sent without compression (comm_dense_bytes)
   LinkFigures links;              ///< rank 0's bytes per link level and through qwZ / qgZ (communication.hpp)
-  std::vector<double> expert_load;  ///< --experts: slots kept per expert over the run, every layer and data rank
-  double expert_dropped = 0, expert_slots = 0;  ///< ... slots dropped (--capacity), and routed in all
-  double expert_balance_loss = 0;  ///< --balance-coef: coef x the balance loss, mean over blocks and micro-batches
+  gpt::ExpertLoad experts;  ///< --experts: the load over the run, every layer and data rank (kept empty without)
 };
 
 /// One run: the flags, the config they became (or --config's), the model's shape, and the task (the

@@ -144,7 +144,7 @@ struct Checkpointed {
 /// tensor split is the parameters' own: gpt::Linear's SplitParams declare it.)
 zerotk::EngineOptionsEdit gpt_engine_edit(const Options& o) {
   return [&o](zerotk::EngineOptions& eo) {
-    if (o.experts > 0) eo.expert = [](std::string_view name) { return name.find(".mlp.experts.") != std::string_view::npos; };
+    if (o.experts > 0) eo.expert = gpt::is_expert_param;
     eo.groups = {zerotk::ParamGroup{eo.optimizer}, zerotk::ParamGroup{eo.optimizer}};
     eo.groups[1].options.weight_decay = 0.0f;
     eo.group_of = [](std::string_view name) -> std::uint32_t {
@@ -181,7 +181,7 @@ void fill_summary(Summary& summary, Replica& replica, gpt::Gpt& model, int tenso
   const auto expert_parallel = static_cast<std::size_t>(model.experts.size());
   model.parameters([&](std::string_view name, auto& p) {
     std::size_t n = gpt::tensor_split_of(p).is_split() ? p.numel() * static_cast<std::size_t>(tensor) : p.numel();
-    if (name.find(".mlp.experts.") != std::string_view::npos) n *= expert_parallel;
+    if (gpt::is_expert_param(name)) n *= expert_parallel;
     summary.psi_model += n;
   });
   summary.seconds = seconds;
@@ -309,17 +309,14 @@ void train_rank(Comm& comm, const TrainContext& ctx, Summary& summary, std::mute
   }
   // The experts' load over the run: each rank's blocks' counts, summed over the world (each block's
   // tokens are counted once per tensor rank, so the sum is divided by the tensor size).
-  std::vector<double> load;
+  gpt::ExpertLoad load;
   if (ctx.model_config.experts > 0) {
-    const gpt::ExpertLoad l = model.expert_load();
-    load = l.kept;
-    load.resize(static_cast<std::size_t>(ctx.model_config.experts), 0.0);
-    load.push_back(l.balance_loss);
-    load.push_back(l.passes);
-    load.push_back(l.dropped);
-    load.push_back(l.slots);
-    comm.all_reduce(load.data(), load.data(), load.size(), zerotk::DType::fp64, zerotk::comm::ReduceOp::sum).wait();
-    for (double& v : load) v /= tensor;
+    load.kept.assign(static_cast<std::size_t>(ctx.model_config.experts), 0.0);  // ranks without blocks add zeros
+    load.add(model.expert_load());
+    std::vector<double> v = load.packed();
+    comm.all_reduce(v.data(), v.data(), v.size(), zerotk::DType::fp64, zerotk::comm::ReduceOp::sum).wait();
+    for (double& x : v) x /= tensor;
+    load = gpt::ExpertLoad::unpacked(v);
   }
 
   // Every rank's ledger (its engines' together), gathered (under MPI each process only sees its own).
@@ -343,17 +340,7 @@ void train_rank(Comm& comm, const TrainContext& ctx, Summary& summary, std::mute
     summary.wire_bytes = wire_bytes;
     summary.dense_bytes = dense_bytes;
     summary.links = link_figures(engine);
-    if (!load.empty()) {
-      summary.expert_slots = load.back();
-      load.pop_back();
-      summary.expert_dropped = load.back();
-      load.pop_back();
-      const double passes = load.back();
-      load.pop_back();
-      summary.expert_balance_loss = passes > 0 ? load.back() / passes : 0.0;
-      load.pop_back();
-      summary.expert_load = load;
-    }
+    summary.experts = load;
   }
 }
 

@@ -35,29 +35,27 @@ namespace detail {
 template <class E, HostCommunicator C>
 void check_on_grid(const E& engine, comm::ProcessGrid<C>& grid, const char* where) {
   const auto& p = engine.grid_place();  // engine::GridPlace
+  // The expert layout too where either side has one (an engine built without one keeps its expert
+  // fields at their defaults).
+  const bool experts = p.expert_size > 1 || grid.expert_size() > 1;
   const bool same = p.data_size == grid.size(comm::GridDim::data) && p.tensor_size == grid.size(comm::GridDim::tensor) &&
                     p.pipeline_size == grid.size(comm::GridDim::pipeline) && p.data_index == grid.data_index() &&
-                    p.tensor_index == grid.tensor_index() && p.pipeline_index == grid.pipeline_index();
-  // The expert layout too, where either side has one (an engine built without one knows no expert
-  // groups: its expert fields keep their defaults).
-  const bool experts = p.expert_size > 1 || grid.expert_size() > 1;
-  if (same && experts &&
-      !(p.expert_size == grid.expert_size() && p.expert_index == grid.expert_index() &&
-        p.expert_data_size == grid.expert_data_size() && p.expert_data_index == grid.expert_data_index())) {
-    throw usage_error("pass the process grid the engine was built on (its expert layout differs)", where,
-                      "engine at expert " + std::to_string(p.expert_index) + "/" + std::to_string(p.expert_size) +
-                          ", expert data " + std::to_string(p.expert_data_index) + "/" + std::to_string(p.expert_data_size) +
-                          "; grid at expert " + std::to_string(grid.expert_index()) + "/" + std::to_string(grid.expert_size()) +
-                          ", expert data " + std::to_string(grid.expert_data_index()) + "/" +
-                          std::to_string(grid.expert_data_size()));
-  }
+                    p.tensor_index == grid.tensor_index() && p.pipeline_index == grid.pipeline_index() &&
+                    (!experts || (p.expert_size == grid.expert_size() && p.expert_index == grid.expert_index() &&
+                                  p.expert_data_size == grid.expert_data_size() &&
+                                  p.expert_data_index == grid.expert_data_index()));
   if (!same) {
-    throw usage_error("pass the process grid the engine was built on", where,
-                      "engine at data " + std::to_string(p.data_index) + "/" + std::to_string(p.data_size) + ", tensor " +
-                          std::to_string(p.tensor_index) + "/" + std::to_string(p.tensor_size) + ", pipeline " +
-                          std::to_string(p.pipeline_index) + "/" + std::to_string(p.pipeline_size) + "; grid at data " +
-                          std::to_string(grid.data_index()) + ", tensor " + std::to_string(grid.tensor_index()) +
-                          ", pipeline " + std::to_string(grid.pipeline_index()));
+    const auto at = [](int i, int n) { return std::to_string(i) + "/" + std::to_string(n); };
+    std::string engine_at = "engine at data " + at(p.data_index, p.data_size) + ", tensor " + at(p.tensor_index, p.tensor_size) +
+                            ", pipeline " + at(p.pipeline_index, p.pipeline_size);
+    std::string grid_at = "grid at data " + std::to_string(grid.data_index()) + ", tensor " + std::to_string(grid.tensor_index()) +
+                          ", pipeline " + std::to_string(grid.pipeline_index());
+    if (experts) {
+      engine_at += ", expert " + at(p.expert_index, p.expert_size) + ", expert data " + at(p.expert_data_index, p.expert_data_size);
+      grid_at += ", expert " + at(grid.expert_index(), grid.expert_size()) + ", expert data " +
+                 at(grid.expert_data_index(), grid.expert_data_size());
+    }
+    throw usage_error("pass the process grid the engine was built on", where, engine_at + "; " + grid_at);
   }
 }
 

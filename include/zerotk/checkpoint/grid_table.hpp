@@ -134,15 +134,11 @@ class TableWords {
 /// entries (indices into t.params) in its own order; the fragments follow their entries.
 inline engine::ShardTable canonical_order(engine::ShardTable t, const std::vector<std::vector<std::uint32_t>>& lists) {
   std::list<std::uint32_t> order;
-  std::vector<std::list<std::uint32_t>::iterator> at(t.params.size(), order.end());
-  std::vector<char> placed(t.params.size(), 0);
+  std::vector<std::list<std::uint32_t>::iterator> at(t.params.size(), order.end());  // end(): not placed yet
   for (const std::vector<std::uint32_t>& list : lists) {
     auto anchor = order.end();  // the next entry of this rank's list already placed
     for (auto i = list.rbegin(); i != list.rend(); ++i) {
-      if (!placed[*i]) {
-        at[*i] = order.insert(anchor, *i);
-        placed[*i] = 1;
-      }
+      if (at[*i] == order.end()) at[*i] = order.insert(anchor, *i);
       anchor = at[*i];
     }
   }
@@ -221,13 +217,13 @@ engine::ShardTable gather_grid_table(C& world, const engine::ShardTable& local, 
       }
       id[i] = it->second;
     }
-    lists[r] = id;
     for (std::size_t g = 0; g < t.fragments.size(); ++g) {
       std::vector<zero::Fragment> frags = t.fragments[g][0];
       for (zero::Fragment& f : frags) f.param = id.at(f.param);
       out.fragments[g].push_back(std::move(frags));
       out.owned_numel[g].push_back(t.owned_numel[g][0]);
     }
+    lists[r] = std::move(id);
   }
   return detail::canonical_order(std::move(out), lists);
 }
