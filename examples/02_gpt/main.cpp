@@ -506,14 +506,6 @@ void check_expert_flags(const Options& o, const zerotk::config::Config& cfg, con
     return;
   }
   const std::string experts = "--experts " + std::to_string(model.experts);
-  if (cfg.precision() != zerotk::DType::fp32) {
-    throw zerotk::usage_error("is not offered with experts yet: this model computes in float, and float parameters over "
-                              "16-bit storage (the engine's emulated mixed precision) do not take expert parameters; "
-                              "train in fp32 (the default with --experts)",
-                              o.config_file.empty() ? "--precision " + o.precision : o.config_file + ": precision " +
-                                                                                        std::string(zerotk::to_string(cfg.precision())),
-                              experts);
-  }
   if (model.top_k > model.experts) {
     throw zerotk::usage_error("routes each token to more experts than there are", "--top-k " + std::to_string(model.top_k), experts);
   }
@@ -880,7 +872,7 @@ int main(int argc, char** argv) {
                  "its gradient joins the router's")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--stage", o.stage, "ZeRO stage")->check(CLI::Range(0, 3));
-  CLI::Option* precision_flag = app.add_option("--precision", o.precision, "fp32, fp16 (dynamic loss scaling) or bf16")
+  app.add_option("--precision", o.precision, "fp32, fp16 (dynamic loss scaling) or bf16")
       ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
   app.add_option("--config", o.config_file, "a DeepSpeed JSON config (replaces the training flags)")
       ->check(CLI::ExistingFile);
@@ -993,8 +985,6 @@ int main(int argc, char** argv) {
                "--topology's levels");
   CLI11_PARSE(app, argc, argv);
   o.schedule_given = schedule_flag->count() > 0;
-  // Experts train in fp32 (check_expert_flags): the default precision follows when none is asked for.
-  if (o.experts > 0 && precision_flag->count() == 0) o.precision = "fp32";
 #if defined(__GLIBC__)
   // Activation buffers of checkpointed blocks are freed and allocated again every step. Keep freed
   // memory in the heap for reuse instead of returning it to the kernel and faulting it back in (what

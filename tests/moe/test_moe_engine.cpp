@@ -9,6 +9,8 @@
 //    since each expert sums its weight gradient per source rank in source order, which is the
 //    rank-order all-reduce of expert parallel 1 (6 steps, gas 1 and 2, clipping on);
 //  - expert parallel 2 x expert-data 2 adds the sources in another order: equal to rounding;
+//  - in emulated bf16 (float Params over bf16 storage) stages 0-3 agree bit for bit at expert
+//    parallel 4, the Params seeing bf16 values near the fp32 run's;
 //  - tensor 2 x data 2 at expert parallel 2 (expert_tensor 2, experts whole) equals tensor 1 bit for bit;
 //  - a checkpoint saved at expert parallel 4 loads at 1 and 2 (resharded by name through the whole
 //    parameters) and at 4: exactly what was saved, and training goes on as the uninterrupted run
@@ -24,6 +26,7 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -291,6 +294,68 @@ TEST_CASE("experts: expert parallel 4 equals expert parallel 1 bit for bit at Ze
   }
 }
 
+namespace {
+
+bool is_bf16(float v) {
+  std::uint32_t bits = 0;
+  std::memcpy(&bits, &v, sizeof bits);
+  return (bits & 0xffffu) == 0;
+}
+
+// Every value of `got` equals `want`'s bit for bit (the norms and losses too).
+void check_equal_runs(const std::vector<Run>& got, const std::vector<Run>& want, const char* what) {
+  CAPTURE(what);
+  for (std::size_t w = 0; w < got.size(); ++w) {
+    CAPTURE(w);
+    CHECK(got[w].norms == want[w].norms);
+    CHECK(got[w].losses == want[w].losses);
+    CHECK(test::compare_bits("router", got[w].router.data(), want[w].router.data(), got[w].router.size()) == "");
+    for (int e = 0; e < kE; ++e) {
+      const auto& mine = got[w].experts[static_cast<std::size_t>(e)];
+      REQUIRE(mine.size() == want[w].experts[static_cast<std::size_t>(e)].size());
+      if (mine.empty()) continue;
+      CHECK(test::compare_bits("expert " + std::to_string(e), mine.data(), want[w].experts[static_cast<std::size_t>(e)].data(),
+                               mine.size()) == "");
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("experts in emulated bf16 (float Params over bf16 storage): stages 0-3 give the same bits, in 16-bit values") {
+  // The dense group and the expert group each have their own float view of their 16-bit values
+  // (engine/values_resident.hpp at stages 0-2, values_fetched.hpp at stage 3): the model computes
+  // with what a bf16 model holds, and the stages agree bit for bit at expert parallel 4.
+  using B = Precision<bf16>;
+  const std::vector<Run> s0 = train_all<true, Partitioner<Stage<0>>, Fp32, B>({.ep = 4});
+  check_equal_runs(train_all<true, Partitioner<Stage<1>>, Fp32, B>({.ep = 4}), s0, "stage 1");
+  check_equal_runs(train_all<true, Partitioner<Stage<2>>, Fp32, B>({.ep = 4}), s0, "stage 2");
+  check_equal_runs(train_all<true, Partitioner<Stage<3>>, Fp32, B>({.ep = 4}), s0, "stage 3");
+  check_equal_runs(train_all<false, Partitioner<Stage<3>>, Fp32, B, Offload<Cpu>, OffloadParams<Cpu>>({.ep = 4}), s0,
+                   "stage 3, experts by name, both offloads");
+  // What the Params see are bf16 values, the experts' moved from their start, and the run stays
+  // near the fp32 one (8 bits of mantissa over 6 steps).
+  const std::vector<Run> fp32 = train_all<true, Partitioner<Stage<0>>, Fp32>({.ep = 4});
+  for (std::size_t w = 0; w < s0.size(); ++w) {
+    CAPTURE(w);
+    for (float v : s0[w].router) CHECK(is_bf16(v));
+    const auto& mine = s0[w].experts[w];
+    REQUIRE(mine.size() == kHH);
+    const std::vector<float> init = values(kHH, 100 + static_cast<std::uint32_t>(w), 0.4f);
+    std::size_t moved = 0;
+    for (std::size_t i = 0; i < kHH; ++i) {
+      CHECK(is_bf16(mine[i]));
+      moved += std::abs(mine[i] - init[i]) > 1e-3f ? 1 : 0;
+      CHECK(mine[i] == doctest::Approx(fp32[w].experts[w][i]).epsilon(2e-2).scale(0.1));
+    }
+    CHECK(moved > kHH / 2);
+    for (std::size_t i = 0; i < s0[w].losses.size(); ++i) CHECK(s0[w].losses[i] == doctest::Approx(fp32[w].losses[i]).epsilon(2e-2));
+  }
+  // Expert parallel 1 rounds each rank's expert gradients to bf16 before the sum: near, not equal.
+  const std::vector<Run> one = train_all<false, Partitioner<Stage<2>>, Fp32, B>({.ep = 1});
+  for (std::size_t i = 0; i < one[0].losses.size(); ++i) CHECK(one[0].losses[i] == doctest::Approx(s0[0].losses[i]).epsilon(2e-2));
+}
+
 TEST_CASE("experts: tensor 2 x data 2 with expert parallel 2 (expert_tensor 2) equals tensor 1 x data 2 bit for bit") {
   // Both tensor ranks of a data rank hold the same tokens and the same (whole) experts: the norm and
   // the loss count them on tensor rank 0 only, and each tensor rank dispatches within its own expert
@@ -397,29 +462,42 @@ std::pair<plan::ModelDescription, plan::ModelDescription> descriptions(int ep) {
 }
 
 template <int S, class... Extra>
-void check_plan(plan::OffloadTarget optimizer = plan::OffloadTarget::none, plan::OffloadTarget param = plan::OffloadTarget::none) {
+void check_plan(plan::OffloadTarget optimizer = plan::OffloadTarget::none, plan::OffloadTarget param = plan::OffloadTarget::none,
+                DType precision = DType::fp32) {
   CAPTURE(S);
+  CAPTURE(to_string(precision));
   const std::vector<Run> runs = train_all<true, Partitioner<Stage<S>>, Fp32, Extra...>({.ep = 2, .steps = 2});
   const auto [dense, experts] = descriptions(2);
   plan::Choice c;
   c.stage = S;
-  c.precision = DType::fp32;
+  c.precision = precision;
   c.optimizer = optimizer;
   c.param = param;
   plan::EngineSettings s;
   s.reduce_bucket_size = 20;
   s.compute_space = MemorySpace::host;
   s.param_persistence_threshold = 0;
+  s.emulated = precision != DType::fp32;  // the model's Params hold float: a float view per group
   const plan::MemoryPlan p = plan::expert_model_state_plan(dense, experts, 4, 2, c, s);
   CHECK(p.refused.empty());
-  CHECK(p.approximate.empty());
+  // Stage 3's emulated float copies come from a pool whose size the plan bounds (docs/stage3.md):
+  // one bound per group, every other figure exact.
+  const bool bound = S == 3 && s.emulated;
+  CHECK(p.approximate.size() == (bound ? 2u : 0u));
+  for (const std::string& a : p.approximate) CHECK(a.find("stage-3 emulated float copies") != std::string::npos);
   for (int r = 0; r < 4; ++r) {
     for (std::size_t sp = 0; sp < kMemorySpaceCount; ++sp) {
       for (std::size_t ca = 0; ca < kMemoryCategoryCount; ++ca) {
         CAPTURE(r);
         CAPTURE(to_string(static_cast<MemorySpace>(sp)));
         CAPTURE(to_string(static_cast<MemoryCategory>(ca)));
-        CHECK(runs[static_cast<std::size_t>(r)].ledger[sp][ca] == p.bytes[sp][ca]);
+        const std::size_t got = runs[static_cast<std::size_t>(r)].ledger[sp][ca];
+        if (bound && static_cast<MemoryCategory>(ca) == MemoryCategory::other) {
+          CHECK(got <= p.bytes[sp][ca]);
+          CHECK((got > 0) == (p.bytes[sp][ca] > 0));
+        } else {
+          CHECK(got == p.bytes[sp][ca]);
+        }
       }
     }
   }
@@ -439,6 +517,9 @@ TEST_CASE("experts: the planner's model states equal the engine's ledger at expe
   check_plan<2>();
   check_plan<3>();
   check_plan<3, Precision<fp32>, Offload<Cpu>, OffloadParams<Cpu>>(plan::OffloadTarget::cpu, plan::OffloadTarget::cpu);
+  // Emulated bf16: the dense group's float view and the experts' own.
+  check_plan<2, Precision<bf16>>(plan::OffloadTarget::none, plan::OffloadTarget::none, DType::bf16);
+  check_plan<3, Precision<bf16>>(plan::OffloadTarget::none, plan::OffloadTarget::none, DType::bf16);
   // The all-to-all bytes per MoE layer: 4 T k h b (ep - 1) / ep.
   CHECK(plan::all_to_all_bytes_per_layer(1024, 2, 4096, 2, 8) == 4ull * 1024 * 2 * 4096 * 2 * 7 / 8);
   CHECK(plan::all_to_all_bytes_per_layer(1024, 2, 4096, 2, 1) == 0);

@@ -247,12 +247,9 @@ class ParamRegistry {
   void check_groups() const {
     if (!emulated_) return;
     for (const auto& e : entries_) {
-      if (e.group == GroupKind::main && e.value_dtype != DType::fp32) {
-        throw usage_error("float and 16-bit Params cannot be mixed in one model's main group", e.name);
-      }
-      if (e.group == GroupKind::expert) {
-        throw usage_error("float Params over 16-bit storage (emulated 16-bit) are not supported in a model with "
-                          "expert parameters yet: give every Param the engine precision's storage type",
+      if (e.group != GroupKind::fp32 && e.value_dtype != DType::fp32) {
+        throw usage_error("float and 16-bit Params cannot be mixed in one model's working-precision parameters "
+                          "(dense and expert): give every one float, or every one the storage type",
                           e.name, std::string(to_string(e.value_dtype)));
       }
     }

@@ -7,7 +7,7 @@
 /// A Param's data points into its bucket's gathered buffer while the bucket is fetched and is null
 /// otherwise: the parameter path reports every change (on_residency) and the Param is bound again,
 /// keeping its gradient pointer. In emulated 16-bit mode the Params point at a float copy of each
-/// fetched bucket instead, and their gradients at a float buffer from their first backward scope to
+/// fetched bucket instead (one zero/fetched_float_view.hpp for the dense group, one for the experts'), and their gradients at a float buffer from their first backward scope to
 /// their own scope's close (zero/fetched_float_view.hpp). The initial values go bucket by bucket
 /// through host staging into this rank's shard.
 
@@ -35,10 +35,14 @@ class FetchedValues {
       : registry_(&registry), groups_(&groups), ops_(&ops), scratch_(scratch), bind_(std::move(bind)),
         point_(std::move(point)) {
     if (registry.emulated()) {
-      const Main& main = *groups.main();
-      std::vector<char> persistent(main.layout().buckets().size());
-      for (std::size_t k = 0; k < persistent.size(); ++k) persistent[k] = main.params().persistent(k) ? 1 : 0;
-      fetched_.emplace(ops, ledger, main.layout(), std::move(persistent));
+      auto view = [&](std::optional<View>& out, const Main* g) {
+        if (!g) return;
+        std::vector<char> persistent(g->layout().buckets().size());
+        for (std::size_t k = 0; k < persistent.size(); ++k) persistent[k] = g->params().persistent(k) ? 1 : 0;
+        out.emplace(ops, ledger, g->layout(), std::move(persistent));
+      };
+      view(fetched_, groups.main());
+      view(expert_fetched_, groups.expert());
     }
     groups.each([&](auto& g) {
       g.params().on_residency([this, &g](std::size_t k, auto* values) { this->rebind_bucket(g, k, values); });
@@ -57,24 +61,29 @@ class FetchedValues {
   /// Emulated: the float copies of the buckets gathered now become their 16-bit values (a scope
   /// that keeps writes then copies them into the shards).
   void take_user_values() {
-    if (!fetched_) return;
-    Main& main = *groups_->main();
-    for (std::size_t k = 0; k < main.layout().buckets().size(); ++k) {
-      if (S* v = main.params().values(k)) fetched_->take_user_values(k, v);
-    }
+    groups_->each([&](auto& g) {
+      if constexpr (std::is_same_v<std::remove_cvref_t<decltype(g)>, Main>) {
+        View* view = view_of(g.kind());
+        for (std::size_t k = 0; view && k < g.layout().buckets().size(); ++k) {
+          if (S* v = g.params().values(k)) view->take_user_values(k, v);
+        }
+      }
+    });
   }
 
   template <class G>
   void published(G& g, std::size_t k) {
     if constexpr (std::is_same_v<G, Main>) {
-      if (S* v = fetched_ ? g.params().values(k) : nullptr) fetched_->refresh(k, v);
+      if (View* view = view_of(g.kind())) {
+        if (S* v = g.params().values(k)) view->refresh(k, v);
+      }
     }
   }
   template <class G>
   void replaced(G&) noexcept {}
 
   void* values(const ParamEntry& e) {
-    if (in_fetched(e)) return float_values(e);
+    if (view_of(e.group)) return float_values(e);
     void* out = nullptr;
     groups_->with(e.group, [&](auto& g) {
       const zero::ParamSlot& s = g.layout().param(e.local);
@@ -86,27 +95,34 @@ class FetchedValues {
   void* grads_outside(const ParamEntry&) noexcept { return scratch_; }
 
   template <class G>
-  bool binds_bucket_grads(const G&) const noexcept {
-    return !(fetched_ && std::is_same_v<G, Main>);
+  bool binds_bucket_grads(const G& g) const noexcept {
+    if constexpr (std::is_same_v<G, Main>) {
+      return !(g.kind() == GroupKind::expert ? expert_fetched_.has_value() : fetched_.has_value());
+    }
+    (void)g;
+    return true;
   }
   /// Emulated: the Param's gradients go to its bucket's float buffer (taken at its first scope).
   void open_param(ParamEntry& e, bool again) {
-    if (!in_fetched(e)) return;
-    const zero::ParamSlot& s = groups_->main()->layout().param(e.local);
-    float* grads = again ? fetched_->grads(s.bucket) : fetched_->open_param(s);
-    bind(e, float_values(e), grads + (s.flat_offset - groups_->main()->layout().buckets()[s.bucket].flat_offset));
+    View* view = view_of(e.group);
+    if (!view) return;
+    const zero::BucketLayout& l = layout_of(e.group);
+    const zero::ParamSlot& s = l.param(e.local);
+    float* grads = again ? view->grads(s.bucket) : view->open_param(s);
+    bind(e, float_values(e), grads + (s.flat_offset - l.buckets()[s.bucket].flat_offset));
   }
   template <class G>
   void close_param(ParamEntry& e, G& g, const zero::ParamSlot& s) {
     if constexpr (std::is_same_v<G, Main>) {
-      if (fetched_) {
-        fetched_->fold_param(s, g.bucket_grads(s.bucket));
+      if (View* view = view_of(g.kind())) {
+        view->fold_param(s, g.bucket_grads(s.bucket));
         bind(e, float_values(e), scratch_);  // the float buffer may go to another bucket now
       }
     }
   }
   void end_micro_step() {
     if (fetched_) fetched_->end_micro_step();
+    if (expert_fetched_) expert_fetched_->end_micro_step();
   }
 
   /// Stage 3 keeps one sharded copy of the parameters: there is no rank's copy to broadcast.
@@ -131,13 +147,23 @@ class FetchedValues {
   }
 
  private:
-  bool in_fetched(const ParamEntry& e) const noexcept { return fetched_ && e.group == GroupKind::main; }
+  using View = zero::FetchedFloatView<S, Ops>;
+
+  /// The float view of the working-precision group `kind` (emulated mode), or null.
+  View* view_of(GroupKind kind) noexcept {
+    std::optional<View>* v = kind == GroupKind::main ? &fetched_ : kind == GroupKind::expert ? &expert_fetched_ : nullptr;
+    return v && v->has_value() ? &**v : nullptr;
+  }
+  const zero::BucketLayout& layout_of(GroupKind kind) const {
+    return (kind == GroupKind::expert ? groups_->expert() : groups_->main())->layout();
+  }
 
   /// Where Param e's float values are now (its bucket's float copy), or null.
   float* float_values(const ParamEntry& e) {
-    const zero::ParamSlot& s = groups_->main()->layout().param(e.local);
-    float* base = fetched_->values(s.bucket);
-    return base ? base + (s.flat_offset - groups_->main()->layout().buckets()[s.bucket].flat_offset) : nullptr;
+    const zero::BucketLayout& l = layout_of(e.group);
+    const zero::ParamSlot& s = l.param(e.local);
+    float* base = view_of(e.group)->values(s.bucket);
+    return base ? base + (s.flat_offset - l.buckets()[s.bucket].flat_offset) : nullptr;
   }
 
   void bind(ParamEntry& e, void* data, void* grad) { bind_(e, data, grad); }
@@ -146,9 +172,9 @@ class FetchedValues {
   template <class G, class T>
   void rebind_bucket(G& g, std::size_t k, T* values) {
     if constexpr (std::is_same_v<G, Main>) {
-      if (fetched_) {  // emulated: the Params see the bucket's float copy
-        if (values) return rebind_params(g, k, fetched_->resident(k, values));
-        fetched_->evicted(k);
+      if (View* view = view_of(g.kind())) {  // emulated: the Params see the bucket's float copy
+        if (values) return rebind_params(g, k, view->resident(k, values));
+        view->evicted(k);
         return rebind_params(g, k, static_cast<float*>(nullptr));
       }
     }
@@ -168,7 +194,9 @@ class FetchedValues {
   bool adopt_group(G& g) {
     using T = typename G::value_type;
     // Emulated: the Params hold float, rounded to 16 bits on the way into the shard.
-    const bool as_float = std::is_same_v<G, Main> && fetched_.has_value();
+    View* view = nullptr;
+    if constexpr (std::is_same_v<G, Main>) view = view_of(g.kind());
+    const bool as_float = view != nullptr;
     const zero::BucketLayout& l = g.layout();
     std::vector<T> staging;
     std::vector<float> staging_float;
@@ -194,7 +222,7 @@ class FetchedValues {
       const std::size_t from = static_cast<std::size_t>(g.rank()) * b.block;
       g.params().write_owned(k, [&](T* block) {
         if (as_float) {
-          store_float(staging_float.data() + from, block, b.block);
+          store_float(*view, staging_float.data() + from, block, b.block);
         } else {
           ops_->copy_from_host(staging.data() + from, block, b.block);
         }
@@ -203,9 +231,9 @@ class FetchedValues {
     return adopted;
   }
   template <class T>
-  void store_float(const float* host, T* block, std::size_t n) {
-    if constexpr (std::is_same_v<T, S>) fetched_->store_from_host(host, block, n);
-    (void)host, (void)block, (void)n;
+  static void store_float(View& view, const float* host, T* block, std::size_t n) {
+    if constexpr (std::is_same_v<T, S>) view.store_from_host(host, block, n);
+    (void)view, (void)host, (void)block, (void)n;
   }
 
   ParamRegistry* registry_;
@@ -214,7 +242,7 @@ class FetchedValues {
   float* scratch_;
   std::function<void(ParamEntry&, void*, void*)> bind_;
   std::function<void(ParamEntry&, void*)> point_;
-  std::optional<zero::FetchedFloatView<S, Ops>> fetched_;  // emulated 16-bit
+  std::optional<View> fetched_, expert_fetched_;  // emulated 16-bit: the dense group's, the experts'
 };
 
 }  // namespace zerotk::engine

@@ -4,8 +4,8 @@
 /// engine/bindings.hpp picks it by the parameter path's kResident).
 ///
 /// A Param points into its group's flat parameter buffer, or, in emulated 16-bit mode (float Params
-/// over 16-bit storage), into a float copy of the whole working-precision buffer
-/// (zero/float_view.hpp): refreshed from the 16-bit values whenever a bucket is published, written
+/// over 16-bit storage), into a float copy of its working-precision group's whole buffer (one
+/// zero/float_view.hpp for the dense group, one for the experts'): refreshed from the 16-bit values whenever a bucket is published, written
 /// back (rounded) by take_user_values(), its gradients folded into the bucket at the close of each
 /// Param's backward scope.
 ///
@@ -45,7 +45,9 @@ class ResidentValues {
   ResidentValues(ParamRegistry& registry, Groups& groups, Ops& ops, MemoryLedger* ledger, float* scratch,
                  std::function<void(ParamEntry&, void*, void*)> bind, std::function<void(ParamEntry&, void*)> /*point*/)
       : registry_(&registry), groups_(&groups), scratch_(scratch), bind_(std::move(bind)) {
-    if (registry.emulated()) view_.emplace(ops, ledger, groups.main()->layout().flat_numel());
+    if (!registry.emulated()) return;
+    if (const Main* main = groups.main()) view_.emplace(ops, ledger, main->layout().flat_numel());
+    if (const Main* experts = groups.expert()) expert_view_.emplace(ops, ledger, experts->layout().flat_numel());
   }
 
   /// Copies every Param's current values into engine storage (if `adopt`; a Param whose data() is
@@ -61,46 +63,57 @@ class ResidentValues {
   }
 
   void take_user_values() {
-    if (view_) view_->take_user_values(groups_->main()->params().params(), groups_->main()->layout().flat_numel());
+    groups_->each([&](auto& g) {
+      if constexpr (std::is_same_v<std::remove_cvref_t<decltype(g)>, Main>) {
+        if (View* v = view_of(g.kind())) v->take_user_values(g.params().params(), g.layout().flat_numel());
+      }
+    });
   }
 
   template <class G>
   void published(G& g, std::size_t k) {
     if constexpr (std::is_same_v<G, Main>) {
-      if (view_) {
+      if (View* v = view_of(g.kind())) {
         const zero::Bucket& b = g.layout().buckets()[k];
-        view_->refresh(g.params().params(), b.flat_offset, b.numel);
+        v->refresh(g.params().params(), b.flat_offset, b.numel);
       }
     }
   }
   template <class G>
   void replaced(G& g) {
     if constexpr (std::is_same_v<G, Main>) {
-      if (view_) view_->refresh(g.params().params(), 0, g.layout().flat_numel());
+      if (View* v = view_of(g.kind())) v->refresh(g.params().params(), 0, g.layout().flat_numel());
     }
   }
 
   void* values(const ParamEntry& e) {
-    if (in_view(e)) return view_->params() + slot(e).flat_offset;
+    if (View* v = view_of(e.group)) return v->params() + slot(e).flat_offset;
     void* out = nullptr;
     groups_->with(e.group, [&](auto& g) { out = g.params().params() + g.layout().param(e.local).flat_offset; });
     return out;
   }
-  void* grads_outside(const ParamEntry& e) { return in_view(e) ? view_->grads() + slot(e).flat_offset : scratch_; }
+  void* grads_outside(const ParamEntry& e) {
+    View* v = view_of(e.group);
+    return v ? v->grads() + slot(e).flat_offset : scratch_;
+  }
 
   template <class G>
-  bool binds_bucket_grads(const G&) const noexcept {
-    return !(view_ && std::is_same_v<G, Main>);
+  bool binds_bucket_grads(const G& g) const noexcept {
+    if constexpr (std::is_same_v<G, Main>) {
+      return !(g.kind() == GroupKind::expert ? expert_view_.has_value() : view_.has_value());
+    }
+    (void)g;
+    return true;
   }
   /// Emulated: the Param's float gradient is zeroed when its first scope of the micro-step opens;
   /// it stays bound to the view.
   void open_param(ParamEntry& e, bool again) {
-    if (in_view(e) && !again) view_->open_param(slot(e));
+    if (View* v = view_of(e.group); v && !again) v->open_param(slot(e));
   }
   template <class G>
   void close_param(ParamEntry&, G& g, const zero::ParamSlot& s) {
     if constexpr (std::is_same_v<G, Main>) {
-      if (view_) view_->fold_param(s, g.bucket_grads(s.bucket), g.layout().buckets()[s.bucket].flat_offset);
+      if (View* v = view_of(g.kind())) v->fold_param(s, g.bucket_grads(s.bucket), g.layout().buckets()[s.bucket].flat_offset);
     }
   }
   void end_micro_step() noexcept {}
@@ -124,7 +137,13 @@ class ResidentValues {
   }
 
  private:
-  bool in_view(const ParamEntry& e) const noexcept { return view_ && e.group == GroupKind::main; }
+  using View = zero::FloatView<S, Ops>;
+
+  /// The float view of the working-precision group `kind` (emulated mode), or null.
+  View* view_of(GroupKind kind) noexcept {
+    std::optional<View>* v = kind == GroupKind::main ? &view_ : kind == GroupKind::expert ? &expert_view_ : nullptr;
+    return v && v->has_value() ? &**v : nullptr;
+  }
   const zero::ParamSlot& slot(const ParamEntry& e) const {
     const zero::ParamSlot* s = nullptr;
     std::as_const(*groups_).with(e.group, [&](const auto& g) { s = &g.layout().param(e.local); });
@@ -135,7 +154,7 @@ class ResidentValues {
   Groups* groups_;
   float* scratch_;
   std::function<void(ParamEntry&, void*, void*)> bind_;
-  std::optional<zero::FloatView<S, Ops>> view_;  // emulated 16-bit
+  std::optional<View> view_, expert_view_;  // emulated 16-bit: the dense group's, the experts'
 };
 
 }  // namespace zerotk::engine

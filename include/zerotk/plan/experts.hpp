@@ -30,9 +30,6 @@ namespace zerotk::plan {
 /// What the engine refuses with experts apart from the data group (engine/checks.hpp's experts_*
 /// rows), as the planner sees a choice and its settings; empty when it builds.
 inline std::string expert_refusal(const Choice& c, const EngineSettings& s, bool apart) {
-  if (s.emulated && c.precision != DType::fp32) {
-    return "float Params over 16-bit storage (emulated 16-bit) are not supported in a model with expert parameters yet";
-  }
   if (!apart) return {};
   if (c.optimizer == OffloadTarget::nvme || c.param == OffloadTarget::nvme) {
     return "expert parameters apart from the data group are not supported with swap files (NVMe offload) yet";
