@@ -175,6 +175,38 @@ TEST_CASE("process grid: the expert layout folds expert_tensor x expert x expert
   }
 }
 
+TEST_CASE("process grid: the context layout folds inside data, context fastest (Megatron's tp-cp-dp-pp)") {
+  // 16 ranks: tensor 2 x context 2 x 2 replicas x pipeline 2, so w = t + 2 (c + 2 (r + 2 p)).
+  comm::run_threads(16, [](ThreadsCommunicator& world) {
+    const int w = world.rank();
+    comm::ProcessGrid g(world, {.pipeline = 2, .tensor = 2, .context = 2});
+    CHECK(g.data().size() == 4);  // the engine's group (gradients, ZeRO): data x context
+    CHECK(g.context_size() == 2);
+    CHECK(g.replica_count() == 2);
+    CHECK(g.tensor_index() == w % 2);
+    CHECK(g.context_index() == w / 2 % 2);
+    CHECK(g.replica_index() == w / 4 % 2);
+    CHECK(g.pipeline_index() == w / 8);
+    CHECK(g.data_index() == g.replica_index() * 2 + g.context_index());
+    // The context group: the ranks differing only in their context index, ordered by it.
+    CHECK(g.context().rank() == g.context_index());
+    const int first = w - 2 * g.context_index();
+    CHECK(members(g.context(), w) == std::vector<std::int32_t>{first, first + 2});
+    // The expert layout folds over each stage's tensor x context x data ranks, as Megatron's over tp x cp x dp.
+    comm::ProcessGrid e(world, {.pipeline = 2, .tensor = 2, .expert = 4, .expert_tensor = 2, .context = 2});
+    CHECK(e.expert_data_size() == 1);
+    CHECK(e.expert_index() == w / 2 % 4);
+    // Without a context layout every context group is the rank alone, and a replica a data rank.
+    comm::ProcessGrid flat(world, {.tensor = 2});
+    CHECK(flat.context().size() == 1);
+    CHECK(flat.replica_index() == flat.data_index());
+  });
+  CHECK_THROWS_WITH_AS(comm::run_threads(4, [](ThreadsCommunicator& w) { comm::ProcessGrid g(w, {.context = 3}); }),
+                       doctest::Contains("GridShape::context: must divide the data ranks (4)"), config_error);
+  CHECK_THROWS_WITH_AS(comm::run_threads(2, [](ThreadsCommunicator& w) { comm::ProcessGrid g(w, {.context = 0}); }),
+                       doctest::Contains("(got 0)"), config_error);
+}
+
 // NodeGroups / hierarchical_all_reduce are deprecated (HierarchicalCommunicator replaces them) and
 // stay tested until they are removed.
 #pragma GCC diagnostic push

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "../comm/reference.hpp"
+#include "attention_kernel.hpp"
 #include "zerotk/comm/threads.hpp"
 #include "zerotk/context/ring.hpp"
 
@@ -23,7 +24,7 @@ using comm::ThreadsCommunicator;
 
 namespace {
 
-constexpr float kNone = -std::numeric_limits<float>::infinity();
+constexpr float kNone = zt_test::kNoKeys;
 
 std::vector<float> data(std::uint64_t seed, int rank, std::size_t n) {
   std::vector<float> v(n);
@@ -31,67 +32,7 @@ std::vector<float> data(std::uint64_t seed, int rank, std::size_t n) {
   return v;
 }
 
-// One head, d elements per token. Queries at positions qp attend keys at positions kp with
-// kp <= qp (causal) or all (not).
-struct Kernel {
-  std::size_t d = 4;
-  bool causal = true;
-  float scale() const { return 1.f / std::sqrt(static_cast<float>(d)); }
-  bool sees(std::size_t qp, std::size_t kp) const { return !causal || kp <= qp; }
-
-  // o_b (normalized over the block), lse_b per query.
-  void forward(std::span<const float> q, const std::vector<std::size_t>& qp, std::span<const float> k,
-               std::span<const float> v, const std::vector<std::size_t>& kp, std::vector<float>& o_b,
-               std::vector<float>& lse_b) const {
-    const std::size_t nq = qp.size(), nk = kp.size();
-    o_b.assign(nq * d, 0.f), lse_b.assign(nq, kNone);
-    std::vector<float> s(nk);
-    for (std::size_t t = 0; t < nq; ++t) {
-      float top = kNone;
-      for (std::size_t j = 0; j < nk; ++j) {
-        if (!sees(qp[t], kp[j])) continue;
-        float dot = 0;
-        for (std::size_t i = 0; i < d; ++i) dot += q[t * d + i] * k[j * d + i];
-        s[j] = dot * scale();
-        top = std::max(top, s[j]);
-      }
-      if (top == kNone) continue;
-      float sum = 0;
-      for (std::size_t j = 0; j < nk; ++j) {
-        if (sees(qp[t], kp[j])) sum += std::exp(s[j] - top);
-      }
-      for (std::size_t j = 0; j < nk; ++j) {
-        if (!sees(qp[t], kp[j])) continue;
-        const float p = std::exp(s[j] - top) / sum;
-        for (std::size_t i = 0; i < d; ++i) o_b[t * d + i] += p * v[j * d + i];
-      }
-      lse_b[t] = top + std::log(sum);
-    }
-  }
-
-  // Adds this block's contributions to dq, dk, dv, given the final o, lse and d_o.
-  void backward(std::span<const float> q, const std::vector<std::size_t>& qp, std::span<const float> k,
-                std::span<const float> v, const std::vector<std::size_t>& kp, std::span<const float> o,
-                std::span<const float> lse, std::span<const float> d_o, std::span<float> dq, std::span<float> dk,
-                std::span<float> dv) const {
-    for (std::size_t t = 0; t < qp.size(); ++t) {
-      float D = 0;
-      for (std::size_t i = 0; i < d; ++i) D += d_o[t * d + i] * o[t * d + i];
-      for (std::size_t j = 0; j < kp.size(); ++j) {
-        if (!sees(qp[t], kp[j])) continue;
-        float dot = 0, dp = 0;
-        for (std::size_t i = 0; i < d; ++i) dot += q[t * d + i] * k[j * d + i], dp += d_o[t * d + i] * v[j * d + i];
-        const float p = std::exp(dot * scale() - lse[t]);
-        const float ds = p * (dp - D) * scale();
-        for (std::size_t i = 0; i < d; ++i) {
-          dv[j * d + i] += p * d_o[t * d + i];
-          dq[t * d + i] += ds * k[j * d + i];
-          dk[j * d + i] += ds * q[t * d + i];
-        }
-      }
-    }
-  }
-};
+using Kernel = zt_test::AttentionKernel;  // one head (heads 1)
 
 struct Out {
   std::vector<float> o, lse, dq, dk, dv;

@@ -1,12 +1,15 @@
 #pragma once
 /// \file zerotk/comm/grid.hpp
-/// The process grid (tensor, data and pipeline groups from one world communicator) and node-local
-/// groups for hierarchical all-reduce, generic over any Communicator.
+/// The process grid (tensor, data and pipeline groups from one world communicator, the context and
+/// expert layouts folded over them) and node-local groups for hierarchical all-reduce, generic over
+/// any Communicator.
 ///
 /// Rank order is Megatron-LM's by default ("tp-dp-pp"): tensor-parallel ranks are adjacent (they
 /// exchange the most and should share a node), then data, then pipeline:
 ///   world_rank = (pipeline_index * data_size + data_index) * tensor_size + tensor_index
-/// GridShape::order picks another.
+/// GridShape::order picks another. Context parallelism (GridShape::context) splits the data
+/// dimension, context fastest: data_index = replica_index * context_size + context_index, which in
+/// the default order is Megatron's "tp-cp-dp-pp".
 ///
 ///   zerotk::comm::ProcessGrid grid(world, {.pipeline = 2, .tensor = 2});   // data = W / 4
 ///   grid.data().reduce_scatter(...);                                      // ZeRO over the data group
@@ -101,8 +104,8 @@ Work hierarchical_all_reduce(NodeGroups<C>& g, const void* send, void* recv, std
 }
 #pragma GCC diagnostic pop
 
-/// The grid's named dimensions (their product is the world). Context parallelism will add its own
-/// here; the expert layout is folded over tensor x data (GridShape::expert).
+/// The grid's named dimensions (their product is the world). The context layout is folded inside
+/// data (GridShape::context), the expert layout over tensor x data (GridShape::expert).
 enum class GridDim : std::uint8_t { tensor, data, pipeline };
 inline constexpr int kGridDims = 3;
 
@@ -131,6 +134,12 @@ struct GridShape {
   /// (expert_tensor * expert). Expert parameters reduce over the expert-data group.
   int expert = 1;
   int expert_tensor = 1;
+  /// Context parallelism, folded inside the data dimension: its `data` ranks are `context` ranks
+  /// (fastest) x data / context replicas. A context group (same tensor, pipeline and replica index)
+  /// splits each sequence into chunks (context/ulysses.hpp, context/ring.hpp); every rank of a
+  /// replica reads the same samples. The data group stays what the engine reduces over and ZeRO
+  /// partitions over (data x context in Megatron's words), so the engine learns nothing new.
+  int context = 1;
 
   int size(GridDim d) const noexcept {
     return d == GridDim::tensor ? tensor : d == GridDim::data ? data : pipeline;
@@ -180,6 +189,7 @@ class ProcessGrid {
         data_(split_along(GridDim::data)),
         pipeline_(split_along(GridDim::pipeline)),
         model_(split_named(world, index_[1], world.rank(), "model[data " + std::to_string(index_[1]) + "]")),
+        context_(split_context()),
         expert_index_(expert_coordinates()),
         expert_tensor_(split_expert(0)),
         expert_(split_expert(1)),
@@ -216,6 +226,17 @@ class ProcessGrid {
   /// All ranks of one model replica (pipeline x tensor, same data index): global norms of a sharded model.
   C& model() noexcept { return model_; }
 
+  /// The context layout (GridShape::context): this rank's index in its context group (its chunk of
+  /// each sequence), and the replica its data index belongs to: ranks of one replica read the same
+  /// samples (a sampler shards by replica_index() over replica_count()).
+  int context_size() const noexcept { return shape_.context; }
+  int context_index() const noexcept { return data_index() % shape_.context; }
+  int replica_count() const noexcept { return shape_.data / shape_.context; }
+  int replica_index() const noexcept { return data_index() / shape_.context; }
+  /// Same tensor, pipeline and replica index, ordered by context index: Ulysses' all-to-all and the
+  /// ring's passes run here.
+  C& context() noexcept { return context_; }
+
   /// The expert layout (GridShape::expert): ranks of one pipeline stage holding the same experts'
   /// shards differ in their expert-data index; those splitting one expert's tensors in their
   /// expert-tensor index; the expert group holds one copy of every expert (expert parallelism:
@@ -244,6 +265,11 @@ class ProcessGrid {
     if (s.data * s.pipeline * s.tensor != world) {
       throw config_error("data x pipeline x tensor must equal the world size " + std::to_string(world),
                          "GridShape (data x pipeline x tensor)", sizes);
+    }
+    if (s.context < 1 || s.data % s.context != 0) {
+      throw config_error("must divide the data ranks (" + std::to_string(s.data) +
+                             "): a context group splits one replica's sequences",
+                         "GridShape::context", std::to_string(s.context));
     }
     if (s.expert < 1 || s.expert_tensor < 1 || (s.tensor * s.data) % (s.expert * s.expert_tensor) != 0) {
       throw config_error("expert x expert_tensor must divide tensor x data (" + std::to_string(s.tensor * s.data) +
@@ -277,6 +303,14 @@ class ProcessGrid {
       first = false;
     }
     return split_named(*world_, color, index_[static_cast<int>(along)], label + "]");
+  }
+
+  /// The context group: color = (pipeline, tensor, replica), key = the context index.
+  C split_context() {
+    const int color = (pipeline_index() * shape_.tensor + tensor_index()) * replica_count() + replica_index();
+    return split_named(*world_, color, context_index(),
+                       "context[tensor " + std::to_string(tensor_index()) + ", replica " + std::to_string(replica_index()) +
+                           ", pipeline " + std::to_string(pipeline_index()) + "]");
   }
 
   /// [expert_tensor, expert, expert_data] of this rank: its index among its pipeline stage's ranks
@@ -319,7 +353,7 @@ class ProcessGrid {
   GridShape shape_;
   std::array<GridDim, kGridDims> order_;
   std::array<int, kGridDims> index_;  // [tensor, data, pipeline]
-  C tensor_, data_, pipeline_, model_;
+  C tensor_, data_, pipeline_, model_, context_;
   std::array<int, 3> expert_index_;  // [expert_tensor, expert, expert_data]
   C expert_tensor_, expert_, expert_data_;
 };
