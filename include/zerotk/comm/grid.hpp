@@ -104,6 +104,17 @@ Work hierarchical_all_reduce(NodeGroups<C>& g, const void* send, void* recv, std
 }
 #pragma GCC diagnostic pop
 
+/// comm.split(color, key), the new group named `label` in error messages where the communicator
+/// takes a name (threads, MPI: "world/tensor[data 1, pipeline 0]"); a plain split elsewhere.
+template <Communicator C>
+C split_named(C& comm, int color, int key, std::string label) {
+  if constexpr (requires { comm.split(color, key, std::move(label)); }) {
+    return comm.split(color, key, std::move(label));
+  } else {
+    return comm.split(color, key);
+  }
+}
+
 /// The grid's named dimensions (their product is the world). The context layout is folded inside
 /// data (GridShape::context), the expert layout over tensor x data (GridShape::expert).
 enum class GridDim : std::uint8_t { tensor, data, pipeline };
@@ -337,16 +348,6 @@ class ProcessGrid {
     }
     label += "pipeline " + std::to_string(pipeline_index()) + "]";
     return split_named(*world_, color, expert_index_[static_cast<std::size_t>(along)], label);
-  }
-
-  /// A split whose group error messages name by `label` where the communicator takes one
-  /// (threads, MPI); a plain split elsewhere.
-  static C split_named(C& comm, int color, int key, std::string label) {
-    if constexpr (requires { comm.split(color, key, std::move(label)); }) {
-      return comm.split(color, key, std::move(label));
-    } else {
-      return comm.split(color, key);
-    }
   }
 
   C* world_;
