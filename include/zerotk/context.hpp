@@ -5,6 +5,7 @@
 /// block-sparse operator (docs/context.md).
 #include "zerotk/context/block_sparse.hpp"
 #include "zerotk/context/hybrid.hpp"
+#include "zerotk/context/masked_ring.hpp"
 #include "zerotk/context/ring.hpp"
 #include "zerotk/context/sparsity.hpp"
 #include "zerotk/context/ulysses.hpp"

@@ -14,7 +14,8 @@
 /// of dense attention under the same element mask when it visits the keys in that order, bit for
 /// bit, at the cost of the kept blocks alone. `keys_from` (optional) restricts the keys to those
 /// at positions [keys_from, keys_from + keys) of the layout, for a ring step's block (k and v then
-/// hold those rows only), with the queries at [queries_from, queries_from + rows).
+/// hold those rows only), with the queries at [queries_from, queries_from + rows); `key_blocks`
+/// names the layout blocks k and v hold instead, for keys that are not contiguous.
 
 #include <algorithm>
 #include <cmath>
@@ -30,9 +31,11 @@
 namespace zerotk::context {
 
 /// Which rows a BlockSparseAttention call holds: queries at global positions [queries_from, + the
-/// rows of q), keys at [keys_from, + the rows of k).
+/// rows of q); keys at [keys_from, + the rows of k), or, when `key_blocks` is not empty, the rows
+/// of those layout blocks (ascending), one after the other (what a MaskedRing step delivers).
 struct AttentionWindow {
   std::size_t queries_from = 0, keys_from = 0;
+  std::span<const int> key_blocks{};
 };
 
 struct BlockSparseAttention {
@@ -125,7 +128,18 @@ struct BlockSparseAttention {
                             std::to_string(o) + ", lse " + std::to_string(lse) + " with " + std::to_string(heads) +
                             " heads of " + std::to_string(head_dim));
     }
-    if (w.queries_from + q / row > total || w.keys_from + k / row > total) {
+    if (!w.key_blocks.empty()) {
+      bool ascending = true;
+      for (std::size_t i = 0; i < w.key_blocks.size(); ++i) {
+        ascending = ascending && w.key_blocks[i] >= 0 && w.key_blocks[i] < layout->blocks() &&
+                    (i == 0 || w.key_blocks[i - 1] < w.key_blocks[i]);
+      }
+      if (!ascending || k / row != w.key_blocks.size() * block) {
+        throw usage_error("key_blocks must be ascending blocks of the layout, and k hold block_size rows of each", where,
+                          std::to_string(w.key_blocks.size()) + " blocks, " + std::to_string(k / row) + " key rows");
+      }
+    }
+    if (w.queries_from + q / row > total || (w.key_blocks.empty() && w.keys_from + k / row > total)) {
       throw usage_error("the rows run past the layout's " + std::to_string(total) + " tokens", where,
                         "queries [" + std::to_string(w.queries_from) + ", +" + std::to_string(q / row) + "), keys [" +
                             std::to_string(w.keys_from) + ", +" + std::to_string(k / row) + ")");
@@ -138,6 +152,17 @@ struct BlockSparseAttention {
   void visit(const Shape& s, const Window& w, std::size_t t, std::size_t a, F&& f) const {
     const std::size_t qpos = w.queries_from + t;
     const int qb = static_cast<int>(qpos / s.block);
+    if (!w.key_blocks.empty()) {  // the named blocks, one after the other
+      for (std::size_t b = 0; b < w.key_blocks.size(); ++b) {
+        const int kb = w.key_blocks[b];
+        if (!layout->has(static_cast<int>(a), qb, kb)) continue;
+        const std::size_t first = static_cast<std::size_t>(kb) * s.block;
+        std::size_t last = first + s.block;
+        if (causal) last = std::min(last, qpos + 1);
+        for (std::size_t pos = first; pos < last; ++pos) f(b * s.block + (pos - first));
+      }
+      return;
+    }
     const std::size_t lo = w.keys_from, hi = w.keys_from + s.nk;  // global key positions held
     for (int kb = static_cast<int>(lo / s.block); kb < layout->blocks() && static_cast<std::size_t>(kb) * s.block < hi; ++kb) {
       if (!layout->has(static_cast<int>(a), qb, kb)) continue;
