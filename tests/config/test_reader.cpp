@@ -629,6 +629,59 @@ TEST_CASE("expert size: expert_parallel.autoep_size when enabled, dividing the d
   CHECK(r.errors[0].message().find("must divide the data-parallel size (4 = world 8 / tensor 2)") != std::string::npos);
 }
 
+TEST_CASE("sparse_attention: DeepSpeed's block read per mode, with its config defaults; written back; refusals name the key") {
+  ResolveContext ctx;
+  ctx.world_size = 2;
+  ParseResult r = parse(R"({"train_micro_batch_size_per_gpu": 1,
+                            "sparse_attention": {"mode": "fixed", "block": 32, "different_layout_per_head": true,
+                                                 "num_local_blocks": 4, "num_global_blocks": 2, "attention": "unidirectional",
+                                                 "num_different_global_patterns": 2, "num_sliding_window_blocks": 5}})",
+                        ctx);
+  REQUIRE_MESSAGE(r.ok(), error_lines(r));
+  REQUIRE(r.config->sparse_attention.has_value());
+  context::SparsityConfig s = *r.config->sparse_attention;
+  CHECK(s.mode == context::SparsityMode::fixed);
+  CHECK(s.block == 32);
+  CHECK(s.different_layout_per_head);
+  CHECK(s.num_global_blocks == 2);
+  CHECK(s.unidirectional);
+  CHECK(s.num_different_global_patterns == 2);
+  CHECK(s.num_sliding_window_blocks == 3);  // fixed does not read it: the default stays, and a note says so
+  CHECK(has_notice(r, "/sparse_attention/num_sliding_window_blocks", "not read in mode \"fixed\""));
+  // Written back, it reads back to the same layout.
+  const ParseResult back = parse(to_json(*r.config).dump(), ctx);
+  REQUIRE_MESSAGE(back.ok(), error_lines(back));
+  REQUIRE(back.config->sparse_attention.has_value());
+  s.heads = 4;
+  context::SparsityConfig t = *back.config->sparse_attention;
+  t.heads = 4;
+  CHECK(context::make_layout(s, 512) == context::make_layout(t, 512));
+  // bigbird through the config: DeepSpeed's config default of num_random_blocks is 0 (its class's is 1).
+  r = parse(R"({"train_micro_batch_size_per_gpu": 1, "sparse_attention": {"mode": "bigbird"}})", ctx);
+  REQUIRE_MESSAGE(r.ok(), error_lines(r));
+  CHECK(r.config->sparse_attention->num_random_blocks == 0);
+  CHECK(r.config->sparse_attention->num_sliding_window_blocks == 3);
+  // No block: none.
+  r = parse(R"({"train_micro_batch_size_per_gpu": 1})", ctx);
+  REQUIRE_MESSAGE(r.ok(), error_lines(r));
+  CHECK_FALSE(r.config->sparse_attention.has_value());
+  CHECK_FALSE(to_json(*r.config).contains("sparse_attention"));
+  // Refusals, each at its key.
+  r = parse(R"({"train_micro_batch_size_per_gpu": 1, "sparse_attention": {"mode": "strided"}})", ctx);
+  REQUIRE(r.errors.size() == 1);
+  CHECK(r.errors[0].where() == "/sparse_attention/mode");
+  r = parse(R"({"train_micro_batch_size_per_gpu": 1, "sparse_attention": {"mode": "variable", "attention": "causal"}})", ctx);
+  REQUIRE(r.errors.size() == 1);
+  CHECK(r.errors[0].where() == "/sparse_attention/attention");
+  r = parse(R"({"train_micro_batch_size_per_gpu": 1, "sparse_attention": {"num_local_blocks": 4, "num_global_blocks": 3}})", ctx);
+  REQUIRE(r.errors.size() == 1);
+  CHECK(r.errors[0].where() == "/sparse_attention/num_local_blocks");
+  CHECK(r.errors[0].message().find("multiple of num_global_blocks") != std::string::npos);
+  r = parse(R"({"train_micro_batch_size_per_gpu": 1, "sparse_attention": {"mode": "variable", "local_window_blocks": [2, 0]}})", ctx);
+  REQUIRE(r.errors.size() == 1);
+  CHECK(r.errors[0].where() == "/sparse_attention/local_window_blocks/1");
+}
+
 TEST_CASE("tensor size: tensor_model_parallel_size or tensor_parallel.autotp_size; the batch triad counts world / tensor") {
   ResolveContext ctx;
   ctx.world_size = 8;

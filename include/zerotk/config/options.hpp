@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "zerotk/compress/gradient_options.hpp"
+#include "zerotk/context/sparsity.hpp"
 #include "zerotk/core/dtype.hpp"
 #include "zerotk/core/validation.hpp"
 #include "zerotk/engine/options.hpp"
@@ -367,6 +368,10 @@ struct Config : StepOptions {
   /// experts are the parameters the model declares (Param::expert(), EngineOptions::expert); 1: none
   /// apart from the data group.
   int expert_parallel_size = 1;
+  /// DeepSpeed's `sparse_attention` block (config/sparse_attention.hpp, docs/context.md): the layout
+  /// config of a block-sparse attention (context::make_layout), its `heads` the model's to fill;
+  /// empty when the block is absent. The engine does not read it: the model's attention does.
+  std::optional<context::SparsityConfig> sparse_attention;
   /// Stages the layers are split across and the schedule that runs them (pipeline.stages 1: none).
   PipelineConfig pipeline;
   std::int64_t train_batch_size = 1;

@@ -231,6 +231,7 @@ class Reader {
   void read_gradient_compression(Block& root, Config& c);
   void read_communication(Block& root, Config& c);  // config/communication.hpp
   void read_quantized(Block& zero, ZeroOptions& z);  // config/communication.hpp
+  void read_sparse_attention(Block& root, Config& c);  // config/sparse_attention.hpp
   void cross_check(Config& c);
 
   int data_size_ = 1;  // ranks of one data-parallel group: world / (tensor x pipeline) (read_parallel)
@@ -584,6 +585,7 @@ inline Config Reader::read(const Json& doc) {
   read_gradient_compression(root, c);
   check_pipeline_schedule(c);
   read_communication(root, c);  // after the batch: rebalancing splits its micro-batch
+  read_sparse_attention(root, c);
   root.finish({{"amp"},
                {"tensorboard"},
                {"wandb"},
@@ -598,7 +600,6 @@ inline Config Reader::read(const Json& doc) {
                {"compression_training"},
                {"autotuning"},
                {"elasticity"},
-               {"sparse_attention"},
                {"nebula"},
                {"hybrid_engine"},
                {"weight_quantization"},
@@ -782,3 +783,5 @@ inline Config load_file(const std::filesystem::path& path, const ResolveContext&
 #include "zerotk/config/communication.hpp"
 // Reader::read_parallel: the tensor and pipeline sizes, in a file of their own.
 #include "zerotk/config/parallel.hpp"
+// Reader::read_sparse_attention: DeepSpeed's block-sparse attention layouts.
+#include "zerotk/config/sparse_attention.hpp"

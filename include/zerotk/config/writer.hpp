@@ -210,6 +210,30 @@ inline Json checkpoint_json(const CheckpointConfig& ck) {
   return ckj;
 }
 
+/// The `sparse_attention` block: the mode and the keys DeepSpeed reads in it
+/// (config/sparse_attention.hpp), so the block reads back to the same layout config.
+inline Json sparse_attention_json(const context::SparsityConfig& s) {
+  using context::SparsityMode;
+  Json j{{"mode", std::string(context::to_string(s.mode))}, {"block", s.block}};
+  const bool f = s.mode == SparsityMode::fixed, v = s.mode == SparsityMode::variable, b = s.mode == SparsityMode::bigbird,
+             l = s.mode == SparsityMode::bslongformer;
+  if (f || v || b || l) j["different_layout_per_head"] = s.different_layout_per_head;
+  if (f) j["num_local_blocks"] = s.num_local_blocks, j["num_different_global_patterns"] = s.num_different_global_patterns;
+  if (f || b) j["num_global_blocks"] = s.num_global_blocks;
+  if (f || v) {
+    j["attention"] = s.unidirectional ? "unidirectional" : "bidirectional";
+    j["horizontal_global_attention"] = s.horizontal_global_attention;
+  }
+  if (v || b) j["num_random_blocks"] = s.num_random_blocks;
+  if (v) j["local_window_blocks"] = s.local_window_blocks;
+  if (v || l) {
+    j["global_block_indices"] = s.global_block_indices;
+    if (s.global_block_end_indices) j["global_block_end_indices"] = *s.global_block_end_indices;
+  }
+  if (b || l) j["num_sliding_window_blocks"] = s.num_sliding_window_blocks;
+  return j;
+}
+
 }  // namespace detail
 
 /// The fully resolved config in DeepSpeed's layout.
@@ -223,6 +247,7 @@ inline Json to_json(const Config& c) {
   // config without it reads back unchanged.
   if (c.tensor_parallel_size > 1) j["tensor_model_parallel_size"] = c.tensor_parallel_size;
   if (c.expert_parallel_size > 1) j["expert_parallel"] = Json{{"enabled", true}, {"autoep_size", c.expert_parallel_size}};
+  if (c.sparse_attention) j["sparse_attention"] = detail::sparse_attention_json(*c.sparse_attention);
   // zerotk's (the seeds') pipeline block when the layers are split; DeepSpeed's `pipeline` keys that act
   // when they are not its defaults.
   if (c.pipeline.stages > 1 || c.pipeline.schedule != PipelineConfig{}.schedule) {

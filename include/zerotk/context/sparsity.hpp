@@ -326,19 +326,12 @@ inline void bslongformer(const SparsityConfig& c, BlockLayout& l, int h) {
 
 }  // namespace detail
 
-/// The layout of `c` for a sequence of `seq_len` tokens (a multiple of c.block): DeepSpeed's
-/// make_layout. A config DeepSpeed refuses is a config_error naming the key.
-inline BlockLayout make_layout(const SparsityConfig& c, std::size_t seq_len) {
+/// The checks DeepSpeed's sparsity classes make of their arguments at construction (those that
+/// need the sequence length are make_layout's): a config_error naming the key.
+inline void check_config(const SparsityConfig& c) {
   if (c.heads < 1 || c.block < 1) {
     detail::refuse(c, "heads and block must be >= 1", "num_heads / block", std::to_string(c.heads) + " / " + std::to_string(c.block));
   }
-  if (seq_len % static_cast<std::size_t>(c.block) != 0) {
-    detail::refuse(c, "the sequence length must divide by the block size", "block",
-                   std::to_string(c.block) + " for " + std::to_string(seq_len) + " tokens");
-  }
-  const int n = static_cast<int>(seq_len / static_cast<std::size_t>(c.block));
-  BlockLayout l(c.heads, n, c.block);
-  // Per-mode argument checks, as the classes' constructors make them.
   switch (c.mode) {
     case SparsityMode::fixed:
       if (c.num_global_blocks < 1 || c.num_local_blocks < 1 || c.num_local_blocks % c.num_global_blocks != 0) {
@@ -371,6 +364,18 @@ inline BlockLayout make_layout(const SparsityConfig& c, std::size_t seq_len) {
     default:
       break;
   }
+}
+
+/// The layout of `c` for a sequence of `seq_len` tokens (a multiple of c.block): DeepSpeed's
+/// make_layout. A config DeepSpeed refuses is a config_error naming the key.
+inline BlockLayout make_layout(const SparsityConfig& c, std::size_t seq_len) {
+  check_config(c);
+  if (seq_len % static_cast<std::size_t>(c.block) != 0) {
+    detail::refuse(c, "the sequence length must divide by the block size", "block",
+                   std::to_string(c.block) + " for " + std::to_string(seq_len) + " tokens");
+  }
+  const int n = static_cast<int>(seq_len / static_cast<std::size_t>(c.block));
+  BlockLayout l(c.heads, n, c.block);
   detail::PythonRandom rng(c.seed);
   const int layout_heads = c.different_layout_per_head && c.mode != SparsityMode::local_sliding_window ? c.heads : 1;
   for (int h = 0; h < layout_heads; ++h) {
