@@ -7,6 +7,7 @@
 #include "zerotk/core/macros.hpp"
 #include "zerotk/plan/activations.hpp"
 #include "zerotk/plan/choice.hpp"
+#include "zerotk/plan/context.hpp"
 #include "zerotk/plan/deepspeed_estimate.hpp"
 #include "zerotk/plan/experts.hpp"
 #include "zerotk/plan/model.hpp"

@@ -5,7 +5,7 @@
 //    independent), and the unsplit attention to fp32 rounding; at A 2 x R 2, A 3 x R 2 (6 heads),
 //    A 4 x R 1 (Ulysses alone) and A 1 x R 4 (the ring alone);
 //  - the bytes per rank equal SEMANTICS.md's: a2a 4 N h (A-1)/(P A) for Q, K, V and O, ring
-//    2 N h (R-1)/(R A) forward;
+//    2 N h (R-1)/(R A) forward, and the planner's (plan::context_traffic);
 //  - an a2a degree that does not divide the context group is refused naming it.
 #include <doctest/doctest.h>
 
@@ -22,6 +22,7 @@
 #include "zerotk/context/hybrid.hpp"
 #include "zerotk/context/ring.hpp"
 #include "zerotk/context/ulysses.hpp"
+#include "zerotk/plan/context.hpp"
 
 namespace test_hybrid {
 
@@ -165,6 +166,11 @@ TEST_CASE("a2a+p2p: bytes per rank equal a2a 4 N h (A-1)/(P A) and ring 2 N h (R
     u.heads_to_seq(q, split, o);  // the output has the query's shape
     CHECK(g.a2a.stats()[comm::OpKind::all_to_all_v].wire_bytes == 4 * kN * h * (A - 1) / (P * A) * sizeof(float));
     CHECK(g.ring.stats().total_wire_bytes() == 2 * kN * h * (R - 1) / (R * A) * sizeof(float));
+    // The planner's figures (plan/context.hpp) are these counts.
+    const plan::ContextTraffic t = plan::context_traffic({.sequence = kN, .hidden = h, .heads = heads, .cp = P,
+                                                          .mode = plan::CpMode::a2a_p2p, .a2a = A});
+    CHECK(t.a2a_forward * sizeof(float) == g.a2a.stats()[comm::OpKind::all_to_all_v].wire_bytes);
+    CHECK(t.ring_forward * sizeof(float) == g.ring.stats().total_wire_bytes());
   });
   CHECK_THROWS_WITH_AS(comm::run_threads(4, [](ThreadsCommunicator& c) { (void)context::split_hybrid(c, 3); }),
                        doctest::Contains("must divide the context group's 4 ranks"), usage_error);

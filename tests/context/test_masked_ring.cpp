@@ -3,7 +3,8 @@
 // same kernel over whole chunks) bit for bit, and dense attention under the mask on one rank to fp32
 // rounding, for a causal sliding window, a BigBird layout with random blocks and a unidirectional
 // Fixed layout at P 4; a sliding window W <= N/P at P 8 moves at most 1/(P-1) of the dense ring's
-// KV bytes (exactly that at W = N/P, 1/28 of it at a window of one block).
+// KV bytes (exactly that at W = N/P, 1/28 of it at a window of one block), as the planner's
+// plan::masked_ring_forward and plan::context_traffic say.
 #include <doctest/doctest.h>
 
 #include <cstdint>
@@ -18,6 +19,7 @@
 #include "zerotk/context/masked_ring.hpp"
 #include "zerotk/context/ring.hpp"
 #include "zerotk/context/sparsity.hpp"
+#include "zerotk/plan/context.hpp"
 
 namespace test_masked_ring {
 
@@ -150,6 +152,10 @@ TEST_CASE("masked ring: a sliding window W <= N/P at P 8 moves at most 1/(P-1) o
       const std::uint64_t edge = 2 * static_cast<std::uint64_t>(window / 2) * kBlock * kRow * sizeof(float);
       CHECK(masked[r].forward_bytes == (r + 1 < static_cast<std::size_t>(P) ? edge : 0));
       CHECK(masked[r].forward_bytes * (P - 1) <= ring);
+      // The planner's bound (plan::masked_ring_forward: the most any rank sends) is rank 0's.
+      const plan::ContextShape shape{.sequence = N, .hidden = kRow, .heads = kHeads, .cp = P, .mode = plan::CpMode::p2p};
+      CHECK(plan::masked_ring_forward(shape, l, true) * sizeof(float) == masked[0].forward_bytes);
+      CHECK(plan::context_traffic(shape).ring_forward * sizeof(float) == ring);
       CHECK(test::compare_bits("o", masked[r].o.data(), dense[r].o.data(), masked[r].o.size()) == "");
     }
   }

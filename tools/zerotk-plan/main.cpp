@@ -10,9 +10,11 @@
 // the flag or key and the value) or nothing fits. Exit 2: bad command line.
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <iomanip>
 #include <iostream>
 #include <optional>
 #include <sstream>
@@ -52,6 +54,17 @@ required:
                          the model states per rank (dense over the data ranks, experts over the
                          expert-data ranks) and the all-to-all bytes per MoE layer (model states
                          only: not with --device-mem, --config, --pp or --deepspeed-estimate yet)
+  --cp P [--cp-mode a2a|p2p|a2a+p2p] [--a2a A] [--kv-heads K] [--sparse-attention FILE]
+         [--flops F --link-bw BW]
+                         with the transformer flags: context parallelism over P ranks (each N / P
+                         tokens); prints the elements each rank sends per layer under Ulysses (a2a),
+                         the ring (p2p) and both (a2a+p2p, A the Ulysses degree; default all three,
+                         A = the largest proper divisor of P), the ring's under FILE's
+                         sparse_attention layout (a DeepSpeed config; what the mask-aware ring sends),
+                         one rank's activations against the whole sequence's, and with F (FLOP/s)
+                         and BW (bytes/s) the tokens per rank from which the ring's transfers hide
+                         (context parallelism's tables only: not with --device-mem, --config, --pp,
+                         --experts or --deepspeed-estimate yet)
   --pp P                 pipeline stages (with --layer-params or the transformer flags): the layers
                          cut by parameter count (DeepSpeed's partition "parameters"; --partition
                          uniform by layer count); the plan is the stage with the most model
@@ -81,7 +94,7 @@ limits (a number outside them is refused, naming the flag, the value and the ran
   --layer-params         at most 1,000,000 entries, each 0 .. 1e15, their sum 1 .. 1e15
   --layers               1 .. 1,000,000 (the transformer's parameters at most 1e15 in all)
   --hidden, --heads, --micro-batch   1 .. 2^20;   --seq, --context, --vocab, --d-ff   1 .. 2^24
-  --experts, --top-k, --ep   1 .. 2^20
+  --experts, --top-k, --ep, --cp, --a2a, --kv-heads   1 .. 2^20;   --flops, --link-bw   (0, 1e30)
   --world, --tp, --pp, --hpz, --gpus-per-node   1 .. 2^20;   --gas 1 .. 1e6;   --checkpoint-every 1 .. 1e6
   --device-mem, --host-mem           0 .. 1e18 bytes;   --buffer-factor 1 .. 1000
 )usage";
@@ -96,6 +109,11 @@ struct Args {
   plan::TransformerShape shape;
   bool transformer = false;
   std::optional<plan::ExpertShape> experts;  ///< --experts (with --top-k, --ep)
+  std::optional<plan::ContextShape> context;  ///< --cp (with --cp-mode, --a2a, --kv-heads)
+  bool all_cp_modes = true;                   ///< no --cp-mode: every mode
+  bool cp_given = false;
+  std::string sparse_attention_file;
+  double flops = 0, link_bw = 0;
   std::string config_file;
   int world = 0;
   /// The data-parallel ranks ZeRO partitions over: --world / --tp.
@@ -191,6 +209,10 @@ Args parse_args(int argc, char** argv) {
     if (!a.experts) a.experts.emplace();
     return *a.experts;
   };
+  auto context_shape = [&]() -> plan::ContextShape& {
+    if (!a.context) a.context.emplace();
+    return *a.context;
+  };
   std::vector<std::string_view> rest(argv + 1, argv + argc);
   for (std::size_t i = 0; i < rest.size(); ++i) {
     const std::string_view arg = rest[i];
@@ -231,6 +253,24 @@ Args parse_args(int argc, char** argv) {
     else if (arg == "--experts") expert_shape().experts = count_in(arg, value(), 1, kMaxWidth);
     else if (arg == "--top-k") expert_shape().top_k = count_in(arg, value(), 1, kMaxWidth);
     else if (arg == "--ep") expert_shape().ep = count_in(arg, value(), 1, kMaxWidth);
+    else if (arg == "--cp") { context_shape().cp = count_in(arg, value(), 1, kMaxWidth); a.cp_given = true; }
+    else if (arg == "--cp-mode") {
+      const std::string_view v = value();
+      if (v != "a2a" && v != "p2p" && v != "a2a+p2p") throw zerotk::config_error("must be a2a, p2p or a2a+p2p", std::string(arg), std::string(v));
+      context_shape().mode = v == "a2a" ? plan::CpMode::a2a : v == "p2p" ? plan::CpMode::p2p : plan::CpMode::a2a_p2p;
+      a.all_cp_modes = false;
+    }
+    else if (arg == "--a2a") context_shape().a2a = count_in(arg, value(), 1, kMaxWidth);
+    else if (arg == "--kv-heads") context_shape().kv_heads = count_in(arg, value(), 1, kMaxWidth);
+    else if (arg == "--sparse-attention") a.sparse_attention_file = std::string(value());
+    else if (arg == "--flops" || arg == "--link-bw") {
+      std::size_t used = 0;
+      const double v = plan::detail::number_prefix(arg, value(), used);
+      if (used != rest[i].size() || !(v > 0 && v < 1e30)) {
+        throw zerotk::config_error("must be a number in (0, 1e30)", std::string(arg), std::string(rest[i]));
+      }
+      (arg == "--flops" ? a.flops : a.link_bw) = v;
+    }
     else if (arg == "--pp") a.pipeline = to_int(arg, value(), 1, kMaxWorld);
     else if (arg == "--partition") {
       const std::string_view v = value();
@@ -308,6 +348,17 @@ Args parse_args(int argc, char** argv) {
       throw zerotk::config_error("must divide the data-parallel ranks (" + std::to_string(a.data()) + " = --world / --tp)",
                                  "--ep", std::to_string(a.experts->ep));
     }
+  }
+  if (a.context) {
+    if (!a.cp_given) throw UsageError{"--cp-mode, --a2a and --kv-heads go with --cp P"};
+    if (!a.transformer) throw UsageError{"--cp splits the transformer's sequence: give the model as --layers/--hidden/--heads/--seq/..."};
+    if (a.device_mem || !a.config_file.empty() || a.pipeline > 1 || a.ds_estimate || a.experts) {
+      throw UsageError{"--cp prints context parallelism's tables only, for now: not with --device-mem, --config, --pp, "
+                       "--experts or --deepspeed-estimate"};
+    }
+    if ((a.flops > 0) != (a.link_bw > 0)) throw UsageError{"--flops and --link-bw go together (the ring's overlap condition)"};
+  } else if (!a.sparse_attention_file.empty() || a.flops > 0 || a.link_bw > 0) {
+    throw UsageError{"--sparse-attention, --flops and --link-bw go with --cp P"};
   }
   return a;
 }
@@ -400,6 +451,92 @@ void print_expert_table(const Args& a, zerotk::DType p) {
   std::cout << "all-to-all per MoE layer and micro-batch (uniform routing, dropless): 4 T k h b (ep - 1) / ep = "
             << plan::all_to_all_bytes_per_layer(tokens, x.top_k, a.shape.hidden, b, x.ep) << " bytes sent per rank (T = "
             << tokens << " tokens, h = " << a.shape.hidden << ", b = " << b << ")\n";
+}
+
+/// --cp: elements sent per rank and layer under each mode (and the mask-aware ring's under a
+/// sparse_attention layout), one rank's activations, and the ring's overlap condition.
+void print_context_table(const Args& a, zerotk::DType p) {
+  plan::ContextShape base = *a.context;
+  base.micro_batch = a.shape.micro_batch;
+  base.sequence = a.shape.sequence;
+  base.hidden = a.shape.hidden;
+  base.heads = a.shape.heads;
+  std::size_t A = base.a2a;
+  if (A == 0) {  // the largest proper divisor of P
+    for (std::size_t d = base.cp / 2; d >= 1 && A == 0; --d) {
+      if (base.cp % d == 0) A = d;
+    }
+  }
+  std::vector<plan::CpMode> modes;
+  if (a.all_cp_modes) {
+    modes = {plan::CpMode::a2a, plan::CpMode::p2p};
+    if (A > 1) modes.push_back(plan::CpMode::a2a_p2p);
+  } else {
+    modes = {base.mode};
+  }
+  const std::uint64_t b = plan::detail::bytes_of(p);
+  const std::size_t n = base.sequence / std::max<std::size_t>(1, base.cp);
+  std::optional<zerotk::context::BlockLayout> layout;
+  bool causal = true;
+  if (!a.sparse_attention_file.empty()) {
+    zerotk::config::ResolveContext ctx;
+    ctx.world_size = a.world;
+    ctx.micro_batch_size = static_cast<std::int64_t>(a.shape.micro_batch);
+    const zerotk::config::Config cfg = zerotk::config::load_file(a.sparse_attention_file, ctx);
+    if (!cfg.sparse_attention) {
+      throw zerotk::config_error("has no sparse_attention block", "--sparse-attention", a.sparse_attention_file);
+    }
+    zerotk::context::SparsityConfig sc = *cfg.sparse_attention;
+    sc.heads = static_cast<int>(base.heads);
+    causal = sc.unidirectional;
+    layout = zerotk::context::make_layout(sc, base.sequence);
+  }
+  std::cout << "context parallel " << base.cp << " over N = " << base.sequence << " tokens (" << n << " a rank), micro batch "
+            << base.micro_batch << ", h = " << base.hidden << ", h_kv = " << base.h_kv() << " ("
+            << zerotk::to_string(p) << ", " << b << " bytes an element); sent per rank per layer:\n";
+  for (plan::CpMode mode : modes) {
+    plan::ContextShape s = base;
+    s.mode = mode;
+    if (mode == plan::CpMode::a2a_p2p) s.a2a = A;
+    const plan::ContextTraffic t = plan::context_traffic(s);
+    std::cout << "  " << plan::to_string(mode);
+    if (mode == plan::CpMode::a2a_p2p) std::cout << " (a2a " << s.ulysses() << " x ring " << s.ring() << ")";
+    std::cout << ": forward " << t.forward() << " elements (" << t.forward() * b << " B; all-to-all " << t.a2a_forward
+              << ", ring " << t.ring_forward << "), forward + backward " << t.forward_backward() << " elements ("
+              << t.forward_backward() * b << " B)\n";
+    if (layout && mode != plan::CpMode::a2a) {
+      const std::uint64_t masked = plan::masked_ring_forward(s, *layout, causal);
+      std::cout << "    the mask-aware ring under " << a.sparse_attention_file << "'s layout (" << layout->kept() << " of "
+                << static_cast<std::size_t>(layout->heads()) * static_cast<std::size_t>(layout->blocks()) *
+                       static_cast<std::size_t>(layout->blocks())
+                << " blocks kept): forward at most " << masked << " elements a rank (" << masked * b << " B), against the ring's "
+                << t.ring_forward << "\n";
+    }
+  }
+  plan::TransformerShape whole = a.shape, mine = a.shape;
+  mine.context = a.shape.positions();
+  mine.sequence = n;
+  const std::size_t all = plan::activation_peak(plan::gpt_model(whole), {}).peak();
+  const std::size_t one = plan::activation_peak(plan::gpt_model(mine), {}).peak();
+  std::cout << "activations per rank, no checkpointing: " << one << " B with " << n << " tokens (attention scores over one block of "
+            << n << " keys at a time, as a blockwise kernel keeps them), against " << all << " B for the whole sequence on one rank ("
+            << std::fixed << std::setprecision(2) << static_cast<double>(all) / static_cast<double>(std::max<std::size_t>(1, one))
+            << "x)\n";
+  std::cout.unsetf(std::ios::floatfield);
+  if (a.flops > 0) {
+    const double hide = plan::ring_hiding_tokens(base, static_cast<double>(b), a.flops, a.link_bw);
+    std::cout << "the ring's transfers hide behind its attention from " << static_cast<std::uint64_t>(std::ceil(hide))
+              << " tokens a ring rank ((b h_kv / 2h)(F / BW), F = " << a.flops << " FLOP/s, BW = " << a.link_bw << " B/s):";
+    for (plan::CpMode mode : modes) {
+      if (mode == plan::CpMode::a2a) continue;
+      plan::ContextShape s = base;
+      s.mode = mode;
+      if (mode == plan::CpMode::a2a_p2p) s.a2a = A;
+      const std::size_t per = base.sequence / s.ring();
+      std::cout << " " << plan::to_string(mode) << " (" << per << " a ring rank) " << (per >= hide ? "hides" : "does not hide") << ";";
+    }
+    std::cout << " a2a's all-to-all sits between the projections and attention and hides behind neither\n";
+  }
 }
 
 void print_deepspeed_estimate(const plan::ModelDescription& m, const Args& a) {
@@ -550,6 +687,8 @@ int run(int argc, char** argv) {
     for (zerotk::DType p : a.precisions) {
       if (a.experts) {
         print_expert_table(a, p);
+      } else if (a.context) {
+        print_context_table(a, p);
       } else {
         print_zero_table(m, a, p);
       }
