@@ -48,7 +48,7 @@ run() {  # run <label> <command...>
   if "$@"; then echo "gpu-run: PASS $label ($(( $(date +%s) - t0 )) s)"
   else echo "gpu-run: FAIL $label (exit $?)"; failed=$((failed + 1)); fi
 }
-for t in cast kernels compress nccl engine engine_offload; do
+for t in cast kernels compress quantize parallel block_sparse nccl engine engine_offload; do
   [[ -x "$B/tests/cuda/zerotk_cuda_test_$t" ]] && run "cuda.$t" "$B/tests/cuda/zerotk_cuda_test_$t"
 done
 run cuda.host_memory "$B/tests/cuda/zerotk_cuda_host_memory"

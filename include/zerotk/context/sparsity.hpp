@@ -85,6 +85,8 @@ class BlockLayout {
     }
     return out;
   }
+  /// The mask, [heads][blocks][blocks] bytes (1: kept): what the kernels read (rows::MaskView).
+  std::span<const std::uint8_t> mask_data() const noexcept { return mask_; }
   /// Blocks kept, over every head.
   std::size_t kept() const noexcept { return static_cast<std::size_t>(std::count(mask_.begin(), mask_.end(), 1)); }
   bool operator==(const BlockLayout&) const = default;
