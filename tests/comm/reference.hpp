@@ -45,6 +45,19 @@ T value(std::uint64_t seed, int rank, std::size_t i, bool exact) {
   }
 }
 
+/// n floats in [-scale, scale) from a 32-bit linear congruential stream seeded by `seed` and
+/// `salt` (the engine-level tests' model values: tensor parallel, experts, context parallel; each
+/// file keeps its own salt, so its values are what they were).
+inline std::vector<float> lcg_values(std::size_t n, std::uint32_t seed, float scale, std::uint32_t salt) {
+  std::vector<float> v(n);
+  std::uint32_t s = seed * 2654435761u + salt;
+  for (auto& x : v) {
+    s = s * 1664525u + 1013904223u;
+    x = scale * (static_cast<float>(s >> 8) / 8388608.0f - 1.0f);
+  }
+  return v;
+}
+
 template <class T>
 std::vector<T> make_data(std::uint64_t seed, int rank, std::size_t n, bool exact) {
   std::vector<T> v(n);

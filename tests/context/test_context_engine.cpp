@@ -38,15 +38,7 @@ constexpr std::size_t kHeads = 4, kD = 2, kH = kHeads * kD, kN = 12;  // kN: tok
 
 enum class Mode { ulysses, ring };
 
-std::vector<float> values(std::size_t n, std::uint32_t seed, float scale) {
-  std::vector<float> v(n);
-  std::uint32_t s = seed * 2654435761u + 12345u;
-  for (auto& x : v) {
-    s = s * 1664525u + 1013904223u;
-    x = scale * (static_cast<float>(s >> 8) / 8388608.0f - 1.0f);
-  }
-  return v;
-}
+std::vector<float> values(std::size_t n, std::uint32_t seed, float scale) { return test::lcg_values(n, seed, scale, 12345u); }
 
 // y[t][o] = sum_i w[o][i] x[t][i] (+= when `add`), rows t of `x` [rows x kH].
 void project(std::span<const float> w, std::span<const float> x, std::span<float> y) {

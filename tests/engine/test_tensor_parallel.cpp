@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "../comm/reference.hpp"
 #include "zerotk/comm/grid.hpp"
 #include "zerotk/comm/threads.hpp"
 #include "zerotk/engine.hpp"
@@ -31,15 +32,7 @@ namespace {
 
 constexpr std::size_t kD = 6, kH = 8, kTokens = 4;
 
-std::vector<float> values(std::size_t n, std::uint32_t seed, float scale) {
-  std::vector<float> v(n);
-  std::uint32_t s = seed * 2654435761u + 99u;
-  for (auto& x : v) {
-    s = s * 1664525u + 1013904223u;
-    x = scale * (static_cast<float>(s >> 8) / 8388608.0f - 1.0f);
-  }
-  return v;
-}
+std::vector<float> values(std::size_t n, std::uint32_t seed, float scale) { return test::lcg_values(n, seed, scale, 99u); }
 
 template <class V>
 std::vector<float> shard_of(const V& full, parallel::MatrixShape s, TensorSplit split, int r, int t) {

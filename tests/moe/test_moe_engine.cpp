@@ -61,15 +61,7 @@ namespace {
 constexpr int kE = 4, kH = 6, kT = 8, kK = 2;
 constexpr std::size_t kHH = static_cast<std::size_t>(kH) * kH;
 
-std::vector<float> values(std::size_t n, std::uint32_t seed, float scale) {
-  std::vector<float> v(n);
-  std::uint32_t s = seed * 2654435761u + 77u;
-  for (auto& x : v) {
-    s = s * 1664525u + 1013904223u;
-    x = scale * (static_cast<float>(s >> 8) / 8388608.0f - 1.0f);
-  }
-  return v;
-}
+std::vector<float> values(std::size_t n, std::uint32_t seed, float scale) { return test::lcg_values(n, seed, scale, 77u); }
 
 /// A Param that says it belongs to an expert.
 struct ExpertParam : Param<float> {
