@@ -124,4 +124,36 @@ TEST_CASE("sparsity layouts: Python's random as DeepSpeed draws with it, and the
   CHECK_THROWS_WITH_AS(context::make_layout(ends, 160), doctest::Contains("global_block_end_indices"), config_error);
 }
 
+TEST_CASE("sparsity layouts: ring_needs lists, per rank pair, the key blocks some query token of the receiver attends to") {
+  // Against a token-level count: rank `to` needs key block kb of rank `from` iff some query token t of
+  // `to` attends (in some head) to some key token of kb, causally at or before t. (Between two ranks
+  // the block test is the token test; within one it is because the layouts keep the diagonal block.)
+  const SparsityConfig bird{.mode = SparsityMode::bigbird, .heads = 2, .block = 4, .different_layout_per_head = true,
+                            .num_random_blocks = 1, .seed = 3};
+  const context::BlockLayout l = context::make_layout(bird, 64);  // 16 blocks
+  for (const bool causal : {false, true}) {
+    for (const int ranks : {1, 2, 4, 8}) {
+      const auto needs = context::ring_needs(l, ranks, causal);
+      REQUIRE(needs.size() == static_cast<std::size_t>(ranks * ranks));
+      const int per = l.blocks() / ranks, b = l.block_size();
+      for (int from = 0; from < ranks; ++from) {
+        for (int to = 0; to < ranks; ++to) {
+          std::vector<int> want;
+          for (int kb = from * per; kb < (from + 1) * per; ++kb) {
+            bool any = false;
+            for (int t = to * per * b; t < (to + 1) * per * b && !any; ++t) {
+              for (int h = 0; h < l.heads() && !any; ++h) {
+                any = l.has(h, t / b, kb) && (!causal || kb * b <= t);
+              }
+            }
+            if (any) want.push_back(kb);
+          }
+          CHECK(needs[static_cast<std::size_t>(from * ranks + to)] == want);
+        }
+      }
+    }
+  }
+  CHECK_THROWS_WITH_AS(context::ring_needs(l, 3, false), doctest::Contains("16 blocks over 3 ranks"), usage_error);
+}
+
 }  // namespace test_sparsity

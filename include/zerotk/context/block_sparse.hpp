@@ -18,13 +18,10 @@
 /// hold those rows only), with the queries at [queries_from, queries_from + rows); `key_blocks`
 /// names the layout blocks k and v hold instead, for keys that are not contiguous.
 
-#include <algorithm>
 #include <cmath>
 #include <cstddef>
-#include <limits>
 #include <span>
 #include <string>
-#include <vector>
 
 #include "zerotk/context/block_sparse_rows.hpp"
 #include "zerotk/context/sparsity.hpp"

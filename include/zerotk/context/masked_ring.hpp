@@ -53,21 +53,7 @@ class MaskedRing {
                         std::to_string(tokens) + " tokens x " + std::to_string(P()) + " ranks against " +
                             std::to_string(layout.blocks()) + " blocks of " + std::to_string(block_));
     }
-    const int per = static_cast<int>(tokens / block_);
-    needed_.assign(static_cast<std::size_t>(P() * P()), {});
-    for (int to = 0; to < P(); ++to) {
-      const std::size_t last_query = (static_cast<std::size_t>(to) + 1) * tokens - 1;
-      for (int from = 0; from < P(); ++from) {
-        for (int kb = from * per; kb < (from + 1) * per; ++kb) {
-          if (causal && static_cast<std::size_t>(kb) * block_ > last_query) continue;
-          bool any = false;
-          for (int h = 0; h < layout.heads() && !any; ++h) {
-            for (int qb = to * per; qb < (to + 1) * per && !any; ++qb) any = layout.has(h, qb, kb);
-          }
-          if (any) needed_[pair(from, to)].push_back(kb);
-        }
-      }
-    }
+    needed_ = ring_needs(layout, P(), causal);
   }
 
   /// The key blocks rank `to` receives of rank `from`'s chunk (from == to: its own it computes with), ascending.

@@ -101,6 +101,33 @@ class BlockLayout {
   std::vector<std::uint8_t> mask_;
 };
 
+/// What a ring of `ranks` chunks needs of `l`: entry [from * ranks + to] lists, ascending, the key
+/// blocks of rank `from`'s chunk that some query block of rank `to`'s chunk attends to in any head
+/// (when causal, only blocks starting at or before `to`'s last query). The chunks are equal runs of
+/// whole blocks (l.blocks() must divide by ranks). MaskedRing sends by it; the planner counts it.
+inline std::vector<std::vector<int>> ring_needs(const BlockLayout& l, int ranks, bool causal) {
+  if (ranks <= 0 || l.blocks() % ranks != 0) {
+    throw usage_error("the layout's blocks must divide into the ring's chunks", "zerotk::context::ring_needs",
+                      std::to_string(l.blocks()) + " blocks over " + std::to_string(ranks) + " ranks");
+  }
+  const int per = l.blocks() / ranks;
+  std::vector<std::vector<int>> needs(static_cast<std::size_t>(ranks) * static_cast<std::size_t>(ranks));
+  for (int to = 0; to < ranks; ++to) {
+    const int last_query_block = (to + 1) * per - 1;  // a key block starts after the last query iff it is later
+    for (int from = 0; from < ranks; ++from) {
+      for (int kb = from * per; kb < (from + 1) * per; ++kb) {
+        if (causal && kb > last_query_block) continue;
+        bool any = false;
+        for (int h = 0; h < l.heads() && !any; ++h) {
+          for (int qb = to * per; qb < (to + 1) * per && !any; ++qb) any = l.has(h, qb, kb);
+        }
+        if (any) needs[static_cast<std::size_t>(from * ranks + to)].push_back(kb);
+      }
+    }
+  }
+  return needs;
+}
+
 namespace detail {
 
 /// Python's `random` module as DeepSpeed uses it: MT19937 seeded as `random.seed(n)` seeds it (the

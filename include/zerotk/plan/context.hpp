@@ -88,22 +88,11 @@ inline std::uint64_t masked_ring_forward(const ContextShape& s, const context::B
     throw config_error("each ring rank's tokens must be whole layout blocks", "--sparse-attention block",
                        std::to_string(block) + " for " + std::to_string(n) + " tokens a ring rank");
   }
-  const int per = static_cast<int>(n / block);
-  std::uint64_t most = 0;
+  const auto needs = context::ring_needs(layout, static_cast<int>(R), causal);
+  std::uint64_t most = 0;  // blocks the busiest rank sends
   for (std::size_t from = 0; from < R; ++from) {
     std::uint64_t blocks = 0;
-    for (std::size_t to = 0; to < R; ++to) {
-      if (to == from) continue;
-      const std::size_t last_query = (to + 1) * n - 1;
-      for (int kb = static_cast<int>(from) * per; kb < static_cast<int>(from + 1) * per; ++kb) {
-        if (causal && static_cast<std::size_t>(kb) * block > last_query) continue;
-        bool any = false;
-        for (int h = 0; h < layout.heads() && !any; ++h) {
-          for (int qb = static_cast<int>(to) * per; qb < static_cast<int>(to + 1) * per && !any; ++qb) any = layout.has(h, qb, kb);
-        }
-        blocks += any ? 1 : 0;
-      }
-    }
+    for (std::size_t to = 0; to < R; ++to) blocks += to == from ? 0 : needs[from * R + to].size();
     most = std::max<std::uint64_t>(most, blocks);
   }
   // Under a2a+p2p each ring rank holds 1/A of the KV heads.
