@@ -54,7 +54,8 @@ EngineOptions engine_options(const config::Config& cfg) {
 }
 
 /// The process grid `cfg` asks for: its tensor and pipeline sizes, data = the world's size / (tensor x
-/// pipeline) (inferred by the grid, which refuses a world they do not divide), Megatron's rank order. An engine built on `comm::ProcessGrid grid(world, grid_shape(cfg))`
+/// pipeline) (inferred by the grid, which refuses a world they do not divide), Megatron's rank order,
+/// the context ranks (sequence_parallel_size) folded inside data. An engine built on `comm::ProcessGrid grid(world, grid_shape(cfg))`
 /// partitions over the data group the config's batch triad counts.
 ///
 ///   zerotk::comm::ProcessGrid grid(world, zerotk::grid_shape(cfg));
@@ -64,7 +65,8 @@ inline comm::GridShape grid_shape(const config::Config& cfg) {
                          .pipeline = cfg.pipeline.stages,
                          .tensor = cfg.tensor_parallel_size,
                          .expert = cfg.expert_parallel_size,
-                         .expert_tensor = cfg.tensor_parallel_size};
+                         .expert_tensor = cfg.tensor_parallel_size,
+                         .context = cfg.sequence_parallel_size};
 }
 
 /// The scheduler of `cfg`, if it has one, at iteration -1 (the engine steps it).

@@ -629,6 +629,41 @@ TEST_CASE("expert size: expert_parallel.autoep_size when enabled, dividing the d
   CHECK(r.errors[0].message().find("must divide the data-parallel size (4 = world 8 / tensor 2)") != std::string::npos);
 }
 
+TEST_CASE("sequence_parallel_size: the grid's context size, dividing the data ranks; the batch triad counts replicas") {
+  ResolveContext ctx;
+  ctx.world_size = 8;
+  // world 8 / tensor 2 = 4 data ranks, 2 of them per replica: 2 replicas, so 16 = 4 x 2 x 2.
+  ParseResult r = parse(R"({"train_batch_size": 16, "train_micro_batch_size_per_gpu": 4, "tensor_model_parallel_size": 2,
+                            "sequence_parallel_size": 2})",
+                        ctx);
+  REQUIRE_MESSAGE(r.ok(), error_lines(r));
+  CHECK(r.config->sequence_parallel_size == 2);
+  CHECK(r.config->data_parallel_size == 4);
+  CHECK(r.config->replica_count() == 2);
+  CHECK(r.config->gradient_accumulation_steps == 2);
+  const ParseResult back = parse(to_json(*r.config).dump(), ctx);  // written back, and reads back the same
+  REQUIRE_MESSAGE(back.ok(), error_lines(back));
+  CHECK(back.config->sequence_parallel_size == 2);
+  // The triad counting every data rank is off by the context size: said with where W came from.
+  r = parse(R"({"train_batch_size": 16, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1,
+                "tensor_model_parallel_size": 2, "sequence_parallel_size": 2})",
+            ctx);
+  REQUIRE(r.errors.size() == 1);
+  CHECK(r.errors[0].message().find("(the data-parallel replicas: (world 8 / tensor 2) / sequence_parallel_size 2)") !=
+        std::string::npos);
+  // A size the data ranks do not divide: named.
+  r = parse(R"({"train_micro_batch_size_per_gpu": 1, "tensor_model_parallel_size": 2, "sequence_parallel_size": 3})", ctx);
+  REQUIRE(r.errors.size() == 1);
+  CHECK(r.errors[0].where() == "/sequence_parallel_size");
+  CHECK(r.errors[0].value() == "3");
+  CHECK(r.errors[0].message().find("must divide the data-parallel size (4 = world 8 / tensor 2)") != std::string::npos);
+  // Absent: 1, and nothing written back.
+  r = parse(R"({"train_micro_batch_size_per_gpu": 1})", ctx);
+  REQUIRE_MESSAGE(r.ok(), error_lines(r));
+  CHECK(r.config->sequence_parallel_size == 1);
+  CHECK_FALSE(to_json(*r.config).contains("sequence_parallel_size"));
+}
+
 TEST_CASE("sparse_attention: DeepSpeed's block read per mode, with its config defaults; written back; refusals name the key") {
   ResolveContext ctx;
   ctx.world_size = 2;

@@ -101,7 +101,8 @@ inline std::string derive_batch(BatchTriad& t, std::int64_t w) {
 }
 
 inline void Reader::read_batch(Block& root, Config& c) {
-  const std::int64_t w = data_size_;  // SEMANTICS.md section 5's W: the data-parallel ranks
+  // SEMANTICS.md section 5's W: the data-parallel replicas (the context ranks of one read the same samples)
+  const std::int64_t w = data_size_ / c.sequence_parallel_size;
   BatchTriad t;
   if (!read_batch_keys(root, t) || w < 1) return;
   const std::string &p_tbs = t.p_tbs, &p_gas = t.p_gas;
@@ -131,7 +132,12 @@ inline void Reader::read_batch(Block& root, Config& c) {
   }
   if (tbs != product || mbs < 1 || gas < 1) {
     // With a tensor size the product's last factor is the data-parallel size: say where it came from.
-    const std::string w_is = w == ctx.world_size ? std::string() : cat(" (the data-parallel size: ", data_size_origin(c), ")");
+    const std::string w_is =
+        w == ctx.world_size ? std::string()
+        : c.sequence_parallel_size > 1
+            ? cat(" (the data-parallel replicas: (", data_size_origin(c), ") / sequence_parallel_size ",
+                  std::to_string(c.sequence_parallel_size), ")")
+            : cat(" (the data-parallel size: ", data_size_origin(c), ")");
     error(p_tbs,
           cat("train_batch_size must equal train_micro_batch_size_per_gpu * gradient_accumulation_steps * ",
               w == ctx.world_size ? "world_size" : "data_parallel_size", ": ", std::to_string(tbs), " != ",

@@ -361,8 +361,15 @@ struct Config : StepOptions {
   /// `tensor_parallel.autotp_size`); 1 when neither is given. The model must be written tensor
   /// parallel (zerotk::parallel) and declare its splits: nothing is split automatically.
   int tensor_parallel_size = 1;
-  /// Ranks ZeRO partitions over and the batch triad counts: world_size / (tensor x pipeline).
+  /// Ranks ZeRO partitions over: world_size / (tensor x pipeline), context ranks included.
   int data_parallel_size = 1;
+  /// Context parallelism (DeepSpeed's `sequence_parallel_size`, Megatron's context size): each
+  /// replica's sequences split over this many of its data ranks (zerotk::grid_shape's context;
+  /// docs/context.md). The batch triad counts replicas, data_parallel_size / sequence_parallel_size,
+  /// as DeepSpeed's does; ZeRO still partitions over all data_parallel_size ranks. 1: none.
+  int sequence_parallel_size = 1;
+  /// The replicas the batch triad counts: data_parallel_size / sequence_parallel_size.
+  int replica_count() const noexcept { return data_parallel_size / sequence_parallel_size; }
   /// Expert parallelism (DeepSpeed's `expert_parallel` block: `autoep_size` when `enabled`): the
   /// expert size of the grid the engine is built on (zerotk::grid_shape(cfg); docs/moe.md). The
   /// experts are the parameters the model declares (Param::expert(), EngineOptions::expert); 1: none

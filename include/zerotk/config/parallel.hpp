@@ -9,8 +9,11 @@
 ///   "pipeline": {"partition": "parameters", "activation_checkpoint_interval": 0}
 ///   "expert_parallel": {"enabled": true, "autoep_size": 4}   DeepSpeed's AutoEP block: the grid's
 ///                                                         expert size (it must divide data)
+///   "sequence_parallel_size": 4                           DeepSpeed's key: the grid's context size
+///                                                         (it must divide data)
 ///
-/// data = world / (tensor x pipeline), which the batch triad (SEMANTICS.md section 5) and hpZ count.
+/// data = world / (tensor x pipeline), which ZeRO and hpZ partition over; the batch triad (SEMANTICS.md
+/// section 5) counts the replicas, data / sequence_parallel_size.
 /// Reader::read_parallel is declared in config/reader.hpp and defined here (reader.hpp includes
 /// this file at its end), so the keys live in one file.
 
@@ -124,11 +127,14 @@ inline int Reader::read_pipeline_stages(Block& root, Config& c, std::string& pp_
 }
 
 inline void Reader::read_parallel(Block& root, Config& c) {
+  constexpr int kMaxInt = std::numeric_limits<int>::max();
   std::string from, pp_from;  // the keys the tensor size and the stage count came from
   const int tp = read_tensor_size(root, from);
   c.tensor_parallel_size = tp;
   const int pp = read_pipeline_stages(root, c, pp_from);
   c.pipeline.stages = pp;
+  int sp = 1;
+  const bool sp_given = root.get_int("sequence_parallel_size", sp, 1, kMaxInt) == Got::value;
 
   const long long model = static_cast<long long>(tp) * pp;
   if (model > ctx.world_size || ctx.world_size % model != 0) {
@@ -144,6 +150,17 @@ inline void Reader::read_parallel(Block& root, Config& c) {
   data_size_ = static_cast<int>(ctx.world_size / model);
   c.data_parallel_size = data_size_;
   read_expert_size(root, c);
+  // Context parallelism folds inside the data ranks (comm::GridShape::context): it must divide them.
+  if (sp_given) {
+    if (data_size_ % sp != 0) {
+      error(root.path_of("sequence_parallel_size"),
+            cat("must divide the data-parallel size (", std::to_string(data_size_), " = ", data_size_origin(c),
+                "): each replica's sequences split over that many of its data ranks"),
+            std::to_string(sp));
+    } else {
+      c.sequence_parallel_size = sp;
+    }
+  }
 }
 
 /// DeepSpeed's AutoEP block: `autoep_size` when `enabled` is the expert size of the grid (the experts

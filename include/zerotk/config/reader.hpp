@@ -613,7 +613,6 @@ inline Config Reader::read(const Json& doc) {
                {"sparse_gradients", "false"},
                {"graph_harvesting", "false"},
                {"use_data_before_expert_parallelism", "false"},
-               {"sequence_parallel_size", "1"},
                {"seq_parallel_communication_data_type", "\"fp32\""},
                {"zero_allow_untested_optimizer", "", kTorchOnly},
                {"zero_force_ds_cpu_optimizer", "", kTorchOnly},

@@ -246,6 +246,7 @@ inline Json to_json(const Config& c) {
   // zerotk's own key (the seeds'); DeepSpeed's top level ignores it. Written only when it splits, so a
   // config without it reads back unchanged.
   if (c.tensor_parallel_size > 1) j["tensor_model_parallel_size"] = c.tensor_parallel_size;
+  if (c.sequence_parallel_size > 1) j["sequence_parallel_size"] = c.sequence_parallel_size;
   if (c.expert_parallel_size > 1) j["expert_parallel"] = Json{{"enabled", true}, {"autoep_size", c.expert_parallel_size}};
   if (c.sparse_attention) j["sparse_attention"] = detail::sparse_attention_json(*c.sparse_attention);
   // zerotk's (the seeds') pipeline block when the layers are split; DeepSpeed's `pipeline` keys that act
