@@ -65,6 +65,7 @@
 #include <zerotk/parallel/split.hpp>
 #include <zerotk/parallel/split_param.hpp>
 
+#include "context_attention.hpp"
 #include "layers.hpp"
 #include "moe_mlp.hpp"
 
@@ -97,9 +98,10 @@ class Embedding {
                                 std::to_string(tokens.ids.size()) + " ids for " + std::to_string(tokens.batch) +
                                     " x " + std::to_string(tokens.seq));
     }
-    if (static_cast<std::size_t>(tokens.seq) > wpe.dim(0)) {
+    if (tokens.first_position < 0 || static_cast<std::size_t>(tokens.first_position) + static_cast<std::size_t>(tokens.seq) > wpe.dim(0)) {
       throw zerotk::usage_error("sequence longer than the model's context", "gpt::Embedding::forward",
-                                std::to_string(tokens.seq) + " > " + std::to_string(wpe.dim(0)));
+                                std::to_string(tokens.first_position) + " + " + std::to_string(tokens.seq) + " > " +
+                                    std::to_string(wpe.dim(0)));
     }
     for (std::size_t i = 0; i < n; ++i) {
       if (tokens.ids[i] < 0 || tokens.ids[i] >= vocab) {
@@ -109,11 +111,12 @@ class Embedding {
     }
     ids_.assign(tokens.ids.begin(), tokens.ids.end());
     seq_ = tokens.seq;
+    first_ = tokens.first_position;
     const auto rows = static_cast<Eigen::Index>(n);
     detail::ensure_shape(out_, rows, static_cast<Eigen::Index>(wte.dim(1)));
     const auto te = detail::value_matrix(wte);
     const auto pe = detail::value_matrix(wpe);
-    for (Eigen::Index r = 0; r < rows; ++r) out_.row(r) = te.row(ids_[static_cast<std::size_t>(r)]) + pe.row(r % seq_);
+    for (Eigen::Index r = 0; r < rows; ++r) out_.row(r) = te.row(ids_[static_cast<std::size_t>(r)]) + pe.row(first_ + r % seq_);
     return out_;
   }
 
@@ -123,9 +126,9 @@ class Embedding {
   /// dx [B*T][d]: scatter-adds into d(wte) rows of the tokens seen and d(wpe) rows of their positions.
   void backward(const Matrix& dx) {
     if (defer != nullptr) {  // all of it is weight gradient
-      defer->add([this, dx = Matrix(dx), ids = ids_, seq = seq_] { scatter(dx, ids, seq); });
+      defer->add([this, dx = Matrix(dx), ids = ids_, seq = seq_, first = first_] { scatter(dx, ids, seq, first); });
     } else {
-      scatter(dx, ids_, seq_);
+      scatter(dx, ids_, seq_, first_);
     }
   }
 
@@ -133,17 +136,17 @@ class Embedding {
   DeferredWeights* defer = nullptr;
 
  private:
-  void scatter(const Matrix& dx, const std::vector<std::int32_t>& ids, int seq) {
+  void scatter(const Matrix& dx, const std::vector<std::int32_t>& ids, int seq, int first) {
     auto dte = detail::grad_matrix(wte);
     auto dpe = detail::grad_matrix(wpe);
     for (Eigen::Index r = 0; r < dx.rows(); ++r) {
       dte.row(ids[static_cast<std::size_t>(r)]) += dx.row(r);
-      dpe.row(r % seq) += dx.row(r);
+      dpe.row(first + r % seq) += dx.row(r);
     }
   }
 
   std::vector<std::int32_t> ids_;  // [B*T] the micro-batch's tokens, for backward
-  int seq_ = 0;
+  int seq_ = 0, first_ = 0;  // tokens per row, and the position of each row's first
   Matrix out_;
 };
 
@@ -165,8 +168,10 @@ class Block {
   /// Block `index` of a model shaped `c`, split across `tp` (nullptr or size 1: whole; `tp` must
   /// outlive the block and have passed TensorParallel::check(c)). With c.experts > 0 the MLP is a
   /// mixture of experts over `ep` (which must have passed ExpertParallel::check): fc and fc_proj stay
-  /// unused, never visited.
-  Block(const Config& c, int index, const TensorParallel* tp = nullptr, const ExpertParallel* ep = nullptr)
+  /// unused, never visited. With `cp` on, the attention is ContextAttention's (context_attention.hpp:
+  /// over the context group, block-sparse with a layout; `cp` must outlive the block).
+  Block(const Config& c, int index, const TensorParallel* tp = nullptr, const ExpertParallel* ep = nullptr,
+        const ContextParallel* cp = nullptr)
       : ln1(prefix(index) + "ln1", c.d_model),
         qkv(prefix(index) + "attn.qkv", c.d_model, 3 * c.d_model / parts(tp), column_split(tp, 3)),
         proj(prefix(index) + "attn.proj", c.d_model / parts(tp), c.d_model, row_split(tp)),
@@ -176,6 +181,10 @@ class Block {
         tp_(tp != nullptr && tp->split() ? tp : nullptr),
         n_heads_(c.n_heads / parts(tp)) {
     if (tp_ != nullptr && tp_->sequence_parallel) ln1.token_sum = ln2.token_sum = tp_->all_reduce;
+    if (cp != nullptr && cp->on) {
+      const int rank = tp_ != nullptr ? tp_->rank : 0;
+      context_ = std::make_unique<ContextAttention>(*cp, n_heads_, c.head_dim(), rank * n_heads_, c.n_heads);
+    }
     if (c.experts > 0) {
       if (ep == nullptr) throw zerotk::usage_error("a block with experts needs the expert-parallel group", "gpt::Block", prefix(index));
       moe = std::make_unique<MoeMlp>(c, index, *ep);
@@ -203,6 +212,12 @@ class Block {
   /// Gpt sets it before forward; a caller driving blocks directly sets it too.
   void set_sequence_length(int seq) noexcept { seq_ = seq; }
 
+  /// Under context parallelism: false runs each sequence whole on this rank (evaluation), true again
+  /// splits it over the context group. Without: nothing.
+  void set_context_split(bool on) noexcept {
+    if (context_) context_->set_split(on);
+  }
+
   /// x [B*T][d] -> out [B*T][d] (sequence parallel: this rank's [B*T / tp][d] in and out).
   const Matrix& forward(const Matrix& x) {
     if (tp_ != nullptr) return forward_split(x);
@@ -227,7 +242,8 @@ class Block {
   std::size_t activation_bytes() const noexcept {
     return detail::bytes_of(xhat1_, a_, qkv_, probs_, att_, x1_, xhat2_, c_, h_, g_, out_, rstd1_, rstd2_) +
            detail::bytes_of(dx1_, dg_, dc_, datt_, dqkv_, da_, dx_, dp_) +
-           detail::bytes_of(a_full_, c_full_, partial_, dy_full_, dpartial_) + (moe ? moe->activation_bytes() : 0);
+           detail::bytes_of(a_full_, c_full_, partial_, dy_full_, dpartial_) + (moe ? moe->activation_bytes() : 0) +
+           (context_ ? context_->activation_bytes() : 0);
   }
 
   /// Drops every activation and scratch buffer (zerotk::Recomputable): the next forward allocates
@@ -240,6 +256,7 @@ class Block {
     detail::free_vector(rstd1_);
     detail::free_vector(rstd2_);
     if (moe) moe->release_activations();
+    if (context_) context_->release();
   }
 
   /// dout [B*T][d] -> dx [B*T][d]; parameter gradients accumulate.
@@ -361,6 +378,10 @@ class Block {
   //   P = causal_softmax(Q K^T / sqrt(hd)) [T][T], kept in probs_ rows (b*H + h)*T ...
   //   att[b, h] = P V
   void attention_forward() {
+    if (context_) {
+      context_->forward(qkv_, seq_, att_);
+      return;
+    }
     const Eigen::Index rows = qkv_.rows(), d = qkv_.cols() / 3, T = seq_, H = n_heads_, hd = d / H;
     const Eigen::Index B = rows / T;
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
@@ -387,6 +408,10 @@ class Block {
   // With dO = d(att) for (b, h):  dV = P^T dO;  dP = dO V^T;  dS = P * (dP - rowsum(P * dP));
   // dQ = dS K / sqrt(hd);  dK = dS^T Q / sqrt(hd). Masked entries have P = 0, hence dS = 0.
   void attention_backward() {
+    if (context_) {
+      context_->backward(datt_, dqkv_);
+      return;
+    }
     const Eigen::Index rows = qkv_.rows(), d = qkv_.cols() / 3, T = seq_, H = n_heads_, hd = d / H;
     const Eigen::Index B = rows / T;
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
@@ -417,6 +442,7 @@ class Block {
 
   const TensorParallel* tp_;  // null: the whole block
   int n_heads_;              // this rank's heads
+  std::unique_ptr<ContextAttention> context_;  // ContextParallel::on: the attention (no probs_ kept)
   int seq_ = 0;
   // forward activations, [B*T][...] unless noted
   Matrix xhat1_, a_, qkv_, probs_ /* [B*H*T][T] */, att_, x1_, xhat2_, c_, h_, g_, out_;
@@ -586,16 +612,18 @@ struct Gpt {
   Config config;
   TensorParallel tensor;  ///< how the blocks split (size 1: not at all); the embedding and head are replicated
   ExpertParallel experts;  ///< Config::experts > 0: the group the blocks' experts dispatch over
+  ContextParallel context;  ///< on: the blocks' attention is ContextAttention's (--cp, --sparse-attention)
   Embedding embedding;
   std::vector<Block> blocks;
   Head head;
 
-  explicit Gpt(const Config& c, TensorParallel tp = {}, ExpertParallel ep = {})
+  explicit Gpt(const Config& c, TensorParallel tp = {}, ExpertParallel ep = {}, ContextParallel cp = {})
       : config(validated(c)),
         tensor(checked(std::move(tp), config)),
         experts(checked(std::move(ep), config, tensor)),
+        context(checked(std::move(cp), config)),
         embedding(config),
-        blocks(make_blocks(config, &tensor, &experts)),
+        blocks(make_blocks(config, &tensor, &experts, &context)),
         head(config, embedding) {}
   Gpt(const Gpt&) = delete;
   Gpt& operator=(const Gpt&) = delete;
@@ -762,7 +790,17 @@ struct Gpt {
   bool sequence_parallel() const noexcept { return tensor.split() && tensor.sequence_parallel && sequence_parallel_on_; }
   void set_sequence_parallel(bool on) noexcept { sequence_parallel_on_ = on; }
 
-  /// Forward and loss: returns the mean cross-entropy over the batch's targeted positions.
+  /// Whether the blocks split each sequence over the context group (ContextParallel::split()), which
+  /// then feeds them context ranks' shares (context_share). Evaluation turns it off
+  /// (set_context_split(false)): each sequence whole on every rank, the same kernel.
+  bool context_split() const noexcept { return context.split() && context_split_on_; }
+  void set_context_split(bool on) noexcept {
+    context_split_on_ = on;
+    for (Block& b : blocks) b.set_context_split(on);
+  }
+
+  /// Forward and loss: returns the mean cross-entropy over the batch's targeted positions, times the
+  /// batch's loss_factor (1, or a context rank's share's: context_share).
   template <class Scope = NoScope>
     requires LayerScope<std::remove_cvref_t<Scope>>
   float forward(const Batch& batch, Scope&& scope = {}) {
@@ -771,7 +809,8 @@ struct Gpt {
                                 std::to_string(batch.targets.size()) + " vs " + std::to_string(batch.tokens.size()));
     }
     const Matrix& out = logits(batch.inputs(), scope);
-    const float loss = loss_.forward(out, batch.targets);
+    loss_factor_ = batch.loss_factor;
+    const float loss = loss_.forward(out, batch.targets) * loss_factor_;
     report(loss_);
     return loss;
   }
@@ -780,7 +819,7 @@ struct Gpt {
   template <class Scope = NoScope>
     requires LayerScope<std::remove_cvref_t<Scope>>
   void backward(Scope&& scope = {}, float loss_scale = 1.0f) {
-    const Matrix& dlogits = loss_.backward(loss_scale);
+    const Matrix& dlogits = loss_.backward(loss_scale * loss_factor_);
     report(loss_);
     backward_layers(0, layer_count(), dlogits, scope);
   }
@@ -810,10 +849,15 @@ struct Gpt {
     ep.check(c, tp);
     return ep;
   }
-  static std::vector<Block> make_blocks(const Config& c, const TensorParallel* tp, const ExpertParallel* ep) {
+  static ContextParallel checked(ContextParallel cp, const Config& c) {
+    cp.check(c);
+    return cp;
+  }
+  static std::vector<Block> make_blocks(const Config& c, const TensorParallel* tp, const ExpertParallel* ep,
+                                        const ContextParallel* cp) {
     std::vector<Block> out;
     out.reserve(static_cast<std::size_t>(c.n_layers));
-    for (int i = 0; i < c.n_layers; ++i) out.emplace_back(c, i, tp, ep);
+    for (int i = 0; i < c.n_layers; ++i) out.emplace_back(c, i, tp, ep, cp);
     return out;
   }
 
@@ -849,8 +893,10 @@ struct Gpt {
   }
 
   CrossEntropy loss_;
+  float loss_factor_ = 1.0f;  // the last forward's batch's
   DeferredWeights* deferred_ = nullptr;
   bool sequence_parallel_on_ = true;
+  bool context_split_on_ = true;
   Matrix local_, gathered_;  // sequence parallel: this rank's token rows, and every rank's
   std::vector<std::unique_ptr<zerotk::Recompute<Block>>> recompute_;  // [block]: null = not checkpointed
   zerotk::activation::Meter* meter_ = nullptr;

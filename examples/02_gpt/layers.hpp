@@ -125,6 +125,7 @@ struct TokenView {
   std::span<const std::int32_t> ids;
   int batch = 0;
   int seq = 0;
+  int first_position = 0;  ///< the position of each row's first token (a context rank's chunk starts later)
 };
 
 /// One micro-batch: inputs and next-token targets, both [batch][seq] row-major. A target of kIgnore
@@ -135,15 +136,22 @@ struct Batch {
   int seq = 0;
   std::vector<std::int32_t> tokens;
   std::vector<std::int32_t> targets;
+  /// A context rank's share of a batch (context_attention.hpp's context_share): its chunk's first
+  /// position, and what its mean loss is multiplied by so that the mean over the data group is the
+  /// replicas' mean loss (P x its targets / the whole sequences' targets). 0 and 1 for a whole batch.
+  int first_position = 0;
+  float loss_factor = 1.0f;
 
   void resize(int batch_size, int seq_len) {
     batch = batch_size;
     seq = seq_len;
+    first_position = 0;
+    loss_factor = 1.0f;
     const auto n = static_cast<std::size_t>(batch_size) * static_cast<std::size_t>(seq_len);
     tokens.assign(n, 0);
     targets.assign(n, kIgnore);
   }
-  TokenView inputs() const noexcept { return {tokens, batch, seq}; }
+  TokenView inputs() const noexcept { return {tokens, batch, seq, first_position}; }
 };
 
 namespace detail {

@@ -41,6 +41,7 @@
 #include <vector>
 
 #include <zerotk/config/reader.hpp>
+#include <zerotk/context/sparsity.hpp>
 #include <zerotk/config/structure.hpp>
 #include <zerotk/config/writer.hpp>
 #include <zerotk/any_engine.hpp>
@@ -200,6 +201,17 @@ std::string flags_to_deepspeed_json(const Options& o) {
     << "  \"train_batch_size\": " << o.batch << ",\n";
   if (o.tp > 1) j << "  \"tensor_model_parallel_size\": " << o.tp << ",\n";
   if (o.ep > 1) j << "  \"expert_parallel\": {\"enabled\": true, \"autoep_size\": " << o.ep << "},\n";
+  if (o.cp > 1) j << "  \"sequence_parallel_size\": " << o.cp << ",\n";
+  // --sparse-attention fixed / bigbird: DeepSpeed's block (fixed "unidirectional"; bigbird has no such
+  // key, and the kernel masks causally either way); window:W is no mode of that block (DeepSpeed's
+  // LocalSlidingWindowSparsityConfig is a class only): the model's.
+  if (o.sparse_attention == "fixed") {
+    j << "  \"sparse_attention\": {\"mode\": \"fixed\", \"block\": " << o.sparse_block
+      << ", \"num_local_blocks\": 4, \"num_global_blocks\": 1, \"attention\": \"unidirectional\"},\n";
+  } else if (o.sparse_attention == "bigbird") {
+    j << "  \"sparse_attention\": {\"mode\": \"bigbird\", \"block\": " << o.sparse_block
+      << ", \"num_random_blocks\": 1, \"num_sliding_window_blocks\": 3, \"num_global_blocks\": 1},\n";
+  }
   if (o.pp > 1) {
     j << "  \"pipeline_parallelism\": {\"num_stages\": " << o.pp << ", \"schedule\": " << json_string(o.schedule) << "},\n";
   }
@@ -451,11 +463,17 @@ void check_batch_flags(const Options& o, int world) {
                                   "): each block's experts spread over that many data ranks",
                               "--ep " + std::to_string(o.ep), ranks_flag(o, world) + " / (--tp " + std::to_string(o.tp) + " x --pp " + std::to_string(o.pp) + ")");
   }
-  const long long per_micro = static_cast<long long>(data) * o.gas;  // samples per micro-step of all data ranks
+  if (data % o.cp != 0) {  // the context ranks fold inside the data ranks
+    throw zerotk::usage_error("must divide the data ranks (" + std::to_string(data) + "): each replica's sequences split over --cp of them",
+                              "--cp " + std::to_string(o.cp), ranks_flag(o, world) + " / (--tp " + std::to_string(o.tp) + " x --pp " + std::to_string(o.pp) + ")");
+  }
+  // samples per micro-step of all replicas (the context ranks of one read the same samples)
+  const long long per_micro = static_cast<long long>(data / o.cp) * o.gas;
   if (o.batch % per_micro == 0) return;
-  const std::string ranks = o.tp * o.pp > 1 ? ranks_flag(o, world) + " / (--tp " + std::to_string(o.tp) + " x --pp " +
-                                                  std::to_string(o.pp) + ") (data ranks)"
-                                            : ranks_flag(o, world);
+  std::string ranks = o.tp * o.pp > 1 ? ranks_flag(o, world) + " / (--tp " + std::to_string(o.tp) + " x --pp " +
+                                            std::to_string(o.pp) + ") (data ranks)"
+                                      : ranks_flag(o, world);
+  if (o.cp > 1) ranks = "(" + ranks + ") / --cp " + std::to_string(o.cp) + " (replicas)";
   const long long below = o.batch / per_micro * per_micro, above = below + per_micro;
   std::string use = "use --batch ";
   if (below > 0) use += std::to_string(below) + " or ";
@@ -566,6 +584,93 @@ void check_tensor_flags(const Options& o, const zerotk::config::Config& cfg, con
                               "sequence length = " + std::to_string(tokens) + ")",
                               "--sequence-parallel", tensor_from);
   }
+}
+
+/// --sparse-attention window:W's W (0 for another value).
+int window_blocks(const std::string& flag) {
+  if (flag.rfind("window:", 0) != 0) return 0;
+  const std::string w = flag.substr(7);
+  char* end = nullptr;
+  const long v = std::strtol(w.c_str(), &end, 10);
+  if (w.empty() || end != w.c_str() + w.size() || v < 1 || v > 1 << 20) {
+    throw zerotk::usage_error("must be none, fixed, bigbird or window:W with W >= 1 blocks", "--sparse-attention", flag);
+  }
+  return static_cast<int>(v);
+}
+
+/// The layout the blocks' attention uses: the config's sparse_attention block (the flags' fixed and
+/// bigbird, or --config's), or --sparse-attention window:W's sliding window; empty: dense.
+std::optional<zerotk::context::SparsityConfig> sparse_layout(const Options& o, const zerotk::config::Config& cfg) {
+  if (cfg.sparse_attention) return cfg.sparse_attention;
+  if (const int w = window_blocks(o.sparse_attention); w > 0) {
+    return zerotk::context::SparsityConfig{.mode = zerotk::context::SparsityMode::local_sliding_window, .block = o.sparse_block,
+                                           .unidirectional = true, .num_sliding_window_blocks = w};
+  }
+  return std::nullopt;
+}
+
+/// --cp, --cp-mode, --a2a, --sparse-attention against the config, the model and each other, in
+/// flags' words before any rank starts. With --config the file's sequence_parallel_size decides P.
+void check_context_flags(const Options& o, const zerotk::config::Config& cfg, const gpt::Config& model) {
+  if (o.sparse_attention != "none" && o.sparse_attention != "fixed" && o.sparse_attention != "bigbird" &&
+      window_blocks(o.sparse_attention) == 0) {
+    throw zerotk::usage_error("must be none, fixed, bigbird or window:W with W >= 1 blocks", "--sparse-attention", o.sparse_attention);
+  }
+  const int P = cfg.sequence_parallel_size;
+  const std::string cp_from = o.config_file.empty() ? "--cp " + std::to_string(P) : o.config_file + ": sequence_parallel_size " + std::to_string(P);
+  if (!o.config_file.empty() && o.cp != 1 && o.cp != P) {
+    throw zerotk::usage_error("differs from the config's sequence_parallel_size (the file decides; drop --cp or change the file)",
+                              "--cp " + std::to_string(o.cp), cp_from);
+  }
+  if (!o.config_file.empty() && o.sparse_attention != "none" && window_blocks(o.sparse_attention) == 0) {
+    throw zerotk::usage_error("sets the sparse_attention block, which --config replaces: give it in the file (window:W "
+                              "is the model's and stays)",
+                              "--sparse-attention " + o.sparse_attention, o.config_file);
+  }
+  if (cfg.sparse_attention && window_blocks(o.sparse_attention) > 0) {
+    throw zerotk::usage_error("and the config's sparse_attention block both give the layout: keep one",
+                              "--sparse-attention " + o.sparse_attention, o.config_file);
+  }
+  if (o.cp_mode != "a2a" && o.cp_mode != "p2p" && o.cp_mode != "a2a+p2p") {
+    throw zerotk::usage_error("must be a2a, p2p or a2a+p2p", "--cp-mode", o.cp_mode);
+  }
+  if (P == 1 && o.cp_mode_given) {
+    throw zerotk::usage_error("says how a sequence splits over context ranks, and there are none (add --cp P, P > 1)",
+                              "--cp-mode " + o.cp_mode, cp_from);
+  }
+  if (o.a2a != 0 && o.cp_mode != "a2a+p2p") {
+    throw zerotk::usage_error("is the Ulysses degree of --cp-mode a2a+p2p", "--a2a " + std::to_string(o.a2a), "--cp-mode " + o.cp_mode);
+  }
+  if (P > 1 && o.cp_mode == "a2a+p2p" && (o.a2a < 1 || P % o.a2a != 0)) {
+    throw zerotk::usage_error("a2a+p2p needs the Ulysses degree --a2a A dividing the context size (A ranks all-to-all, "
+                              "P / A in the ring)",
+                              "--a2a " + std::to_string(o.a2a), cp_from);
+  }
+  const std::string seq = "the sequence length " + std::to_string(model.context) +
+                          (o.text_file.empty() ? " (2 x --digits)" : " (--context)");
+  if (model.context % P != 0) {
+    throw zerotk::usage_error("each context rank holds 1/P of every sequence: P must divide " + seq, cp_from, seq);
+  }
+  const std::optional<zerotk::context::SparsityConfig> sparse = sparse_layout(o, cfg);
+  if (o.sparse_block_given && (!sparse || cfg.sparse_attention && !o.config_file.empty())) {
+    throw zerotk::usage_error(sparse ? "is the flags' layout block, and the config's sparse_attention.block decides"
+                                     : "is the block of a block-sparse layout, and none is asked for (add --sparse-attention)",
+                              "--sparse-block " + std::to_string(o.sparse_block), "--sparse-attention " + o.sparse_attention);
+  }
+  if (!sparse) return;
+  // Each ring rank's tokens (n = T/P under p2p, A n under a2a+p2p, T under a2a) are whole blocks.
+  const int ring = P == 1 || o.cp_mode == "a2a" ? 1 : o.cp_mode == "p2p" ? P : P / o.a2a;
+  const int tokens = model.context / ring;
+  if (sparse->block < 1 || tokens % sparse->block != 0) {
+    throw zerotk::usage_error("the layout's block must divide each ring rank's " + std::to_string(tokens) + " tokens (" + seq +
+                                  " over a ring of " + std::to_string(ring) + ")",
+                              o.config_file.empty() || !cfg.sparse_attention ? "--sparse-block " + std::to_string(sparse->block)
+                                                                            : o.config_file + ": /sparse_attention/block",
+                              std::to_string(sparse->block));
+  }
+  zerotk::context::SparsityConfig c = *sparse;
+  c.heads = model.n_heads;
+  (void)zerotk::context::make_layout(c, static_cast<std::size_t>(model.context));  // what DeepSpeed refuses, named
 }
 
 /// --topology, --ranks-per-node, --slow-rank, --quantized-*: refused in flags' words before the config
@@ -730,6 +835,7 @@ int run(const Options& o, const gpt::Config& model_config, TrainContext::FillBat
   }
   check_tensor_flags(o, cfg, model_config);
   check_expert_flags(o, cfg, model_config);
+  check_context_flags(o, cfg, model_config);
   check_pipeline_chunks(o, cfg, model_config);
   if (!o.slow_rank.empty() && !cfg.communication.slow_ranks.enabled) {  // --config without a detector
     throw zerotk::usage_error("is reported by the slow-rank detector, which the config leaves off: add a "
@@ -756,11 +862,16 @@ int run(const Options& o, const gpt::Config& model_config, TrainContext::FillBat
     }
     if (!grid.empty()) grid += " x data " + std::to_string(data);
     if (cfg.expert_parallel_size > 1) grid += std::string(grid.empty() ? ", " : "; ") + "experts over expert parallel " + std::to_string(cfg.expert_parallel_size);
+    if (cfg.sequence_parallel_size > 1) {
+      grid += std::string(grid.empty() ? ", " : "; ") + "context " + std::to_string(cfg.sequence_parallel_size) +
+              " inside data (" + std::to_string(cfg.replica_count()) + " replicas)";
+    }
     std::printf("zerotk %s: %d ranks (%s)%s, ZeRO stage %d, %s, batch %lld = %lld micro x %lld accumulation x %d %s\n",
                 zerotk::kVersionString, world, o.mpi ? "MPI" : "threads", grid.c_str(), cfg.zero_optimization.stage,
                 std::string(zerotk::to_string(cfg.precision())).c_str(), static_cast<long long>(cfg.train_batch_size),
                 static_cast<long long>(cfg.train_micro_batch_size_per_gpu),
-                static_cast<long long>(cfg.gradient_accumulation_steps), data, tensor * stages > 1 ? "data ranks" : "ranks");
+                static_cast<long long>(cfg.gradient_accumulation_steps), cfg.replica_count(),
+                cfg.sequence_parallel_size > 1 ? "replicas" : tensor * stages > 1 ? "data ranks" : "ranks");
     std::printf("engine: %s (the compiled engine set's, zerotk::engines)\n", engine.c_str());
     if (model_config.experts > 0) {
       const int ep = cfg.expert_parallel_size;
@@ -775,7 +886,30 @@ int run(const Options& o, const gpt::Config& model_config, TrainContext::FillBat
 
   Summary summary;
   summary.memory.resize(static_cast<std::size_t>(world));
-  const TrainContext ctx{o, cfg, model_config, std::move(fill_batch), std::move(evaluate)};
+  const std::optional<zerotk::context::SparsityConfig> sparse = sparse_layout(o, cfg);
+  const bool context_attention = o.cp_given || cfg.sequence_parallel_size > 1 || sparse.has_value();
+  if (root && context_attention) {
+    const int P = cfg.sequence_parallel_size;
+    std::string how = P == 1 ? "unsplit" : "context parallel " + std::to_string(P) + " (" + o.cp_mode;
+    if (P > 1 && o.cp_mode == "a2a+p2p") how += ": Ulysses " + std::to_string(o.a2a) + " x ring " + std::to_string(P / o.a2a);
+    if (P > 1) how += ", " + std::to_string(model_config.context / P) + " of " + std::to_string(model_config.context) + " tokens a rank)";
+    std::string layout = "dense";
+    if (sparse) {
+      zerotk::context::SparsityConfig c = *sparse;
+      c.heads = model_config.n_heads;
+      const zerotk::context::BlockLayout l = zerotk::context::make_layout(c, static_cast<std::size_t>(model_config.context));
+      char kept[160];
+      std::snprintf(kept, sizeof kept, "block-sparse %s (block %d, %zu of %d blocks kept over %d heads)",
+                    std::string(zerotk::context::to_string(c.mode)).c_str(), c.block, l.kept(),
+                    l.blocks() * l.blocks() * l.heads(), l.heads());
+      layout = kept;
+    }
+    std::printf("attention: %s, %s, causal (zerotk::context's kernel; log-sum-exp kept, no [T][T] probabilities)\n", how.c_str(),
+                layout.c_str());
+  }
+  TrainContext ctx{o, cfg, model_config, std::move(fill_batch), std::move(evaluate)};
+  ctx.context_attention = context_attention;
+  ctx.sparse = sparse;
   train(ctx, mpi_world, summary);
   if (!root) return 0;
   print_memory_table(summary, cfg.zero_optimization.stage, std::string(zerotk::to_string(cfg.precision())), world,
@@ -798,6 +932,10 @@ int run(const Options& o, const gpt::Config& model_config, TrainContext::FillBat
               static_cast<unsigned long long>(summary.wire_bytes), static_cast<unsigned long long>(summary.dense_bytes),
               summary.wire_bytes ? static_cast<double>(summary.dense_bytes) / static_cast<double>(summary.wire_bytes) : 1.0);
   print_links(summary.links);
+  if (cfg.sequence_parallel_size > 1) {  // the context group's own communicators: not in the figure above
+    std::printf("context exchanges (rank 0, whole run: the attention's all-to-alls and ring passes, forward and backward): %llu B\n",
+                static_cast<unsigned long long>(summary.context_bytes));
+  }
   if (const gpt::ExpertLoad& l = summary.experts; !l.kept.empty()) {
     double kept = 0;
     for (double v : l.kept) kept += v;
@@ -871,6 +1009,18 @@ int main(int argc, char** argv) {
                  "with --experts: the Switch Transformer balance loss's coefficient (0: none; DeepSpeed's MoE uses 0.01); "
                  "its gradient joins the router's")
       ->check(CLI::NonNegativeNumber);
+  CLI::Option* cp_flag = app.add_option("--cp", o.cp,
+                 "context-parallel size (sequence_parallel_size): each sequence splits over this many of a replica's data "
+                 "ranks; the blocks' attention crosses them by --cp-mode (--cp 1: the same attention kernel, unsplit)")
+      ->check(CLI::Range(1, 64));
+  CLI::Option* cp_mode_flag = app.add_option("--cp-mode", o.cp_mode, "with --cp: a2a (DeepSpeed-Ulysses), p2p (the ring; default) or a2a+p2p (Ulysses x ring)")
+      ->check(CLI::IsMember({"a2a", "p2p", "a2a+p2p"}));
+  app.add_option("--a2a", o.a2a, "with --cp-mode a2a+p2p: the Ulysses degree A (P / A ranks in the ring)")->check(CLI::Range(1, 64));
+  app.add_option("--sparse-attention", o.sparse_attention,
+                 "block-sparse attention: none, fixed or bigbird (DeepSpeed's sparse_attention block, causal) or window:W "
+                 "(a causal sliding window of W blocks); the ring sends only the blocks a rank's queries need");
+  CLI::Option* sparse_block_flag = app.add_option("--sparse-block", o.sparse_block, "with --sparse-attention: the layout's block in tokens (sparse_attention.block)")
+      ->check(CLI::Range(1, 1024));
   app.add_option("--stage", o.stage, "ZeRO stage")->check(CLI::Range(0, 3));
   app.add_option("--precision", o.precision, "fp32, fp16 (dynamic loss scaling) or bf16")
       ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
@@ -985,6 +1135,9 @@ int main(int argc, char** argv) {
                "--topology's levels");
   CLI11_PARSE(app, argc, argv);
   o.schedule_given = schedule_flag->count() > 0;
+  o.cp_given = cp_flag->count() > 0;
+  o.cp_mode_given = cp_mode_flag->count() > 0;
+  o.sparse_block_given = sparse_block_flag->count() > 0;
 #if defined(__GLIBC__)
   // Activation buffers of checkpointed blocks are freed and allocated again every step. Keep freed
   // memory in the heap for reuse instead of returning it to the kernel and faulting it back in (what

@@ -61,6 +61,14 @@ struct Options {
   int ep = 1;                                   ///< --ep: expert-parallel size (expert_parallel.autoep_size)
   double capacity = 0;                          ///< --capacity: DeepSpeed's capacity factor (0: --dropless)
   double balance_coef = 0;                      ///< --balance-coef: the Switch balance loss's coefficient (0: none)
+  int cp = 1;                                   ///< --cp P: context ranks each sequence splits over (sequence_parallel_size)
+  bool cp_given = false;                        ///< --cp was on the command line (--cp 1: ContextAttention's kernel, unsplit)
+  std::string cp_mode = "p2p";                  ///< --cp-mode: a2a (Ulysses), p2p (the ring) or a2a+p2p
+  bool cp_mode_given = false;
+  int a2a = 0;                                  ///< --a2a A: with --cp-mode a2a+p2p, the Ulysses degree
+  std::string sparse_attention = "none";        ///< --sparse-attention: none, fixed, bigbird or window:W
+  int sparse_block = 4;                         ///< --sparse-block: the layout's block (sparse_attention.block)
+  bool sparse_block_given = false;
 };
 
 }  // namespace gpt_demo

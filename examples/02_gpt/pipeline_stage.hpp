@@ -147,8 +147,9 @@ class PipelineStages {
   double loss(const zerotk::pipeline::MicroBatch& mb, const zerotk::pipeline::Activation&, zerotk::pipeline::Activation& grad) {
     gpt::Batch b;
     fill_(first_ + static_cast<std::uint64_t>(mb.micro), b);
-    const float l = xent_.forward(model_.head.output(), b.targets);
-    put(xent_.backward(static_cast<float>(engines_[static_cast<std::size_t>(mb.chunk)]->loss_scale())), grad);
+    // A context rank's share counts its part of the whole sequences' mean (Batch::loss_factor).
+    const float l = xent_.forward(model_.head.output(), b.targets) * b.loss_factor;
+    put(xent_.backward(static_cast<float>(engines_[static_cast<std::size_t>(mb.chunk)]->loss_scale()) * b.loss_factor), grad);
     return static_cast<double>(l);
   }
 

@@ -94,12 +94,10 @@ class Replica {
       zerotk::pipeline::ExecutorOptions xo;
       xo.busy_clock = [] { return static_cast<std::int64_t>(thread_cpu_ms() * 1e6); };
       executor_ = std::make_unique<zerotk::pipeline::Executor<Comm>>(grid, schedule_, std::move(xo));
-      const int data_rank = grid.data_index(), data_size = grid.size(zerotk::comm::GridDim::data);
-      const int micro = static_cast<int>(ctx.cfg.train_micro_batch_size_per_gpu);
-      stages_ = std::make_unique<PipelineStages<Engine>>(
-          model, chunks_, raw(),
-          [this, data_rank, data_size, micro](std::uint64_t i, gpt::Batch& b) { ctx_.fill_batch(i, data_rank, data_size, micro, b); },
-          ctx.model_config.context);
+      // A context rank's blocks see its chunk of each sequence: n = T / P tokens.
+      const int seq = ctx.model_config.context / (model.context_split() ? model.context.size : 1);
+      stages_ = std::make_unique<PipelineStages<Engine>>(model, chunks_, raw(), [this](std::uint64_t i, gpt::Batch& b) { fill(i, b); },
+                                                         seq);
       hooks_ = std::make_unique<zerotk::pipeline::EngineHooks<Engine>>(schedule_, raw());
       functions_ = stages_->functions();
       hooks_->attach(functions_);
@@ -141,17 +139,28 @@ class Replica {
       }
       return whole_report();
     }
-    const int data_rank = grid_.data_index(), data_size = grid_.size(zerotk::comm::GridDim::data);
-    const int micro = static_cast<int>(ctx_.cfg.train_micro_batch_size_per_gpu);
     zerotk::StepReport r;
     for (int m = 0; m < gas; ++m) {
-      ctx_.fill_batch(static_cast<std::uint64_t>(index * gas + m), data_rank, data_size, micro, batch_);
+      fill(static_cast<std::uint64_t>(index * gas + m), batch_);
       const auto u0 = Clock::now();
       const float loss = model_.train_step(batch_, TimedScope<Engine>{&engine(), &scope_ms}, static_cast<float>(engine().loss_scale()));
       user_ms += std::chrono::duration<double, std::milli>(Clock::now() - u0).count();
       r = engine().step(loss);
     }
     return r;
+  }
+
+  /// Data micro-batch `i` of this rank: its data group's share of the stream, or under context
+  /// parallelism its replica's micro-batch (every context rank reads the same samples) and of each
+  /// sequence this context rank's chunk (gpt::context_share).
+  void fill(std::uint64_t i, gpt::Batch& out) {
+    const int micro = static_cast<int>(ctx_.cfg.train_micro_batch_size_per_gpu);
+    if (!model_.context_split()) {
+      ctx_.fill_batch(i, grid_.data_index(), grid_.size(zerotk::comm::GridDim::data), micro, out);
+      return;
+    }
+    ctx_.fill_batch(i, grid_.replica_index(), grid_.replica_count(), micro, whole_);
+    gpt::context_share(whole_, grid_.context_size(), grid_.context_index(), out);
   }
 
   /// The logits of a batch's tokens, for evaluation on every rank of data group 0: the whole model's,
@@ -254,7 +263,7 @@ class Replica {
   std::unique_ptr<zerotk::pipeline::EngineHooks<Engine>> hooks_;
   std::unique_ptr<PipelinedLogits<Comm>> pipelined_logits_;
   zerotk::pipeline::StageFunctions functions_;
-  gpt::Batch batch_;
+  gpt::Batch batch_, whole_;  // whole_: the replica's micro-batch a context rank takes its share of
   int steps_ = 0;
   double idle_ = 0, span_ = 0;
 };

@@ -11,6 +11,9 @@
 #include <functional>
 #include <vector>
 
+#include <optional>
+
+#include <zerotk/context/sparsity.hpp>
 #include <zerotk/core/memory.hpp>
 #include <zerotk/config/options.hpp>
 #if ZEROTK_HAS_MPI
@@ -44,6 +47,7 @@ struct Summary {
   std::size_t params_in_cpu = 0; ///< rank 0's blocks of that shard kept in pinned host memory instead (max_in_cpu; two copies)
   std::uint64_t wire_bytes = 0;   ///< rank 0's bytes sent over the run (StepReport::comm_wire_bytes, summed)
   std::uint64_t dense_bytes = 0;  ///< ... and what it would have sent without compression (comm_dense_bytes)
+  std::uint64_t context_bytes = 0;  ///< rank 0's bytes sent by its blocks' attention over the context group (--cp)
   LinkFigures links;              ///< rank 0's bytes per link level and through qwZ / qgZ (communication.hpp)
   gpt::ExpertLoad experts;  ///< --experts: the load over the run, every layer and data rank (kept empty without)
 };
@@ -60,6 +64,10 @@ struct TrainContext {
   const gpt::Config& model_config;
   FillBatch fill_batch;  ///< micro-batch `index` of the data stream, data rank `rank`'s share of it (of `world` data ranks)
   Evaluate evaluate;     ///< after training: held-out accuracy, printed and stored in the summary by rank 0
+  /// The blocks' attention through gpt::ContextAttention (--cp, --sparse-attention or the config's
+  /// sparse_attention block), with this layout config (empty: dense).
+  bool context_attention = false;
+  std::optional<zerotk::context::SparsityConfig> sparse;
 };
 
 #if ZEROTK_HAS_MPI

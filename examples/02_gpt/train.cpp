@@ -218,7 +218,11 @@ void train_rank(Comm& comm, const TrainContext& ctx, Summary& summary, std::mute
     experts.capacity = o.capacity;
     experts.balance_coef = o.balance_coef;
   }
-  gpt::Gpt model(ctx.model_config, gpt::tensor_parallel(grid.tensor(), o.sequence_parallel), std::move(experts));
+  // --cp / --sparse-attention: the blocks' attention over the grid's context group (collective: every rank builds it).
+  gpt::ContextParallel context;
+  if (ctx.context_attention) context = gpt::context_parallel(grid.context(), o.cp_mode, o.a2a, ctx.sparse);
+  gpt::Gpt model(ctx.model_config, gpt::tensor_parallel(grid.tensor(), o.sequence_parallel), std::move(experts),
+                 std::move(context));
   Replica<Comm> replica(grid, model, ctx, gpt_engine_edit(o));
   replica.initialize([&] { gpt::init_parameters(model, o.seed); });
   zerotk::AnyEngine& engine = replica.engine();
@@ -302,6 +306,7 @@ void train_rank(Comm& comm, const TrainContext& ctx, Summary& summary, std::mute
      // parallel: any batch fits), and rank 0 reports
     typename Replica<Comm>::Gathered g(replica);
     model.set_sequence_parallel(false);
+    model.set_context_split(false);  // each sequence whole on the evaluating ranks (no context group)
     // Experts spread over data ranks (the expert group) answer only when every rank of it forwards
     // too: then every data group evaluates, on the same sequences, and rank 0 reports.
     const bool experts_apart = ctx.model_config.experts > 0 && grid.expert_size() > 1;
@@ -339,6 +344,7 @@ void train_rank(Comm& comm, const TrainContext& ctx, Summary& summary, std::mute
     summary.final_loss = last_loss;
     summary.wire_bytes = wire_bytes;
     summary.dense_bytes = dense_bytes;
+    summary.context_bytes = model.context.bytes_sent();
     summary.links = link_figures(engine);
     summary.experts = load;
   }
