@@ -34,6 +34,13 @@
 // tokens only) are summed over the tensor group. Each Linear's weight and bias declare their split
 // (SplitParam::tensor_split(), which the engine reads): Megatron-LM's layout, set by Block.
 //
+// Context parallelism (`ContextParallel`, context_attention.hpp): with --cp each rank of a context
+// group holds a chunk of every sequence (the trainer feeds it context_share's rows, positions from
+// the chunk's first); everything but attention is per token and runs on the chunk alone, and the
+// blocks' attention (ContextAttention) reaches the other chunks' keys and values by Ulysses' all-to-all,
+// the ring, or both, optionally block-sparse. The weights' gradients then sum over the data group the
+// context ranks belong to, and each rank's loss carries its share's factor (Batch::loss_factor).
+//
 // Tied head: with `Config::tied_head` the head multiplies by the embedding's wte. The Param belongs to
 // the embedding layer alone (only it visits wte); the head reaches it through `external_parameters`.
 // Backward runs the head before the embedding, so the head adds its part of d(wte) first and the
