@@ -79,8 +79,9 @@ struct ContextParallel {
 };
 
 /// The context group of `group` (the grid's context(): this rank's index is its chunk) run as `mode`
-/// ("a2a", "p2p" or "a2a+p2p" with Ulysses degree `a2a`, which must divide the group). Collective
-/// over `group` for a2a+p2p (it splits the group); every rank must call it.
+/// ("a2a", "p2p" or "a2a+p2p" with Ulysses degree `a2a`, which must divide the group; 0: the context
+/// ranks each node holds, zerotk::context::node_a2a_size). Collective over `group` for a2a+p2p (it
+/// splits the group); every rank must call it.
 template <class C>
 ContextParallel context_parallel(C& group, const std::string& mode, int a2a,
                                  std::optional<zerotk::context::SparsityConfig> sparse) {
@@ -96,7 +97,7 @@ ContextParallel context_parallel(C& group, const std::string& mode, int a2a,
   } else if (mode == "p2p") {
     cp.ring = std::make_shared<Comm>(group);
   } else if (mode == "a2a+p2p") {
-    auto g = zerotk::context::split_hybrid(group, a2a);
+    auto g = zerotk::context::split_hybrid(group, a2a > 0 ? a2a : zerotk::context::node_a2a_size(group));
     if (g.a2a.size() > 1) cp.a2a = std::make_shared<Comm>(std::move(g.a2a));
     if (g.ring.size() > 1) cp.ring = std::make_shared<Comm>(std::move(g.ring));
   } else {

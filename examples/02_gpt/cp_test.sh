@@ -5,8 +5,10 @@
 #    held-out accuracy >= 0.99, as the same kernel unsplit on one rank (--cp 1) reaches; the
 #    activation peak per rank is 1/P of the unsplit run's within 15% (the ledger's figures, each
 #    rank holding B x 8 tokens instead of B x 32; both keep log-sum-exps, not [T][T] probabilities);
-#  - a2a (Ulysses) and a2a+p2p (Ulysses 2 x ring 2) at cp 4 reach >= 0.99 too, and cp 2 composes
-#    with tensor 2, pipeline 2 and ZeRO-3 on 8 ranks (>= 0.99);
+#  - a2a (Ulysses) and a2a+p2p (Ulysses 2 x ring 2) at cp 4 reach >= 0.99 too; a2a+p2p at cp 8 on
+#    simulated nodes of 4 (--ranks-per-node 4, no --a2a) runs Ulysses 4 inside each node and the
+#    ring of 2 across them, 4 of 32 tokens a rank, to >= 0.98; cp 2 composes with tensor 2,
+#    pipeline 2 and ZeRO-3 on 8 ranks (>= 0.99);
 #  - ZeRO stages 1-3 at cp 2 print stage 0's losses, gradient norms and scores (40 steps, bf16);
 #  - Ulysses' bytes equal SEMANTICS.md section 17's count exactly: 2 layers x 2 (forward, backward)
 #    x B N (2h + 2h_kv)(P-1)/P^2 elements of 4 bytes per step;
@@ -57,6 +59,10 @@ at_least_99 "--cp 4 a2a" "$out"
 out=$(run --ranks 4 --cp 4 --cp-mode a2a+p2p --a2a 2) || fail "a2a+p2p did not train" "$out"
 grep -q "^attention: context parallel 4 (a2a+p2p: Ulysses 2 x ring 2, 4 of 16 tokens a rank)" <<<"$out" || fail "no a2a+p2p line" "$out"
 at_least_99 "--cp 4 a2a+p2p" "$out"
+# a2a+p2p over simulated nodes of 4 ranks: Ulysses inside each node, the ring across the two.
+out=$(run --ranks 8 --cp 8 --cp-mode a2a+p2p --ranks-per-node 4 --digits 16) || fail "a2a+p2p over nodes did not train" "$out"
+grep -q "^a2a+p2p over the nodes: Ulysses 4 (the context ranks a node holds) x ring 2" <<<"$out" || fail "no node a2a line" "$out"
+awk -v a="$(accuracy "$out")" 'BEGIN { exit !(a >= 0.98) }' || fail "cp 8 a2a+p2p over nodes: accuracy $(accuracy "$out") < 0.98" "$out"
 out=$(run --ranks 8 --cp 2 --tp 2 --pp 2 --gas 2 --stage 3) || fail "cp 2 x tp 2 x pp 2 did not train" "$out"
 grep -q "8 ranks (threads), tensor 2 x pipeline 2 (1f1b, 2 micro-batches a step) x data 2; context 2 inside data (1 replicas), ZeRO stage 3" <<<"$out" ||
   fail "no composed header" "$out"

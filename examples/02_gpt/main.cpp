@@ -641,7 +641,7 @@ void check_context_flags(const Options& o, const zerotk::config::Config& cfg, co
   if (o.a2a != 0 && o.cp_mode != "a2a+p2p") {
     throw zerotk::usage_error("is the Ulysses degree of --cp-mode a2a+p2p", "--a2a " + std::to_string(o.a2a), "--cp-mode " + o.cp_mode);
   }
-  if (P > 1 && o.cp_mode == "a2a+p2p" && (o.a2a < 1 || P % o.a2a != 0)) {
+  if (P > 1 && o.cp_mode == "a2a+p2p" && o.a2a != 0 && P % o.a2a != 0) {
     throw zerotk::usage_error("a2a+p2p needs the Ulysses degree --a2a A dividing the context size (A ranks all-to-all, "
                               "P / A in the ring)",
                               "--a2a " + std::to_string(o.a2a), cp_from);
@@ -659,7 +659,8 @@ void check_context_flags(const Options& o, const zerotk::config::Config& cfg, co
   }
   if (!sparse) return;
   // Each ring rank's tokens (n = T/P under p2p, A n under a2a+p2p, T under a2a) are whole blocks.
-  const int ring = P == 1 || o.cp_mode == "a2a" ? 1 : o.cp_mode == "p2p" ? P : P / o.a2a;
+  // (a2a+p2p from the nodes: the ring is at most P long, so n divides every ring rank's tokens)
+  const int ring = P == 1 || o.cp_mode == "a2a" ? 1 : o.cp_mode == "p2p" || o.a2a == 0 ? P : P / o.a2a;
   const int tokens = model.context / ring;
   if (sparse->block < 1 || tokens % sparse->block != 0) {
     throw zerotk::usage_error("the layout's block must divide each ring rank's " + std::to_string(tokens) + " tokens (" + seq +
@@ -686,8 +687,10 @@ void check_communication_flags(const Options& o, int world) {
                                 flag, o.config_file);
     }
   }
-  if (o.ranks_per_node != 0 && o.topology != 2) {
-    throw zerotk::usage_error("places the ranks on nodes for --topology 2, which is not asked for",
+  // --ranks-per-node places the thread ranks on nodes for --topology 2, and for a2a+p2p's Ulysses groups.
+  const bool nodes_for_cp = o.cp_mode == "a2a+p2p" && o.a2a == 0 && o.cp > 1;
+  if (o.ranks_per_node != 0 && o.topology != 2 && !nodes_for_cp) {
+    throw zerotk::usage_error("places the ranks on nodes for --topology 2 (or --cp-mode a2a+p2p without --a2a), which is not asked for",
                               "--ranks-per-node " + std::to_string(o.ranks_per_node), "--topology " + std::to_string(o.topology));
   }
   if (o.ranks_per_node != 0 && world % o.ranks_per_node != 0) {
@@ -891,7 +894,10 @@ int run(const Options& o, const gpt::Config& model_config, TrainContext::FillBat
   if (root && context_attention) {
     const int P = cfg.sequence_parallel_size;
     std::string how = P == 1 ? "unsplit" : "context parallel " + std::to_string(P) + " (" + o.cp_mode;
-    if (P > 1 && o.cp_mode == "a2a+p2p") how += ": Ulysses " + std::to_string(o.a2a) + " x ring " + std::to_string(P / o.a2a);
+    if (P > 1 && o.cp_mode == "a2a+p2p") {
+      how += o.a2a > 0 ? ": Ulysses " + std::to_string(o.a2a) + " x ring " + std::to_string(P / o.a2a)
+                       : ": Ulysses over each node's context ranks x the ring across nodes";
+    }
     if (P > 1) how += ", " + std::to_string(model_config.context / P) + " of " + std::to_string(model_config.context) + " tokens a rank)";
     std::string layout = "dense";
     if (sparse) {
@@ -1015,7 +1021,10 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 64));
   CLI::Option* cp_mode_flag = app.add_option("--cp-mode", o.cp_mode, "with --cp: a2a (DeepSpeed-Ulysses), p2p (the ring; default) or a2a+p2p (Ulysses x ring)")
       ->check(CLI::IsMember({"a2a", "p2p", "a2a+p2p"}));
-  app.add_option("--a2a", o.a2a, "with --cp-mode a2a+p2p: the Ulysses degree A (P / A ranks in the ring)")->check(CLI::Range(1, 64));
+  app.add_option("--a2a", o.a2a,
+                 "with --cp-mode a2a+p2p: the Ulysses degree A (P / A ranks in the ring); default: the context ranks "
+                 "each node holds (--ranks-per-node under threads, the MPI processes sharing a host)")
+      ->check(CLI::Range(1, 64));
   app.add_option("--sparse-attention", o.sparse_attention,
                  "block-sparse attention: none, fixed or bigbird (DeepSpeed's sparse_attention block, causal) or window:W "
                  "(a causal sliding window of W blocks); the ring sends only the blocks a rank's queries need");

@@ -65,7 +65,7 @@ struct Options {
   bool cp_given = false;                        ///< --cp was on the command line (--cp 1: ContextAttention's kernel, unsplit)
   std::string cp_mode = "p2p";                  ///< --cp-mode: a2a (Ulysses), p2p (the ring) or a2a+p2p
   bool cp_mode_given = false;
-  int a2a = 0;                                  ///< --a2a A: with --cp-mode a2a+p2p, the Ulysses degree
+  int a2a = 0;                                  ///< --a2a A: with --cp-mode a2a+p2p, the Ulysses degree (0: the context ranks a node holds)
   std::string sparse_attention = "none";        ///< --sparse-attention: none, fixed, bigbird or window:W
   int sparse_block = 4;                         ///< --sparse-block: the layout's block (sparse_attention.block)
   bool sparse_block_given = false;

@@ -221,6 +221,10 @@ void train_rank(Comm& comm, const TrainContext& ctx, Summary& summary, std::mute
   // --cp / --sparse-attention: the blocks' attention over the grid's context group (collective: every rank builds it).
   gpt::ContextParallel context;
   if (ctx.context_attention) context = gpt::context_parallel(grid.context(), o.cp_mode, o.a2a, ctx.sparse);
+  if (rank == 0 && context.split() && o.cp_mode == "a2a+p2p" && o.a2a == 0) {
+    std::printf("a2a+p2p over the nodes: Ulysses %d (the context ranks a node holds) x ring %d\n", context.a2a_size(),
+                context.ring_size());
+  }
   gpt::Gpt model(ctx.model_config, gpt::tensor_parallel(grid.tensor(), o.sequence_parallel), std::move(experts),
                  std::move(context));
   Replica<Comm> replica(grid, model, ctx, gpt_engine_edit(o));

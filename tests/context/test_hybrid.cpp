@@ -176,4 +176,33 @@ TEST_CASE("a2a+p2p: bytes per rank equal a2a 4 N h (A-1)/(P A) and ring 2 N h (R
                        doctest::Contains("must divide the context group's 4 ranks"), usage_error);
 }
 
+TEST_CASE("a2a+p2p: node_a2a_size reads the context ranks a node holds from the grid's placement") {
+  // 8 thread ranks on simulated nodes of 4: a context group of 8 (tensor 1) spans 2 nodes, 4 each;
+  // with tensor 2 a context group of 4 holds 2 ranks a node; nodes of 8 hold the whole group.
+  struct Case {
+    int ranks_per_node, tensor, want;
+  };
+  for (const Case k : {Case{4, 1, 4}, Case{4, 2, 2}, Case{8, 1, 8}, Case{1, 1, 1}, Case{2, 2, 1}}) {
+    CAPTURE(k.ranks_per_node);
+    CAPTURE(k.tensor);
+    std::vector<int> got(8, -1);
+    comm::run_threads(8, [&](ThreadsCommunicator& world) {
+      comm::ProcessGrid grid(world, comm::GridShape{.tensor = k.tensor, .context = 8 / k.tensor});
+      got[static_cast<std::size_t>(world.rank())] = context::node_a2a_size(grid.context());
+    }, {.ranks_per_node = k.ranks_per_node});
+    for (int g : got) CHECK(g == k.want);
+  }
+  // Nodes of 3 over a context group of 8: uneven, refused naming the placement.
+  std::vector<std::string> errors(8);
+  comm::run_threads(8, [&](ThreadsCommunicator& world) {
+    comm::ProcessGrid grid(world, comm::GridShape{.context = 8});
+    try {
+      (void)context::node_a2a_size(grid.context());
+    } catch (const usage_error& e) {
+      errors[static_cast<std::size_t>(world.rank())] = e.what();
+    }
+  }, {.ranks_per_node = 3});
+  for (const std::string& e : errors) CHECK(e.find("node of each context rank: 0 0 0 3 3 3 6 6") != std::string::npos);
+}
+
 }  // namespace test_hybrid

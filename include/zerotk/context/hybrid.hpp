@@ -12,6 +12,8 @@
 ///   ring.forward(k_a, v_a, [&](int source, auto kb, auto vb) { ... g.positions(source) ... });
 ///   u.heads_to_seq(o_a, split_heads(H, A), o);
 ///
+/// `node_a2a_size(grid.context())` gives the A that keeps each a2a group on one node.
+///
 /// Context rank c = a + A r sits at a = c % A in a2a group r = c / A; its chunk is tokens
 /// [c n, (c + 1) n), so after the all-to-all ring rank r holds the contiguous super-chunk
 /// [r A n, (r + 1) A n) (HybridGroups::positions). The ring's output for one head is exactly the
@@ -20,12 +22,14 @@
 /// 2 N h_kv (R-1)/(R A) forward.
 
 #include <cstddef>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "zerotk/comm/communicator.hpp"
 #include "zerotk/comm/grid.hpp"
+#include "zerotk/comm/topology.hpp"
 #include "zerotk/core/error.hpp"
 
 namespace zerotk::context {
@@ -59,6 +63,39 @@ HybridGroups<C> split_hybrid(C& context, int a2a_size, std::size_t tokens = 0) {
   C a2a = comm::split_named(context, ring_index, a2a_index, "a2a[ring " + std::to_string(ring_index) + "]");
   C ring = comm::split_named(context, a2a_index, ring_index, "ring[a2a " + std::to_string(a2a_index) + "]");
   return HybridGroups<C>{std::move(a2a), std::move(ring), tokens};
+}
+
+/// The a2a degree that keeps each Ulysses group on one node: the context ranks a node holds, read
+/// from the back end (MPI's shared-memory split, NCCL's host names, the threads back end's simulated
+/// nodes; collective over `context`). Every node must hold the same number of context ranks, in a
+/// run of consecutive context indices (true for the grid's context groups under consecutive
+/// placement: they are tensor-strided runs of world ranks); otherwise a usage_error names the
+/// placement. A node holding the whole group gives P (Ulysses alone); one rank a node gives 1 (the
+/// ring alone).
+template <comm::Communicator C>
+int node_a2a_size(C& context) {
+  static_assert(comm::NodeAwareCommunicator<C> || comm::NodeMapCommunicator<C>,
+                "zerotk::context::node_a2a_size: the communicator cannot tell nodes apart; give the a2a degree");
+  comm::TopologyOptions detect;  // nothing declared: the back end's nodes
+  detect.levels = 2;
+  const std::vector<int> node = comm::detail::node_ids(context, detect);
+  const int P = context.size();
+  int run = 0;  // the length of the first node's run
+  while (run < P && node[static_cast<std::size_t>(run)] == node[0]) ++run;
+  bool even = P % run == 0;
+  std::set<int> seen;
+  for (int r = 0; r < P && even; r += run) {
+    even = seen.insert(node[static_cast<std::size_t>(r)]).second;
+    for (int i = r; i < r + run && even; ++i) even = node[static_cast<std::size_t>(i)] == node[static_cast<std::size_t>(r)];
+  }
+  if (!even) {
+    std::string where;
+    for (int r = 0; r < P; ++r) where += (r ? " " : "") + std::to_string(node[static_cast<std::size_t>(r)]);
+    throw usage_error("the nodes do not hold equal runs of consecutive context ranks; give the a2a degree",
+                      "zerotk::context::node_a2a_size on context rank " + std::to_string(context.rank()),
+                      "node of each context rank: " + where);
+  }
+  return run;
 }
 
 }  // namespace zerotk::context
