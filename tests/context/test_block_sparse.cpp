@@ -3,7 +3,8 @@
 // key visited in ascending order and the masked ones skipped: forward (o, lse) and backward (dq,
 // dk, dv) bit for bit, for DeepSpeed's Fixed (unidirectional), BigBird (bidirectional, random
 // blocks, different layouts per head) and BSLongformer layouts, and for a window of the keys (a
-// ring step's block) merged with merge_partial against the whole.
+// ring step's block) merged with merge_partial against the whole. The host's fused drivers give the
+// per-row definitions' bits (what the CUDA kernels run), whole and over a masked ring step's blocks.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -158,6 +159,56 @@ TEST_CASE("block-sparse attention over windows of the keys, merged, equals the w
   CHECK_THROWS_WITH_AS(attn.forward(qs, std::span<const float>(k.data(), rows * row), std::span<const float>(v.data(), rows * row),
                                     o_b, lse_b, {.queries_from = q0, .keys_from = kN - 8}),
                        doctest::Contains("run past the layout's 64 tokens"), usage_error);
+}
+
+TEST_CASE("the host's fused drivers give the per-row definitions' bits (the CUDA kernels' form), whole and over key blocks") {
+  for (const Case& c : cases()) {
+    CAPTURE(c.name);
+    const context::BlockLayout l = context::make_layout(c.config, kN);
+    const std::size_t H = 2, row = H * kD;
+    // Whole keys, then queries [16, 48) against the key blocks {1, 3, 4} (a masked ring step's).
+    const std::vector<int> blocks{1, 3, 4};
+    for (const bool window : {false, true}) {
+      CAPTURE(window);
+      const std::size_t nq = window ? 32 : kN, nk = window ? blocks.size() * 8 : kN;
+      const auto q = data(1, nq * row), k = data(2, nk * row), v = data(3, nk * row), d_o = data(4, nq * row);
+      const context::BlockSparseAttention attn{.layout = &l, .head_dim = kD, .causal = c.causal};
+      const context::AttentionWindow w{.queries_from = window ? 16u : 0u, .key_blocks = window ? std::span<const int>(blocks)
+                                                                                               : std::span<const int>()};
+      Grads got, want;
+      for (Grads* g : {&got, &want}) {
+        g->o.resize(nq * row), g->lse.resize(nq * H);
+        g->dq.assign(nq * row, 0.f), g->dk.assign(nk * row, 0.f), g->dv.assign(nk * row, 0.f);
+      }
+      attn.forward(q, k, v, got.o, got.lse, w);
+      attn.backward(q, k, v, got.o, got.lse, d_o, got.dq, got.dk, got.dv, w);
+      // The per-row definitions, row by row as a CUDA thread runs them.
+      const context::rows::Rows r = attn.shape(q.size(), k.size(), v.size(), want.o.size(), want.lse.size(), w, "test");
+      const context::rows::MaskView m = attn.mask();
+      for (std::size_t t = 0; t < nq; ++t) {
+        for (std::size_t a = 0; a < H; ++a) context::rows::forward_row(m, r, q.data(), k.data(), v.data(), want.o.data(), want.lse.data(), t, a);
+      }
+      for (std::size_t t = 0; t < nq; ++t) {
+        for (std::size_t a = 0; a < H; ++a) {
+          context::rows::dq_row(m, r, q.data(), k.data(), v.data(), want.o.data(), want.lse.data(), d_o.data(), want.dq.data(), t, a);
+        }
+      }
+      for (std::size_t j = 0; j < nk; ++j) {
+        for (std::size_t a = 0; a < H; ++a) {
+          context::rows::dkv_row(m, r, q.data(), k.data(), v.data(), want.o.data(), want.lse.data(), d_o.data(), want.dk.data(),
+                                 want.dv.data(), j, a);
+        }
+      }
+      std::size_t live = 0;
+      for (float x : want.lse) live += x != kNone ? 1 : 0;
+      CHECK(live > nq);  // most rows attend to something
+      CHECK(test::compare_bits("o", got.o.data(), want.o.data(), nq * row) == "");
+      CHECK(test::compare_bits("lse", got.lse.data(), want.lse.data(), nq * H) == "");
+      CHECK(test::compare_bits("dq", got.dq.data(), want.dq.data(), nq * row) == "");
+      CHECK(test::compare_bits("dk", got.dk.data(), want.dk.data(), nk * row) == "");
+      CHECK(test::compare_bits("dv", got.dv.data(), want.dv.data(), nk * row) == "");
+    }
+  }
 }
 
 }  // namespace test_block_sparse

@@ -13,7 +13,8 @@
 /// The keys of a row are visited in ascending order, kept blocks only, in fp32: the result is that
 /// of dense attention under the same element mask when it visits the keys in that order, bit for
 /// bit, at the cost of the kept blocks alone. The per-row definitions are
-/// context/block_sparse_rows.hpp's, which the CUDA kernels (context/cuda/block_sparse.cuh) share. `keys_from` (optional) restricts the keys to those
+/// context/block_sparse_rows.hpp's, which the CUDA kernels (context/cuda/block_sparse.cuh) share; the
+/// host runs their fused forms (each score once), which give the same bits. `keys_from` (optional) restricts the keys to those
 /// at positions [keys_from, keys_from + keys) of the layout, for a ring step's block (k and v then
 /// hold those rows only), with the queries at [queries_from, queries_from + rows); `key_blocks`
 /// names the layout blocks k and v hold instead, for keys that are not contiguous.
@@ -22,6 +23,7 @@
 #include <cstddef>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "zerotk/context/block_sparse_rows.hpp"
 #include "zerotk/context/sparsity.hpp"
@@ -50,8 +52,11 @@ struct BlockSparseAttention {
                std::span<float> lse, Window w = {}) const {
     const rows::Rows r = shape(q.size(), k.size(), v.size(), o.size(), lse.size(), w, "forward");
     const rows::MaskView m = mask();
+    std::vector<float> scores(r.nk);
     for (std::size_t t = 0; t < r.nq; ++t) {
-      for (std::size_t a = 0; a < r.heads; ++a) rows::forward_row(m, r, q.data(), k.data(), v.data(), o.data(), lse.data(), t, a);
+      for (std::size_t a = 0; a < r.heads; ++a) {
+        rows::forward_row_scored(m, r, q.data(), k.data(), v.data(), o.data(), lse.data(), t, a, scores.data());
+      }
     }
   }
 
@@ -69,12 +74,8 @@ struct BlockSparseAttention {
     const rows::MaskView m = mask();
     for (std::size_t t = 0; t < r.nq; ++t) {
       for (std::size_t a = 0; a < r.heads; ++a) {
-        rows::dq_row(m, r, q.data(), k.data(), v.data(), o.data(), lse.data(), d_o.data(), dq.data(), t, a);
-      }
-    }
-    for (std::size_t j = 0; j < r.nk; ++j) {
-      for (std::size_t a = 0; a < r.heads; ++a) {
-        rows::dkv_row(m, r, q.data(), k.data(), v.data(), o.data(), lse.data(), d_o.data(), dk.data(), dv.data(), j, a);
+        rows::backward_row_fused(m, r, q.data(), k.data(), v.data(), o.data(), lse.data(), d_o.data(), dq.data(), dk.data(),
+                                 dv.data(), t, a);
       }
     }
   }

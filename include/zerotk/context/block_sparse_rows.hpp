@@ -163,4 +163,63 @@ ZEROTK_HD inline void dkv_row(const MaskView& m, const Rows& r, const float* q, 
   }
 }
 
+// ---- the host's drivers: the same sums in the same order, each score computed once ---------------
+// A CUDA thread owns one row and cannot share work across rows; the host runs the rows one after
+// the other and can. These give forward_row's, dq_row's and dkv_row's results bit for bit (every
+// value is computed by the same expression and every sum visits its terms in the same order;
+// tests/context/test_block_sparse.cpp compares them) at a third of forward's dot products and half
+// of backward's.
+
+/// forward_row with each visited key's score kept in `scores` (room for r.nk floats).
+inline void forward_row_scored(const MaskView& m, const Rows& r, const float* q, const float* k, const float* v, float* o,
+                               float* lse, std::size_t t, std::size_t a, float* scores) {
+  const std::size_t H = r.heads, d = r.head_dim, qa = (t * H + a) * d;
+  float* out = o + qa;
+  for (std::size_t i = 0; i < d; ++i) out[i] = 0.f;
+  float top = kNoKeys;
+  std::size_t j = 0, n = 0;
+  for (KeyCursor c(m, r, t, a); c.next(j);) {
+    const float s = dot(q + qa, k + (j * H + a) * d, d) * r.scale;
+    scores[n++] = s;
+    top = s > top ? s : top;
+  }
+  lse[t * H + a] = kNoKeys;
+  if (top == kNoKeys) return;
+  float sum = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    scores[i] = ::expf(scores[i] - top);
+    sum += scores[i];
+  }
+  n = 0;
+  for (KeyCursor c(m, r, t, a); c.next(j);) {
+    const float p = scores[n++] / sum;
+    const float* vj = v + (j * H + a) * d;
+    for (std::size_t i = 0; i < d; ++i) out[i] += p * vj[i];
+  }
+  lse[t * H + a] = top + ::logf(sum);
+}
+
+/// dq_row and, for every key row it reaches, dkv_row's term for it, at once: called for query rows
+/// t = 0, 1, ... in order, each key row's dk and dv receive their terms in query order, as dkv_row
+/// adds them, and dq its terms in key order, as dq_row does.
+inline void backward_row_fused(const MaskView& m, const Rows& r, const float* q, const float* k, const float* v,
+                               const float* o, const float* lse, const float* d_o, float* dq, float* dk, float* dv,
+                               std::size_t t, std::size_t a) {
+  const std::size_t H = r.heads, d = r.head_dim, qa = (t * H + a) * d;
+  const float l = lse[t * H + a];
+  if (l == kNoKeys) return;
+  const float D = dot(d_o + qa, o + qa, d);
+  std::size_t j = 0;
+  for (KeyCursor c(m, r, t, a); c.next(j);) {
+    const std::size_t ka = (j * H + a) * d;
+    const float p = ::expf(dot(q + qa, k + ka, d) * r.scale - l);
+    const float ds = p * (dot(d_o + qa, v + ka, d) - D) * r.scale;
+    for (std::size_t i = 0; i < d; ++i) {
+      dq[qa + i] += ds * k[ka + i];
+      dv[ka + i] += p * d_o[qa + i];
+      dk[ka + i] += ds * q[qa + i];
+    }
+  }
+}
+
 }  // namespace zerotk::context::rows
