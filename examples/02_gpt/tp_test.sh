@@ -4,7 +4,8 @@
 #    sequence parallel at ZeRO-3 too;
 #  - a checkpoint saved at tensor 2 x data 2 loads at tensor 1 x data 4 and tensor 4 x data 1; saved
 #    again there without training, each exports (zerotk-ckpt export) the same tensor bytes as the
-#    original, and training goes on from it;
+#    original, and training goes on from it; exported per tensor rank (--tp 2, --tp 4), the tensor 2
+#    checkpoint's recorded splits and the tensor 1 re-save cut by --split rules give the same bytes;
 #  - refusals name the flags: heads the tensor size does not divide, --sequence-parallel without --tp,
 #    --tp against a config's tensor size.
 # Registered as the CTest example.02_gpt_tp.
@@ -52,6 +53,22 @@ for grid in "--tp 1" "--tp 4"; do
   grep -q '^\[Rank 0\] step=5,' "$dir/$name.more.log" || fail "$grid: training did not go on to step 5" "$(cat "$dir/$name.more.log")"
 done
 
+# Per tensor rank (zerotk-ckpt export --tp K, the inference hand-off): the tensor 2 checkpoint's own
+# splits and the tensor 1 re-save cut by the GPT example's --split rules give the same files' bytes.
+rules=(--split 'blocks.*.attn.qkv.*=rows:3' --split 'blocks.*.mlp.fc.*=rows' --split 'blocks.*.attn.proj.weight=cols'
+       --split 'blocks.*.mlp.proj.weight=cols')
+for K in 2 4; do
+  "$ckpt" export "$dir/tp2" --out "$dir/from2.safetensors" --tp "$K" > /dev/null
+  "$ckpt" export "$dir/--tp1" --out "$dir/from1.safetensors" --tp "$K" "${rules[@]}" > /dev/null
+  for (( k = 0; k < K; k++ )); do
+    f2="$dir/from2-tp$k-of-$K.safetensors" f1="$dir/from1-tp$k-of-$K.safetensors"
+    [[ -s $f2 && -s $f1 ]] || fail "export --tp $K wrote no file for tensor rank $k"
+    cmp -s <(data_of "$f2") <(data_of "$f1") || fail "export --tp $K: rank $k's file differs between the recorded splits and the --split rules"
+  done
+done
+if out=$("$ckpt" export "$dir/--tp1" --out "$dir/none.safetensors" --tp 2 2>&1); then fail "a tensor 1 checkpoint exported at --tp 2 without --split" "$out"; fi
+grep -q "records no tensor splits" <<<"$out" || fail "the refusal does not say the splits are missing" "$out"
+
 refused "--heads 3" "--tp 2" -- --tp 2 --heads 3 --d-model 48
 refused "--sequence-parallel" "needs a tensor size above 1" -- --sequence-parallel
 "$bin" --print-config --ranks 4 --tp 2 > "$dir/tp2.json"
@@ -64,4 +81,4 @@ refused "--tp 3" "--ranks 2" -- --tp 3
 refused "--tp 2" "tensor size 1" -- --tp 2 --config "$dir/tp1.json"
 
 echo "PASS: tensor 2 x data 2 reaches $acc (ZeRO-2) and $acc_sp (sequence parallel, ZeRO-3); a tensor 2 checkpoint" \
-  "loads at tensor 1 x data 4 and tensor 4 x data 1, exports the same tensors from each, and trains on; refusals name the flags"
+  "loads at tensor 1 x data 4 and tensor 4 x data 1, exports the same tensors from each (whole, and per tensor rank at 2 and 4), and trains on; refusals name the flags"

@@ -1,6 +1,7 @@
 // Checkpoints of parameters split across a tensor group (checkpoint/grid.hpp): saved at tensor 2 x
 // data 2, loaded at tensor 1 x data 4, tensor 4 x data 1, on a plain communicator, and on the same
-// grid; exported as whole tensors.
+// grid; exported as whole tensors, and per tensor rank for K = 1, 2, 4 (export_tensor_parallel:
+// each file the matching slice of the whole, also from a tensor 1 checkpoint given split rules).
 //
 // The model's gradients depend only on each element's index in the whole parameter and the step, and
 // are small dyadic numbers (data-parallel averages are exact), with clipping off: every element then
@@ -190,6 +191,45 @@ Whole read_safetensors(const std::filesystem::path& file) {
   return out;
 }
 
+/// Tensor `name` of a safetensors file as fp32 (its byte count / 4 values).
+std::vector<float> read_tensor(const std::filesystem::path& file, const std::string& name) {
+  const std::vector<std::byte> bytes = io::read_file(file);
+  std::uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  const std::string header(reinterpret_cast<const char*>(bytes.data()) + 8, n);
+  const std::size_t at = header.find("\"" + name + "\":{");
+  REQUIRE_MESSAGE(at != std::string::npos, name);
+  const std::size_t offsets = header.find("\"data_offsets\":[", at) + 16;
+  const std::uint64_t a = std::stoull(header.substr(offsets)), b = std::stoull(header.substr(header.find(',', offsets) + 1));
+  std::vector<float> v((b - a) / 4);
+  std::memcpy(v.data(), bytes.data() + 8 + n + a, b - a);
+  return v;
+}
+
+/// Tensor rank k of K's shard of whole parameter `s`, cut with plain loops (Megatron's layout: each
+/// fused part's rows, or columns, in K equal pieces, the parts' pieces one after the other).
+std::vector<float> slice(const Spec& s, const std::vector<float>& whole, int k, int K) {
+  if (!s.split.is_split()) return whole;
+  const std::size_t R = s.full.rows, C = s.full.cols, P = static_cast<std::size_t>(s.split.parts), n = static_cast<std::size_t>(K);
+  std::vector<float> out;
+  if (s.split.dim == parallel::SplitDim::rows) {
+    const std::size_t piece = R / P / n;
+    for (std::size_t p = 0; p < P; ++p) {
+      for (std::size_t r = p * (R / P) + static_cast<std::size_t>(k) * piece, e = r + piece; r < e; ++r) {
+        for (std::size_t c = 0; c < C; ++c) out.push_back(whole[r * C + c]);
+      }
+    }
+  } else {
+    const std::size_t piece = C / P / n;
+    for (std::size_t r = 0; r < R; ++r) {
+      for (std::size_t p = 0; p < P; ++p) {
+        for (std::size_t c = p * (C / P) + static_cast<std::size_t>(k) * piece, e = c + piece; c < e; ++c) out.push_back(whole[r * C + c]);
+      }
+    }
+  }
+  return out;
+}
+
 bool same(const Whole& a, const Whole& b) {
   if (a.size() != b.size()) return false;
   for (const auto& [k, v] : a) {
@@ -222,6 +262,44 @@ TEST_CASE("a tensor 2 x data 2 checkpoint loads at tensor 1 x data 4, tensor 4 x
   // Exported: whole tensors, bitwise the merged shards.
   checkpoint::export_safetensors(dir.path(), dir / "model.safetensors");
   CHECK(same(read_safetensors(dir / "model.safetensors"), saved));
+
+  // Exported for K tensor ranks (the inference hand-off): file k holds rank k's shard of each split
+  // parameter, cut by the declared split, and the replicated ones whole.
+  for (const int K : {1, 2, 4}) {
+    CAPTURE(K);
+    const checkpoint::ExportResult r = checkpoint::export_tensor_parallel(dir.path(), dir / "tp.safetensors", K);
+    REQUIRE(r.files.size() == static_cast<std::size_t>(K));
+    CHECK(r.files.back().filename() == "tp-tp" + std::to_string(K - 1) + "-of-" + std::to_string(K) + ".safetensors");
+    for (int k = 0; k < K; ++k) {
+      for (const Spec& sp : kSpecs) {
+        CAPTURE(sp.name);
+        const std::vector<float> got = read_tensor(r.files[static_cast<std::size_t>(k)], sp.name);
+        CHECK(got.size() == (sp.split.is_split() ? sp.full.numel() / static_cast<std::size_t>(K) : sp.full.numel()));
+        CHECK(zt_test::same_bits(got, slice(sp, saved.at(sp.name), k, K)));
+      }
+    }
+  }
+  // A size a split cannot take is refused naming the parameter, before any file is written.
+  CHECK_THROWS_WITH_AS(checkpoint::export_tensor_parallel(dir.path(), dir / "three.safetensors", 3),
+                       doctest::Contains("col.weight [8, 6]"), usage_error);
+  CHECK_FALSE(std::filesystem::exists(dir / "three-tp0-of-3.safetensors"));
+  CHECK_THROWS_WITH_AS(
+      checkpoint::export_tensor_parallel(dir.path(), dir / "x.safetensors", 2, {.splits = {{"col.*", TensorSplit::rows()}}}),
+      doctest::Contains("records its parameters' tensor splits"), usage_error);
+  {  // Saved at tensor 1 (no splits recorded): refused without rules, and with them the same files.
+    zt_test::ScratchDir one("tensor_reshard_one");
+    CHECK(same(run<2>(1, 4, kSteps, one.path()), halfway));
+    CHECK_THROWS_WITH_AS(checkpoint::export_tensor_parallel(one.path(), one / "tp.safetensors", 2),
+                         doctest::Contains("saved at tensor 1 and records no tensor splits"), usage_error);
+    const checkpoint::ExportOptions rules{.splits = {{"col.*", TensorSplit::rows()},
+                                                     {"qkv.weight", TensorSplit::rows(3)},
+                                                     {"row.weight", TensorSplit::cols()}}};
+    const checkpoint::ExportResult r = checkpoint::export_tensor_parallel(one.path(), one / "tp.safetensors", 2, rules);
+    const checkpoint::ExportResult from_two = checkpoint::export_tensor_parallel(dir.path(), dir / "tp.safetensors", 2);
+    for (std::size_t k = 0; k < 2; ++k) {
+      for (const Spec& sp : kSpecs) CHECK(zt_test::same_bits(read_tensor(r.files[k], sp.name), read_tensor(from_two.files[k], sp.name)));
+    }
+  }
 
   bool resharded = false;
   SUBCASE("tensor 1 x data 4 at stage 3") {

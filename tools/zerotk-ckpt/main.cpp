@@ -3,6 +3,7 @@
 //   zerotk-ckpt inspect ckpt                      tags, then the latest one's manifest and parameters
 //   zerotk-ckpt verify ckpt --tag global_step100  every file: size, checksum, structure
 //   zerotk-ckpt export ckpt --out model.safetensors --dtype bf16
+//   zerotk-ckpt export ckpt --out model.safetensors --tp 4          model-tp0-of-4.safetensors ...
 //
 // Exit 0: done. Exit 1: the checkpoint is missing, corrupt or cannot be exported (the error names
 // the file or manifest key). Exit 2: the command line itself is wrong.
@@ -45,6 +46,16 @@ commands:
                             write the fp32 master weights of T as one safetensors file (whole
                             tensors, streamed; 16-bit dtypes round to nearest even); FILE appears
                             complete or not at all
+         [--tp K [--split PATTERN=rows[:PARTS]|cols[:PARTS]]...]
+                            one file per tensor rank instead (FILE's stem + -tp<k>-of-<K>): each
+                            split parameter cut for rank k as a tensor-parallel server loads it
+                            (Megatron's layout; a fused part's rows, e.g. QKV, cut part by part),
+                            the others whole. The splits are the checkpoint's own when it was saved
+                            at tensor >= 2; one saved at tensor 1 needs --split rules (PATTERN
+                            matches parameter names, * any run of characters; first match wins),
+                            e.g. for the GPT example: --split 'blocks.*.attn.qkv.*=rows:3'
+                            --split 'blocks.*.mlp.fc.*=rows' --split 'blocks.*.attn.proj.weight=cols'
+                            --split 'blocks.*.mlp.proj.weight=cols'
 options:
   --tag T                   the checkpoint tag (default: the one DIR/latest names); a tag is one
                             directory name in DIR: not empty, at most 200 bytes of printable ASCII,
@@ -59,19 +70,38 @@ exit status: 0 done, 1 the checkpoint is missing, corrupt or for something else 
 file or manifest key), 2 bad command line.
 )usage";
 
-struct Args {
-  std::string command;
-  fs::path dir, out;
-  std::optional<std::string> tag;
-  zerotk::DType dtype = zerotk::DType::fp32;
-};
-
 /// Text from a checkpoint or the file system, safe to print (control characters escaped).
 std::string shown(std::string_view text) { return zerotk::printable(text); }
 
 [[noreturn]] void bad_usage(const std::string& why) {
   std::fprintf(stderr, "zerotk-ckpt: %s\n(run zerotk-ckpt --help)\n", shown(why).c_str());
   std::exit(2);
+}
+
+struct Args {
+  std::string command;
+  fs::path dir, out;
+  std::optional<std::string> tag;
+  zerotk::DType dtype = zerotk::DType::fp32;
+  int tp = 0;  ///< --tp K: one file per tensor rank (0: one whole file)
+  std::vector<ckpt::SplitRule> splits;
+};
+
+/// --split PATTERN=rows[:PARTS]|cols[:PARTS].
+ckpt::SplitRule parse_split(const std::string& v) {
+  const std::size_t eq = v.rfind('=');
+  if (eq == std::string::npos || eq == 0) bad_usage("--split must be PATTERN=rows[:PARTS] or PATTERN=cols[:PARTS] (got \"" + v + "\")");
+  const std::string how = v.substr(eq + 1), dim = how.substr(0, how.find(':'));
+  int parts = 1;
+  if (const std::size_t colon = how.find(':'); colon != std::string::npos) {
+    const std::string n = how.substr(colon + 1);
+    char* end = nullptr;
+    const long p = std::strtol(n.c_str(), &end, 10);
+    if (n.empty() || end != n.c_str() + n.size() || p < 1 || p > 1 << 20) bad_usage("--split: PARTS must be an integer >= 1 (got \"" + v + "\")");
+    parts = static_cast<int>(p);
+  }
+  if (dim != "rows" && dim != "cols") bad_usage("--split: the dimension must be rows or cols (got \"" + v + "\")");
+  return {v.substr(0, eq), dim == "rows" ? zerotk::parallel::TensorSplit::rows(parts) : zerotk::parallel::TensorSplit::cols(parts)};
 }
 
 Args parse(int argc, char** argv) {
@@ -100,6 +130,15 @@ Args parse(int argc, char** argv) {
       r.tag = value;
     } else if (flag == "--out" && r.command == "export") {
       r.out = value;
+    } else if (flag == "--tp" && r.command == "export") {
+      char* end = nullptr;
+      const long k = std::strtol(value.c_str(), &end, 10);
+      if (value.empty() || end != value.c_str() + value.size() || k < 1 || k > 1 << 16) {
+        bad_usage("--tp must be an integer in [1, 65536] (got \"" + value + "\")");
+      }
+      r.tp = static_cast<int>(k);
+    } else if (flag == "--split" && r.command == "export") {
+      r.splits.push_back(parse_split(value));
     } else if (flag == "--dtype" && r.command == "export") {
       if (value == "fp32") {
         r.dtype = zerotk::DType::fp32;
@@ -115,6 +154,7 @@ Args parse(int argc, char** argv) {
     }
   }
   if (r.command == "export" && r.out.empty()) bad_usage("export needs --out FILE");
+  if (!r.splits.empty() && r.tp == 0) bad_usage("--split cuts parameters for --tp K files; add --tp");
   return r;
 }
 
@@ -219,11 +259,14 @@ void export_file(const Args& a) {
       }
     };
   }
-  const ckpt::ExportResult r = ckpt::export_safetensors(a.dir, a.out, o);
+  o.splits = a.splits;
+  const ckpt::ExportResult r = a.tp > 0 ? ckpt::export_tensor_parallel(a.dir, a.out, a.tp, o) : ckpt::export_safetensors(a.dir, a.out, o);
   const double s = std::chrono::duration<double>(Clock::now() - t0).count();
   if (progress) std::fprintf(stderr, "\n");
+  std::string files = shown(r.files.front().string());
+  if (r.files.size() > 1) files += " .. " + shown(r.files.back().filename().string()) + " (" + std::to_string(r.files.size()) + " files, one per tensor rank)";
   std::printf("wrote %s: %zu tensors of %s (tag %s), %llu bytes in %.2f s; peak resident memory %.1f MiB (%.1f at start)\n",
-              shown(a.out.string()).c_str(), r.tensors, std::string(zerotk::to_string(a.dtype)).c_str(), shown(r.tag).c_str(),
+              files.c_str(), r.tensors, std::string(zerotk::to_string(a.dtype)).c_str(), shown(r.tag).c_str(),
               static_cast<unsigned long long>(r.bytes), s, status_mib("VmHWM"), g_start_rss_mib);
 }
 
