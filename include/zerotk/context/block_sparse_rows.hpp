@@ -129,6 +129,18 @@ ZEROTK_HD inline void forward_row(const MaskView& m, const Rows& r, const float*
   lse[t * H + a] = top + ::logf(sum);
 }
 
+/// The backward terms of one (query, key) pair: p = softmax's probability (from the row's lse `l`)
+/// and ds = d(score) x scale, given D = d_o . o of the query row. Every backward form uses this.
+struct PairTerms {
+  float p, ds;
+};
+ZEROTK_HD inline PairTerms pair_terms(const Rows& r, const float* q, const float* k, const float* v, const float* d_o,
+                                      std::size_t qa, std::size_t ka, float l, float D) {
+  const std::size_t d = r.head_dim;
+  const float p = ::expf(dot(q + qa, k + ka, d) * r.scale - l);
+  return {p, p * (dot(d_o + qa, v + ka, d) - D) * r.scale};
+}
+
 /// Adds query row t of head a's gradient into dq, keys ascending (o and lse: the final ones).
 ZEROTK_HD inline void dq_row(const MaskView& m, const Rows& r, const float* q, const float* k, const float* v, const float* o,
                              const float* lse, const float* d_o, float* dq, std::size_t t, std::size_t a) {
@@ -139,8 +151,7 @@ ZEROTK_HD inline void dq_row(const MaskView& m, const Rows& r, const float* q, c
   std::size_t j = 0;
   for (KeyCursor c(m, r, t, a); c.next(j);) {
     const std::size_t ka = (j * H + a) * d;
-    const float p = ::expf(dot(q + qa, k + ka, d) * r.scale - l);
-    const float ds = p * (dot(d_o + qa, v + ka, d) - D) * r.scale;
+    const float ds = pair_terms(r, q, k, v, d_o, qa, ka, l, D).ds;
     for (std::size_t i = 0; i < d; ++i) dq[qa + i] += ds * k[ka + i];
   }
 }
@@ -153,9 +164,7 @@ ZEROTK_HD inline void dkv_row(const MaskView& m, const Rows& r, const float* q, 
     const float l = lse[t * H + a];
     if (l == kNoKeys || !r.attends(m, t, a, j)) continue;
     const std::size_t qa = (t * H + a) * d;
-    const float D = dot(d_o + qa, o + qa, d);
-    const float p = ::expf(dot(q + qa, k + ka, d) * r.scale - l);
-    const float ds = p * (dot(d_o + qa, v + ka, d) - D) * r.scale;
+    const auto [p, ds] = pair_terms(r, q, k, v, d_o, qa, ka, l, dot(d_o + qa, o + qa, d));
     for (std::size_t i = 0; i < d; ++i) {
       dv[ka + i] += p * d_o[qa + i];
       dk[ka + i] += ds * q[qa + i];
@@ -212,8 +221,7 @@ inline void backward_row_fused(const MaskView& m, const Rows& r, const float* q,
   std::size_t j = 0;
   for (KeyCursor c(m, r, t, a); c.next(j);) {
     const std::size_t ka = (j * H + a) * d;
-    const float p = ::expf(dot(q + qa, k + ka, d) * r.scale - l);
-    const float ds = p * (dot(d_o + qa, v + ka, d) - D) * r.scale;
+    const auto [p, ds] = pair_terms(r, q, k, v, d_o, qa, ka, l, D);
     for (std::size_t i = 0; i < d; ++i) {
       dq[qa + i] += ds * k[ka + i];
       dv[ka + i] += p * d_o[qa + i];
