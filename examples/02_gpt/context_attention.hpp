@@ -154,7 +154,7 @@ class ContextAttention {
                                 std::to_string(qkv.rows()) + " x " + std::to_string(qkv.cols()) + " for n " + std::to_string(n));
     }
     prepare(static_cast<int>(qkv.rows() / n), n);
-    if (A() > 1 && split_.count[static_cast<std::size_t>(cp_->a2a->rank())] == 0) {
+    if (A() > 1 && qkv.rows() / n * heads_ < A()) {  // the same on every rank: all refuse, none waits
       throw zerotk::usage_error("Ulysses gives each of its ranks (sequence, head) pairs: the micro batch x heads must be at "
                                 "least its degree",
                                 "gpt::ContextAttention",

@@ -16,10 +16,13 @@
 #    1/(P-1) of the dense ring's bytes; --sparse-attention fixed trains to a digit accuracy >= 0.9
 #    (its sequence accuracy is lower and printed: the task needs every input digit, which fixed's
 #    answer rows reach only through its global blocks);
+#  - a checkpoint saved at cp 2 x 2 replicas resumes at that layout printing the uninterrupted run's
+#    figures line for line, and loads at cp 1 x data 4 and at cp 2 on 2 ranks (resharded);
 #  - --print-config writes sequence_parallel_size and the sparse_attention block, and --config of
 #    that file prints the flags' run line for line;
 #  - refusals name the flags: --cp not dividing the sequence or the data ranks, --cp-mode without
-#    --cp, --a2a outside a2a+p2p or not dividing --cp, an unknown --sparse-attention, --sparse-block
+#    --cp, --a2a outside a2a+p2p or not dividing --cp, Ulysses with fewer (sequence, head) pairs than
+#    ranks, an unknown --sparse-attention, --sparse-block
 #    without a layout or not dividing a rank's tokens.
 # Registered as the CTest example.02_gpt_cp.
 #
@@ -79,6 +82,24 @@ for st in 1 2 3; do
 done
 (( $(compared < "$dir/stage_0.log" | wc -l) == 5 )) || fail "expected 4 progress lines and the score" "$(cat "$dir/stage_0.log")"
 
+# Checkpoints: saved at cp 2 x 2 replicas (step 20), resumed at the same layout the run prints the
+# uninterrupted run's figures line for line; it also loads at cp 1 x data 4 and at cp 2 on 2 ranks
+# (resharded) and trains on.
+{
+  ck=(--ranks 4 --cp 2 --steps-per-print 10 --eval-size 50 --csv "")
+  "$bin" "${ck[@]}" --steps 40 > "$dir/straight.log" 2>&1 || fail "cp 2, 40 steps did not train" "$(cat "$dir/straight.log")"
+  "$bin" "${ck[@]}" --steps 20 --save "$dir/ckpt" > "$dir/first.log" 2>&1 || fail "cp 2 did not save" "$(cat "$dir/first.log")"
+  "$bin" "${ck[@]}" --steps 40 --load "$dir/ckpt" > "$dir/resumed.log" 2>&1 || fail "cp 2 did not resume" "$(cat "$dir/resumed.log")"
+  diff <(compared < "$dir/straight.log" | sed -n '3,$p') <(compared < "$dir/resumed.log") > /dev/null ||
+    fail "cp 2: the resumed run differs from the uninterrupted one" "$(diff <(compared < "$dir/straight.log") <(compared < "$dir/resumed.log"))"
+  for other in "--ranks 4 --cp 1" "--ranks 2 --cp 2"; do
+    read -r -a flags <<<"$other"
+    out=$("$bin" "${flags[@]}" --steps 30 --steps-per-print 10 --eval-size 50 --csv "" --load "$dir/ckpt" 2>&1 | tr '\r' '\n') ||
+      fail "$other did not load the cp 2 checkpoint" "$out"
+    grep -q "continuing after step 20" <<<"$out" && grep -q '^\[Rank 0\] step=30,' <<<"$out" || fail "$other: no resume to step 30" "$out"
+  done
+}
+
 # Block-sparse: the ring sends only what the window needs; fixed trains.
 dense=$(run --ranks 4 --cp 4 --digits 16 --steps 20 --eval-size 20) || fail "dense ring did not train" "$dense"
 window=$(run --ranks 4 --cp 4 --digits 16 --steps 20 --eval-size 20 --sparse-attention window:2) || fail "window:2 did not train" "$window"
@@ -107,6 +128,7 @@ refused "--cp 4" "must divide the data ranks (2)" -- --cp 4
 refused "--cp-mode a2a" "add --cp P" -- --cp-mode a2a
 refused "--a2a 2" "--cp-mode p2p" -- --cp 2 --a2a 2
 refused "--a2a 3" "dividing the context size" -- --cp 2 --batch 32 --cp-mode a2a+p2p --a2a 3
+refused "--cp-mode a2a" "(sequence, head) pairs" -- --cp 2 --cp-mode a2a --batch 1 --heads 1 --d-model 32
 refused "--sparse-attention" "window:W" -- --sparse-attention stripes
 refused "--sparse-block 8" "none is asked for" -- --sparse-block 8
 refused "--sparse-block 16" "must divide each ring rank's 8 tokens" -- --cp 2 --digits 8 --sparse-attention window:1 --sparse-block 16
