@@ -64,7 +64,9 @@ struct ContextParallel {
   int ring_size() const noexcept { return ring ? ring->size() : 1; }
   int ring_rank() const noexcept { return ring ? ring->rank() : 0; }
 
-  /// Throws zerotk::usage_error naming the value when `c` cannot run this way.
+  /// Throws zerotk::usage_error naming the value when the groups do not make the context group, and
+  /// a config_error naming the key of a layout config DeepSpeed refuses. (The model's shape against
+  /// the sequence split is checked where the batch is known: context_share, ContextAttention.)
   void check(const Config& c) const {
     if (!on) return;
     if (size < 1 || rank < 0 || rank >= size || a2a_size() * ring_size() != size) {

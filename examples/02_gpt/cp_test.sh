@@ -19,7 +19,8 @@
 #  - a checkpoint saved at cp 2 x 2 replicas resumes at that layout printing the uninterrupted run's
 #    figures line for line, and loads at cp 1 x data 4 and at cp 2 on 2 ranks (resharded);
 #  - --print-config writes sequence_parallel_size and the sparse_attention block, and --config of
-#    that file prints the flags' run line for line;
+#    that file prints the flags' run line for line, and with its batch keys "auto" trains the
+#    global batch of --batch over its replicas;
 #  - refusals name the flags: --cp not dividing the sequence or the data ranks, --cp-mode without
 #    --cp, --a2a outside a2a+p2p or not dividing --cp, Ulysses with fewer (sequence, head) pairs than
 #    ranks, an unknown --sparse-attention, --sparse-block
@@ -120,6 +121,11 @@ grep -q '"sparse_attention": {"mode": "fixed", "block": 4' "$dir/cp.json" || fai
 a=$(run --ranks 4 --cp 2 --sparse-attention fixed --digits 16 --steps 20 --steps-per-print 10 --eval-size 20) || fail "flags run failed" "$a"
 b=$(run --ranks 4 --config "$dir/cp.json" --digits 16 --steps 20 --steps-per-print 10 --eval-size 20) || fail "--config run failed" "$b"
 diff <(compared <<<"$a") <(compared <<<"$b") > /dev/null || fail "--config of --print-config's file ran otherwise" "$a" "$b"
+
+# "auto" batch keys resolve against the file's sequence_parallel_size: the triad counts replicas.
+sed 's/"train_batch_size": 64/"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto"/' "$dir/cp.json" > "$dir/auto.json"
+out=$(run --ranks 4 --config "$dir/auto.json" --digits 16 --steps 2 --eval-size 10) || fail "--config with auto batch keys failed" "$out"
+grep -q "batch 64 = 32 micro x 1 accumulation x 2 replicas" <<<"$out" || fail "auto batch keys did not count replicas" "$out"
 
 # Refusals, in flags' words.
 if out=$("$bin" --ranks 3 --cp 3 --batch 63 --steps 2 --csv "" 2>&1); then fail "--cp 3 on 16 tokens ran" "$out"; fi

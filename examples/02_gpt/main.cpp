@@ -578,7 +578,8 @@ void check_tensor_flags(const Options& o, const zerotk::config::Config& cfg, con
     throw zerotk::usage_error("the MLP width (4 x --d-model) must divide by the tensor size",
                               "--d-model " + std::to_string(model.d_model), tensor_from);
   }
-  const long long tokens = cfg.train_micro_batch_size_per_gpu * static_cast<long long>(model.context);
+  // (a context rank's blocks hold 1/P of each sequence)
+  const long long tokens = cfg.train_micro_batch_size_per_gpu * static_cast<long long>(model.context / cfg.sequence_parallel_size);
   if (o.sequence_parallel && tokens % t != 0) {
     throw zerotk::usage_error("under sequence parallel each tensor rank takes 1/T of a micro-batch's tokens (micro batch x "
                               "sequence length = " + std::to_string(tokens) + ")",
@@ -618,7 +619,7 @@ void check_context_flags(const Options& o, const zerotk::config::Config& cfg, co
   }
   const int P = cfg.sequence_parallel_size;
   const std::string cp_from = o.config_file.empty() ? "--cp " + std::to_string(P) : o.config_file + ": sequence_parallel_size " + std::to_string(P);
-  if (!o.config_file.empty() && o.cp != 1 && o.cp != P) {
+  if (!o.config_file.empty() && o.cp_given && o.cp != P) {
     throw zerotk::usage_error("differs from the config's sequence_parallel_size (the file decides; drop --cp or change the file)",
                               "--cp " + std::to_string(o.cp), cp_from);
   }
@@ -671,8 +672,12 @@ void check_context_flags(const Options& o, const zerotk::config::Config& cfg, co
   const int ring = P == 1 || o.cp_mode == "a2a" ? 1 : o.cp_mode == "p2p" || o.a2a == 0 ? P : P / o.a2a;
   const int tokens = model.context / ring;
   if (sparse->block < 1 || tokens % sparse->block != 0) {
-    throw zerotk::usage_error("the layout's block must divide each ring rank's " + std::to_string(tokens) + " tokens (" + seq +
-                                  " over a ring of " + std::to_string(ring) + ")",
+    const std::string whose = o.cp_mode == "a2a+p2p" && o.a2a == 0 && P > 1
+                                  ? "each context rank's " + std::to_string(tokens) + " tokens (" + seq + " over " + std::to_string(P) +
+                                        " context ranks; the ring's ranks hold whole multiples of them)"
+                                  : "each ring rank's " + std::to_string(tokens) + " tokens (" + seq + " over a ring of " +
+                                        std::to_string(ring) + ")";
+    throw zerotk::usage_error("the layout's block must divide " + whose,
                               o.config_file.empty() || !cfg.sparse_attention ? "--sparse-block " + std::to_string(sparse->block)
                                                                             : o.config_file + ": /sparse_attention/block",
                               std::to_string(sparse->block));
@@ -696,7 +701,7 @@ void check_communication_flags(const Options& o, int world) {
     }
   }
   // --ranks-per-node places the thread ranks on nodes for --topology 2, and for a2a+p2p's Ulysses groups.
-  const bool nodes_for_cp = o.cp_mode == "a2a+p2p" && o.a2a == 0 && o.cp > 1;
+  const bool nodes_for_cp = o.cp_mode == "a2a+p2p" && o.a2a == 0;  // (--cp-mode without a context size is refused later)
   if (o.ranks_per_node != 0 && o.topology != 2 && !nodes_for_cp) {
     throw zerotk::usage_error("places the ranks on nodes for --topology 2 (or --cp-mode a2a+p2p without --a2a), which is not asked for",
                               "--ranks-per-node " + std::to_string(o.ranks_per_node), "--topology " + std::to_string(o.topology));
@@ -728,7 +733,8 @@ std::string flag_number(double v) {
 /// What the example knows for a --config file's "auto" values, as the Hugging Face Trainer fills them
 /// from its arguments: the flags (their defaults included) and the model. Only "auto" values read
 /// these; a value the file gives wins. `from` gets, per config path, the flags it came from.
-zerotk::config::ResolveContext auto_values(const Options& o, int world, std::map<std::string, std::string>& from) {
+zerotk::config::ResolveContext auto_values(const Options& o, int world, const std::string& text,
+                                          std::map<std::string, std::string>& from) {
   zerotk::config::ResolveContext rc;
   rc.world_size = world;
   rc.hidden_size = o.d_model;
@@ -739,14 +745,23 @@ zerotk::config::ResolveContext auto_values(const Options& o, int world, std::map
   rc.gradient_accumulation_steps = o.gas;
   from["/gradient_accumulation_steps"] = "--gas " + std::to_string(o.gas);
   // The data ranks of a config without a tensor size; a file that splits is checked against it by the reader.
+  // The file's sequence_parallel_size is read here: the batch triad counts replicas, data / that.
+  int sp = 1;
+  if (const auto j = zerotk::config::Json::parse(text, nullptr, false);
+      j.is_object() && j.contains("sequence_parallel_size") && j["sequence_parallel_size"].is_number_integer()) {
+    const auto v = j["sequence_parallel_size"].get<long long>();
+    if (v >= 1 && v <= world) sp = static_cast<int>(v);  // else the reader names it
+  }
   const int data = world / (o.tp * o.pp);
-  const long long per_micro = static_cast<long long>(data) * o.gas;
+  const int replicas = data % sp == 0 ? data / sp : data;  // the reader refuses a size that does not divide
+  const long long per_micro = static_cast<long long>(replicas) * o.gas;
+  const std::string ranks = sp > 1 ? " replicas (data ranks / sequence_parallel_size " + std::to_string(sp) + ")" : " data ranks";
   if (o.batch % per_micro == 0) {  // else an "auto" micro batch is refused in flags' words (check_batch_flags)
     rc.micro_batch_size = o.batch / per_micro;
-    from["/train_micro_batch_size_per_gpu"] = "--batch " + std::to_string(o.batch) + " / (" + std::to_string(data) +
-                                              " data ranks x --gas " + std::to_string(o.gas) + ")";
+    from["/train_micro_batch_size_per_gpu"] = "--batch " + std::to_string(o.batch) + " / (" + std::to_string(replicas) +
+                                              ranks + " x --gas " + std::to_string(o.gas) + ")";
   }
-  from["/train_batch_size"] = "micro batch x --gas x data ranks";
+  from["/train_batch_size"] = "micro batch x --gas x" + ranks;
   rc.lr = o.lr;
   from["/optimizer/params/lr"] = from["/scheduler/params/warmup_max_lr"] = "--lr " + flag_number(o.lr);
   rc.weight_decay = o.weight_decay;
@@ -772,7 +787,7 @@ struct ReadConfig {
 ReadConfig read_config(const Options& o, int world, bool root, const std::string& text) {
   std::map<std::string, std::string> from;
   const zerotk::config::ResolveContext rc = o.config_file.empty() ? zerotk::config::ResolveContext{.world_size = world}
-                                                                  : auto_values(o, world, from);
+                                                                  : auto_values(o, world, text, from);
   zerotk::config::ParseResult r = zerotk::config::parse(text, rc);
   const std::string source = o.config_file.empty() ? "flags" : o.config_file;
   if (!r.ok()) {

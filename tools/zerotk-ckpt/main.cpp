@@ -133,8 +133,8 @@ Args parse(int argc, char** argv) {
     } else if (flag == "--tp" && r.command == "export") {
       char* end = nullptr;
       const long k = std::strtol(value.c_str(), &end, 10);
-      if (value.empty() || end != value.c_str() + value.size() || k < 1 || k > 1 << 16) {
-        bad_usage("--tp must be an integer in [1, 65536] (got \"" + value + "\")");
+      if (value.empty() || end != value.c_str() + value.size() || k < 1 || k > 1024) {  // one open file per rank
+        bad_usage("--tp must be an integer in [1, 1024] (got \"" + value + "\")");
       }
       r.tp = static_cast<int>(k);
     } else if (flag == "--split" && r.command == "export") {

@@ -197,7 +197,8 @@ inline ExportResult export_safetensors(const std::filesystem::path& dir, const s
 /// part's rows cut part by part); any other is whole in every file. Each file's metadata adds
 /// "zerotk_tensor_rank", "zerotk_tensor_size" and, per split tensor, "zerotk_split.<name>" ("rows 3":
 /// the dimension and fused parts). Each tensor is read whole once (memory: the largest tensor in
-/// fp32) and the files appear atomically. A split `tensor` does not divide, or a tensor 1 checkpoint
+/// fp32); each file appears atomically, and the set only whole (a failing file removes the finished
+/// ones; all K are open at once, so K is bounded by the open-file limit). A split `tensor` does not divide, or a tensor 1 checkpoint
 /// without `options.splits` at tensor > 1, is a usage_error naming the parameter.
 inline ExportResult export_tensor_parallel(const std::filesystem::path& dir, const std::filesystem::path& out, int tensor,
                                            const ExportOptions& options = {}) {
@@ -241,6 +242,7 @@ inline ExportResult export_tensor_parallel(const std::filesystem::path& dir, con
     shape[i] = parallel::MatrixShape{static_cast<std::size_t>(rows), static_cast<std::size_t>(rows ? w.numel / rows : 0)};
     std::vector<std::uint64_t> shard = w.shape;
     if (split[i].is_split()) {
+      if (w.shape.empty()) throw usage_error("a scalar cannot be split", kWhere, w.name);
       const bool cols = split[i].dim == parallel::SplitDim::cols;
       if (cols && w.shape.size() != 2) {
         throw usage_error("a column split needs a 2-D tensor", kWhere, w.name + " of " + std::to_string(w.shape.size()) + " dimensions");
@@ -287,9 +289,19 @@ inline ExportResult export_tensor_parallel(const std::filesystem::path& dir, con
     }
     if (options.on_tensor) options.on_tensor(i + 1, params.size());
   }
-  for (auto& w : writers) {
-    w->finish();
-    result.bytes += w->layout().header.size() + w->layout().data_bytes;
+  // Each file appears atomically; the set is kept only whole: a later file that fails takes the
+  // finished ones away again.
+  std::size_t finished = 0;
+  try {
+    for (auto& w : writers) {
+      w->finish();
+      ++finished;
+      result.bytes += w->layout().header.size() + w->layout().data_bytes;
+    }
+  } catch (...) {
+    std::error_code ec;
+    for (std::size_t k = 0; k < finished; ++k) std::filesystem::remove(result.files[k], ec);
+    throw;
   }
   return result;
 }

@@ -122,7 +122,7 @@ inline void Reader::read_batch(Block& root, Config& c) {
   if (t.tbs_auto) {
     note(Notice::Kind::auto_resolved, p_tbs,
          cat("\"auto\" resolved to ", std::to_string(tbs), " (micro batch x accumulation steps x ",
-             w == ctx.world_size ? "world size)" : "data-parallel size)"));
+             w == ctx.world_size ? "world size)" : c.sequence_parallel_size > 1 ? "data-parallel replicas)" : "data-parallel size)"));
   }
   std::int64_t product = 0;
   if (__builtin_mul_overflow(mbs, gas, &product) || __builtin_mul_overflow(product, w, &product)) {
