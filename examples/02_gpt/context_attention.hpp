@@ -67,7 +67,7 @@ struct ContextParallel {
   /// Throws zerotk::usage_error naming the value when the groups do not make the context group, and
   /// a config_error naming the key of a layout config DeepSpeed refuses. (The model's shape against
   /// the sequence split is checked where the batch is known: context_share, ContextAttention.)
-  void check(const Config& c) const {
+  void check() const {
     if (!on) return;
     if (size < 1 || rank < 0 || rank >= size || a2a_size() * ring_size() != size) {
       throw zerotk::usage_error("the context rank, its Ulysses group and its ring do not make the context group",
@@ -76,7 +76,6 @@ struct ContextParallel {
                                     std::to_string(a2a_size()) + " x ring " + std::to_string(ring_size()));
     }
     if (sparse) zerotk::context::check_config(*sparse);
-    (void)c;
   }
 };
 
@@ -229,14 +228,14 @@ class ContextAttention {
   /// Activation bytes held now (forward's packed rows, output and log-sum-exps; backward's scratch).
   std::size_t activation_bytes() const noexcept {
     std::size_t n = 0;
-    for (const auto* v : buffers()) n += v->capacity();
+    each_buffer(*this, [&](const std::vector<float>& v) { n += v.capacity(); });
     return n * sizeof(float);
   }
   void release() noexcept {
-    for (auto* v : buffers()) {
-      v->clear();
-      v->shrink_to_fit();
-    }
+    each_buffer(*this, [](std::vector<float>& v) {
+      v.clear();
+      v.shrink_to_fit();
+    });
   }
 
  private:
@@ -246,11 +245,13 @@ class ContextAttention {
   bool split() const noexcept { return split_on_ && cp_->split(); }
   int A() const noexcept { return split() ? cp_->a2a_size() : 1; }
 
-  std::vector<const std::vector<float>*> buffers() const {
-    return {&q_, &k_, &v_, &qa_, &ka_, &va_, &oa_, &lsea_, &o_, &ob_, &lseb_, &do_, &doa_, &dqa_, &dka_, &dva_, &dq_, &dk_, &dv_};
-  }
-  std::vector<std::vector<float>*> buffers() {
-    return {&q_, &k_, &v_, &qa_, &ka_, &va_, &oa_, &lsea_, &o_, &ob_, &lseb_, &do_, &doa_, &dqa_, &dka_, &dva_, &dq_, &dk_, &dv_};
+  // f(buffer) for every activation buffer of `self` (const or not).
+  template <class Self, class F>
+  static void each_buffer(Self& self, F&& f) {
+    for (auto* v : {&self.q_, &self.k_, &self.v_, &self.qa_, &self.ka_, &self.va_, &self.oa_, &self.lsea_, &self.o_, &self.ob_,
+                    &self.lseb_, &self.do_, &self.doa_, &self.dqa_, &self.dka_, &self.dva_, &self.dq_, &self.dk_, &self.dv_}) {
+      f(*v);
+    }
   }
 
   std::span<const float> Q() const { return A() > 1 ? qa_ : q_; }

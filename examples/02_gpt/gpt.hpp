@@ -628,7 +628,7 @@ struct Gpt {
       : config(validated(c)),
         tensor(checked(std::move(tp), config)),
         experts(checked(std::move(ep), config, tensor)),
-        context(checked(std::move(cp), config)),
+        context(checked(std::move(cp))),
         embedding(config),
         blocks(make_blocks(config, &tensor, &experts, &context)),
         head(config, embedding) {}
@@ -856,8 +856,8 @@ struct Gpt {
     ep.check(c, tp);
     return ep;
   }
-  static ContextParallel checked(ContextParallel cp, const Config& c) {
-    cp.check(c);
+  static ContextParallel checked(ContextParallel cp) {
+    cp.check();
     return cp;
   }
   static std::vector<Block> make_blocks(const Config& c, const TensorParallel* tp, const ExpertParallel* ep,

@@ -647,14 +647,6 @@ void check_context_flags(const Options& o, const zerotk::config::Config& cfg, co
                               "P / A in the ring)",
                               "--a2a " + std::to_string(o.a2a), cp_from);
   }
-  // Ulysses gives each of its A ranks whole (sequence, head) pairs of the micro-batch.
-  const int A = P == 1 || o.cp_mode == "p2p" ? 1 : o.cp_mode == "a2a" ? P : o.a2a;
-  const long long pairs = cfg.train_micro_batch_size_per_gpu * static_cast<long long>(model.n_heads / cfg.tensor_parallel_size);
-  if (A > 1 && pairs < A) {
-    throw zerotk::usage_error("Ulysses gives each of its " + std::to_string(A) + " ranks whole (sequence, head) pairs, and the micro "
-                                  "batch x heads a tensor rank (" + std::to_string(pairs) + ") are fewer",
-                              "--cp-mode " + o.cp_mode, cp_from);
-  }
   const std::string seq = "the sequence length " + std::to_string(model.context) +
                           (o.text_file.empty() ? " (2 x --digits)" : " (--context)");
   if (model.context % P != 0) {

@@ -221,13 +221,12 @@ void train_rank(Comm& comm, const TrainContext& ctx, Summary& summary, std::mute
   // --cp / --sparse-attention: the blocks' attention over the grid's context group (collective: every rank builds it).
   gpt::ContextParallel context;
   if (ctx.context_attention) context = gpt::context_parallel(grid.context(), o.cp_mode, o.a2a, ctx.sparse);
-  // Ulysses gives each of its ranks whole (sequence, head) pairs (main.cpp checks it where A is known
-  // before the ranks start; from the nodes it is known here), the same on every rank.
+  // Ulysses gives each of its A ranks whole (sequence, head) pairs; A is known once the groups are
+  // (from the nodes under a2a+p2p without --a2a). The same on every rank: all refuse before training.
   if (const long long pairs = ctx.cfg.train_micro_batch_size_per_gpu * (ctx.model_config.n_heads / ctx.cfg.tensor_parallel_size);
       context.split() && context.a2a_size() > pairs) {
-    throw zerotk::usage_error("Ulysses gives each of its " + std::to_string(context.a2a_size()) + " ranks (the context ranks a node "
-                                  "holds) whole (sequence, head) pairs, and the micro batch x heads a tensor rank (" +
-                                  std::to_string(pairs) + ") are fewer; give --a2a",
+    throw zerotk::usage_error("Ulysses gives each of its " + std::to_string(context.a2a_size()) + " ranks whole (sequence, head) "
+                                  "pairs, and the micro batch x heads a tensor rank (" + std::to_string(pairs) + ") are fewer",
                               "--cp-mode " + o.cp_mode, "--cp " + std::to_string(context.size));
   }
   if (rank == 0 && context.split() && o.cp_mode == "a2a+p2p" && o.a2a == 0) {

@@ -198,8 +198,9 @@ inline ExportResult export_safetensors(const std::filesystem::path& dir, const s
 /// "zerotk_tensor_rank", "zerotk_tensor_size" and, per split tensor, "zerotk_split.<name>" ("rows 3":
 /// the dimension and fused parts). Each tensor is read whole once (memory: the largest tensor in
 /// fp32); each file appears atomically, and the set only whole (a failing file removes the finished
-/// ones; all K are open at once, so K is bounded by the open-file limit). A split `tensor` does not divide, or a tensor 1 checkpoint
-/// without `options.splits` at tensor > 1, is a usage_error naming the parameter.
+/// ones; all K are open at once, so K is bounded by the open-file limit). A split `tensor` does not
+/// divide, or a tensor 1 checkpoint without `options.splits` at tensor > 1, is a usage_error naming
+/// the parameter.
 inline ExportResult export_tensor_parallel(const std::filesystem::path& dir, const std::filesystem::path& out, int tensor,
                                            const ExportOptions& options = {}) {
   constexpr const char* kWhere = "checkpoint::export_tensor_parallel";

@@ -14,10 +14,11 @@
 /// of dense attention under the same element mask when it visits the keys in that order, bit for
 /// bit, at the cost of the kept blocks alone. The per-row definitions are
 /// context/block_sparse_rows.hpp's, which the CUDA kernels (context/cuda/block_sparse.cuh) share; the
-/// host runs their fused forms (each score once), which give the same bits. `keys_from` (optional) restricts the keys to those
-/// at positions [keys_from, keys_from + keys) of the layout, for a ring step's block (k and v then
-/// hold those rows only), with the queries at [queries_from, queries_from + rows); `key_blocks`
-/// names the layout blocks k and v hold instead, for keys that are not contiguous.
+/// host runs their fused forms (each score once), which give the same bits. `keys_from` (optional)
+/// restricts the keys to those at positions [keys_from, keys_from + keys) of the layout, for a ring
+/// step's block (k and v then hold those rows only), with the queries at [queries_from,
+/// queries_from + rows); `key_blocks` names the layout blocks k and v hold instead, for keys that are
+/// not contiguous.
 
 #include <cmath>
 #include <cstddef>
