@@ -70,6 +70,7 @@
 #include "zerotk/engine/scopes.hpp"
 #include "zerotk/engine/shards.hpp"
 #include "zerotk/engine/slow_rank_monitor.hpp"
+#include "zerotk/engine/sparsity.hpp"
 #include "zerotk/engine/state.hpp"
 #include "zerotk/engine/state_api.hpp"
 #include "zerotk/optim/schedulers.hpp"
@@ -117,6 +118,9 @@ class BasicEngine : public engine::Introspection<BasicEngine<Pack>>, public engi
   using gradient_compression = typename R::gradient_compression;
   /// None | TopK | TwoBit | Sign (config: gradient_compression.algorithm).
   using compression_tag = typename gradient_compression::tag;
+  using sparsity = typename R::sparsity;
+  /// None | NofM<N, M> (engine/sparsity.hpp).
+  using sparsity_tag = typename sparsity::tag;
   using reduce_when = typename partitioner::when;
   /// Where the engine's buffers live and which kernels touch them (device/), checked against
   /// device::EngineOps where the Device tag selects it.
@@ -140,7 +144,8 @@ class BasicEngine : public engine::Introspection<BasicEngine<Pack>>, public engi
   /// fetch schedule here, and nothing else in this file asks for it.
   using Fetch = std::conditional_t<MainGroup::Params::kResident, engine::ResidentFetch<FetchCtx>,
                                    engine::ShardedFetch<FetchCtx>>;
-  using Boundary = engine::BoundaryStep<GroupsT, loss_scaler, Comms, ops_type>;
+  using Sparse = engine::SparsityPart<sparsity_tag>;
+  using Boundary = engine::BoundaryStep<GroupsT, loss_scaler, Comms, ops_type, Sparse>;
   using Store = typename MainGroup::Store;
   using Home = typename MainGroup::Params;
 
@@ -281,6 +286,10 @@ class BasicEngine : public engine::Introspection<BasicEngine<Pack>>, public engi
   /// Sets the learning-rate scheduler, stepped after every non-skipped update (DeepSpeed semantics).
   void set_scheduler(LrScheduler scheduler);
 
+  /// Sparsity<NofM<N, M>>: its masks per group (engine/sparsity.hpp: masks(kind), chosen());
+  /// Sparsity<None>: a part with nothing in it.
+  const Sparse& sparsity_part() const noexcept { return sparse_; }
+
   /// What the run-time checker (engine/checks.hpp) reads of this engine type, derived from its
   /// members; engine::facts_of(combination, storage) gives the same without an engine type.
   static engine::EngineFacts facts() {
@@ -289,7 +298,7 @@ class BasicEngine : public engine::Introspection<BasicEngine<Pack>>, public engi
     constexpr bool swapped = requires(const Store& st) { st.swap_file(); };
     return {dtype_of_v<S>, kStage, std::is_same_v<reduce_when, when::at_boundary>, MainGroup::kCanDelayUpdate,
             device::is_cuda, shard_file, shard_file || swapped, engine::offload_policy_name<offload_tag>(),
-            MainGroup::kCompressedExchange};
+            MainGroup::kCompressedExchange, Sparse::kOn};
   }
 
  private:
@@ -378,6 +387,7 @@ class BasicEngine : public engine::Introspection<BasicEngine<Pack>>, public engi
   GroupsT groups_;
   std::optional<Bindings> bindings_;
   std::optional<Fetch> fetch_;
+  Sparse sparse_;
   std::optional<Boundary> boundary_;
   engine::StepCounters counters_;
   engine::SlowRankMonitor<Comm> slow_;

@@ -142,6 +142,37 @@ constexpr bool visit_named(type_list<Ts...>, std::string_view name, F&& f) {
   return ((Ts::name == name ? (f(Ts{}), true) : false) || ...);
 }
 
+namespace detail {
+/// "NofM<N,M>" spelled at compile time (N and M below 100).
+struct NofMName {
+  char chars[16] = {};
+  std::size_t size = 0;
+  constexpr void put(char c) { chars[size++] = c; }
+  constexpr void put_number(int v) {
+    if (v >= 10) put(static_cast<char>('0' + v / 10));
+    put(static_cast<char>('0' + v % 10));
+  }
+  constexpr NofMName(int n, int m) {
+    for (char c : {'N', 'o', 'f', 'M', '<'}) put(c);
+    put_number(n);
+    put(',');
+    put_number(m);
+    put('>');
+  }
+};
+}  // namespace detail
+
+/// Sparsity<NofM<N, M>>: in every group of M consecutive weights along a parameter's last dimension,
+/// the N of largest magnitude are kept and the others held at zero (2:4 for sparse tensor cores;
+/// sparsity/nm.hpp). `name` is how errors and descriptions spell it: "NofM<2,4>".
+template <int N, int M>
+struct NofM {
+  static_assert(N >= 1 && N < M && M <= 32, "NofM<N, M>: keep 1 <= N < M <= 32 of every M weights, e.g. NofM<2, 4>");
+  static constexpr int n = N, m = M;
+  static constexpr detail::NofMName spelled{N, M};
+  static constexpr std::string_view name{spelled.chars, spelled.size};
+};
+
 /// GradientCompression<TopK>: the k largest |g| with error feedback (compress/topk.hpp).
 struct TopK { static constexpr std::string_view name = "TopK", key = "topk"; };
 /// GradientCompression<TwoBit>: 4 levels with error feedback (compress/two_bit.hpp).
@@ -161,6 +192,7 @@ struct optimizer { static constexpr const char* name = "Optimizer"; };
 struct precision { static constexpr const char* name = "Precision"; };
 struct device { static constexpr const char* name = "Device"; };
 struct gradient_compression { static constexpr const char* name = "GradientCompression"; };
+struct sparsity { static constexpr const char* name = "Sparsity"; };
 }  // namespace policy
 
 /// Precision<fp32|fp16|bf16>: the dtype of parameters and gradients the model computes with.
@@ -216,6 +248,22 @@ template <> struct GradientCompression<TopK> { using policy_kind = policy::gradi
 template <> struct GradientCompression<TwoBit> { using policy_kind = policy::gradient_compression; using tag = TwoBit; };
 template <> struct GradientCompression<Sign> { using policy_kind = policy::gradient_compression; using tag = Sign; };
 
+/// Sparsity<None|NofM<N, M>>: structured sparsity of the parameters a rule selects
+/// (EngineOptions::sparsity: which parameters, when the masks are chosen). With NofM the engine
+/// keeps, per ZeRO shard, a mask of the kept weights: from the step that chooses it, the pruned
+/// weights' gradients are zero before the norm and their master values zero after every update
+/// (NVIDIA ASP's order; engine/sparsity.hpp). Needs a host state store (engine/compat.hpp).
+template <class S>
+struct Sparsity {
+  static_assert(dependent_false<S>, "Sparsity: use Sparsity<None> or Sparsity<NofM<N, M>>, e.g. Sparsity<NofM<2, 4>>");
+};
+template <> struct Sparsity<None> { using policy_kind = policy::sparsity; using tag = None; };
+template <int N, int M>
+struct Sparsity<NofM<N, M>> {
+  using policy_kind = policy::sparsity;
+  using tag = NofM<N, M>;
+};
+
 /// The tag a single-argument policy was instantiated with: policy_tag_t<LossScaler<Dynamic>> is Dynamic.
 template <class P>
 struct policy_tag;
@@ -268,7 +316,7 @@ struct PolicyPackCheck {
   static_assert((Policy<Ps> && ...),
                 "Engine: every template argument must be a zerotk policy (Partitioner<...>, Bucketer<...>, "
                 "LossScaler<...>, Offload<...>, OffloadParams<...>, Optimizer<...>, Precision<...>, Device<...>, "
-                "GradientCompression<...>)");
+                "GradientCompression<...>, Sparsity<...>)");
   static_assert(policy_count_v<policy::partitioner, Ps...> <= 1, "Engine: Partitioner given more than once");
   static_assert(policy_count_v<policy::bucketer, Ps...> <= 1, "Engine: Bucketer given more than once");
   static_assert(policy_count_v<policy::loss_scaler, Ps...> <= 1, "Engine: LossScaler given more than once");
@@ -279,6 +327,7 @@ struct PolicyPackCheck {
   static_assert(policy_count_v<policy::device, Ps...> <= 1, "Engine: Device given more than once");
   static_assert(policy_count_v<policy::gradient_compression, Ps...> <= 1,
                 "Engine: GradientCompression given more than once");
+  static_assert(policy_count_v<policy::sparsity, Ps...> <= 1, "Engine: Sparsity given more than once");
   static constexpr bool value = true;
 };
 

@@ -45,6 +45,7 @@ ZEROTK_CHECKPOINT_NEEDS_XXHASH_(export_safetensors)
 #include "zerotk/pipeline.hpp"
 #include "zerotk/policies.hpp"
 #include "zerotk/precision.hpp"
+#include "zerotk/sparsity.hpp"
 #include "zerotk/version.hpp"
 #include "zerotk/zero/layout.hpp"
 #include "zerotk/zero/partitioner.hpp"

@@ -177,6 +177,9 @@ TEST_CASE("the run-time checker: each row names its key on the input that breaks
   add("delayed_update_not_with_shard_file", "delayed_param_update",
       [](EngineOptions& o) { o.delayed_param_update = true; },
       [](engine::EngineFacts& f) { f.can_delay_update = f.shard_file = true; }, alone);
+  add("delayed_update_not_with_sparsity", "delayed_param_update",
+      [](EngineOptions& o) { o.delayed_param_update = true; },
+      [](engine::EngineFacts& f) { f.can_delay_update = f.sparsity = true; }, alone);
   add("accumulation_dtype", "data_types.grad_accum_dtype", [](EngineOptions& o) { o.grad_accum_dtype = DType::fp16; },
       [](engine::EngineFacts& f) { f.storage = DType::bf16; }, alone);
   add("fp32_accumulation_every_micro_step", "data_types.grad_accum_dtype",
@@ -283,7 +286,8 @@ TEST_CASE("engine::facts_of(combination) gives the facts each engine type derive
                     Engine<Partitioner<Stage<3>>, Optimizer<AdamW>, Precision<bf16>, OffloadParams<Nvme>>,
                     Engine<Partitioner<Stage<3>>, Optimizer<AdamW>, Precision<bf16>, Offload<Cpu>, OffloadParams<Cpu>>,
                     Engine<Partitioner<Stage<0>>, Optimizer<OneBitAdam>>,
-                    Engine<Partitioner<Stage<0>>, Optimizer<AdamW>, GradientCompression<TopK>>>();
+                    Engine<Partitioner<Stage<0>>, Optimizer<AdamW>, GradientCompression<TopK>>,
+                    Engine<Partitioner<Stage<2>>, Optimizer<AdamW>, Sparsity<NofM<2, 4>>>>();
 }
 
 TEST_CASE("the run-time checker at construction: rebalancing slow ranks on a tensor 2 grid is refused naming the key") {

@@ -39,6 +39,7 @@
 #include "zerotk/checkpoint/whole.hpp"
 #include "zerotk/core/dtype.hpp"
 #include "zerotk/core/error.hpp"
+#include "zerotk/core/glob.hpp"
 #include "zerotk/io/safetensors.hpp"
 #include "zerotk/parallel/split.hpp"
 
@@ -131,24 +132,6 @@ void for_each_piece(const WholeIndex& index, std::size_t i, Piece&& piece) {
   for (const auto& [c, rank] : pieces) piece(rank, section, c.src_offset, c.dst_offset, c.numel);
 }
 
-/// `text` matches `pattern`, `*` matching any run of characters.
-inline bool glob_match(std::string_view pattern, std::string_view text) {
-  std::size_t p = 0, t = 0, star = std::string_view::npos, mark = 0;
-  while (t < text.size()) {
-    if (p < pattern.size() && pattern[p] == '*') {
-      star = p++, mark = t;
-    } else if (p < pattern.size() && pattern[p] == text[t]) {
-      ++p, ++t;
-    } else if (star != std::string_view::npos) {
-      p = star + 1, t = ++mark;
-    } else {
-      return false;
-    }
-  }
-  while (p < pattern.size() && pattern[p] == '*') ++p;
-  return p == pattern.size();
-}
-
 /// `path` with "-tp<k>-of-<K>" before its extension: model.safetensors -> model-tp0-of-2.safetensors.
 inline std::filesystem::path tensor_rank_file(const std::filesystem::path& path, int k, int K) {
   std::filesystem::path out = path;
@@ -233,7 +216,7 @@ inline ExportResult export_tensor_parallel(const std::filesystem::path& dir, con
       split[i] = first.is_shard() ? first.tensor_split : parallel::TensorSplit::replicated();
     } else {
       for (const SplitRule& r : options.splits) {
-        if (detail::glob_match(r.pattern, w.name)) {
+        if (glob_match(r.pattern, w.name)) {
           split[i] = r.split;
           break;
         }

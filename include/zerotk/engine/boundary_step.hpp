@@ -2,10 +2,12 @@
 /// \file zerotk/engine/boundary_step.hpp
 /// The optimizer boundary as one pipeline (DESIGN.md, "one boundary step"), over the engine's parts:
 ///
+///   Sparsity's masks (engine/sparsity.hpp: chosen at their step, the pruned gradients zeroed) ->
 ///   global norm and overflow agreement (engine/boundary.hpp: two fp64 all-reduces over every rank
 ///   the parameters span) -> scaler.update(overflow); on overflow: drop the gradients, count a
 ///   skipped step, stop -> clip factor (SEMANTICS.md 2) -> every group's update, taken by all or by
-///   none (engine/groups.hpp), or the delayed update (offload/delayed_update.hpp) -> publication ->
+///   none (engine/groups.hpp), or the delayed update (offload/delayed_update.hpp) -> Sparsity's
+///   pruning of the new values -> publication ->
 ///   the LR scheduler (engine/schedule.hpp).
 ///
 /// An update that fails (an I/O error of a swapped store or shard) leaves every group's state as it
@@ -44,18 +46,19 @@ struct BoundarySettings {
   std::int64_t delayed_param_update_start = 0;
 };
 
-template <class Groups, class Scaler, class Comms, class Ops>
+template <class Groups, class Scaler, class Comms, class Ops, class Sparse>
 class BoundaryStep {
  public:
-  BoundaryStep(Groups& groups, Scaler& scaler, Comms& comms, Ops& ops, Schedule& schedule, BoundarySettings settings,
-               std::uint64_t norm_count)
-      : groups_(&groups), scaler_(&scaler), comms_(&comms), ops_(&ops), schedule_(&schedule), s_(settings),
-        norm_count_(norm_count) {}
+  BoundaryStep(Groups& groups, Scaler& scaler, Comms& comms, Ops& ops, Schedule& schedule, Sparse& sparse,
+               BoundarySettings settings, std::uint64_t norm_count)
+      : groups_(&groups), scaler_(&scaler), comms_(&comms), ops_(&ops), schedule_(&schedule), sparse_(&sparse),
+        s_(settings), norm_count_(norm_count) {}
 
   /// One boundary; `on_bucket(group, k)` runs once bucket k of `group` holds its new values.
   template <class OnBucket>
   void run(StepCounters& c, StepReport& r, OnBucket&& on_bucket) {
     const double gas = s_.gradient_accumulation_steps;
+    sparse_->before_norm(*groups_, c.global_steps);
     const GlobalNorm norm = global_norm(comms_->norm(), comms_->norm_share(), *ops_, norm_count_, c.loss_sum / gas,
                                         [&](auto&& f) { groups_->each(f); }, groups_->gradients_local());
     r.loss = norm.loss_sum / comms_->place().data_size;
@@ -86,7 +89,7 @@ class BoundaryStep {
       if (delayed) {
         delayed_update(grad_scale, on_bucket);
       } else {
-        groups_->update(grad_scale, on_bucket);
+        groups_->update(grad_scale, on_bucket, [this](auto& g) { sparse_->after_update(g); });
       }
     } catch (...) {
       groups_->skip();
@@ -120,6 +123,7 @@ class BoundaryStep {
   Comms* comms_;
   Ops* ops_;
   Schedule* schedule_;
+  Sparse* sparse_;
   BoundarySettings s_;
   std::uint64_t norm_count_;
 };

@@ -34,6 +34,7 @@ struct EngineFacts {
   std::string offload;               ///< the Offload policy, for messages ("Offload<None>")
   /// Compressed exchanges of its own (a 1-bit optimizer, GradientCompression): over the data group alone.
   bool compressed_exchange = false;
+  bool sparsity = false;  ///< Sparsity<NofM<N, M>>: masks over the master and the reduced gradients
   friend bool operator==(const EngineFacts&, const EngineFacts&) = default;
 };
 
@@ -60,6 +61,7 @@ inline EngineFacts facts_of(const Combination& k, DType storage) {
               : k.offload == Place::nvme ? offload_policy_name<Nvme>()
                                          : offload_policy_name<None>();
   f.compressed_exchange = k.one_bit || k.compression;
+  f.sparsity = k.sparsity;
   return f;
 }
 
@@ -94,6 +96,12 @@ inline Problem delayed_update_not_with_shard_file(const EngineOptions& o, const 
   return config_error("with OffloadParams<Nvme> is not available: the delayed update writes a step's values into the "
                       "shard file after its state has stepped, so a failed write could not be undone; use "
                       "OffloadParams<Cpu> or OffloadParams<None>",
+                      "delayed_param_update", "true");
+}
+inline Problem delayed_update_not_with_sparsity(const EngineOptions& o, const EngineFacts& f, const GridPlace&) {
+  if (!o.delayed_param_update || !f.sparsity) return std::nullopt;
+  return config_error("with Sparsity<NofM<N, M>> is not available: the delayed update publishes a step's values from "
+                      "its worker thread, where the masks do not prune them yet",
                       "delayed_param_update", "true");
 }
 inline Problem accumulation_dtype(const EngineOptions& o, const EngineFacts& f, const GridPlace&) {
@@ -209,6 +217,7 @@ inline constexpr RunRule kRunRules[] = {
     {"delayed_update_needs_cpu_offload", false, &detail::delayed_update_needs_cpu_offload},
     {"delayed_update_host_only", false, &detail::delayed_update_host_only},
     {"delayed_update_not_with_shard_file", false, &detail::delayed_update_not_with_shard_file},
+    {"delayed_update_not_with_sparsity", false, &detail::delayed_update_not_with_sparsity},
     {"accumulation_dtype", false, &detail::accumulation_dtype},
     {"fp32_accumulation_every_micro_step", false, &detail::fp32_accumulation_every_micro_step},
     {"config_tensor_size", true, &detail::config_tensor_size},

@@ -38,6 +38,7 @@ struct Combination {
   Place param_offload = Place::none;   ///< OffloadParams<...>: stage 3's parameter shards
   bool compression = false;            ///< GradientCompression<TopK|TwoBit|Sign>
   bool cuda = false;                   ///< Device<Cuda>
+  bool sparsity = false;               ///< Sparsity<NofM<N, M>>
   friend constexpr bool operator==(const Combination&, const Combination&) = default;
 };
 
@@ -103,6 +104,17 @@ enum class Blame : std::uint8_t { engine_only, optimizer_type, stage };
   RULE(compression_host_only, Blame::engine_only, !c.compression || !c.cuda,                                         \
        "Engine: GradientCompression with Device<Cuda> is not available yet (its codecs run on host memory); use "    \
        "Device<Host>",                                                                                               \
+       "")                                                                                                           \
+  RULE(sparsity_host_state, Blame::engine_only,                                                                      \
+       !c.sparsity || (c.offload != Place::nvme && c.param_offload != Place::nvme && !c.cuda),                       \
+       "Engine: Sparsity<NofM<N, M>> prunes the fp32 master and the optimizer's output where the host holds them; "  \
+       "Offload<Nvme>, OffloadParams<Nvme> and Device<Cuda> are not available with it yet (use Offload<None> or "    \
+       "<Cpu>, OffloadParams<None> or <Cpu>, Device<Host>)",                                                         \
+       "")                                                                                                           \
+  RULE(sparsity_plain_exchange, Blame::engine_only, !c.sparsity || (!c.one_bit && !c.compression),                   \
+       "Engine: Sparsity<NofM<N, M>> prunes the reduced gradients before the norm; the 1-bit optimizers and "        \
+       "GradientCompression exchange compressed state of their own, which it does not mask (use Optimizer<Adam>, "   \
+       "<AdamW>, <Lamb> or <Lion> and GradientCompression<None>)",                                                   \
        "")
 
 /// One rule of the table, as data (the config validator's view).
@@ -141,7 +153,8 @@ struct CompatCheck {
 };
 
 /// The Combination of a policy pack's resolved policies.
-template <class Partitioner, class Optimizer, class Offload, class Device, class OffloadParams, class GradientCompression>
+template <class Partitioner, class Optimizer, class Offload, class Device, class OffloadParams, class GradientCompression,
+          class Sparsity = ::zerotk::Sparsity<None>>
 constexpr Combination combination_of() {
   using OptTag = policy_tag_t<Optimizer>;
   Combination c;
@@ -153,6 +166,7 @@ constexpr Combination combination_of() {
   c.param_offload = place_of<typename OffloadParams::tag>();
   c.compression = !std::is_same_v<typename GradientCompression::tag, None>;
   c.cuda = std::is_same_v<typename Device::tag, Cuda>;
+  c.sparsity = !std::is_same_v<typename Sparsity::tag, None>;
   return c;
 }
 
@@ -160,10 +174,10 @@ constexpr Combination combination_of() {
 /// table existed).
 template <class Partitioner, class Optimizer, class Precision, class Offload, class Device,
           class OffloadParams = ::zerotk::OffloadParams<None>,
-          class GradientCompression = ::zerotk::GradientCompression<None>>
+          class GradientCompression = ::zerotk::GradientCompression<None>, class Sparsity = ::zerotk::Sparsity<None>>
 struct Compat {
   static constexpr Combination combination =
-      combination_of<Partitioner, Optimizer, Offload, Device, OffloadParams, GradientCompression>();
+      combination_of<Partitioner, Optimizer, Offload, Device, OffloadParams, GradientCompression, Sparsity>();
   static constexpr bool value = CompatCheck<combination>::value;
   /// Whether the pack combines (false exactly when a static_assert above fired).
   static constexpr bool ok = combines(combination);

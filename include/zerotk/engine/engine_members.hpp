@@ -44,7 +44,10 @@ void BasicEngine<Pack>::build() {
     if (options_.delayed_param_update) groups_.each([](auto& g) { g.enable_delayed_update(); });
   }
   fetch_.emplace(FetchCtx{&*bindings_, &registry_, &groups_, &comms_.data(), options_.stage3});
-  boundary_.emplace(groups_, scaler_, comms_, ops_, schedule_,
+  sparse_.build(groups_, registry_, options_.sparsity, &ledger_, [this](double* v, std::size_t n) {
+    comms_.norm().all_reduce_host(v, v, n, comm::ReduceOp::max);  // every rank of the grid
+  });
+  boundary_.emplace(groups_, scaler_, comms_, ops_, schedule_, sparse_,
                     engine::BoundarySettings{options_.gradient_accumulation_steps, options_.gradient_clipping,
                                              options_.delayed_param_update, options_.delayed_param_update_start},
                     comms_.agree_norm_count(groups_.counted_numel(false), groups_.counted_numel(true)));

@@ -134,6 +134,8 @@ class FlatGroup {
   /// Which of the engine's groups this is (the working precision's, the fp32-kept, the experts').
   GroupKind kind() const noexcept { return kind_; }
   int rank() const { return ctx_.rank(); }
+  /// The group's data communicator (the data group's, or the experts' expert-data group's).
+  device::OrderedCommunicator<Ops>& comm() noexcept { return *ctx_.comm; }
   ParamId member(std::uint32_t local) const noexcept { return members_[local]; }
   Params& params() noexcept { return params_; }
   const Params& params() const noexcept { return params_; }

@@ -107,8 +107,10 @@ class Groups {
   /// group's leaves the earlier groups' untaken too (engine/group.hpp). Then the updated
   /// values are published; on_bucket(group, k) runs once bucket k of `group` holds them, which may
   /// be after this returns (overlap_param_gather): each group keeps a copy of `on_bucket`.
-  template <class OnBucket>
-  void update(float grad_scale, OnBucket&& on_bucket) {
+  /// `committed(group)` runs between a group's commit and its publication (Sparsity's pruning of
+  /// the new values).
+  template <class OnBucket, class Committed>
+  void update(float grad_scale, OnBucket&& on_bucket, Committed&& committed) {
     int prepared = 0;
     try {
       each([&](auto& g) {
@@ -123,6 +125,7 @@ class Groups {
     }
     each([&](auto& g) {
       g.commit_update();
+      committed(g);
       g.publish([on_bucket, &g](std::size_t k) { on_bucket(g, k); });  // may run after update() returns
     });
   }

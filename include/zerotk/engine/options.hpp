@@ -24,6 +24,7 @@
 #include "zerotk/optim/optimizer.hpp"
 #include "zerotk/parallel/split.hpp"
 #include "zerotk/precision/loss_scaler.hpp"
+#include "zerotk/sparsity/options.hpp"
 #include "zerotk/zero/options.hpp"
 
 namespace zerotk {
@@ -133,6 +134,9 @@ struct EngineOptions : StepOptions, ModelOptions, zero::BucketOptions, offload::
   compress::GradientCompressionOptions compression;
   /// The data group's topology and the slow-rank detector (config: the `communication` block).
   CommunicationOptions communication;
+  /// Sparsity<NofM<N, M>>: which parameters, and after how many dense steps the masks are chosen
+  /// (ignored without the policy).
+  sparsity::SparsityOptions sparsity;
 
   /// Every part's values out of range, each naming the DeepSpeed key and the value (empty: none).
   /// `swaps`: the engine reads or writes a swap file (the aio block then matters).
@@ -145,6 +149,7 @@ struct EngineOptions : StepOptions, ModelOptions, zero::BucketOptions, offload::
     onebit.check(out);
     compression.check(out);
     communication.check(out);
+    sparsity.check(out);
     return out;
   }
 

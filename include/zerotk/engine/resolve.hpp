@@ -41,7 +41,8 @@ struct Resolved {
   using device = find_policy_t<policy::device, Device<Host>, Ps...>;
   using param_offload = find_policy_t<policy::param_offload, OffloadParams<None>, Ps...>;
   using gradient_compression = find_policy_t<policy::gradient_compression, GradientCompression<None>, Ps...>;
-  using compat = Compat<partitioner, optimizer, precision, offload, device, param_offload, gradient_compression>;
+  using sparsity = find_policy_t<policy::sparsity, Sparsity<None>, Ps...>;
+  using compat = Compat<partitioner, optimizer, precision, offload, device, param_offload, gradient_compression, sparsity>;
   static constexpr bool compatible = compat::value;
   /// The Offload tag whose state store the groups use (offload/store.hpp).
   using store_tag = typename offload::tag;
@@ -56,7 +57,7 @@ struct Resolved {
 /// defaults spelled or left out, are one engine type: one type to instantiate, and the type the
 /// compiled set (zerotk/engines.hpp) declares whatever the user's spelling.
 template <class PartitionerP, class OptimizerP, class PrecisionP, class BucketerP, class LossScalerP, class OffloadP,
-          class OffloadParamsP, class DeviceP, class GradientCompressionP>
+          class OffloadParamsP, class DeviceP, class GradientCompressionP, class SparsityP>
 struct Policies {};
 
 template <class... Ps>
@@ -64,7 +65,7 @@ struct CanonicalPolicies {
   using R = Resolved<Ps...>;
   using type = Policies<typename R::partitioner, typename R::optimizer, typename R::precision, typename R::bucketer,
                         typename R::loss_scaler, typename R::offload, typename R::param_offload, typename R::device,
-                        typename R::gradient_compression>;
+                        typename R::gradient_compression, typename R::sparsity>;
 };
 template <class... Ps>
 using policies_t = typename CanonicalPolicies<Ps...>::type;

@@ -34,6 +34,9 @@ struct EngineGroupState {
   std::vector<float> master;  ///< [owned_numel] fp32, this rank's
   OptimizerState optimizer;   ///< step count, moments over the same elements
   RankLocalState rank_local;  ///< this rank's own (see above); empty when the group has none
+  /// Sparsity<NofM<N, M>>: which owned elements the masks keep (1) or prune (0), once chosen; empty
+  /// before, and for an engine without the policy or a group without sparse parameters.
+  std::vector<std::uint8_t> sparsity_keep;
 };
 
 /// One flat group's state viewed where the engine keeps it (host-accessible memory spaces): what a
@@ -46,6 +49,8 @@ struct EngineGroupView {
   std::vector<double> tensor_scalars;  ///< 1-bit LAMB's per-tensor c_f, F, k (a copy: small)
   std::span<const float> rank_local_values;    ///< the rank-local state (RankLocalState::values)
   std::span<const double> rank_local_scalars;  ///< and its scalars
+  /// Sparsity's keep flags over the owned elements (EngineGroupState::sparsity_keep); empty: none.
+  std::span<const std::uint8_t> sparsity_keep;
   /// Engine::state_views(): the rank-local state gathered from its parts (the one copy a synchronous
   /// save makes), which the two spans view; null when they view an EngineState's.
   std::shared_ptr<const RankLocalState> rank_local_storage;
@@ -73,7 +78,7 @@ inline std::vector<EngineGroupView> views_of(const EngineState& s) {
   for (const EngineGroupState& g : s.groups) {
     const bool fresh = !g.optimizer.tensor_scalars.empty() || !g.optimizer.v_fresh.empty();
     out.push_back({g.optimizer.step, g.master, g.optimizer.m, g.optimizer.v, fresh, g.optimizer.v_fresh,
-                   g.optimizer.tensor_scalars, g.rank_local.values, g.rank_local.scalars, nullptr});
+                   g.optimizer.tensor_scalars, g.rank_local.values, g.rank_local.scalars, g.sparsity_keep, nullptr});
   }
   return out;
 }

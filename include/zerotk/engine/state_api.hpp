@@ -6,6 +6,8 @@
 /// is engine/state_io.hpp's.
 
 #include <cstddef>
+#include <cstdint>
+#include <span>
 #include <vector>
 
 #include "zerotk/core/error.hpp"
@@ -43,6 +45,11 @@ template <class E>
 EngineState StateAccess<E>::state() const {
   EngineState s = scalar_state();
   take_group_states(e().groups_, s);
+  std::size_t i = 0;
+  e().groups_.each([&](const auto& g) {
+    const std::span<const std::uint8_t> keep = e().sparse_.keep(g);
+    s.groups[i++].sparsity_keep.assign(keep.begin(), keep.end());
+  });
   return s;
 }
 
@@ -65,7 +72,10 @@ std::vector<EngineGroupView> StateAccess<E>::state_views() const
 {
   e().require_boundary("state_views");
   e().require_settled("state_views");
-  return group_state_views(e().groups_);
+  std::vector<EngineGroupView> views = group_state_views(e().groups_);
+  std::size_t i = 0;
+  e().groups_.each([&](const auto& g) { views[i++].sparsity_keep = e().sparse_.keep(g); });
+  return views;
 }
 
 template <class E>
@@ -78,6 +88,9 @@ void StateAccess<E>::load_state(const EngineState& s) {
                                   : "state has no scheduler's state, and this engine has a scheduler",
                       "Engine::load_state");
   }
+  std::size_t i = 0;
+  m().groups_.each([&](auto& g) { m().sparse_.load(g, s.groups[i++].sparsity_keep); });
+  m().sparse_.loaded();
   load_group_states(m().groups_, s, [&b = *m().bindings_](auto& g, std::size_t k) { b.on_bucket_published(g, k); });
   m().scaler_.load_state(s.scaler);
   if (s.scheduler) m().schedule_.load_state(*s.scheduler);

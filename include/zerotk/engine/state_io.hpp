@@ -40,7 +40,7 @@ std::vector<EngineGroupView> group_state_views(const Groups& groups) {
     const auto& st = g.store();
     const auto& opt = st.optimizer();
     EngineGroupView view{opt.step_count(), std::span<const float>(st.master(), st.owned_numel()),
-                         st.exp_avg(), st.exp_avg_sq(), false, {}, {}, {}, {}, nullptr};
+                         st.exp_avg(), st.exp_avg_sq(), false, {}, {}, {}, {}, {}, nullptr};
     if (std::optional<optim::ExtraView> extra = optim::extra_view(opt)) {  // 1-bit LAMB: v_f and its scalars
       view.fresh = true;
       view.v_fresh = extra->v_fresh;
@@ -71,6 +71,10 @@ void check_group_states(const Groups& groups, const EngineState& s) {
     optim::check_state(gs.optimizer, owned, "Engine::load_state",
                        optim::moments_v<std::remove_cvref_t<decltype(g.store().optimizer())>>);
     optim::check_extra(g.store().optimizer(), gs.optimizer, "Engine::load_state");
+    if (!gs.sparsity_keep.empty() && gs.sparsity_keep.size() != owned) {
+      throw usage_error("state's sparsity masks are for a partition of another size", "Engine::load_state",
+                        std::to_string(gs.sparsity_keep.size()) + " flags for " + std::to_string(owned) + " elements");
+    }
     if (!gs.rank_local.empty() && size_of(gs.rank_local) != g.rank_local_size()) {
       const RankLocalSize want = g.rank_local_size(), got = size_of(gs.rank_local);
       throw usage_error("state's rank-local part (error feedback) is of another size: another world size, layout or "
