@@ -355,17 +355,91 @@ TEST_CASE("refusals name the parameter, the pattern, or the option") {
   o.sparsity.start_step = -1;
   const std::vector<config_error> problems = o.problems();
   CHECK(std::any_of(problems.begin(), problems.end(), [](const config_error& e) { return e.where() == "sparsity.start_step"; }));
-#if ZEROTK_HAS_XXHASH
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("zerotk_sparsity_ckpt_" + std::to_string(::getpid()));
-  comm::run_threads(2, [&](comm::ThreadsCommunicator& c) {
-    Net<float> model;
-    Sparse<1> e(c, model);
-    checkpoint::save(e, c, dir);  // before the masks are chosen: saved
-    train_steps(e, model, c.rank(), 0, 1);
-    CHECK_THROWS_WITH_AS(checkpoint::save(e, c, dir), doctest::Contains("N:M masks"), usage_error);
-  });
-  std::filesystem::remove_all(dir);
-#endif
 }
+
+#if ZEROTK_HAS_XXHASH
+namespace {
+/// A Sparse<2> engine over `model`, whose values start at the test's initial values (`storage` holds
+/// them until the engine adopts them).
+Sparse<2> sparse_engine(comm::ThreadsCommunicator& c, Net<float>& model, std::vector<std::vector<float>>& storage) {
+  const Init init = initial_values();
+  for (std::size_t l = 0; l < 3; ++l) {
+    storage.push_back(init.w[l]);
+    storage.push_back(init.b[l]);
+    model.layers[l].w.bind(storage[2 * l].data(), nullptr);
+    model.layers[l].b.bind(storage[2 * l + 1].data(), nullptr);
+  }
+  EngineOptions o;
+  o.reduce_bucket_size = 90;
+  o.sparsity.start_step = 1;  // one dense step, then masks
+  return Sparse<2>(c, model, o);
+}
+}  // namespace
+
+TEST_CASE("checkpoints carry the masks: saved at data 4, resharded to data 3 and back bit for bit, still 2:4") {
+  const std::string pid = std::to_string(::getpid());
+  const std::filesystem::path tmp = std::filesystem::temp_directory_path();
+  const std::filesystem::path at4 = tmp / ("zerotk_sparsity_ckpt4_" + pid), at3 = tmp / ("zerotk_sparsity_ckpt3_" + pid);
+  std::vector<float> saved;                      // the model's values at the save (rank 0)
+  std::vector<EngineGroupState> states4(4);      // each rank's state at the save
+  comm::run_threads(4, [&](comm::ThreadsCommunicator& c) {
+    Net<float> model;
+    std::vector<std::vector<float>> storage;
+    Sparse<2> e = sparse_engine(c, model, storage);
+    train_steps(e, model, c.rank(), 0, 4);
+    checkpoint::save(e, c, at4);
+    const EngineState st = e.state();
+    CHECK_FALSE(st.groups.front().sparsity_keep.empty());
+    states4[static_cast<std::size_t>(c.rank())] = st.groups.front();
+    auto g = e.gather(model);
+    if (c.rank() == 0) saved = model.values();
+  });
+  const auto pruned_pattern = [](const std::vector<float>& v) {
+    std::vector<char> zero(v.size());
+    for (std::size_t i = 0; i < v.size(); ++i) zero[i] = v[i] == 0.0f;
+    return zero;
+  };
+  std::vector<std::vector<float>> after(3);
+  comm::run_threads(3, [&](comm::ThreadsCommunicator& c) {
+    Net<float> model;
+    std::vector<std::vector<float>> storage;
+    Sparse<2> e = sparse_engine(c, model, storage);
+    const checkpoint::LoadResult r = checkpoint::load(e, c, at4);
+    CHECK(r.resharded);
+    CHECK(e.sparsity_part().chosen());
+    {
+      auto g = e.gather(model);
+      CHECK(model.values() == saved);
+    }
+    checkpoint::save(e, c, at3);  // straight away: the state as loaded
+    train_steps(e, model, c.rank(), 4, 7);
+    auto g = e.gather(model);
+    after[static_cast<std::size_t>(c.rank())] = model.values();
+  });
+  // Three more steps at data 3 keep the pruned weights pruned (the biases and kept weights move).
+  std::size_t moved_zero = 0;
+  const std::vector<char> before = pruned_pattern(saved), later = pruned_pattern(after[0]);
+  std::size_t at = 0;
+  for (auto [in, out] : {std::pair{12, 20}, {20, 8}, {8, 4}}) {
+    for (std::size_t i = 0; i < static_cast<std::size_t>(in * out); ++i) moved_zero += before[at + i] != later[at + i] ? 1 : 0;
+    at += static_cast<std::size_t>(in * out + out);
+  }
+  CHECK(moved_zero == 0);
+  CHECK(after[0] != saved);
+  CHECK(after[1] == after[0]);
+  // Back at data 4: every rank's master and masks are the ones it saved.
+  comm::run_threads(4, [&](comm::ThreadsCommunicator& c) {
+    Net<float> model;
+    std::vector<std::vector<float>> storage;
+    Sparse<2> e = sparse_engine(c, model, storage);
+    checkpoint::load(e, c, at3);
+    const EngineGroupState back = e.state().groups.front();
+    CHECK(back.master == states4[static_cast<std::size_t>(c.rank())].master);
+    CHECK(back.sparsity_keep == states4[static_cast<std::size_t>(c.rank())].sparsity_keep);
+  });
+  std::filesystem::remove_all(at4);
+  std::filesystem::remove_all(at3);
+}
+#endif
 
 }  // namespace test_sparsity_engine

@@ -40,6 +40,7 @@ inline Manifest make_manifest(const EngineSignature& sig, const EngineState& s, 
   m.optimizer = sig.optimizer;
   m.optimizer_states = optimizer_state_names(sig.optimizer);
   m.rank_local = has_rank_local(groups);
+  m.sparsity_masks = has_sparsity_masks(groups);
   m.parameter_count = sig.parameter_count;
   m.flat_numel = sig.flat_numel;
   m.shards = sig.shards;

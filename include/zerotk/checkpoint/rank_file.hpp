@@ -14,6 +14,9 @@
 /// engine/state.hpp's RankLocalState, meaningful only to the same rank of the same layout):
 ///   group<g>.rank_local          fp32[any]     error feedback, 0/1 Adam's u, 1-bit LAMB's tail
 ///   group<g>.rank_local_scalars  fp64[any]     0/1 Adam's lr sums
+/// and one more per group when it says `sparsity_masks yes` (Sparsity<NofM<N, M>>'s masks, chosen):
+///   group<g>.sparsity_keep       byte[owned or 0]   1: kept, 0: pruned; empty for a group without
+///                                                   sparse parameters. Resharded like the master.
 /// Counters, scaler and scheduler are the same on every rank and live in the manifest.
 ///
 /// Written streamed (file_writer.hpp) and read through a verified DataFileReader (file_reader.hpp):
@@ -45,6 +48,7 @@ inline constexpr std::string_view kFreshState = "exp_avg_sq_fresh";
 inline constexpr std::string_view kLambTensorStates = "lamb_tensor_states";
 inline constexpr std::string_view kRankLocal = "rank_local";
 inline constexpr std::string_view kRankLocalScalars = "rank_local_scalars";
+inline constexpr std::string_view kSparsityKeep = "sparsity_keep";
 
 /// Whether the optimizer states named in a manifest include 1-bit LAMB's.
 inline bool has_fresh_state(const std::vector<std::string>& states) {
@@ -53,7 +57,14 @@ inline bool has_fresh_state(const std::vector<std::string>& states) {
 /// Sections per group of a checkpoint with manifest `m`.
 inline std::size_t sections_per_group(const Manifest& m) {
   return kFixedSectionsPerGroup + m.optimizer_states.size() + (has_fresh_state(m.optimizer_states) ? 1 : 0) +
-         (m.rank_local ? 2 : 0);
+         (m.rank_local ? 2 : 0) + (m.sparsity_masks ? 1 : 0);
+}
+
+/// Whether rank files of `groups` carry Sparsity's masks: when any group's are chosen (then every
+/// group has the section, empty where it has no sparse parameters). The same on every rank: the
+/// masks are chosen at one step everywhere.
+inline bool has_sparsity_masks(std::span<const EngineGroupView> groups) {
+  return std::any_of(groups.begin(), groups.end(), [](const EngineGroupView& g) { return !g.sparsity_keep.empty(); });
 }
 
 /// Whether rank files of `groups` carry rank-local sections: when any group has rank-local state
@@ -79,7 +90,7 @@ inline std::span<const float> state_span(const EngineGroupView& gs, std::string_
 /// `states`: the optimizer's per-element states (optimizer_state_names).
 template <class Add>
 void for_each_rank_section(std::span<const EngineGroupView> groups, const std::vector<std::string>& states, Add&& add) {
-  const bool rank_local = has_rank_local(groups);
+  const bool rank_local = has_rank_local(groups), masks = has_sparsity_masks(groups);
   for (std::size_t g = 0; g < groups.size(); ++g) {
     const EngineGroupView& gs = groups[g];
     add(section_name(g, "step"), std::span<const std::int64_t>(&gs.step, 1));
@@ -90,6 +101,7 @@ void for_each_rank_section(std::span<const EngineGroupView> groups, const std::v
       add(section_name(g, kRankLocal), gs.rank_local_values);
       add(section_name(g, kRankLocalScalars), gs.rank_local_scalars);
     }
+    if (masks) add(section_name(g, kSparsityKeep), std::as_bytes(gs.sparsity_keep));
   }
 }
 
@@ -144,6 +156,13 @@ inline void check_rank_file(const DataFileReader& f, const Manifest& m, int rank
       f.section(section_name(g, kRankLocal), ElementType::fp32);
       f.section(section_name(g, kRankLocalScalars), ElementType::fp64);
     }
+    if (m.sparsity_masks) {
+      const std::uint64_t k = f.section(section_name(g, kSparsityKeep), ElementType::byte).numel;
+      if (k != 0 && k != n) {
+        throw io_error("sparsity masks of another size than the owned elements", f.path(),
+                       section_name(g, kSparsityKeep) + ": " + std::to_string(k) + ", owned " + std::to_string(n));
+      }
+    }
     std::int64_t step = 0;
     f.read(section_name(g, "step"), ElementType::int64, 0, std::span<std::int64_t>(&step, 1));
     if (step != m.optimizer_steps[g]) {
@@ -176,6 +195,18 @@ inline void read_tensor_states(const DataFileReader& f, std::size_t g, std::vect
   f.read(name, ElementType::fp64, 0, std::span<double>(out));
 }
 
+/// `out.size()` flags of group g's masks from `f`, from element `first` (nothing when the group's
+/// section is empty: then `out` is cleared). Checked with check_rank_file first.
+inline void read_sparsity_keep(const DataFileReader& f, std::size_t g, std::uint64_t first, std::vector<std::uint8_t>& out) {
+  const std::string name = section_name(g, kSparsityKeep);
+  if (f.section(name, ElementType::byte).numel == 0) {
+    out.clear();
+    return;
+  }
+  if (out.empty()) out.resize(f.section(name, ElementType::byte).numel);
+  f.read(name, ElementType::byte, first, std::span<std::byte>(reinterpret_cast<std::byte*>(out.data()), out.size()));
+}
+
 /// Rank `rank`'s groups from its file `f` (checked with check_rank_file first), each section read
 /// straight into the state's vectors.
 inline std::vector<EngineGroupState> read_rank_file(const DataFileReader& f, const Manifest& m, int rank) {
@@ -197,6 +228,7 @@ inline std::vector<EngineGroupState> read_rank_file(const DataFileReader& f, con
       local.scalars.resize(f.section(section_name(g, kRankLocalScalars), ElementType::fp64).numel);
       f.read(section_name(g, kRankLocalScalars), ElementType::fp64, 0, std::span<double>(local.scalars));
     }
+    if (m.sparsity_masks) read_sparsity_keep(f, g, 0, gs.sparsity_keep);
   }
   return groups;
 }

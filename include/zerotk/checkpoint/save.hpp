@@ -13,7 +13,6 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
-#include <span>
 #include <string>
 #include <vector>
 
@@ -47,19 +46,6 @@ void check_same_group(const E& engine, const C& comm, const char* where) {
   }
 }
 
-/// The rank files have no place for Sparsity<NofM<N, M>>'s masks yet: a save once they are chosen
-/// is refused rather than written without them (every rank holds masks then, so all refuse).
-inline void refuse_sparsity_masks(std::span<const EngineGroupView> groups) {
-  for (std::size_t g = 0; g < groups.size(); ++g) {
-    if (!groups[g].sparsity_keep.empty()) {
-      throw usage_error("checkpoints do not store Sparsity's N:M masks yet; keep the state in memory with "
-                        "Engine::state() / load_state(), which carry them, or save before the masks are chosen "
-                        "(SparsityOptions::start_step)",
-                        "checkpoint::save", "group " + std::to_string(g));
-    }
-  }
-}
-
 /// The collective first half of both saves: boundary check, scalar state, signature, the agreed
 /// tag, the temporary directory. `groups(parts)` fills the parts' state and group views;
 /// `signature()` (local, no communication) gives the engine's structure over `comm`'s ranks.
@@ -72,7 +58,6 @@ std::unique_ptr<PendingSave<C>> start_save(E& engine, C& comm, const std::filesy
   p.dir = dir;
   agreed(comm, "checkpoint save", [&] {
     groups(p);  // usage_error between micro-steps
-    refuse_sparsity_masks(p.groups);
     p.sig = signature();
     check_names(p.sig);
     check_model_structure(options.model_structure);
