@@ -52,6 +52,7 @@
 #include "evaluate.hpp"
 #include "gpt.hpp"
 #include "run.hpp"
+#include "sparse_engine.hpp"
 
 namespace {
 
@@ -862,7 +863,8 @@ int run(const Options& o, const gpt::Config& model_config, TrainContext::FillBat
   }
   // The compiled engine the config asks for (zerotk::engines): a config that none fits is refused
   // here, naming its combination and the nearest compiled engines, before any rank starts.
-  const std::string engine = zerotk::compiled_engine_for(cfg);
+  const bool sparse_weights = o.sparsity != "none";  // --sparsity: an engine the example compiles
+  const std::string engine = sparse_weights ? sparse_engine_for(cfg) : zerotk::compiled_engine_for(cfg);
   const int tensor = cfg.tensor_parallel_size, data = cfg.data_parallel_size, stages = cfg.pipeline.stages;
   if (root && stages > 1 && cfg.gradient_accumulation_steps < stages) {  // issue 57 item 5: say why it is slow
     const int m = cfg.gradient_accumulation_steps;
@@ -890,7 +892,12 @@ int run(const Options& o, const gpt::Config& model_config, TrainContext::FillBat
                 static_cast<long long>(cfg.train_micro_batch_size_per_gpu),
                 static_cast<long long>(cfg.gradient_accumulation_steps), cfg.replica_count(),
                 cfg.sequence_parallel_size > 1 ? "replicas" : tensor * stages > 1 ? "data ranks" : "ranks");
-    std::printf("engine: %s (the compiled engine set's, zerotk::engines)\n", engine.c_str());
+    std::printf("engine: %s (%s)\n", engine.c_str(),
+                sparse_weights ? "compiled by the example: sparse_engine.cpp" : "the compiled engine set's, zerotk::engines");
+    if (sparse_weights) {
+      std::printf("sparsity: 2:4 on %s after %d dense steps (masks by magnitude, fixed)\n", o.sparse_params.c_str(),
+                  o.sparse_from);
+    }
     if (model_config.experts > 0) {
       const int ep = cfg.expert_parallel_size;
       char balance[64] = "";
@@ -1040,6 +1047,14 @@ int main(int argc, char** argv) {
                  "with --cp-mode a2a+p2p: the Ulysses degree A (P / A ranks in the ring); default: the context ranks "
                  "each node holds (--ranks-per-node under threads, the MPI processes sharing a host)")
       ->check(CLI::Range(1, 64));
+  app.add_option("--sparsity", o.sparsity,
+                 "none or 2:4: the weights --sparse-params names trained 2:4 sparse (Sparsity<NofM<2, 4>>, "
+                 "docs/sparsity.md) after --sparse-from dense steps; bf16, ZeRO stage 2 or 3")
+      ->check(CLI::IsMember({"none", "2:4"}));
+  app.add_option("--sparse-from", o.sparse_from, "with --sparsity: dense steps before the masks are chosen")
+      ->check(CLI::Range(0, 1000000));
+  app.add_option("--sparse-params", o.sparse_params,
+                 "with --sparsity: the sparse weights, name patterns ('*' any run of characters), comma-separated");
   app.add_option("--sparse-attention", o.sparse_attention,
                  "block-sparse attention: none, fixed or bigbird (DeepSpeed's sparse_attention block, causal) or window:W "
                  "(a causal sliding window of W blocks); the ring sends only the blocks a rank's queries need");

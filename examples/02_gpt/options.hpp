@@ -66,6 +66,9 @@ struct Options {
   std::string cp_mode = "p2p";                  ///< --cp-mode: a2a (Ulysses), p2p (the ring) or a2a+p2p
   bool cp_mode_given = false;
   int a2a = 0;                                  ///< --a2a A: with --cp-mode a2a+p2p, the Ulysses degree (0: the context ranks a node holds)
+  std::string sparsity = "none";                ///< --sparsity: none or 2:4 (Sparsity<NofM<2, 4>> on sparse_params)
+  int sparse_from = 100;                        ///< --sparse-from: dense steps before the masks (SparsityOptions::start_step)
+  std::string sparse_params = "blocks.*.mlp.fc.weight,blocks.*.mlp.proj.weight";  ///< --sparse-params: patterns, comma-separated
   std::string sparse_attention = "none";        ///< --sparse-attention: none, fixed, bigbird or window:W
   int sparse_block = 4;                         ///< --sparse-block: the layout's block (sparse_attention.block)
   bool sparse_block_given = false;

@@ -24,6 +24,7 @@
 #include "evaluate.hpp"
 #include "gpt.hpp"
 #include "pipeline_stage.hpp"
+#include "sparse_engine.hpp"
 
 namespace gpt_demo {
 
@@ -86,7 +87,12 @@ class Replica {
         chunks_.push_back(GptStage{&model, static_cast<int>(bounds_[k]), static_cast<int>(bounds_[k + 1])});
       }
     }
-    for (GptStage& c : chunks_) engines_.push_back(std::make_unique<Engine>(zerotk::make_engine(ctx.cfg, grid, c, edit)));
+    for (GptStage& c : chunks_) {
+      // --sparsity: an engine the example compiles itself (sparse_engine.cpp); else the compiled set's.
+      engines_.push_back(std::make_unique<Engine>(
+          ctx.o.sparsity != "none" ? make_sparse_engine(ctx.cfg, zerotk::engine::erase_inputs(grid, c), edit)
+                                   : zerotk::make_engine(ctx.cfg, grid, c, edit)));
+    }
     if (pp_ > 1) {
       schedule_ = zerotk::pipeline::make_schedule(spec_, pp_, static_cast<int>(ctx.cfg.gradient_accumulation_steps));
       // Busy time in the rank thread's CPU time: a stage descheduled for want of a core is not busy

@@ -21,6 +21,7 @@
 #include <zerotk/comm/grid.hpp>
 #include <zerotk/comm/threads.hpp>
 #include <zerotk/compress/quantized_collectives.hpp>
+#include <zerotk/core/glob.hpp>
 #include <zerotk/engine/options.hpp>
 #include <zerotk/engine_config.hpp>  // grid_shape
 #include <zerotk/monitor/progress.hpp>
@@ -152,11 +153,44 @@ zerotk::EngineOptionsEdit gpt_engine_edit(const Options& o) {
                           !name.starts_with("wte") && !name.starts_with("wpe");
       return matrix ? 0 : 1;
     };
+    if (o.sparsity != "none") {  // --sparsity 2:4 (sparse_engine.hpp): no DeepSpeed key either
+      eo.sparsity.start_step = o.sparse_from;
+      eo.sparsity.parameters.clear();
+      for (std::size_t at = 0; at <= o.sparse_params.size();) {
+        const std::size_t comma = std::min(o.sparse_params.find(',', at), o.sparse_params.size());
+        eo.sparsity.parameters.push_back(o.sparse_params.substr(at, comma - at));
+        at = comma + 1;
+      }
+    }
     eo.delayed_param_update = o.delayed_param_update;  // no DeepSpeed key: a flag of its own
     eo.delayed_param_update_start = o.delayed_param_update_start;
     // --slow-rank R:F (main.cpp has checked it): the detector clocks CPU time on every rank (communication.hpp).
     if (!o.slow_rank.empty()) eo.communication.slow_ranks.clock_ms = thread_cpu_ms;
   };
+}
+
+/// --sparsity 2:4: rank 0's sparse weights (its tensor shards), counted in groups of 4 along their
+/// last dimension: how many hold exactly 2 non-zero values (all of them, once the masks are chosen).
+void print_sparsity_check(gpt::Gpt& model, const Options& o) {
+  std::vector<std::string> patterns;
+  for (std::size_t at = 0; at <= o.sparse_params.size();) {
+    const std::size_t comma = std::min(o.sparse_params.find(',', at), o.sparse_params.size());
+    patterns.push_back(o.sparse_params.substr(at, comma - at));
+    at = comma + 1;
+  }
+  std::size_t groups = 0, two = 0, weights = 0;
+  model.parameters([&](std::string_view name, auto& p) {
+    if (std::none_of(patterns.begin(), patterns.end(), [&](const std::string& q) { return zerotk::glob_match(q, name); })) return;
+    ++weights;
+    for (std::size_t g = 0; g + 4 <= p.numel(); g += 4) {
+      int nonzero = 0;
+      for (std::size_t j = 0; j < 4; ++j) nonzero += zerotk::to_float(p.data()[g + j]) != 0.0f ? 1 : 0;
+      ++groups;
+      two += nonzero == 2 ? 1 : 0;
+    }
+  });
+  std::printf("2:4 check (rank 0): %zu of %zu groups of 4 in %zu sparse weights hold exactly 2 non-zero values\n", two,
+              groups, weights);
 }
 
 /// Rank 0's figures after training, from every rank's ledger rows and this rank's engines (a
@@ -323,6 +357,7 @@ void train_rank(Comm& comm, const TrainContext& ctx, Summary& summary, std::mute
     // too: then every data group evaluates, on the same sequences, and rank 0 reports.
     const bool experts_apart = ctx.model_config.experts > 0 && grid.expert_size() > 1;
     if (data_rank == 0 || experts_apart) (void)ctx.evaluate(replica.logits(), summary, rank == 0);
+    if (rank == 0 && o.sparsity != "none") print_sparsity_check(model, o);
   }
   // The experts' load over the run: each rank's blocks' counts, summed over the world (each block's
   // tokens are counted once per tensor rank, so the sum is divided by the tensor size).

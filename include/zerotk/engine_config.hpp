@@ -8,19 +8,27 @@
 ///                            zerotk::Precision<zerotk::fp16>>;
 ///   E engine(comm, model, zerotk::engine_options<E>(cfg));   // throws if cfg asks for another structure
 ///   if (auto s = zerotk::lr_scheduler(cfg)) engine.set_scheduler(*s);
+///
+/// make_engine_of<E>(cfg, comm, model, edit) does the same behind AnyEngine, as make_engine does for
+/// the compiled set's types: for an engine type outside the set (Sparsity<NofM<2, 4>>, a Bucketer
+/// of your own), compiled where it is called.
 
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "zerotk/any_engine.hpp"
 #include "zerotk/comm/grid.hpp"
 #include "zerotk/config/engine_options.hpp"
 #include "zerotk/config/options.hpp"
 #include "zerotk/config/structure.hpp"
 #include "zerotk/engine.hpp"
+#include "zerotk/erased_engine.hpp"
 #include "zerotk/optim/schedulers.hpp"
 
 namespace zerotk {
@@ -76,6 +84,27 @@ inline std::optional<LrScheduler> lr_scheduler(const config::Config& cfg) {
     s.emplace(cfg.scheduler->params, cfg.optimizer ? cfg.optimizer->params.lr : optim::kDefaultOptimizerLr);
   }
   return s;
+}
+
+/// Engine type E built from `cfg` behind AnyEngine, as make_engine builds the compiled set's: the
+/// config's options (engine_options<E>: a config_error naming what differs when cfg asks for another
+/// structure), then `edit`'s, and the config's LR scheduler. `inputs`: the communicator or grid and
+/// the model with their types forgotten (engine::erase_inputs). E's members are compiled where this
+/// is called, unless E is in the compiled set and zerotk/engines.hpp was included first.
+template <class E>
+AnyEngine make_engine_of(const config::Config& cfg, engine::ErasedInputs inputs, const EngineOptionsEdit& edit = {}) {
+  EngineOptions options = engine_options<E>(cfg);
+  if (edit) edit(options);
+  using Ops = typename E::ops_type;
+  engine::EngineInputs<Ops> typed{inputs.comm, inputs.place, [](void*, void*) { return Ops{}; }, std::move(inputs.model)};
+  auto impl = std::make_unique<engine::ErasedEngineOf<E>>(std::move(typed), std::move(options), config::describe<E>());
+  if (auto s = lr_scheduler(cfg)) impl->set_scheduler(*s);
+  return AnyEngine(std::move(impl));
+}
+/// The same over `comm_or_grid` (a host-memory communicator, or a comm::ProcessGrid of one) and `model`.
+template <class E, class CommOrGrid, Module M>
+AnyEngine make_engine_of(const config::Config& cfg, CommOrGrid& comm_or_grid, M& model, const EngineOptionsEdit& edit = {}) {
+  return make_engine_of<E>(cfg, engine::erase_inputs(comm_or_grid, model), edit);
 }
 
 }  // namespace zerotk

@@ -60,13 +60,7 @@ constexpr std::size_t kNearest = 3;
 
 template <class E>
 AnyEngine make_one(const config::Config& cfg, engine::ErasedInputs& in, const EngineOptionsEdit& edit) {
-  EngineOptions options = engine_options<E>(cfg);
-  if (edit) edit(options);
-  using Ops = typename E::ops_type;
-  engine::EngineInputs<Ops> typed{in.comm, in.place, [](void*, void*) { return Ops{}; }, std::move(in.model)};
-  auto impl = std::make_unique<engine::ErasedEngineOf<E>>(std::move(typed), std::move(options), config::describe<E>());
-  if (auto s = lr_scheduler(cfg)) impl->set_scheduler(*s);
-  return AnyEngine(std::move(impl));
+  return make_engine_of<E>(cfg, std::move(in), edit);
 }
 
 /// The index in the set of the first compiled engine whose structure fits `cfg`; throws the

@@ -108,6 +108,42 @@ TEST_CASE("ShardMasks over ZeRO blocks: every rank's flags are the serial pass's
   }
 }
 
+TEST_CASE("ShardMasks over blocks shorter than M - 1: a group spans three or more blocks, every rank still agrees") {
+  // Buckets of 8 elements over 4 ranks: blocks of 2, so a group of 4 covers two blocks, and with
+  // 4:8 a group of 8 covers four; parameters of 8 and 16 (not sparse: 6).
+  const std::vector<std::size_t> numels = {8, 6, 16};
+  const std::vector<char> sparse = {1, 0, 1};
+  const std::vector<std::uint32_t> groups(numels.size(), 0);
+  std::vector<std::vector<float>> whole;
+  for (std::size_t i = 0; i < numels.size(); ++i) whole.push_back(test::lcg_values(numels[i], 13, 1.0f, static_cast<std::uint32_t>(i)));
+  for (const auto& [n, m] : {std::pair{2, 4}, {4, 8}, {3, 8}}) {
+    CAPTURE(m);
+    const zero::BucketLayout layout(numels, groups, 4, 8);
+    std::vector<std::vector<std::uint8_t>> got(numels.size());
+    for (std::size_t i = 0; i < numels.size(); ++i) got[i].assign(numels[i], 9);
+    std::mutex mu;
+    comm::run_threads(4, [&](comm::ThreadsCommunicator& c) {
+      const std::vector<zero::Fragment> frags = zero::OwnsBlocks::fragments(layout, c.rank());
+      std::vector<float> master(zero::OwnsBlocks::numel(layout), 0.0f);
+      for (const zero::Fragment& f : frags) {
+        for (std::size_t j = 0; j < f.numel; ++j) master[f.owned_offset + j] = whole[f.param][f.param_offset + j];
+      }
+      sparsity::ShardMasks masks(n, m, layout, frags, sparse, master.size(), c.rank(), false, nullptr);
+      masks.choose(master.data(), c);
+      std::lock_guard lock(mu);
+      for (const zero::Fragment& f : frags) {
+        for (std::size_t j = 0; j < f.numel; ++j) got[f.param][f.param_offset + j] = masks.keep()[f.owned_offset + j];
+      }
+    });
+    CHECK(std::any_of(layout.buckets().begin(), layout.buckets().end(),
+                      [&](const zero::Bucket& b) { return b.block < static_cast<std::size_t>(m - 1); }));
+    for (std::size_t i = 0; i < numels.size(); ++i) {
+      CAPTURE(i);
+      CHECK(got[i] == (sparse[i] ? serial_keep(whole[i], n, m) : std::vector<std::uint8_t>(numels[i], 1)));
+    }
+  }
+}
+
 TEST_CASE("ShardMasks: zero_pruned writes zeros where the masks prune, through the segments' places; load and reset") {
   const std::vector<std::size_t> numels = {8, 4};
   const std::vector<std::uint32_t> groups = {0, 0};

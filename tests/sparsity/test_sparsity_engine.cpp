@@ -216,6 +216,22 @@ void train_steps(E& engine, Net<float>& model, int rank, int from, int to) {
   }
 }
 
+/// Points `model` at the test's initial values (`storage` holds them until the engine adopts them)
+/// and returns the options of the state and checkpoint tests: buckets of 90, masks after `start` steps.
+EngineOptions bind_initial(Net<float>& model, std::vector<std::vector<float>>& storage, std::int64_t start) {
+  const Init init = initial_values();
+  for (std::size_t l = 0; l < 3; ++l) {
+    storage.push_back(init.w[l]);
+    storage.push_back(init.b[l]);
+    model.layers[l].w.bind(storage[2 * l].data(), nullptr);
+    model.layers[l].b.bind(storage[2 * l + 1].data(), nullptr);
+  }
+  EngineOptions o;
+  o.reduce_bucket_size = 90;
+  o.sparsity.start_step = start;
+  return o;
+}
+
 /// The masks the rule gives the initial weights.
 std::vector<std::vector<std::uint8_t>> initial_masks() {
   std::vector<std::vector<std::uint8_t>> masks;
@@ -261,12 +277,13 @@ TEST_CASE("Sparsity<NofM<2,4>> with masks fixed from the first step equals dense
   }
 }
 
-TEST_CASE("a dense warm-up trains densely; the masks are then the master's largest magnitudes, fixed") {
+template <class SparseE, class DenseE>
+void check_warm_up() {
   Spec spec;
   spec.steps = 7;
   spec.start_step = 3;
-  const Result sparse = run<Sparse<2>>(spec);
-  const Result dense = run<DenseEngine<2>>(spec);
+  const Result sparse = run<SparseE>(spec);
+  const Result dense = run<DenseE>(spec);
   for (int s = 0; s < 3; ++s) CHECK(sparse.values[static_cast<std::size_t>(s)] == dense.values[static_cast<std::size_t>(s)]);
   // Step 4's masks come from the values after step 3 (fp32: the master); weights only (biases are 1-D).
   const std::vector<float>& before = sparse.values[2];
@@ -284,6 +301,13 @@ TEST_CASE("a dense warm-up trains densely; the masks are then the master's large
   }
   CHECK(sparse.violations > 0);  // the warm-up's steps are dense
   CHECK(sparse.ranks_agree);
+}
+
+TEST_CASE("a dense warm-up trains densely; the masks are then the master's largest magnitudes, fixed") {
+  SUBCASE("stage 2") { check_warm_up<Sparse<2>, DenseEngine<2>>(); }
+  SUBCASE("stage 3, Offload<Cpu>, OffloadParams<Cpu>") {
+    check_warm_up<Sparse<3, Offload<Cpu>, OffloadParams<Cpu>>, DenseEngine<3, Offload<Cpu>, OffloadParams<Cpu>>>();
+  }
 }
 
 TEST_CASE("SparsityOptions::parameters: only the named weights are sparse") {
@@ -305,28 +329,15 @@ TEST_CASE("state() and load_state() carry the masks: a resumed run continues bit
     std::vector<std::vector<float>> straight(3), resumed(3);
     std::mutex mu;
     comm::run_threads(3, [&](comm::ThreadsCommunicator& c) {
-      const Init init = initial_values();
-      const auto make = [&](Net<float>& model, std::vector<std::vector<float>>& storage) {
-        for (std::size_t l = 0; l < 3; ++l) {
-          storage.push_back(init.w[l]);
-          storage.push_back(init.b[l]);
-          model.layers[l].w.bind(storage[2 * l].data(), nullptr);
-          model.layers[l].b.bind(storage[2 * l + 1].data(), nullptr);
-        }
-        EngineOptions o;
-        o.reduce_bucket_size = 90;
-        o.sparsity.start_step = start;
-        return o;
-      };
       Net<float> a_model, b_model, c_model;
       std::vector<std::vector<float>> a_init, b_init, c_init;
-      Sparse<3> a(c, a_model, make(a_model, a_init));
+      Sparse<3> a(c, a_model, bind_initial(a_model, a_init, start));
       train_steps(a, a_model, c.rank(), 0, 8);
-      Sparse<3> b(c, b_model, make(b_model, b_init));
+      Sparse<3> b(c, b_model, bind_initial(b_model, b_init, start));
       train_steps(b, b_model, c.rank(), 0, 4);
       const EngineState st = b.state();
       CHECK(st.groups.front().sparsity_keep.empty() == (start > 4));
-      Sparse<3> r(c, c_model, make(c_model, c_init));
+      Sparse<3> r(c, c_model, bind_initial(c_model, c_init, start));
       r.load_state(st);
       train_steps(r, c_model, c.rank(), 4, 8);
       auto ga = a.gather(a_model);
@@ -359,20 +370,9 @@ TEST_CASE("refusals name the parameter, the pattern, or the option") {
 
 #if ZEROTK_HAS_XXHASH
 namespace {
-/// A Sparse<2> engine over `model`, whose values start at the test's initial values (`storage` holds
-/// them until the engine adopts them).
+/// A Sparse<2> engine over `model` from the initial values, masks after one dense step.
 Sparse<2> sparse_engine(comm::ThreadsCommunicator& c, Net<float>& model, std::vector<std::vector<float>>& storage) {
-  const Init init = initial_values();
-  for (std::size_t l = 0; l < 3; ++l) {
-    storage.push_back(init.w[l]);
-    storage.push_back(init.b[l]);
-    model.layers[l].w.bind(storage[2 * l].data(), nullptr);
-    model.layers[l].b.bind(storage[2 * l + 1].data(), nullptr);
-  }
-  EngineOptions o;
-  o.reduce_bucket_size = 90;
-  o.sparsity.start_step = 1;  // one dense step, then masks
-  return Sparse<2>(c, model, o);
+  return Sparse<2>(c, model, bind_initial(model, storage, 1));
 }
 }  // namespace
 

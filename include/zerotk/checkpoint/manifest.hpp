@@ -12,7 +12,8 @@
 ///   optimizer AdamW
 ///   optimizer_states exp_avg exp_avg_sq
 ///   rank_local_state yes                                 only with compressed communication (rank_file.hpp)
-///   sparsity_masks yes                                   only once Sparsity's N:M masks are chosen
+///   sparsity_masks 1 0                                   once Sparsity's N:M masks are chosen: per
+///                                                        group, whether some rank holds its masks
 ///   model.heads 4                                        the model's declared structure, when saved with one
 ///                                                        (SaveOptions::model_structure; compared on load)
 ///   parameter_count 496
@@ -102,8 +103,10 @@ struct Manifest {
   std::map<std::string, std::string> model;  ///< the model's declared structure (`model.<key> <value>`; SaveOptions)
   bool rank_local = false;                   ///< rank files hold each group's rank-local state (key
                                              ///< `rank_local_state yes`, absent otherwise)
-  bool sparsity_masks = false;               ///< rank files hold each group's N:M keep flags (key
-                                             ///< `sparsity_masks yes`, absent otherwise)
+  /// Per flat group, whether Sparsity's N:M masks were saved for it (key `sparsity_masks`, one 0/1
+  /// per group); empty: none (the key absent). Rank files then hold a mask section for every group.
+  std::vector<char> sparsity_groups;
+  bool sparsity_masks() const noexcept { return !sparsity_groups.empty(); }
   std::uint64_t parameter_count = 0;         ///< Psi, padding excluded
   std::uint64_t flat_numel = 0;              ///< padded elements of the flat buffers
   engine::ShardTable shards;                 ///< parameters, and per flat group each rank's fragments
@@ -137,7 +140,10 @@ inline std::string to_text(const Manifest& m) {
      << "\nstage " << m.stage << "\nprecision " << m.precision << "\noptimizer " << m.optimizer << "\noptimizer_states";
   for (const std::string& s : m.optimizer_states) os << ' ' << s;
   if (m.rank_local) os << "\nrank_local_state yes";
-  if (m.sparsity_masks) os << "\nsparsity_masks yes";
+  if (m.sparsity_masks()) {
+    os << "\nsparsity_masks";
+    for (char g : m.sparsity_groups) os << ' ' << (g ? 1 : 0);
+  }
   for (const auto& [key, value] : m.model) os << "\nmodel." << key << ' ' << value;
   os << "\nparameter_count " << m.parameter_count << "\nflat_numel " << m.flat_numel << "\nparameters "
      << m.shards.params.size() << '\n';
@@ -390,8 +396,10 @@ inline void read_structure(ManifestFields& f, Manifest& m) {
     m.rank_local = true;
   }
   if (f.has("sparsity_masks")) {
-    if (const std::string v = f.text("sparsity_masks"); v != "yes") throw io_error("expected \"yes\"", f.where("sparsity_masks"), v);
-    m.sparsity_masks = true;
+    for (const std::string& w : f.words("sparsity_masks")) {
+      if (w != "0" && w != "1") throw io_error("expected 0 or 1 per group", f.where("sparsity_masks"), w);
+      m.sparsity_groups.push_back(w == "1" ? 1 : 0);
+    }
   }
   m.model = f.take_prefixed("model.");
   m.parameter_count = f.number<std::uint64_t>("parameter_count");

@@ -29,9 +29,11 @@ namespace zerotk::checkpoint {
 namespace detail {
 
 /// The manifest rank 0 writes: counters, scaler and scheduler from `s`, step counts from `groups`;
-/// `gathered` is every rank's {bytes, checksum} of its file.
+/// `gathered` is every rank's {bytes, checksum} of its file; `sparsity_groups` the ranks' agreed
+/// answer to which groups hold Sparsity's masks (empty: none).
 inline Manifest make_manifest(const EngineSignature& sig, const EngineState& s, std::span<const EngineGroupView> groups,
-                              const std::string& tag, const std::vector<std::uint64_t>& gathered) {
+                              const std::string& tag, const std::vector<std::uint64_t>& gathered,
+                              const std::vector<char>& sparsity_groups = {}) {
   Manifest m;
   m.tag = tag;
   m.world_size = sig.world_size;
@@ -40,7 +42,7 @@ inline Manifest make_manifest(const EngineSignature& sig, const EngineState& s, 
   m.optimizer = sig.optimizer;
   m.optimizer_states = optimizer_state_names(sig.optimizer);
   m.rank_local = has_rank_local(groups);
-  m.sparsity_masks = has_sparsity_masks(groups);
+  m.sparsity_groups = sparsity_groups;
   m.parameter_count = sig.parameter_count;
   m.flat_numel = sig.flat_numel;
   m.shards = sig.shards;
@@ -99,6 +101,9 @@ class PendingSave {
     std::vector<EngineGroupView> groups;  ///< what the rank file holds: views into `state` or the engine
     std::vector<std::byte> client_state;
     ModelStructure model;  ///< SaveOptions::model_structure
+    /// Which groups hold Sparsity's masks on some rank (empty: none): agreed by every rank before
+    /// the files are written, so that every file and the manifest have the same sections.
+    std::vector<char> sparsity_groups;
   };
 
   /// Writes this rank's file, on a background thread if `background` (then `parts.groups` must view
@@ -133,7 +138,7 @@ class PendingSave {
     const std::vector<std::uint64_t> gathered = all_gather_u64(*comm_, {record_.bytes, record_.checksum});
     agreed(*comm_, "checkpoint save (commit)", [&] {
       if (comm_->rank() == 0) {
-        Manifest m = detail::make_manifest(p_.sig, p_.state, p_.groups, p_.tag, gathered);
+        Manifest m = detail::make_manifest(p_.sig, p_.state, p_.groups, p_.tag, gathered, p_.sparsity_groups);
         m.model = p_.model;
         publish(p_.dir, p_.temp, m, p_.client_state);
       }
@@ -144,7 +149,8 @@ class PendingSave {
  private:
   void write() noexcept {
     try {
-      record_ = write_rank_file(p_.temp, p_.groups, comm_->rank(), comm_->size(), optimizer_state_names(p_.sig.optimizer));
+      record_ = write_rank_file(p_.temp, p_.groups, comm_->rank(), comm_->size(), optimizer_state_names(p_.sig.optimizer),
+                                !p_.sparsity_groups.empty());
     } catch (...) {
       error_ = std::current_exception();
     }

@@ -14,9 +14,9 @@
 /// engine/state.hpp's RankLocalState, meaningful only to the same rank of the same layout):
 ///   group<g>.rank_local          fp32[any]     error feedback, 0/1 Adam's u, 1-bit LAMB's tail
 ///   group<g>.rank_local_scalars  fp64[any]     0/1 Adam's lr sums
-/// and one more per group when it says `sparsity_masks yes` (Sparsity<NofM<N, M>>'s masks, chosen):
-///   group<g>.sparsity_keep       byte[owned or 0]   1: kept, 0: pruned; empty for a group without
-///                                                   sparse parameters. Resharded like the master.
+/// and one more per group when it has `sparsity_masks` (Sparsity<NofM<N, M>>'s masks, chosen):
+///   group<g>.sparsity_keep       byte[owned or 0]   1: kept, 0: pruned; empty where this rank holds
+///                                                   none for the group. Resharded like the master.
 /// Counters, scaler and scheduler are the same on every rank and live in the manifest.
 ///
 /// Written streamed (file_writer.hpp) and read through a verified DataFileReader (file_reader.hpp):
@@ -57,14 +57,17 @@ inline bool has_fresh_state(const std::vector<std::string>& states) {
 /// Sections per group of a checkpoint with manifest `m`.
 inline std::size_t sections_per_group(const Manifest& m) {
   return kFixedSectionsPerGroup + m.optimizer_states.size() + (has_fresh_state(m.optimizer_states) ? 1 : 0) +
-         (m.rank_local ? 2 : 0) + (m.sparsity_masks ? 1 : 0);
+         (m.rank_local ? 2 : 0) + (m.sparsity_masks() ? 1 : 0);
 }
 
-/// Whether rank files of `groups` carry Sparsity's masks: when any group's are chosen (then every
-/// group has the section, empty where it has no sparse parameters). The same on every rank: the
-/// masks are chosen at one step everywhere.
-inline bool has_sparsity_masks(std::span<const EngineGroupView> groups) {
-  return std::any_of(groups.begin(), groups.end(), [](const EngineGroupView& g) { return !g.sparsity_keep.empty(); });
+/// This rank's answer to "which groups hold Sparsity's masks": one flag per group. Ranks may differ
+/// (a pipeline stage without sparse parameters): the save takes the maximum over its ranks
+/// (save.hpp), which the manifest records and every rank file follows.
+inline std::vector<char> sparsity_groups_of(std::span<const EngineGroupView> groups) {
+  std::vector<char> out;
+  for (const EngineGroupView& g : groups) out.push_back(g.sparsity_keep.empty() ? 0 : 1);
+  if (std::none_of(out.begin(), out.end(), [](char c) { return c != 0; })) out.clear();
+  return out;
 }
 
 /// Whether rank files of `groups` carry rank-local sections: when any group has rank-local state
@@ -87,10 +90,12 @@ inline std::span<const float> state_span(const EngineGroupView& gs, std::string_
 }
 
 /// Calls `add(name, span)` for every section of the rank file of groups `groups`, in file order;
-/// `states`: the optimizer's per-element states (optimizer_state_names).
+/// `states`: the optimizer's per-element states (optimizer_state_names); `masks`: whether the files
+/// of this save hold Sparsity's masks (the ranks' agreed answer).
 template <class Add>
-void for_each_rank_section(std::span<const EngineGroupView> groups, const std::vector<std::string>& states, Add&& add) {
-  const bool rank_local = has_rank_local(groups), masks = has_sparsity_masks(groups);
+void for_each_rank_section(std::span<const EngineGroupView> groups, const std::vector<std::string>& states, bool masks,
+                           Add&& add) {
+  const bool rank_local = has_rank_local(groups);
   for (std::size_t g = 0; g < groups.size(); ++g) {
     const EngineGroupView& gs = groups[g];
     add(section_name(g, "step"), std::span<const std::int64_t>(&gs.step, 1));
@@ -107,17 +112,19 @@ void for_each_rank_section(std::span<const EngineGroupView> groups, const std::v
 
 /// Streams the rank file of `groups` to `dir/<rank file name>` (O_DIRECT where the file system
 /// allows), fsyncs it and the directory; returns its manifest record. `states`: the optimizer's
-/// per-element states (optimizer_state_names; Adam's two by default).
+/// per-element states (optimizer_state_names; Adam's two by default); `masks`: the files of this save
+/// hold Sparsity's masks (the manifest's sparsity_masks, agreed by every rank).
 inline FileRecord write_rank_file(const std::filesystem::path& dir, std::span<const EngineGroupView> groups, int rank,
                                   int world_size,
-                                  const std::vector<std::string>& states = optimizer_state_names("AdamW")) {
+                                  const std::vector<std::string>& states = optimizer_state_names("AdamW"),
+                                  bool masks = false) {
   const std::string name = rank_file_name(rank);
   std::vector<std::pair<std::string, std::uint64_t>> sizes;
-  for_each_rank_section(groups, states,
+  for_each_rank_section(groups, states, masks,
                         [&](const std::string& section, auto span) { sizes.emplace_back(section, span.size_bytes()); });
   DataFileStreamWriter w(dir / name, rank, world_size, static_cast<std::uint32_t>(sizes.size()),
                          DataFileStreamWriter::file_size(sizes));
-  for_each_rank_section(groups, states, [&](const std::string& section, auto span) { w.add(section, span); });
+  for_each_rank_section(groups, states, masks, [&](const std::string& section, auto span) { w.add(section, span); });
   FileRecord rec = w.finish(name);
   io::fsync_directory(dir);
   return rec;
@@ -133,6 +140,10 @@ inline void check_rank_file(const DataFileReader& f, const Manifest& m, int rank
                        std::to_string(rank) + " of " + std::to_string(m.world_size));
   }
   const std::size_t groups = m.shards.owned_numel.size();
+  if (m.sparsity_masks() && m.sparsity_groups.size() != groups) {
+    throw io_error("the manifest's sparsity_masks has another number of groups", f.path(),
+                   std::to_string(m.sparsity_groups.size()) + " for " + std::to_string(groups));
+  }
   const std::size_t per_group = sections_per_group(m);
   if (f.sections().size() != per_group * groups) {
     throw io_error("unexpected number of sections", f.path(),
@@ -156,7 +167,7 @@ inline void check_rank_file(const DataFileReader& f, const Manifest& m, int rank
       f.section(section_name(g, kRankLocal), ElementType::fp32);
       f.section(section_name(g, kRankLocalScalars), ElementType::fp64);
     }
-    if (m.sparsity_masks) {
+    if (m.sparsity_masks()) {
       const std::uint64_t k = f.section(section_name(g, kSparsityKeep), ElementType::byte).numel;
       if (k != 0 && k != n) {
         throw io_error("sparsity masks of another size than the owned elements", f.path(),
@@ -228,7 +239,7 @@ inline std::vector<EngineGroupState> read_rank_file(const DataFileReader& f, con
       local.scalars.resize(f.section(section_name(g, kRankLocalScalars), ElementType::fp64).numel);
       f.read(section_name(g, kRankLocalScalars), ElementType::fp64, 0, std::span<double>(local.scalars));
     }
-    if (m.sparsity_masks) read_sparsity_keep(f, g, 0, gs.sparsity_keep);
+    if (m.sparsity_masks()) read_sparsity_keep(f, g, 0, gs.sparsity_keep);
   }
   return groups;
 }

@@ -54,10 +54,11 @@ inline std::vector<EngineGroupState> reshard(const std::filesystem::path& tdir, 
     want.push_back(sig.shards.fragments[g][static_cast<std::size_t>(sig.rank)]);
     const std::size_t n = sig.shards.owned_numel[g][static_cast<std::size_t>(sig.rank)];
     for (const auto& [what, into] : element_sections(groups[g], m.optimizer_states)) into->assign(n, 0.0f);
-    if (m.sparsity_masks) groups[g].sparsity_keep.assign(n, 1);  // padding: kept (it is in no parameter)
+    // A group whose masks were saved gets them (from the agreed manifest, so every loading rank
+    // decides alike): padding and pieces from files without masks stay 1, kept.
+    if (m.sparsity_masks() && m.sparsity_groups[g]) groups[g].sparsity_keep.assign(n, 1);
     groups[g].optimizer.step = m.optimizer_steps[g];
   }
-  std::vector<char> masked(groups.size(), 0);  // a group whose saved masks were not empty
   // 1-bit LAMB's per-tensor states do not depend on the world size and every rank saved the same:
   // rank 0's.
   if (has_fresh_state(m.optimizer_states)) {
@@ -74,16 +75,12 @@ inline std::vector<EngineGroupState> reshard(const std::filesystem::path& tdir, 
         f.read(section_name(c.group, what), ElementType::fp32, c.src_offset,
                std::span<float>(*into).subspan(static_cast<std::size_t>(c.dst_offset), static_cast<std::size_t>(c.numel)));
       }
-      if (m.sparsity_masks && f.section(section_name(c.group, kSparsityKeep), ElementType::byte).numel != 0) {
-        masked[c.group] = 1;
+      if (!to.sparsity_keep.empty() && f.section(section_name(c.group, kSparsityKeep), ElementType::byte).numel != 0) {
         f.read(section_name(c.group, kSparsityKeep), ElementType::byte, c.src_offset,
                std::as_writable_bytes(std::span<std::uint8_t>(to.sparsity_keep))
                    .subspan(static_cast<std::size_t>(c.dst_offset), static_cast<std::size_t>(c.numel)));
       }
     }
-  }
-  for (std::size_t g = 0; g < groups.size(); ++g) {
-    if (!masked[g]) groups[g].sparsity_keep.clear();  // no masks saved for this group
   }
   return groups;
 }

@@ -10,9 +10,11 @@
 ///   std::string blob = ...;                                               // the trainer's own state
 ///   zerotk::checkpoint::save(engine, comm, "ckpt", {.tag = "best", .client_state = std::as_bytes(std::span(blob))});
 
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -46,6 +48,20 @@ void check_same_group(const E& engine, const C& comm, const char* where) {
   }
 }
 
+/// Which groups hold Sparsity's masks on any rank of `comm` (empty: none): one small all-reduce, so
+/// that a rank without masks for a group (a pipeline stage without sparse parameters) still writes
+/// the group's (empty) section. Every rank has as many groups (the signature's check).
+template <HostCommunicator C>
+std::vector<char> agree_sparsity_groups(C& comm, std::span<const EngineGroupView> groups) {
+  const std::vector<char> mine = sparsity_groups_of(groups);
+  std::vector<std::int32_t> any(groups.size(), 0);
+  for (std::size_t g = 0; g < mine.size(); ++g) any[g] = mine[g];
+  if (!any.empty()) comm.all_reduce(any.data(), any.data(), any.size(), DType::int32, comm::ReduceOp::max).wait();
+  std::vector<char> out(any.begin(), any.end());
+  if (std::none_of(out.begin(), out.end(), [](char c) { return c != 0; })) out.clear();
+  return out;
+}
+
 /// The collective first half of both saves: boundary check, scalar state, signature, the agreed
 /// tag, the temporary directory. `groups(parts)` fills the parts' state and group views;
 /// `signature()` (local, no communication) gives the engine's structure over `comm`'s ranks.
@@ -65,6 +81,7 @@ std::unique_ptr<PendingSave<C>> start_save(E& engine, C& comm, const std::filesy
     check_tag(p.tag, "checkpoint::save");
   });
   p.tag = agree_on_tag(comm, p.tag, options.tag_validation, options.on_warning);
+  p.sparsity_groups = agree_sparsity_groups(comm, p.groups);
   p.temp = temp_path(dir, p.tag);
   agreed(comm, "checkpoint save (preparing " + p.temp.string() + ")", [&] {
     if (comm.rank() == 0) prepare_temp(dir, p.temp);

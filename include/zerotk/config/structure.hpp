@@ -149,12 +149,21 @@ constexpr std::string_view compression_policy(std::optional<CompressionAlgorithm
   }
   return "GradientCompression<?>";
 }
+/// ", Sparsity<NofM<N,M>>" for an engine with N:M sparsity; empty otherwise (and for a structure
+/// that names no sparsity tag).
+template <class E>
+std::string sparsity_policy() {
+  if constexpr (requires { typename E::sparsity_tag; }) {
+    if constexpr (!std::is_same_v<typename E::sparsity_tag, None>) return cat(", Sparsity<", E::sparsity_tag::name, ">");
+  }
+  return {};
+}
 }  // namespace detail
 
 /// The engine's policies in words: "Stage<2>, Precision<fp16>, LossScaler<Dynamic>,
 /// Optimizer<AdamW>, Offload<None>, Device<Host>" (", OffloadParams<Cpu>" after Offload<> when
 /// the parameters are offloaded, ", GradientCompression<TopK>" before Device<> when gradients are
-/// compressed).
+/// compressed, ", Sparsity<NofM<2,4>>" before Device<> with N:M sparsity).
 template <EngineStructure E>
 std::string describe() {
   constexpr OffloadDevice params = offload_of<param_offload_tag_t<E>>();
@@ -166,7 +175,7 @@ std::string describe() {
                      detail::offload_policy(offload_of<typename E::offload_tag>()),
                      params != OffloadDevice::none ? detail::cat(", ", detail::param_offload_policy(params)) : std::string(),
                      compression ? detail::cat(", ", detail::compression_policy(compression)) : std::string(),
-                     ", Device<", device_name<typename E::device_tag>(), ">");
+                     detail::sparsity_policy<E>(), ", Device<", device_name<typename E::device_tag>(), ">");
 }
 
 /// A config's structure in the same words (no device: a DeepSpeed JSON does not choose one).

@@ -1,8 +1,10 @@
 #pragma once
 /// \file zerotk/engine/sparsity.hpp
 /// The engine's Sparsity part, selected by the policy's tag: Sparsity<None> does nothing;
-/// Sparsity<NofM<N, M>> keeps one sparsity::ShardMasks per flat group and acts at the boundary, in
-/// NVIDIA ASP's order:
+/// Sparsity<NofM<N, M>> keeps one sparsity::ShardMasks per flat group and acts at the boundary in
+/// NVIDIA ASP's order (gradients masked, step, weights masked), with one choice of zerotk's own: the
+/// gradients are masked before the global norm, so the norm and clipping see what the optimizer
+/// sees (ASP masks them inside the optimizer's step, after the trainer's clipping):
 ///
 ///   before the norm   at the boundary of step start_step + 1 the masks are chosen from the fp32
 ///                     master (sparsity/shard_masks.hpp: per ZeRO shard, the groups a block boundary
@@ -10,9 +12,11 @@
 ///                     weights' reduced gradients are set to zero, so the norm, clipping and the
 ///                     optimizer see the masked gradients
 ///   after the update  the pruned weights' fp32 master and the optimizer's output (the working
-///                     values about to be published) are set to zero, so every forward from then on
-///                     sees N of every M weights and pruned weights stay at zero; their optimizer
-///                     moments are kept, unused
+///                     values about to be published) are set to zero, so every later forward sees N
+///                     of every M weights and pruned weights stay at zero; their optimizer moments
+///                     are kept, unused. (Values a trainer writes afterwards, through
+///                     initialize_master() or a gather with modifier_rank, stand until the next
+///                     update prunes them.)
 ///
 /// Which parameters: SparsityOptions::parameters (names), else every parameter of two or more
 /// dimensions whose last dimension M divides. Groups of M run along the last dimension of the
@@ -61,11 +65,15 @@ class SparsityPart {
 
 /// Whether `p` is made sparse by N:M masks under `options`: named by a pattern (then it must have a
 /// shape the rule fits: refused in words otherwise), or, with no patterns, any parameter that fits.
-inline bool sparse_parameter(const ParamEntry& p, const sparsity::SparsityOptions& options, int m) {
+/// `named[k]` is set for each pattern k that names `p`.
+inline bool sparse_parameter(const ParamEntry& p, const sparsity::SparsityOptions& options, int m, std::vector<char>& named) {
   const bool fits = p.shape.size() >= 2 && p.shape.back() % static_cast<std::size_t>(m) == 0;
   if (options.parameters.empty()) return fits;
-  for (const std::string& pattern : options.parameters) {
+  bool sparse = false;
+  for (std::size_t k = 0; k < options.parameters.size(); ++k) {
+    const std::string& pattern = options.parameters[k];
     if (!glob_match(pattern, p.name)) continue;
+    named[k] = 1;
     if (!fits) {
       std::string shape = "[";
       for (std::size_t i = 0; i < p.shape.size(); ++i) shape += (i ? ", " : "") + std::to_string(p.shape[i]);
@@ -73,9 +81,9 @@ inline bool sparse_parameter(const ParamEntry& p, const sparsity::SparsityOption
                              std::to_string(m) + " divides",
                          "sparsity.parameters \"" + pattern + "\"", p.name + " " + shape + "]");
     }
-    return true;
+    sparse = true;
   }
-  return false;
+  return sparse;
 }
 
 template <int N, int M>
@@ -99,10 +107,7 @@ class SparsityPart<NofM<N, M>> {
         std::vector<char> sparse(g.layout().param_count(), 0);
         for (std::uint32_t i = 0; i < sparse.size(); ++i) {
           const ParamEntry& p = registry[g.member(i)];
-          sparse[i] = sparse_parameter(p, options, M) ? 1 : 0;
-          for (std::size_t k = 0; k < options.parameters.size(); ++k) {
-            if (glob_match(options.parameters[k], p.name)) named[k] = 1;
-          }
+          sparse[i] = sparse_parameter(p, options, M, named) ? 1 : 0;
         }
         masks_[index(g.kind())] =
             sparsity::ShardMasks(N, M, g.layout(), Own::fragments(g.layout(), g.rank()), std::move(sparse),
@@ -179,7 +184,7 @@ class SparsityPart<NofM<N, M>> {
   template <class Group>
   void load(Group& g, std::span<const std::uint8_t> keep) {
     sparsity::ShardMasks& masks = masks_[index(g.kind())];
-    if (keep.empty()) {
+    if (keep.empty() || !masks.active()) {  // none saved, or none this group needs (nothing here is sparse)
       masks.reset();
     } else {
       masks.load(keep);

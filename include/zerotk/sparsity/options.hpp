@@ -17,9 +17,10 @@ struct SparsityOptions {
   /// dimension (the input dimension of a row-major [out, in] weight) that M divides; the engine
   /// refuses one that has not, naming it. Empty: every parameter that has.
   std::vector<std::string> parameters;
-  /// Dense optimizer steps before the masks are chosen (DeepSpeed's `schedule_offset`): the masks are
-  /// chosen at the boundary of step start_step + 1, from the fp32 master before its update, and
-  /// fixed from then on. 0: at the first boundary.
+  /// Optimizer steps before the masks are chosen (DeepSpeed's `schedule_offset`; steps skipped for
+  /// an fp16 overflow count, as the engine's global step does): the masks are chosen at the boundary
+  /// of step start_step + 1, from the fp32 master before its update, and fixed from then on. 0: at
+  /// the first boundary.
   std::int64_t start_step = 0;
 
   void check(std::vector<config_error>& out) const {

@@ -8,8 +8,10 @@
 /// first elements and the one owning its last both need all M values. choose() therefore all-gathers
 /// every rank's block edges (the first and last M-1 master values of its block of each bucket:
 /// 2 (M-1) floats per bucket per rank), from which every rank reads the values of a cut group that
-/// other ranks own. A group can span at most the last M-1 elements of one block and the first M-1 of
-/// the next ones, so the edges always hold them. Every rank evaluates a cut group from the same M
+/// other ranks own. A group's elements outside a rank's block lie within M-1 elements of that block's
+/// edges, so in the last M-1 of a block before it or the first M-1 of a block after it, even when
+/// blocks are shorter than M-1 (a group then spans three or more blocks): the edges always hold
+/// them. Every rank evaluates a cut group from the same M
 /// values with the same rule (sparsity/nm.hpp), so the ranks' masks agree where they meet. A rank
 /// that owns everything (stage 0) exchanges nothing.
 
