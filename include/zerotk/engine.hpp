@@ -286,8 +286,7 @@ class BasicEngine : public engine::Introspection<BasicEngine<Pack>>, public engi
   /// Sets the learning-rate scheduler, stepped after every non-skipped update (DeepSpeed semantics).
   void set_scheduler(LrScheduler scheduler);
 
-  /// Sparsity<NofM<N, M>>: its masks per group (engine/sparsity.hpp: masks(kind), chosen());
-  /// Sparsity<None>: a part with nothing in it.
+  /// Sparsity<NofM<N, M>>'s masks per group (engine/sparsity.hpp); Sparsity<None>: an empty part.
   const Sparse& sparsity_part() const noexcept { return sparse_; }
 
   /// What the run-time checker (engine/checks.hpp) reads of this engine type, derived from its

@@ -195,8 +195,6 @@ class SparsityPart<NofM<N, M>> {
     for (const sparsity::ShardMasks& m : masks_) chosen_ = chosen_ || m.chosen();
   }
 
-  /// The masks of the group of `kind` (tests and introspection).
-  const sparsity::ShardMasks& masks(GroupKind kind) const noexcept { return masks_[index(kind)]; }
   bool chosen() const noexcept { return chosen_; }
 
  private:

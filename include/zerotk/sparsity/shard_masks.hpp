@@ -63,7 +63,6 @@ class ShardMasks {
   bool active() const noexcept { return any_; }
   /// Whether the masks have been chosen (or loaded): from then on zero_pruned() prunes.
   bool chosen() const noexcept { return chosen_; }
-  bool sparse(std::size_t param) const noexcept { return sparse_[param] != 0; }
   /// The keep flags over the owned buffer (1: kept).
   std::span<const std::uint8_t> keep() const noexcept { return {keep_.data(), keep_.size()}; }
   /// Owned elements the masks prune.
