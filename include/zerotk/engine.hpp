@@ -296,16 +296,17 @@ class BasicEngine : public engine::Introspection<BasicEngine<Pack>>, public engi
         zero::OutputWriter<std::remove_pointer_t<decltype(std::declval<Home&>().optimizer_out().base)>>;
     constexpr bool swapped = requires(const Store& st) { st.swap_file(); };
     return {dtype_of_v<S>, kStage, std::is_same_v<reduce_when, when::at_boundary>, MainGroup::kCanDelayUpdate,
-            device::is_cuda, shard_file, shard_file || swapped, engine::offload_policy_name<offload_tag>(),
+            engine::on_device_v<device>(), shard_file, shard_file || swapped,
+            engine::offload_policy_name<offload_tag>(),
             MainGroup::kCompressedExchange, Sparse::kOn};
   }
 
  private:
   template <class C>
   static constexpr void static_assert_memory() {
-    static_assert(::zerotk::comm::uses_device_memory<C> == device::is_cuda,
-                  "Engine: Device<Host> needs a host-memory communicator (threads, MPI) and Device<Cuda> a "
-                  "device-memory one (NcclCommunicator)");
+    static_assert(::zerotk::comm::uses_device_memory<C> == engine::on_device_v<device>(),
+                  "Engine: Device<Host> needs a host-memory communicator (threads, MPI), Device<Cuda> a device one "
+                  "(NcclCommunicator), Device<HostAsync> comm::StreamCommunicator");
   }
 
   engine::ParamRegistry::Rules registry_rules() const {

@@ -55,6 +55,9 @@ struct Cpu { static constexpr std::string_view name = "Cpu", key = "cpu"; };    
 struct Nvme { static constexpr std::string_view name = "Nvme", key = "nvme"; };  ///< Offload<Nvme>, OffloadParams<Nvme>
 struct Host { static constexpr std::string_view name = "Host"; };  ///< Device<Host>: OpenMP/SIMD kernels
 struct Cuda { static constexpr std::string_view name = "Cuda"; };  ///< Device<Cuda>: CUDA kernels
+/// Device<HostAsync>: a GPU's streams and events emulated on host memory (core/host_async.hpp), so the
+/// device orchestration runs in CI without one.
+struct HostAsync { static constexpr std::string_view name = "HostAsync"; };
 
 /// The `optimizer.params` keys of a DeepSpeed config that an optimizer reads, as flags: the config
 /// reader reads exactly its optimizer's (any other key there is unknown) and the writer writes them.
@@ -204,13 +207,16 @@ template <> struct Precision<fp32> { using policy_kind = policy::precision; usin
 template <> struct Precision<fp16> { using policy_kind = policy::precision; using tag = fp16; using storage = half; static constexpr DType dtype = DType::fp16; };
 template <> struct Precision<bf16> { using policy_kind = policy::precision; using tag = bf16; using storage = bfloat16; static constexpr DType dtype = DType::bf16; };
 
-/// Device<Host|Cuda>: where parameters, gradients and kernels live.
+/// Device<Host|Cuda|HostAsync>: where parameters, gradients and kernels live. `on_device`: in a
+/// device's memory, reached through its streams (Cuda, and HostAsync, which emulates one); `is_cuda`:
+/// the CUDA kernels and a device-memory communicator (NCCL).
 template <class D>
 struct Device {
-  static_assert(dependent_false<D>, "Device: use Device<Host> or Device<Cuda>");
+  static_assert(dependent_false<D>, "Device: use Device<Host>, Device<Cuda> or Device<HostAsync>");
 };
-template <> struct Device<Host> { using policy_kind = policy::device; using tag = Host; static constexpr bool is_cuda = false; };
-template <> struct Device<Cuda> { using policy_kind = policy::device; using tag = Cuda; static constexpr bool is_cuda = true; };
+template <> struct Device<Host> { using policy_kind = policy::device; using tag = Host; static constexpr bool is_cuda = false, on_device = false; };
+template <> struct Device<Cuda> { using policy_kind = policy::device; using tag = Cuda; static constexpr bool is_cuda = true, on_device = true; };
+template <> struct Device<HostAsync> { using policy_kind = policy::device; using tag = HostAsync; static constexpr bool is_cuda = false, on_device = true; };
 
 /// Offload<None|Cpu|Nvme>: where the optimizer state and fp32 master live.
 template <class O>

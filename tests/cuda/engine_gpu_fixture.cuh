@@ -1,7 +1,7 @@
 #pragma once
-// The GPU engine tests' fixture: the device-bound MLP (GpuDense, GpuMlp), training on GPUs over NCCL
-// (train_gpu) and on the host (train_host), and the comparisons the test files share
-// (test_engine.cu, test_engine_offload.cu).
+// The GPU engine tests' fixture: the device-bound MLP (GpuMlp: device_mlp.hpp over CUDA copies),
+// training on GPUs over NCCL (train_gpu) and on the host (train_host), and the comparisons the test
+// files share (test_engine.cu, test_engine_offload.cu).
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -14,6 +14,7 @@
 #include <cuda_runtime.h>
 #include <unistd.h>
 
+#include "../engine/device_mlp.hpp"
 #include "../engine/engine_fixture.hpp"
 #include "zerotk/comm/nccl.hpp"
 #include "zerotk/comm/threads.hpp"
@@ -25,107 +26,22 @@ using namespace zt_test;
 
 namespace {
 
-/// A Dense layer whose Params the engine binds to device memory. forward/backward copy the device
-/// values into a host Dense<T>, run it, and add its gradients into the device gradient storage,
-/// all ordered on the engine's compute stream.
-template <class T>
-struct GpuDense {
-  using input_type = std::vector<float>;
-  using output_type = std::vector<float>;
-  Dense<T> host;
-  Param<T> w, b;
-  std::vector<T> values, grads;  // host storage of host.w, host.b
+/// The device of DeviceMlp (device_mlp.hpp): copies on the engine's compute stream.
+struct CudaCopies {
   cudaStream_t stream;
-  bool poison_next_backward = false;
-
-  GpuDense(const Dense<T>& shape, cudaStream_t s)
-      : host(shape.w.name().substr(0, shape.w.name().find('.')), shape.in, shape.out, shape.relu),
-        w(host.w.name(), {host.w.dim(0), host.w.dim(1)}),
-        b(host.b.name(), {host.b.dim(0)}),
-        values(host.w.numel() + host.b.numel()),
-        grads(values.size()),
-        stream(s) {}
-
-  void bind_host() {
-    host.w.bind(values.data(), grads.data());
-    host.b.bind(values.data() + host.w.numel(), grads.data() + host.w.numel());
+  explicit CudaCopies(void* s) : stream(static_cast<cudaStream_t>(s)) {}
+  void to_host(void* dst, const void* src, std::size_t bytes) {
+    ZEROTK_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream));
   }
-
-  template <class V>
-  void parameters(V&& visit) {
-    visit(w.name(), w);
-    visit(b.name(), b);
+  void to_device(void* dst, const void* src, std::size_t bytes) {
+    ZEROTK_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream));
   }
-
-  void copy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind) {
-    ZEROTK_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, stream));
-  }
-
-  output_type forward(const input_type& x) {
-    bind_host();
-    copy(values.data(), w.data(), w.numel() * sizeof(T), cudaMemcpyDeviceToHost);
-    copy(values.data() + w.numel(), b.data(), b.numel() * sizeof(T), cudaMemcpyDeviceToHost);
-    ZEROTK_CUDA_CHECK(cudaStreamSynchronize(stream));
-    return host.forward(x);
-  }
-
-  input_type backward(const output_type& dy) {
-    bind_host();
-    copy(grads.data(), w.grad(), w.numel() * sizeof(T), cudaMemcpyDeviceToHost);
-    copy(grads.data() + w.numel(), b.grad(), b.numel() * sizeof(T), cudaMemcpyDeviceToHost);
-    ZEROTK_CUDA_CHECK(cudaStreamSynchronize(stream));
-    host.poison_next_backward = std::exchange(poison_next_backward, false);
-    input_type dx = host.backward(dy);
-    copy(w.grad(), grads.data(), w.numel() * sizeof(T), cudaMemcpyHostToDevice);
-    copy(b.grad(), grads.data() + w.numel(), b.numel() * sizeof(T), cudaMemcpyHostToDevice);
-    ZEROTK_CUDA_CHECK(cudaStreamSynchronize(stream));
-    return dx;
-  }
+  void sync() { ZEROTK_CUDA_CHECK(cudaStreamSynchronize(stream)); }
 };
 
-/// Mlp's interface (layers, parameters, init, values) over device parameters.
+/// The MLP over device parameters, computing on the host from copies (device_mlp.hpp).
 template <class T>
-struct GpuMlp {
-  std::vector<GpuDense<T>> layers;
-  cudaStream_t stream;
-
-  explicit GpuMlp(void* s) : stream(static_cast<cudaStream_t>(s)) {
-    const Mlp<T> shape;
-    layers.reserve(shape.layers.size());
-    for (const auto& l : shape.layers) layers.emplace_back(l, stream);
-  }
-  template <class V>
-  void parameters(V&& visit) {
-    for (auto& l : layers) l.parameters(visit);
-  }
-  /// Mlp::init's values (same seed, same rounding), copied into the bound device parameters.
-  void init(std::uint32_t seed) {
-    Mlp<T> ref;
-    std::vector<T> storage(4096), unused(4096);
-    std::size_t off = 0;
-    ref.parameters([&](std::string_view, auto& p) {
-      p.bind(storage.data() + off, unused.data() + off);
-      off += p.numel();
-    });
-    ref.init(seed);
-    off = 0;
-    parameters([&](std::string_view, Param<T>& p) {
-      ZEROTK_CUDA_CHECK(cudaMemcpyAsync(p.data(), storage.data() + off, p.numel() * sizeof(T), cudaMemcpyHostToDevice, stream));
-      off += p.numel();
-    });
-    ZEROTK_CUDA_CHECK(cudaStreamSynchronize(stream));
-  }
-  std::vector<float> values() {
-    std::vector<float> v;
-    parameters([&](std::string_view, Param<T>& p) {
-      std::vector<T> h(p.numel());
-      ZEROTK_CUDA_CHECK(cudaMemcpyAsync(h.data(), p.data(), h.size() * sizeof(T), cudaMemcpyDeviceToHost, stream));
-      ZEROTK_CUDA_CHECK(cudaStreamSynchronize(stream));
-      for (const T& x : h) v.push_back(to_float(x));
-    });
-    return v;
-  }
-};
+using GpuMlp = DeviceMlp<T, CudaCopies>;
 
 inline int gpu_count() {
   int n = 0;
@@ -200,6 +116,7 @@ void check_one_gpu_equals_host(const RunConfig& cfg) {
   CHECK(g.losses == h.losses);
   CHECK(g.scales == h.scales);
   CHECK(g.skipped == h.skipped);
+  CHECK(g.state == h.state);  // with RunConfig::take_state: the master and moments
   check_norms_close(g, h);
   CHECK(g.params != g.initial);  // it trained
   for (std::size_t c = 0; c < kMemoryCategoryCount; ++c) {

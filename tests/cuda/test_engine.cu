@@ -2,7 +2,7 @@
 // communicator, on the MLP of tests/engine (engine_fixture.hpp).
 //
 // The layers compute on the host from copies of the device parameters and add their gradients back
-// into the engine's device buffers (GpuDense below), so both engines see bit-identical gradients and
+// into the engine's device buffers (DeviceDense, tests/engine/device_mlp.hpp), so both engines see bit-identical gradients and
 // every difference comes from the engine's own device path: buffers, bucket reductions, the fused
 // optimizer, casts, accumulation folds. With one GPU the reductions are exact, the CUDA kernels share
 // their per-element math with the host kernels, and so:

@@ -39,3 +39,15 @@ TEST_CASE("Device<Cuda> with Offload<Nvme> equals the same run without offload b
   CHECK(std::filesystem::is_empty(dir));  // swap files removed with their engines
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("Device<Cuda> with Offload<Cpu> and the delayed parameter update equals the host engine bit for bit") {
+  // Written against the same Ops as Device<HostAsync>, where tests/device proves it; this runs it on
+  // a GPU (scripts/gpu-run.sh).
+  gpu_count();
+  RunConfig cfg;
+  cfg.steps = 12;
+  cfg.sub_group_size = 97;
+  cfg.delayed_update = true;
+  cfg.take_state = true;
+  check_one_gpu_equals_host<2, bf16, typename bf16::storage, Offload<Cpu>>(cfg);
+}

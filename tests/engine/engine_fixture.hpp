@@ -219,6 +219,8 @@ struct RunConfig {
   zerotk::offload::NvmeOptions nvme;  // Offload<Nvme> only (its swap directory, buffers, aio)
   std::size_t sub_group_size = 1'000'000'000;  // Offload<Cpu> and Offload<Nvme>: elements stepped at once
   zerotk::CommunicationOptions communication;  // the data group's topology, the slow-rank detector
+  bool take_state = false;  // RunResult::state: engine.state() after the last step
+  bool delayed_update = false;  // EngineOptions::delayed_param_update (Offload<Cpu>)
 };
 
 struct RunResult {
@@ -230,6 +232,7 @@ struct RunResult {
   std::vector<float> initial;         // rank 0's values before training
   bool ranks_agree = true;            // every rank ended with the same values
   zerotk::ReportGroups groups;        // the last report's: the grid's group sizes
+  std::vector<float> state;           // with RunConfig::take_state: rank 0's master and moments, every group
 };
 
 /// The model of a run: Model() or, for models that live on a device, Model(cfg.stream).
@@ -269,6 +272,7 @@ inline zerotk::EngineOptions engine_options(const RunConfig& cfg) {
   o.nvme = cfg.nvme;
   o.sub_group_size = cfg.sub_group_size;
   o.communication = cfg.communication;
+  o.delayed_param_update = cfg.delayed_update;
   return o;
 }
 
@@ -494,6 +498,14 @@ RunResult train_rank_with(Comm& comm, const RunConfig& cfg, zerotk::MemoryLedger
     }
     engine.initialize_master();
     train_steps(engine, model, comm.rank(), cfg, 0, cfg.steps, &result);
+    if (cfg.take_state) {
+      if (cfg.delayed_update) engine.settle();  // the update in flight published first
+      for (const EngineGroupState& g : engine.state().groups) {
+        result.state.insert(result.state.end(), g.master.begin(), g.master.end());
+        result.state.insert(result.state.end(), g.optimizer.m.begin(), g.optimizer.m.end());
+        result.state.insert(result.state.end(), g.optimizer.v.begin(), g.optimizer.v.end());
+      }
+    }
     {
       auto g = engine.gather(model);  // values() reads parameters outside the layers' scopes
       result.params = model.values();

@@ -172,8 +172,6 @@ TEST_CASE("the run-time checker: each row names its key on the input that breaks
   const auto none = [](auto&) {};
   add("delayed_update_needs_cpu_offload", "delayed_param_update", [](EngineOptions& o) { o.delayed_param_update = true; },
       none, alone);
-  add("delayed_update_host_only", "delayed_param_update", [](EngineOptions& o) { o.delayed_param_update = true; },
-      [](engine::EngineFacts& f) { f.can_delay_update = f.device_cuda = true; }, alone);
   add("delayed_update_not_with_shard_file", "delayed_param_update",
       [](EngineOptions& o) { o.delayed_param_update = true; },
       [](engine::EngineFacts& f) { f.can_delay_update = f.shard_file = true; }, alone);
@@ -209,7 +207,7 @@ TEST_CASE("the run-time checker: each row names its key on the input that breaks
       [](EngineOptions& o) { o.stage3.quantized_weights = true; },
       [](engine::EngineFacts& f) {
         f.stage = 3;
-        f.device_cuda = true;
+        f.on_device = true;
       },
       alone);
   add("rebalance_data_only", "communication.slow_node_action",
@@ -232,8 +230,8 @@ TEST_CASE("the run-time checker: each row names its key on the input that breaks
   engine::GridPlace tensor_experts_fine = tensor_experts;
   tensor_experts_fine.expert_tensor_size = 2;
   add("experts_expert_tensor", "GridShape::expert_tensor", none, none, tensor_experts, tensor_experts_fine);
-  add("experts_host_only", "Device<Cuda>", none, [](engine::EngineFacts& f) { f.device_cuda = true; }, experts,
-      experts_together);
+  add("experts_host_only", "Device<Cuda> or Device<HostAsync>", none,
+      [](engine::EngineFacts& f) { f.on_device = true; }, experts, experts_together);
   add("experts_no_swap_files", "offload_optimizer.device / offload_param.device", none,
       [](engine::EngineFacts& f) { f.swaps = true; }, experts, experts_together);
   add("experts_no_compressed_exchange", "optimizer.type / gradient_compression", none,

@@ -122,7 +122,8 @@ template <class T>
 constexpr std::string_view device_name() {
   if constexpr (std::is_same_v<T, Host>) return "Host";
   else if constexpr (std::is_same_v<T, Cuda>) return "Cuda";
-  else static_assert(dependent_false<T>, "device_tag must be zerotk::Host or zerotk::Cuda");
+  else if constexpr (std::is_same_v<T, HostAsync>) return "HostAsync";
+  else static_assert(dependent_false<T>, "device_tag must be zerotk::Host, zerotk::Cuda or zerotk::HostAsync");
 }
 
 namespace detail {

@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <span>
+#include <type_traits>
 #include <utility>
 
 #include "zerotk/comm/communicator.hpp"
@@ -34,7 +35,10 @@ namespace zerotk::device {
 
 template <class DeviceTag>
 struct Ops {
-  static_assert(dependent_false<DeviceTag>,
+  static_assert(!std::is_same_v<DeviceTag, HostAsync>,
+                "Engine: Device<HostAsync> needs its Ops: #include \"zerotk/device/host_async_ops.hpp\" before "
+                "instantiating this Engine (see docs/device.md)");
+  static_assert(!std::is_same_v<DeviceTag, Cuda>,
                 "Engine: Device<Cuda> needs the CUDA backend: instantiate this Engine in a .cu file compiled by nvcc "
                 "and link zerotk::cuda (see docs/engine.md, Devices)");
 };

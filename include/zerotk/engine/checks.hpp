@@ -28,7 +28,7 @@ struct EngineFacts {
   int stage = 0;
   bool reduces_at_boundary = false;  ///< when::at_boundary
   bool can_delay_update = false;     ///< the state store steps off the training thread (Offload<Cpu>)
-  bool device_cuda = false;
+  bool on_device = false;            ///< Device<Cuda> or Device<HostAsync>: the buffers are a device's
   bool shard_file = false;           ///< stage 3's parameter shards live in a file (OffloadParams<Nvme>)
   bool swaps = false;                ///< a swap file is read or written (Offload<Nvme>, OffloadParams<Nvme>)
   std::string offload;               ///< the Offload policy, for messages ("Offload<None>")
@@ -54,7 +54,7 @@ inline EngineFacts facts_of(const Combination& k, DType storage) {
   f.stage = k.stage;
   f.reduces_at_boundary = k.reduce_at_boundary;
   f.can_delay_update = k.offload == Place::cpu;  // Offload<Cpu>'s store steps off the training thread
-  f.device_cuda = k.cuda;
+  f.on_device = k.on_device;
   f.shard_file = k.stage == 3 && k.param_offload == Place::nvme;
   f.swaps = f.shard_file || k.offload == Place::nvme;
   f.offload = k.offload == Place::cpu    ? offload_policy_name<Cpu>()
@@ -86,13 +86,8 @@ inline Problem delayed_update_needs_cpu_offload(const EngineOptions& o, const En
                           std::string(f.offload),
                       "delayed_param_update", "true");
 }
-inline Problem delayed_update_host_only(const EngineOptions& o, const EngineFacts& f, const GridPlace&) {
-  if (!o.delayed_param_update || !f.can_delay_update || !f.device_cuda) return std::nullopt;
-  return config_error("with Device<Cuda> is not available yet (not yet run on a GPU); use Device<Host>",
-                      "delayed_param_update", "true");
-}
 inline Problem delayed_update_not_with_shard_file(const EngineOptions& o, const EngineFacts& f, const GridPlace&) {
-  if (!o.delayed_param_update || !f.can_delay_update || f.device_cuda || !f.shard_file) return std::nullopt;
+  if (!o.delayed_param_update || !f.can_delay_update || !f.shard_file) return std::nullopt;
   return config_error("with OffloadParams<Nvme> is not available: the delayed update writes a step's values into the "
                       "shard file after its state has stepped, so a failed write could not be undone; use "
                       "OffloadParams<Cpu> or OffloadParams<None>",
@@ -162,7 +157,7 @@ inline Problem zeropp_needs_stage3(const EngineOptions& o, const EngineFacts& f,
                       std::string(zeropp_key(o)), "true");
 }
 inline Problem zeropp_host_only(const EngineOptions& o, const EngineFacts& f, const GridPlace&) {
-  if (f.stage != 3 || !f.device_cuda || (!o.stage3.quantized_weights && !o.stage3.quantized_gradients)) return std::nullopt;
+  if (f.stage != 3 || !f.on_device || (!o.stage3.quantized_weights && !o.stage3.quantized_gradients)) return std::nullopt;
   return config_error("ZeRO++'s quantized exchanges run on host memory only for now (the CUDA kernels in "
                       "compress/cuda/quantize.cuh are compiled but not wired into the engine)",
                       std::string(zeropp_key(o)), "true");
@@ -185,10 +180,10 @@ inline Problem experts_expert_tensor(const EngineOptions&, const EngineFacts&, c
                       "GridShape::expert_tensor", std::to_string(p.expert_tensor_size));
 }
 inline Problem experts_host_only(const EngineOptions&, const EngineFacts& f, const GridPlace& p) {
-  if (!p.expert_params || !p.experts_apart() || !f.device_cuda) return std::nullopt;
+  if (!p.expert_params || !p.experts_apart() || !f.on_device) return std::nullopt;
   return config_error(std::string(kExpertsApart) + " run on host memory only for now (their average divides on the "
                           "host: device/ordered.hpp)",
-                      "Device<Cuda>", "expert " + std::to_string(p.expert_size));
+                      "Device<Cuda> or Device<HostAsync>", "expert " + std::to_string(p.expert_size));
 }
 inline Problem experts_no_swap_files(const EngineOptions&, const EngineFacts& f, const GridPlace& p) {
   if (!p.expert_params || !p.experts_apart() || !f.swaps) return std::nullopt;
@@ -215,7 +210,6 @@ inline Problem experts_no_zeropp(const EngineOptions& o, const EngineFacts& f, c
 /// The run-time rules, in the order they are checked (the first broken one is thrown).
 inline constexpr RunRule kRunRules[] = {
     {"delayed_update_needs_cpu_offload", false, &detail::delayed_update_needs_cpu_offload},
-    {"delayed_update_host_only", false, &detail::delayed_update_host_only},
     {"delayed_update_not_with_shard_file", false, &detail::delayed_update_not_with_shard_file},
     {"delayed_update_not_with_sparsity", false, &detail::delayed_update_not_with_sparsity},
     {"accumulation_dtype", false, &detail::accumulation_dtype},

@@ -28,6 +28,17 @@ constexpr Place place_of() {
   else return Place::none;
 }
 
+/// Whether a Device policy's buffers are a device's (Device<Cuda>, Device<HostAsync>): its
+/// `on_device`, or, for a Device specialisation of the user's that predates it, its `is_cuda`.
+template <class Device>
+constexpr bool on_device_v() {
+  if constexpr (requires { Device::on_device; }) {
+    return Device::on_device;
+  } else {
+    return Device::is_cuda;
+  }
+}
+
 /// A combination of policies as values.
 struct Combination {
   int stage = 0;
@@ -37,7 +48,7 @@ struct Combination {
   Place offload = Place::none;         ///< Offload<...>: the optimizer state
   Place param_offload = Place::none;   ///< OffloadParams<...>: stage 3's parameter shards
   bool compression = false;            ///< GradientCompression<TopK|TwoBit|Sign>
-  bool cuda = false;                   ///< Device<Cuda>
+  bool on_device = false;              ///< Device<Cuda> or Device<HostAsync>: a device's memory
   bool sparsity = false;               ///< Sparsity<NofM<N, M>>
   friend constexpr bool operator==(const Combination&, const Combination&) = default;
 };
@@ -50,21 +61,21 @@ enum class Blame : std::uint8_t { engine_only, optimizer_type, stage };
 // static_assert's message (policies); the config words say the same in DeepSpeed's terms, after
 // "zerotk cannot build this yet: " (empty with Blame::engine_only: a config cannot ask for it, or
 // the reader already refuses it as DeepSpeed does).
-#define ZEROTK_COMPAT_RULES(RULE)                                                                                    \
-  RULE(cpu_offload_needs_partitions, Blame::engine_only, c.offload != Place::cpu || c.stage >= 1,                     \
-       "Engine: Offload<Cpu> (offload_optimizer) needs a partitioned optimizer state: use Partitioner<Stage<1>>, "    \
+#define ZEROTK_COMPAT_RULES(RULE)                                                                                     \
+  RULE(cpu_offload_needs_partitions, Blame::engine_only, c.offload != Place::cpu || c.stage >= 1,                    \
+       "Engine: Offload<Cpu> (offload_optimizer) needs a partitioned optimizer state: use Partitioner<Stage<1>>, "   \
        "<2> or <3> (DeepSpeed: ZeRO stage >= 1)",                                                                    \
        "")                                                                                                           \
-  RULE(nvme_offload_needs_partitions, Blame::engine_only, c.offload != Place::nvme || c.stage >= 1,                   \
-       "Engine: Offload<Nvme> (offload_optimizer) needs a partitioned optimizer state: use Partitioner<Stage<1>>, "   \
+  RULE(nvme_offload_needs_partitions, Blame::engine_only, c.offload != Place::nvme || c.stage >= 1,                  \
+       "Engine: Offload<Nvme> (offload_optimizer) needs a partitioned optimizer state: use Partitioner<Stage<1>>, "  \
        "<2> or <3> (DeepSpeed: ZeRO stage >= 1)",                                                                    \
        "")                                                                                                           \
   RULE(sub_group_steps_need_elementwise, Blame::optimizer_type,                                                      \
        (c.offload == Place::none && c.param_offload != Place::nvme) || !c.whole_partition,                           \
-       "Engine: Offload<Cpu>, Offload<Nvme> and OffloadParams<Nvme> step the optimizer sub-group by sub-group and "   \
-       "support optimizers that step each element alone (Optimizer<Adam>, <AdamW>, ...); Optimizer<Lamb> needs the "  \
-       "whole partition's per-tensor norms at once (use Offload<None> with OffloadParams<None> or OffloadParams<Cpu>)",\
-       "Lamb with optimizer offload or NVMe parameter offload; Offload<Cpu>, Offload<Nvme> and OffloadParams<Nvme> "  \
+       "Engine: Offload<Cpu>, Offload<Nvme> and OffloadParams<Nvme> step the optimizer sub-group by sub-group and "  \
+       "support optimizers that step each element alone (Optimizer<Adam>, <AdamW>, ...); Optimizer<Lamb> needs the " \
+       "whole partition's per-tensor norms at once (use Offload<None> with OffloadParams<None> or OffloadParams<Cpu>)", \
+       "Lamb with optimizer offload or NVMe parameter offload; Offload<Cpu>, Offload<Nvme> and OffloadParams<Nvme> " \
        "step the optimizer sub-group by sub-group and run optimizers that step each element alone (Adam, AdamW, "    \
        "...); LAMB needs the whole partition's per-tensor norms at once")                                            \
   RULE(param_offload_needs_stage3, Blame::engine_only, c.param_offload == Place::none || c.stage == 3,               \
@@ -72,9 +83,9 @@ enum class Blame : std::uint8_t { engine_only, optimizer_type, stage };
        "Partitioner<Stage<3>>; stages 0-2 keep every parameter in the compute space (DeepSpeed ignores "             \
        "offload_param there too)",                                                                                   \
        "")                                                                                                           \
-  RULE(param_offload_host_only, Blame::engine_only, c.param_offload == Place::none || !c.cuda,                       \
-       "Engine: OffloadParams<Cpu> and OffloadParams<Nvme> with Device<Cuda> are not available yet (Device<Host> "    \
-       "only)",                                                                                                      \
+  RULE(param_offload_host_only, Blame::engine_only, c.param_offload == Place::none || !c.on_device,                  \
+       "Engine: OffloadParams<Cpu> and OffloadParams<Nvme> with Device<Cuda> or Device<HostAsync> are not available " \
+       "yet (Device<Host> only)",                                                                                    \
        "")                                                                                                           \
   RULE(one_bit_needs_stage0, Blame::stage, !c.one_bit || c.stage == 0,                                               \
        "Engine: Optimizer<OneBitAdam>, Optimizer<ZeroOneAdam> and Optimizer<OneBitLamb> compress what every rank "   \
@@ -83,9 +94,9 @@ enum class Blame : std::uint8_t { engine_only, optimizer_type, stage };
        "OneBitAdam, ZeroOneAdam or OneBitLamb with ZeRO stage 1, 2 or 3; the 1-bit optimizers all-reduce (1-bit) "   \
        "what every rank holds in full (momentum, gradients, accumulated updates) in place of stage 0's gradient "    \
        "all-reduce (DeepSpeed asserts stage 0 too)")                                                                 \
-  RULE(one_bit_host_only, Blame::engine_only, !c.one_bit || !c.cuda,                                                 \
-       "Engine: Optimizer<OneBitAdam>, Optimizer<ZeroOneAdam> and Optimizer<OneBitLamb> with Device<Cuda> are not "  \
-       "available yet (their compressed exchange runs on host memory); use Device<Host>",                           \
+  RULE(one_bit_host_only, Blame::engine_only, !c.one_bit || !c.on_device,                                            \
+       "Engine: Optimizer<OneBitAdam>, Optimizer<ZeroOneAdam> and Optimizer<OneBitLamb> with Device<Cuda> or "       \
+       "Device<HostAsync> are not available yet (their compressed exchange runs on host memory); use Device<Host>",  \
        "")                                                                                                           \
   RULE(compression_needs_stage0, Blame::stage, !c.compression || c.stage == 0,                                       \
        "Engine: GradientCompression<TopK|TwoBit|Sign> replaces stage 0's gradient all-reduce; use "                  \
@@ -93,23 +104,23 @@ enum class Blame : std::uint8_t { engine_only, optimizer_type, stage };
        "gradient_compression with ZeRO stage 1, 2 or 3; GradientCompression<TopK|TwoBit|Sign> replaces stage 0's "   \
        "gradient all-reduce, and stages 1-3 reduce-scatter into partitions, which no codec does yet (use stage 0)")  \
   RULE(compression_at_boundary, Blame::engine_only, !c.compression || c.reduce_at_boundary,                          \
-       "Engine: GradientCompression compresses the accumulated gradient once per optimizer step; use "              \
+       "Engine: GradientCompression compresses the accumulated gradient once per optimizer step; use "               \
        "Partitioner<Stage<0>> with when::at_boundary (its default)",                                                 \
        "")                                                                                                           \
   RULE(compression_not_with_one_bit, Blame::optimizer_type, !c.compression || !c.one_bit,                            \
        "Engine: Optimizer<OneBitAdam>, Optimizer<ZeroOneAdam> and Optimizer<OneBitLamb> already compress their own " \
        "exchanges; use GradientCompression<None> with them",                                                         \
        "gradient_compression with OneBitAdam, ZeroOneAdam or OneBitLamb; they already compress their own exchanges " \
-       "in place of the gradient all-reduce (remove the gradient_compression block or its algorithm)")              \
-  RULE(compression_host_only, Blame::engine_only, !c.compression || !c.cuda,                                         \
-       "Engine: GradientCompression with Device<Cuda> is not available yet (its codecs run on host memory); use "    \
-       "Device<Host>",                                                                                               \
+       "in place of the gradient all-reduce (remove the gradient_compression block or its algorithm)")               \
+  RULE(compression_host_only, Blame::engine_only, !c.compression || !c.on_device,                                    \
+       "Engine: GradientCompression with Device<Cuda> or Device<HostAsync> is not available yet (its codecs run on " \
+       "host memory); use Device<Host>",                                                                             \
        "")                                                                                                           \
   RULE(sparsity_host_state, Blame::engine_only,                                                                      \
-       !c.sparsity || (c.offload != Place::nvme && c.param_offload != Place::nvme && !c.cuda),                       \
+       !c.sparsity || (c.offload != Place::nvme && c.param_offload != Place::nvme && !c.on_device),                  \
        "Engine: Sparsity<NofM<N, M>> prunes the fp32 master and the optimizer's output where the host holds them; "  \
-       "Offload<Nvme>, OffloadParams<Nvme> and Device<Cuda> are not available with it yet (use Offload<None> or "    \
-       "<Cpu>, OffloadParams<None> or <Cpu>, Device<Host>)",                                                         \
+       "Offload<Nvme>, OffloadParams<Nvme>, Device<Cuda> and Device<HostAsync> are not available with it yet "       \
+       "(use Offload<None> or <Cpu>, OffloadParams<None> or <Cpu>, Device<Host>)",                                   \
        "")                                                                                                           \
   RULE(sparsity_plain_exchange, Blame::engine_only, !c.sparsity || (!c.one_bit && !c.compression),                   \
        "Engine: Sparsity<NofM<N, M>> prunes the reduced gradients before the norm; the 1-bit optimizers and "        \
@@ -165,7 +176,7 @@ constexpr Combination combination_of() {
   c.offload = place_of<typename Offload::tag>();
   c.param_offload = place_of<typename OffloadParams::tag>();
   c.compression = !std::is_same_v<typename GradientCompression::tag, None>;
-  c.cuda = std::is_same_v<typename Device::tag, Cuda>;
+  c.on_device = on_device_v<Device>();
   c.sparsity = !std::is_same_v<typename Sparsity::tag, None>;
   return c;
 }
