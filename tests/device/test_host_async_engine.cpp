@@ -4,10 +4,11 @@
 // tests do (tests/cuda/test_engine.cu). The reductions are the threads communicator's in both, so
 // at the same world size the results are bitwise equal, whatever the draws of held and delayed
 // operations: 20 seeds at stages 0-3, fp32 at gas 2; then 4 seeds of fp16 with overflow steps and
-// clipping, bf16 with Lion, LAMB, Offload<Cpu> (immediate and delayed update), Offload<Nvme>, reduction
-// every micro-step, stage 3 prefetching with persistent buckets, hpZ. Then the mutation test: with every operation held until waited for,
-// removing any one kind of wait (host_async::Drop) makes at least one of these runs differ from the
-// host's or fail, so the emulation catches a missing wait.
+// clipping, bf16 with Lion, LAMB, Offload<Cpu> (immediate and delayed update; stage 3 with overflow
+// steps), Offload<Nvme>, reduction every micro-step, stage 3 prefetching with persistent buckets, hpZ.
+// Then the mutation test: with every operation held until waited for, removing any one kind of wait
+// (host_async::Drop) makes at least one of these runs differ from the host's or fail, so the
+// emulation catches a missing wait.
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -174,6 +175,9 @@ std::vector<Case>& cases() {
     RunConfig delayed = offload;
     delayed.delayed_update = true;  // the update on a host thread, its values put a step later
     v.push_back(make_case<2, bf16, Offload<Cpu>>("stage 2 bf16 Offload<Cpu>, delayed update", delayed));
+    RunConfig offload3 = overflow3;  // the shards' values written back through the device's copies
+    offload3.sub_group_size = 100;
+    v.push_back(make_case<3, fp16, Offload<Cpu>>("stage 3 fp16 Offload<Cpu>, overflow steps, clipping", offload3));
     RunConfig nvme = offload;
     nvme.nvme.path = swap_dir();
     v.push_back(make_case<2, fp32, Offload<Nvme>>("stage 2 fp32 Offload<Nvme>", nvme));
