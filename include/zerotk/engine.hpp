@@ -297,8 +297,7 @@ class BasicEngine : public engine::Introspection<BasicEngine<Pack>>, public engi
     constexpr bool swapped = requires(const Store& st) { st.swap_file(); };
     return {dtype_of_v<S>, kStage, std::is_same_v<reduce_when, when::at_boundary>, MainGroup::kCanDelayUpdate,
             engine::on_device_v<device>(), shard_file, shard_file || swapped,
-            engine::offload_policy_name<offload_tag>(),
-            MainGroup::kCompressedExchange, Sparse::kOn};
+            engine::offload_policy_name<offload_tag>(), MainGroup::kCompressedExchange, Sparse::kOn};
   }
 
  private:
