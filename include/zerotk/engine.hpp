@@ -293,7 +293,7 @@ class BasicEngine : public engine::Introspection<BasicEngine<Pack>>, public engi
   /// members; engine::facts_of(combination, storage) gives the same without an engine type.
   static engine::EngineFacts facts() {
     constexpr bool shard_file =
-        zero::OutputWriter<std::remove_pointer_t<decltype(std::declval<Home&>().optimizer_out().base)>>;
+        zero::FileWriter<std::remove_pointer_t<decltype(std::declval<Home&>().optimizer_out().base)>>;
     constexpr bool swapped = requires(const Store& st) { st.swap_file(); };
     return {dtype_of_v<S>, kStage, std::is_same_v<reduce_when, when::at_boundary>, MainGroup::kCanDelayUpdate,
             engine::on_device_v<device>(), shard_file, shard_file || swapped,

@@ -22,6 +22,7 @@ class WrappedStore : private zerotk::offload::Resident<Opt, Ops> {
   using Base::master_from;
   using Base::master_from_host;
   using Base::master_into;
+  using Base::master_into_host;
   using Base::master_to_host;
   using Base::optimizer;
   using Base::optimizer_state;

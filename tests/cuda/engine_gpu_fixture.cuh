@@ -136,6 +136,28 @@ void check_all_stages(const RunConfig& cfg) {
   check_one_gpu_equals_host<3, Prec>(fetched);
 }
 
+/// Stage 3 with its parameter shard offloaded (Extra: Offload<Cpu|Nvme>, OffloadParams<Cpu|Nvme>) on one
+/// GPU against the host engine with the same policies: bitwise, and neither the shard nor the master in
+/// device memory.
+template <class Prec, class... Extra>
+void check_param_offload_gpu_equals_host(const RunConfig& cfg) {
+  CAPTURE(cfg.poison_steps.size());
+  MemoryLedger gpu_mem;
+  const RunResult g = train_gpu<3, Prec, typename Prec::storage, Extra...>(1, cfg, &gpu_mem);
+  const RunResult h = train_host<3, Prec, typename Prec::storage, Extra...>(1, cfg);
+  CHECK(g.initial == h.initial);
+  CHECK(g.params == h.params);  // bitwise
+  CHECK(g.losses == h.losses);
+  CHECK(g.scales == h.scales);
+  CHECK(g.skipped == h.skipped);
+  CHECK(g.state == h.state);
+  check_norms_close(g, h);
+  CHECK(g.params != g.initial);  // it trained
+  CHECK(gpu_mem.live(MemorySpace::device, MemoryCategory::params16) == 0);
+  CHECK(gpu_mem.live(MemorySpace::device, MemoryCategory::master32) == 0);
+  CHECK(gpu_mem.live(MemorySpace::device, MemoryCategory::gathered) > 0);
+}
+
 /// Device<Cuda> with an optimizer offload (Extra: Offload<Cpu> or Offload<Nvme>) against the same run
 /// without: bitwise, and the master and moments are out of device memory.
 template <int Stage, class Prec, class... Extra>

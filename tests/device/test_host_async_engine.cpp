@@ -5,7 +5,9 @@
 // at the same world size the results are bitwise equal, whatever the draws of held and delayed
 // operations: 20 seeds at stages 0-3, fp32 at gas 2; then 4 seeds of fp16 with overflow steps and
 // clipping, bf16 with Lion, LAMB, Offload<Cpu> (immediate and delayed update; stage 3 with overflow
-// steps), Offload<Nvme>, reduction every micro-step, stage 3 prefetching with persistent buckets, hpZ.
+// steps), Offload<Nvme>, stage 3's parameter shard offloaded (OffloadParams<Cpu> with overflow steps,
+// with the delayed update; OffloadParams<Nvme>), reduction every micro-step, stage 3 prefetching with
+// persistent buckets, hpZ.
 // Then the mutation test: with every operation held until waited for, removing any one kind of wait
 // (host_async::Drop) makes at least one of these runs differ from the host's or fail, so the
 // emulation catches a missing wait.
@@ -47,6 +49,15 @@ struct AsyncCopies {
 };
 template <class T>
 using AsyncMlp = DeviceMlp<T, AsyncCopies>;
+
+// On a device the pinned shard is read and written by block (FetchOnDemand stages it through the
+// device), its optimizer output a writer into memory; on the host it stays addressable.
+using AsyncOps = device::Ops<HostAsync>;
+static_assert(!zero::FetchOnDemand<float, AsyncOps, offload::PinnedShard<float, AsyncOps>>::kAddressable);
+static_assert(zero::MemoryWriter<offload::PinnedShard<float, AsyncOps>::Writer>);
+using HostOps = device::Ops<Host>;
+static_assert(zero::FetchOnDemand<float, HostOps, offload::PinnedShard<float, HostOps>>::kAddressable);
+static_assert(zero::FileWriter<offload::NvmeShard<float, AsyncOps>::Writer>);
 
 using Threads = comm::ThreadsCommunicator;
 using AsyncComm = comm::StreamCommunicator<Threads>;
@@ -181,6 +192,24 @@ std::vector<Case>& cases() {
     RunConfig nvme = offload;
     nvme.nvme.path = swap_dir();
     v.push_back(make_case<2, fp32, Offload<Nvme>>("stage 2 fp32 Offload<Nvme>", nvme));
+    // OffloadParams: stage 3's shard in host memory, fetched through the device's copies, written by
+    // the host step (a zero::MemoryWriter for the pinned shard), staged through the device for the
+    // initial values and the state's master.
+    RunConfig params = offload3;
+    params.reload_after = 4;  // load_state: the master's values back into the host shard
+    v.push_back(make_case<3, fp16, Offload<Cpu>, OffloadParams<Cpu>>(
+        "stage 3 fp16 Offload<Cpu> OffloadParams<Cpu>, overflow steps, clipping", params));
+    RunConfig params_delayed = delayed;
+    params_delayed.stage3.param_persistence_threshold = 16;  // persistent buckets regathered at publish
+    v.push_back(make_case<3, bf16, Offload<Cpu>, OffloadParams<Cpu>>(
+        "stage 3 bf16 Offload<Cpu> OffloadParams<Cpu>, delayed update, persistent buckets", params_delayed));
+    RunConfig params_nvme = fetched;  // the shard file's writer: the store's two passes
+    params_nvme.sub_group_size = 100;
+    params_nvme.reload_after = 3;
+    params_nvme.param_nvme.path = swap_dir();
+    params_nvme.param_nvme.max_in_cpu = 64;  // the first blocks kept in host memory, the rest read from the file
+    v.push_back(make_case<3, fp32, Offload<Cpu>, OffloadParams<Nvme>>(
+        "stage 3 fp32 Offload<Cpu> OffloadParams<Nvme>", params_nvme));
     RunConfig micro = base;
     micro.reduce_every_micro_step = true;
     v.push_back(make_case<1, fp32>("stage 1 fp32, reduced every micro-step", micro));
@@ -259,6 +288,29 @@ TEST_CASE("Device<HostAsync> memory: the host engine's bytes by category, counte
   }
   CHECK(async_mem.live(MemorySpace::device, MemoryCategory::master32) > 0);
   CHECK(async_mem.live(MemorySpace::host, MemoryCategory::master32) == 0);
+}
+
+TEST_CASE("Device<HostAsync> with OffloadParams<Cpu>: the shard in pinned host memory, none of it on the device") {
+  RunConfig cfg;
+  cfg.steps = 2;
+  cfg.sub_group_size = 100;
+  cfg.stage3.param_persistence_threshold = 16;
+  MemoryLedger host_mem, async_mem;
+  (void)train_host<3, bf16, Offload<Cpu>, OffloadParams<Cpu>>(2, cfg, &host_mem);
+  const AsyncRun a = train_async<3, bf16, Offload<Cpu>, OffloadParams<Cpu>>(2, cfg, host_async::Options{}, &async_mem);
+  REQUIRE_MESSAGE(a.failure.empty(), a.failure);
+  const auto pinned = [](const MemoryLedger& l, MemoryCategory c) { return l.live(MemorySpace::pinned_host, c); };
+  CHECK(pinned(async_mem, MemoryCategory::params16) > 0);
+  CHECK(pinned(async_mem, MemoryCategory::params16) == pinned(host_mem, MemoryCategory::params16));
+  CHECK(pinned(async_mem, MemoryCategory::master32) == pinned(host_mem, MemoryCategory::master32));
+  CHECK(async_mem.live(MemorySpace::device, MemoryCategory::params16) == 0);
+  CHECK(async_mem.live(MemorySpace::device, MemoryCategory::master32) == 0);
+  CHECK(async_mem.live(MemorySpace::device, MemoryCategory::gathered) == host_mem.live(MemoryCategory::gathered));
+  // One block's staging on the device (the initial values and the master's start crossed it), kept
+  // for later writes: more than nothing, less than the whole shard.
+  const std::size_t other = async_mem.live(MemorySpace::device, MemoryCategory::other);
+  REQUIRE(other > host_mem.live(MemoryCategory::other));
+  CHECK(other - host_mem.live(MemoryCategory::other) < pinned(async_mem, MemoryCategory::params16));
 }
 
 TEST_CASE("mutation: removing any one kind of wait from the orchestration makes a HostAsync run differ or fail") {

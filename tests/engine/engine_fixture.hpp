@@ -217,10 +217,14 @@ struct RunConfig {
   void* stream = nullptr;  // Device<Cuda>: the compute stream (EngineOptions::stream)
   zerotk::Stage3Options stage3;  // Partitioner<Stage<3>> only
   zerotk::offload::NvmeOptions nvme;  // Offload<Nvme> only (its swap directory, buffers, aio)
+  zerotk::offload::ParamNvmeOptions param_nvme;  // OffloadParams<Nvme> only (its shard directory, buffers)
   std::size_t sub_group_size = 1'000'000'000;  // Offload<Cpu> and Offload<Nvme>: elements stepped at once
   zerotk::CommunicationOptions communication;  // the data group's topology, the slow-rank detector
   bool take_state = false;  // RunResult::state: engine.state() after the last step
   bool delayed_update = false;  // EngineOptions::delayed_param_update (Offload<Cpu>)
+  /// >= 0: engine.state() after this many steps, two more steps, then load_state of what was taken
+  /// and training on from there (train_rank only).
+  int reload_after = -1;
 };
 
 struct RunResult {
@@ -270,6 +274,7 @@ inline zerotk::EngineOptions engine_options(const RunConfig& cfg) {
   o.overlap_param_gather = cfg.overlap_gather;
   o.stage3 = cfg.stage3;
   o.nvme = cfg.nvme;
+  o.param_nvme = cfg.param_nvme;
   o.sub_group_size = cfg.sub_group_size;
   o.communication = cfg.communication;
   o.delayed_param_update = cfg.delayed_update;
@@ -497,7 +502,17 @@ RunResult train_rank_with(Comm& comm, const RunConfig& cfg, zerotk::MemoryLedger
       result.initial = model.values();
     }
     engine.initialize_master();
-    train_steps(engine, model, comm.rank(), cfg, 0, cfg.steps, &result);
+    if (cfg.reload_after >= 0) {  // a state taken, two steps past it, the state loaded back
+      train_steps(engine, model, comm.rank(), cfg, 0, cfg.reload_after, &result);
+      if (cfg.delayed_update) engine.settle();
+      const EngineState saved = engine.state();
+      train_steps(engine, model, comm.rank(), cfg, cfg.reload_after, cfg.reload_after + 2, &result);
+      if (cfg.delayed_update) engine.settle();
+      engine.load_state(saved);
+      train_steps(engine, model, comm.rank(), cfg, cfg.reload_after, cfg.steps, &result);
+    } else {
+      train_steps(engine, model, comm.rank(), cfg, 0, cfg.steps, &result);
+    }
     if (cfg.take_state) {
       if (cfg.delayed_update) engine.settle();  // the update in flight published first
       for (const EngineGroupState& g : engine.state().groups) {

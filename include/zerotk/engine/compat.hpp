@@ -83,9 +83,11 @@ enum class Blame : std::uint8_t { engine_only, optimizer_type, stage };
        "Partitioner<Stage<3>>; stages 0-2 keep every parameter in the compute space (DeepSpeed ignores "             \
        "offload_param there too)",                                                                                   \
        "")                                                                                                           \
-  RULE(param_offload_host_only, Blame::engine_only, c.param_offload == Place::none || !c.on_device,                  \
-       "Engine: OffloadParams<Cpu> and OffloadParams<Nvme> with Device<Cuda> or Device<HostAsync> are not available " \
-       "yet (Device<Host> only)",                                                                                    \
+  RULE(param_offload_device_steps_on_host, Blame::engine_only,                                                        \
+       c.param_offload == Place::none || !c.on_device || c.offload != Place::none,                                   \
+       "Engine: OffloadParams<Cpu> and OffloadParams<Nvme> with Device<Cuda> or Device<HostAsync> need Offload<Cpu> " \
+       "or Offload<Nvme>: the parameter shard lives on the host, so the optimizer step that writes it runs there "   \
+       "too (Offload<None> steps on the device)",                                                                    \
        "")                                                                                                           \
   RULE(one_bit_needs_stage0, Blame::stage, !c.one_bit || c.stage == 0,                                               \
        "Engine: Optimizer<OneBitAdam>, Optimizer<ZeroOneAdam> and Optimizer<OneBitLamb> compress what every rank "   \

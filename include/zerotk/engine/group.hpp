@@ -388,7 +388,7 @@ class FlatGroup {
     for (const kernels::Segment& s : segments_) {
       if constexpr (zero::OutputWriter<std::remove_pointer_t<decltype(out.base)>>) {  // through host memory
         host.resize(s.numel);
-        store_.master_into(s.offset, host.data(), s.numel);
+        store_.master_into_host(s.offset, host.data(), s.numel);
         out.base->write(s.out_at(), host.data(), s.numel);
       } else {
         store_.master_into(s.offset, out.base + s.out_at(), s.numel);

@@ -48,6 +48,7 @@ concept StateStore =
       { cs.optimizer() } -> std::same_as<const typename S::optimizer_type&>;
       s.master_from(gt, i, i);
       s.master_into(i, out, i);
+      s.master_into_host(i, out, i);
       cs.master_to_host(f32);
       s.master_from_host(g32);
       { cs.optimizer_state() } -> std::same_as<OptimizerState>;
@@ -75,10 +76,12 @@ consteval bool check_state_store() {
   static_assert(requires(S& s, const S& cs, const T* v, T* out, float* f, std::size_t n) {
                   s.master_from(v, n, n);
                   s.master_into(n, out, n);
+                  s.master_into_host(n, out, n);
                   cs.master_to_host(f);
                   s.master_from_host(f);
                 },
-                "StateStore: missing master_from, master_into, master_to_host or master_from_host");
+                "StateStore: missing master_from, master_into, master_into_host, master_to_host or "
+                "master_from_host");
   static_assert(requires(S& s, const S& cs, const OptimizerState& st) {
                   cs.optimizer_state();
                   s.load_optimizer_state(st);

@@ -29,7 +29,8 @@
 /// zero::OutputWriter that writes the shard file), a failed write must leave the step undone while
 /// the state is stepped in place: the step then takes offload/writer_passes.hpp's two passes (each
 /// sub-group's values are computed from the state without changing it and written; once every
-/// group's values are, commit_step() steps the state in place).
+/// group's values are, commit_step() steps the state in place). A writer into memory (a pinned
+/// shard on a device, zero::MemoryWriter) cannot fail: the plain loop feeds it.
 
 #include <algorithm>
 #include <cstddef>
@@ -91,7 +92,7 @@ class HostPinned {
   template <class G, class P, class Reduce>
   void step(std::size_t i, std::span<const kernels::Segment> segments, const G* grads, P* out, float grad_scale,
             Reduce&& reduce) {
-    if constexpr (zero::OutputWriter<P>) {
+    if constexpr (zero::FileWriter<P>) {  // a memory writer takes the plain loop, as memory does
       passes_.prepare(&steps_, *opt_, i, segments, grads, out, grad_scale, master_.data(), m_.data(), v(),
                       "offload::HostPinned::step");
     } else {
@@ -137,8 +138,13 @@ class HostPinned {
   template <class T>
   void master_into(std::size_t at, T* dst, std::size_t n) {
     std::vector<T> host(n);
-    kernels::host::cast(master_.data() + at, host.data(), n);
+    master_into_host(at, host.data(), n);
     ops_->copy_from_host(host.data(), dst, n);
+  }
+  /// host[0, n) := T(master[at, at + n)), in host memory (a restored state's values for a writer).
+  template <class T>
+  void master_into_host(std::size_t at, T* host, std::size_t n) {
+    kernels::host::cast(master_.data() + at, host, n);
   }
   void master_to_host(float* dst) const { std::copy_n(master_.data(), master_.size(), dst); }
   void master_from_host(const float* src) { std::copy_n(src, master_.size(), master_.data()); }

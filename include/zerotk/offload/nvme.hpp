@@ -172,11 +172,16 @@ class NvmeSwapped {
   template <class T>
   void master_into(std::size_t at, T* dst, std::size_t n) {
     std::vector<T> host(n);
+    master_into_host(at, host.data(), n);
+    ops_->copy_from_host(host.data(), dst, n);
+  }
+  /// host[0, n) := T(master[at, at + n)), in host memory (a restored state's values for a writer).
+  template <class T>
+  void master_into_host(std::size_t at, T* host, std::size_t n) {
     for_parts(at, n, [&](std::size_t j, std::size_t lo, std::size_t hi) {
       const float* m = read_part(j, 0);
-      kernels::host::cast(m + (lo - steps_.begin(j)), host.data() + (lo - at), hi - lo);
+      kernels::host::cast(m + (lo - steps_.begin(j)), host + (lo - at), hi - lo);
     });
-    ops_->copy_from_host(host.data(), dst, n);
   }
   void master_to_host(float* dst) const {
     for (std::size_t j = 0; j < sub_groups(); ++j) std::memcpy(dst + steps_.begin(j), read_part(j, 0), steps_.numel(j) * sizeof(float));
@@ -282,11 +287,12 @@ class NvmeSwapped {
   }
 
   /// out := P(master) of the current slot for sub-groups [0, count): the values a step wrote to
-  /// memory before it was abandoned (a writer's are dropped by its owner, so nothing is written
-  /// to one). An io_error saying `why` and that the values are lost if the master cannot be read.
+  /// memory or a writer into memory before it was abandoned (a shard file's writer is dropped by
+  /// its owner, so nothing is written to one). An io_error saying `why` and that the values are lost
+  /// if the master cannot be read.
   template <class P>
   void put_back(std::span<const kernels::Segment> segments, P* out, std::size_t count, const std::string& why) {
-    if constexpr (!zero::OutputWriter<P>) {
+    if constexpr (!zero::FileWriter<P>) {  // memory, or a writer into memory
       if (out == nullptr) return;
       try {
         for (std::size_t j = 0; j < count; ++j) steps_.write_out(segments, j, read_part(j, 0), out);

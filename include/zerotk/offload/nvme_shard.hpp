@@ -49,7 +49,10 @@
 /// there unused): a failed step changes them no more than the others. Host memory: twice their
 /// elements, unpadded.
 ///
-/// Device<Host> only: the values cross through host memory by plain copies (engine/compat.hpp).
+/// Every device: the blocks live in host memory (staging, the kept copies) and reach the compute
+/// space by the Ops' copies (gather_source: copy_from_host; on a device, FetchOnDemand stages what
+/// read and write hand out through the compute space), and the optimizer's output comes from a step
+/// on the host (engine/compat.hpp refuses Offload<None> on a device with it).
 
 #include <algorithm>
 #include <cstddef>
@@ -65,6 +68,7 @@
 #include "zerotk/core/pinned_host_space.hpp"
 #include "zerotk/io/swap_file.hpp"
 #include "zerotk/offload/nvme_layout.hpp"
+#include "zerotk/offload/registered_host.hpp"
 #include "zerotk/zero/layout.hpp"
 #include "zerotk/zero/params/replicated.hpp"
 
@@ -100,7 +104,7 @@ class NvmeShard {
     NvmeShard* s_;
   };
 
-  NvmeShard(Ops&, const zero::BucketLayout& layout, int rank, MemoryLedger* ledger, const ShardFileOptions& o)
+  NvmeShard(Ops& ops, const zero::BucketLayout& layout, int rank, MemoryLedger* ledger, const ShardFileOptions& o)
       : layout_(&layout),
         ledger_(ledger),
         offsets_(offsets_of(layout)),
@@ -110,6 +114,8 @@ class NvmeShard {
         staging_((o.nvme.buffer_count + 1) * block_bytes_, MemoryCategory::other, ledger),
         kept_at_(kept_offsets(layout, in_cpu_)),
         kept_(2 * kept_at_.back(), MemoryCategory::params16, ledger),
+        staging_registered_(ops, staging_.data(), staging_.size()),
+        kept_registered_(ops, kept_.data(), kept_.size() * sizeof(T)),
         staged_(o.nvme.buffer_count),
         current_(layout.buckets().size(), 0),
         touched_(layout.buckets().size(), 0),
@@ -381,6 +387,7 @@ class NvmeShard {
   PinnedTrackedBuffer<std::byte> staging_;  // [buffer_count + 1][block_bytes_]: read buffers | assembly
   std::vector<std::size_t> kept_at_;        // [kept bucket + 1] element offsets within a copy
   PinnedTrackedBuffer<T> kept_;             // [2 slots][kept bucket] blocks kept in host memory
+  RegisteredHost<Ops> staging_registered_, kept_registered_;  // with the device, for its copies
   std::vector<Staged> staged_;          // [buffer_count] read buffers
   std::vector<char> current_;           // [bucket] the slot holding the block
   std::vector<char> touched_;           // [bucket] written by the open transaction (other slot)

@@ -3,8 +3,9 @@
 /// PinnedShard: OffloadParams<Cpu>'s home for stage 3's parameter shard (DeepSpeed
 /// `offload_param.device: cpu`). The shard (this rank's block of every bucket, [partition_numel] of
 /// the working precision, or fp32 for the fp32-kept group) lives in page-locked host memory
-/// (core/pinned_host_space.hpp, ledger space pinned_host, category params16), not in the compute
-/// space. A bucket's block reaches the compute space just before its all-gather:
+/// (core/pinned_host_space.hpp, ledger space pinned_host, category params16; registered with the
+/// device for its copies, offload/registered_host.hpp), not in the compute space. A bucket's block
+/// reaches the compute space just before its all-gather:
 ///
 ///   fetch(k):  shard[block of k] (pinned) -> this rank's block of k's gather buffer   (copy_from_host)
 ///              all-gather in place into the gather buffer                              (the communicator)
@@ -15,13 +16,19 @@
 /// in place the same way.
 ///
 /// Writes to the shard: the optimizer writes the updated values straight into it
-/// (FlatGroup::prepare_update through FetchOnDemand::optimizer_out): with Offload<Cpu> the step
-/// already runs on the host, so the values land where they live; with Offload<None> the step's
-/// output goes from the compute space to host memory, which on Device<Host> is the same kind of
-/// store. Initial values, load_state and GatherScope writes reach the shard through host copies.
-/// Each of these is host-to-host on Device<Host>, the only device where engine/compat.hpp allows
-/// OffloadParams<Cpu> today; a CUDA compute space needs device -> host copies for them (not done
-/// yet).
+/// (FlatGroup::prepare_update through FetchOnDemand::optimizer_out), where the step runs on the
+/// host (Offload<Cpu>, Offload<Nvme>), so the values land where they live; so do a loaded state's
+/// (restore_params_from_master). Initial values and GatherScope writes reach it through
+/// FetchOnDemand's write_owned(k, f).
+///
+/// On a host compute space (Device<Host>) the shard is addressable (data()): the engine points into
+/// it, and Offload<None>'s step writes it too. On a device (Device<Cuda>, Device<HostAsync>) the
+/// device's kernels cannot address host memory, so the home is read and written by block, as a
+/// swapped one is (zero/params/compute_shard.hpp): read(k, f) and write(k, f) hand f the block in
+/// host memory (FetchOnDemand stages it through the compute space for the engine's kernels), and the
+/// optimizer's output goes through writer(), a zero::MemoryWriter (a copy into the shard, which
+/// cannot fail: the stores step in one pass). Offload<None> steps on the device and has no host
+/// values to write: engine/compat.hpp refuses it with OffloadParams<Cpu> there.
 ///
 /// Persistent buckets (`stage3_param_persistence_threshold`) keep their gathered buffer in the
 /// compute space, as DeepSpeed keeps persistent parameters on the device: they are small and used
@@ -30,10 +37,12 @@
 /// backward's gathers cheap, which host memory would undo.
 
 #include <cstddef>
+#include <cstring>
 
 #include "zerotk/core/memory.hpp"
 #include "zerotk/core/pinned_host_space.hpp"
 #include "zerotk/offload/nvme_shard.hpp"
+#include "zerotk/offload/registered_host.hpp"
 #include "zerotk/policies.hpp"
 #include "zerotk/zero/concepts.hpp"
 #include "zerotk/zero/params/compute_shard.hpp"
@@ -42,23 +51,74 @@ namespace zerotk::offload {
 
 template <class T, class Ops>
 class PinnedShard {
+  static constexpr bool kHostCompute = Ops::Space::host_accessible;
+
  public:
   using Options = zero::NoHomeOptions;
 
-  PinnedShard(Ops&, const zero::BucketLayout& layout, int /*rank*/, MemoryLedger* ledger, const Options&)
-      : layout_(&layout), shard_(layout.partition_numel(), MemoryCategory::params16, ledger) {}
+  /// The optimizer's output on a device (zero::MemoryWriter): owned offsets, host values.
+  class Writer {
+   public:
+    using value_type = T;
+    static constexpr bool kInMemory = true;
+    explicit Writer(PinnedShard& s) : s_(&s) {}
+    void write(std::size_t at, const T* host, std::size_t n) {
+      if (n) std::memcpy(s_->shard_.data() + at, host, n * sizeof(T));
+    }
+    void end_sub_group() noexcept {}
 
-  T* data() noexcept { return shard_.data(); }
+   private:
+    PinnedShard* s_;
+  };
+
+  PinnedShard(Ops& ops, const zero::BucketLayout& layout, int /*rank*/, MemoryLedger* ledger, const Options&)
+      : layout_(&layout),
+        shard_(layout.partition_numel(), MemoryCategory::params16, ledger),
+        registered_(ops, shard_.data(), shard_.size() * sizeof(T)),
+        writer_(*this) {}
+  PinnedShard(const PinnedShard&) = delete;
+  PinnedShard& operator=(const PinnedShard&) = delete;
+
+  /// The shard, for a host compute space's kernels.
+  T* data() noexcept
+    requires kHostCompute
+  {
+    return shard_.data();
+  }
   /// Stages this rank's block of bucket k into its slot of the gather buffer (copy_from_host).
   const T* gather_source(Ops& ops, std::size_t k, T* slot) {
-    const zero::Bucket& b = layout_->buckets()[k];
-    ops.copy_from_host(shard_.data() + b.part_offset, slot, b.block);
+    ops.copy_from_host(block(k), slot, layout_->buckets()[k].block);
     return slot;
   }
 
+  /// f(const T* block): block k, in host memory (a device's home).
+  template <class F>
+    requires(!kHostCompute)
+  void read(std::size_t k, F&& f) {
+    f(static_cast<const T*>(block(k)));
+  }
+  /// f(T* block) writes all of block k, in host memory (a device's home).
+  template <class F>
+    requires(!kHostCompute)
+  void write(std::size_t k, F&& f) {
+    f(block(k));
+  }
+  Writer& writer() noexcept
+    requires(!kHostCompute)
+  {
+    return writer_;
+  }
+  /// The writer wrote in place: nothing to make current, nothing to drop.
+  void commit() noexcept {}
+  void abort() noexcept {}
+
  private:
+  T* block(std::size_t k) noexcept { return shard_.data() + layout_->buckets()[k].part_offset; }
+
   const zero::BucketLayout* layout_;
   PinnedTrackedBuffer<T> shard_;
+  RegisteredHost<Ops> registered_;  // with the device, for its copies (gather_source)
+  Writer writer_;
 };
 
 /// ShardHomeOf<Tag>: the shard home an OffloadParams<Tag> policy selects (the tag picks a type).

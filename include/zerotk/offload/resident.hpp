@@ -14,6 +14,7 @@
 ///   optimizer_state(), load_optimizer_state(s)   the exact state, copied through host memory
 ///   master_from(src, at, n), master_into(at, dst, n)   master[at, at+n) := float(src) / dst := T(master),
 ///                                   src and dst in the compute space (the owned parameters)
+///   master_into_host(at, host, n)   host := T(master[at, at+n)) in host memory (a writer's values)
 ///   master_to_host(dst), master_from_host(src)         the whole master, through host memory
 ///
 /// The other stores (offload/host_pinned.hpp) keep the same interface; offload/store.hpp picks one
@@ -96,6 +97,17 @@ class Resident {
   void master_into(std::size_t at, T* dst, std::size_t n) {
     ops_->cast(master_.data() + at, dst, n);
   }
+  /// host[0, n) := T(master[at, at + n)), in host memory (a restored state's values for a writer).
+  template <class T>
+  void master_into_host(std::size_t at, T* host, std::size_t n) {
+    if constexpr (kStateInHostMemory) {
+      ops_->cast(master_.data() + at, host, n);
+    } else {
+      auto values = ops_->template allocate<T>(n, MemoryCategory::other, nullptr);
+      ops_->cast(master_.data() + at, values.data(), n);
+      ops_->copy_to_host(values.data(), host, n);
+    }
+  }
   void master_to_host(float* dst) const { ops_->copy_to_host(master_.data(), dst, master_.size()); }
   void master_from_host(const float* src) { ops_->copy_from_host(src, master_.data(), master_.size()); }
 
@@ -106,7 +118,10 @@ class Resident {
   template <class G, class P, class Reduce>
   void step(std::size_t i, std::span<const kernels::Segment> segments, const G* grads, P* out, float grad_scale,
             Reduce&& reduce) {
-    if constexpr (zero::OutputWriter<P>) {
+    static_assert(!zero::MemoryWriter<P>, "offload::Resident: a parameter shard in host memory on a device "
+                                          "(OffloadParams<Cpu> with Device<Cuda>) is written by a step on the host: "
+                                          "use Offload<Cpu> or Offload<Nvme> (engine/compat.hpp)");
+    if constexpr (zero::FileWriter<P>) {
       static_assert(kStateInHostMemory, "offload::Resident: a step through a writer (OffloadParams<Nvme>) needs "
                                         "the state in host memory (Device<Host>)");
       passes_.prepare(steps_ ? &*steps_ : nullptr, *opt_, i, segments, grads, out, grad_scale, master_.data(),

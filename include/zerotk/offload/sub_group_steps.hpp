@@ -28,6 +28,7 @@
 #include "zerotk/core/pinned_host_space.hpp"
 #include "zerotk/kernels/host/cast.hpp"
 #include "zerotk/kernels/tensor_list.hpp"
+#include "zerotk/offload/registered_host.hpp"
 #include "zerotk/optim/optimizer.hpp"
 #include "zerotk/optim/run.hpp"
 #include "zerotk/zero/params/optimizer_out.hpp"
@@ -202,30 +203,12 @@ class SubGroupSteps {
     return plan_;
   }
 
-  /// The registration of one staging buffer with the compute space (Ops::register_host), for the
-  /// buffer's lifetime: declared after the buffer, so it is undone before the buffer is freed.
-  class Registered {
-   public:
-    Registered(Ops& ops, void* p, std::size_t bytes) : ops_(&ops), p_(bytes ? p : nullptr) {
-      if (p_) ops_->register_host(p_, bytes);
-    }
-    Registered(const Registered&) = delete;
-    Registered& operator=(const Registered&) = delete;
-    ~Registered() {
-      if (p_) ops_->unregister_host(p_);
-    }
-
-   private:
-    Ops* ops_;
-    void* p_;
-  };
-
   Ops* ops_;
   std::size_t owned_numel_;
   std::size_t sub_group_numel_;
   PinnedTrackedBuffer<std::byte> grads_staging_;  // [min(owned, S)] gradients, <= 4 B each
   PinnedTrackedBuffer<std::byte> out_staging_;    // [min(owned, S)] working-precision values
-  Registered grads_registered_, out_registered_;  // with the compute space, while the stagings live
+  RegisteredHost<Ops> grads_registered_, out_registered_;  // with the compute space, while the stagings live
   Plan plan_;
   std::vector<kernels::Segment> local_;           // this sub-group's pieces, for Run
   std::int64_t step_before_ = 0;

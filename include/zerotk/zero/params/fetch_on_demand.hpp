@@ -97,24 +97,35 @@ class FetchOnDemand {
     return shard_.data() + c_.layout->buckets()[k].part_offset;
   }
   /// f(const T* block): this rank's block of bucket k (b.block elements), in the compute space (a
-  /// swapped home: in its staging, read from the file).
+  /// swapped home: in its staging, read from the file; on a device, copied on into device staging).
   template <class F>
   void read_owned(std::size_t k, F&& f) {
     if constexpr (kAddressable) {
       f(static_cast<const T*>(shard_.data() + c_.layout->buckets()[k].part_offset));
-    } else {
+    } else if constexpr (Ops::Space::host_accessible) {
       shard_.read(k, std::forward<F>(f));
+    } else {
+      shard_.read(k, [&](const T* host) {
+        T* block = device_staging();
+        c_.ops->copy_from_host(host, block, c_.layout->buckets()[k].block);
+        f(static_cast<const T*>(block));
+      });
     }
   }
   /// f(T* block) writes all of this rank's block of bucket k; then it is the shard's (a swapped
-  /// home: f writes its staging, which then goes to the file).
+  /// home: f writes its staging, which then goes to the file; on a device, f writes device staging,
+  /// copied to the home's block).
   template <class F>
   void write_owned(std::size_t k, F&& f) {
     if (secondary_) secondary_->invalidate(k);
     if constexpr (kAddressable) {
       f(shard_.data() + c_.layout->buckets()[k].part_offset);
-    } else {
+    } else if constexpr (Ops::Space::host_accessible) {
       shard_.write(k, std::forward<F>(f));
+    } else {
+      T* block = device_staging();
+      f(block);
+      shard_.write(k, [&](T* host) { c_.ops->copy_to_host(block, host, c_.layout->buckets()[k].block); });
     }
   }
   /// Where the optimizer writes (owned-shaped): the shard itself, or a swapped home's writer.
@@ -333,8 +344,22 @@ class FetchOnDemand {
     ++pending_;
   }
 
+  /// A device's staging of one block between a host home and the compute space's kernels (the
+  /// largest block; made on first use: initial values, load_state, GatherScope writes). Its copies
+  /// are ordered on the compute stream, and a copy from or to the host waits for what came before,
+  /// so one buffer serves every block.
+  T* device_staging() {
+    if (!staging_) {
+      std::size_t n = 0;
+      for (const Bucket& b : c_.layout->buckets()) n = std::max(n, b.block);
+      staging_.emplace(c_.ops->template allocate<T>(n, MemoryCategory::other, c_.ledger));
+    }
+    return staging_->data();
+  }
+
   PathContext<Ops> c_;
   Home shard_;                                               // [partition_numel], where Home keeps it
+  std::optional<typename Ops::template Buffer<T>> staging_;  // a device's staging of a host home's block
   std::vector<typename Ops::template Buffer<T>> pool_;       // [pool buffers][slot_numel_]
   std::vector<typename Ops::template Buffer<T>> persistent_; // [persistent buckets][bucket numel]
   std::vector<int> free_;                                    // pool buffers holding no bucket

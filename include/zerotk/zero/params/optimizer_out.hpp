@@ -4,7 +4,8 @@
 ///
 /// Usually that is memory: the flat buffer (stages 0-2), or stage 3's shard in the compute space or
 /// in pinned host memory. A shard on disk (OffloadParams<Nvme>, offload/nvme_shard.hpp) is not
-/// addressable; its home hands out a writer instead, which the stores that step on the host
+/// addressable, and neither is a pinned host shard for a device's kernels (OffloadParams<Cpu> on
+/// Device<Cuda>); their homes hand out a writer instead, which the stores that step on the host
 /// (offload/sub_group_steps.hpp) feed piece by piece:
 ///
 ///   put_out(ops, out, at, host, n)   out[at, at + n) := host[0, n)   (memory: Ops::copy_from_host)
@@ -13,6 +14,7 @@
 /// `P* out` is either a pointer to the elements or a pointer to a writer (OutputWriter<P>);
 /// out_element_t<P> is the element type in both cases.
 
+#include <concepts>
 #include <cstddef>
 
 namespace zerotk::zero {
@@ -30,6 +32,20 @@ concept OutputWriter = requires(W& w, std::size_t at, const typename W::value_ty
   w.write(at, host, at);
   w.end_sub_group();
 };
+
+/// A writer into memory (`static constexpr bool kInMemory = true`: offload/pinned_shard.hpp's on a
+/// device, whose shard is host memory the device's kernels cannot address): its writes cannot fail,
+/// so the stores feed it from their plain sub-group loop, as they fill memory.
+template <class W>
+concept MemoryWriter = OutputWriter<W> && requires {
+  { W::kInMemory } -> std::convertible_to<bool>;
+} && W::kInMemory;
+
+/// A writer whose writes can fail (a shard file, offload/nvme_shard.hpp): a store whose state steps
+/// in place writes through it in two passes (offload/writer_passes.hpp), so that a failed write
+/// leaves the state as it was.
+template <class W>
+concept FileWriter = OutputWriter<W> && !MemoryWriter<W>;
 
 namespace detail {
 template <class P>
