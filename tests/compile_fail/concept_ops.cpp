@@ -33,6 +33,7 @@ class zerotk::device::Ops<MyDevice> : private zerotk::device::Ops<zerotk::Host> 
   using Base::copy;
   using Base::copy_from_host;
   using Base::copy_to_host;
+  using Base::divide;
   using Base::register_host;
   using Base::square_bound;
   using Base::step;

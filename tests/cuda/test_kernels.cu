@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "../golden/golden_fixture.hpp"
+#include "zerotk/comm/detail/reduce.hpp"
 #include "zerotk/kernels/cuda.cuh"
 #include "zerotk/kernels/host.hpp"
 #include "zerotk/optim/optimizer.hpp"
@@ -322,6 +323,52 @@ TEST_CASE("cuda casts and scale equal the host bit for bit (vector and scalar pa
     FAIL_CHECK("scale(0.75) of fp16 0x" << std::hex << i << ": cuda 0x" << got[i].bits << ", host 0x" << ref[i].bits);
   }
   MESSAGE(nan_payloads << " of 2046 NaN inputs came back with another NaN payload than the host's");
+}
+
+TEST_CASE("cuda divide equals the host's average after a sum (comm::detail::divide_in_place) bit for bit") {
+  // OrderedCommunicator::mean_over's division (expert gradients averaged over the data size) runs
+  // on the device as kernels::cuda::divide. Every fp16 and bf16 value, and a sweep of fp32 bit
+  // patterns, by divisors 2 (exact but for underflow), 3 and 6 (rounded).
+  require_gpu();
+  std::vector<half16> h(65536);
+  std::vector<bfloat16> b(65536);
+  for (std::uint32_t i = 0; i < 65536; ++i) {
+    h[i] = half16::from_bits(static_cast<std::uint16_t>(i));
+    b[i] = bfloat16::from_bits(static_cast<std::uint16_t>(i));
+  }
+  std::vector<float> f;
+  for (std::uint64_t u = 0; u < (1ull << 32); u += 65537) {
+    const auto bits = static_cast<std::uint32_t>(u);
+    float x;
+    std::memcpy(&x, &bits, 4);
+    f.push_back(x);
+  }
+  const auto nan16 = [](std::uint16_t v, std::uint16_t exp) { return (v & exp) == exp && (v & ~exp & 0x7fffu) != 0; };
+  for (int d : {2, 3, 6}) {
+    CAPTURE(d);
+    Dev<half16> dh(h);
+    Dev<bfloat16> db(b);
+    Dev<float> df(f);
+    kc::divide(dh.get_ptr(), h.size(), d);
+    kc::divide(db.get_ptr(), b.size(), d);
+    kc::divide(df.get_ptr(), f.size(), d);
+    std::vector<half16> rh = h;
+    std::vector<bfloat16> rb = b;
+    std::vector<float> rf = f;
+    zerotk::comm::detail::divide_in_place(rh.data(), rh.size(), zerotk::DType::fp16, d);
+    zerotk::comm::detail::divide_in_place(rb.data(), rb.size(), zerotk::DType::bf16, d);
+    zerotk::comm::detail::divide_in_place(rf.data(), rf.size(), zerotk::DType::fp32, d);
+    const auto gh = dh.get();
+    const auto gb = db.get();
+    const auto gf = df.get();
+    for (std::size_t i = 0; i < h.size(); ++i) {  // a NaN stays a NaN; its payload is the hardware's
+      if (!(nan16(gh[i].bits, 0x7c00u) && nan16(rh[i].bits, 0x7c00u))) REQUIRE(gh[i].bits == rh[i].bits);
+      if (!(nan16(gb[i].bits, 0x7f80u) && nan16(rb[i].bits, 0x7f80u))) REQUIRE(gb[i].bits == rb[i].bits);
+    }
+    for (std::size_t i = 0; i < f.size(); ++i) {
+      if (!(std::isnan(gf[i]) && std::isnan(rf[i]))) REQUIRE(std::memcmp(&gf[i], &rf[i], 4) == 0);
+    }
+  }
 }
 
 TEST_CASE("cuda sums of squares equal the host's bit for bit; the inf/NaN flag") {

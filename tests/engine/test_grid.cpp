@@ -230,8 +230,6 @@ TEST_CASE("the run-time checker: each row names its key on the input that breaks
   engine::GridPlace tensor_experts_fine = tensor_experts;
   tensor_experts_fine.expert_tensor_size = 2;
   add("experts_expert_tensor", "GridShape::expert_tensor", none, none, tensor_experts, tensor_experts_fine);
-  add("experts_host_only", "Device<Cuda> or Device<HostAsync>", none,
-      [](engine::EngineFacts& f) { f.on_device = true; }, experts, experts_together);
   add("experts_no_swap_files", "offload_optimizer.device / offload_param.device", none,
       [](engine::EngineFacts& f) { f.swaps = true; }, experts, experts_together);
   add("experts_no_compressed_exchange", "optimizer.type / gradient_compression", none,

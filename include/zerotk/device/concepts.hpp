@@ -12,6 +12,7 @@
 
 #include "zerotk/comm/any.hpp"
 #include "zerotk/comm/communicator.hpp"
+#include "zerotk/core/dtype.hpp"
 #include "zerotk/core/memory.hpp"
 #include "zerotk/kernels/elementwise.hpp"
 #include "zerotk/kernels/tensor_list.hpp"
@@ -29,6 +30,7 @@ concept EngineOps = requires(O& ops, const O& cops, float* f, const float* cf, s
   ops.zero(f, n);
   ops.accumulate(f, cf, n);
   ops.cast(cf, f, n);
+  ops.divide(f, n, DType::fp32, 2);
   { ops.square_bound(blocks) } -> std::same_as<kernels::SquareBound>;
   ops.add_squares(blocks, grid, sums);
   ops.fence();
@@ -48,8 +50,10 @@ consteval bool check_ops() {
                   o.zero(f, n);
                   o.accumulate(f, c, n);
                   o.cast(c, f, n);
+                  o.divide(f, n, DType::fp32, 2);
                 },
-                "EngineOps: missing zero(p, n), accumulate(acc, x, n) or cast(in, out, n)");
+                "EngineOps: missing zero(p, n), accumulate(acc, x, n), cast(in, out, n) or "
+                "divide(buf, n, dtype, divisor)");
   static_assert(requires(O& o, std::span<const kernels::TensorRef<const float>> b) { o.square_bound(b); },
                 "EngineOps: missing square_bound(blocks) (phase 1 of the norm)");
   static_assert(requires(O& o, std::span<const kernels::TensorRef<const float>> b, const kernels::NormGrid& g,

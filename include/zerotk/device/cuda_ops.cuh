@@ -85,6 +85,18 @@ class Ops<Cuda> {
     kernels::cuda::cast(in, out, n, s_->stream);
   }
 
+  /// buf[i] = buf[i] / divisor on the compute stream, rounded as on the host (an average after a
+  /// sum: OrderedCommunicator::mean_over). fp32, fp16 and bf16 elements.
+  void divide(void* buf, std::size_t n, DType dt, int divisor) {
+    switch (dt) {
+      case DType::fp32: return kernels::cuda::divide(static_cast<float*>(buf), n, divisor, s_->stream);
+      case DType::fp16: return kernels::cuda::divide(static_cast<half*>(buf), n, divisor, s_->stream);
+      case DType::bf16: return kernels::cuda::divide(static_cast<bfloat16*>(buf), n, divisor, s_->stream);
+      default:
+        throw usage_error("divides fp32, fp16 or bf16 elements", "Ops<Cuda>::divide", std::string(to_string(dt)));
+    }
+  }
+
   /// Phase 1 of the norm over device blocks: one launch, one copy back, one synchronization.
   template <class T>
   kernels::SquareBound square_bound(std::span<const kernels::TensorRef<const T>> blocks) {

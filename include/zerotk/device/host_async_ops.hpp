@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "zerotk/comm/communicator.hpp"
+#include "zerotk/comm/detail/reduce.hpp"
 #include "zerotk/comm/stream_communicator.hpp"
 #include "zerotk/core/dtype.hpp"
 #include "zerotk/core/error.hpp"
@@ -102,6 +103,13 @@ class Ops<HostAsync> {
   void cast(const Src* in, Dst* out, std::size_t n) {
     check("cast", {range(in, n)}, {range(out, n)});
     enqueue([in, out, n] { kernels::host::cast(in, out, n); });
+  }
+
+  /// buf[i] = buf[i] / divisor (the host's arithmetic: comm::detail::divide_in_place), on S.
+  void divide(void* buf, std::size_t n, DType dt, int divisor) {
+    const host_async::Range r = range(static_cast<const std::byte*>(buf), n * size_of(dt));
+    check("divide", {r}, {r});
+    enqueue([buf, n, dt, divisor] { comm::detail::divide_in_place(buf, n, dt, divisor); });
   }
 
   /// Phase 1 of the norm: computed on S, read by the host after S reached it.

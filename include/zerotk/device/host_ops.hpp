@@ -22,6 +22,7 @@
 #include <utility>
 
 #include "zerotk/comm/communicator.hpp"
+#include "zerotk/comm/detail/reduce.hpp"
 #include "zerotk/core/dtype.hpp"
 #include "zerotk/core/memory.hpp"
 #include "zerotk/kernels/host/accumulate.hpp"
@@ -74,6 +75,10 @@ class Ops<Host> {
   void cast(const Src* in, Dst* out, std::size_t n) {
     kernels::host::cast(in, out, n);
   }
+
+  /// buf[i] = buf[i] / divisor for n elements of `dt`, in the accumulator type and rounded once
+  /// (comm::detail::divide_in_place: an average after a sum, OrderedCommunicator::mean_over).
+  void divide(void* buf, std::size_t n, DType dt, int divisor) { comm::detail::divide_in_place(buf, n, dt, divisor); }
 
   /// Phase 1 of the norm: the largest square and whether any element is inf/NaN, over all blocks.
   template <class T>

@@ -12,7 +12,6 @@
 
 #include "zerotk/comm/any.hpp"
 #include "zerotk/comm/communicator.hpp"
-#include "zerotk/comm/detail/reduce.hpp"
 #include "zerotk/core/dtype.hpp"
 
 namespace zerotk::device {
@@ -34,10 +33,11 @@ class OrderedCommunicator {
   int size() const { return comm_.size(); }
   const comm::CommStats& stats() const { return comm_.stats(); }
 
-  /// From now on, avg divides the sum by `n` instead of size() (n >= 1; host memory only: the
-  /// division runs on the waiting thread, comm::detail::divide_in_place, the arithmetic the host
-  /// back ends' own avg uses). Expert gradients: summed over the expert-data group, averaged over
-  /// the data size, since each already sums the tokens of its expert group's ranks.
+  /// From now on, avg divides the sum by `n` instead of size() (n >= 1): once the sum has arrived
+  /// (comm::then, when the Work is waited for) Ops::divide is queued where the engine's kernels run,
+  /// with the arithmetic the host back ends' own avg uses (comm::detail::divide_in_place). Expert
+  /// gradients: summed over the expert-data group, averaged over the data size, since each already
+  /// sums the tokens of its expert group's ranks.
   void mean_over(int n) noexcept { mean_over_ = n; }
 
   [[nodiscard]] comm::Work all_reduce(const void* send, void* recv, std::size_t count, DType dt, comm::ReduceOp op) {
@@ -86,7 +86,7 @@ class OrderedCommunicator {
  private:
   bool divides_otherwise(comm::ReduceOp op) const { return op == comm::ReduceOp::avg && mean_over_ > 0 && mean_over_ != size(); }
   comm::Work divided(comm::Work w, void* buf, std::size_t n, DType dt) const {
-    return comm::then(std::move(w), [buf, n, dt, d = mean_over_] { comm::detail::divide_in_place(buf, n, dt, d); });
+    return comm::then(std::move(w), [ops = ops_, buf, n, dt, d = mean_over_] { ops->divide(buf, n, dt, d); });
   }
 
   comm::AnyCommunicator comm_;

@@ -179,12 +179,6 @@ inline Problem experts_expert_tensor(const EngineOptions&, const EngineFacts&, c
                           "them more than once",
                       "GridShape::expert_tensor", std::to_string(p.expert_tensor_size));
 }
-inline Problem experts_host_only(const EngineOptions&, const EngineFacts& f, const GridPlace& p) {
-  if (!p.expert_params || !p.experts_apart() || !f.on_device) return std::nullopt;
-  return config_error(std::string(kExpertsApart) + " run on host memory only for now (their average divides on the "
-                          "host: device/ordered.hpp)",
-                      "Device<Cuda> or Device<HostAsync>", "expert " + std::to_string(p.expert_size));
-}
 inline Problem experts_no_swap_files(const EngineOptions&, const EngineFacts& f, const GridPlace& p) {
   if (!p.expert_params || !p.experts_apart() || !f.swaps) return std::nullopt;
   return config_error(std::string(kExpertsApart) + " are not supported with swap files (Offload<Nvme>, "
@@ -222,7 +216,6 @@ inline constexpr RunRule kRunRules[] = {
     {"zeropp_host_only", false, &detail::zeropp_host_only},
     {"rebalance_data_only", true, &detail::rebalance_data_only},
     {"experts_expert_tensor", true, &detail::experts_expert_tensor},
-    {"experts_host_only", true, &detail::experts_host_only},
     {"experts_no_swap_files", true, &detail::experts_no_swap_files},
     {"experts_no_compressed_exchange", true, &detail::experts_no_compressed_exchange},
     {"experts_no_zeropp", true, &detail::experts_no_zeropp},

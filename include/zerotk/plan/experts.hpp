@@ -37,9 +37,6 @@ inline std::string expert_refusal(const Choice& c, const EngineSettings& s, bool
   if (c.stage == 3 && s.hpz_partition_size > 1) {
     return "expert parameters apart from the data group are not supported with hpZ yet";
   }
-  if (s.compute_space == MemorySpace::device) {
-    return "expert parameters apart from the data group run on host memory only for now (--host-engine)";
-  }
   return {};
 }
 

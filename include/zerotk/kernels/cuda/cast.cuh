@@ -1,6 +1,6 @@
 #pragma once
 /// \file zerotk/kernels/cuda/cast.cuh
-/// Element-type casts (fp32 <-> fp16/bf16) and in-place scaling on the GPU. The per-element rounding
+/// Element-type casts (fp32 <-> fp16/bf16), in-place scaling and division on the GPU. The per-element rounding
 /// is the one in zerotk/core/dtype.hpp, shared with the host, so host tests check the same math.
 /// 4 elements per thread and iteration with vector loads when both pointers allow it.
 
@@ -42,6 +42,16 @@ __global__ void scale_kernel(T* __restrict__ x, std::size_t n, float factor) {
   }
 }
 
+/// x[i] = T(float(x[i]) / divisor), the division rounded to nearest as on the host
+/// (comm::detail::divide_in_place: an average after a sum).
+template <class T>
+__global__ void divide_kernel(T* __restrict__ x, std::size_t n, float divisor) {
+  const std::size_t stride = static_cast<std::size_t>(blockDim.x) * gridDim.x;
+  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    x[i] = from_float<T>(__fdiv_rn(to_float(x[i]), divisor));
+  }
+}
+
 namespace detail {
 inline unsigned elementwise_blocks(std::size_t work_items) {
   constexpr std::size_t kThreads = 256, kMaxBlocks = 65535 * 8;
@@ -63,6 +73,14 @@ template <class T>
 void scale(T* x, std::size_t n, float factor, cudaStream_t stream = nullptr) {
   if (n == 0) return;
   scale_kernel<T><<<detail::elementwise_blocks(n), 256, 0, stream>>>(x, n, factor);
+  ZEROTK_CUDA_CHECK_LAUNCH();
+}
+
+/// In-place division of n device elements by `divisor` (fp32, fp16, bf16).
+template <class T>
+void divide(T* x, std::size_t n, int divisor, cudaStream_t stream = nullptr) {
+  if (n == 0) return;
+  divide_kernel<T><<<detail::elementwise_blocks(n), 256, 0, stream>>>(x, n, static_cast<float>(divisor));
   ZEROTK_CUDA_CHECK_LAUNCH();
 }
 
