@@ -130,12 +130,7 @@ struct Model {
       wr = take(router);
       we.clear();
       for (auto& p : experts) we.push_back(take(p));
-      std::vector<float> logits(static_cast<std::size_t>(kT) * kE, 0.0f);
-      for (std::size_t t = 0; t < kT; ++t) {
-        for (std::size_t e = 0; e < kE; ++e) {
-          for (std::size_t m = 0; m < kH; ++m) logits[t * kE + e] += wr[e * kH + m] * x[t * kH + m];
-        }
-      }
+      const std::vector<float> logits = test::router_logits(wr, x, kE, kH);
       routing = moe::route(logits, kT, kE, {.top_k = kK, .renormalize = true});
       dispatcher.emplace(*group, kE, kH, moe::Dropless{});
       dispatcher->dispatch(x, *routing);
@@ -144,44 +139,21 @@ struct Model {
       }
       dispatcher->combine(y);
     }
-    double loss = 0;
     std::vector<float> dy(y.size());
-    for (std::size_t i = 0; i < y.size(); ++i) {
-      const float err = y[i] - target[i];
-      loss += static_cast<double>(err) * err / static_cast<double>(y.size());
-      dy[i] = 2.0f * err / static_cast<float>(y.size());
-    }
+    const double loss = test::mse(y, target, dy);
     {
       auto scope = engine.backward(*this);
       std::vector<float> d_gate(routing->gate.size());
       dispatcher->combine_backward(dy, d_gate);
-      for (int e = 0; e < local; ++e) {  // summed per source rank, in order (tests/moe)
-        const auto in = dispatcher->input(e);
-        const auto dout = dispatcher->output_grad(e);
-        const auto din = dispatcher->input_grad(e);
+      for (int e = 0; e < local; ++e) {
         add_grads(experts[static_cast<std::size_t>(e)], [&](std::vector<float>& grads) {
-          std::size_t at = 0;
-          std::vector<float> partial(kHH);
-          for (int s = 0; s < group->size(); ++s) {
-            const std::size_t n = dispatcher->rows(e, s) * kH;
-            std::fill(partial.begin(), partial.end(), 0.0f);
-            test::expert_backward(we[static_cast<std::size_t>(e)], in.subspan(at, n), dout.subspan(at, n),
-                                  din.subspan(at, n), partial, kH);
-            for (std::size_t i = 0; i < kHH; ++i) grads[i] += partial[i];
-            at += n;
-          }
+          test::add_expert_grads(*dispatcher, e, group->size(), we[static_cast<std::size_t>(e)], grads, kH);
         });
       }
       std::vector<float> dx(x.size(), 0.0f), d_logits(static_cast<std::size_t>(kT) * kE);
       dispatcher->dispatch_backward(dx);
       moe::route_backward(*routing, d_gate, d_logits);
-      add_grads(router, [&](std::vector<float>& gr) {
-        for (std::size_t t = 0; t < kT; ++t) {
-          for (std::size_t e = 0; e < kE; ++e) {
-            for (std::size_t m = 0; m < kH; ++m) gr[e * kH + m] += d_logits[t * kE + e] * x[t * kH + m];
-          }
-        }
-      });
+      add_grads(router, [&](std::vector<float>& gr) { test::add_router_grads(gr, d_logits, x, kE, kH); });
     }
     return loss;
   }

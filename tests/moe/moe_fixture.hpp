@@ -3,6 +3,7 @@
 // row-wise experts y = tanh(W_e x) with their backward, and one forward + backward through the
 // router and the dispatcher.
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -45,6 +46,58 @@ inline void expert_backward(std::span<const float> w, std::span<const float> x, 
         dw[i * h + m] += da * x[r * h + m];
       }
     }
+  }
+}
+
+// The mean squared error of y against target (accumulated in double), its gradient into dy.
+inline double mse(std::span<const float> y, std::span<const float> target, std::span<float> dy) {
+  double loss = 0;
+  for (std::size_t i = 0; i < y.size(); ++i) {
+    const float err = y[i] - target[i];
+    loss += static_cast<double>(err) * err / static_cast<double>(y.size());
+    dy[i] = 2.0f * err / static_cast<float>(y.size());
+  }
+  return loss;
+}
+
+// The router's logits [T x E] of tokens x [T x h] under its weights wr [E x h].
+inline std::vector<float> router_logits(std::span<const float> wr, std::span<const float> x, std::size_t E,
+                                        std::size_t h) {
+  const std::size_t T = x.size() / h;
+  std::vector<float> logits(T * E, 0.0f);
+  for (std::size_t t = 0; t < T; ++t) {
+    for (std::size_t e = 0; e < E; ++e) {
+      for (std::size_t m = 0; m < h; ++m) logits[t * E + e] += wr[e * h + m] * x[t * h + m];
+    }
+  }
+  return logits;
+}
+// The router's weight gradient: gr [E x h] += d_logits^T x.
+inline void add_router_grads(std::span<float> gr, std::span<const float> d_logits, std::span<const float> x,
+                             std::size_t E, std::size_t h) {
+  const std::size_t T = x.size() / h;
+  for (std::size_t t = 0; t < T; ++t) {
+    for (std::size_t e = 0; e < E; ++e) {
+      for (std::size_t m = 0; m < h; ++m) gr[e * h + m] += d_logits[t * E + e] * x[t * h + m];
+    }
+  }
+}
+// Local expert e's weight gradient (weights w) added into `grads`, summed per source rank with the
+// sources in order: the bits of a rank-order all-reduce of per-rank gradients (expert parallel 1's).
+template <class Dispatcher>
+void add_expert_grads(Dispatcher& d, int e, int sources, std::span<const float> w, std::span<float> grads,
+                      std::size_t h) {
+  const auto in = d.input(e);
+  const auto dout = d.output_grad(e);
+  const auto din = d.input_grad(e);
+  std::size_t at = 0;
+  std::vector<float> partial(h * h);
+  for (int s = 0; s < sources; ++s) {
+    const std::size_t n = d.rows(e, s) * h;
+    std::fill(partial.begin(), partial.end(), 0.0f);
+    expert_backward(w, in.subspan(at, n), dout.subspan(at, n), din.subspan(at, n), partial, h);
+    for (std::size_t i = 0; i < h * h; ++i) grads[i] += partial[i];
+    at += n;
   }
 }
 

@@ -114,13 +114,7 @@ struct MoeModel {
     std::vector<float> y(x.size());
     {
       auto scope = engine.forward(*this);
-      std::vector<float> logits(static_cast<std::size_t>(kT) * kE, 0.0f);
-      const auto wr = router.values();
-      for (std::size_t t = 0; t < kT; ++t) {
-        for (std::size_t e = 0; e < kE; ++e) {
-          for (std::size_t m = 0; m < kH; ++m) logits[t * kE + e] += wr[e * kH + m] * x[t * kH + m];
-        }
-      }
+      const std::vector<float> logits = test::router_logits(router.values(), x, kE, kH);
       routing = moe::route(logits, kT, kE, {.top_k = kK, .renormalize = true});
       dispatcher.emplace(*ep, kE, kH, moe::Dropless{});
       dispatcher->dispatch(x, *routing);
@@ -129,44 +123,20 @@ struct MoeModel {
       }
       dispatcher->combine(y);
     }
-    double loss = 0;
     std::vector<float> dy(y.size());
-    for (std::size_t i = 0; i < y.size(); ++i) {
-      const float err = y[i] - target[i];
-      loss += static_cast<double>(err) * err / static_cast<double>(y.size());
-      dy[i] = 2.0f * err / static_cast<float>(y.size());
-    }
+    const double loss = test::mse(y, target, dy);
     {
       auto scope = engine.backward(*this);
       std::vector<float> d_gate(routing->gate.size());
       dispatcher->combine_backward(dy, d_gate);
       for (int e = 0; e < local; ++e) {
-        // The weight gradient summed per source rank, the sources in order: the bits of a
-        // rank-order all-reduce of per-rank gradients (expert parallel 1's).
-        const auto w = experts[static_cast<std::size_t>(e)].values();
-        const auto in = dispatcher->input(e);
-        const auto dout = dispatcher->output_grad(e);
-        const auto din = dispatcher->input_grad(e);
-        const auto grads = experts[static_cast<std::size_t>(e)].grads();
-        std::size_t at = 0;
-        std::vector<float> partial(kHH);
-        for (int s = 0; s < ep->size(); ++s) {
-          const std::size_t n = dispatcher->rows(e, s) * kH;
-          std::fill(partial.begin(), partial.end(), 0.0f);
-          test::expert_backward(w, in.subspan(at, n), dout.subspan(at, n), din.subspan(at, n), partial, kH);
-          for (std::size_t i = 0; i < kHH; ++i) grads[i] += partial[i];
-          at += n;
-        }
+        auto& p = experts[static_cast<std::size_t>(e)];
+        test::add_expert_grads(*dispatcher, e, ep->size(), p.values(), p.grads(), kH);
       }
       std::vector<float> dx(x.size(), 0.0f), d_logits(static_cast<std::size_t>(kT) * kE);
       dispatcher->dispatch_backward(dx);
       moe::route_backward(*routing, d_gate, d_logits);
-      const auto gr = router.grads();
-      for (std::size_t t = 0; t < kT; ++t) {
-        for (std::size_t e = 0; e < kE; ++e) {
-          for (std::size_t m = 0; m < kH; ++m) gr[e * kH + m] += d_logits[t * kE + e] * x[t * kH + m];
-        }
-      }
+      test::add_router_grads(router.grads(), d_logits, x, kE, kH);
     }
     return loss;
   }
