@@ -42,6 +42,9 @@ struct Ops {
   static_assert(!std::is_same_v<DeviceTag, Cuda>,
                 "Engine: Device<Cuda> needs the CUDA backend: instantiate this Engine in a .cu file compiled by nvcc "
                 "and link zerotk::cuda (see docs/engine.md, Devices)");
+  static_assert(std::is_same_v<DeviceTag, HostAsync> || std::is_same_v<DeviceTag, Cuda>,
+                "Engine: this Device tag has no Ops: specialise zerotk::device::Ops<Tag> with the members "
+                "device/concepts.hpp's EngineOps lists (device/host_ops.hpp's Ops<Host> is one to start from)");
 };
 
 template <>
