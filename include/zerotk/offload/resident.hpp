@@ -97,16 +97,12 @@ class Resident {
   void master_into(std::size_t at, T* dst, std::size_t n) {
     ops_->cast(master_.data() + at, dst, n);
   }
-  /// host[0, n) := T(master[at, at + n)), in host memory (a restored state's values for a writer).
+  /// host[0, n) := T(master[at, at + n)), in host memory (a restored state's values for a writer:
+  /// only a host compute space gives this store one; engine/compat.hpp refuses the rest).
   template <class T>
   void master_into_host(std::size_t at, T* host, std::size_t n) {
-    if constexpr (kStateInHostMemory) {
-      ops_->cast(master_.data() + at, host, n);
-    } else {
-      auto values = ops_->template allocate<T>(n, MemoryCategory::other, nullptr);
-      ops_->cast(master_.data() + at, values.data(), n);
-      ops_->copy_to_host(values.data(), host, n);
-    }
+    static_assert(kStateInHostMemory, "offload::Resident: a writer's values come from a host state (Device<Host>)");
+    ops_->cast(master_.data() + at, host, n);
   }
   void master_to_host(float* dst) const { ops_->copy_to_host(master_.data(), dst, master_.size()); }
   void master_from_host(const float* src) { ops_->copy_from_host(src, master_.data(), master_.size()); }
